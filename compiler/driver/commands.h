@@ -1,0 +1,24 @@
+//===- commands.h - glmc subcommands, one registration function each ------===//
+//
+// Each subcommand lives in its own file and adds itself to the CLI11 app; the
+// callback runs the command and returns the process exit code through `rc`.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace glmc {
+
+void addSynthCommand(CLI::App &app, int &rc);
+void addQuantizeCommand(CLI::App &app, int &rc);
+void addVerifyCommand(CLI::App &app, int &rc);
+void addDequantCommand(CLI::App &app, int &rc);
+#ifdef GLM_WITH_MLIR
+void addCompileCommand(CLI::App &app, int &rc);
+void addInspectCommand(CLI::App &app, int &rc);
+#endif
+
+} // namespace glmc

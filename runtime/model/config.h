@@ -1,0 +1,67 @@
+//===- config.h - the model geometry read from a pack's config.json -------===//
+//
+// One struct for GLM-5.3 (glm_moe_dsa) and GLM-5.3-Flash (glm5_next, read from
+// text_config). Every geometry number comes from here; nothing downstream
+// hard-codes 6144 or 256. Parsing errors name config.json and the key.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace glm::rt {
+
+struct ModelConfig {
+  std::string modelType;       // "glm_moe_dsa" | "glm5_next"
+  std::string architecture;    // architectures[0]
+  int64_t hiddenSize = 0;      // d
+  int64_t numLayers = 0;       // num_hidden_layers (MTP layers excluded)
+  int64_t vocabSize = 0;
+  int64_t intermediateSize = 0;    // dense MLP width
+  int64_t moeIntermediateSize = 0; // expert width
+  int64_t numRoutedExperts = 0;
+  int64_t numSharedExperts = 0;
+  int64_t numExpertsPerTok = 0;
+  int64_t firstKDenseReplace = 0;
+  int64_t numHeads = 0;
+  int64_t qLoraRank = 0;
+  int64_t kvLoraRank = 0;
+  int64_t qkNopeHeadDim = 0;
+  int64_t qkRopeHeadDim = 0;
+  int64_t vHeadDim = 0;
+  int64_t indexNHeads = 0;
+  int64_t indexHeadDim = 0;
+  int64_t indexTopk = 0;
+  int64_t numNextnPredictLayers = 0;
+  double rmsNormEps = 1e-5;
+  double ropeTheta = 10000.0;
+  double routedScalingFactor = 1.0;
+  bool normTopkProb = true;
+  bool ropeInterleave = true;
+  bool indexerRopeInterleave = true;
+  bool tieWordEmbeddings = false;
+  std::vector<std::string> indexerTypes; // per layer: "full" | "shared"
+  std::vector<std::string> mlpLayerTypes; // per layer: "dense" | "sparse"
+  std::vector<int64_t> eosTokenIds;
+  int64_t padTokenId = -1;
+  std::string rawJson; // config.json as read (hashed into plans)
+
+  int64_t qkHeadDim() const { return qkNopeHeadDim + qkRopeHeadDim; }
+  bool isMoeLayer(int64_t layer) const {
+    return mlpLayerTypes.empty() ? layer >= firstKDenseReplace
+                                 : mlpLayerTypes.at(layer) == "sparse";
+  }
+  bool isFullIndexerLayer(int64_t layer) const {
+    return indexerTypes.empty() || indexerTypes.at(layer) == "full";
+  }
+};
+
+/// Parses config.json text; `source` names the file in error messages.
+ModelConfig parseModelConfig(const std::string &jsonText,
+                             const std::string &source);
+/// Reads and parses DIR/config.json (or a file path); throws Error.
+ModelConfig loadModelConfig(const std::string &path);
+
+} // namespace glm::rt
