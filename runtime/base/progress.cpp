@@ -28,6 +28,12 @@ void Progress::advance(uint64_t n) {
   }
 }
 
+void Progress::update(uint64_t done) {
+  uint64_t cur = done_.load();
+  if (done > cur)
+    advance(done - cur);
+}
+
 void Progress::finish() {
   std::lock_guard<std::mutex> lock(mu_);
   if (finished_)

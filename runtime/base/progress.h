@@ -19,6 +19,8 @@ public:
   Progress(std::string label, uint64_t total, std::string unit = "");
   ~Progress();
   void advance(uint64_t n = 1);
+  /// Sets the absolute count (for callbacks that report done/total).
+  void update(uint64_t done);
   void finish();
 
 private:

@@ -1,0 +1,278 @@
+//===- pack_commands.cpp - glmc synth / quantize / verify / dequant -------===//
+//
+// The pack tools: they read and write weight bytes, unlike `glmc compile`,
+// and need no MLIR. Each command validates its arguments before doing work
+// and reports bad packs by file, tensor (or expert/projection/half), offset.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/driver/commands.h"
+#include "compiler/packtools/packtools.h"
+#include "runtime/base/error.h"
+#include "runtime/base/progress.h"
+#include "runtime/formats/pack.h"
+#include "runtime/formats/safetensors.h"
+
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using glm::rt::check;
+using glm::rt::fail;
+
+namespace glmc {
+namespace {
+
+std::vector<int> parseWidthList(const std::string &s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    check(!item.empty() && item.find_first_not_of("0123456789") ==
+                               std::string::npos,
+          "--widths: \"", s, "\" must be a comma-separated list like 2,3,4");
+    int k = std::stoi(item);
+    check(k >= 1 && k <= 8, "--widths: width ", k, " is outside 1..8");
+    out.push_back(k);
+  }
+  check(!out.empty(), "--widths: empty list");
+  return out;
+}
+
+/// Quantizes the HF model in `src` (or, index-only, just its config) into
+/// `out` with the given layout.
+void quantizeInto(const std::string &src, const std::string &layout,
+                  const std::string &out, const QuantizeOptions &opt) {
+  glm::rt::PackOpenOptions popt;
+  popt.indexOnly = opt.indexOnly;
+  std::unique_ptr<glm::rt::Pack> source;
+  glm::rt::ModelConfig cfg = glm::rt::loadModelConfig(src);
+  if (!opt.indexOnly) {
+    source = glm::rt::Pack::open(src, popt);
+    check(source->layout() == glm::rt::PackLayout::HuggingFace, src,
+          ": quantize needs a Hugging Face checkpoint (BF16/F32/FP8), found a ",
+          glm::rt::packLayoutName(source->layout()), " pack");
+  }
+  fs::create_directories(out);
+  if (layout == "exl3")
+    quantizeToExl3(cfg, source.get(), out, opt);
+  else if (layout == "exlr8")
+    quantizeToExlr8(cfg, source.get(), out, opt);
+  else
+    fail("--layout must be hf, exl3 or exlr8, got \"", layout, "\"");
+}
+
+} // namespace
+
+void addSynthCommand(CLI::App &app, int &rc) {
+  auto *cmd = app.add_subcommand(
+      "synth",
+      "Write a random GLM-5.3-shaped model: config.json with the real key "
+      "names, a byte-level BPE tokenizer, and weights (random BF16 for hf; "
+      "quantized by glmc's own trellis encoder for exl3/exlr8). --preset tiny "
+      "is a few MB and runs anywhere; glm53 is the full geometry (use "
+      "--index-only: config, manifests and indexes, no weight bytes).");
+  struct Args {
+    std::string preset = "tiny", layout = "exlr8", out;
+    uint64_t seed = 1;
+    bool indexOnly = false;
+    int threads = 0;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("--preset", a->preset, "tiny | glm53")
+      ->check(CLI::IsMember({"tiny", "glm53"}))
+      ->capture_default_str();
+  cmd->add_option("--layout", a->layout, "hf | exl3 | exlr8")
+      ->check(CLI::IsMember({"hf", "exl3", "exlr8"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "random seed of weights and signs")
+      ->capture_default_str();
+  cmd->add_flag("--index-only", a->indexOnly,
+                "write config, tokenizer, manifests and indexes but no weight "
+                "bytes (what the compiler needs)");
+  cmd->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
+  cmd->add_option("-o,--output", a->out, "output directory")->required();
+  cmd->callback([a, &rc] {
+    auto t0 = std::chrono::steady_clock::now();
+    check(!(a->preset == "glm53" && !a->indexOnly && a->layout != "hf"),
+          "--preset glm53 writes ~800 GB of quantized weights; add --index-only "
+          "(the compiler needs only config, manifests and indexes)");
+    if (a->layout == "hf") {
+      writeRandomHfModel(a->preset, a->seed, a->out, a->indexOnly);
+    } else {
+      // Quantize from a random HF model written beside the pack.
+      std::string hfDir = a->out + ".hf-source";
+      writeRandomHfModel(a->preset, a->seed, hfDir, a->indexOnly);
+      QuantizeOptions opt;
+      opt.seed = 1234;
+      opt.threads = a->threads;
+      opt.indexOnly = a->indexOnly;
+      if (a->layout == "exl3")
+        opt.codebook = "mcg";
+      quantizeInto(hfDir, a->layout, a->out, opt);
+      fs::remove_all(hfDir);
+    }
+    double secs = std::chrono::duration<double>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count();
+    std::printf("synth: wrote %s pack (preset %s%s) to %s in %.1f s\n",
+                a->layout.c_str(), a->preset.c_str(),
+                a->indexOnly ? ", index only" : "", a->out.c_str(), secs);
+    rc = 0;
+  });
+}
+
+void addQuantizeCommand(CLI::App &app, int &rc) {
+  auto *cmd = app.add_subcommand(
+      "quantize",
+      "Quantize a Hugging Face checkpoint (BF16/F32 or the official FP8 "
+      "release) with glmc's Hessian-free trellis encoder into an EXL3 or "
+      "exlr8 v2 pack.");
+  struct Args {
+    std::string src, layout, out, widths, codebook = "mcg";
+    double bits = 0;
+    uint64_t seed = 1234;
+    int threads = 0;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("SRC", a->src, "Hugging Face model directory")->required();
+  cmd->add_option("--layout", a->layout, "exl3 | exlr8")
+      ->check(CLI::IsMember({"exl3", "exlr8"}))
+      ->required();
+  cmd->add_option("--bits", a->bits,
+                  "exl3: one width K for every tensor (1..8; 1.5/2.5/3.5 with "
+                  "--codebook mul1); default: a mixed-K allocation");
+  cmd->add_option("--widths", a->widths,
+                  "exlr8: widths to store every half at (default 2,3,4)");
+  cmd->add_option("--codebook", a->codebook, "exl3: 3inst | mcg | mul1")
+      ->check(CLI::IsMember({"3inst", "mcg", "mul1"}))
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "sign seed")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
+  cmd->add_option("-o,--output", a->out, "output directory")->required();
+  cmd->callback([a, &rc] {
+    QuantizeOptions opt;
+    opt.bits = a->bits;
+    opt.codebook = a->codebook;
+    opt.seed = a->seed;
+    opt.threads = a->threads;
+    if (!a->widths.empty())
+      opt.widths = parseWidthList(a->widths);
+    check(!(a->layout == "exlr8" && a->bits > 0),
+          "--bits is for exl3; exlr8 takes --widths");
+    check(!(a->layout == "exl3" && !a->widths.empty()),
+          "--widths is for exlr8; exl3 takes --bits");
+    quantizeInto(a->src, a->layout, a->out, opt);
+    std::printf("quantize: wrote %s pack to %s\n", a->layout.c_str(),
+                a->out.c_str());
+    rc = 0;
+  });
+}
+
+void addVerifyCommand(CLI::App &app, int &rc) {
+  auto *cmd = app.add_subcommand(
+      "verify",
+      "Check a pack: every checksum, shape and dtype against config and "
+      "manifest (or, without config.json, checksums and internal "
+      "consistency). Exit 0 only when the pack is whole; damage is reported "
+      "by file, tensor (expert/projection/half) and offset.");
+  struct Args {
+    std::string dir, manifest;
+    int width = 0;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("DIR", a->dir, "pack directory")->required();
+  cmd->add_option("--manifest", a->manifest,
+                  "exlr8: manifest name (e.g. mixed) or file to check against");
+  cmd->add_option("--width", a->width, "exlr8: check every half at width K");
+  cmd->callback([a, &rc] {
+    glm::rt::PackOpenOptions opt;
+    opt.manifest = a->manifest;
+    opt.width = a->width;
+    auto pack = glm::rt::Pack::open(a->dir, opt);
+    uint64_t total = 0;
+    std::unique_ptr<glm::rt::Progress> bar;
+    auto report = pack->verify([&](uint64_t done, uint64_t all) {
+      if (!bar) {
+        total = all;
+        bar = std::make_unique<glm::rt::Progress>("verify", total, "objects");
+      }
+      bar->update(done);
+    });
+    if (bar)
+      bar->finish();
+    for (auto &i : report.issues)
+      std::printf("DAMAGED %s: %s at offset %llu: %s\n", i.file.c_str(),
+                  i.object.c_str(), (unsigned long long)i.offset,
+                  i.message.c_str());
+    std::printf("verify: %s pack %s: %llu objects, %.1f MB checked, %zu "
+                "problem(s)\n",
+                glm::rt::packLayoutName(pack->layout()), a->dir.c_str(),
+                (unsigned long long)report.checkedObjects,
+                report.checkedBytes / 1e6, report.issues.size());
+    rc = report.ok() ? 0 : 2;
+  });
+}
+
+void addDequantCommand(CLI::App &app, int &rc) {
+  auto *cmd = app.add_subcommand(
+      "dequant",
+      "Write one reconstructed weight as F32 in Hugging Face orientation "
+      "[out, in] under its name. Works on a directory of bare safetensors "
+      "files (EXL3 tensors found by their .trellis/.suh/.svh siblings); exlr8 "
+      "expert projections are assembled from their halves at the manifest's "
+      "widths (or --width).");
+  struct Args {
+    std::string dir, tensor, manifest, out;
+    int width = 0;
+    bool list = false;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("DIR", a->dir, "pack directory")->required();
+  cmd->add_option("--tensor", a->tensor,
+                  "HF weight name, e.g. model.layers.1.mlp.experts.3.up_proj."
+                  "weight (EXL3 keys without .weight are accepted)");
+  cmd->add_flag("--list", a->list, "list the pack's weights and exit");
+  cmd->add_option("--manifest", a->manifest,
+                  "exlr8: manifest name (mixed -> manifests/exlr8-manifest-"
+                  "mixed.json) or file");
+  cmd->add_option("--width", a->width, "exlr8: every half at width K");
+  cmd->add_option("-o,--output", a->out, "output .safetensors file");
+  cmd->callback([a, &rc] {
+    glm::rt::PackOpenOptions opt;
+    opt.manifest = a->manifest;
+    opt.width = a->width;
+    auto pack = glm::rt::Pack::open(a->dir, opt);
+    if (a->list) {
+      for (auto &w : pack->weights()) {
+        std::printf("%-64s %-9s", w.name.c_str(),
+                    glm::rt::weightFormatName(w.format));
+        for (size_t i = 0; i < w.shape.size(); ++i)
+          std::printf("%s%lld", i ? "x" : " ", (long long)w.shape[i]);
+        std::printf("  %.2f bpw\n", w.bitsPerWeight());
+      }
+      rc = 0;
+      return;
+    }
+    check(!a->tensor.empty(), "dequant: give --tensor NAME (or --list)");
+    check(!a->out.empty(), "dequant: give -o OUT.safetensors");
+    std::string name = a->tensor;
+    if (!pack->find(name) && pack->find(name + ".weight"))
+      name += ".weight";
+    const auto &info = pack->get(name);
+    std::vector<float> w = pack->dequantize(name);
+    glm::rt::SafetensorsWriter writer;
+    writer.setMetadata("source", a->dir);
+    writer.setMetadata("format", glm::rt::weightFormatName(info.format));
+    writer.addF32(name, info.shape, w);
+    writer.write(a->out);
+    std::printf("dequant: %s [%s] -> %s\n", name.c_str(),
+                glm::rt::weightFormatName(info.format), a->out.c_str());
+    rc = 0;
+  });
+}
+
+} // namespace glmc
