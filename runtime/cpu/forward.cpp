@@ -1,0 +1,266 @@
+//===- forward.cpp - the reference GLM-5.3 forward, one token at a time ---===//
+#include "runtime/cpu/forward.h"
+
+#include "runtime/base/error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace glm::rt::cpu {
+namespace {
+
+/// SwiGLU over intermediate channels [begin, begin+count) of `m`, scaled by
+/// `weight`: out[r] = weight · Σ_j down[r, j]·SiLU(gate_j·x)·(up_j·x).
+void swigluPart(const MlpWeights &m, const float *x, int64_t begin,
+                int64_t count, double weight, double *out) {
+  std::vector<double> act(count);
+  for (int64_t j = 0; j < count; ++j) {
+    double g = dot(m.gate.row(begin + j), x, m.gate.cols);
+    double u = dot(m.up.row(begin + j), x, m.up.cols);
+    act[j] = silu(g) * u;
+  }
+  for (int64_t r = 0; r < m.down.rows; ++r) {
+    const float *row = m.down.row(r) + begin;
+    double s = 0;
+    for (int64_t j = 0; j < count; ++j)
+      s += (double)row[j] * act[j];
+    out[r] = weight * s;
+  }
+}
+
+/// The all-reduce: sums unit contributions [units, n] in unit order.
+std::vector<float> reduceInOrder(const std::vector<double> &contrib,
+                                 int64_t units, int64_t n) {
+  std::vector<float> out(n);
+  for (int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int64_t u = 0; u < units; ++u)
+      s += contrib[u * n + i];
+    out[i] = (float)s;
+  }
+  return out;
+}
+
+} // namespace
+
+CpuForward::CpuForward(std::shared_ptr<const ModelWeights> weights,
+                       TpLayout tp)
+    : w_(std::move(weights)), tp_(std::move(tp)) {
+  check((int64_t)tp_.layers.size() == w_->config.numLayers,
+        "tensor-parallel layout has ", tp_.layers.size(),
+        " layers, the model has ", w_->config.numLayers);
+}
+
+Session CpuForward::newSession() const {
+  Session s;
+  s.latent.resize(w_->config.numLayers);
+  s.indexKeys.resize(w_->config.numLayers);
+  return s;
+}
+
+std::vector<float> CpuForward::step(Session &s, int64_t token,
+                                    StepTrace *trace) const {
+  const ModelConfig &c = w_->config;
+  check(token >= 0 && token < c.vocabSize, "token id ", token,
+        " is outside the vocabulary [0, ", c.vocabSize, ")");
+  const int64_t d = c.hiddenSize, H = c.numHeads, dn = c.qkNopeHeadDim,
+                dr = c.qkRopeHeadDim, dv = c.vHeadDim, kvr = c.kvLoraRank,
+                lat = kvr + dr, pos = s.length, T = pos + 1;
+  const double eps = c.rmsNormEps, theta = c.ropeTheta;
+  const double scale = 1.0 / std::sqrt((double)(dn + dr));
+  const int N = tp_.ranks;
+  if (trace) {
+    trace->selected.assign(c.numLayers, {});
+    trace->experts.assign(c.numLayers, {});
+  }
+
+  std::vector<float> x(w_->embed.row(token), w_->embed.row(token) + d);
+  std::vector<float> h(d), qa(c.qLoraRank), q(H * (dn + dr)),
+      kva(kvr + dr);
+  std::vector<int64_t> sel; // the current query's DSA selection
+  bool haveSel = false;
+
+  for (int64_t l = 0; l < c.numLayers; ++l) {
+    const LayerWeights &L = w_->layers[l];
+    const TpLayerLayout &TL = tp_.layers[l];
+    rmsNorm(x.data(), L.inputNorm.data(), h.data(), d, eps);
+
+    // Replicated projections (each output row is computed identically on
+    // whichever rank needs it).
+    gemv(L.qA, h.data(), qa.data());
+    rmsNorm(qa.data(), L.qANorm.data(), qa.data(), c.qLoraRank, eps);
+    gemv(L.qB, qa.data(), q.data());
+    gemv(L.kvA, h.data(), kva.data());
+    std::vector<float> &cache = s.latent[l];
+    cache.resize(T * lat);
+    float *cur = cache.data() + pos * lat;
+    rmsNorm(kva.data(), L.kvANorm.data(), cur, kvr, eps);
+    std::copy(kva.begin() + kvr, kva.end(), cur + kvr);
+    ropeInterleave(cur + kvr, dr, pos, theta);
+
+    // DSA selection.
+    if (L.fullIndexer) {
+      const IndexerWeights &I = L.indexer;
+      const int64_t nh = c.indexNHeads, hd = c.indexHeadDim;
+      std::vector<float> qi(nh * hd);
+      gemv(I.wqB, qa.data(), qi.data());
+      for (int64_t hh = 0; hh < nh; ++hh)
+        ropeInterleave(qi.data() + hh * hd, dr, pos, theta);
+      std::vector<float> k(hd);
+      gemv(I.wk, h.data(), k.data());
+      layerNorm(k.data(), I.kNormW.data(), I.kNormB.data(), k.data(), hd,
+                1e-6);
+      ropeInterleave(k.data(), dr, pos, theta);
+      std::vector<float> &keys = s.indexKeys[l];
+      keys.insert(keys.end(), k.begin(), k.end());
+      if (T <= c.indexTopk) {
+        sel.resize(T);
+        std::iota(sel.begin(), sel.end(), 0);
+      } else {
+        std::vector<double> wts(nh);
+        gemvD(I.weightsProj, h.data(), wts.data());
+        const double headScale = 1.0 / std::sqrt((double)nh);
+        const double dotScale = 1.0 / std::sqrt((double)hd);
+        std::vector<double> score(T, 0.0);
+        for (int64_t t = 0; t < T; ++t) {
+          const float *kt = keys.data() + t * hd;
+          double acc = 0;
+          for (int64_t hh = 0; hh < nh; ++hh) {
+            double v = dot(qi.data() + hh * hd, kt, hd) * dotScale;
+            acc += wts[hh] * headScale * std::max(v, 0.0);
+          }
+          score[t] = acc;
+        }
+        sel = topkIndices(score, c.indexTopk);
+        std::sort(sel.begin(), sel.end());
+      }
+      haveSel = true;
+    } else if (c.indexNHeads == 0) {
+      sel.resize(T); // no indexer in this model: dense attention
+      std::iota(sel.begin(), sel.end(), 0);
+      haveSel = true;
+    }
+    check(haveSel, "layer ", l,
+          " is a shared indexer layer with no full layer before it");
+    if (trace)
+      trace->selected[l] = sel;
+
+    // Attention: each rank computes its heads' o_proj contributions.
+    std::vector<double> contrib(H * d, 0.0);
+    for (int r = 0; r < N; ++r) {
+      for (int64_t hh = 0; hh < H; ++hh) {
+        if (TL.headRank[hh] != r)
+          continue;
+        const float *qn = q.data() + hh * (dn + dr);
+        std::vector<float> qp(qn + dn, qn + dn + dr);
+        ropeInterleave(qp.data(), dr, pos, theta);
+        // Absorb W_UK into the query: qabs = W_UK_hᵀ q_nope.
+        std::vector<double> qabs(kvr, 0.0);
+        for (int64_t i = 0; i < dn; ++i) {
+          const float *wr = L.kvB.row(hh * (dn + dv) + i);
+          double qv = qn[i];
+          for (int64_t cc = 0; cc < kvr; ++cc)
+            qabs[cc] += (double)wr[cc] * qv;
+        }
+        std::vector<double> p(sel.size());
+        for (size_t j = 0; j < sel.size(); ++j) {
+          const float *ent = cache.data() + sel[j] * lat;
+          p[j] = (dot(ent, qabs.data(), kvr) + dot(ent + kvr, qp.data(), dr)) *
+                 scale;
+        }
+        softmax(p);
+        std::vector<double> ctx(kvr, 0.0);
+        for (size_t j = 0; j < sel.size(); ++j) {
+          const float *ent = cache.data() + sel[j] * lat;
+          for (int64_t cc = 0; cc < kvr; ++cc)
+            ctx[cc] += p[j] * (double)ent[cc];
+        }
+        std::vector<float> ov(dv);
+        for (int64_t j = 0; j < dv; ++j)
+          ov[j] = (float)dot(L.kvB.row(hh * (dn + dv) + dn + j), ctx.data(),
+                             kvr);
+        double *out = contrib.data() + hh * d;
+        for (int64_t rr = 0; rr < d; ++rr)
+          out[rr] = dot(L.o.row(rr) + hh * dv, ov.data(), dv);
+      }
+    }
+    std::vector<float> attn = reduceInOrder(contrib, H, d);
+    for (int64_t i = 0; i < d; ++i)
+      x[i] += attn[i];
+
+    // MLP.
+    rmsNorm(x.data(), L.postNorm.data(), h.data(), d, eps);
+    std::vector<float> mlp;
+    if (L.moe) {
+      std::vector<double> logits(c.numRoutedExperts);
+      gemvD(L.router, h.data(), logits.data());
+      RouterChoice rc =
+          routeExperts(logits, L.routerBias.data(), c.numExpertsPerTok,
+                       c.normTopkProb, c.routedScalingFactor);
+      if (trace)
+        trace->experts[l] = rc.experts;
+      // Units in global order: routed experts ascending, then shared.
+      struct Unit {
+        const MlpWeights *m;
+        int64_t expert;
+        double weight;
+      };
+      std::vector<Unit> units;
+      for (size_t k = 0; k < rc.experts.size(); ++k)
+        units.push_back({&L.experts[rc.experts[k]], rc.experts[k],
+                         rc.weights[k]});
+      if (c.numSharedExperts > 0)
+        units.push_back({&L.shared, c.numRoutedExperts, 1.0});
+      // Slots: one per 128-channel chunk of each unit, in global order.
+      // A shared expert wider than a routed one (n_shared > 1) has extra
+      // chunks; they follow the rule's formula past the plan's halves.
+      const int64_t halves = tp_.expertHalves;
+      std::vector<int64_t> slot0(units.size() + 1, 0);
+      for (size_t u = 0; u < units.size(); ++u)
+        slot0[u + 1] = slot0[u] + numChunks(units[u].m->gate.rows);
+      std::vector<double> part(slot0.back() * d, 0.0);
+      for (int r = 0; r < N; ++r)
+        for (size_t u = 0; u < units.size(); ++u) {
+          const int64_t width = units[u].m->gate.rows;
+          for (int64_t ch = 0; ch < numChunks(width); ++ch) {
+            int owner = ch < halves
+                            ? tp_.expertHalfRank(l, units[u].expert, ch)
+                            : (int)((halves * units[u].expert + ch + l) % N);
+            if (owner != r)
+              continue;
+            int64_t begin = ch * kHalfWidth;
+            int64_t count = std::min(kHalfWidth, width - begin);
+            swigluPart(*units[u].m, h.data(), begin, count, units[u].weight,
+                       part.data() + (slot0[u] + ch) * d);
+          }
+        }
+      mlp = reduceInOrder(part, slot0.back(), d);
+    } else {
+      const int64_t chunks = numChunks(c.intermediateSize);
+      std::vector<double> part(chunks * d, 0.0);
+      for (int r = 0; r < N; ++r)
+        for (int64_t ch = 0; ch < chunks; ++ch) {
+          if (TL.denseChunkRank[ch] != r)
+            continue;
+          int64_t begin = ch * kHalfWidth;
+          int64_t count = std::min(kHalfWidth, c.intermediateSize - begin);
+          swigluPart(L.dense, h.data(), begin, count, 1.0,
+                     part.data() + ch * d);
+        }
+      mlp = reduceInOrder(part, chunks, d);
+    }
+    for (int64_t i = 0; i < d; ++i)
+      x[i] += mlp[i];
+  }
+
+  rmsNorm(x.data(), w_->finalNorm.data(), h.data(), d, eps);
+  std::vector<float> logits(c.vocabSize);
+  for (int r = 0; r < N; ++r) // LM head split by vocabulary; gather = concat
+    gemv(w_->lmHead, h.data(), logits.data() + tp_.vocabBegin[r],
+         tp_.vocabBegin[r], tp_.vocabBegin[r + 1] - tp_.vocabBegin[r]);
+  s.length = T;
+  return logits;
+}
+
+} // namespace glm::rt::cpu

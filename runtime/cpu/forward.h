@@ -1,0 +1,64 @@
+//===- forward.h - the reference GLM-5.3 forward, one token at a time -----===//
+//
+// Incremental decoding over a latent KV cache (MLA in the absorbed form: per
+// token and layer the cache holds [c (kv_lora) | RoPE(k_pe) (rope dim)]; full
+// indexer layers also cache their index keys). Every prompt token goes
+// through step(), so logits at every position are available.
+//
+// DSA: a query at position t attends all keys 0..t while t+1 <= index_topk,
+// else the index_topk keys with the largest I(t,s) = Σ_h w_h·ReLU(q_h·k_s /
+// sqrt(d)); equal scores keep the lower position (deterministic). The query's
+// own token is not forced in. Shared indexer layers reuse the selection of
+// the most recent full layer for the same query.
+//
+// Tensor parallelism: each rank's units (tp.h) are computed separately and
+// the all-reduce sums per-unit fp64 contributions in a fixed global order, so
+// logits are bit-identical for any rank count.
+//
+// Thread-safety: a CpuForward is immutable; step() on distinct Sessions may
+// run concurrently.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/cpu/model_weights.h"
+#include "runtime/cpu/tp.h"
+
+#include <memory>
+#include <vector>
+
+namespace glm::rt::cpu {
+
+/// One sequence's caches.
+struct Session {
+  int64_t length = 0;                        // tokens processed so far
+  std::vector<std::vector<float>> latent;    // per layer [T, kv_lora + dr]
+  std::vector<std::vector<float>> indexKeys; // per full layer [T, hd]
+};
+
+/// What a step decided, for tests and debugging.
+struct StepTrace {
+  std::vector<std::vector<int64_t>> selected; // per layer, ascending positions
+  std::vector<std::vector<int64_t>> experts;  // per MoE layer, ascending
+};
+
+class CpuForward {
+public:
+  CpuForward(std::shared_ptr<const ModelWeights> weights, TpLayout tp);
+
+  Session newSession() const;
+  /// Runs `token` at position s.length and returns logits [vocab]. Throws
+  /// Error on a token id outside the vocabulary.
+  std::vector<float> step(Session &s, int64_t token,
+                          StepTrace *trace = nullptr) const;
+
+  const ModelConfig &config() const { return w_->config; }
+  const TpLayout &tp() const { return tp_; }
+  const ModelWeights &weights() const { return *w_; }
+
+private:
+  std::shared_ptr<const ModelWeights> w_;
+  TpLayout tp_;
+};
+
+} // namespace glm::rt::cpu

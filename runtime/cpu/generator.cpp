@@ -1,0 +1,83 @@
+//===- generator.cpp - the cpu backend's Generator ------------------------===//
+#include "runtime/cpu/generator.h"
+
+#include "runtime/base/error.h"
+#include "runtime/cpu/forward.h"
+
+#include <algorithm>
+
+namespace glm::rt {
+namespace {
+
+class CpuGenerator : public Generator {
+public:
+  CpuGenerator(std::shared_ptr<const cpu::ModelWeights> w, cpu::TpLayout tp,
+               int64_t maxContext)
+      : fwd_(std::move(w), std::move(tp)), maxContext_(maxContext) {}
+
+  GenerationResult generate(const std::vector<int64_t> &prompt,
+                            const SamplingParams &params,
+                            const TokenCallback &onToken,
+                            std::vector<float> *logitsOut) override {
+    const ModelConfig &c = fwd_.config();
+    check(!prompt.empty(), "the prompt is empty: give at least one token");
+    check(params.maxNew >= 0, "--max-new must be >= 0");
+    check((int64_t)prompt.size() + params.maxNew <= maxContext_,
+          "prompt (", prompt.size(), " tokens) + max new tokens (",
+          params.maxNew, ") exceeds the context of ", maxContext_,
+          " tokens");
+    for (int64_t t : prompt)
+      check(t >= 0 && t < c.vocabSize, "prompt token id ", t,
+            " is outside the vocabulary [0, ", c.vocabSize, ")");
+    cpu::Session s = fwd_.newSession();
+    cpu::Sampler sampler(params);
+    GenerationResult res;
+    res.promptTokens = (int64_t)prompt.size();
+    std::vector<float> logits;
+    for (int64_t t : prompt) {
+      logits = fwd_.step(s, t);
+      if (logitsOut)
+        logitsOut->insert(logitsOut->end(), logits.begin(), logits.end());
+    }
+    res.finishReason = "length";
+    for (int64_t i = 0; i < params.maxNew; ++i) {
+      int64_t tok = sampler.sample(logits.data(), c.vocabSize);
+      res.tokens.push_back(tok);
+      bool more = !onToken || onToken(tok);
+      if (std::find(params.stopIds.begin(), params.stopIds.end(), tok) !=
+          params.stopIds.end()) {
+        res.finishReason = "stop";
+        break;
+      }
+      if (!more) {
+        res.finishReason = "cancelled";
+        break;
+      }
+      if (i + 1 == params.maxNew)
+        break;
+      logits = fwd_.step(s, tok);
+      if (logitsOut)
+        logitsOut->insert(logitsOut->end(), logits.begin(), logits.end());
+    }
+    return res;
+  }
+
+  const ModelConfig &config() const override { return fwd_.config(); }
+  int64_t maxContext() const override { return maxContext_; }
+  std::string backendName() const override { return "cpu"; }
+
+private:
+  cpu::CpuForward fwd_;
+  int64_t maxContext_;
+};
+
+} // namespace
+
+std::unique_ptr<Generator>
+makeCpuGenerator(std::shared_ptr<const cpu::ModelWeights> weights,
+                 cpu::TpLayout tp, int64_t maxContext) {
+  return std::make_unique<CpuGenerator>(std::move(weights), std::move(tp),
+                                        maxContext);
+}
+
+} // namespace glm::rt

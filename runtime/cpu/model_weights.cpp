@@ -1,0 +1,243 @@
+//===- model_weights.cpp - GLM-5.3 weights as fp32 matrices, by HF name ---===//
+#include "runtime/cpu/model_weights.h"
+
+#include "runtime/base/error.h"
+#include "runtime/formats/pack.h"
+
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+namespace glm::rt::cpu {
+namespace {
+
+std::string shapeStr(const std::vector<int64_t> &s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i)
+    os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+class PackSource : public WeightSource {
+public:
+  explicit PackSource(const Pack &p) : pack_(p) {}
+  bool has(const std::string &name) const override {
+    return pack_.find(name) != nullptr;
+  }
+  std::vector<int64_t> shape(const std::string &name) const override {
+    return pack_.get(name).shape;
+  }
+  std::vector<float> load(const std::string &name) const override {
+    return pack_.dequantize(name);
+  }
+  std::string describe() const override {
+    return "pack " + pack_.dir() + " (" + packLayoutName(pack_.layout()) +
+           ")";
+  }
+
+private:
+  const Pack &pack_;
+};
+
+/// Loads tensors by name with shape checks; counts for progress.
+struct Loader {
+  const WeightSource &src;
+  int64_t done = 0, total = 0;
+  const std::function<void(int64_t, int64_t)> &progress;
+
+  std::vector<float> get(const std::string &name,
+                         const std::vector<int64_t> &want) {
+    check(src.has(name), src.describe(), ": tensor ", name,
+          " is missing (expected shape ", shapeStr(want),
+          "); the pack does not match its config.json");
+    auto got = src.shape(name);
+    check(got == want, src.describe(), ": tensor ", name, " has shape ",
+          shapeStr(got), ", config.json implies ", shapeStr(want));
+    std::vector<float> v = src.load(name);
+    int64_t n = 1;
+    for (int64_t d : want)
+      n *= d;
+    check((int64_t)v.size() == n, src.describe(), ": tensor ", name,
+          " dequantized to ", v.size(), " values, expected ", n);
+    ++done;
+    if (progress)
+      progress(done, total);
+    return v;
+  }
+  Matrix mat(const std::string &name, int64_t rows, int64_t cols) {
+    Matrix m;
+    m.data = get(name, {rows, cols});
+    m.rows = rows;
+    m.cols = cols;
+    return m;
+  }
+  std::vector<float> vec(const std::string &name, int64_t n) {
+    return get(name, {n});
+  }
+  MlpWeights mlp(const std::string &prefix, int64_t d, int64_t inter) {
+    MlpWeights w;
+    w.gate = mat(prefix + "gate_proj.weight", inter, d);
+    w.up = mat(prefix + "up_proj.weight", inter, d);
+    w.down = mat(prefix + "down_proj.weight", d, inter);
+    return w;
+  }
+};
+
+} // namespace
+
+std::unique_ptr<WeightSource> packWeightSource(const Pack &pack) {
+  return std::make_unique<PackSource>(pack);
+}
+
+void MapWeightSource::add(const std::string &name, std::vector<int64_t> shape,
+                          std::vector<float> data) {
+  t_[name] = Tensor{std::move(shape), std::move(data)};
+}
+bool MapWeightSource::has(const std::string &name) const {
+  return t_.count(name) != 0;
+}
+std::vector<int64_t> MapWeightSource::shape(const std::string &name) const {
+  auto it = t_.find(name);
+  check(it != t_.end(), "in-memory weights: no tensor ", name);
+  return it->second.shape;
+}
+std::vector<float> MapWeightSource::load(const std::string &name) const {
+  auto it = t_.find(name);
+  check(it != t_.end(), "in-memory weights: no tensor ", name);
+  return it->second.data;
+}
+
+void checkSupportedConfig(const ModelConfig &c) {
+  const char *src = "config.json";
+  check(c.modelType == "glm_moe_dsa", src, ": model_type \"", c.modelType,
+        "\": the cpu backend runs glm_moe_dsa (GLM-5.3) models");
+  check(c.qLoraRank > 0, src,
+        ": q_lora_rank must be set (the q_proj form is not supported)");
+  check(c.kvLoraRank > 0 && c.qkNopeHeadDim > 0 && c.vHeadDim > 0, src,
+        ": kv_lora_rank, qk_nope_head_dim and v_head_dim must be positive");
+  check(c.qkRopeHeadDim % 2 == 0, src, ": qk_rope_head_dim (",
+        c.qkRopeHeadDim, ") must be even");
+  check(c.ropeInterleave, src,
+        ": rope_interleave false is not supported (GLM-5.3 uses "
+        "interleaved RoPE)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(c.rawJson);
+  } catch (...) {
+    j = nlohmann::json::object(); // configs built in code carry no JSON
+  }
+  if (j.contains("text_config"))
+    j = j["text_config"];
+  auto str = [&](const char *key, const char *dflt) {
+    auto it = j.find(key);
+    return (it == j.end() || !it->is_string()) ? std::string(dflt)
+                                               : it->get<std::string>();
+  };
+  auto num = [&](const char *key, int64_t dflt) {
+    auto it = j.find(key);
+    return (it == j.end() || !it->is_number_integer()) ? dflt
+                                                       : it->get<int64_t>();
+  };
+  check(str("hidden_act", "silu") == "silu", src, ": hidden_act \"",
+        str("hidden_act", ""), "\" is not supported (expected silu)");
+  check(str("scoring_func", "sigmoid") == "sigmoid", src,
+        ": scoring_func must be sigmoid");
+  check(num("n_group", 1) == num("topk_group", 1) || num("n_group", 1) == 1,
+        src, ": grouped routing (n_group ", num("n_group", 1),
+        ", topk_group ", num("topk_group", 1), ") is not supported");
+  check(!(j.contains("attention_bias") && j["attention_bias"].is_boolean() &&
+          j["attention_bias"].get<bool>()),
+        src, ": attention_bias true is not supported");
+  check(num("num_key_value_heads", c.numHeads) == c.numHeads, src,
+        ": num_key_value_heads must equal num_attention_heads for MLA");
+  for (const char *k : {"rope_parameters", "rope_scaling"})
+    if (j.contains(k) && j[k].is_object()) {
+      std::string t = j[k].value("rope_type", j[k].value("type", "default"));
+      check(t == "default", src, ": ", k, ".rope_type \"", t,
+            "\" is not supported (only default RoPE)");
+    }
+  if (c.indexNHeads > 0) {
+    check(c.indexHeadDim > c.qkRopeHeadDim && c.indexTopk > 0, src,
+          ": index_head_dim must exceed qk_rope_head_dim and index_topk "
+          "must be positive");
+    check(c.indexerRopeInterleave, src,
+          ": indexer_rope_interleave false is not supported");
+    check(c.isFullIndexerLayer(0), src,
+          ": indexer_types[0] is \"shared\" but a shared layer reuses the "
+          "selection of an earlier full layer");
+  }
+}
+
+std::shared_ptr<const ModelWeights>
+ModelWeights::load(const ModelConfig &c, const WeightSource &src,
+                   const std::function<void(int64_t, int64_t)> &progress) {
+  checkSupportedConfig(c);
+  auto w = std::make_shared<ModelWeights>();
+  w->config = c;
+  const int64_t d = c.hiddenSize, H = c.numHeads;
+  const int64_t dn = c.qkNopeHeadDim, dr = c.qkRopeHeadDim, dv = c.vHeadDim;
+  Loader ld{src, 0, 0, progress};
+  // Tensor count, for the progress callback only.
+  ld.total = 3;
+  for (int64_t l = 0; l < c.numLayers; ++l) {
+    ld.total += 9;
+    if (c.indexNHeads > 0 && c.isFullIndexerLayer(l))
+      ld.total += 5;
+    ld.total += c.isMoeLayer(l)
+                    ? 2 + 3 * (c.numRoutedExperts + (c.numSharedExperts > 0))
+                    : 3;
+  }
+  ld.total += c.tieWordEmbeddings ? 0 : 1;
+
+  w->embed = ld.mat("model.embed_tokens.weight", c.vocabSize, d);
+  for (int64_t l = 0; l < c.numLayers; ++l) {
+    LayerWeights L;
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    L.inputNorm = ld.vec(p + "input_layernorm.weight", d);
+    L.postNorm = ld.vec(p + "post_attention_layernorm.weight", d);
+    std::string a = p + "self_attn.";
+    L.qA = ld.mat(a + "q_a_proj.weight", c.qLoraRank, d);
+    L.qANorm = ld.vec(a + "q_a_layernorm.weight", c.qLoraRank);
+    L.qB = ld.mat(a + "q_b_proj.weight", H * (dn + dr), c.qLoraRank);
+    L.kvA = ld.mat(a + "kv_a_proj_with_mqa.weight", c.kvLoraRank + dr, d);
+    L.kvANorm = ld.vec(a + "kv_a_layernorm.weight", c.kvLoraRank);
+    L.kvB = ld.mat(a + "kv_b_proj.weight", H * (dn + dv), c.kvLoraRank);
+    L.o = ld.mat(a + "o_proj.weight", d, H * dv);
+    L.fullIndexer = c.indexNHeads > 0 && c.isFullIndexerLayer(l);
+    if (L.fullIndexer) {
+      std::string ix = a + "indexer.";
+      const int64_t nh = c.indexNHeads, hd = c.indexHeadDim;
+      L.indexer.wqB = ld.mat(ix + "wq_b.weight", nh * hd, c.qLoraRank);
+      L.indexer.wk = ld.mat(ix + "wk.weight", hd, d);
+      L.indexer.kNormW = ld.vec(ix + "k_norm.weight", hd);
+      L.indexer.kNormB = ld.vec(ix + "k_norm.bias", hd);
+      L.indexer.weightsProj = ld.mat(ix + "weights_proj.weight", nh, d);
+    }
+    std::string m = p + "mlp.";
+    L.moe = c.isMoeLayer(l);
+    if (L.moe) {
+      L.router = ld.mat(m + "gate.weight", c.numRoutedExperts, d);
+      L.routerBias =
+          ld.vec(m + "gate.e_score_correction_bias", c.numRoutedExperts);
+      for (int64_t e = 0; e < c.numRoutedExperts; ++e)
+        L.experts.push_back(ld.mlp(m + "experts." + std::to_string(e) + ".",
+                                   d, c.moeIntermediateSize));
+      if (c.numSharedExperts > 0)
+        L.shared = ld.mlp(m + "shared_experts.", d,
+                          c.moeIntermediateSize * c.numSharedExperts);
+    } else {
+      L.dense = ld.mlp(m, d, c.intermediateSize);
+    }
+    w->layers.push_back(std::move(L));
+  }
+  w->finalNorm = ld.vec("model.norm.weight", d);
+  if (c.tieWordEmbeddings && !src.has("lm_head.weight"))
+    w->lmHead = w->embed;
+  else
+    w->lmHead = ld.mat("lm_head.weight", c.vocabSize, d);
+  return w;
+}
+
+} // namespace glm::rt::cpu
