@@ -1,0 +1,332 @@
+//===- plan_reader.cpp - verify a plan once, then hand out plain structs --===//
+//
+// Order of checks: file identifier, flatbuffer Verifier (every offset and
+// length in bounds), schema major, runtime ABI, pack hashes, then indices and
+// extents (validatePlan). Each refusal names the file, expected vs found and
+// the re-plan command. After this nothing in the runtime re-checks the bytes.
+//
+//===----------------------------------------------------------------------===//
+#include "plans/plan.h"
+#include "plans/plan_generated.h"
+#include "runtime/base/error.h"
+
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+namespace glm::plan {
+
+namespace fbs = glm::plan::fb;
+
+std::string replanHint(const std::string &packDir, uint32_t sparks,
+                       const std::string &planPath) {
+  std::ostringstream os;
+  os << "re-plan with: glmc compile " << (packDir.empty() ? "PACK" : packDir)
+     << " --sparks " << (sparks ? std::to_string(sparks) : std::string("N"))
+     << " -o " << (planPath.empty() ? "PLAN" : planPath);
+  return os.str();
+}
+
+namespace {
+
+std::string s(const flatbuffers::String *v) {
+  return v ? std::string(v->c_str(), v->size()) : std::string();
+}
+
+std::vector<std::string>
+strs(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>> *v) {
+  std::vector<std::string> out;
+  if (v)
+    for (const flatbuffers::String *x : *v)
+      out.push_back(s(x));
+  return out;
+}
+
+KeyValues
+keyValues(const flatbuffers::Vector<flatbuffers::Offset<fbs::KeyValueDef>> *v) {
+  KeyValues out;
+  if (v)
+    for (const fbs::KeyValueDef *kv : *v)
+      out[s(kv->key())] = s(kv->value());
+  return out;
+}
+
+template <class T> std::vector<T> vec(const flatbuffers::Vector<T> *v) {
+  return v ? std::vector<T>(v->begin(), v->end()) : std::vector<T>();
+}
+
+LaunchDims launch(const fbs::LaunchDef *l) {
+  LaunchDims d;
+  if (l) {
+    d.gridX = l->grid_x(); d.gridY = l->grid_y(); d.gridZ = l->grid_z();
+    d.blockX = l->block_x(); d.blockY = l->block_y(); d.blockZ = l->block_z();
+    d.smemBytes = l->smem();
+  }
+  return d;
+}
+
+ModelMeta model(const fbs::ModelMetaDef *m) {
+  ModelMeta o;
+  o.modelType = s(m->model_type());
+  o.architecture = s(m->architecture());
+  o.layout = s(m->layout());
+  o.manifest = s(m->manifest());
+  o.hiddenSize = m->hidden_size();
+  o.numLayers = m->num_layers();
+  o.vocabSize = m->vocab_size();
+  o.eosTokenIds = vec(m->eos_token_ids());
+  o.padTokenId = m->pad_token_id();
+  o.tokenizerFile = s(m->tokenizer_file());
+  o.chatTemplateFile = s(m->chat_template_file());
+  o.temperature = m->temperature();
+  o.topP = m->top_p();
+  o.maxContext = m->max_context();
+  o.kvDtype = DType(m->kv_dtype());
+  o.activeWeightBytes = m->active_weight_bytes();
+  return o;
+}
+
+KernelDef kernel(const fbs::KernelDef *k) {
+  KernelDef o;
+  o.name = s(k->name());
+  o.templateName = s(k->template_name());
+  o.templateArgs = keyValues(k->template_args());
+  o.source = s(k->source());
+  o.sourceHash = s(k->source_hash());
+  o.cacheKey = s(k->cache_key());
+  o.nvrtcOptions = strs(k->nvrtc_options());
+  if (k->binaries())
+    for (const fbs::KernelBinaryDef *b : *k->binaries()) {
+      KernelBinary kb;
+      kb.arch = s(b->arch());
+      if (b->ptx())
+        kb.ptx.assign(b->ptx()->begin(), b->ptx()->end());
+      kb.cubin = vec(b->cubin());
+      o.binaries.push_back(std::move(kb));
+    }
+  o.launch = launch(k->launch());
+  return o;
+}
+
+OpDef op(const fbs::OpDef *x) {
+  OpDef o;
+  o.kind = OpKind(x->kind());
+  o.name = s(x->name());
+  o.kernel = x->kernel();
+  o.collective = x->collective();
+  o.inputs = vec(x->inputs());
+  o.outputs = vec(x->outputs());
+  o.layer = x->layer();
+  o.bytesRead = x->bytes_read();
+  o.predictedNs = x->predicted_ns();
+  o.launch = launch(x->launch());
+  if (x->args())
+    for (const fbs::ArgDef *a : *x->args()) {
+      ArgDef d;
+      d.kind = ArgKind(a->kind());
+      d.buffer = a->buffer();
+      d.offset = a->offset();
+      d.i = a->i();
+      d.f = a->f();
+      d.name = s(a->name());
+      o.args.push_back(std::move(d));
+    }
+  return o;
+}
+
+RankPlan rank(const fbs::RankPlanDef *r) {
+  RankPlan o;
+  o.rank = r->rank();
+  o.arenaBytes = r->arena_bytes();
+  o.weightBytes = r->weight_bytes();
+  o.activationBytes = r->activation_bytes();
+  o.kvBytes = r->kv_bytes();
+  o.bytesPerToken = r->bytes_per_token();
+  if (r->buffers())
+    for (const fbs::BufferDef *b : *r->buffers())
+      o.buffers.push_back(BufferDef{s(b->name()), b->bytes(),
+                                    b->arena_offset(), BufferKind(b->kind()),
+                                    DType(b->dtype()), b->layer()});
+  if (r->weights()) {
+    o.weights.reserve(r->weights()->size());
+    for (const fbs::WeightBindingDef *w : *r->weights()) {
+      WeightBinding b;
+      b.file = s(w->file());
+      b.offset = w->offset();
+      b.length = w->length();
+      b.buffer = w->buffer();
+      b.bufferOffset = w->buffer_offset();
+      b.transform = WeightTransform(w->transform());
+      b.tag = WeightTag(w->tag());
+      b.tensor = s(w->tensor());
+      b.layer = w->layer();
+      b.expert = w->expert();
+      b.projection = Projection(w->projection());
+      b.half = w->half();
+      b.widthX2 = w->width_x2();
+      o.weights.push_back(std::move(b));
+    }
+  }
+  if (r->graphs())
+    for (const fbs::GraphDef *g : *r->graphs()) {
+      GraphDef d;
+      d.kind = GraphKind(g->kind());
+      d.size = g->size();
+      if (g->ops())
+        for (const fbs::OpDef *x : *g->ops())
+          d.ops.push_back(op(x));
+      o.graphs.push_back(std::move(d));
+    }
+  if (r->collectives())
+    for (const fbs::CollectiveDef *c : *r->collectives())
+      o.collectives.push_back(CollectiveDef{
+          CollectiveKind(c->kind()), DType(c->dtype()), c->elements(),
+          c->layer(), s(c->order()), c->buffer()});
+  if (r->layers())
+    for (const fbs::LayerSummaryDef *l : *r->layers())
+      o.layers.push_back(LayerSummary{l->layer(), LayerKind(l->kind()),
+                                      l->bytes_per_token(), l->predicted_ns(),
+                                      strs(l->kernels()), strs(l->ops())});
+  return o;
+}
+
+} // namespace
+
+void validatePlan(const Plan &plan, const std::string &source) {
+  auto bad = [&](auto &&...parts) {
+    rt::fail(source, ": invalid plan: ", parts...,
+             "; the plan is corrupt or from a broken compiler: ",
+             replanHint("", plan.numRanks, source));
+  };
+  if (plan.ranks.size() != plan.numRanks)
+    bad("num_ranks is ", plan.numRanks, " but ", plan.ranks.size(),
+        " rank plans are stored");
+  for (size_t ri = 0; ri < plan.ranks.size(); ++ri) {
+    const RankPlan &r = plan.ranks[ri];
+    if (r.rank != ri)
+      bad("rank plan ", ri, " says it is rank ", r.rank);
+    const size_t nbuf = r.buffers.size();
+    for (const BufferDef &b : r.buffers)
+      if (b.arenaOffset + b.bytes < b.arenaOffset ||
+          b.arenaOffset + b.bytes > r.arenaBytes)
+        bad("rank ", ri, " buffer '", b.name, "' [", b.arenaOffset, ", +",
+            b.bytes, ") lies outside the arena of ", r.arenaBytes, " bytes");
+    for (const WeightBinding &w : r.weights) {
+      if (w.buffer >= nbuf)
+        bad("rank ", ri, " binding of ", w.file, " @", w.offset,
+            " targets buffer ", w.buffer, " of ", nbuf);
+      const BufferDef &b = r.buffers[w.buffer];
+      if (w.bufferOffset + w.length < w.bufferOffset ||
+          w.bufferOffset + w.length > b.bytes)
+        bad("rank ", ri, " binding of ", w.file, " @", w.offset, " (",
+            w.length, " bytes) overflows buffer '", b.name, "' (", b.bytes,
+            " bytes) at offset ", w.bufferOffset);
+    }
+    for (const GraphDef &g : r.graphs)
+      for (const OpDef &o : g.ops) {
+        if (o.kernel >= 0 && size_t(o.kernel) >= plan.kernels.size())
+          bad("rank ", ri, " op '", o.name, "' uses kernel ", o.kernel, " of ",
+              plan.kernels.size());
+        if (o.collective >= 0 && size_t(o.collective) >= r.collectives.size())
+          bad("rank ", ri, " op '", o.name, "' uses collective ",
+              o.collective, " of ", r.collectives.size());
+        for (uint32_t b : o.inputs)
+          if (b >= nbuf)
+            bad("rank ", ri, " op '", o.name, "' reads buffer ", b, " of ",
+                nbuf);
+        for (uint32_t b : o.outputs)
+          if (b >= nbuf)
+            bad("rank ", ri, " op '", o.name, "' writes buffer ", b, " of ",
+                nbuf);
+        for (const ArgDef &a : o.args)
+          if (a.kind == ArgKind::Buffer &&
+              (a.buffer < 0 || size_t(a.buffer) >= nbuf ||
+               a.offset > r.buffers[a.buffer].bytes))
+            bad("rank ", ri, " op '", o.name, "' argument '", a.name,
+                "' points at buffer ", a.buffer, " + ", a.offset);
+      }
+    for (const CollectiveDef &c : r.collectives)
+      if (c.buffer >= 0 && size_t(c.buffer) >= nbuf)
+        bad("rank ", ri, " collective of layer ", c.layer, " uses buffer ",
+            c.buffer, " of ", nbuf);
+  }
+}
+
+Plan parsePlan(const uint8_t *data, size_t size, const std::string &source,
+               const ReadExpectations &expect) {
+  const std::string hint = [&] {
+    return replanHint(expect.packDir, 0, source);
+  }();
+  rt::check(size >= 8, source, ": not a glmc plan (", size,
+            " bytes is too short); ", hint);
+  if (!flatbuffers::BufferHasIdentifier(data, kPlanFileIdentifier)) {
+    std::string found(reinterpret_cast<const char *>(data) + 4, 4);
+    for (char &c : found)
+      if (c < 32 || c > 126)
+        c = '?';
+    rt::fail(source, ": not a glmc plan (file identifier '", found,
+             "', expected '", kPlanFileIdentifier, "'); ", hint);
+  }
+  flatbuffers::Verifier verifier(data, size, /*max_depth=*/64,
+                                 /*max_tables=*/1u << 30);
+  if (!fbs::VerifyPlanDefBuffer(verifier))
+    rt::fail(source, ": corrupt or truncated plan (flatbuffer verification "
+                     "failed); ",
+             hint);
+  const fbs::PlanDef *p = fbs::GetPlanDef(data);
+  const uint32_t sparks = p->num_ranks();
+  const std::string fullHint = replanHint(expect.packDir, sparks, source);
+  if (p->schema_major() != kPlanSchemaMajor)
+    rt::fail(source, ": plan schema version ", p->schema_major(), ".",
+             p->schema_minor(), " is not supported (this build reads ",
+             kPlanSchemaMajor, ".x, up to ", kPlanSchemaMajor, ".",
+             kPlanSchemaMinor, " fully); ", fullHint);
+  if (p->runtime_abi() != expect.runtimeAbi)
+    rt::fail(source, ": plan was compiled for runtime ABI ", p->runtime_abi(),
+             " but this runtime has ABI ", expect.runtimeAbi, " (plan from ",
+             s(p->compiler_version()), "); ", fullHint);
+  auto checkHash = [&](const char *what, const std::string &want,
+                       const flatbuffers::String *got) {
+    if (!want.empty() && s(got) != want)
+      rt::fail(source, ": the pack's ", what,
+               " changed since this plan was compiled (plan has ", s(got),
+               ", pack has ", want, "); ", fullHint);
+  };
+  checkHash("config.json", expect.configHash, p->config_hash());
+  checkHash("manifest", expect.manifestHash, p->manifest_hash());
+  checkHash("index", expect.indexHash, p->index_hash());
+
+  Plan o;
+  o.schemaMajor = p->schema_major();
+  o.schemaMinor = p->schema_minor();
+  o.runtimeAbi = p->runtime_abi();
+  o.compilerVersion = s(p->compiler_version());
+  o.configHash = s(p->config_hash());
+  o.manifestHash = s(p->manifest_hash());
+  o.indexHash = s(p->index_hash());
+  o.targetArchs = strs(p->target_archs());
+  o.model = model(p->model());
+  o.numRanks = p->num_ranks();
+  o.bandwidthGBps = p->bandwidth_gbps();
+  o.memoryPerRank = p->memory_per_rank();
+  if (p->kernels())
+    for (const fbs::KernelDef *k : *p->kernels())
+      o.kernels.push_back(kernel(k));
+  if (p->ranks())
+    for (const fbs::RankPlanDef *r : *p->ranks())
+      o.ranks.push_back(rank(r));
+  o.compileOptions = keyValues(p->compile_options());
+  validatePlan(o, source);
+  return o;
+}
+
+Plan readPlan(const std::string &path, const ReadExpectations &expect) {
+  std::ifstream f(path, std::ios::binary);
+  rt::check(bool(f), path, ": cannot open the plan (no such file?); ",
+            replanHint(expect.packDir, 0, path));
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
+                             std::istreambuf_iterator<char>());
+  return parsePlan(bytes.data(), bytes.size(), path, expect);
+}
+
+} // namespace glm::plan
