@@ -14,15 +14,18 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace glm::rt {
 
+// clang-format off
 enum class DType : uint8_t {
   F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, U64, I32, U32, I16, U16, I8, U8,
   BOOL
 };
+// clang-format on
 /// Safetensors dtype string ("F32", "F8_E4M3", ...) <-> DType.
 const char *dtypeName(DType t);
 bool parseDType(const std::string &s, DType &out);
@@ -32,8 +35,8 @@ struct TensorView {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
-  uint64_t dataBegin = 0;   // offset relative to the data section
-  uint64_t fileOffset = 0;  // absolute offset in the file (header included)
+  uint64_t dataBegin = 0;  // offset relative to the data section
+  uint64_t fileOffset = 0; // absolute offset in the file (header included)
   uint64_t byteSize = 0;
   const uint8_t *data = nullptr; // null for a header-only (index-only) file
   int64_t numel() const;
@@ -84,6 +87,14 @@ public:
            const void *data, size_t bytes);
   void addF32(const std::string &name, std::vector<int64_t> shape,
               const std::vector<float> &v);
+  /// Stores `v` as BF16 (round to nearest even).
+  void addBF16(const std::string &name, std::vector<int64_t> shape,
+               const std::vector<float> &v);
+  /// A tensor whose bytes are not kept: only a header-only write() accepts
+  /// it (index-only packs of full-size geometry hold no weight bytes).
+  void addHeaderOnly(const std::string &name, DType dtype,
+                     std::vector<int64_t> shape);
+  size_t size() const { return entries_.size(); }
   /// Absolute file offset at which tensor `name` will start (valid after all
   /// adds; computed by layout()).
   uint64_t fileOffsetOf(const std::string &name);
@@ -96,13 +107,19 @@ private:
     DType dtype;
     std::vector<int64_t> shape;
     std::vector<uint8_t> bytes;
+    uint64_t size = 0; // bytes.size(), or the size of a header-only one
+    bool hasData = true;
     uint64_t begin = 0; // relative to data section
   };
   void layout();
+  void addEntry(const std::string &name, DType dtype,
+                std::vector<int64_t> shape, const void *data, uint64_t bytes,
+                bool hasData);
   uint64_t alignment_;
   std::vector<Entry> entries_;
   std::map<std::string, std::string> meta_;
-  std::string headerJson_;
+  std::set<std::string> names_;
+  std::string headerJson_; // padded with spaces to a multiple of 8
   bool laidOut_ = false;
 };
 
@@ -110,7 +127,12 @@ private:
 /// with `model.safetensors`, or `model.safetensors.index.json` (weight_map).
 class SafetensorsCheckpoint {
 public:
-  static SafetensorsCheckpoint open(const std::string &dirOrFile);
+  /// A directory without either opens every `*.safetensors` in it (sorted);
+  /// a tensor name found twice is an error. `allowTruncatedData` as for
+  /// SafetensorsFile::open.
+  static SafetensorsCheckpoint open(const std::string &dirOrFile,
+                                    bool allowTruncatedData = false);
+  const std::string &dir() const { return dir_; }
   const TensorView *find(const std::string &name) const;
   const TensorView &get(const std::string &name) const;
   std::vector<std::string> names() const;
@@ -123,6 +145,7 @@ public:
 private:
   std::string dir_;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::vector<std::string> relNames_; // files_[i] relative to dir_
   std::map<std::string, std::pair<size_t, const TensorView *>> index_;
 };
 
