@@ -48,6 +48,15 @@ uint16_t codebookHalfBits(Codebook cb, uint32_t state);
 const uint16_t *codebookTable(Codebook cb);
 /// Codebook value as float, optionally followed by the exlr8 E4M3 rounding.
 float codebookValue(Codebook cb, uint32_t state, bool e4m3 = false);
+/// The 65536 codebook values as floats (after E4M3 rounding when `e4m3`);
+/// built once, thread-safe. Handy for executors that decode by table lookup.
+const float *codebookFloatTable(Codebook cb, bool e4m3);
+/// Standard deviation of the codebook over all states (the RMS an encoder
+/// scales its targets to): 1.24371088 for 3INST/MCG, ~1.0003 for MUL1.
+double codebookStd(Codebook cb);
+/// Throws Error unless `w` is a valid width (K = 1..8, or 1.5/2.5/3.5) usable
+/// with `cb` (half-integer widths are MUL1 only). `what` names the tensor.
+void checkWidth(Width w, Codebook cb, const char *what = "trellis tensor");
 
 /// Trellis position t (0..255) -> row (input, k offset) and column (output,
 /// n offset) inside the 16x16 tile (the m16n8k16 B-fragment order).
@@ -82,6 +91,11 @@ enum class TileOrder : uint8_t {
   RowMajor = 0,     // EXL3 and exlr8 gate/up halves: tile (i, j) at i*(cols/16)+j
   InMajor128 = 1,   // exlr8 down halves / side-2 slices: [cols/128][rows/16][8]
 };
+
+/// Index of tile (ti, tj) (rows 16ti.., cols 16tj..) in a blob of the given
+/// order. InMajor128 needs cols % 128 == 0.
+int64_t tileIndex(TileOrder order, int64_t rows, int64_t cols, int64_t ti,
+                  int64_t tj);
 
 /// Decodes a whole blob into Q (rows x cols, row-major). `tileWords` must hold
 /// (rows/16)·(cols/16)·wordsPerTile() int16 words. Multi-threaded.
