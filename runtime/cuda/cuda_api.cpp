@@ -1,0 +1,220 @@
+//===- cuda_api.cpp -------------------------------------------------------===//
+#include "runtime/cuda/cuda_api.h"
+#include "runtime/base/error.h"
+#include "runtime/base/hash.h"
+
+#include <nvrtc.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace glm::rt::cuda {
+
+void checkCu(CUresult r, const char *call, const char *file, int line) {
+  if (r == CUDA_SUCCESS)
+    return;
+  const char *name = nullptr, *msg = nullptr;
+  cuGetErrorName(r, &name);
+  cuGetErrorString(r, &msg);
+  fail("CUDA call ", call, " failed: ", name ? name : "?", " (",
+       msg ? msg : "no message", ") at ", fs::path(file).filename().string(),
+       ":", line);
+}
+
+static void checkNvrtc(nvrtcResult r, const char *call) {
+  if (r != NVRTC_SUCCESS)
+    fail("NVRTC call ", call, " failed: ", nvrtcGetErrorString(r));
+}
+
+CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
+  GLM_CU(cuInit(0));
+  int n = count();
+  check(ordinal >= 0 && ordinal < n, "CUDA device ", ordinal,
+        " requested but only ", n, " device(s) are visible");
+  GLM_CU(cuDeviceGet(&dev_, ordinal));
+  GLM_CU(cuDevicePrimaryCtxRetain(&ctx_, dev_));
+  GLM_CU(cuCtxSetCurrent(ctx_));
+}
+
+CudaDevice::~CudaDevice() {
+  if (ctx_)
+    cuDevicePrimaryCtxRelease(dev_);
+}
+
+int CudaDevice::count() {
+  GLM_CU(cuInit(0));
+  int n = 0;
+  GLM_CU(cuDeviceGetCount(&n));
+  return n;
+}
+
+std::string CudaDevice::arch() const {
+  int major = 0, minor = 0;
+  GLM_CU(cuDeviceGetAttribute(
+      &major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev_));
+  GLM_CU(cuDeviceGetAttribute(
+      &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev_));
+  return "sm_" + std::to_string(major * 10 + minor);
+}
+
+std::string CudaDevice::name() const {
+  char buf[256] = {0};
+  GLM_CU(cuDeviceGetName(buf, sizeof buf, dev_));
+  return buf;
+}
+
+int CudaDevice::smCount() const {
+  int n = 0;
+  GLM_CU(cuDeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                              dev_));
+  return n;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : size_(bytes) {
+  if (bytes)
+    GLM_CU(cuMemAlloc(&ptr_, bytes));
+}
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_)
+    cuMemFree(ptr_);
+}
+DeviceBuffer::DeviceBuffer(DeviceBuffer &&o) noexcept
+    : ptr_(o.ptr_), size_(o.size_) {
+  o.ptr_ = 0;
+  o.size_ = 0;
+}
+DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
+  if (this != &o) {
+    if (ptr_)
+      cuMemFree(ptr_);
+    ptr_ = o.ptr_;
+    size_ = o.size_;
+    o.ptr_ = 0;
+    o.size_ = 0;
+  }
+  return *this;
+}
+void DeviceBuffer::upload(const void *src, size_t bytes, size_t offset) {
+  check(offset + bytes <= size_, "upload of ", bytes, " bytes at ", offset,
+        " overruns a ", size_, "-byte device buffer");
+  GLM_CU(cuMemcpyHtoD(ptr_ + offset, src, bytes));
+}
+void DeviceBuffer::download(void *dst, size_t bytes, size_t offset) const {
+  check(offset + bytes <= size_, "download of ", bytes, " bytes at ", offset,
+        " overruns a ", size_, "-byte device buffer");
+  GLM_CU(cuMemcpyDtoH(dst, ptr_ + offset, bytes));
+}
+void DeviceBuffer::zero() {
+  if (size_)
+    GLM_CU(cuMemsetD8(ptr_, 0, size_));
+}
+
+Module::Module(const std::vector<char> &image) {
+  GLM_CU(cuModuleLoadData(&mod_, image.data()));
+}
+Module::~Module() {
+  if (mod_)
+    cuModuleUnload(mod_);
+}
+CUfunction Module::function(const std::string &name) const {
+  CUfunction f = nullptr;
+  CUresult r = cuModuleGetFunction(&f, mod_, name.c_str());
+  check(r == CUDA_SUCCESS, "kernel \"", name,
+        "\" is not in the loaded module (plan and kernel source disagree: "
+        "re-run glmc compile)");
+  return f;
+}
+
+static fs::path cacheDir() {
+  if (const char *d = std::getenv("GLM_KERNEL_CACHE"))
+    return d;
+  const char *home = std::getenv("HOME");
+  return fs::path(home ? home : "/tmp") / ".cache" / "glmc" / "kernels";
+}
+
+std::vector<char> compileCubin(const std::string &source,
+                               const std::string &arch,
+                               const std::vector<std::string> &extra) {
+  int major = 0, minor = 0;
+  checkNvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
+  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "-std=c++17",
+                                   "-default-device", "-lineinfo"};
+  opts.insert(opts.end(), extra.begin(), extra.end());
+  std::ostringstream key;
+  key << source << '\0' << arch << '\0' << major << '.' << minor;
+  for (auto &o : opts)
+    key << '\0' << o;
+  std::string k = key.str();
+  fs::path cached = cacheDir() / (hex64(xxh64(k.data(), k.size())) + "_" +
+                                  arch + ".cubin");
+  if (fs::exists(cached)) {
+    std::ifstream in(cached, std::ios::binary);
+    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+  }
+  nvrtcProgram prog;
+  checkNvrtc(nvrtcCreateProgram(&prog, source.c_str(), "glm_kernel.cu", 0,
+                                nullptr, nullptr),
+             "nvrtcCreateProgram");
+  std::vector<const char *> copts;
+  for (auto &o : opts)
+    copts.push_back(o.c_str());
+  nvrtcResult r = nvrtcCompileProgram(prog, (int)copts.size(), copts.data());
+  if (r != NVRTC_SUCCESS) {
+    size_t logSize = 0;
+    nvrtcGetProgramLogSize(prog, &logSize);
+    std::string log(logSize, '\0');
+    nvrtcGetProgramLog(prog, log.data());
+    nvrtcDestroyProgram(&prog);
+    fs::create_directories(cacheDir());
+    fs::path repro = cacheDir() / "failed_kernel.cu";
+    std::ofstream(repro) << source;
+    std::ostringstream os;
+    for (auto &o : opts)
+      os << ' ' << o;
+    fail("NVRTC failed to compile a kernel for ", arch, " (options:", os.str(),
+         "); source saved to ", repro.string(), "\n", log);
+  }
+  size_t size = 0;
+  checkNvrtc(nvrtcGetCUBINSize(prog, &size), "nvrtcGetCUBINSize");
+  std::vector<char> cubin(size);
+  checkNvrtc(nvrtcGetCUBIN(prog, cubin.data()), "nvrtcGetCUBIN");
+  nvrtcDestroyProgram(&prog);
+  std::error_code ec;
+  fs::create_directories(cacheDir(), ec);
+  if (!ec) {
+    fs::path tmp = cached;
+    tmp += ".tmp";
+    std::ofstream(tmp, std::ios::binary).write(cubin.data(), cubin.size());
+    fs::rename(tmp, cached, ec);
+  }
+  return cubin;
+}
+
+void launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+            unsigned smem, CUstream stream, void **params) {
+  GLM_CU(cuLaunchKernel(f, gx, gy, gz, bx, 1, 1, smem, stream, params,
+                        nullptr));
+}
+
+Timer::Timer() {
+  GLM_CU(cuEventCreate(&a_, CU_EVENT_DEFAULT));
+  GLM_CU(cuEventCreate(&b_, CU_EVENT_DEFAULT));
+}
+Timer::~Timer() {
+  cuEventDestroy(a_);
+  cuEventDestroy(b_);
+}
+void Timer::start(CUstream s) { GLM_CU(cuEventRecord(a_, s)); }
+float Timer::stopMs(CUstream s) {
+  GLM_CU(cuEventRecord(b_, s));
+  GLM_CU(cuEventSynchronize(b_));
+  float ms = 0;
+  GLM_CU(cuEventElapsedTime(&ms, a_, b_));
+  return ms;
+}
+
+} // namespace glm::rt::cuda

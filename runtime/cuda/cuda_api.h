@@ -1,0 +1,100 @@
+//===- cuda_api.h - thin RAII over the CUDA driver API and NVRTC ----------===//
+//
+// Every driver/NVRTC call goes through GLM_CU / GLM_NVRTC, which turn a
+// failure into glm::rt::Error naming the call and the error string, so GPU
+// errors reach main as one line like every other error.
+// Thread-safety: objects are owned by one thread; the context is current on
+// the thread that created the CudaDevice.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace glm::rt::cuda {
+
+void checkCu(CUresult r, const char *call, const char *file, int line);
+#define GLM_CU(call) ::glm::rt::cuda::checkCu((call), #call, __FILE__, __LINE__)
+
+/// The device of this process: primary context made current on construction.
+class CudaDevice {
+public:
+  explicit CudaDevice(int ordinal = 0);
+  ~CudaDevice();
+  CudaDevice(const CudaDevice &) = delete;
+  CudaDevice &operator=(const CudaDevice &) = delete;
+  int ordinal() const { return ordinal_; }
+  /// "sm_90" for compute capability 9.0.
+  std::string arch() const;
+  std::string name() const;
+  int smCount() const;
+  static int count();
+
+private:
+  int ordinal_;
+  CUdevice dev_ = 0;
+  CUcontext ctx_ = nullptr;
+};
+
+/// Owning device allocation (cuMemAlloc; never managed memory).
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer &&o) noexcept;
+  DeviceBuffer &operator=(DeviceBuffer &&o) noexcept;
+  CUdeviceptr ptr() const { return ptr_; }
+  size_t size() const { return size_; }
+  void upload(const void *src, size_t bytes, size_t offset = 0);
+  void download(void *dst, size_t bytes, size_t offset = 0) const;
+  void zero();
+
+private:
+  CUdeviceptr ptr_ = 0;
+  size_t size_ = 0;
+};
+
+/// A loaded module (CUBIN or PTX image) and lookups of its kernels.
+class Module {
+public:
+  explicit Module(const std::vector<char> &image);
+  ~Module();
+  Module(const Module &) = delete;
+  Module &operator=(const Module &) = delete;
+  CUfunction function(const std::string &name) const;
+
+private:
+  CUmodule mod_ = nullptr;
+};
+
+/// Compiles CUDA C++ with NVRTC for `arch` ("sm_90"); returns a CUBIN.
+/// Results are cached on disk under $GLM_KERNEL_CACHE (default
+/// ~/.cache/glmc/kernels) keyed by source hash, options, arch and NVRTC
+/// version. A failed compile throws Error with the log and writes the
+/// source beside the cache as a reproducer.
+std::vector<char> compileCubin(const std::string &source,
+                               const std::string &arch,
+                               const std::vector<std::string> &extraOptions = {});
+
+/// Launch with kernel-parameter pointers (cuLaunchKernel).
+void launch(CUfunction f, unsigned gridX, unsigned gridY, unsigned gridZ,
+            unsigned blockX, unsigned smem, CUstream stream, void **params);
+
+/// Elapsed milliseconds between two events recorded around `fn`'s work.
+class Timer {
+public:
+  Timer();
+  ~Timer();
+  void start(CUstream s = nullptr);
+  float stopMs(CUstream s = nullptr);
+
+private:
+  CUevent a_ = nullptr, b_ = nullptr;
+};
+
+} // namespace glm::rt::cuda
