@@ -53,3 +53,17 @@ inline int64_t numChunks(int64_t width) {
 }
 
 } // namespace glm::rt::cpu
+
+namespace glm::plan {
+struct Plan;
+}
+
+namespace glm::rt::cpu {
+/// The layout a plan prescribes: its rank count and, from its weight
+/// bindings, the rank of every expert half it binds (half -1 bindings of a
+/// whole expert tensor on one rank assign all its halves there). Heads, dense
+/// chunks and vocabulary follow the default rule. Throws Error when the plan
+/// binds one half to two ranks or names a layer/expert the config lacks.
+/// Defined in tp_plan.cpp (built when plans/ is).
+TpLayout tpLayoutFromPlan(const ModelConfig &config, const plan::Plan &p);
+} // namespace glm::rt::cpu

@@ -1,0 +1,20 @@
+//===- commands.h - glm-engine subcommands, one registration each ---------===//
+//
+// Each subcommand adds itself to the CLI11 app; its callback runs the command
+// and stores the exit code in `rc`. bench and launch (CUDA backend, issue 5)
+// register here the same way when they exist.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace glm::rt {
+
+void addRunCommand(CLI::App &app, int &rc);
+/// `serve`: added when runtime/serve provides the server entry point.
+void addServeCommand(CLI::App &app, int &rc);
+
+} // namespace glm::rt

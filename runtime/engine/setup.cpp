@@ -1,0 +1,137 @@
+//===- setup.cpp - from command-line options to a ready Generator ---------===//
+#include "runtime/engine/setup.h"
+
+#include "runtime/base/error.h"
+#include "runtime/base/progress.h"
+#include "runtime/cpu/model_weights.h"
+#include "runtime/cpu/tp.h"
+#ifdef GLM_HAVE_PLANS
+#include "plans/plan.h"
+#endif
+#ifdef GLM_HAVE_TOKENIZER
+#include "runtime/serve/tokenizer.h"
+#endif
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+
+namespace glm::rt {
+
+void addEngineOptions(CLI::App &sub, EngineOptions &o) {
+  sub.add_option("PLAN", o.plan,
+                 "Plan file from `glmc compile` (`-` = no plan: run the pack "
+                 "directly, emulating --sparks ranks)")
+      ->required();
+  sub.add_option("--pack", o.pack,
+                 "Pack directory the plan was compiled for (HF, EXL3 or "
+                 "exlr8 layout)")
+      ->required();
+  sub.add_option("--backend", o.backend,
+                 "Executor: `cpu` (the fp32/fp64 reference; every rank in "
+                 "this process)")
+      ->check(CLI::IsMember({"cpu"}))
+      ->capture_default_str();
+  sub.add_option("--sparks", o.sparks,
+                 "Ranks to emulate when PLAN is `-` (default 1); with a plan "
+                 "it must equal the plan's rank count")
+      ->check(CLI::Range(1, 64));
+  sub.add_option("--manifest", o.manifest,
+                 "exlr8 manifest name or path (default: the plan's, else the "
+                 "pack's only manifest)");
+  sub.add_option("--max-context", o.maxContext,
+                 "Longest prompt + generation in tokens (default: the plan's "
+                 "max context, else 4096)")
+      ->check(CLI::PositiveNumber);
+}
+
+LoadedEngine loadEngine(const EngineOptions &o) {
+  LoadedEngine le;
+  PackOpenOptions po;
+  po.manifest = o.manifest;
+#ifdef GLM_HAVE_PLANS
+  std::optional<plan::Plan> plan;
+  if (o.plan != "-") {
+    // The plan names its manifest; open the pack with it so the hashes the
+    // reader checks are those of the same manifest.
+    plan::Plan peek = plan::readPlan(o.plan);
+    if (po.manifest.empty())
+      po.manifest = peek.model.manifest;
+  }
+#endif
+  if (o.plan != "-") {
+#ifndef GLM_HAVE_PLANS
+    fail("this glm-engine was built without plan support; run with PLAN `-`");
+#endif
+  }
+  le.pack = Pack::open(o.pack, po);
+  check(le.pack->config().has_value(), o.pack,
+        ": the pack has no config.json; glm-engine needs the model geometry");
+  const ModelConfig &cfg = *le.pack->config();
+  le.eosIds = cfg.eosTokenIds;
+  int ranks = o.sparks > 0 ? o.sparks : 1;
+  int64_t maxContext = o.maxContext > 0 ? o.maxContext : 4096;
+  std::string tokFile = "tokenizer.json";
+  cpu::TpLayout tp;
+#ifdef GLM_HAVE_PLANS
+  if (o.plan != "-") {
+    plan::ReadExpectations ex;
+    ex.configHash = le.pack->configHash();
+    ex.manifestHash = le.pack->manifestHash();
+    ex.indexHash = le.pack->indexHash();
+    ex.packDir = o.pack;
+    plan = plan::readPlan(o.plan, ex);
+    check(o.sparks == 0 || o.sparks == (int)plan->numRanks, o.plan,
+          ": the plan is for ", plan->numRanks, " Sparks, --sparks says ",
+          o.sparks, "; re-plan with: glmc compile ", o.pack, " --sparks ",
+          o.sparks, " -o PLAN");
+    ranks = (int)plan->numRanks;
+    tp = cpu::tpLayoutFromPlan(cfg, *plan);
+    if (!plan->model.eosTokenIds.empty())
+      le.eosIds = plan->model.eosTokenIds;
+    if (o.maxContext == 0 && plan->model.maxContext > 0)
+      maxContext = plan->model.maxContext;
+    if (!plan->model.tokenizerFile.empty())
+      tokFile = plan->model.tokenizerFile;
+    if (!plan->model.chatTemplateFile.empty())
+      le.chatTemplatePath =
+          (std::filesystem::path(o.pack) / plan->model.chatTemplateFile)
+              .string();
+  } else {
+    tp = cpu::TpLayout::fromRule(cfg, ranks);
+  }
+#else
+  tp = cpu::TpLayout::fromRule(cfg, ranks);
+#endif
+  le.ranks = ranks;
+  if (le.chatTemplatePath.empty()) {
+    auto p = std::filesystem::path(o.pack) / "chat_template.jinja";
+    if (std::filesystem::exists(p))
+      le.chatTemplatePath = p.string();
+  }
+
+  auto src = cpu::packWeightSource(*le.pack);
+  std::shared_ptr<const cpu::ModelWeights> weights;
+  {
+    std::unique_ptr<Progress> bar;
+    weights = cpu::ModelWeights::load(cfg, *src, [&](int64_t d, int64_t n) {
+      if (!bar)
+        bar = std::make_unique<Progress>("loading weights", (uint64_t)n,
+                                         "tensors");
+      bar->update((uint64_t)d);
+    });
+    if (bar)
+      bar->finish();
+  }
+  le.generator = makeCpuGenerator(std::move(weights), std::move(tp),
+                                  maxContext);
+
+  le.tokenizerPath = (std::filesystem::path(o.pack) / tokFile).string();
+#ifdef GLM_HAVE_TOKENIZER
+  if (std::filesystem::exists(le.tokenizerPath))
+    le.tokenizer = Tokenizer::fromFile(le.tokenizerPath);
+#endif
+  return le;
+}
+
+} // namespace glm::rt

@@ -1,0 +1,48 @@
+//===- setup.h - from command-line options to a ready Generator -----------===//
+//
+// Shared by glm-engine's subcommands (run, serve, later bench/launch): reads
+// the plan (or takes --sparks without one), opens the pack, loads the
+// weights for the chosen backend and finds the tokenizer. Errors are
+// glm::rt::Error with one line that says what to do.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/cpu/generator.h"
+#include "runtime/formats/pack.h"
+
+#include <memory>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace glm::rt {
+class Tokenizer;
+
+struct EngineOptions {
+  std::string plan;    // path, or "-" for no plan (development)
+  std::string pack;    // pack directory
+  std::string backend = "cpu";
+  int sparks = 0;      // without a plan: ranks to emulate (default 1)
+  std::string manifest; // exlr8 manifest (default: the plan's)
+  int64_t maxContext = 0; // 0 = the plan's, else 4096
+};
+
+/// Adds PLAN, --pack, --backend, --sparks, --manifest, --max-context.
+void addEngineOptions(CLI::App &sub, EngineOptions &o);
+
+struct LoadedEngine {
+  std::unique_ptr<Pack> pack;
+  std::unique_ptr<Generator> generator;
+  std::shared_ptr<Tokenizer> tokenizer; // null when the pack has none
+  std::string tokenizerPath;            // where it was looked for
+  std::string chatTemplatePath;         // "" when absent
+  int ranks = 1;
+  std::vector<int64_t> eosIds;          // plan's, else config's
+};
+
+LoadedEngine loadEngine(const EngineOptions &o);
+
+} // namespace glm::rt
