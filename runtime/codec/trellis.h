@@ -146,4 +146,11 @@ Quantized quantizeMatrix(const float *w, int64_t rows, int64_t cols,
 double viterbiTile(const float target[256], Width w, Codebook cb, bool e4m3,
                    uint16_t states[256]);
 
+/// The Viterbi DP kernel in use: "avx512", "avx2" or "portable" (the best the
+/// CPU supports is chosen at run time).
+const char *viterbiKernel();
+/// Forces a kernel ("auto" = best available) for tests and benchmarks;
+/// returns false (and changes nothing) when the CPU lacks it.
+bool setViterbiKernel(const char *name);
+
 } // namespace glm::rt::trellis
