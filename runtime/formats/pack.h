@@ -20,7 +20,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -126,6 +128,11 @@ public:
 protected:
   std::string dir_;
   std::optional<ModelConfig> config_;
+
+private:
+  // find(): name -> index into weights(), built once on first use.
+  mutable std::once_flag byNameOnce_;
+  mutable std::unordered_map<std::string, size_t> byName_;
 };
 
 } // namespace glm::rt

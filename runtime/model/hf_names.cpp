@@ -37,9 +37,9 @@ struct Builder {
   void mlp(const std::string &prefix, int64_t d, int64_t width, int layer,
            int expert, bool shared) {
     for (int p = 0; p < 3; ++p) {
-      std::vector<int64_t> shape =
-          p == kProjDown ? std::vector<int64_t>{d, width}
-                         : std::vector<int64_t>{width, d};
+      std::vector<int64_t> shape = p == kProjDown
+                                       ? std::vector<int64_t>{d, width}
+                                       : std::vector<int64_t>{width, d};
       add(prefix + kProjNames[p] + ".weight", shape, true, layer, expert, p,
           shared);
     }
@@ -77,8 +77,7 @@ std::vector<HfTensorSpec> expectedHfTensors(const ModelConfig &c) {
     if (c.indexNHeads > 0 && c.isFullIndexerLayer(l)) {
       const std::string ix = a + "indexer.";
       const int64_t qIn = c.qLoraRank > 0 ? c.qLoraRank : d;
-      b.add(ix + "wq_b.weight", {c.indexNHeads * c.indexHeadDim, qIn}, true,
-            L);
+      b.add(ix + "wq_b.weight", {c.indexNHeads * c.indexHeadDim, qIn}, true, L);
       b.add(ix + "wk.weight", {c.indexHeadDim, d}, true, L);
       b.add(ix + "k_norm.weight", {c.indexHeadDim}, false, L);
       b.add(ix + "k_norm.bias", {c.indexHeadDim}, false, L);
@@ -93,8 +92,8 @@ std::vector<HfTensorSpec> expectedHfTensors(const ModelConfig &c) {
     b.add(m + "gate.weight", {c.numRoutedExperts, d}, false, L);
     b.add(m + "gate.e_score_correction_bias", {c.numRoutedExperts}, false, L);
     for (int64_t e = 0; e < c.numRoutedExperts; ++e)
-      b.mlp(m + "experts." + std::to_string(e) + ".", d,
-            c.moeIntermediateSize, L, (int)e, false);
+      b.mlp(m + "experts." + std::to_string(e) + ".", d, c.moeIntermediateSize,
+            L, (int)e, false);
     if (c.numSharedExperts > 0)
       b.mlp(m + "shared_experts.", d,
             c.moeIntermediateSize * c.numSharedExperts, L, -1, true);

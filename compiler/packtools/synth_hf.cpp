@@ -1,0 +1,470 @@
+//===- synth_hf.cpp - random Hugging Face GLM-5.3 checkpoints (glmc synth)
+//-===//
+//
+// presetConfigJson gives the config.json of a preset ("tiny": small enough to
+// quantize at every width in seconds yet exercising dense and MoE layers,
+// full and shared indexer layers and sparse selection; "glm53": the published
+// geometry). writeRandomHfModel writes what save_pretrained would: config,
+// tokenizer files, and seeded random BF16 weights in two shards with an
+// index. The random numbers come from our own generator so the bytes are the
+// same on every platform.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/packtools/packtools.h"
+#include "compiler/packtools/tokenizer_gen.h"
+#include "runtime/base/error.h"
+#include "runtime/base/hash.h"
+#include "runtime/formats/safetensors.h"
+#include "runtime/model/hf_names.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+namespace fs = std::filesystem;
+using glm::rt::check;
+using glm::rt::fail;
+
+namespace glmc {
+
+namespace {
+
+/// shared/configs/glm53.config.json byte for byte, embedded so glmc needs no
+/// data files at run time.
+// clang-format off
+const char *const kGlm53Config = R"json({
+  "architectures": [
+    "GlmMoeDsaForCausalLM"
+  ],
+  "model_type": "glm_moe_dsa",
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "dtype": "bfloat16",
+  "eos_token_id": [
+    154820,
+    154827,
+    154829
+  ],
+  "pad_token_id": 154820,
+  "ep_size": 1,
+  "first_k_dense_replace": 3,
+  "head_dim": 64,
+  "hidden_act": "silu",
+  "hidden_size": 6144,
+  "index_head_dim": 128,
+  "index_n_heads": 32,
+  "index_share_for_mtp_iteration": true,
+  "index_skip_topk_offset": 3,
+  "index_topk": 2048,
+  "index_topk_freq": 4,
+  "index_topk_pattern": null,
+  "indexer_rope_interleave": true,
+  "indexer_types": [
+    "full",
+    "full",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared",
+    "full",
+    "shared",
+    "shared",
+    "shared"
+  ],
+  "initializer_range": 0.02,
+  "intermediate_size": 12288,
+  "kv_lora_rank": 512,
+  "max_position_embeddings": 1048576,
+  "mlp_layer_types": [
+    "dense",
+    "dense",
+    "dense",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse",
+    "sparse"
+  ],
+  "moe_intermediate_size": 2048,
+  "moe_layer_freq": 1,
+  "moe_router_dtype": "float32",
+  "n_group": 1,
+  "n_routed_experts": 256,
+  "n_shared_experts": 1,
+  "norm_topk_prob": true,
+  "num_attention_heads": 64,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 78,
+  "num_key_value_heads": 64,
+  "num_nextn_predict_layers": 1,
+  "pretraining_tp": 1,
+  "q_lora_rank": 2048,
+  "qk_head_dim": 256,
+  "qk_nope_head_dim": 192,
+  "qk_rope_head_dim": 64,
+  "rms_norm_eps": 1e-05,
+  "rope_interleave": true,
+  "rope_parameters": {
+    "rope_theta": 8000000,
+    "rope_type": "default"
+  },
+  "routed_scaling_factor": 2.5,
+  "scoring_func": "sigmoid",
+  "tie_word_embeddings": false,
+  "topk_group": 1,
+  "topk_method": "noaux_tc",
+  "use_cache": true,
+  "v_head_dim": 256,
+  "vocab_size": 154880
+})json";
+// clang-format on
+
+std::string tinyConfigJson() {
+  using ojson = nlohmann::ordered_json;
+  const int64_t eot = specialTokenId("tiny", "<|endoftext|>");
+  ojson j;
+  j["architectures"] = {"GlmMoeDsaForCausalLM"};
+  j["model_type"] = "glm_moe_dsa";
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["dtype"] = "bfloat16";
+  j["eos_token_id"] = {eot, specialTokenId("tiny", "<|user|>"),
+                       specialTokenId("tiny", "<|observation|>")};
+  j["pad_token_id"] = eot;
+  j["ep_size"] = 1;
+  j["first_k_dense_replace"] = 1;
+  j["head_dim"] = 32; // = qk_rope_head_dim, as transformers rewrites it
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = 128;
+  j["index_head_dim"] = 64;
+  j["index_n_heads"] = 2;
+  j["index_share_for_mtp_iteration"] = true;
+  // full iff max(i - offset + 1, 0) % freq == 0: layer 0 full, 1-2 shared.
+  j["index_skip_topk_offset"] = 1;
+  j["index_topk"] = 8; // prompts longer than 8 tokens select sparsely
+  j["index_topk_freq"] = 4;
+  j["index_topk_pattern"] = nullptr;
+  j["indexer_rope_interleave"] = true;
+  j["indexer_types"] = {"full", "shared", "shared"};
+  j["initializer_range"] = 0.02;
+  j["intermediate_size"] = 256;
+  j["kv_lora_rank"] = 128;
+  j["max_position_embeddings"] = 4096;
+  j["mlp_layer_types"] = {"dense", "sparse", "sparse"};
+  j["moe_intermediate_size"] = 256; // two 128-channel halves per expert
+  j["moe_layer_freq"] = 1;
+  j["moe_router_dtype"] = "float32";
+  j["n_group"] = 1;
+  j["n_routed_experts"] = 8;
+  j["n_shared_experts"] = 1;
+  j["norm_topk_prob"] = true;
+  j["num_attention_heads"] = 4;
+  j["num_experts_per_tok"] = 2;
+  j["num_hidden_layers"] = 3;
+  j["num_key_value_heads"] = 4;
+  j["num_nextn_predict_layers"] = 0;
+  j["pretraining_tp"] = 1;
+  j["q_lora_rank"] = 128;
+  j["qk_head_dim"] = 64;
+  j["qk_nope_head_dim"] = 32;
+  j["qk_rope_head_dim"] = 32;
+  j["rms_norm_eps"] = 1e-05;
+  j["rope_interleave"] = true;
+  j["rope_parameters"] = {{"rope_theta", 8000000}, {"rope_type", "default"}};
+  j["routed_scaling_factor"] = 2.5;
+  j["scoring_func"] = "sigmoid";
+  j["tie_word_embeddings"] = false;
+  j["topk_group"] = 1;
+  j["topk_method"] = "noaux_tc";
+  j["use_cache"] = true;
+  j["v_head_dim"] = 32;
+  j["vocab_size"] = 512;
+  return j.dump(2) + "\n";
+}
+
+/// splitmix64: a tiny, portable generator (std distributions differ
+/// between standard libraries, and the bytes must not).
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() {
+    return ((next() >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+  }
+  /// Box-Muller; one normal per call keeps the stream simple.
+  double normal() {
+    double u1 = uniform(), u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+};
+
+bool endsWith(const std::string &s, const std::string &suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// Values of one tensor: norms near 1, the router bias small and spread so
+/// routing is not degenerate, everything else N(0, 0.02) like
+/// initializer_range.
+std::vector<float> randomValues(const glm::rt::HfTensorSpec &s, uint64_t seed) {
+  int64_t n = 1;
+  for (int64_t d : s.shape)
+    n *= d;
+  // Each tensor has its own stream: adding a tensor changes no other one.
+  Rng rng(seed ^ glm::rt::xxh64(s.name.data(), s.name.size(), 0x5EED));
+  std::vector<float> v((size_t)n);
+  const bool norm = endsWith(s.name, "norm.weight");
+  const bool bias = endsWith(s.name, "e_score_correction_bias");
+  const bool lnBias = endsWith(s.name, "k_norm.bias");
+  for (auto &x : v) {
+    double z = rng.normal();
+    if (norm)
+      x = (float)(1.0 + 0.05 * z);
+    else if (bias)
+      x = (float)(0.05 * z);
+    else if (lnBias)
+      x = (float)(0.02 * z);
+    else
+      x = (float)(0.02 * z);
+  }
+  return v;
+}
+
+void writeText(const fs::path &p, const std::string &text) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  check(out.good(), p.string(), ": cannot create");
+  out << text;
+  check(out.good(), p.string(), ": write failed");
+}
+
+} // namespace
+
+std::string presetConfigJson(const std::string &preset) {
+  if (preset == "tiny")
+    return tinyConfigJson();
+  if (preset == "glm53")
+    return kGlm53Config;
+  fail("unknown preset \"", preset, "\" (expected tiny or glm53)");
+}
+
+void writeRandomHfModel(const std::string &preset, uint64_t seed,
+                        const std::string &dir, bool indexOnly) {
+  const std::string cfgText = presetConfigJson(preset);
+  const glm::rt::ModelConfig cfg =
+      glm::rt::parseModelConfig(cfgText, "preset " + preset + " config.json");
+  check(indexOnly || preset != "glm53",
+        "--preset glm53 with random weights would write ~1.5 TB of BF16; use "
+        "--index-only (the compiler needs no weight bytes)");
+  fs::path root(dir);
+  fs::create_directories(root);
+  writeText(root / "config.json", cfgText);
+  writeText(root / "tokenizer.json", tokenizerJson(preset));
+  writeText(root / "tokenizer_config.json", tokenizerConfigJson(preset));
+  writeText(root / "generation_config.json",
+            generationConfigJson(cfg.eosTokenIds, cfg.padTokenId));
+  writeText(root / "chat_template.jinja", chatTemplateJinja());
+  if (indexOnly)
+    return;
+
+  // Two shards split at half the bytes, as save_pretrained shards by size.
+  std::vector<glm::rt::HfTensorSpec> specs = glm::rt::expectedHfTensors(cfg);
+  auto bytesOf = [](const glm::rt::HfTensorSpec &s) {
+    int64_t n = endsWith(s.name, "e_score_correction_bias") ? 4 : 2;
+    for (int64_t d : s.shape)
+      n *= d;
+    return (uint64_t)n;
+  };
+  uint64_t total = 0;
+  for (const auto &s : specs)
+    total += bytesOf(s);
+  const std::string names[2] = {"model-00001-of-00002.safetensors",
+                                "model-00002-of-00002.safetensors"};
+  glm::rt::SafetensorsWriter shard[2];
+  nlohmann::ordered_json weightMap = nlohmann::ordered_json::object();
+  uint64_t running = 0;
+  for (const auto &s : specs) {
+    int k = running < total / 2 ? 0 : 1;
+    running += bytesOf(s);
+    std::vector<float> v = randomValues(s, seed);
+    if (endsWith(s.name, "e_score_correction_bias"))
+      shard[k].addF32(s.name, s.shape, v); // kept in fp32 by transformers
+    else
+      shard[k].addBF16(s.name, s.shape, v);
+    weightMap[s.name] = names[k];
+  }
+  for (int k = 0; k < 2; ++k) {
+    shard[k].setMetadata("format", "pt");
+    shard[k].write((root / names[k]).string());
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total}};
+  index["weight_map"] = weightMap;
+  writeText(root / "model.safetensors.index.json", index.dump(2) + "\n");
+}
+
+void copyModelSideFiles(const std::string &srcDir, const std::string &dstDir) {
+  static const char *const kFiles[] = {
+      "config.json",           "tokenizer.json",
+      "tokenizer_config.json", "generation_config.json",
+      "chat_template.jinja",   "special_tokens_map.json",
+      "processor_config.json"};
+  fs::path src(srcDir), dst(dstDir);
+  check(fs::exists(src / "config.json"), srcDir,
+        ": no config.json to copy (is this a Hugging Face model directory?)");
+  fs::create_directories(dst);
+  for (const char *f : kFiles) {
+    if (!fs::exists(src / f))
+      continue;
+    std::error_code ec;
+    fs::copy_file(src / f, dst / f, fs::copy_options::overwrite_existing, ec);
+    check(!ec, (src / f).string(), ": cannot copy to ", dstDir, " (",
+          ec.message(), ")");
+  }
+}
+
+} // namespace glmc
