@@ -42,6 +42,11 @@ struct TemplateParam {
   /// Symbolic values -> the C++ template argument (e.g. "mcg" -> "1");
   /// empty = the value is used as is.
   std::map<std::string, std::string> cxx;
+  /// "0"/"1" flag: the name piece is `tag` or "no" + tag.
+  bool boolean = false;
+  /// A set of widths written as ascending digits 1..8 ("234"); the C++
+  /// argument is the bit mask (bit K set), the name piece tag + digits.
+  bool digitSet = false;
 };
 
 /// One kernel family = one template header.

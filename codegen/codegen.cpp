@@ -1,0 +1,370 @@
+//===- codegen.cpp - kernel families, names and instantiation units -------===//
+//
+// The family table is the single place that says which template parameters a
+// kernel family takes and which values are legal; the kernel's runtime
+// parameter list is read from the family's ARGS macro in its template, so
+// the template stays the one source of the kernel ABI.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/codegen.h"
+#include "runtime/base/error.h"
+#include "runtime/base/hash.h"
+
+#include <algorithm>
+#include <mutex>
+#include <sstream>
+
+namespace glm::codegen {
+
+namespace {
+
+std::vector<std::string> range(int lo, int hi) {
+  std::vector<std::string> v;
+  for (int i = lo; i <= hi; ++i)
+    v.push_back(std::to_string(i));
+  return v;
+}
+
+TemplateParam intParam(std::string name, std::string tag,
+                       std::vector<std::string> allowed) {
+  TemplateParam p;
+  p.name = std::move(name);
+  p.tag = std::move(tag);
+  p.allowed = std::move(allowed);
+  return p;
+}
+
+TemplateParam enumParam(std::string name, std::string tag,
+                        std::map<std::string, std::string> cxx) {
+  TemplateParam p;
+  p.name = std::move(name);
+  p.tag = std::move(tag);
+  for (const auto &kv : cxx)
+    p.allowed.push_back(kv.first);
+  p.cxx = std::move(cxx);
+  return p;
+}
+
+TemplateParam boolParam(std::string name) {
+  TemplateParam p = intParam(name, name, {"0", "1"});
+  p.boolean = true;
+  p.cxx = {{"0", "false"}, {"1", "true"}};
+  return p;
+}
+
+TemplateParam widthsParam() {
+  TemplateParam p;
+  p.name = "widths";
+  p.tag = "k";
+  p.digitSet = true;
+  return p;
+}
+
+TemplateParam codebookParam() {
+  return enumParam("codebook", "", {{"3inst", "0"}, {"mcg", "1"}, {"mul1", "2"}});
+}
+TemplateParam storageParam(std::string name, std::string tag) {
+  return enumParam(std::move(name), std::move(tag),
+                   {{"f32", "0"}, {"f16", "1"}, {"bf16", "2"}});
+}
+TemplateParam threadsParam(std::vector<std::string> allowed) {
+  return intParam("threads", "t", std::move(allowed));
+}
+
+FamilyInfo family(std::string name, std::string function,
+                  std::vector<TemplateParam> params,
+                  std::string threads = "threads") {
+  FamilyInfo f;
+  f.family = name;
+  f.header = name + ".cuh";
+  f.function = std::move(function);
+  std::string upper = name;
+  for (char &c : upper)
+    c = char(std::toupper(static_cast<unsigned char>(c)));
+  f.paramsMacro = "GLM_" + upper + "_PARAMS";
+  f.argsMacro = "GLM_" + upper + "_ARGS";
+  f.params = std::move(params);
+  f.threadsParam = std::move(threads);
+  return f;
+}
+
+/// The parameter names listed by `#define MACRO a, b, c` in `text`.
+std::vector<std::string> macroNames(const std::string &text,
+                                    const std::string &macro) {
+  const std::string key = "#define " + macro;
+  size_t at = text.find(key);
+  if (at == std::string::npos)
+    return {};
+  at += key.size();
+  std::string body;
+  // The definition runs to the first line that does not end in '\'.
+  while (at < text.size()) {
+    size_t eol = text.find('\n', at);
+    if (eol == std::string::npos)
+      eol = text.size();
+    std::string line = text.substr(at, eol - at);
+    bool cont = !line.empty() && line.back() == '\\';
+    if (cont)
+      line.pop_back();
+    body += line + " ";
+    at = eol + 1;
+    if (!cont)
+      break;
+  }
+  std::vector<std::string> names;
+  std::stringstream ss(body);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t b = item.find_first_not_of(" \t");
+    size_t e = item.find_last_not_of(" \t");
+    if (b != std::string::npos)
+      names.push_back(item.substr(b, e - b + 1));
+  }
+  return names;
+}
+
+std::vector<FamilyInfo> buildFamilies() {
+  const std::vector<std::string> batch = range(1, 8);
+  std::vector<FamilyInfo> f;
+  f.push_back(family("expert_gemv_trellis", "glm::expertGemvTrellis",
+                     {widthsParam(), codebookParam(), boolParam("e4m3"),
+                      intParam("batch", "b", batch),
+                      storageParam("sv", "sv"), threadsParam({"128", "256"})}));
+  f.push_back(family("moe_reduce", "glm::moeReduce",
+                     {threadsParam({"128", "256", "512"})}));
+  f.push_back(family("dense_gemv", "glm::denseGemv",
+                     {enumParam("format", "",
+                                {{"bf16", "0"}, {"fp8_block", "1"},
+                                 {"fp8_row", "2"}, {"mxfp8", "3"}}),
+                      enumParam("scale", "s",
+                                {{"none", "0"}, {"f32", "0"}, {"f16", "1"},
+                                 {"bf16", "2"}}),
+                      intParam("batch", "b", batch),
+                      threadsParam({"128", "256"})}));
+  f.push_back(family("dense_gemv_trellis", "glm::denseGemvTrellis",
+                     {intParam("K", "k", range(1, 8)), codebookParam(),
+                      boolParam("e4m3"), intParam("batch", "b", batch),
+                      threadsParam({"128", "256"})}));
+  f.push_back(family("hadamard128", "glm::hadamard128",
+                     {storageParam("vt", "v"), threadsParam({"128", "256"})}));
+  f.push_back(family("rms_norm", "glm::rmsNorm",
+                     {storageParam("wt", "w"),
+                      threadsParam({"256", "512", "1024"})}));
+  f.push_back(family("rope", "glm::rope",
+                     {intParam("rope_dim", "d", {"16", "32", "64", "128"})},
+                     /*threads=*/""));
+  f.push_back(family("embed", "glm::embed",
+                     {enumParam("format", "",
+                                {{"f32", "0"}, {"f16", "1"}, {"bf16", "2"},
+                                 {"fp8_row", "3"}}),
+                      threadsParam({"128", "256"})}));
+  f.push_back(family("router", "glm::router",
+                     {intParam("experts", "e",
+                               {"4", "8", "16", "32", "64", "128", "256",
+                                "288", "384", "512"}),
+                      intParam("topk", "k", range(1, 16)),
+                      threadsParam({"128", "256", "512"})}));
+  f.push_back(family("mla_decode", "glm::mlaDecode",
+                     {intParam("lora", "l", {"32", "64", "128", "256", "512"}),
+                      intParam("rope", "r", {"16", "32", "64"}),
+                      enumParam("kv", "kv", {{"bf16", "0"}, {"e4m3", "1"}}),
+                      intParam("heads", "h", {"1", "2", "4", "8", "16"}),
+                      threadsParam({"128", "256"})}));
+  f.push_back(family("indexer_scores", "glm::indexerScores",
+                     {intParam("head_dim", "d", {"32", "64", "128"}),
+                      intParam("n_heads", "h",
+                               {"1", "2", "4", "8", "16", "32", "64"}),
+                      storageParam("kt", "k"), threadsParam({"128", "256"})}));
+  f.push_back(family("topk", "glm::topkSelect",
+                     {threadsParam({"256", "512", "1024"})}));
+  f.push_back(family("argmax", "glm::argmax",
+                     {threadsParam({"256", "512", "1024"})}));
+  const auto &templates = embeddedTemplates();
+  for (FamilyInfo &fi : f) {
+    auto it = templates.find(fi.header);
+    if (it != templates.end())
+      fi.kernelParams = macroNames(it->second, fi.argsMacro);
+  }
+  return f;
+}
+
+std::string knownFamilies() {
+  std::string s;
+  for (const FamilyInfo &f : families())
+    s += (s.empty() ? "" : ", ") + f.family;
+  return s;
+}
+
+std::string joined(const std::vector<std::string> &v) {
+  std::string s;
+  for (const std::string &x : v)
+    s += (s.empty() ? "" : "|") + x;
+  return s;
+}
+
+/// "234" -> bit mask, or 0 when not ascending distinct digits 1..8.
+int widthMask(const std::string &v) {
+  if (v.empty() || v.size() > 8)
+    return 0;
+  int mask = 0, last = 0;
+  for (char c : v) {
+    int k = c - '0';
+    if (k <= last || k > 8)
+      return 0;
+    mask |= 1 << k;
+    last = k;
+  }
+  return mask;
+}
+
+std::string cxxArg(const TemplateParam &p, const std::string &v) {
+  if (p.digitSet)
+    return std::to_string(widthMask(v));
+  auto it = p.cxx.find(v);
+  return it == p.cxx.end() ? v : it->second;
+}
+
+std::string namePiece(const TemplateParam &p, const std::string &v) {
+  if (p.boolean)
+    return v == "1" ? p.tag : "no" + p.tag;
+  return p.tag + v;
+}
+
+} // namespace
+
+const std::vector<FamilyInfo> &families() {
+  static const std::vector<FamilyInfo> f = buildFamilies();
+  return f;
+}
+
+const FamilyInfo &familyInfo(const std::string &name) {
+  for (const FamilyInfo &f : families())
+    if (f.family == name)
+      return f;
+  rt::fail("codegen: unknown kernel family '", name, "' (known: ",
+           knownFamilies(), ")");
+}
+
+void validateSpec(const KernelSpec &spec) {
+  const FamilyInfo &f = familyInfo(spec.family);
+  for (const TemplateParam &p : f.params) {
+    auto it = spec.args.find(p.name);
+    rt::check(it != spec.args.end(), "codegen: kernel family '", spec.family,
+              "' needs template argument '", p.name, "'");
+    if (p.digitSet) {
+      rt::check(widthMask(it->second) != 0, "codegen: ", spec.family, ": ",
+                p.name, " = '", it->second,
+                "' is not a set of widths 1..8 in ascending digits (\"234\")");
+    } else {
+      rt::check(std::find(p.allowed.begin(), p.allowed.end(), it->second) !=
+                    p.allowed.end(),
+                "codegen: ", spec.family, ": ", p.name, " = '", it->second,
+                "' is not supported (allowed: ", joined(p.allowed), ")");
+    }
+  }
+  for (const auto &kv : spec.args) {
+    bool known = std::any_of(f.params.begin(), f.params.end(),
+                             [&](const TemplateParam &p) {
+                               return p.name == kv.first;
+                             });
+    rt::check(known, "codegen: ", spec.family,
+              " has no template parameter '", kv.first, "'");
+  }
+  if (spec.family == "dense_gemv") {
+    const std::string &fmt = spec.args.at("format");
+    const bool scaled = fmt == "fp8_block" || fmt == "fp8_row";
+    rt::check(scaled == (spec.args.at("scale") != "none"), "codegen: ",
+              "dense_gemv format ", fmt,
+              scaled ? " needs a scale dtype (f32|f16|bf16)"
+                     : " takes scale = none");
+  }
+  for (const std::string &a : spec.archs)
+    rt::check(a == "sm_90" || a == "sm_121" || a == "sm_120" ||
+                  a == "sm_100" || a == "sm_89" || a == "sm_80",
+              "codegen: unsupported arch '", a,
+              "' (use sm_121 for DGX Spark, sm_90 for Hopper)");
+}
+
+std::string kernelName(const KernelSpec &spec) {
+  validateSpec(spec);
+  const FamilyInfo &f = familyInfo(spec.family);
+  std::string name = "glm_" + f.family;
+  for (const TemplateParam &p : f.params)
+    name += "_" + namePiece(p, spec.args.at(p.name));
+  return name;
+}
+
+std::string generateSource(const KernelSpec &spec) {
+  const std::string name = kernelName(spec); // validates
+  const FamilyInfo &f = familyInfo(spec.family);
+  std::string targs;
+  for (const TemplateParam &p : f.params)
+    targs += (targs.empty() ? "" : ", ") + cxxArg(p, spec.args.at(p.name));
+  std::ostringstream os;
+  os << "// " << name << ": generated by glmc codegen from template "
+     << f.header << ".\n// Template arguments:";
+  for (const TemplateParam &p : f.params)
+    os << " " << p.name << "=" << spec.args.at(p.name);
+  os << "\n#include \"" << f.header << "\"\n\n";
+  os << "extern \"C\" __global__ void";
+  if (!f.threadsParam.empty())
+    os << " __launch_bounds__(" << spec.args.at(f.threadsParam) << ")";
+  os << "\n" << name << "(" << f.paramsMacro << ") {\n";
+  os << "  " << f.function << "<" << targs << ">(" << f.argsMacro << ");\n";
+  os << "}\n";
+  return os.str();
+}
+
+std::vector<std::string> nvrtcOptions() {
+  return {"--std=c++17", "-DGLM_NVRTC=1"};
+}
+
+std::string cacheKey(const std::string &source,
+                     const std::vector<std::string> &options,
+                     const std::string &arch, const std::string &nvrtcVer) {
+  rt::Xxh64 h;
+  auto add = [&](const std::string &s) {
+    uint64_t n = s.size();
+    h.update(&n, sizeof n); // length-prefixed: no ambiguity between fields
+    h.update(s.data(), s.size());
+  };
+  add(source);
+  for (const std::string &o : options)
+    add(o);
+  add(arch);
+  add(nvrtcVer);
+  // The embedded templates are part of what the source means.
+  for (const auto &[file, text] : embeddedTemplates()) {
+    add(file);
+    add(text);
+  }
+  return rt::hex64(h.digest());
+}
+
+glm::plan::KernelDef buildKernel(const KernelSpec &spec, bool compile,
+                                 const CompileOptions &opt) {
+  glm::plan::KernelDef k;
+  k.name = kernelName(spec);
+  k.templateName = spec.family;
+  k.templateArgs = spec.args;
+  k.source = generateSource(spec);
+  k.sourceHash = rt::hex64(rt::xxh64(k.source.data(), k.source.size()));
+  k.nvrtcOptions = nvrtcOptions();
+  const FamilyInfo &f = familyInfo(spec.family);
+  if (!f.threadsParam.empty())
+    k.launch.blockX = uint32_t(std::stoul(spec.args.at(f.threadsParam)));
+  else if (spec.family == "rope")
+    k.launch.blockX = uint32_t(std::stoul(spec.args.at("rope_dim")) / 2);
+  std::string keyArchs;
+  for (const std::string &a : spec.archs)
+    keyArchs += (keyArchs.empty() ? "" : ",") + a;
+  k.cacheKey = cacheKey(k.source, k.nvrtcOptions, keyArchs, nvrtcVersion());
+  if (compile && nvrtcAvailable())
+    for (const std::string &arch : spec.archs) {
+      CompiledKernel c = compileWithNvrtc(k.source, k.name, arch, opt);
+      k.binaries.push_back({arch, std::move(c.ptx), std::move(c.cubin)});
+    }
+  return k;
+}
+
+} // namespace glm::codegen

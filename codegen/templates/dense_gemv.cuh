@@ -1,0 +1,95 @@
+// dense_gemv.cuh - decode GEMV y = x . W^T for the dense weight formats.
+//
+// W is [out, in] row-major (Hugging Face orientation), x is fp32 [batch, in],
+// y is fp32: y[b*out_stride + o] (= or += when accumulate). Formats
+// (exlr8-format.md §6): 0 BF16; 1 FP8 block-128 (E4M3 * scale[o/128][i/128]);
+// 2 FP8 per row (E4M3 * scale[o]); 3 MXFP8 (E4M3 * 2^(e8m0 - 127) per 32
+// inputs). One warp per output row, 16-byte weight loads. Requires
+// in % 128 == 0 and 16-byte aligned rows (the planner pads and aligns).
+#pragma once
+
+#include "glm_common.cuh"
+
+#define GLM_DENSE_GEMV_PARAMS                                                  \
+  const float *__restrict__ x, const void *__restrict__ w,                     \
+      const void *__restrict__ scale, float *__restrict__ y, int batch,        \
+      int in, int out, int out_stride, int accumulate
+#define GLM_DENSE_GEMV_ARGS                                                    \
+  x, w, scale, y, batch, in, out, out_stride, accumulate
+
+namespace glm {
+
+constexpr int kFmtBf16 = 0, kFmtFp8Block = 1, kFmtFp8Row = 2, kFmtMxfp8 = 3;
+
+/// Grid (ceil(out / (THREADS/32)), 1): warp-per-row.
+template <int FMT, int SCT, int BATCH, int THREADS>
+__device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
+  static_assert(FMT >= 0 && FMT <= 3, "format");
+  static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
+  typedef typename StorageOf<SCT>::type SC;
+  constexpr int kElems = FMT == kFmtBf16 ? 8 : 16; // per 16-byte load
+  const int lane = threadIdx.x & 31;
+  const int o = blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
+  if (o >= out)
+    return;
+  float acc[BATCH];
+#pragma unroll
+  for (int b = 0; b < BATCH; ++b)
+    acc[b] = 0.0f;
+  const SC *sc = static_cast<const SC *>(scale);
+  const int rowBytes = FMT == kFmtBf16 ? 2 * in : in;
+  const uint4 *row = reinterpret_cast<const uint4 *>(
+      static_cast<const u8 *>(w) + (long long)o * rowBytes);
+  for (int v = lane; v < in / kElems; v += 32) {
+    const uint4 q = row[v];
+    const int i0 = v * kElems;
+    float wv[kElems];
+    if (FMT == kFmtBf16) {
+      const __nv_bfloat16 *p = reinterpret_cast<const __nv_bfloat16 *>(&q);
+#pragma unroll
+      for (int t = 0; t < 8; ++t)
+        wv[t] = __bfloat162float(p[t]);
+    } else {
+      const u8 *p = reinterpret_cast<const u8 *>(&q);
+      float s = 1.0f;
+      if (FMT == kFmtFp8Block)
+        s = toFloat<SC>(sc[(long long)(o >> 7) * ((in + 127) >> 7) + (i0 >> 7)]);
+      else if (FMT == kFmtFp8Row)
+        s = toFloat<SC>(sc[o]);
+#pragma unroll
+      for (int t = 0; t < 16; ++t) {
+        if (FMT == kFmtMxfp8 && (t & 31) == 0) {
+          const u8 ex = static_cast<const u8 *>(scale)[(long long)o * (in / 32) +
+                                                      ((i0 + t) >> 5)];
+          s = exp2f(float(int(ex) - 127));
+        }
+        wv[t] = e4m3ToFloat(p[t]) * s;
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      if (b >= batch)
+        break;
+      const float4 *xp = reinterpret_cast<const float4 *>(x + (long long)b * in + i0);
+#pragma unroll
+      for (int t = 0; t < kElems / 4; ++t) {
+        const float4 xv = xp[t];
+        acc[b] += wv[4 * t] * xv.x + wv[4 * t + 1] * xv.y +
+                  wv[4 * t + 2] * xv.z + wv[4 * t + 3] * xv.w;
+      }
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < BATCH; ++b) {
+    if (b >= batch)
+      break;
+    const float s = warpSum(acc[b]);
+    if (lane == 0) {
+      float *dst = y + (long long)b * out_stride + o;
+      *dst = accumulate ? *dst + s : s;
+    }
+  }
+}
+
+} // namespace glm

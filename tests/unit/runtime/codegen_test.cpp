@@ -1,0 +1,225 @@
+//===- codegen_test.cpp - kernel specs, sources, names, NVRTC builds ------===//
+//
+// Every kernel family with representative template arguments compiles with
+// NVRTC for sm_90 and sm_121 (no GPU needed); sources are deterministic and
+// names encode the parameters; identical specs dedupe to one plan kernel.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/codegen.h"
+#include "runtime/base/error.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+using glm::codegen::KernelSpec;
+namespace cg = glm::codegen;
+
+namespace {
+
+const std::vector<std::string> kArchs = {"sm_90", "sm_121"};
+
+/// Representative instances of every family (the shapes GLM-5.3, Flash and
+/// the tiny test packs use).
+std::vector<KernelSpec> representativeSpecs() {
+  std::vector<KernelSpec> s;
+  auto add = [&](std::string f, cg::KeyValues a) {
+    s.push_back({std::move(f), std::move(a), kArchs});
+  };
+  add("expert_gemv_trellis", {{"widths", "234"}, {"codebook", "mcg"},
+                              {"e4m3", "1"}, {"batch", "1"}, {"sv", "f16"},
+                              {"threads", "256"}});
+  add("expert_gemv_trellis", {{"widths", "3"}, {"codebook", "mul1"},
+                              {"e4m3", "0"}, {"batch", "8"}, {"sv", "bf16"},
+                              {"threads", "128"}});
+  add("expert_gemv_trellis", {{"widths", "18"}, {"codebook", "3inst"},
+                              {"e4m3", "0"}, {"batch", "4"}, {"sv", "f32"},
+                              {"threads", "256"}});
+  add("moe_reduce", {{"threads", "256"}});
+  add("dense_gemv", {{"format", "bf16"}, {"scale", "none"}, {"batch", "1"},
+                     {"threads", "256"}});
+  add("dense_gemv", {{"format", "fp8_block"}, {"scale", "f32"},
+                     {"batch", "8"}, {"threads", "256"}});
+  add("dense_gemv", {{"format", "fp8_row"}, {"scale", "bf16"},
+                     {"batch", "2"}, {"threads", "128"}});
+  add("dense_gemv", {{"format", "mxfp8"}, {"scale", "none"}, {"batch", "1"},
+                     {"threads", "256"}});
+  add("dense_gemv_trellis", {{"K", "4"}, {"codebook", "mcg"}, {"e4m3", "1"},
+                             {"batch", "1"}, {"threads", "256"}});
+  add("dense_gemv_trellis", {{"K", "2"}, {"codebook", "mul1"},
+                             {"e4m3", "0"}, {"batch", "8"},
+                             {"threads", "128"}});
+  add("hadamard128", {{"vt", "f16"}, {"threads", "256"}});
+  add("rms_norm", {{"wt", "bf16"}, {"threads", "1024"}});
+  add("rope", {{"rope_dim", "64"}});
+  add("embed", {{"format", "fp8_row"}, {"threads", "256"}});
+  add("embed", {{"format", "bf16"}, {"threads", "256"}});
+  add("router", {{"experts", "256"}, {"topk", "8"}, {"threads", "256"}});
+  add("mla_decode", {{"lora", "512"}, {"rope", "64"}, {"kv", "bf16"},
+                     {"heads", "8"}, {"threads", "256"}});
+  add("mla_decode", {{"lora", "64"}, {"rope", "16"}, {"kv", "e4m3"},
+                     {"heads", "1"}, {"threads", "128"}});
+  add("indexer_scores", {{"head_dim", "128"}, {"n_heads", "32"},
+                         {"kt", "bf16"}, {"threads", "256"}});
+  add("topk", {{"threads", "1024"}});
+  add("argmax", {{"threads", "1024"}});
+  return s;
+}
+
+} // namespace
+
+TEST(Codegen, EveryFamilyHasATemplateAndAKernelAbi) {
+  const auto &templates = cg::embeddedTemplates();
+  ASSERT_TRUE(templates.count("glm_common.cuh"));
+  std::set<std::string> covered;
+  for (const KernelSpec &s : representativeSpecs())
+    covered.insert(s.family);
+  for (const cg::FamilyInfo &f : cg::families()) {
+    EXPECT_TRUE(templates.count(f.header)) << f.header;
+    // The ABI (parameter names) is read from the template's ARGS macro.
+    EXPECT_GE(f.kernelParams.size(), 4u) << f.family;
+    EXPECT_TRUE(covered.count(f.family)) << f.family << " has no test spec";
+  }
+  const cg::FamilyInfo &e = cg::familyInfo("expert_gemv_trellis");
+  EXPECT_EQ(e.kernelParams.front(), "xh");
+  EXPECT_EQ(e.kernelParams.back(), "down_sJ8");
+}
+
+TEST(Codegen, NamesEncodeParametersAndSourceIsDeterministic) {
+  KernelSpec s{"expert_gemv_trellis",
+               {{"widths", "3"}, {"codebook", "mcg"}, {"e4m3", "1"},
+                {"batch", "1"}, {"sv", "f16"}, {"threads", "256"}},
+               kArchs};
+  EXPECT_EQ(cg::kernelName(s),
+            "glm_expert_gemv_trellis_k3_mcg_e4m3_b1_svf16_t256");
+  s.args["e4m3"] = "0";
+  s.args["widths"] = "234";
+  EXPECT_EQ(cg::kernelName(s),
+            "glm_expert_gemv_trellis_k234_mcg_noe4m3_b1_svf16_t256");
+  const std::string a = cg::generateSource(s), b = cg::generateSource(s);
+  EXPECT_EQ(a, b);
+  // Widths {2,3,4} become the mask 0b11100 = 28 in the instantiation.
+  EXPECT_NE(a.find("glm::expertGemvTrellis<28, 1, false, 1, 1, 256>"),
+            std::string::npos)
+      << a;
+  EXPECT_NE(a.find("extern \"C\" __global__ void __launch_bounds__(256)"),
+            std::string::npos);
+  EXPECT_NE(a.find("#include \"expert_gemv_trellis.cuh\""), std::string::npos);
+
+  // Every representative spec has a distinct name.
+  std::set<std::string> names;
+  for (const KernelSpec &r : representativeSpecs())
+    EXPECT_TRUE(names.insert(cg::kernelName(r)).second) << cg::kernelName(r);
+}
+
+TEST(Codegen, RejectsBadSpecsWithWhatToFix) {
+  auto msg = [](KernelSpec s) {
+    try {
+      cg::kernelName(s);
+    } catch (const glm::rt::Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(msg({"no_such", {}, {}}).find("known: expert_gemv_trellis"),
+            std::string::npos);
+  EXPECT_NE(msg({"rope", {}, {}}).find("needs template argument 'rope_dim'"),
+            std::string::npos);
+  EXPECT_NE(msg({"rope", {{"rope_dim", "63"}}, {}}).find("allowed: "),
+            std::string::npos);
+  EXPECT_NE(msg({"rope", {{"rope_dim", "64"}, {"x", "1"}}, {}})
+                .find("no template parameter 'x'"),
+            std::string::npos);
+  EXPECT_NE(msg({"expert_gemv_trellis",
+                 {{"widths", "32"}, {"codebook", "mcg"}, {"e4m3", "1"},
+                  {"batch", "1"}, {"sv", "f16"}, {"threads", "256"}},
+                 {}})
+                .find("ascending digits"),
+            std::string::npos);
+  EXPECT_NE(msg({"dense_gemv",
+                 {{"format", "fp8_row"}, {"scale", "none"}, {"batch", "1"},
+                  {"threads", "256"}},
+                 {}})
+                .find("needs a scale dtype"),
+            std::string::npos);
+  EXPECT_NE(msg({"rope", {{"rope_dim", "64"}}, {"sm_75"}}).find("sm_121"),
+            std::string::npos);
+}
+
+TEST(Codegen, IdenticalSpecsShareOneKernel) {
+  glm::plan::Plan plan;
+  KernelSpec s{"rms_norm", {{"wt", "bf16"}, {"threads", "256"}}, kArchs};
+  // 78 layers ask for the same norm: one kernel.
+  for (int layer = 0; layer < 78; ++layer)
+    EXPECT_EQ(glm::plan::addKernel(plan, cg::buildKernel(s, false)), 0);
+  s.args["wt"] = "f32";
+  EXPECT_EQ(glm::plan::addKernel(plan, cg::buildKernel(s, false)), 1);
+  EXPECT_EQ(plan.kernels.size(), 2u);
+  // Same spec, same key; another arch list, another key.
+  KernelSpec t = s;
+  EXPECT_EQ(cg::buildKernel(t, false).cacheKey,
+            cg::buildKernel(s, false).cacheKey);
+  t.archs = {"sm_90"};
+  EXPECT_NE(cg::buildKernel(t, false).cacheKey,
+            cg::buildKernel(s, false).cacheKey);
+  EXPECT_EQ(cg::buildKernel(s, false).launch.blockX, 256u);
+}
+
+TEST(Codegen, CacheKeyCoversSourceOptionsArchAndNvrtc) {
+  const std::vector<std::string> o = {"--std=c++17"};
+  const std::string k = cg::cacheKey("src", o, "sm_90", "13.0");
+  EXPECT_EQ(k.size(), 16u);
+  EXPECT_EQ(k, cg::cacheKey("src", o, "sm_90", "13.0"));
+  EXPECT_NE(k, cg::cacheKey("src2", o, "sm_90", "13.0"));
+  EXPECT_NE(k, cg::cacheKey("src", {"-G"}, "sm_90", "13.0"));
+  EXPECT_NE(k, cg::cacheKey("src", o, "sm_121", "13.0"));
+  EXPECT_NE(k, cg::cacheKey("src", o, "sm_90", "13.1"));
+}
+
+TEST(Codegen, EveryFamilyCompilesWithNvrtcForSm90AndSm121) {
+  if (!cg::nvrtcAvailable())
+    GTEST_SKIP() << "built without NVRTC";
+  for (const KernelSpec &s : representativeSpecs()) {
+    glm::plan::KernelDef k;
+    ASSERT_NO_THROW(k = cg::buildKernel(s, true)) << cg::kernelName(s);
+    ASSERT_EQ(k.binaries.size(), 2u);
+    for (const glm::plan::KernelBinary &b : k.binaries) {
+      EXPECT_NE(b.ptx.find(".entry " + k.name), std::string::npos)
+          << k.name << " " << b.arch;
+      EXPECT_NE(b.ptx.find(".target " + b.arch), std::string::npos)
+          << k.name << " " << b.arch;
+      ASSERT_GE(b.cubin.size(), 4u);
+      EXPECT_EQ(b.cubin[0], 0x7F); // ELF
+      EXPECT_EQ(b.cubin[1], 'E');
+    }
+  }
+}
+
+TEST(Codegen, NvrtcFailureReportsLogOptionsAndSavesAReproducer) {
+  if (!cg::nvrtcAvailable())
+    GTEST_SKIP() << "built without NVRTC";
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / "glm_codegen_repro").string();
+  std::filesystem::remove_all(dir);
+  cg::CompileOptions opt;
+  opt.reproducerDir = dir;
+  const std::string bad = "#include \"glm_common.cuh\"\n"
+                          "extern \"C\" __global__ void broken() { int x = ; }\n";
+  try {
+    cg::compileWithNvrtc(bad, "broken_kernel", "sm_90", opt);
+    FAIL() << "compiled a broken kernel";
+  } catch (const glm::rt::Error &e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("broken_kernel"), std::string::npos) << m;
+    EXPECT_NE(m.find("--gpu-architecture=sm_90"), std::string::npos) << m;
+    EXPECT_NE(m.find("error"), std::string::npos) << m;
+    EXPECT_NE(m.find("reproducer: "), std::string::npos) << m;
+  }
+  std::ifstream f(dir + "/broken_kernel.sm_90.cu");
+  std::string saved((std::istreambuf_iterator<char>(f)),
+                    std::istreambuf_iterator<char>());
+  EXPECT_EQ(saved, bad);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/glm_common.cuh"));
+}
