@@ -102,3 +102,59 @@ TEST(CpuTp, LoaderReadsExactlyTheHfTensorList) {
     expected.insert(s.name);
   EXPECT_EQ(rec.loaded, expected);
 }
+
+#ifdef GLM_HAVE_PLANS
+#include "plans/plan.h"
+#include "cpu_test_model.h"
+
+TEST(CpuTp, PlanAssignsHalvesAndKeepsResultsBitIdentical) {
+  ModelConfig c = cputest::tinyConfig(); // 2 halves per expert
+  glm::plan::Plan p;
+  p.numRanks = 3;
+  p.ranks.resize(3);
+  for (uint32_t r = 0; r < 3; ++r)
+    p.ranks[r].rank = r;
+  auto bind = [&](uint32_t rank, int layer, int expert, int half,
+                  glm::plan::Projection proj) {
+    glm::plan::WeightBinding b;
+    b.layer = layer;
+    b.expert = expert;
+    b.half = half;
+    b.projection = proj;
+    p.ranks[rank].weights.push_back(b);
+  };
+  using P = glm::plan::Projection;
+  for (P proj : {P::Gate, P::Up, P::Down}) {
+    bind(2, 1, 4, 0, proj);  // one half
+    bind(0, 2, -2, 1, proj); // shared expert (-2) half 1
+    bind(1, 3, 5, -1, proj); // whole expert tensor on one rank
+  }
+  bind(0, 1, 0, -1, P::QA); // attention bindings do not move experts
+  TpLayout t = tpLayoutFromPlan(c, p);
+  EXPECT_EQ(t.ranks, 3);
+  EXPECT_EQ(t.expertHalfRank(1, 4, 0), 2);
+  EXPECT_EQ(t.expertHalfRank(2, c.numRoutedExperts, 1), 0);
+  EXPECT_EQ(t.expertHalfRank(3, 5, 0), 1);
+  EXPECT_EQ(t.expertHalfRank(3, 5, 1), 1);
+  // Unbound halves follow the rule.
+  EXPECT_EQ(t.expertHalfRank(1, 4, 1), (2 * 4 + 1 + 1) % 3);
+
+  MapWeightSource src = cputest::tinyWeights(c, 3);
+  auto w = ModelWeights::load(c, src);
+  auto run = [&](TpLayout layout) {
+    CpuForward fwd(w, std::move(layout));
+    Session s = fwd.newSession();
+    std::vector<float> all;
+    for (int64_t tok : {3, 14, 15, 9, 26, 5, 35, 8})
+      for (float v : fwd.step(s, tok))
+        all.push_back(v);
+    return all;
+  };
+  auto a = run(TpLayout::fromRule(c, 1)), b = run(t);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), 4 * a.size()));
+
+  // One half bound to two ranks is refused.
+  bind(1, 1, 4, 0, P::Gate);
+  EXPECT_THROW(tpLayoutFromPlan(c, p), Error);
+}
+#endif
