@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/base/error.h"
+#include "runtime/serve/jinja.h"
 #include "runtime/serve/tokenizer.h"
 
 #include <nlohmann/json.hpp>
@@ -43,12 +44,32 @@ static int cmdTokenize(const std::string &tokPath, const std::string &inPath) {
   return 0;
 }
 
+// render TEMPLATE CASES.json: CASES is a JSON array of context objects; prints
+// a JSON array of {"text": ...} or {"error": ...} per case.
+static int cmdRender(const std::string &tplPath, const std::string &inPath) {
+  jinja::Template tpl(readFile(tplPath), tplPath);
+  auto in = nlohmann::ordered_json::parse(readFile(inPath));
+  json out = json::array();
+  for (const auto &ctx : in) {
+    try {
+      out.push_back({{"text", tpl.render(jinja::fromJson(ctx))}});
+    } catch (const Error &e) {
+      out.push_back({{"error", e.what()}});
+    }
+  }
+  std::cout << out.dump() << "\n";
+  return 0;
+}
+
 int main(int argc, char **argv) {
   try {
     std::vector<std::string> a(argv + 1, argv + argc);
     if (a.size() == 3 && a[0] == "tokenize")
       return cmdTokenize(a[1], a[2]);
-    std::cerr << "usage: glm-serve-test tokenize TOKENIZER.json IN.json\n";
+    if (a.size() == 3 && a[0] == "render")
+      return cmdRender(a[1], a[2]);
+    std::cerr << "usage: glm-serve-test tokenize TOKENIZER.json IN.json\n"
+                 "       glm-serve-test render TEMPLATE.jinja CASES.json\n";
     return 2;
   } catch (const std::exception &e) {
     std::cerr << "glm-serve-test: " << e.what() << "\n";
