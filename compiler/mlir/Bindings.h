@@ -1,0 +1,64 @@
+//===- Bindings.h - which rank binds and reads which weight bytes -*- C++ -*-===//
+//
+// Shared by glm-plan-memory (bytes per rank) and glm-emit-plan (bindings):
+// every byte range of every glm.weight / glm.experts symbol is bound on the
+// ranks that read it. A range bound on more than one rank is `replicated`
+// and counts once in the pack total. Bytes read per decoded token are
+// apportioned so that their sum over ranks is the model's active bytes:
+// split ops by the units a rank owns, replicated ops evenly (telescoping
+// floors, so the integer sums are exact).
+//
+//===----------------------------------------------------------------------===//
+#ifndef GLMC_MLIR_BINDINGS_H
+#define GLMC_MLIR_BINDINGS_H
+
+#include "glm/GlmDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace glmc {
+
+/// One byte range bound on one rank.
+struct RankBinding {
+  int64_t file = 0, offset = 0, length = 0, role = 0; // glm.pack indices
+  std::string tensor;          // HF name or "<bank> e<E> p<P> h<H>"
+  int32_t layer = -1, expert = -1, projection = -1, half = -1;
+  int32_t widthX2 = 0;         // trellis width ×2; 0 = not trellis
+  bool replicated = false;     // also bound on other ranks
+  bool sideVector = false;     // an expert part's side bytes
+  bool shared = false;         // shared expert
+};
+
+struct RankUsage {
+  std::vector<RankBinding> bindings;
+  uint64_t weightBytes = 0;    // bound bytes (each range once per rank)
+  uint64_t bytesPerToken = 0;  // apportioned weight bytes per decoded token
+  uint64_t expertBytesPerToken = 0; // routed + shared experts only
+  /// bytesPerToken by weight / bank symbol (the ops that read them).
+  std::map<std::string, uint64_t> bySymbol;
+};
+
+struct BindingTable {
+  int64_t ranks = 1;
+  std::vector<RankUsage> perRank;
+  uint64_t packBytes = 0;      // distinct ranges, each once
+  uint64_t activeBytesPerToken = 0; // computed per model, independent of N
+};
+
+/// Computes the table for `module` (sharded or not); emits a located error
+/// and fails on inconsistent IR (a symbol use naming no weight, no pack).
+mlir::FailureOr<BindingTable> computeBindings(mlir::ModuleOp module);
+
+/// Splits `total` among `n` shares proportional to `weights` so the parts
+/// sum to exactly total (telescoping floors over the cumulative weights).
+std::vector<uint64_t> apportion(uint64_t total,
+                                const std::vector<uint64_t> &weights);
+
+} // namespace glmc
+
+#endif // GLMC_MLIR_BINDINGS_H

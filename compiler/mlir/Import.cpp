@@ -1,0 +1,495 @@
+//===- Import.cpp - pack (config + manifest + index) → glm module ---------===//
+//
+// See Import.h. The three layouts differ only in what Pack reports: exlr8
+// expert projections come as 16 trellis halves (one part each), EXL3 ones
+// as one trellis tensor, Hugging Face ones as dense tensors. Every geometry
+// number comes from ModelConfig.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/mlir/Import.h"
+
+#include "glm/GlmDialect.h"
+#include "runtime/base/error.h"
+#include "runtime/formats/pack.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Verifier.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+using namespace mlir;
+using namespace mlir::glm;
+namespace fs = std::filesystem;
+using ::glm::rt::Pack;
+using ::glm::rt::WeightInfo;
+
+namespace glmc {
+namespace {
+
+/// Location of `"key"` in config.json (line and column), else line 1.
+static Location configLoc(MLIRContext &ctx, const Pack &pack,
+                          const std::string &key) {
+  std::string file = (fs::path(pack.dir()) / "config.json").string();
+  unsigned line = 1, col = 1;
+  if (pack.config()) {
+    const std::string &raw = pack.config()->rawJson;
+    size_t pos = raw.find("\"" + key + "\"");
+    if (pos != std::string::npos) {
+      for (size_t i = 0; i < pos; ++i, ++col)
+        if (raw[i] == '\n') {
+          ++line;
+          col = 0;
+        }
+    }
+  }
+  return FileLineColLoc::get(&ctx, file, line, col);
+}
+
+static DenseFormat denseFormat(::glm::rt::WeightFormat f) {
+  using ::glm::rt::WeightFormat;
+  switch (f) {
+  case WeightFormat::F32:
+    return DenseFormat::F32;
+  case WeightFormat::F16:
+    return DenseFormat::F16;
+  case WeightFormat::BF16:
+    return DenseFormat::BF16;
+  case WeightFormat::Fp8Block:
+    return DenseFormat::Fp8Block128;
+  case WeightFormat::Fp8Row:
+    return DenseFormat::Fp8Row;
+  case WeightFormat::Mxfp8:
+    return DenseFormat::Mxfp8;
+  case WeightFormat::Int4:
+    return DenseFormat::Int4;
+  case WeightFormat::Trellis:
+    break;
+  }
+  return DenseFormat::BF16;
+}
+
+static Type trellisType(MLIRContext &ctx, const ::glm::rt::TrellisPart &p,
+                        unsigned twiceBits) {
+  return TrellisType::get(&ctx, twiceBits,
+                          static_cast<Codebook>(static_cast<int>(p.codebook)),
+                          static_cast<TileOrder>(static_cast<int>(p.order)),
+                          p.e4m3);
+}
+
+class Importer {
+public:
+  Importer(MLIRContext &ctx, const Pack &pack, std::string manifest)
+      : ctx(ctx), pack(pack), cfg(*pack.config()), b(&ctx),
+        manifestName(std::move(manifest)) {}
+
+  OwningOpRef<ModuleOp> run();
+
+private:
+  int64_t fileIndex(const std::string &f) {
+    auto [it, inserted] = files.emplace(f, files.size());
+    if (inserted)
+      fileOrder.push_back(f);
+    return it->second;
+  }
+  int64_t roleIndex(const std::string &r) {
+    auto [it, inserted] = roles.emplace(r.empty() ? "data" : r, roles.size());
+    if (inserted)
+      roleOrder.push_back(it->first);
+    return it->second;
+  }
+  void pushRange(SmallVectorImpl<int64_t> &out, const ::glm::rt::ByteRange &r) {
+    out.append({fileIndex(r.file), static_cast<int64_t>(r.offset),
+                static_cast<int64_t>(r.length), roleIndex(r.role)});
+  }
+
+  LogicalResult importWeights(ModuleOp module);
+  LogicalResult importBank(int64_t layer, const std::vector<const WeightInfo *>
+                                              &byExpertProj);
+  LogicalResult buildStep(ModuleOp module);
+  /// @name if the pack has it, else a located error.
+  FailureOr<FlatSymbolRefAttr> weight(const std::string &name,
+                                      const std::string &configKey);
+
+  MLIRContext &ctx;
+  const Pack &pack;
+  const ::glm::rt::ModelConfig &cfg;
+  OpBuilder b;
+  std::string manifestName;
+  std::map<std::string, int64_t> files, roles;
+  std::vector<std::string> fileOrder, roleOrder;
+  std::set<std::string> weightNames;
+  std::map<int64_t, std::string> bankOfLayer;
+  std::vector<int64_t> manifestLayers;
+  SmallVector<Attribute> manifestTables;
+  std::set<int32_t> availableWidths;
+  bool anyTrellisBank = false;
+};
+
+FailureOr<FlatSymbolRefAttr> Importer::weight(const std::string &name,
+                                              const std::string &configKey) {
+  if (!weightNames.count(name)) {
+    InFlightDiagnostic d = emitError(configLoc(ctx, pack, configKey))
+                           << "the pack has no tensor '" << name
+                           << "', which config.json implies";
+    d.attachNote() << "run `glmc verify " << pack.dir()
+                   << "` to see what the pack holds, or fix config.json";
+    return failure();
+  }
+  return FlatSymbolRefAttr::get(&ctx, name);
+}
+
+LogicalResult Importer::importBank(
+    int64_t layer, const std::vector<const WeightInfo *> &byExpertProj) {
+  const int64_t E = cfg.numRoutedExperts, S = cfg.numSharedExperts;
+  const int64_t inter = cfg.moeIntermediateSize;
+  const int64_t H = (inter + 127) / 128;
+  const WeightInfo *first = byExpertProj.front();
+  bool trellis = first->format == ::glm::rt::WeightFormat::Trellis;
+  int64_t P = trellis && first->parts.size() > 1 ? first->parts.size() : 1;
+  if (P != 1 && P != H)
+    return emitError(configLoc(ctx, pack, "moe_intermediate_size"))
+           << "'" << first->name << "' has " << P << " parts; expected 1 or "
+           << H << " (moe_intermediate_size / 128)";
+  // Every part lists its own side ranges; ranges shared between parts
+  // (per-layer signs, per-expert block scales) repeat and are deduplicated
+  // by byte range when bound (Bindings.cpp).
+  SmallVector<int64_t> parts, sides;
+  SmallVector<int32_t> widths;
+  for (const WeightInfo *w : byExpertProj) {
+    if ((w->format == ::glm::rt::WeightFormat::Trellis) != trellis ||
+        static_cast<int64_t>(trellis ? w->parts.size() : 1) != P)
+      return emitError(configLoc(ctx, pack, "n_routed_experts"))
+             << "'" << w->name << "' is stored differently from '"
+             << first->name << "'; a layer's experts must share a layout";
+    for (int64_t h = 0; h < P; ++h) {
+      int64_t sideBegin = sides.size() / 4;
+      if (trellis) {
+        const ::glm::rt::TrellisPart &part = w->parts[h];
+        parts.append({fileIndex(part.trellisBytes.file),
+                      (int64_t)part.trellisBytes.offset,
+                      (int64_t)part.trellisBytes.length});
+        for (const ::glm::rt::ByteRange &r : part.sideBytes)
+          pushRange(sides, r);
+        widths.push_back(part.width.twiceBits);
+        availableWidths.insert(part.width.twiceBits);
+      } else {
+        if (w->ranges.empty())
+          return emitError(configLoc(ctx, pack, "n_routed_experts"))
+                 << "'" << w->name << "' has no byte range";
+        const ::glm::rt::ByteRange &r = w->ranges[0];
+        parts.append({fileIndex(r.file), (int64_t)r.offset,
+                      (int64_t)r.length});
+        for (size_t i = 1; i < w->ranges.size(); ++i)
+          pushRange(sides, w->ranges[i]);
+      }
+      parts.append({sideBegin, (int64_t)(sides.size() / 4)});
+    }
+  }
+  std::string sym = "model.layers." + std::to_string(layer) + ".mlp.experts";
+  Type type = trellis ? trellisType(ctx, first->parts[0], 0)
+                      : Type(DenseType::get(&ctx, denseFormat(first->format)));
+  auto bank = b.create<ExpertsOp>(
+      configLoc(ctx, pack, "n_routed_experts"), b.getStringAttr(sym),
+      TypeAttr::get(type), b.getI64IntegerAttr(layer), b.getI64IntegerAttr(E),
+      b.getI64IntegerAttr(S), b.getI64IntegerAttr(H), b.getI64IntegerAttr(P),
+      b.getI64IntegerAttr(cfg.hiddenSize), b.getI64IntegerAttr(inter),
+      b.getDenseI64ArrayAttr(parts), b.getDenseI64ArrayAttr(sides),
+      DenseI32ArrayAttr());
+  (void)bank;
+  bankOfLayer[layer] = sym;
+  if (trellis) {
+    anyTrellisBank = true;
+    manifestLayers.push_back(layer);
+    manifestTables.push_back(b.getDenseI32ArrayAttr(widths));
+  }
+  return success();
+}
+
+LogicalResult Importer::importWeights(ModuleOp module) {
+  const int64_t E = cfg.numRoutedExperts, S = cfg.numSharedExperts;
+  // layer → [(expert, projection)] of its expert weights.
+  std::map<int64_t, std::vector<const WeightInfo *>> banks;
+  for (const WeightInfo &w : pack.weights()) {
+    bool isExpert = w.expert >= 0 || w.shared;
+    if (!isExpert) {
+      Type type;
+      if (w.format == ::glm::rt::WeightFormat::Trellis) {
+        if (w.parts.empty())
+          return emitError(configLoc(ctx, pack, "quantization_config"))
+                 << "trellis tensor '" << w.name << "' has no parts";
+        type = trellisType(ctx, w.parts[0], w.parts[0].width.twiceBits);
+      } else {
+        type = DenseType::get(&ctx, denseFormat(w.format));
+      }
+      SmallVector<int64_t> ranges;
+      for (const ::glm::rt::ByteRange &r : w.ranges)
+        pushRange(ranges, r);
+      auto op = b.create<WeightOp>(b.getUnknownLoc(), b.getStringAttr(w.name),
+                                   TypeAttr::get(type), b.getStringAttr(w.name),
+                                   b.getDenseI64ArrayAttr(w.shape),
+                                   b.getDenseI64ArrayAttr(ranges));
+      op->setAttr("layer", b.getI64IntegerAttr(w.layer));
+      weightNames.insert(w.name);
+      continue;
+    }
+    auto &slots = banks[w.layer];
+    slots.resize((E + S) * 3, nullptr);
+    int64_t e = w.shared ? E : w.expert;
+    if (e < 0 || e >= E + S || w.projection < 0 || w.projection > 2)
+      return emitError(configLoc(ctx, pack, "n_routed_experts"))
+             << "expert tensor '" << w.name << "' is outside "
+             << "n_routed_experts = " << E << " (+" << S << " shared)";
+    slots[e * 3 + w.projection] = &w;
+  }
+  for (auto &[layer, slots] : banks) {
+    for (int64_t i = 0; i < (int64_t)slots.size(); ++i)
+      if (!slots[i]) {
+        InFlightDiagnostic d =
+            emitError(configLoc(ctx, pack, "n_routed_experts"))
+            << "layer " << layer << " lacks expert " << i / 3
+            << (i / 3 >= E ? " (shared)" : "") << " projection "
+            << (const char *[]){"gate", "up", "down"}[i % 3];
+        d.attachNote() << "the pack is incomplete: run `glmc verify "
+                       << pack.dir() << "`";
+        return failure();
+      }
+    if (failed(importBank(layer, slots)))
+      return failure();
+  }
+  (void)module;
+  return success();
+}
+
+LogicalResult Importer::buildStep(ModuleOp module) {
+  Location loc = configLoc(ctx, pack, "num_hidden_layers");
+  const int64_t d = cfg.hiddenSize;
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  auto act = [&](int64_t cols, Type t) {
+    return RankedTensorType::get({ShapedType::kDynamic, cols}, t);
+  };
+  auto tokensType = RankedTensorType::get({ShapedType::kDynamic}, i32);
+  auto fn = b.create<func::FuncOp>(
+      loc, "decode_step", b.getFunctionType({tokensType}, {tokensType}));
+  Block *entry = fn.addEntryBlock();
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(entry);
+  auto eps = b.getF64FloatAttr(cfg.rmsNormEps);
+
+  auto embedW = weight("model.embed_tokens.weight", "vocab_size");
+  if (failed(embedW))
+    return failure();
+  Value x = b.create<EmbedOp>(loc, act(d, f32), entry->getArgument(0), *embedW);
+  Value selection;
+  for (int64_t l = 0; l < cfg.numLayers; ++l) {
+    std::string p = "model.layers." + std::to_string(l) + ".";
+    std::string a = p + "self_attn.";
+    auto inNorm = weight(p + "input_layernorm.weight", "num_hidden_layers");
+    if (failed(inNorm))
+      return failure();
+    Value h = b.create<RmsNormOp>(loc, x, *inNorm, eps);
+    // DSA indexer: full layers score, shared ones reuse the last selection.
+    bool full = cfg.isFullIndexerLayer(l);
+    auto selType = act(ShapedType::kDynamic, i32);
+    auto ixAttrs = [&](int64_t layer) {
+      return std::make_tuple(b.getI64IntegerAttr(layer),
+                             b.getI64IntegerAttr(cfg.indexNHeads),
+                             b.getI64IntegerAttr(cfg.indexHeadDim),
+                             b.getI64IntegerAttr(cfg.qkRopeHeadDim),
+                             b.getI64IntegerAttr(cfg.indexTopk));
+    };
+    auto [lAttr, hAttr, dAttr, rAttr, kAttr] = ixAttrs(l);
+    if (full) {
+      std::string ix = a + "indexer.";
+      SmallVector<Attribute> ws;
+      for (const char *n : {"wq_b.weight", "wk.weight", "k_norm.weight",
+                            "k_norm.bias", "weights_proj.weight"}) {
+        auto w = weight(ix + n, "indexer_types");
+        if (failed(w))
+          return failure();
+        ws.push_back(*w);
+      }
+      selection = b.create<DsaIndexerOp>(
+          loc, selType, IndexerKindAttr::get(&ctx, IndexerKind::Full), h,
+          lAttr, hAttr, dAttr, rAttr, kAttr, b.getArrayAttr(ws));
+    } else {
+      if (!selection)
+        return emitError(configLoc(ctx, pack, "indexer_types"))
+               << "layer " << l << " is a shared indexer layer with no full "
+               << "layer before it";
+      selection = b.create<DsaIndexerOp>(
+          loc, selType, IndexerKindAttr::get(&ctx, IndexerKind::Shared),
+          selection, lAttr, hAttr, dAttr, rAttr, kAttr, b.getArrayAttr({}));
+    }
+    SmallVector<FlatSymbolRefAttr> mw;
+    for (const char *n : {"q_a_proj.weight", "q_a_layernorm.weight",
+                          "q_b_proj.weight", "kv_a_proj_with_mqa.weight",
+                          "kv_a_layernorm.weight", "kv_b_proj.weight",
+                          "o_proj.weight"}) {
+      auto w = weight(a + n, "q_lora_rank");
+      if (failed(w))
+        return failure();
+      mw.push_back(*w);
+    }
+    auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
+    Value att = b.create<MlaOp>(
+        loc, act(d, f32), h, selection, i64(l), i64(cfg.numHeads),
+        i64(cfg.qLoraRank), i64(cfg.kvLoraRank), i64(cfg.qkNopeHeadDim),
+        i64(cfg.qkRopeHeadDim), i64(cfg.vHeadDim),
+        b.getF64FloatAttr(cfg.ropeTheta), eps, mw[0], mw[1], mw[2], mw[3],
+        mw[4], mw[5], mw[6], ShardAttr());
+    x = b.create<AddOp>(loc, x, att);
+    auto postNorm =
+        weight(p + "post_attention_layernorm.weight", "num_hidden_layers");
+    if (failed(postNorm))
+      return failure();
+    h = b.create<RmsNormOp>(loc, x, *postNorm, eps);
+    Value mlpOut;
+    if (cfg.isMoeLayer(l)) {
+      auto gate = weight(p + "mlp.gate.weight", "n_routed_experts");
+      auto bias =
+          weight(p + "mlp.gate.e_score_correction_bias", "n_routed_experts");
+      if (failed(gate) || failed(bias))
+        return failure();
+      if (!bankOfLayer.count(l))
+        return emitError(configLoc(ctx, pack, "mlp_layer_types"))
+               << "layer " << l << " is a MoE layer but the pack has no "
+               << "experts for it";
+      int64_t k = cfg.numExpertsPerTok;
+      auto router = b.create<RouterOp>(
+          loc, TypeRange{act(k, i32), act(k, f32)}, h, *gate, *bias,
+          i64(cfg.numRoutedExperts), i64(k),
+          b.getF64FloatAttr(cfg.routedScalingFactor),
+          b.getBoolAttr(cfg.normTopkProb));
+      mlpOut = b.create<MoeOp>(
+          loc, act(d, f32), h, router.getIndices(), router.getWeights(),
+          FlatSymbolRefAttr::get(&ctx, bankOfLayer[l]), i64(l), ShardAttr());
+    } else {
+      SmallVector<FlatSymbolRefAttr> fw;
+      for (const char *n :
+           {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+        auto w = weight(p + n, "first_k_dense_replace");
+        if (failed(w))
+          return failure();
+        fw.push_back(*w);
+      }
+      mlpOut = b.create<MlpOp>(loc, act(d, f32), h, i64(l),
+                               i64(cfg.intermediateSize), fw[0], fw[1], fw[2],
+                               ShardAttr());
+    }
+    x = b.create<AddOp>(loc, x, mlpOut);
+  }
+  auto finalNorm = weight("model.norm.weight", "hidden_size");
+  auto head = weight(cfg.tieWordEmbeddings ? "model.embed_tokens.weight"
+                                           : "lm_head.weight",
+                     "tie_word_embeddings");
+  if (failed(finalNorm) || failed(head))
+    return failure();
+  Value n = b.create<RmsNormOp>(loc, x, *finalNorm, eps);
+  Value logits =
+      b.create<LmHeadOp>(loc, act(cfg.vocabSize, f32), n, *head, ShardAttr());
+  Value next = b.create<SampleOp>(loc, tokensType, logits,
+                                  b.getDenseI64ArrayAttr(cfg.eosTokenIds),
+                                  b.getF64FloatAttr(1.0), b.getF64FloatAttr(1.0));
+  b.create<func::ReturnOp>(loc, next);
+  (void)module;
+  return success();
+}
+
+OwningOpRef<ModuleOp> Importer::run() {
+  OwningOpRef<ModuleOp> module = ModuleOp::create(b.getUnknownLoc());
+  b.setInsertionPointToEnd(module->getBody());
+  // The pack op goes first; its tables are filled once every range is seen.
+  auto packOp = b.create<PackOp>(
+      FileLineColLoc::get(&ctx, pack.dir(), 1, 1), b.getStringAttr("pack"),
+      b.getStringAttr(::glm::rt::packLayoutName(pack.layout())),
+      b.getStringAttr(pack.dir()), b.getStrArrayAttr({}),
+      b.getStrArrayAttr({}), b.getStringAttr(pack.configHash()),
+      b.getStringAttr(pack.indexHash()), b.getStringAttr(pack.manifestHash()),
+      b.getStringAttr(manifestName));
+  if (failed(importWeights(*module)))
+    return nullptr;
+  if (anyTrellisBank) {
+    SmallVector<int32_t> avail(availableWidths.begin(), availableWidths.end());
+    b.create<ManifestOp>(configLoc(ctx, pack, "n_routed_experts"),
+                         b.getStringAttr(manifestName.empty() ? "pack"
+                                                              : manifestName),
+                         b.getDenseI64ArrayAttr(manifestLayers),
+                         b.getDenseI32ArrayAttr(avail),
+                         b.getArrayAttr(manifestTables));
+  }
+  if (failed(buildStep(*module)))
+    return nullptr;
+  SmallVector<StringRef> f(fileOrder.begin(), fileOrder.end()),
+      r(roleOrder.begin(), roleOrder.end());
+  packOp.setFilesAttr(b.getStrArrayAttr(f));
+  packOp.setRolesAttr(b.getStrArrayAttr(r));
+
+  auto has = [&](const char *f) {
+    return fs::exists(fs::path(pack.dir()) / f) ? std::string(f)
+                                                : std::string();
+  };
+  module->getOperation()->setAttr(
+      "glm.model",
+      b.getDictionaryAttr({
+          b.getNamedAttr("model_type", b.getStringAttr(cfg.modelType)),
+          b.getNamedAttr("architecture", b.getStringAttr(cfg.architecture)),
+          b.getNamedAttr("hidden", b.getI64IntegerAttr(cfg.hiddenSize)),
+          b.getNamedAttr("layers", b.getI64IntegerAttr(cfg.numLayers)),
+          b.getNamedAttr("vocab", b.getI64IntegerAttr(cfg.vocabSize)),
+          b.getNamedAttr("eos", b.getDenseI64ArrayAttr(cfg.eosTokenIds)),
+          b.getNamedAttr("pad", b.getI64IntegerAttr(cfg.padTokenId)),
+          b.getNamedAttr("tokenizer", b.getStringAttr(has("tokenizer.json"))),
+          b.getNamedAttr("chat_template",
+                         b.getStringAttr(has("chat_template.jinja"))),
+      }));
+  if (failed(verify(*module)))
+    return nullptr;
+  return module;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> importModel(MLIRContext &ctx, const Pack &pack,
+                                  const std::string &manifestName) {
+  ctx.getOrLoadDialect<GlmDialect>();
+  ctx.getOrLoadDialect<func::FuncDialect>();
+  if (!pack.config()) {
+    emitError(FileLineColLoc::get(&ctx, pack.dir(), 1, 1))
+            .attachNote()
+        << "the pack has no config.json; `glmc compile` needs the model "
+           "geometry: copy the model's config.json into the pack";
+    return nullptr;
+  }
+  return Importer(ctx, pack, manifestName).run();
+}
+
+OwningOpRef<ModuleOp> importPack(MLIRContext &ctx, const std::string &dir,
+                                 const ImportOptions &opt) {
+  ::glm::rt::PackOpenOptions po;
+  po.manifest = opt.manifest;
+  po.width = opt.width;
+  po.indexOnly = true;
+  std::unique_ptr<Pack> pack;
+  try {
+    pack = Pack::open(dir, po);
+  } catch (const ::glm::rt::Error &e) {
+    std::string where = (fs::path(dir) / "config.json").string();
+    if (!opt.manifest.empty())
+      where = fs::exists(opt.manifest)
+                  ? opt.manifest
+                  : (fs::path(dir) / "manifests" /
+                     ("exlr8-manifest-" + opt.manifest + ".json"))
+                        .string();
+    InFlightDiagnostic d = emitError(FileLineColLoc::get(&ctx, where, 1, 1))
+                           << e.what();
+    d.attachNote() << "check the pack with `glmc verify " << dir
+                   << "` and the --manifest name or path";
+    return nullptr;
+  }
+  return importModel(ctx, *pack, opt.manifest);
+}
+
+} // namespace glmc

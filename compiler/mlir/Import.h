@@ -1,0 +1,42 @@
+//===- Import.h - pack (config + manifest + index) → glm module -*- C++ -*-===//
+//
+// Builds the model-level glm module of a pack: its files, every weight with
+// its byte ranges, one expert bank per MoE layer, the manifest's widths and
+// func.func @decode_step. Reads headers and indexes only (Pack::open with
+// indexOnly): never a weight byte. Works for the HF, EXL3 and exlr8 layouts.
+//
+//===----------------------------------------------------------------------===//
+#ifndef GLMC_MLIR_IMPORT_H
+#define GLMC_MLIR_IMPORT_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <string>
+
+namespace glm::rt {
+class Pack;
+}
+
+namespace glmc {
+
+struct ImportOptions {
+  std::string manifest; // exlr8 manifest name or path ("" = the pack's only)
+  int width = 0;        // exlr8: one width for every half (0 = manifest)
+};
+
+/// Opens `dir` index-only and imports it. On bad input emits a diagnostic
+/// located in config.json / the manifest with a note saying what to do, and
+/// returns null.
+mlir::OwningOpRef<mlir::ModuleOp> importPack(mlir::MLIRContext &ctx,
+                                             const std::string &dir,
+                                             const ImportOptions &opt = {});
+
+/// Imports an open pack; `manifestName` is recorded in the module.
+mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext &ctx,
+                                              const glm::rt::Pack &pack,
+                                              const std::string &manifestName);
+
+} // namespace glmc
+
+#endif // GLMC_MLIR_IMPORT_H

@@ -1,0 +1,55 @@
+//===- Passes.h - the glmc passes and pipeline ------------------*- C++ -*-===//
+//
+// Declarations generated from Passes.td (create functions and options) plus
+// the pipeline that `glmc compile` runs (Pipeline.cpp).
+//
+//===----------------------------------------------------------------------===//
+#ifndef GLMC_MLIR_PASSES_H
+#define GLMC_MLIR_PASSES_H
+
+#include "glm/GlmDialect.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Pass/Pass.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <string>
+#include <vector>
+
+namespace glmc {
+
+#define GEN_PASS_DECL
+#include "compiler/mlir/Passes.h.inc"
+
+#define GEN_PASS_REGISTRATION
+#include "compiler/mlir/Passes.h.inc"
+
+/// Everything `glmc compile` decides, in pass-option form.
+struct PipelineOptions {
+  int64_t ranks = 1;
+  int64_t maxContext = 8192;
+  std::string kvDtype = "bf16";
+  double memoryPerSpark = 0; // GiB; 0 = no limit
+  std::vector<std::string> archs = {"sm_121"};
+  bool compileKernels = false;
+  std::string output; // plan file; empty = none
+};
+
+/// The stages `glmc compile --emit=` can stop after.
+enum class Stage { Model, Kernel, Cuda, Plan };
+
+/// Adds the passes of `glmc compile` up to and including `stop`:
+/// shard-tp, select-width | fuse, plan-memory | emit-kernels | emit-plan.
+void buildPipeline(mlir::OpPassManager &pm, const PipelineOptions &opt,
+                   Stage stop = Stage::Plan);
+
+/// Registers every glm pass and the `glm-compile` pipeline with MLIR's
+/// registry (for glmc-opt).
+void registerAllGlmPasses();
+
+/// Registers the dialects a glm module uses.
+void registerGlmDialects(mlir::DialectRegistry &registry);
+
+} // namespace glmc
+
+#endif // GLMC_MLIR_PASSES_H

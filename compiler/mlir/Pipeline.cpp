@@ -1,0 +1,79 @@
+//===- Pipeline.cpp - the glmc pass pipeline ------------------------------===//
+//
+// The one place that orders the passes: shard-tp → select-width → fuse →
+// plan-memory → emit-kernels → emit-plan. glmc compile and glmc-opt's
+// `glm-compile` pipeline both build it here.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/mlir/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+namespace glmc {
+
+void buildPipeline(OpPassManager &pm, const PipelineOptions &opt,
+                   Stage stop) {
+  pm.addPass(createGlmShardTp(GlmShardTpOptions{opt.ranks}));
+  pm.addPass(createGlmSelectWidth());
+  if (stop == Stage::Model)
+    return;
+  pm.addPass(createGlmFuse());
+  GlmPlanMemoryOptions mem;
+  mem.maxContext = opt.maxContext;
+  mem.kvDtype = opt.kvDtype;
+  mem.memoryPerSpark = opt.memoryPerSpark;
+  pm.addPass(createGlmPlanMemory(mem));
+  if (stop == Stage::Kernel)
+    return;
+  GlmEmitKernelsOptions kernels;
+  kernels.archs.assign(opt.archs.begin(), opt.archs.end());
+  kernels.compile = opt.compileKernels;
+  pm.addPass(createGlmEmitKernels(kernels));
+  if (stop == Stage::Cuda)
+    return;
+  pm.addPass(createGlmEmitPlan(GlmEmitPlanOptions{opt.output}));
+}
+
+namespace {
+/// Options of the registered `glm-compile` pipeline.
+struct CompilePipelineOptions
+    : public PassPipelineOptions<CompilePipelineOptions> {
+  Option<int64_t> ranks{*this, "ranks", llvm::cl::desc("ranks"),
+                        llvm::cl::init(1)};
+  Option<int64_t> maxContext{*this, "max-context",
+                             llvm::cl::desc("KV cache tokens"),
+                             llvm::cl::init(8192)};
+  Option<std::string> kvDtype{*this, "kv-dtype",
+                              llvm::cl::desc("bf16 or fp8"),
+                              llvm::cl::init("bf16")};
+  Option<double> memoryPerSpark{*this, "memory-per-spark",
+                                llvm::cl::desc("GiB per rank, 0 = no limit"),
+                                llvm::cl::init(0)};
+  Option<std::string> output{*this, "output", llvm::cl::desc("plan file"),
+                             llvm::cl::init("")};
+};
+} // namespace
+
+void registerAllGlmPasses() {
+  registerGlmcPasses();
+  PassPipelineRegistration<CompilePipelineOptions>(
+      "glm-compile", "the whole glmc compile pipeline",
+      [](OpPassManager &pm, const CompilePipelineOptions &o) {
+        PipelineOptions opt;
+        opt.ranks = o.ranks;
+        opt.maxContext = o.maxContext;
+        opt.kvDtype = o.kvDtype;
+        opt.memoryPerSpark = o.memoryPerSpark;
+        opt.output = o.output;
+        buildPipeline(pm, opt);
+      });
+}
+
+void registerGlmDialects(DialectRegistry &registry) {
+  registry.insert<glm::GlmDialect, func::FuncDialect>();
+}
+
+} // namespace glmc

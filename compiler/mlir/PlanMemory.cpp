@@ -1,0 +1,230 @@
+//===- PlanMemory.cpp - glm-plan-memory: per-rank memory and its limit ----===//
+//
+// Three numbers per rank: weight bytes bound (Bindings.h), the KV cache
+// (latent cache of every layer, all heads need it, plus the index keys of
+// full indexer layers) and one activation arena laid out by liveness over
+// the decode step (best fit, 256-byte aligned). Sparks freeze rather than
+// fail when memory runs out, so a rank over the budget refuses the compile
+// with a table of what needs how much.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/mlir/Bindings.h"
+#include "compiler/mlir/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/Format.h"
+
+#include <map>
+#include <sstream>
+#include <set>
+
+using namespace mlir;
+using namespace mlir::glm;
+
+namespace glmc {
+#define GEN_PASS_DEF_GLMPLANMEMORY
+#include "compiler/mlir/Passes.h.inc"
+} // namespace glmc
+
+namespace {
+
+constexpr uint64_t kAlign = 256;
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+static uint64_t alignUp(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+/// First-fit-by-size free list over [0, arena): offsets of freed blocks.
+class Arena {
+public:
+  uint64_t allocate(uint64_t bytes) {
+    bytes = alignUp(bytes);
+    // Best fit: the smallest free block that holds `bytes`.
+    auto best = free_.end();
+    for (auto it = free_.begin(); it != free_.end(); ++it)
+      if (it->second >= bytes &&
+          (best == free_.end() || it->second < best->second))
+        best = it;
+    if (best == free_.end()) {
+      uint64_t off = top_;
+      top_ += bytes;
+      return off;
+    }
+    uint64_t off = best->first, size = best->second;
+    free_.erase(best);
+    if (size > bytes)
+      free_[off + bytes] = size - bytes;
+    return off;
+  }
+  void release(uint64_t off, uint64_t bytes) {
+    bytes = alignUp(bytes);
+    auto it = free_.emplace(off, bytes).first;
+    // Merge with the next and the previous free block.
+    auto next = std::next(it);
+    if (next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+    }
+  }
+  uint64_t size() const { return top_; }
+
+private:
+  std::map<uint64_t, uint64_t> free_;
+  uint64_t top_ = 0;
+};
+
+struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
+  using GlmPlanMemoryBase::GlmPlanMemoryBase;
+
+  /// Bytes of one activation value for `maxTokens` tokens.
+  uint64_t valueBytes(Value v) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    if (!t)
+      return 0;
+    uint64_t elems = 1;
+    for (int64_t d : t.getShape())
+      elems *= ShapedType::isDynamic(d) ? static_cast<uint64_t>(maxTokens) : d;
+    return elems * std::max<uint64_t>(1, t.getElementTypeBitWidth() / 8);
+  }
+
+  /// Lays out the values of `func` by liveness; tags each op with the arena
+  /// offsets of its results (`glm.arena`) and returns the arena size.
+  uint64_t planArena(func::FuncOp func) {
+    Arena arena;
+    llvm::DenseMap<Value, Operation *> lastUse;
+    llvm::DenseMap<Value, uint64_t> offset;
+    Block &body = func.getBody().front();
+    for (BlockArgument a : body.getArguments())
+      lastUse[a] = nullptr;
+    for (Operation &op : body)
+      for (Value v : op.getOperands())
+        lastUse[v] = &op;
+    for (BlockArgument a : body.getArguments())
+      offset[a] = arena.allocate(valueBytes(a));
+    OpBuilder b(func.getContext());
+    for (Operation &op : body) {
+      SmallVector<int64_t> offs;
+      for (Value r : op.getResults()) {
+        offset[r] = arena.allocate(valueBytes(r));
+        offs.push_back(offset[r]);
+      }
+      if (!offs.empty())
+        op.setAttr("glm.arena", b.getDenseI64ArrayAttr(offs));
+      // Operands whose last use is this op die after it.
+      for (Value v : llvm::to_vector(op.getOperands()))
+        if (lastUse.lookup(v) == &op && offset.count(v)) {
+          arena.release(offset[v], valueBytes(v));
+          offset.erase(v);
+          lastUse.erase(v);
+        }
+      // Results nobody reads die at once.
+      for (Value r : op.getResults())
+        if (r.use_empty()) {
+          arena.release(offset[r], valueBytes(r));
+          offset.erase(r);
+        }
+    }
+    return arena.size();
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (kvDtype != "bf16" && kvDtype != "fp8") {
+      module.emitError() << "glm-plan-memory: kv-dtype must be bf16 or fp8, "
+                            "got '"
+                         << kvDtype << "'";
+      return signalPassFailure();
+    }
+    if (maxContext < 1 || maxTokens < 1 || memoryPerSpark < 0) {
+      module.emitError() << "glm-plan-memory: max-context and max-tokens must "
+                            "be positive and memory-per-spark not negative";
+      return signalPassFailure();
+    }
+    uint64_t kvElemBytes = kvDtype == "fp8" ? 1 : 2;
+
+    // KV cache: one latent row per token per attention layer; index keys per
+    // token on full indexer layers. Every rank holds all of it (each head
+    // reads the whole latent).
+    uint64_t kvBytes = 0, indexBytes = 0;
+    std::set<int64_t> layers;
+    module.walk([&](Operation *op) {
+      int64_t latent = 0, layer = -1;
+      if (auto m = dyn_cast<MlaOp>(op)) {
+        latent = m.getKvLora() + m.getQkRope();
+        layer = m.getLayer();
+      } else if (auto a = dyn_cast<AttentionDecodeOp>(op)) {
+        latent = a.getKvLora() + a.getQkRope();
+        layer = a.getLayer();
+      } else if (auto ix = dyn_cast<DsaIndexerOp>(op)) {
+        if (ix.getKind() == IndexerKind::Full)
+          indexBytes += maxContext * ix.getHeadDim() * kvElemBytes;
+      } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
+        indexBytes += maxContext * ix.getHeadDim() * kvElemBytes;
+      }
+      if (latent && layers.insert(layer).second)
+        kvBytes += maxContext * latent * kvElemBytes;
+    });
+    kvBytes += indexBytes;
+
+    uint64_t arenaBytes = 0;
+    for (auto func : module.getOps<func::FuncOp>())
+      arenaBytes = std::max(arenaBytes, planArena(func));
+
+    FailureOr<glmc::BindingTable> table = glmc::computeBindings(module);
+    if (failed(table))
+      return signalPassFailure();
+
+    OpBuilder b(&getContext());
+    SmallVector<Attribute> perRank;
+    uint64_t budget = static_cast<uint64_t>(memoryPerSpark * kGiB);
+    bool over = false;
+    for (auto [r, use] : llvm::enumerate(table->perRank)) {
+      uint64_t total = use.weightBytes + kvBytes + arenaBytes;
+      over |= budget && total > budget;
+      perRank.push_back(b.getDictionaryAttr({
+          b.getNamedAttr("rank", b.getI64IntegerAttr(r)),
+          b.getNamedAttr("weights", b.getI64IntegerAttr(use.weightBytes)),
+          b.getNamedAttr("kv", b.getI64IntegerAttr(kvBytes)),
+          b.getNamedAttr("activations", b.getI64IntegerAttr(arenaBytes)),
+          b.getNamedAttr("total", b.getI64IntegerAttr(total)),
+      }));
+    }
+    if (over) {
+      std::ostringstream gib;
+      gib << double(memoryPerSpark);
+      InFlightDiagnostic d = module.emitError()
+                             << "the plan does not fit " << gib.str()
+                             << " GiB per Spark; per rank (GiB):\n";
+      d << "  rank   weights        KV  activations     total    budget\n";
+      for (auto [r, use] : llvm::enumerate(table->perRank)) {
+        uint64_t total = use.weightBytes + kvBytes + arenaBytes;
+        std::string line;
+        llvm::raw_string_ostream os(line);
+        os << llvm::format("  %4zu  %8.2f  %8.2f  %11.2f  %8.2f  %8.2f%s\n", r,
+                          use.weightBytes / kGiB, kvBytes / kGiB,
+                          arenaBytes / kGiB, total / kGiB,
+                          double(memoryPerSpark), total > budget ? "  OVER" : "");
+        d << os.str();
+      }
+      d.attachNote() << "use more Sparks (--sparks), a shorter --max-context, "
+                        "--kv-dtype fp8 or a smaller manifest";
+      return signalPassFailure();
+    }
+    module->setAttr("glm.memory", b.getArrayAttr(perRank));
+    module->setAttr("glm.kv", b.getDictionaryAttr({
+        b.getNamedAttr("max_context", b.getI64IntegerAttr(maxContext)),
+        b.getNamedAttr("dtype", b.getStringAttr(kvDtype)),
+        b.getNamedAttr("bytes", b.getI64IntegerAttr(kvBytes)),
+        b.getNamedAttr("max_tokens", b.getI64IntegerAttr(maxTokens)),
+    }));
+  }
+};
+
+} // namespace
