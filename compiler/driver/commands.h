@@ -16,9 +16,9 @@ void addSynthCommand(CLI::App &app, int &rc);
 void addQuantizeCommand(CLI::App &app, int &rc);
 void addVerifyCommand(CLI::App &app, int &rc);
 void addDequantCommand(CLI::App &app, int &rc);
+void addInspectCommand(CLI::App &app, int &rc); // needs no MLIR
 #ifdef GLM_WITH_MLIR
 void addCompileCommand(CLI::App &app, int &rc);
-void addInspectCommand(CLI::App &app, int &rc);
 #endif
 
 } // namespace glmc

@@ -24,8 +24,8 @@ int main(int argc, char **argv) {
   glmc::addDequantCommand(app, rc);
 #ifdef GLM_WITH_MLIR
   glmc::addCompileCommand(app, rc);
-  glmc::addInspectCommand(app, rc);
 #endif
+  glmc::addInspectCommand(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {

@@ -1,0 +1,143 @@
+//===- inspect.cpp - glmc inspect: what a plan costs, rank by rank --------===//
+//
+// Reads a plan (verified like the runtime reads it, but without pack hashes)
+// and prints per rank and layer the fused kernels, weight bytes read per
+// decoded token and the predicted time at a bandwidth, memory per rank and a
+// summary; as text, json, Graphviz dot or one self-contained html page.
+// Needs no MLIR.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/driver/commands.h"
+#include "plans/plan.h"
+#include "plans/plan_inspect.h"
+#include "runtime/base/error.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <unistd.h>
+
+namespace glmc {
+namespace {
+
+struct InspectArgs {
+  std::string plan;
+  int rank = -1;
+  std::string layer;
+  std::string format = "text";
+  double bandwidth = 273;
+  std::string output;
+};
+
+/// Renders dot to svg with Graphviz when `dot` is on PATH; "" otherwise.
+std::string renderSvg(const std::string &dotText) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path dir = fs::temp_directory_path(ec);
+  if (ec)
+    return "";
+  fs::path in = dir / ("glmc-inspect-" + std::to_string(::getpid()) + ".dot");
+  {
+    std::ofstream f(in);
+    f << dotText;
+    if (!f)
+      return "";
+  }
+  std::string cmd = "dot -Tsvg '" + in.string() + "' 2>/dev/null";
+  std::string svg;
+  if (FILE *p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0)
+      svg.append(buf, n);
+    if (::pclose(p) != 0)
+      svg.clear();
+  }
+  fs::remove(in, ec);
+  return svg;
+}
+
+int runInspect(const InspectArgs &a) {
+  glm::plan::Plan plan = glm::plan::readPlan(a.plan);
+  glm::plan::InspectOptions opt;
+  opt.rank = a.rank;
+  opt.bandwidthGBps = a.bandwidth;
+  opt.planPath = a.plan;
+  if (!a.layer.empty()) {
+    if (a.layer == "embed")
+      opt.layer = -1;
+    else if (a.layer == "head")
+      opt.layer = int(plan.model.numLayers);
+    else {
+      char *end = nullptr;
+      long v = std::strtol(a.layer.c_str(), &end, 10);
+      glm::rt::check(end && *end == '\0' && v >= 0, "--layer '", a.layer,
+                     "': give a layer number, 'embed' or 'head'");
+      opt.layer = int(v);
+    }
+  }
+  glm::rt::check(a.bandwidth > 0, "--bandwidth must be positive (GB/s)");
+  if (a.rank >= 0)
+    glm::rt::check(size_t(a.rank) < plan.ranks.size(), a.plan, ": --rank ",
+                   a.rank, " is out of range (the plan has ",
+                   plan.ranks.size(), " ranks)");
+
+  std::string out;
+  if (a.format == "text")
+    out = glm::plan::inspectText(plan, opt);
+  else if (a.format == "json")
+    out = glm::plan::inspectJson(plan, opt);
+  else if (a.format == "dot")
+    out = glm::plan::inspectDot(plan, opt);
+  else
+    out = glm::plan::inspectHtml(plan, opt,
+                                 renderSvg(glm::plan::inspectDot(plan, opt)));
+
+  if (a.output.empty() || a.output == "-") {
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  } else {
+    std::ofstream f(a.output, std::ios::trunc);
+    glm::rt::check(bool(f), a.output, ": cannot open for writing");
+    f << out;
+    glm::rt::check(bool(f), a.output, ": write failed");
+  }
+  return 0;
+}
+
+} // namespace
+
+void addInspectCommand(CLI::App &app, int &rc) {
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App *cmd = app.add_subcommand(
+      "inspect",
+      "Show what a plan costs: per rank and layer the fused kernels, weight "
+      "bytes read per decoded token and the predicted time at a bandwidth; "
+      "memory per rank; predicted decode tok/s on N Sparks");
+  cmd->add_option("PLAN", args->plan, "plan file from glmc compile")
+      ->required();
+  cmd->add_option("--rank", args->rank,
+                  "show one rank (default: all; dot shows rank 0)");
+  cmd->add_option("--layer", args->layer,
+                  "show one layer: a number, 'embed' or 'head' (default: all)");
+  cmd->add_option("--format", args->format, "text | json | dot | html")
+      ->check(CLI::IsMember({"text", "json", "dot", "html"}))
+      ->capture_default_str();
+  cmd->add_option("--bandwidth", args->bandwidth,
+                  "memory bandwidth per rank in GB/s for predicted times "
+                  "(DGX Spark: 273 nominal)")
+      ->capture_default_str();
+  cmd->add_option("-o,--output", args->output, "write here instead of stdout");
+  cmd->footer("Examples:\n  glmc inspect model.glmplan\n"
+              "  glmc inspect model.glmplan --rank 1 --layer 3\n"
+              "  glmc inspect model.glmplan --format dot | dot -Tsvg > g.svg\n"
+              "  glmc inspect model.glmplan --format html -o plan.html");
+  cmd->callback([args, &rc] { rc = runInspect(*args); });
+}
+
+} // namespace glmc

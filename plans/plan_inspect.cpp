@@ -1,0 +1,410 @@
+//===- plan_inspect.cpp - text/json/dot/html views of a plan --------------===//
+//
+// Times are recomputed from bytes at the requested bandwidth (the plan's own
+// predictions use the bandwidth it was compiled for), so `--bandwidth 243`
+// answers "what if the Spark sustains 243 GB/s" without re-planning.
+//
+//===----------------------------------------------------------------------===//
+#include "plans/plan_inspect.h"
+#include "runtime/base/error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace glm::plan {
+
+namespace {
+
+double usAt(uint64_t bytes, double gbps) {
+  return gbps > 0 ? double(bytes) / gbps / 1000.0 : 0.0;
+}
+
+std::string human(uint64_t bytes) {
+  char buf[32];
+  if (bytes >= (1ull << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", double(bytes) / (1ull << 30));
+  else if (bytes >= (1ull << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", double(bytes) / (1ull << 20));
+  else if (bytes >= (1ull << 10))
+    std::snprintf(buf, sizeof buf, "%.2f KiB", double(bytes) / (1ull << 10));
+  else
+    std::snprintf(buf, sizeof buf, "%llu B", (unsigned long long)bytes);
+  return buf;
+}
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string layerLabel(const Plan &plan, int32_t layer) {
+  if (layer < 0)
+    return "embed";
+  if (plan.model.numLayers > 0 && layer >= plan.model.numLayers)
+    return "head";
+  return std::to_string(layer);
+}
+
+std::vector<const RankPlan *> selectedRanks(const Plan &plan,
+                                            const InspectOptions &opt) {
+  std::vector<const RankPlan *> out;
+  if (opt.rank >= 0) {
+    rt::check(size_t(opt.rank) < plan.ranks.size(), opt.planPath,
+              ": --rank ", opt.rank, " is out of range (the plan has ",
+              plan.ranks.size(), " ranks: 0..", plan.ranks.size() - 1, ")");
+    out.push_back(&plan.ranks[opt.rank]);
+  } else {
+    for (const RankPlan &r : plan.ranks)
+      out.push_back(&r);
+  }
+  return out;
+}
+
+bool layerSelected(const InspectOptions &opt, int32_t layer) {
+  return opt.layer == INT_MIN || opt.layer == layer;
+}
+
+std::string joinNames(const std::vector<std::string> &v) {
+  std::string s;
+  for (const std::string &x : v)
+    s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+/// The names of a layer's kernels with repeats folded: "a, b x2".
+std::string foldNames(const std::vector<std::string> &v) {
+  std::vector<std::pair<std::string, int>> runs;
+  for (const std::string &x : v) {
+    auto it = std::find_if(runs.begin(), runs.end(),
+                           [&](const auto &p) { return p.first == x; });
+    if (it == runs.end())
+      runs.push_back({x, 1});
+    else
+      ++it->second;
+  }
+  std::string s;
+  for (const auto &[n, c] : runs)
+    s += (s.empty() ? "" : ", ") + n + (c > 1 ? " x" + std::to_string(c) : "");
+  return s;
+}
+
+const GraphDef *smallestDecode(const RankPlan &r) {
+  const GraphDef *best = nullptr;
+  for (const GraphDef &g : r.graphs)
+    if (g.kind == GraphKind::Decode && (!best || g.size < best->size))
+      best = &g;
+  return best;
+}
+
+std::string escapeDot(const std::string &s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+std::string escapeHtml(const std::string &s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+    case '<': o += "&lt;"; break;
+    case '>': o += "&gt;"; break;
+    case '&': o += "&amp;"; break;
+    case '"': o += "&quot;"; break;
+    default: o += c;
+    }
+  }
+  return o;
+}
+
+} // namespace
+
+InspectSummary summarize(const Plan &plan, double bandwidthGBps) {
+  InspectSummary s;
+  for (const RankPlan &r : plan.ranks) {
+    s.bytesPerTokenPerRank.push_back(r.bytesPerToken);
+    s.bytesPerTokenTotal += r.bytesPerToken;
+    if (r.bytesPerToken > s.maxRankBytesPerToken) {
+      s.maxRankBytesPerToken = r.bytesPerToken;
+      s.slowestRank = r.rank;
+    }
+  }
+  s.predictedStepUs = usAt(s.maxRankBytesPerToken, bandwidthGBps);
+  s.predictedTokPerS = s.predictedStepUs > 0 ? 1e6 / s.predictedStepUs : 0;
+  return s;
+}
+
+std::string inspectText(const Plan &plan, const InspectOptions &opt) {
+  const double bw = opt.bandwidthGBps;
+  std::ostringstream os;
+  os << "plan " << (opt.planPath.empty() ? "-" : opt.planPath) << ": schema "
+     << plan.schemaMajor << "." << plan.schemaMinor << ", runtime ABI "
+     << plan.runtimeAbi << ", " << plan.compilerVersion << "\n";
+  os << "model " << plan.model.modelType << " (" << plan.model.layout;
+  if (!plan.model.manifest.empty())
+    os << ", manifest " << plan.model.manifest;
+  os << "): " << plan.model.numLayers << " layers, hidden "
+     << plan.model.hiddenSize << ", vocab " << plan.model.vocabSize
+     << ", context " << plan.model.maxContext << " (kv "
+     << dtypeName(plan.model.kvDtype) << ")\n";
+  os << plan.numRanks << " rank(s), archs " << joinNames(plan.targetArchs)
+     << ", " << plan.kernels.size() << " distinct kernels, times at "
+     << fixed(bw, 0) << " GB/s\n";
+
+  for (const RankPlan *r : selectedRanks(plan, opt)) {
+    os << "\nrank " << r->rank << "\n";
+    os << "  layer  kind   bytes/token      predicted us  fused kernels\n";
+    for (const LayerSummary &l : r->layers) {
+      if (!layerSelected(opt, l.layer))
+        continue;
+      char line[128];
+      std::snprintf(line, sizeof line, "  %-6s %-6s %-16llu %12s  ",
+                    layerLabel(plan, l.layer).c_str(), layerKindName(l.kind),
+                    (unsigned long long)l.bytesPerToken,
+                    fixed(usAt(l.bytesPerToken, bw), 2).c_str());
+      os << line << foldNames(l.kernels) << "\n";
+    }
+    os << "  memory: weights " << human(r->weightBytes) << ", activations "
+       << human(r->activationBytes) << ", kv cache " << human(r->kvBytes)
+       << ", arena " << human(r->arenaBytes);
+    if (plan.memoryPerRank)
+      os << " of " << human(plan.memoryPerRank) << " budget";
+    os << "\n  per decoded token: " << r->bytesPerToken << " bytes ("
+       << human(r->bytesPerToken) << "), " << fixed(usAt(r->bytesPerToken, bw), 1)
+       << " us\n";
+  }
+
+  const InspectSummary s = summarize(plan, bw);
+  os << "\nsummary\n";
+  for (size_t i = 0; i < s.bytesPerTokenPerRank.size(); ++i)
+    os << "  rank " << i << ": " << s.bytesPerTokenPerRank[i]
+       << " bytes/token\n";
+  os << "  total: " << s.bytesPerTokenTotal << " bytes/token over "
+     << plan.numRanks << " rank(s) (" << human(s.bytesPerTokenTotal) << ")\n";
+  os << "  predicted decode: " << fixed(s.predictedTokPerS, 1) << " tok/s on "
+     << plan.numRanks << " Spark(s) at " << fixed(bw, 0)
+     << " GB/s (step " << fixed(s.predictedStepUs, 1)
+     << " us, bound by rank " << s.slowestRank
+     << "; weight reads only, before collectives and launch gaps)\n";
+  return os.str();
+}
+
+std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
+  using nlohmann::json;
+  const double bw = opt.bandwidthGBps;
+  json j;
+  j["plan"] = opt.planPath;
+  j["schema"] = std::to_string(plan.schemaMajor) + "." +
+                std::to_string(plan.schemaMinor);
+  j["runtime_abi"] = plan.runtimeAbi;
+  j["compiler_version"] = plan.compilerVersion;
+  j["num_ranks"] = plan.numRanks;
+  j["target_archs"] = plan.targetArchs;
+  j["bandwidth_gbps"] = bw;
+  j["hashes"] = {{"config", plan.configHash},
+                 {"manifest", plan.manifestHash},
+                 {"index", plan.indexHash}};
+  j["model"] = {{"model_type", plan.model.modelType},
+                {"layout", plan.model.layout},
+                {"manifest", plan.model.manifest},
+                {"num_layers", plan.model.numLayers},
+                {"hidden_size", plan.model.hiddenSize},
+                {"vocab_size", plan.model.vocabSize},
+                {"max_context", plan.model.maxContext},
+                {"kv_dtype", dtypeName(plan.model.kvDtype)},
+                {"active_weight_bytes", plan.model.activeWeightBytes}};
+  json kernels = json::array();
+  for (const KernelDef &k : plan.kernels) {
+    json archs = json::array();
+    for (const KernelBinary &b : k.binaries)
+      archs.push_back(b.arch);
+    kernels.push_back({{"name", k.name},
+                       {"template", k.templateName},
+                       {"args", k.templateArgs},
+                       {"source_hash", k.sourceHash},
+                       {"archs", archs}});
+  }
+  j["kernels"] = kernels;
+  json ranks = json::array();
+  for (const RankPlan *r : selectedRanks(plan, opt)) {
+    json layers = json::array();
+    for (const LayerSummary &l : r->layers) {
+      if (!layerSelected(opt, l.layer))
+        continue;
+      layers.push_back({{"layer", l.layer},
+                        {"kind", layerKindName(l.kind)},
+                        {"bytes_per_token", l.bytesPerToken},
+                        {"predicted_us", usAt(l.bytesPerToken, bw)},
+                        {"kernels", l.kernels},
+                        {"ops", l.ops}});
+    }
+    ranks.push_back({{"rank", r->rank},
+                     {"memory",
+                      {{"weights", r->weightBytes},
+                       {"activations", r->activationBytes},
+                       {"kv_cache", r->kvBytes},
+                       {"arena", r->arenaBytes},
+                       {"budget", plan.memoryPerRank}}},
+                     {"bytes_per_token", r->bytesPerToken},
+                     {"predicted_us", usAt(r->bytesPerToken, bw)},
+                     {"layers", layers}});
+  }
+  j["ranks"] = ranks;
+  const InspectSummary s = summarize(plan, bw);
+  j["summary"] = {{"bytes_per_token_per_rank", s.bytesPerTokenPerRank},
+                  {"bytes_per_token_total", s.bytesPerTokenTotal},
+                  {"max_rank_bytes_per_token", s.maxRankBytesPerToken},
+                  {"slowest_rank", s.slowestRank},
+                  {"predicted_step_us", s.predictedStepUs},
+                  {"predicted_tok_per_s", s.predictedTokPerS}};
+  return j.dump(2) + "\n";
+}
+
+std::string inspectDot(const Plan &plan, const InspectOptions &opt) {
+  const int rank = opt.rank < 0 ? 0 : opt.rank;
+  InspectOptions one = opt;
+  one.rank = rank;
+  const RankPlan &r = *selectedRanks(plan, one).front();
+  const GraphDef *g = smallestDecode(r);
+  std::ostringstream os;
+  os << "digraph \"rank" << rank << "_decode\" {\n"
+     << "  rankdir=TB;\n  node [shape=box, fontname=\"Helvetica\", "
+        "fontsize=10];\n";
+  os << "  label=\"rank " << rank << " decode"
+     << (g ? " batch " + std::to_string(g->size) : std::string(" (none)"))
+     << "\";\n";
+  if (!g) {
+    os << "}\n";
+    return os.str();
+  }
+  std::map<int32_t, std::vector<size_t>> byLayer;
+  for (size_t i = 0; i < g->ops.size(); ++i)
+    if (layerSelected(opt, g->ops[i].layer))
+      byLayer[g->ops[i].layer].push_back(i);
+  for (const auto &[layer, ops] : byLayer) {
+    os << "  subgraph \"cluster_" << layer << "\" {\n    label=\"layer "
+       << layerLabel(plan, layer) << "\";\n";
+    for (size_t i : ops) {
+      const OpDef &op = g->ops[i];
+      std::string kernel =
+          op.kernel >= 0 ? plan.kernels[op.kernel].name : opKindName(op.kind);
+      os << "    op" << i << " [label=\"" << escapeDot(op.name) << "\\n"
+         << escapeDot(kernel);
+      if (op.bytesRead)
+        os << "\\n" << human(op.bytesRead) << ", "
+           << fixed(usAt(op.bytesRead, opt.bandwidthGBps), 2) << " us";
+      os << "\"";
+      if (op.collective >= 0)
+        os << ", shape=ellipse";
+      os << "];\n";
+    }
+    os << "  }\n";
+  }
+  // Edges: from the latest earlier writer of each buffer an op reads.
+  std::map<uint32_t, size_t> lastWriter;
+  std::vector<std::pair<size_t, size_t>> edges;
+  for (size_t i = 0; i < g->ops.size(); ++i) {
+    const OpDef &op = g->ops[i];
+    for (uint32_t b : op.inputs) {
+      auto it = lastWriter.find(b);
+      if (it != lastWriter.end() && it->second != i)
+        edges.push_back({it->second, i});
+    }
+    for (uint32_t b : op.outputs)
+      lastWriter[b] = i;
+  }
+  std::sort(edges.begin(), edges.end());
+  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  for (const auto &[from, to] : edges)
+    if (layerSelected(opt, g->ops[from].layer) &&
+        layerSelected(opt, g->ops[to].layer))
+      os << "  op" << from << " -> op" << to << ";\n";
+  os << "}\n";
+  return os.str();
+}
+
+std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
+                        const std::string &svg) {
+  const double bw = opt.bandwidthGBps;
+  std::ostringstream os;
+  os << "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">\n<title>glmc "
+        "plan "
+     << escapeHtml(opt.planPath) << "</title>\n<style>\n"
+     << "body{font-family:system-ui,sans-serif;margin:2em;color:#222}\n"
+        "table{border-collapse:collapse;margin:1em 0}\n"
+        "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;"
+        "text-align:left}\nth{background:#eef}\n"
+        "td.num{text-align:right;font-variant-numeric:tabular-nums}\n"
+        "h2{margin-top:1.5em}\n.graph svg{max-width:100%;height:auto}\n"
+     << "</style></head><body>\n";
+  os << "<h1>glmc plan " << escapeHtml(opt.planPath) << "</h1>\n<p>"
+     << escapeHtml(plan.model.modelType) << " (" << escapeHtml(plan.model.layout)
+     << "), " << plan.model.numLayers << " layers, " << plan.numRanks
+     << " rank(s), archs " << escapeHtml(joinNames(plan.targetArchs)) << ", "
+     << plan.kernels.size() << " kernels; times at " << fixed(bw, 0)
+     << " GB/s.</p>\n";
+  const InspectSummary s = summarize(plan, bw);
+  os << "<h2>Summary</h2>\n<table><tr><th>rank</th><th>bytes/token</th>"
+        "<th>predicted us</th></tr>\n";
+  for (size_t i = 0; i < s.bytesPerTokenPerRank.size(); ++i)
+    os << "<tr><td>" << i << "</td><td class=num>" << s.bytesPerTokenPerRank[i]
+       << "</td><td class=num>" << fixed(usAt(s.bytesPerTokenPerRank[i], bw), 1)
+       << "</td></tr>\n";
+  os << "</table>\n<p>Total " << s.bytesPerTokenTotal
+     << " bytes/token; predicted decode <b>" << fixed(s.predictedTokPerS, 1)
+     << " tok/s</b> on " << plan.numRanks << " Spark(s) (step "
+     << fixed(s.predictedStepUs, 1) << " us, bound by rank " << s.slowestRank
+     << ").</p>\n";
+  for (const RankPlan *r : selectedRanks(plan, opt)) {
+    os << "<h2>Rank " << r->rank << "</h2>\n<p>Memory: weights "
+       << human(r->weightBytes) << ", activations " << human(r->activationBytes)
+       << ", kv cache " << human(r->kvBytes) << ", arena " << human(r->arenaBytes)
+       << ".</p>\n<table><tr><th>layer</th><th>kind</th><th>bytes/token</th>"
+          "<th>predicted us</th><th>fused kernels</th></tr>\n";
+    for (const LayerSummary &l : r->layers) {
+      if (!layerSelected(opt, l.layer))
+        continue;
+      os << "<tr><td>" << escapeHtml(layerLabel(plan, l.layer)) << "</td><td>"
+         << layerKindName(l.kind) << "</td><td class=num>" << l.bytesPerToken
+         << "</td><td class=num>" << fixed(usAt(l.bytesPerToken, bw), 2)
+         << "</td><td>" << escapeHtml(foldNames(l.kernels)) << "</td></tr>\n";
+    }
+    os << "</table>\n";
+  }
+  const int rank = opt.rank < 0 ? 0 : opt.rank;
+  os << "<h2>Decode graph, rank " << rank << "</h2>\n";
+  if (!svg.empty()) {
+    // Drop the XML prolog and doctype: the <svg> element inlines as is.
+    size_t at = svg.find("<svg");
+    os << "<div class=graph>\n"
+       << (at == std::string::npos ? svg : svg.substr(at)) << "</div>\n";
+  } else if (!plan.ranks.empty() && size_t(rank) < plan.ranks.size()) {
+    os << "<table><tr><th>#</th><th>layer</th><th>op</th><th>kernel</th>"
+          "<th>bytes</th></tr>\n";
+    if (const GraphDef *g = smallestDecode(plan.ranks[rank]))
+      for (size_t i = 0; i < g->ops.size(); ++i) {
+        const OpDef &op = g->ops[i];
+        if (!layerSelected(opt, op.layer))
+          continue;
+        os << "<tr><td>" << i << "</td><td>"
+           << escapeHtml(layerLabel(plan, op.layer)) << "</td><td>"
+           << escapeHtml(op.name) << "</td><td>"
+           << escapeHtml(op.kernel >= 0 ? plan.kernels[op.kernel].name
+                                        : opKindName(op.kind))
+           << "</td><td class=num>" << op.bytesRead << "</td></tr>\n";
+      }
+    os << "</table>\n";
+  }
+  os << "</body></html>\n";
+  return os.str();
+}
+
+} // namespace glm::plan
