@@ -1,18 +1,26 @@
 //===- fake_engine_server.cpp - glm-serve-test: serve tests without a model ===//
 //
-// Test-only CLI. `tokenize FILE TEXTFILE` and `decode FILE IDS` expose the
-// tokenizer to the Python parity tests.
+// Test-only CLI. `tokenize` and `render` expose the tokenizer and the Jinja
+// engine to the Python parity tests; `serve` runs the OpenAI server over a
+// scripted engine (deterministic replies with a <think> block, GLM tool calls,
+// long counting replies, malformed calls) so the HTTP/OpenAI behaviour is
+// tested without a model.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/base/error.h"
+#include "runtime/serve/chat.h"
 #include "runtime/serve/jinja.h"
+#include "runtime/serve/server.h"
 #include "runtime/serve/tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <iostream>
+#include <chrono>
+#include <cstring>
 #include <sstream>
+#include <thread>
 
 using namespace glm::rt;
 using json = nlohmann::json;
@@ -61,6 +69,106 @@ static int cmdRender(const std::string &tplPath, const std::string &inPath) {
   return 0;
 }
 
+namespace {
+// Replies chosen from the decoded prompt, emitted one token at a time.
+class FakeEngine : public Engine {
+public:
+  FakeEngine(const Tokenizer &tok, int maxContext, int delayMs, int slots)
+      : tok_(tok), maxContext_(maxContext), delayMs_(delayMs), slots_(slots) {
+    for (const char *e : {"<|endoftext|>", "<|user|>", "<|observation|>"})
+      if (tok.tokenId(e) >= 0)
+        eos_.push_back(tok.tokenId(e));
+  }
+  int maxContext() const override { return maxContext_; }
+  std::vector<int32_t> eosIds() const override { return eos_; }
+  int maxConcurrency() const override { return slots_; }
+
+  static std::string script(const std::string &prompt) {
+    size_t u = prompt.rfind("<|user|>");
+    std::string last = u == std::string::npos ? prompt : prompt.substr(u);
+    std::string reply;
+    if (last.find("<|observation|>") != std::string::npos)
+      reply = "The weather in Paris is sunny, 21 degrees.";
+    else if (last.find("weather") != std::string::npos &&
+             prompt.find("# Tools") != std::string::npos)
+      reply = "Sure, let me check.<tool_call>get_weather<arg_key>city"
+              "</arg_key><arg_value>Paris</arg_value><arg_key>days</arg_key>"
+              "<arg_value>2</arg_value></tool_call>";
+    else if (last.find("malformed") != std::string::npos)
+      reply = "<tool_call>get_weather<arg_key>city</arg_key>Paris"
+              "</tool_call> done";
+    else if (last.find("count") != std::string::npos) {
+      for (int i = 1; i <= 400; ++i)
+        reply += std::to_string(i) + (i % 10 ? " " : "\n");
+    } else
+      reply = "Hello! I am a fake engine. 😀 Ünïcode works.";
+    size_t k = prompt.find_last_not_of(" \n");
+    if (k != std::string::npos && k >= 6 &&
+        prompt.compare(k - 6, 7, "<think>") == 0)
+      reply = "Thinking about it.</think>" + reply;
+    return reply;
+  }
+
+  void generate(const std::vector<int32_t> &prompt, const Sampling &s,
+                const std::function<bool(int32_t)> &onToken) override {
+    std::vector<int32_t> out = tok_.encode(script(tok_.decode(prompt)));
+    if (!eos_.empty())
+      out.push_back(eos_.front());
+    int n = 0;
+    for (int32_t id : out) {
+      if (n++ >= s.maxTokens)
+        return;
+      if (delayMs_ > 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(delayMs_));
+      if (!onToken(id))
+        return;
+    }
+  }
+
+private:
+  const Tokenizer &tok_;
+  int maxContext_, delayMs_, slots_;
+  std::vector<int32_t> eos_;
+};
+} // namespace
+
+// serve --tokenizer F --template F [--host H] [--port N] [--port-file F]
+//       [--max-context N] [--delay-ms N] [--concurrency N] [--max-queue N]
+static int cmdServe(const std::vector<std::string> &a) {
+  std::string tokPath, tplPath, portFile;
+  ServerOptions opt;
+  opt.port = 0;
+  opt.modelName = "glm-fake";
+  int maxContext = 2048, delayMs = 0, slots = 1;
+  for (size_t i = 1; i + 1 < a.size(); i += 2) {
+    const std::string &k = a[i], &v = a[i + 1];
+    if (k == "--tokenizer") tokPath = v;
+    else if (k == "--template") tplPath = v;
+    else if (k == "--host") opt.host = v;
+    else if (k == "--port") opt.port = std::stoi(v);
+    else if (k == "--port-file") portFile = v;
+    else if (k == "--max-context") maxContext = std::stoi(v);
+    else if (k == "--delay-ms") delayMs = std::stoi(v);
+    else if (k == "--concurrency") slots = std::stoi(v);
+    else if (k == "--max-queue") opt.maxQueue = size_t(std::stoul(v));
+    else fail("serve: unknown option ", k);
+  }
+  check(!tokPath.empty() && !tplPath.empty(),
+        "serve: --tokenizer and --template are required");
+  auto tok = Tokenizer::fromFile(tokPath);
+  ChatTemplate chat(readFile(tplPath), tplPath);
+  FakeEngine engine(*tok, maxContext, delayMs, slots);
+  opt.onListening = [&](int port) {
+    if (!portFile.empty()) {
+      std::ofstream tmp(portFile + ".tmp");
+      tmp << port << "\n";
+      tmp.close();
+      std::rename((portFile + ".tmp").c_str(), portFile.c_str());
+    }
+  };
+  return runServer(engine, *tok, chat, opt);
+}
+
 int main(int argc, char **argv) {
   try {
     std::vector<std::string> a(argv + 1, argv + argc);
@@ -68,8 +176,13 @@ int main(int argc, char **argv) {
       return cmdTokenize(a[1], a[2]);
     if (a.size() == 3 && a[0] == "render")
       return cmdRender(a[1], a[2]);
+    if (!a.empty() && a[0] == "serve")
+      return cmdServe(a);
     std::cerr << "usage: glm-serve-test tokenize TOKENIZER.json IN.json\n"
-                 "       glm-serve-test render TEMPLATE.jinja CASES.json\n";
+                 "       glm-serve-test render TEMPLATE.jinja CASES.json\n"
+                 "       glm-serve-test serve --tokenizer F --template F "
+                 "[--port N] [--port-file F] [--max-context N] [--delay-ms N]"
+                 " [--concurrency N] [--max-queue N]\n";
     return 2;
   } catch (const std::exception &e) {
     std::cerr << "glm-serve-test: " << e.what() << "\n";
