@@ -204,8 +204,6 @@ static std::string trim(const std::string &s) {
 }
 
 void HttpServer::handleConnection(int fd) {
-  timeval tv{opt_.idleTimeoutSec, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   std::string buf;
   auto error = [&](int status, const std::string &msg) {
     HttpResponder r(fd);
@@ -216,6 +214,19 @@ void HttpServer::handleConnection(int fd) {
                "\", \"param\": null, \"code\": null}}");
   };
   auto fill = [&]() {
+    // Poll in short steps so an idle keep-alive connection notices stop().
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::seconds(opt_.idleTimeoutSec);
+    while (true) {
+      pollfd p{fd, POLLIN, 0};
+      int r = poll(&p, 1, 200);
+      if (r > 0)
+        break;
+      if (r < 0 && errno != EINTR)
+        return false;
+      if (stop_ || std::chrono::steady_clock::now() > deadline)
+        return false;
+    }
     char tmp[16384];
     ssize_t n;
     do {
