@@ -50,6 +50,10 @@ std::string layerLabel(const Plan &plan, int32_t layer) {
   return std::to_string(layer);
 }
 
+const char *kindLabel(const LayerSummary &l) {
+  return l.layer < 0 ? "embed" : layerKindName(l.kind);
+}
+
 std::vector<const RankPlan *> selectedRanks(const Plan &plan,
                                             const InspectOptions &opt) {
   std::vector<const RankPlan *> out;
@@ -167,7 +171,7 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
         continue;
       char line[128];
       std::snprintf(line, sizeof line, "  %-6s %-6s %-16llu %12s  ",
-                    layerLabel(plan, l.layer).c_str(), layerKindName(l.kind),
+                    layerLabel(plan, l.layer).c_str(), kindLabel(l),
                     (unsigned long long)l.bytesPerToken,
                     fixed(usAt(l.bytesPerToken, bw), 2).c_str());
       os << line << foldNames(l.kernels) << "\n";
@@ -373,7 +377,7 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
       if (!layerSelected(opt, l.layer))
         continue;
       os << "<tr><td>" << escapeHtml(layerLabel(plan, l.layer)) << "</td><td>"
-         << layerKindName(l.kind) << "</td><td class=num>" << l.bytesPerToken
+         << kindLabel(l) << "</td><td class=num>" << l.bytesPerToken
          << "</td><td class=num>" << fixed(usAt(l.bytesPerToken, bw), 2)
          << "</td><td>" << escapeHtml(foldNames(l.kernels)) << "</td></tr>\n";
     }
