@@ -65,13 +65,13 @@ TEST(Presets, TinyParsesWithRealKeys) {
   EXPECT_EQ(c.modelType, "glm_moe_dsa");
   EXPECT_EQ(c.architecture, "GlmMoeDsaForCausalLM");
   EXPECT_EQ(c.hiddenSize, 128);
-  EXPECT_EQ(c.numLayers, 3);
+  EXPECT_EQ(c.numLayers, 2);
   EXPECT_FALSE(c.isMoeLayer(0));
   EXPECT_TRUE(c.isMoeLayer(1));
-  EXPECT_TRUE(c.isMoeLayer(2));
   EXPECT_TRUE(c.isFullIndexerLayer(0));
   EXPECT_FALSE(c.isFullIndexerLayer(1));
-  EXPECT_FALSE(c.isFullIndexerLayer(2));
+  EXPECT_GT(c.numRoutedExperts, c.numExpertsPerTok);
+  EXPECT_EQ(c.numSharedExperts, 1);
   EXPECT_EQ(c.indexTopk, 8);
   EXPECT_EQ(c.ropeTheta, 8000000.0);
   EXPECT_EQ(c.routedScalingFactor, 2.5);
@@ -222,7 +222,7 @@ TEST(HfNames, TinyListMatchesWhatSynthWrites) {
       ckpt.get("model.layers.1.mlp.gate.e_score_correction_bias").toFloat();
   EXPECT_NE(*std::min_element(bias.begin(), bias.end()),
             *std::max_element(bias.begin(), bias.end()));
-  auto w = ckpt.get("model.layers.2.mlp.experts.3.up_proj.weight").toFloat();
+  auto w = ckpt.get("model.layers.1.mlp.experts.3.up_proj.weight").toFloat();
   double ss = 0;
   for (float x : w)
     ss += (double)x * x;

@@ -96,7 +96,7 @@ TEST(HfPack, TinyOpensVerifiesAndDequantizesExactly) {
   EXPECT_EQ(pack->layout(), PackLayout::HuggingFace);
   EXPECT_EQ(Pack::detect(tinyDir()), PackLayout::HuggingFace);
   ASSERT_TRUE(pack->config().has_value());
-  EXPECT_EQ(pack->config()->numLayers, 3);
+  EXPECT_EQ(pack->config()->numLayers, 2);
   std::vector<HfTensorSpec> specs = expectedHfTensors(*pack->config());
   EXPECT_EQ(pack->weights().size(), specs.size());
   EXPECT_EQ(pack->configHash().size(), 16u);
@@ -106,7 +106,11 @@ TEST(HfPack, TinyOpensVerifiesAndDequantizesExactly) {
   for (const auto &i : r.issues)
     ADD_FAILURE() << i.file << " " << i.object << ": " << i.message;
   EXPECT_TRUE(r.ok());
-  EXPECT_GT(r.checkedBytes, 3u << 20);
+  uint64_t total = 0;
+  for (const auto &w : pack->weights())
+    total += w.bytes();
+  EXPECT_EQ(r.checkedBytes, total);
+  EXPECT_GT(total, 1u << 20);
 
   // Stable order: layer, then name; non-layer weights first.
   const auto &ws = pack->weights();
@@ -117,12 +121,12 @@ TEST(HfPack, TinyOpensVerifiesAndDequantizesExactly) {
 
   // An expert weight: parsed fields, one range, absolute offset into the
   // named file, and BF16 values dequantized exactly.
-  const std::string name = "model.layers.2.mlp.experts.5.down_proj.weight";
+  const std::string name = "model.layers.1.mlp.experts.3.down_proj.weight";
   const WeightInfo &w = pack->get(name);
   EXPECT_EQ(w.format, WeightFormat::BF16);
   EXPECT_EQ(w.shape, (std::vector<int64_t>{128, 256}));
-  EXPECT_EQ(w.layer, 2);
-  EXPECT_EQ(w.expert, 5);
+  EXPECT_EQ(w.layer, 1);
+  EXPECT_EQ(w.expert, 3);
   EXPECT_EQ(w.projection, 2);
   EXPECT_FALSE(w.shared);
   EXPECT_DOUBLE_EQ(w.bitsPerWeight(), 16.0);
@@ -145,8 +149,8 @@ TEST(HfPack, TinyOpensVerifiesAndDequantizesExactly) {
   const WeightInfo &bias =
       pack->get("model.layers.1.mlp.gate.e_score_correction_bias");
   EXPECT_EQ(bias.format, WeightFormat::F32);
-  EXPECT_EQ(pack->find("model.layers.9.mlp.gate.weight"), nullptr);
-  EXPECT_THROW(pack->get("model.layers.9.mlp.gate.weight"), Error);
+  EXPECT_EQ(pack->find("model.layers.1.mlp.experts.4.up_proj.weight"), nullptr);
+  EXPECT_THROW(pack->get("model.layers.1.mlp.experts.4.up_proj.weight"), Error);
   EXPECT_THROW(pack->dequantize("nope"), Error);
 }
 
