@@ -14,8 +14,10 @@
 #include "runtime/codec/trellis.h"
 #include "runtime/formats/pack.h"
 #include "runtime/formats/safetensors.h"
+#include "runtime/model/hf_names.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstring>
@@ -23,6 +25,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -988,6 +991,231 @@ TEST(Exlr8Dense, AllFormatsDecodePerTable) {
             std::string::npos);
   fs::remove_all(io);
   fs::remove_all(dir);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// The writer (compiler/packtools/exlr8_writer.cpp), read back
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+double relError(const std::vector<float> &a, const std::vector<float> &b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (double)(a[i] - b[i]) * (a[i] - b[i]);
+    den += (double)b[i] * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+/// The tiny preset shrunk further (2 routed experts + shared, one dense and
+/// one MoE layer) but with hidden 256, so su_block/sv_block have 2 blocks;
+/// random BF16 weights whose hidden blocks differ in scale.
+void writeSmallHfModel(const std::string &dir) {
+  nlohmann::json j = nlohmann::json::parse(glmc::presetConfigJson("tiny"));
+  j["hidden_size"] = 256;
+  j["n_routed_experts"] = 2;
+  j["num_experts_per_tok"] = 1;
+  j["num_hidden_layers"] = 2;
+  j["indexer_types"] = {"full", "shared"};
+  j["mlp_layer_types"] = {"dense", "sparse"};
+  std::string text = j.dump(2);
+  writeText(dir + "/config.json", text);
+  ModelConfig cfg = parseModelConfig(text, "test config");
+  SafetensorsWriter w;
+  Rng rng(99);
+  for (const HfTensorSpec &t : expectedHfTensors(cfg)) {
+    int64_t n = 1;
+    for (int64_t d : t.shape)
+      n *= d;
+    std::vector<float> v(n);
+    int64_t cols = t.shape.size() == 2 ? t.shape[1] : n;
+    for (int64_t i = 0; i < n; ++i) {
+      double x = t.shape.size() == 2 ? 0.02 * rng.normal() : 1 + 0.1 * rng.normal();
+      // Hidden-side blocks of different scale (columns 128.. of [*, 256]).
+      if (t.shape.size() == 2 && cols == 256 && (i % cols) >= 128)
+        x *= 3;
+      v[i] = (float)x;
+    }
+    if (t.name.find("e_score_correction_bias") != std::string::npos)
+      w.addF32(t.name, t.shape, v);
+    else
+      w.addBF16(t.name, t.shape, v);
+  }
+  w.write(dir + "/model.safetensors");
+}
+
+class Exlr8Writer : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    root = new std::string(scratch("writer"));
+    hf = *root + "/hf";
+    out = *root + "/exlr8";
+    writeSmallHfModel(hf);
+    ModelConfig cfg = loadModelConfig(hf);
+    auto src = Pack::open(hf);
+    glmc::QuantizeOptions opt;
+    opt.seed = 1234;
+    glmc::quantizeToExlr8(cfg, src.get(), out, opt);
+    glmc::QuantizeOptions io = opt;
+    io.indexOnly = true;
+    glmc::quantizeToExlr8(cfg, nullptr, *root + "/index-only", io);
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*root);
+    delete root;
+  }
+  static std::string *root;
+  static std::string hf, out;
+};
+std::string *Exlr8Writer::root = nullptr;
+std::string Exlr8Writer::hf, Exlr8Writer::out;
+
+TEST_F(Exlr8Writer, WritesTheSpecFiles) {
+  ModelConfig cfg = loadModelConfig(hf);
+  for (int64_t L = 0; L < cfg.numLayers; ++L) {
+    EXPECT_TRUE(fs::exists(out + "/dense/exlr8-dense-" + layerTag(L) +
+                           ".safetensors"));
+    if (!cfg.isMoeLayer(L))
+      continue;
+    auto idx = SafetensorsFile::open(out + "/experts/exlr8-layer-" +
+                                     layerTag(L) + ".index.safetensors");
+    EXPECT_EQ(idx->metadata().at("widths"), "2,3,4");
+    for (int k : {2, 3, 4}) {
+      std::string kf = out + "/experts/exlr8-layer-" + layerTag(L) + ".k" +
+                       std::to_string(k) + ".safetensors";
+      ASSERT_TRUE(fs::exists(kf));
+      const TensorView &ix = idx->get("k" + std::to_string(k) + ".index");
+      EXPECT_EQ(ix.shape, (std::vector<int64_t>{cfg.numRoutedExperts, 3,
+                                                cfg.moeIntermediateSize / 128, 2}));
+      // Every expert projection starts 64 KiB-aligned.
+      for (int64_t e = 0; e < ix.shape[0]; ++e) {
+        int64_t off;
+        std::memcpy(&off, ix.data + (e * 3 * ix.shape[2] * 2) * 8, 8);
+        EXPECT_EQ(off % 65536, 0);
+      }
+    }
+    EXPECT_NE(idx->find("shared.k3.index"), nullptr);
+  }
+  EXPECT_TRUE(fs::exists(out + "/dense/exlr8-vocab.safetensors"));
+  for (const char *m : {"k2", "k3", "k4", "mixed"})
+    EXPECT_TRUE(fs::exists(out + "/manifests/exlr8-manifest-" + m + ".json"));
+  EXPECT_TRUE(fs::exists(out + "/config.json"));
+}
+
+TEST_F(Exlr8Writer, ReopensVerifiesAndReconstructs) {
+  auto src = Pack::open(hf);
+  double bound[5] = {0, 0, 0.33, 0.17, 0.09};
+  for (int k : {2, 3, 4}) {
+    PackOpenOptions opt;
+    opt.width = k;
+    auto p = Pack::open(out, opt);
+    if (k == 3) {
+      auto rep = p->verify();
+      EXPECT_TRUE(rep.ok()) << rep.issues.front().object << ": "
+                            << rep.issues.front().message;
+    }
+    double worst = 0;
+    int checked = 0;
+    for (const WeightInfo &w : p->weights()) {
+      if (w.format != WeightFormat::Trellis || w.parts.empty())
+        continue;
+      bool expert = w.expert >= 0 || w.shared;
+      auto a = p->dequantize(w.name), b = src->dequantize(w.name);
+      double e = relError(a, b);
+      if (expert) {
+        worst = std::max(worst, e);
+        ++checked;
+      }
+      EXPECT_LT(e, expert ? bound[k] : 0.12) << w.name << " at K" << k;
+    }
+    EXPECT_GT(checked, 0);
+    std::printf("K%d: worst expert relative RMS error %.4f over %d\n", k,
+                worst, checked);
+  }
+  // Dense records of every written format decode close to the source.
+  PackOpenOptions opt;
+  opt.width = 4;
+  auto p = Pack::open(out, opt);
+  std::set<WeightFormat> seen;
+  for (const WeightInfo &w : p->weights()) {
+    if (w.layer >= 0 && (w.expert >= 0 || w.shared))
+      continue;
+    seen.insert(w.format);
+    double e = relError(p->dequantize(w.name), src->dequantize(w.name));
+    EXPECT_LT(e, 0.12) << w.name << " " << weightFormatName(w.format);
+  }
+  for (WeightFormat f : {WeightFormat::Trellis, WeightFormat::Mxfp8,
+                         WeightFormat::Fp8Block, WeightFormat::Fp8Row,
+                         WeightFormat::BF16})
+    EXPECT_TRUE(seen.count(f)) << weightFormatName(f);
+}
+
+TEST_F(Exlr8Writer, MixedManifestPicksPerHalfWidths) {
+  PackOpenOptions opt;
+  opt.manifest = "mixed";
+  auto p = Pack::open(out, opt);
+  std::ifstream in(out + "/manifests/exlr8-manifest-mixed.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  std::set<double> widths;
+  bool differ = false;
+  for (const WeightInfo &w : p->weights()) {
+    if (w.expert < 0 || w.format != WeightFormat::Trellis)
+      continue;
+    for (auto &part : w.parts)
+      widths.insert(part.width.value());
+    if (w.projection < 2 && w.parts.size() > 1 &&
+        w.parts[0].width.value() != w.parts[1].width.value())
+      differ = true;
+    if (w.projection == 2)
+      for (auto &part : w.parts)
+        EXPECT_EQ(part.width.value(), w.parts[0].width.value()) << w.name;
+  }
+  EXPECT_EQ(widths, (std::set<double>{2, 3, 4}));
+  EXPECT_TRUE(differ);
+  // The chosen halves decode at their widths: same bytes as the K-packs.
+  PackOpenOptions k3;
+  k3.width = 3;
+  auto q = Pack::open(out, k3);
+  for (const WeightInfo &w : p->weights())
+    if (w.expert == 1 && w.projection == 1) {
+      const WeightInfo &u = q->get(w.name);
+      for (size_t h = 0; h < w.parts.size(); ++h)
+        if (w.parts[h].width.value() == 3)
+          EXPECT_EQ(w.parts[h].trellisBytes.offset,
+                    u.parts[h].trellisBytes.offset);
+    }
+}
+
+TEST_F(Exlr8Writer, IndexOnlyListsTheSameRanges) {
+  std::string io = *root + "/index-only";
+  EXPECT_FALSE(fs::exists(io + "/experts/exlr8-layer-001.k3.safetensors"));
+  PackOpenOptions opt;
+  opt.manifest = "mixed";
+  opt.indexOnly = true;
+  auto a = Pack::open(out, opt), b = Pack::open(io, opt);
+  ASSERT_EQ(a->weights().size(), b->weights().size());
+  for (size_t i = 0; i < a->weights().size(); ++i) {
+    const auto &x = a->weights()[i], &y = b->weights()[i];
+    ASSERT_EQ(x.name, y.name);
+    EXPECT_EQ(x.shape, y.shape) << x.name;
+    EXPECT_EQ(x.format, y.format) << x.name;
+    ASSERT_EQ(x.ranges.size(), y.ranges.size()) << x.name;
+    for (size_t r = 0; r < x.ranges.size(); ++r) {
+      EXPECT_EQ(x.ranges[r].file, y.ranges[r].file) << x.name;
+      EXPECT_EQ(x.ranges[r].offset, y.ranges[r].offset) << x.name;
+      EXPECT_EQ(x.ranges[r].length, y.ranges[r].length) << x.name;
+    }
+  }
+  EXPECT_EQ(a->indexHash(), b->indexHash());
+  EXPECT_EQ(a->manifestHash(), b->manifestHash());
+  auto rep = b->verify();
+  ASSERT_FALSE(rep.ok());
+  EXPECT_NE(rep.issues[0].message.find("index-only"), std::string::npos);
 }
 
 } // namespace
