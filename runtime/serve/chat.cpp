@@ -290,8 +290,7 @@ void OutputParser::run(ChatDelta &d, bool final) {
       return;
     }
     std::string raw = buf_.substr(0, e + strlen(kCallClose));
-    std::string body = raw.substr(strlen(kCallOpen),
-                                  e - strlen(kCallOpen));
+    std::string body = raw.substr(strlen(kCallOpen), e - strlen(kCallOpen));
     buf_.erase(0, raw.size());
     ToolCall call;
     if (body.find(kCallOpen) == std::string::npos && parseCall(body, call)) {

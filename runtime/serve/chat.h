@@ -35,10 +35,10 @@ public:
 
   struct Request {
     ojson messages = ojson::array();
-    ojson tools;                      // null or an array
+    ojson tools; // null or an array
     bool addGenerationPrompt = true;
     std::optional<bool> enableThinking;
-    ojson extra = ojson::object();    // more template variables
+    ojson extra = ojson::object(); // more template variables
   };
   /// The prompt text. Tool-call arguments given as JSON strings (OpenAI
   /// style) are passed to the template as objects, as templates expect.

@@ -32,22 +32,38 @@ std::string HttpRequest::header(const std::string &name) const {
 
 const char *httpReason(int status) {
   switch (status) {
-  case 100: return "Continue";
-  case 200: return "OK";
-  case 400: return "Bad Request";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 408: return "Request Timeout";
-  case 411: return "Length Required";
-  case 413: return "Payload Too Large";
-  case 415: return "Unsupported Media Type";
-  case 422: return "Unprocessable Entity";
-  case 429: return "Too Many Requests";
-  case 431: return "Request Header Fields Too Large";
-  case 500: return "Internal Server Error";
-  case 501: return "Not Implemented";
-  case 503: return "Service Unavailable";
-  default: return "Unknown";
+  case 100:
+    return "Continue";
+  case 200:
+    return "OK";
+  case 400:
+    return "Bad Request";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 408:
+    return "Request Timeout";
+  case 411:
+    return "Length Required";
+  case 413:
+    return "Payload Too Large";
+  case 415:
+    return "Unsupported Media Type";
+  case 422:
+    return "Unprocessable Entity";
+  case 429:
+    return "Too Many Requests";
+  case 431:
+    return "Request Header Fields Too Large";
+  case 500:
+    return "Internal Server Error";
+  case 501:
+    return "Not Implemented";
+  case 503:
+    return "Service Unavailable";
+  default:
+    return "Unknown";
   }
 }
 
@@ -106,8 +122,8 @@ bool HttpResponder::clientGone() {
     return true;
   char c;
   ssize_t n = recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                 errno != EINTR))
+  if (n == 0 ||
+      (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
     gone_ = true;
   return gone_;
 }
@@ -127,8 +143,8 @@ void HttpServer::listen() {
   hints.ai_flags = AI_PASSIVE;
   std::string port = std::to_string(opt_.port);
   int rc = getaddrinfo(opt_.host.c_str(), port.c_str(), &hints, &res);
-  check(rc == 0, "serve: cannot resolve host '", opt_.host, "': ",
-        gai_strerror(rc));
+  check(rc == 0, "serve: cannot resolve host '", opt_.host,
+        "': ", gai_strerror(rc));
   std::string lastErr = "no address";
   for (addrinfo *a = res; a; a = a->ai_next) {
     int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
@@ -150,8 +166,8 @@ void HttpServer::listen() {
     close(fd);
   }
   freeaddrinfo(res);
-  check(listenFd_ >= 0, "serve: cannot listen on ", opt_.host, ":",
-        opt_.port, " (", lastErr, "); pick another --port or --host");
+  check(listenFd_ >= 0, "serve: cannot listen on ", opt_.host, ":", opt_.port,
+        " (", lastErr, "); pick another --port or --host");
 }
 
 void HttpServer::serve() {
@@ -300,8 +316,8 @@ void HttpServer::handleConnection(int fd) {
     buf.erase(0, length);
     HttpResponder resp(fd);
     std::string conn = lower(req.header("connection"));
-    resp.keepAlive = conn != "close" &&
-                     (req.version == "HTTP/1.1" || conn == "keep-alive");
+    resp.keepAlive =
+        conn != "close" && (req.version == "HTTP/1.1" || conn == "keep-alive");
     handler_(req, resp);
     if (!resp.started())
       resp.send(500, "application/json",

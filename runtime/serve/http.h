@@ -31,8 +31,7 @@ class HttpResponder {
 public:
   explicit HttpResponder(int fd) : fd_(fd) {}
   /// A complete response with Content-Length.
-  bool send(int status, const std::string &contentType,
-            const std::string &body,
+  bool send(int status, const std::string &contentType, const std::string &body,
             const std::vector<std::pair<std::string, std::string>> &extra = {});
   /// Starts a chunked response (for text/event-stream).
   bool beginChunked(int status, const std::string &contentType);

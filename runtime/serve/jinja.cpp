@@ -99,9 +99,8 @@ static std::vector<Chunk> chunkSource(std::string src, const std::string &name,
         break;
       }
     }
-    std::string text = s.substr(pos, open == std::string::npos
-                                         ? std::string::npos
-                                         : open - pos);
+    std::string text = s.substr(
+        pos, open == std::string::npos ? std::string::npos : open - pos);
     if (stripNext) {
       size_t k = 0;
       while (k < text.size() && isSpaceChar(text[k]))
@@ -169,7 +168,8 @@ static std::vector<Chunk> chunkSource(std::string src, const std::string &name,
           std::string inner = s.substr(k + 2, c - k - 2);
           size_t x = inner.find_first_not_of(" \t\n-+");
           size_t y = inner.find_last_not_of(" \t\n-+");
-          if (x != std::string::npos && inner.substr(x, y - x + 1) == "endraw") {
+          if (x != std::string::npos &&
+              inner.substr(x, y - x + 1) == "endraw") {
             endTag = k;
             endClose = c + 2;
             break;
@@ -281,21 +281,35 @@ static std::vector<ExprTok> lexExpr(const std::string &s,
         }
         char e = s[++j];
         switch (e) {
-        case 'n': v += '\n'; break;
-        case 't': v += '\t'; break;
-        case 'r': v += '\r'; break;
-        case '\\': v += '\\'; break;
-        case '\'': v += '\''; break;
-        case '"': v += '"'; break;
-        case '0': v += '\0'; break;
+        case 'n':
+          v += '\n';
+          break;
+        case 't':
+          v += '\t';
+          break;
+        case 'r':
+          v += '\r';
+          break;
+        case '\\':
+          v += '\\';
+          break;
+        case '\'':
+          v += '\'';
+          break;
+        case '"':
+          v += '"';
+          break;
+        case '0':
+          v += '\0';
+          break;
         case 'x':
         case 'u':
         case 'U': {
           int n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           if (j + size_t(n) >= s.size())
             fail(where, ": bad escape in string literal");
-          char32_t cp = char32_t(std::stoul(s.substr(j + 1, size_t(n)),
-                                            nullptr, 16));
+          char32_t cp =
+              char32_t(std::stoul(s.substr(j + 1, size_t(n)), nullptr, 16));
           appendUtf8(v, cp);
           j += size_t(n);
           break;
@@ -338,8 +352,26 @@ static std::vector<ExprTok> lexExpr(const std::string &s,
 //===----------------------------------------------------------------------===//
 struct Expr {
   enum Kind {
-    Lit, Name, ListLit, TupleLit, DictLit, Attr, Item, Slice, Call, Filter,
-    Test, Neg, Pos, Not, And, Or, Binary, Compare, Cond, Concat
+    Lit,
+    Name,
+    ListLit,
+    TupleLit,
+    DictLit,
+    Attr,
+    Item,
+    Slice,
+    Call,
+    Filter,
+    Test,
+    Neg,
+    Pos,
+    Not,
+    And,
+    Or,
+    Binary,
+    Compare,
+    Cond,
+    Concat
   } kind;
   Value lit;
   std::string name; // Name, Attr, Filter, Test, Binary op
@@ -352,8 +384,18 @@ struct Expr {
 using ExprP = std::unique_ptr<Expr>;
 
 struct Stmt {
-  enum Kind { Text, Output, If, For, Set, SetBlock, Macro, Break, Continue,
-              Body } kind;
+  enum Kind {
+    Text,
+    Output,
+    If,
+    For,
+    Set,
+    SetBlock,
+    Macro,
+    Break,
+    Continue,
+    Body
+  } kind;
   std::string text;
   int line = 0;
   std::vector<ExprP> exprs; // Output: [e]; If: conds; For: [iter, cond?]
@@ -771,8 +813,8 @@ struct StmtParser {
       while (true) {
         s->bodies.emplace_back();
         ExprParser rest;
-        std::string end = parseBody(s->bodies.back(),
-                                    {"elif", "else", "endif"}, &rest, line);
+        std::string end =
+            parseBody(s->bodies.back(), {"elif", "else", "endif"}, &rest, line);
         if (end == "elif") {
           s->exprs.push_back(rest.parseExpr());
         } else if (end == "else") {
@@ -950,9 +992,8 @@ struct Interp : Builtins {
       for (const auto &[k, v] : e.kwargs)
         kw.emplace_back(k, eval(*v, line));
       if (f.kind() != Value::Func)
-        error(line, f.isUndefined()
-                        ? "'" + f.undefinedName() + "' is undefined"
-                        : "value is not callable");
+        error(line, f.isUndefined() ? "'" + f.undefinedName() + "' is undefined"
+                                    : "value is not callable");
       return f.fn()(args, kw);
     }
     case Expr::Filter: {
@@ -1103,10 +1144,10 @@ struct Interp : Builtins {
     }
     case Stmt::Macro: {
       const Stmt *m = &s;
-      assign(s.text, Value::function([this, m](std::vector<Value> &a,
-                                               Kwargs &kw) {
-        return callMacro(*m, a, kw);
-      }));
+      assign(s.text,
+             Value::function([this, m](std::vector<Value> &a, Kwargs &kw) {
+               return callMacro(*m, a, kw);
+             }));
       return Flow::Normal;
     }
     case Stmt::For:

@@ -104,7 +104,7 @@ std::string toPyStr(const Value &v);
 std::string toPyRepr(const Value &v);
 
 struct Options {
-  bool trimBlocks = true;   // transformers renders chat templates with both
+  bool trimBlocks = true; // transformers renders chat templates with both
   bool lstripBlocks = true;
 };
 

@@ -23,15 +23,24 @@ void Builtins::err(int line, const std::string &m) const {
 
 static const char *kindName(const Value &v) {
   switch (v.kind()) {
-  case Value::Undefined: return "undefined";
-  case Value::None: return "NoneType";
-  case Value::Bool: return "bool";
-  case Value::Int: return "int";
-  case Value::Float: return "float";
-  case Value::String: return "str";
-  case Value::List: return "list";
-  case Value::Dict: return "dict";
-  case Value::Func: return "function";
+  case Value::Undefined:
+    return "undefined";
+  case Value::None:
+    return "NoneType";
+  case Value::Bool:
+    return "bool";
+  case Value::Int:
+    return "int";
+  case Value::Float:
+    return "float";
+  case Value::String:
+    return "str";
+  case Value::List:
+    return "list";
+  case Value::Dict:
+    return "dict";
+  case Value::Func:
+    return "function";
   }
   return "?";
 }
@@ -292,8 +301,8 @@ static const Value *arg(std::vector<Value> &args, Kwargs &kw, size_t i,
 Value Builtins::getAttr(const Value &obj, const std::string &name,
                         int line) const {
   if (obj.isUndefined())
-    err(line, "'" + obj.undefinedName() + "' is undefined (reading ." + name +
-                  ")");
+    err(line,
+        "'" + obj.undefinedName() + "' is undefined (reading ." + name + ")");
   if (obj.kind() == Value::String) {
     std::string s = obj.str();
     auto bind = [&](auto f) {
@@ -302,10 +311,10 @@ Value Builtins::getAttr(const Value &obj, const std::string &name,
     };
     if (name == "strip" || name == "lstrip" || name == "rstrip") {
       bool l = name != "rstrip", r = name != "lstrip";
-      return bind([l, r](const std::string &s, std::vector<Value> &a,
-                         Kwargs &kw) {
-        return Value(pyStrip(s, arg(a, kw, 0, "chars"), l, r));
-      });
+      return bind(
+          [l, r](const std::string &s, std::vector<Value> &a, Kwargs &kw) {
+            return Value(pyStrip(s, arg(a, kw, 0, "chars"), l, r));
+          });
     }
     if (name == "split" || name == "rsplit")
       return bind([](const std::string &s, std::vector<Value> &a, Kwargs &kw) {
@@ -324,17 +333,17 @@ Value Builtins::getAttr(const Value &obj, const std::string &name,
             break;
           }
           out.emplace_back(s.substr(pos, k - pos));
-          pos = k + (s[k] == '\r' && k + 1 < s.size() && s[k + 1] == '\n' ? 2
-                                                                           : 1);
+          pos = k +
+                (s[k] == '\r' && k + 1 < s.size() && s[k + 1] == '\n' ? 2 : 1);
         }
         return Value::list(out);
       });
     if (name == "startswith" || name == "endswith") {
       bool ends = name == "endswith";
-      return bind([ends](const std::string &s, std::vector<Value> &a,
-                         Kwargs &) {
-        return Value(!a.empty() && startsOrEnds(s, a[0], ends));
-      });
+      return bind(
+          [ends](const std::string &s, std::vector<Value> &a, Kwargs &) {
+            return Value(!a.empty() && startsOrEnds(s, a[0], ends));
+          });
     }
     if (name == "upper" || name == "lower") {
       bool up = name == "upper";
@@ -355,47 +364,46 @@ Value Builtins::getAttr(const Value &obj, const std::string &name,
         check(a.size() >= 2 && a[0].isString() && a[1].isString(),
               "replace() needs two strings");
         const Value *c = arg(a, kw, 2, "count");
-        return Value(replaceAll(s, a[0].str(), a[1].str(),
-                                c ? c->asInt() : -1));
+        return Value(
+            replaceAll(s, a[0].str(), a[1].str(), c ? c->asInt() : -1));
       });
     if (name == "find" || name == "rfind" || name == "count") {
       std::string which = name;
-      return bind([which](const std::string &s, std::vector<Value> &a,
-                          Kwargs &) {
-        check(!a.empty() && a[0].isString(), which, "() needs a string");
-        const std::string &x = a[0].str();
-        if (which == "count") {
-          if (x.empty())
-            return Value(int64_t(u32(s).size() + 1));
-          int64_t n = 0;
-          for (size_t k = s.find(x); k != std::string::npos;
-               k = s.find(x, k + x.size()))
-            ++n;
-          return Value(n);
-        }
-        size_t k = which == "find" ? s.find(x) : s.rfind(x);
-        if (k == std::string::npos)
-          return Value(int64_t(-1));
-        return Value(int64_t(u32(s.substr(0, k)).size()));
-      });
+      return bind(
+          [which](const std::string &s, std::vector<Value> &a, Kwargs &) {
+            check(!a.empty() && a[0].isString(), which, "() needs a string");
+            const std::string &x = a[0].str();
+            if (which == "count") {
+              if (x.empty())
+                return Value(int64_t(u32(s).size() + 1));
+              int64_t n = 0;
+              for (size_t k = s.find(x); k != std::string::npos;
+                   k = s.find(x, k + x.size()))
+                ++n;
+              return Value(n);
+            }
+            size_t k = which == "find" ? s.find(x) : s.rfind(x);
+            if (k == std::string::npos)
+              return Value(int64_t(-1));
+            return Value(int64_t(u32(s.substr(0, k)).size()));
+          });
     }
     if (name == "join")
-      return bind([this, line](const std::string &s, std::vector<Value> &a,
-                               Kwargs &) {
-        std::string out;
-        bool first = true;
-        for (const Value &v : iterate(a.empty() ? Value() : a[0], line)) {
-          if (!first)
-            out += s;
-          first = false;
-          out += toPyStr(v);
-        }
-        return Value(out);
-      });
+      return bind(
+          [this, line](const std::string &s, std::vector<Value> &a, Kwargs &) {
+            std::string out;
+            bool first = true;
+            for (const Value &v : iterate(a.empty() ? Value() : a[0], line)) {
+              if (!first)
+                out += s;
+              first = false;
+              out += toPyStr(v);
+            }
+            return Value(out);
+          });
     if (name == "removeprefix" || name == "removesuffix") {
       bool suf = name == "removesuffix";
-      return bind([suf](const std::string &s, std::vector<Value> &a,
-                        Kwargs &) {
+      return bind([suf](const std::string &s, std::vector<Value> &a, Kwargs &) {
         if (!a.empty() && startsOrEnds(s, a[0], suf))
           return Value(suf ? s.substr(0, s.size() - a[0].str().size())
                            : s.substr(a[0].str().size()));
@@ -405,36 +413,37 @@ Value Builtins::getAttr(const Value &obj, const std::string &name,
     if (name == "isdigit" || name == "isalpha" || name == "isalnum" ||
         name == "isspace" || name == "isupper" || name == "islower") {
       std::string which = name;
-      return bind([which](const std::string &s, std::vector<Value> &,
-                          Kwargs &) {
-        std::u32string t = u32(s);
-        if (t.empty())
-          return Value(false);
-        bool anyCased = false;
-        for (char32_t c : t) {
-          bool L = unicodeInMask(c, unicodeCategoryMask("L"));
-          bool D = unicodeInMask(c, unicodeCategoryMask("Nd"));
-          if (which == "isdigit" && !D)
-            return Value(false);
-          if (which == "isalpha" && !L)
-            return Value(false);
-          if (which == "isalnum" && !L && !unicodeInMask(c, unicodeCategoryMask("N")))
-            return Value(false);
-          if (which == "isspace" && !pySpace(c))
-            return Value(false);
-          if (which == "isupper" && lowerOf(c) != c && upperOf(c) == c)
-            anyCased = true;
-          if (which == "isupper" && upperOf(c) != c)
-            return Value(false);
-          if (which == "islower" && upperOf(c) != c && lowerOf(c) == c)
-            anyCased = true;
-          if (which == "islower" && lowerOf(c) != c)
-            return Value(false);
-        }
-        if (which == "isupper" || which == "islower")
-          return Value(anyCased);
-        return Value(true);
-      });
+      return bind(
+          [which](const std::string &s, std::vector<Value> &, Kwargs &) {
+            std::u32string t = u32(s);
+            if (t.empty())
+              return Value(false);
+            bool anyCased = false;
+            for (char32_t c : t) {
+              bool L = unicodeInMask(c, unicodeCategoryMask("L"));
+              bool D = unicodeInMask(c, unicodeCategoryMask("Nd"));
+              if (which == "isdigit" && !D)
+                return Value(false);
+              if (which == "isalpha" && !L)
+                return Value(false);
+              if (which == "isalnum" && !L &&
+                  !unicodeInMask(c, unicodeCategoryMask("N")))
+                return Value(false);
+              if (which == "isspace" && !pySpace(c))
+                return Value(false);
+              if (which == "isupper" && lowerOf(c) != c && upperOf(c) == c)
+                anyCased = true;
+              if (which == "isupper" && upperOf(c) != c)
+                return Value(false);
+              if (which == "islower" && upperOf(c) != c && lowerOf(c) == c)
+                anyCased = true;
+              if (which == "islower" && lowerOf(c) != c)
+                return Value(false);
+            }
+            if (which == "isupper" || which == "islower")
+              return Value(anyCased);
+            return Value(true);
+          });
     }
     return Value::undefined(name);
   }
@@ -506,8 +515,8 @@ Value Builtins::getItem(const Value &obj, const Value &key, int line) const {
   return Value::undefined(toPyStr(key));
 }
 
-Value Builtins::slice(const Value &obj, const Value &startV,
-                      const Value &stopV, const Value &stepV, int line) const {
+Value Builtins::slice(const Value &obj, const Value &startV, const Value &stopV,
+                      const Value &stepV, int line) const {
   int64_t step = stepV.isNone() ? 1 : intOf(stepV);
   if (step == 0)
     err(line, "slice step cannot be zero");
@@ -668,8 +677,8 @@ bool Builtins::compare(const std::string &op, const Value &a, const Value &b,
   bool ok;
   int c = cmpValues(a, b, ok);
   if (!ok)
-    err(line, "'" + op + "' not supported between '" + kindName(a) +
-                  "' and '" + kindName(b) + "'");
+    err(line, "'" + op + "' not supported between '" + kindName(a) + "' and '" +
+                  kindName(b) + "'");
   if (op == "<")
     return c < 0;
   if (op == "<=")
@@ -698,8 +707,8 @@ bool Builtins::test(const std::string &name, std::vector<Value> &args,
   if (name == "mapping")
     return v.kind() == Value::Dict && !v.dictData().isNamespace;
   if (name == "iterable")
-    return v.kind() == Value::List || v.kind() == Value::Dict ||
-           v.isString() || v.isUndefined();
+    return v.kind() == Value::List || v.kind() == Value::Dict || v.isString() ||
+           v.isUndefined();
   if (name == "sequence")
     return v.kind() == Value::List || v.isString() ||
            (v.kind() == Value::Dict && !v.dictData().isNamespace) ||
@@ -734,9 +743,9 @@ bool Builtins::test(const std::string &name, std::vector<Value> &args,
   if (name == "ne" || name == "!=")
     return !pyEquals(v, other());
   static const std::pair<const char *, const char *> cmps[] = {
-      {"lt", "<"}, {"lessthan", "<"}, {"le", "<="}, {"gt", ">"},
-      {"greaterthan", ">"}, {"ge", ">="}, {"<", "<"}, {"<=", "<="},
-      {">", ">"}, {">=", ">="}};
+      {"lt", "<"},          {"lessthan", "<"}, {"le", "<="}, {"gt", ">"},
+      {"greaterthan", ">"}, {"ge", ">="},      {"<", "<"},   {"<=", "<="},
+      {">", ">"},           {">=", ">="}};
   for (const auto &[n, op] : cmps)
     if (name == n)
       return compare(op, v, other(), line);
@@ -755,12 +764,23 @@ static std::string htmlEscape(const std::string &s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-    case '&': out += "&amp;"; break;
-    case '<': out += "&lt;"; break;
-    case '>': out += "&gt;"; break;
-    case '"': out += "&#34;"; break;
-    case '\'': out += "&#39;"; break;
-    default: out += c;
+    case '&':
+      out += "&amp;";
+      break;
+    case '<':
+      out += "&lt;";
+      break;
+    case '>':
+      out += "&gt;";
+      break;
+    case '"':
+      out += "&#34;";
+      break;
+    case '\'':
+      out += "&#39;";
+      break;
+    default:
+      out += c;
     }
   }
   return out;
@@ -779,11 +799,9 @@ Value Builtins::filter(const std::string &name, std::vector<Value> &args,
     const Value *indent = a(1, "indent");
     const Value *ascii = a(99, "ensure_ascii");
     const Value *sortKeys = a(99, "sort_keys");
-    return Value(dumpJson(v,
-                          indent && !indent->isNone() ? int(intOf(*indent))
-                                                      : -1,
-                          ascii && ascii->truthy(),
-                          sortKeys && sortKeys->truthy()));
+    return Value(
+        dumpJson(v, indent && !indent->isNone() ? int(intOf(*indent)) : -1,
+                 ascii && ascii->truthy(), sortKeys && sortKeys->truthy()));
   }
   if (name == "trim") {
     return Value(pyStrip(needStr(), a(1, "chars"), true, true));
@@ -797,8 +815,7 @@ Value Builtins::filter(const std::string &name, std::vector<Value> &args,
       return Value(int64_t(v.dictData().items.size()));
     if (v.isUndefined())
       return Value(int64_t(0));
-    err(line, std::string("object of type '") + kindName(v) +
-                  "' has no len()");
+    err(line, std::string("object of type '") + kindName(v) + "' has no len()");
   }
   if (name == "default" || name == "d") {
     const Value *dflt = a(1, "default_value");
@@ -847,8 +864,7 @@ Value Builtins::filter(const std::string &name, std::vector<Value> &args,
     auto items = v.dictData().items;
     std::stable_sort(items.begin(), items.end(),
                      [](const auto &x, const auto &y) {
-                       return mapCase(x.first, false) <
-                              mapCase(y.first, false);
+                       return mapCase(x.first, false) < mapCase(y.first, false);
                      });
     std::vector<Value> out;
     for (const auto &[k, e] : items)
@@ -927,8 +943,8 @@ Value Builtins::filter(const std::string &name, std::vector<Value> &args,
     const Value *start = a(2, "start");
     Value acc = start ? *start : Value(int64_t(0));
     for (const Value &e : iterate(v, line))
-      acc = binaryOp("+", acc, attr ? getAttr(e, toPyStr(*attr), line) : e,
-                     line);
+      acc =
+          binaryOp("+", acc, attr ? getAttr(e, toPyStr(*attr), line) : e, line);
     return acc;
   }
   if (name == "abs") {
@@ -991,9 +1007,9 @@ Value Builtins::filter(const std::string &name, std::vector<Value> &args,
     const Value *w = a(1, "width");
     const Value *first = a(2, "first");
     const Value *blank = a(3, "blank");
-    std::string pad = w ? (w->isString() ? w->str()
-                                         : std::string(size_t(intOf(*w)), ' '))
-                        : "    ";
+    std::string pad =
+        w ? (w->isString() ? w->str() : std::string(size_t(intOf(*w)), ' '))
+          : "    ";
     std::string s = needStr();
     std::string out;
     size_t pos = 0;

@@ -210,20 +210,35 @@ static void jsonString(std::string &out, const std::string &s,
   out += '"';
   for (char32_t c : decodeUtf8(s)) {
     switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\n': out += "\\n"; break;
-    case '\r': out += "\\r"; break;
-    case '\t': out += "\\t"; break;
-    case '\b': out += "\\b"; break;
-    case '\f': out += "\\f"; break;
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    case '\b':
+      out += "\\b";
+      break;
+    case '\f':
+      out += "\\f";
+      break;
     default: {
       char buf[16];
       if (c < 0x20 || (ensureAscii && c > 0x7E && c != 0x7F)) {
         if (c >= 0x10000) {
           char32_t v = c - 0x10000;
           snprintf(buf, sizeof buf, "\\u%04x\\u%04x",
-                   unsigned(0xD800 + (v >> 10)), unsigned(0xDC00 + (v & 0x3FF)));
+                   unsigned(0xD800 + (v >> 10)),
+                   unsigned(0xDC00 + (v & 0x3FF)));
         } else {
           snprintf(buf, sizeof buf, "\\u%04x", unsigned(c));
         }
@@ -245,8 +260,8 @@ static void dumpTo(std::string &out, const Value &v, int indent, int depth,
   };
   switch (v.kind()) {
   case Value::Undefined:
-    fail("tojson: cannot serialise an undefined value ('",
-         v.undefinedName(), "')");
+    fail("tojson: cannot serialise an undefined value ('", v.undefinedName(),
+         "')");
   case Value::Func:
     fail("tojson: cannot serialise a function");
   case Value::None:
@@ -260,7 +275,7 @@ static void dumpTo(std::string &out, const Value &v, int indent, int depth,
     return;
   case Value::Float: {
     double d = v.asFloat();
-    out += std::isnan(d) ? "NaN"
+    out += std::isnan(d)   ? "NaN"
            : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity")
                            : floatRepr(d);
     return;
@@ -294,10 +309,9 @@ static void dumpTo(std::string &out, const Value &v, int indent, int depth,
       return;
     }
     if (sortKeys)
-      std::stable_sort(items.begin(), items.end(),
-                       [](const auto &a, const auto &b) {
-                         return a.first < b.first;
-                       });
+      std::stable_sort(
+          items.begin(), items.end(),
+          [](const auto &a, const auto &b) { return a.first < b.first; });
     out += '{';
     for (size_t i = 0; i < items.size(); ++i) {
       if (i)

@@ -232,26 +232,45 @@ struct RegexParser {
       item.negate = neg;
       return true;
     }
-    case 's': case 'S':
+    case 's':
+    case 'S':
       item.builtin = 1;
       item.negate = c == 'S';
       return true;
-    case 'd': case 'D':
+    case 'd':
+    case 'D':
       item.builtin = 2;
       item.negate = c == 'D';
       return true;
-    case 'w': case 'W':
+    case 'w':
+    case 'W':
       item.builtin = 3;
       item.negate = c == 'W';
       return true;
-    case 'n': lit = '\n'; return false;
-    case 'r': lit = '\r'; return false;
-    case 't': lit = '\t'; return false;
-    case 'f': lit = '\f'; return false;
-    case 'v': lit = '\v'; return false;
-    case 'a': lit = 7; return false;
-    case 'e': lit = 27; return false;
-    case '0': lit = 0; return false;
+    case 'n':
+      lit = '\n';
+      return false;
+    case 'r':
+      lit = '\r';
+      return false;
+    case 't':
+      lit = '\t';
+      return false;
+    case 'f':
+      lit = '\f';
+      return false;
+    case 'v':
+      lit = '\v';
+      return false;
+    case 'a':
+      lit = 7;
+      return false;
+    case 'e':
+      lit = 27;
+      return false;
+    case '0':
+      lit = 0;
+      return false;
     case 'x':
     case 'u': {
       int digits = c == 'u' ? 4 : 2;
@@ -367,10 +386,10 @@ static bool itemMatches(const Regex::ClassItem &it, char32_t c) {
   else if (it.builtin == 2)
     m = unicodeInMask(c, unicodeCategoryMask("Nd"));
   else if (it.builtin == 3)
-    m = c == '_' || unicodeInMask(c, unicodeCategoryMask("L") |
-                                         unicodeCategoryMask("M") |
-                                         unicodeCategoryMask("N") |
-                                         unicodeCategoryMask("Pc"));
+    m = c == '_' ||
+        unicodeInMask(c, unicodeCategoryMask("L") | unicodeCategoryMask("M") |
+                             unicodeCategoryMask("N") |
+                             unicodeCategoryMask("Pc"));
   else if (it.mask)
     m = unicodeInMask(c, it.mask);
   else
@@ -421,8 +440,7 @@ struct RegexMatcher {
     }
   }
   static bool isSingle(const Node &n) {
-    return n.kind == Node::Char || n.kind == Node::Class ||
-           n.kind == Node::Any;
+    return n.kind == Node::Char || n.kind == Node::Class || n.kind == Node::Any;
   }
 
   bool run(const Cont *k, size_t pos) {

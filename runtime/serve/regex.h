@@ -1,4 +1,5 @@
-//===- regex.h - the pre-tokenizer regex subset (backtracking, code points) ===//
+//===- regex.h - the pre-tokenizer regex subset (backtracking, code points)
+//===//
 //
 // Tokenizer files split text with Oniguruma-flavoured patterns such as the
 // GPT-2, Llama-3 and GLM-4 split rules. This engine implements the subset they

@@ -80,8 +80,7 @@ int64_t unixNow() {
 struct Metrics {
   std::mutex m;
   std::map<std::pair<std::string, int>, uint64_t> requests;
-  uint64_t promptTokens = 0, generationTokens = 0, cancelled = 0,
-           rejected = 0;
+  uint64_t promptTokens = 0, generationTokens = 0, cancelled = 0, rejected = 0;
   double decodeSeconds = 0, lastDecodeTps = 0;
   static constexpr double kBuckets[] = {0.025, 0.05, 0.1, 0.25, 0.5,
                                         1,     2.5,  5,   10,   30};
@@ -140,8 +139,8 @@ struct Metrics {
       o << "glm_time_to_first_token_seconds_bucket{le=\"" << kBuckets[i]
         << "\"} " << ttftBuckets[i] << "\n";
     o << "glm_time_to_first_token_seconds_bucket{le=\"+Inf\"} "
-      << ttftBuckets[10] << "\nglm_time_to_first_token_seconds_sum "
-      << ttftSum << "\nglm_time_to_first_token_seconds_count " << ttftCount
+      << ttftBuckets[10] << "\nglm_time_to_first_token_seconds_sum " << ttftSum
+      << "\nglm_time_to_first_token_seconds_count " << ttftCount
       << "\n# HELP glm_decode_tokens_per_second Decode speed of the last "
          "finished request.\n# TYPE glm_decode_tokens_per_second gauge\n"
          "glm_decode_tokens_per_second "
@@ -220,9 +219,9 @@ public:
              std::set<int32_t> eos)
       : tok_(tok), stops_(std::move(stops)), eos_(std::move(eos)) {
     // Markup tokens the output parser needs even when marked special.
-    for (const char *m : {"<think>", "</think>", "<tool_call>", "</tool_call>",
-                          "<arg_key>", "</arg_key>", "<arg_value>",
-                          "</arg_value>"}) {
+    for (const char *m :
+         {"<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>",
+          "</arg_key>", "<arg_value>", "</arg_value>"}) {
       int32_t id = tok.tokenId(m);
       if (id >= 0)
         keep_.insert(id);
@@ -301,8 +300,8 @@ double getNumber(const ojson &body, const char *key, double lo, double hi) {
   double d = v.get<double>();
   if (!(d >= lo && d <= hi) || std::isnan(d)) {
     std::ostringstream o;
-    o << "'" << key << "' must be between " << lo << " and " << hi
-      << ", got " << d;
+    o << "'" << key << "' must be between " << lo << " and " << hi << ", got "
+      << d;
     badRequest(o.str(), key);
   }
   return d;
@@ -435,8 +434,7 @@ ojson validateTools(const ojson &body, bool &parseCalls) {
     std::string p = "tools[" + std::to_string(i) + "]";
     if (!t.is_object() || t.value("type", "") != "function" ||
         !t.contains("function") || !t["function"].is_object() ||
-        !t["function"].contains("name") ||
-        !t["function"]["name"].is_string())
+        !t["function"].contains("name") || !t["function"]["name"].is_string())
       badRequest(p + " must be {\"type\": \"function\", \"function\": "
                      "{\"name\": ...}}",
                  p);
@@ -617,10 +615,10 @@ private:
     if (!out.cancelled && !stopped)
       emit(ts.flush());
     out.finish = ts.finish;
-    double decode = out.completionTokens > 1
-                        ? std::chrono::duration<double>(Clock::now() - first)
-                              .count()
-                        : 0;
+    double decode =
+        out.completionTokens > 1
+            ? std::chrono::duration<double>(Clock::now() - first).count()
+            : 0;
     std::lock_guard<std::mutex> l(metrics_.m);
     metrics_.promptTokens += prompt.size();
     metrics_.generationTokens += uint64_t(out.completionTokens);
@@ -663,7 +661,7 @@ private:
       r.extra = kw;
     }
     for (const char *k : {"enable_thinking", "thinking"}) {
-      const ojson *v = body.contains(k) ? &body[k]
+      const ojson *v = body.contains(k)      ? &body[k]
                        : r.extra.contains(k) ? &r.extra[k]
                                              : nullptr;
       if (!v)
@@ -730,8 +728,7 @@ private:
         ok &= resp.writeChunk(sse(chunk({{"content", d.content}}, nullptr)));
       for (const auto &tc : d.toolCalls)
         ok &= resp.writeChunk(sse(chunk(
-            {{"tool_calls", {toolCallJson(tc, toolIndex++, true)}}},
-            nullptr)));
+            {{"tool_calls", {toolCallJson(tc, toolIndex++, true)}}}, nullptr)));
       return ok;
     };
     Outcome o;
@@ -786,8 +783,8 @@ private:
     if (!all.toolCalls.empty()) {
       msg["tool_calls"] = ojson::array();
       for (size_t i = 0; i < all.toolCalls.size(); ++i)
-        msg["tool_calls"].push_back(toolCallJson(all.toolCalls[i], int(i),
-                                                 false));
+        msg["tool_calls"].push_back(
+            toolCallJson(all.toolCalls[i], int(i), false));
     }
     ojson res = {{"id", id},
                  {"object", "chat.completion"},

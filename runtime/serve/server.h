@@ -26,8 +26,8 @@ struct Sampling {
   float temperature = 1.0f; // 0 = greedy
   float topP = 1.0f;        // (0, 1]
   uint64_t seed = 0;
-  bool hasSeed = false;     // false: the engine picks a seed
-  int maxTokens = 256;      // upper bound; the server may stop earlier
+  bool hasSeed = false; // false: the engine picks a seed
+  int maxTokens = 256;  // upper bound; the server may stop earlier
 };
 
 /// What the server needs from a model. generate() may be called from
@@ -51,9 +51,9 @@ public:
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                 // 0: a free port (printed when listening)
-  std::string modelName = "glm";   // the id /v1/models reports
-  size_t maxQueue = 64;            // waiting requests before 429
+  int port = 8080;               // 0: a free port (printed when listening)
+  std::string modelName = "glm"; // the id /v1/models reports
+  size_t maxQueue = 64;          // waiting requests before 429
   size_t maxBodyBytes = 16 << 20;
   int defaultMaxTokens = 4096;     // when the request gives none
   float defaultTemperature = 1.0f; // generation_config.json defaults

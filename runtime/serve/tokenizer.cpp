@@ -53,8 +53,9 @@ int charToByte(char32_t c) {
 
 std::unique_ptr<Tokenizer> Tokenizer::fromFile(const std::string &path) {
   std::ifstream f(path, std::ios::binary);
-  check(bool(f), path, ": cannot open the tokenizer file; the pack needs a "
-                       "tokenizer.json (or pass token ids instead of text)");
+  check(bool(f), path,
+        ": cannot open the tokenizer file; the pack needs a "
+        "tokenizer.json (or pass token ids instead of text)");
   std::stringstream ss;
   ss << f.rdbuf();
   return fromJson(ss.str(), path);
@@ -136,8 +137,8 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string &text,
                 ic != t->vocab_.end(),
             name, ": merge #", rank, " ('", a, "' '", b,
             "') names a token missing from the vocab");
-      uint64_t key = (uint64_t(uint32_t(ia->second)) << 32) |
-                     uint32_t(ib->second);
+      uint64_t key =
+          (uint64_t(uint32_t(ia->second)) << 32) | uint32_t(ib->second);
       t->merges_.emplace(key, std::make_pair(rank, ic->second));
       ++rank;
     }
@@ -180,8 +181,7 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string &text,
         step.kind = PreStep::Split;
         const json &pat = s.at("pattern");
         if (pat.contains("Regex"))
-          step.regex =
-              std::make_shared<Regex>(pat["Regex"].get<std::string>());
+          step.regex = std::make_shared<Regex>(pat["Regex"].get<std::string>());
         else
           step.literal = pat.at("String").get<std::string>();
         step.behavior = s.value("behavior", "Isolated");
@@ -192,8 +192,7 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string &text,
         bool known = false;
         for (const char *b : kBehaviors)
           known |= step.behavior == b;
-        check(known, name, ": Split behavior '", step.behavior,
-              "' is unknown");
+        check(known, name, ": Split behavior '", step.behavior, "' is unknown");
       } else if (st == "ByteLevel") {
         step.kind = PreStep::ByteLevel;
         step.addPrefixSpace = getBool(s, "add_prefix_space", false);
@@ -252,7 +251,8 @@ void Tokenizer::splitAdded(std::vector<Segment> &segs,
             (!best || a->content.size() > best->content.size()))
           best = a;
       if (best && best->singleWord) {
-        std::u32string before = decodeUtf8(s.substr(textStart, pos - textStart));
+        std::u32string before =
+            decodeUtf8(s.substr(textStart, pos - textStart));
         std::u32string after =
             decodeUtf8(s.substr(pos + best->content.size(), 4));
         if ((!before.empty() && isWordChar(before.back())) ||
@@ -445,7 +445,8 @@ void Tokenizer::bpe(const std::string &piece, std::vector<int32_t> &out) const {
         return rank != o.rank ? rank > o.rank : pos > o.pos;
       }
     };
-    auto lookup = [&](int32_t a, int32_t b) -> const std::pair<int32_t, int32_t> * {
+    auto lookup = [&](int32_t a,
+                      int32_t b) -> const std::pair<int32_t, int32_t> * {
       auto it = merges_.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
       return it == merges_.end() ? nullptr : &it->second;
     };

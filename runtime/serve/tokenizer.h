@@ -83,8 +83,8 @@ private:
   std::unordered_map<std::string, int32_t> addedByContent_;
   std::unordered_map<int32_t, size_t> addedById_;
   std::vector<PreStep> pre_;
-  bool byteLevel_ = false;     // pre-tokenizer maps bytes to characters
-  bool byteDecoder_ = false;   // decoder is ByteLevel
+  bool byteLevel_ = false;   // pre-tokenizer maps bytes to characters
+  bool byteDecoder_ = false; // decoder is ByteLevel
   bool ignoreMerges_ = false;
   int32_t unkId_ = -1;
   bool byteFallback_ = false;

@@ -45,11 +45,16 @@ int unicodeCategoryCount() { return kCategoryCount; }
 uint32_t unicodeCategoryMask(std::string_view name) {
   static const struct {
     const char *alias, *code;
-  } longNames[] = {{"Letter", "L"},      {"Mark", "M"},
-                   {"Number", "N"},      {"Punctuation", "P"},
-                   {"Symbol", "S"},      {"Separator", "Z"},
-                   {"Other", "C"},       {"Uppercase_Letter", "Lu"},
-                   {"Lowercase_Letter", "Ll"}, {"Decimal_Number", "Nd"}};
+  } longNames[] = {{"Letter", "L"},
+                   {"Mark", "M"},
+                   {"Number", "N"},
+                   {"Punctuation", "P"},
+                   {"Symbol", "S"},
+                   {"Separator", "Z"},
+                   {"Other", "C"},
+                   {"Uppercase_Letter", "Lu"},
+                   {"Lowercase_Letter", "Ll"},
+                   {"Decimal_Number", "Nd"}};
   std::string n(name);
   for (const auto &l : longNames)
     if (n == l.alias)
@@ -72,9 +77,20 @@ bool unicodeInMask(char32_t cp, uint32_t mask) {
 
 bool unicodeIsSpace(char32_t cp) {
   switch (cp) {
-  case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20:
-  case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029:
-  case 0x202F: case 0x205F: case 0x3000:
+  case 0x09:
+  case 0x0A:
+  case 0x0B:
+  case 0x0C:
+  case 0x0D:
+  case 0x20:
+  case 0x85:
+  case 0xA0:
+  case 0x1680:
+  case 0x2028:
+  case 0x2029:
+  case 0x202F:
+  case 0x205F:
+  case 0x3000:
     return true;
   default:
     return cp >= 0x2000 && cp <= 0x200A;

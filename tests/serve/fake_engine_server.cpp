@@ -1,4 +1,5 @@
-//===- fake_engine_server.cpp - glm-serve-test: serve tests without a model ===//
+//===- fake_engine_server.cpp - glm-serve-test: serve tests without a model
+//===//
 //
 // Test-only CLI. `tokenize` and `render` expose the tokenizer and the Jinja
 // engine to the Python parity tests; `serve` runs the OpenAI server over a
@@ -15,10 +16,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-#include <iostream>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -41,9 +42,9 @@ static int cmdTokenize(const std::string &tokPath, const std::string &inPath) {
   json out = json::array();
   for (const auto &s : in) {
     // A string is encoded; {"ids": [...]} is decoded as given.
-    std::vector<int32_t> ids =
-        s.is_string() ? tok->encode(s.get<std::string>())
-                      : s.at("ids").get<std::vector<int32_t>>();
+    std::vector<int32_t> ids = s.is_string()
+                                   ? tok->encode(s.get<std::string>())
+                                   : s.at("ids").get<std::vector<int32_t>>();
     out.push_back({{"ids", ids},
                    {"decoded", tok->decode(ids)},
                    {"decoded_skip", tok->decode(ids, true)}});
@@ -142,16 +143,26 @@ static int cmdServe(const std::vector<std::string> &a) {
   int maxContext = 2048, delayMs = 0, slots = 1;
   for (size_t i = 1; i + 1 < a.size(); i += 2) {
     const std::string &k = a[i], &v = a[i + 1];
-    if (k == "--tokenizer") tokPath = v;
-    else if (k == "--template") tplPath = v;
-    else if (k == "--host") opt.host = v;
-    else if (k == "--port") opt.port = std::stoi(v);
-    else if (k == "--port-file") portFile = v;
-    else if (k == "--max-context") maxContext = std::stoi(v);
-    else if (k == "--delay-ms") delayMs = std::stoi(v);
-    else if (k == "--concurrency") slots = std::stoi(v);
-    else if (k == "--max-queue") opt.maxQueue = size_t(std::stoul(v));
-    else fail("serve: unknown option ", k);
+    if (k == "--tokenizer")
+      tokPath = v;
+    else if (k == "--template")
+      tplPath = v;
+    else if (k == "--host")
+      opt.host = v;
+    else if (k == "--port")
+      opt.port = std::stoi(v);
+    else if (k == "--port-file")
+      portFile = v;
+    else if (k == "--max-context")
+      maxContext = std::stoi(v);
+    else if (k == "--delay-ms")
+      delayMs = std::stoi(v);
+    else if (k == "--concurrency")
+      slots = std::stoi(v);
+    else if (k == "--max-queue")
+      opt.maxQueue = size_t(std::stoul(v));
+    else
+      fail("serve: unknown option ", k);
   }
   check(!tokPath.empty() && !tplPath.empty(),
         "serve: --tokenizer and --template are required");

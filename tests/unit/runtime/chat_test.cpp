@@ -20,8 +20,8 @@ static ojson weatherTools() {
 }
 
 // Feeds text in pieces of `step` bytes and joins the deltas.
-static ChatDelta feedAll(OutputParser &p, const std::string &text,
-                         size_t step, std::vector<std::string> *pieces) {
+static ChatDelta feedAll(OutputParser &p, const std::string &text, size_t step,
+                         std::vector<std::string> *pieces) {
   ChatDelta all;
   for (size_t i = 0; i < text.size(); i += step) {
     ChatDelta d = p.feed(text.substr(i, step));
@@ -48,7 +48,7 @@ TEST(ChatParser, ThinkingToolCallAndContentAtEveryCut) {
     ASSERT_EQ(d.toolCalls.size(), 1u) << "step " << step;
     EXPECT_EQ(d.toolCalls[0].name, "get_weather");
     EXPECT_EQ(d.toolCalls[0].arguments["city"], "Paris");
-    EXPECT_EQ(d.toolCalls[0].arguments["days"], 2); // integer schema
+    EXPECT_EQ(d.toolCalls[0].arguments["days"], 2);    // integer schema
     EXPECT_EQ(d.toolCalls[0].arguments["code"], "42"); // string schema
     for (const auto &piece : pieces)
       EXPECT_EQ(piece.find('<'), std::string::npos) << piece;
@@ -73,8 +73,8 @@ TEST(ChatParser, MalformedCallsComeBackAsText) {
 
 TEST(ChatParser, NoToolsMeansNoParsingAndThinkAtStart) {
   OutputParser p(ojson(), false);
-  ChatDelta d = feedAll(
-      p, "<think>hmm</think>text <tool_call>x</tool_call>", 2, nullptr);
+  ChatDelta d =
+      feedAll(p, "<think>hmm</think>text <tool_call>x</tool_call>", 2, nullptr);
   EXPECT_EQ(d.reasoning, "hmm");
   EXPECT_EQ(d.content, "text <tool_call>x</tool_call>");
 }

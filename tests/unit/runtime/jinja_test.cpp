@@ -65,8 +65,8 @@ TEST(Jinja, ErrorsNameTemplateAndLine) {
   } catch (const Error &e) {
     EXPECT_NE(std::string(e.what()).find("test.jinja:2"), std::string::npos);
   }
-  EXPECT_THROW(render("{% for x in y %}"), Error);     // not closed
-  EXPECT_THROW(render("{% include 'x' %}"), Error);    // unsupported
+  EXPECT_THROW(render("{% for x in y %}"), Error);  // not closed
+  EXPECT_THROW(render("{% include 'x' %}"), Error); // unsupported
   EXPECT_THROW(render("{{ raise_exception('no') }}"), Error);
   EXPECT_THROW(render("{{ a.b }}"), Error); // attribute of undefined
   EXPECT_EQ(render("{{ a }}|{{ a is defined }}"), "|False");

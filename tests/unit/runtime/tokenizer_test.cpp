@@ -40,7 +40,10 @@ TEST(Unicode, CategoriesFromTable) {
 
 TEST(Unicode, LossyDecodeUsesMaximalSubparts) {
   // E2 82 is a truncated 3-byte sequence: one U+FFFD, then 'a'.
-  EXPECT_EQ(sanitizeUtf8("\xE2\x82" "a"), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(sanitizeUtf8("\xE2\x82"
+                         "a"),
+            "\xEF\xBF\xBD"
+            "a");
   // C0 is never valid: one replacement per byte.
   EXPECT_EQ(sanitizeUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_EQ(completeUtf8Prefix("ab\xE2\x82"), 2u);
@@ -61,8 +64,7 @@ TEST(Regex, GlmSplitRuleCaseInsensitiveAndDigitGroups) {
       "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
       " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
   auto parts = splitAll(glm, "I'M 12345\n\n  x");
-  std::vector<std::string> want{"I", "'M", " ", "123", "45", "\n\n", " ",
-                                " x"};
+  std::vector<std::string> want{"I", "'M", " ", "123", "45", "\n\n", " ", " x"};
   EXPECT_EQ(parts, want);
 }
 
@@ -111,8 +113,7 @@ TEST(Tokenizer, GlmStyleRoundTripAndSpecials) {
   EXPECT_EQ(ids.front(), gmask);
   EXPECT_TRUE(tok->isSpecial(gmask));
   EXPECT_FALSE(tok->isSpecial(tok->tokenId("<think>")));
-  EXPECT_EQ(tok->decode(ids, /*skipSpecial=*/true),
-            "Héllo 世界 😀 x=1234;\n");
+  EXPECT_EQ(tok->decode(ids, /*skipSpecial=*/true), "Héllo 世界 😀 x=1234;\n");
   std::string bytes;
   for (int32_t id : tok->encode("€"))
     bytes += tok->tokenBytes(id);
@@ -121,12 +122,13 @@ TEST(Tokenizer, GlmStyleRoundTripAndSpecials) {
 
 TEST(Tokenizer, BadFilesGiveClearErrors) {
   EXPECT_THROW(Tokenizer::fromJson("{", "t.json"), Error);
-  EXPECT_THROW(Tokenizer::fromJson("{\"model\": {\"type\": \"Unigram\"}}",
-                                   "t.json"),
-               Error);
+  EXPECT_THROW(
+      Tokenizer::fromJson("{\"model\": {\"type\": \"Unigram\"}}", "t.json"),
+      Error);
   try {
     Tokenizer::fromJson(R"({"model": {"type": "BPE", "vocab": {"a": 0},
-      "merges": ["a b"]}})", "t.json");
+      "merges": ["a b"]}})",
+                        "t.json");
     FAIL();
   } catch (const Error &e) {
     EXPECT_NE(std::string(e.what()).find("t.json"), std::string::npos);
