@@ -24,24 +24,6 @@ namespace fs = std::filesystem;
 
 namespace glm::rt {
 
-// Until every layout reader is in the tree, a missing one fails cleanly
-// instead of breaking the link. The guard keys on the source file so a
-// complete tree never compiles these.
-#if !__has_include("runtime/formats/exl3_pack.cpp")
-__attribute__((weak)) std::unique_ptr<Pack>
-openExl3Pack(const std::string &dir, const PackOpenOptions &) {
-  fail(dir, ": EXL3 pack, but the EXL3 layout reader is not built into this "
-            "binary");
-}
-#endif
-#if !__has_include("runtime/formats/exlr8_pack.cpp")
-__attribute__((weak)) std::unique_ptr<Pack>
-openExlr8Pack(const std::string &dir, const PackOpenOptions &) {
-  fail(dir, ": exlr8 pack, but the exlr8 layout reader is not built into this "
-            "binary");
-}
-#endif
-
 const char *packLayoutName(PackLayout l) {
   switch (l) {
   case PackLayout::HuggingFace:
