@@ -7,6 +7,7 @@
 #include "compiler/mlir/Bindings.h"
 
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <map>
@@ -141,14 +142,20 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
   llvm::StringMap<Use> uses;
   collectUses(module, n, uses);
 
-  std::set<RangeKey> distinct;
-  // Per rank: ranges already bound (side vectors shared by parts).
-  std::vector<std::set<RangeKey>> boundOn(n);
-  auto bind = [&](int64_t rank, RankBinding b) {
-    RangeKey key{b.file, b.offset, b.length};
-    distinct.insert(key);
-    if (!boundOn[rank].insert(key).second)
-      return;
+  // Ranges bound so far: weights and sides may repeat (a tensor listed by
+  // two symbols, a side vector read by many parts); expert parts never do.
+  llvm::DenseMap<RangeKey, uint64_t> boundMask; // bit r: bound on rank r
+  auto bind = [&](int64_t rank, RankBinding b, bool unique = false) {
+    if (!unique) {
+      uint64_t &mask = boundMask[RangeKey{b.file, b.offset, b.length}];
+      uint64_t bit = uint64_t(1) << rank;
+      bool fresh = mask == 0;
+      if (mask & bit)
+        return;
+      mask |= bit;
+      if (fresh)
+        t.packBytes += b.length;
+    }
     t.perRank[rank].weightBytes += b.length;
     t.perRank[rank].bindings.push_back(std::move(b));
   };
@@ -186,7 +193,7 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
           b.offset = r[i + 1];
           b.length = r[i + 2];
           b.role = r[i + 3];
-          b.tensor = w.getName().str();
+          b.tensor = w.getName();
           b.layer = layer;
           b.widthX2 = widthX2;
           b.replicated = ranks.size() > 1;
@@ -226,7 +233,8 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
       int64_t role = 0;
       bool shared = false;
     };
-    std::map<RangeKey, Side> sideReaders;
+    llvm::DenseMap<RangeKey, unsigned> sideIndex; // range → sideList index
+    std::vector<std::pair<RangeKey, Side>> sideList; // first-seen order
     for (int64_t e = 0; e < E + S; ++e) {
       bool isShared = e >= E;
       for (int64_t p = 0; p < 3; ++p)
@@ -241,10 +249,8 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
             for (int64_t hh = 0; hh < H; ++hh)
               ++owned[rule.ownerOf(e, hh)];
           int64_t owners = llvm::count_if(owned, [](uint64_t c) { return c; });
-          std::string name = (bank.getSymName() + " e" + Twine(e) + " p" +
-                              Twine(p) + " h" + Twine(h))
-                                 .str();
           std::vector<uint64_t> share = apportion(row[2], owned);
+          t.packBytes += row[2];
           for (int64_t rank = 0; rank < n; ++rank) {
             if (!owned[rank])
               continue;
@@ -253,7 +259,7 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
             b.offset = row[1];
             b.length = row[2];
             b.role = 0;
-            b.tensor = name;
+            b.tensor = bank.getSymName();
             b.layer = bank.getLayer();
             b.expert = isShared ? -2 : e;
             b.projection = p;
@@ -261,11 +267,15 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
             b.widthX2 = widths ? (*widths)[idx] : uniformWidth;
             b.replicated = owners > 1;
             b.shared = isShared;
-            bind(rank, b);
+            bind(rank, b, /*unique=*/true);
             (isShared ? shared : routed)[rank] += share[rank];
             for (int64_t s = row[3]; s < row[4]; ++s) {
               const int64_t *q = &sides[s * 4];
-              Side &side = sideReaders[RangeKey{q[0], q[1], q[2]}];
+              auto [it, fresh] = sideIndex.try_emplace(
+                  RangeKey{q[0], q[1], q[2]}, sideList.size());
+              if (fresh)
+                sideList.push_back({RangeKey{q[0], q[1], q[2]}, Side{}});
+              Side &side = sideList[it->second].second;
               side.readers.resize(n, 0);
               ++side.readers[rank];
               side.role = q[3];
@@ -276,8 +286,7 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
             routedTotal += row[2];
         }
     }
-    int64_t sideNo = 0;
-    for (auto &[key, side] : sideReaders) {
+    for (auto &[key, side] : sideList) {
       const std::vector<uint64_t> &readers = side.readers;
       int64_t q[4] = {std::get<0>(key), std::get<1>(key), std::get<2>(key),
                       side.role};
@@ -290,7 +299,7 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
         b.offset = q[1];
         b.length = q[2];
         b.role = q[3];
-        b.tensor = (bank.getSymName() + " side " + Twine(sideNo)).str();
+        b.tensor = bank.getSymName();
         b.layer = bank.getLayer();
         b.replicated = owners > 1;
         b.sideVector = true;
@@ -301,7 +310,6 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
         (side.shared ? shared : routed)[rank] += share[rank];
       if (!side.shared)
         routedTotal += q[2];
-      ++sideNo;
     }
     // Expected routed bytes per token: top_k of E experts (uniform routing).
     int64_t topK = 0;
@@ -326,8 +334,6 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
     for (int64_t r = 0; r < n; ++r)
       t.activeBytesPerToken += perRank[r];
   }
-  for (const RangeKey &k : distinct)
-    t.packBytes += std::get<2>(k);
   return t;
 }
 

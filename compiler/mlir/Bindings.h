@@ -15,6 +15,7 @@
 #include "glm/GlmDialect.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringRef.h"
 
 #include <cstdint>
 #include <map>
@@ -26,7 +27,7 @@ namespace glmc {
 /// One byte range bound on one rank.
 struct RankBinding {
   int64_t file = 0, offset = 0, length = 0, role = 0; // glm.pack indices
-  std::string tensor;          // HF name or "<bank> e<E> p<P> h<H>"
+  llvm::StringRef tensor;      // HF name, or the bank symbol for experts
   int32_t layer = -1, expert = -1, projection = -1, half = -1;
   int32_t widthX2 = 0;         // trellis width ×2; 0 = not trellis
   bool replicated = false;     // also bound on other ranks

@@ -237,7 +237,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         wb.buffer = 0;
         wb.bufferOffset = woff;
         woff += alignUp(b.length);
-        wb.tensor = b.tensor;
+        wb.tensor = b.tensor.str();
         wb.layer = b.layer;
         wb.expert = b.shared ? -2 : b.expert;
         wb.projection = projectionOf(b.projection);
@@ -315,6 +315,10 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         gp::OpDef od;
         od.kind = opKind(&op);
         od.layer = layerOf(&op);
+        // A collective belongs to the layer of the block it reduces.
+        if (od.layer < 0 && isa<AllReduceOp, AllGatherOp>(op))
+          if (Operation *src = op.getOperand(0).getDefiningOp())
+            od.layer = layerOf(src);
         std::string base =
             (od.layer >= 0 ? "l" + std::to_string(od.layer) + "." : "") +
             op.getName().stripDialect().str();
