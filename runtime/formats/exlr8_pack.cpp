@@ -16,6 +16,7 @@
 #include "runtime/formats/exlr8_layout.h"
 #include "runtime/formats/pack_impl.h"
 #include "runtime/formats/safetensors.h"
+#include "runtime/model/hf_names.h"
 
 #include <algorithm>
 #include <array>
@@ -212,7 +213,10 @@ class Exlr8Pack : public Pack {
 public:
   Exlr8Pack(const std::string &dir, const PackOpenOptions &opt);
   PackLayout layout() const override { return PackLayout::Exlr8; }
-  const std::vector<WeightInfo> &weights() const override { return weights_; }
+  const std::vector<WeightInfo> &weights() const override {
+    check(choiceError_.empty(), choiceError_);
+    return weights_;
+  }
   std::vector<float> dequantize(const std::string &name) const override;
   VerifyReport verify(const std::function<void(uint64_t, uint64_t)> &progress)
       const override;
@@ -245,6 +249,9 @@ private:
   std::vector<Locator> locs_;
   std::unordered_map<std::string, size_t> byName_;
   std::string manifestHash_, indexHash_, manifestRel_;
+  /// Set when no manifest/width was given and the pack needs one: verify()
+  /// still checks every width, anything that needs a width throws this.
+  std::string choiceError_;
 };
 
 //===----------------------------------------------------------------------===//
@@ -666,10 +673,26 @@ void Exlr8Pack::chooseWidths() {
       else
         only = *ws.begin();
     }
-    check(single, dir_, ": choose a manifest: the pack ships ", list,
-          " and stores several widths; pass --manifest NAME (e.g. ",
-          shipped.empty() ? std::string("a manifest file") : shipped[0],
-          ") or --width K");
+    if (!single) {
+      // Defer the error: verify needs no width choice (it checks all).
+      std::ostringstream os;
+      os << dir_ << ": choose a manifest: the pack ships " << list
+         << " and stores several widths; pass --manifest NAME (e.g. "
+         << (shipped.empty() ? std::string("a manifest file") : shipped[0])
+         << ") or --width K";
+      choiceError_ = os.str();
+      for (auto &L : layers_) {
+        int top = *std::max_element(L.widths.begin(), L.widths.end());
+        int stop = L.sharedWidths.empty()
+                       ? top
+                       : *std::max_element(L.sharedWidths.begin(),
+                                           L.sharedWidths.end());
+        for (int64_t r = 0; r < (int64_t)L.choice.size(); ++r)
+          for (auto &v : L.choice[r])
+            std::fill(v.begin(), v.end(), r == L.rows ? stop : top);
+      }
+      return;
+    }
     for (auto &L : layers_)
       for (auto &c : L.choice)
         for (auto &v : c)
@@ -973,6 +996,7 @@ std::string Exlr8Pack::indexOnlyMessage(const std::string &what,
 }
 
 std::vector<float> Exlr8Pack::dequantize(const std::string &name) const {
+  check(choiceError_.empty(), choiceError_);
   auto it = byName_.find(name);
   check(it != byName_.end(), dir_, ": no weight named ", name,
         " in this exlr8 pack (glmc dequant --list shows the names)");
@@ -1307,6 +1331,30 @@ Exlr8Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
         bad("index has " + std::to_string(L.rows) +
             " expert rows, config n_routed_experts is " +
             std::to_string(c.numRoutedExperts));
+    }
+  }
+
+  // Every tensor config.json implies, with its shape (MTP layers are not
+  // listed by expectedHfTensors; glm5_next names are not known to it).
+  if (config_ && config_->modelType == "glm_moe_dsa") {
+    for (const HfTensorSpec &s : expectedHfTensors(*config_)) {
+      auto it = byName_.find(s.name);
+      if (it == byName_.end()) {
+        std::string where = s.layer < 0 ? vocabFile()
+                            : s.expert >= 0 || s.shared
+                                ? indexFile(s.layer)
+                                : denseFile(s.layer);
+        rep.issues.push_back({where, s.name, 0,
+                              "missing: config.json implies this tensor "
+                              "but the pack does not store it"});
+      } else if (weights_[it->second].shape != s.shape) {
+        const WeightInfo &w = weights_[it->second];
+        rep.issues.push_back(
+            {w.ranges.empty() ? std::string() : w.ranges[0].file, s.name,
+             w.ranges.empty() ? 0 : w.ranges[0].offset,
+             "shape " + shapeStr(w.shape) + " but config.json implies " +
+                 shapeStr(s.shape)});
+      }
     }
   }
 

@@ -541,8 +541,15 @@ TEST_F(Exlr8Expert, DequantMatchesSpecAtManifestWidths) {
 
 TEST_F(Exlr8Expert, ForcedWidthAndManifestChoice) {
   // Two manifests and two widths: the choice must be explicit.
-  std::string err = errorOf([&] { Pack::open(dir); });
+  // Opening works (verify checks every width) but a width is needed for
+  // anything else.
+  auto any = Pack::open(dir);
+  EXPECT_TRUE(any->verify().ok());
+  std::string err = errorOf([&] { any->weights(); });
   EXPECT_NE(err.find("k2, mixed"), std::string::npos) << err;
+  err = errorOf(
+      [&] { any->dequantize("model.layers.3.mlp.experts.0.up_proj.weight"); });
+  EXPECT_NE(err.find("--manifest"), std::string::npos) << err;
   PackOpenOptions opt;
   opt.width = 3;
   auto p = Pack::open(dir, opt);
