@@ -14,6 +14,9 @@
 // table and dispatch to the K specialisations allowed by WMASK, so one
 // launch covers a mixed-width manifest. Input xh is already rotated by the
 // hadamard128 kernel (shared by all experts for exlr8, per slot for EXL3).
+// The up projection reads xh + xh_proj_stride: 0 for exlr8 (gate and up share
+// signs.in), the offset of the up copy for EXL3 (gate and up have their own
+// suh, so each needs its own rotated input).
 #pragma once
 
 #include "glm_common.cuh"
@@ -27,11 +30,12 @@
       const void *gu_su_block, const void *down_suh, const void *down_sv_block, \
       const void *down_svh, float *__restrict__ partial, int batch, int topk,  \
       int hidden, int inter, int xh_row_stride, int xh_slot_stride,            \
-      int gu_sI, int gu_sI8, int down_sI, int down_sJ8
+      int xh_proj_stride, int gu_sI, int gu_sI8, int down_sI, int down_sJ8
 #define GLM_EXPERT_GEMV_TRELLIS_ARGS                                           \
   xh, expert_ids, route_w, tiles, widths, gu_svh, gu_su_block, down_suh,       \
       down_sv_block, down_svh, partial, batch, topk, hidden, inter,            \
-      xh_row_stride, xh_slot_stride, gu_sI, gu_sI8, down_sI, down_sJ8
+      xh_row_stride, xh_slot_stride, xh_proj_stride, gu_sI, gu_sI8, down_sI,   \
+      down_sJ8
 
 namespace glm {
 
@@ -263,8 +267,8 @@ expertGemvTrellis(GLM_EXPERT_GEMV_TRELLIS_PARAMS) {
                     : nullptr;
 #define GLM_GU(KK)                                                             \
   expertGateUpHalf<KK, CB, E4M3, BATCH, SVT, THREADS>(                         \
-      xh, rows, t, su, hidden, xh_row_stride, xh_slot_stride, gus, z[p],       \
-      words[warp])
+      xh + (long long)p * xh_proj_stride, rows, t, su, hidden, xh_row_stride,  \
+      xh_slot_stride, gus, z[p], words[warp])
     GLM_DISPATCH_K(WMASK, k, GLM_GU)
 #undef GLM_GU
   }

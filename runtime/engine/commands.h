@@ -16,5 +16,7 @@ namespace glm::rt {
 void addRunCommand(CLI::App &app, int &rc);
 /// `serve`: added when runtime/serve provides the server entry point.
 void addServeCommand(CLI::App &app, int &rc);
+/// `bench`: device benchmarks (runtime/cuda/bench.h; errors without CUDA).
+void addBenchCommand(CLI::App &app, int &rc);
 
 } // namespace glm::rt

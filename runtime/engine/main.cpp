@@ -20,6 +20,7 @@ int main(int argc, char **argv) {
   int rc = 0;
   glm::rt::addRunCommand(app, rc);
   glm::rt::addServeCommand(app, rc);
+  glm::rt::addBenchCommand(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {

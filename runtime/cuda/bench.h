@@ -1,0 +1,49 @@
+//===- bench.h - device benchmarks printed as ratios to copy bandwidth ----===//
+//
+// `glm-engine bench`: the measured device-to-device copy bandwidth (the
+// yardstick), per-matrix trellis GEMVs at GLM-5.3 and Flash expert shapes
+// (K2/K3/K4 x MCG/MUL1 x E4M3, batch 1 and 8) and a whole MoE layer decode
+// step at batch 1 (router GEMV + router, 8 routed experts + the shared expert
+// through the fused expert kernel, reductions, Hadamards) captured as a CUDA
+// graph. Weights are random trellis bytes generated on the device; kernels
+// come from codegen exactly as a plan's do. CUDA events, warm-ups, medians.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace glm::rt::cuda {
+
+struct BenchOptions {
+  std::string suite = "all"; // copy | expert | moe-layer | all
+  int device = 0;
+  int reps = 15;               // timed repetitions (median reported)
+  double copyGiB = 2.0;        // bytes per copy
+  int layers = 8;              // distinct layers per moe-layer graph
+};
+
+struct BenchRow {
+  std::string suite, name;
+  double us = 0;    // median time per unit (matrix, layer, copy)
+  double bytes = 0; // bytes the unit must move (weights; copy: read+write)
+  double ratio = 0; // (bytes / time) / copy bandwidth
+};
+
+struct BenchResult {
+  std::string device;
+  double copyGBs = 0; // measured, read + write
+  std::vector<BenchRow> rows;
+};
+
+/// Runs the suites; progress and per-case lines go to `log`. Throws Error on
+/// an unknown suite or a CUDA failure.
+BenchResult runBench(const BenchOptions &opt, std::ostream &log);
+
+/// The short table (one line per row, header first).
+std::string formatBenchTable(const BenchResult &r);
+
+} // namespace glm::rt::cuda

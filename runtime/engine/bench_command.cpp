@@ -1,0 +1,70 @@
+//===- bench_command.cpp - `glm-engine bench`: device benchmarks ----------===//
+//
+// Prints every benchmark as a ratio to the measured device copy bandwidth
+// (runtime/cuda/bench.h). Without the CUDA backend in the build the
+// subcommand is still listed and says how to get it.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/base/error.h"
+#include "runtime/engine/commands.h"
+
+#include <CLI/CLI.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#ifdef GLM_HAVE_CUDA_BENCH
+#include "runtime/cuda/bench.h"
+#endif
+
+namespace glm::rt {
+
+void addBenchCommand(CLI::App &app, int &rc) {
+  struct Opts {
+    std::string suite = "all", table;
+    int device = 0, reps = 15, layers = 8;
+    double copyGiB = 2.0;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App *cmd = app.add_subcommand(
+      "bench", "Device benchmarks (CUDA backend): copy bandwidth, expert "
+               "trellis GEMVs at GLM-5.3/Flash shapes, a whole MoE layer "
+               "decode step; each printed as a ratio to the measured copy "
+               "bandwidth");
+  cmd->add_option("--suite", o->suite, "copy | expert | moe-layer | all")
+      ->check(CLI::IsMember({"copy", "expert", "moe-layer", "all"}));
+  cmd->add_option("--table", o->table, "Also write the result table to FILE");
+  cmd->add_option("--device", o->device, "CUDA device ordinal");
+  cmd->add_option("--reps", o->reps, "Timed repetitions at most (median)");
+  cmd->add_option("--layers", o->layers,
+                  "Distinct layers per moe-layer graph (defeats the L2)");
+  cmd->add_option("--copy-gib", o->copyGiB, "Bytes per copy, GiB (>= 2 "
+                                            "for a bandwidth that counts)");
+  cmd->callback([o, &rc] {
+#ifdef GLM_HAVE_CUDA_BENCH
+    cuda::BenchOptions bo;
+    bo.suite = o->suite;
+    bo.device = o->device;
+    bo.reps = o->reps;
+    bo.layers = o->layers;
+    bo.copyGiB = o->copyGiB;
+    cuda::BenchResult r = cuda::runBench(bo, std::cout);
+    const std::string table = cuda::formatBenchTable(r);
+    std::cout << "\n" << table;
+    if (!o->table.empty()) {
+      std::ofstream f(o->table);
+      check(bool(f), "bench: cannot write the table to ", o->table);
+      f << table;
+    }
+    rc = 0;
+#else
+    (void)o;
+    rc = 1;
+    fail("bench needs the CUDA backend: rebuild with -DGLM_WITH_CUDA=ON on a "
+         "machine with the CUDA toolkit");
+#endif
+  });
+}
+
+} // namespace glm::rt
