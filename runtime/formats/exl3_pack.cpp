@@ -437,6 +437,12 @@ void Exl3Pack::checkAgainstConfig() {
   for (size_t i = 0; i < weights_.size(); ++i) {
     WeightInfo &w = weights_[i];
     auto it = expected.find(w.name);
+    // MTP layers (index >= num_hidden_layers) may be stored (mtp_bits) but
+    // are not part of the causal LM's tensor list.
+    bool mtp = w.layer >= config_->numLayers &&
+               w.layer < config_->numLayers + config_->numNextnPredictLayers;
+    if (it == expected.end() && mtp)
+      continue;
     if (it == expected.end()) {
       deferred_.push_back({w.ranges[0].file, w.name, w.ranges[0].offset,
                            "is not a tensor of this " + config_->modelType +

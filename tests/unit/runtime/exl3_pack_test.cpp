@@ -613,6 +613,27 @@ TEST(Exl3Writer, QuantizeMixedMul1RoundTrip) {
   rep = pack->verify({});
   EXPECT_TRUE(hasIssueNaming(rep, "model.layers.1.mlp.experts.1.down_proj"));
   EXPECT_FALSE(hasIssueNaming(rep, "self_attn.q_a_proj"));
+  pack.reset();
+
+  // Stored MTP layers (index >= num_hidden_layers) are accepted; a tensor
+  // the config does not know is named.
+  cj["moe_intermediate_size"] = 64;
+  cj["num_nextn_predict_layers"] = 1;
+  std::ofstream(out / "config.json") << cj.dump();
+  SafetensorsWriter extra;
+  extra.addBF16("model.layers.2.eh_proj.weight", {128, 256},
+                std::vector<float>(128 * 256, 0.5f));
+  extra.addBF16("model.layers.7.stray.weight", {4}, {1, 2, 3, 4});
+  extra.write((out / "mtp.safetensors").string());
+  json index = json::parse(std::ifstream(out / "model.safetensors.index.json"));
+  index["weight_map"]["model.layers.2.eh_proj.weight"] = "mtp.safetensors";
+  index["weight_map"]["model.layers.7.stray.weight"] = "mtp.safetensors";
+  std::ofstream(out / "model.safetensors.index.json") << index.dump();
+  pack = Pack::open(out.string());
+  rep = pack->verify({});
+  ASSERT_EQ(rep.issues.size(), 1u);
+  EXPECT_EQ(rep.issues[0].object, "model.layers.7.stray.weight");
+  EXPECT_EQ(pack->get("model.layers.2.eh_proj.weight").layer, 2);
   fs::remove_all(src);
   fs::remove_all(out);
 }
