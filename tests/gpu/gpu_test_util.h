@@ -51,6 +51,21 @@ inline cuda::CudaDevice &device() {
   return dev;
 }
 
+/// Makes the device's primary context current on this thread. Every test
+/// calls it first: allocation before any kernel lookup needs a context, and
+/// tests that own a CudaDevice of their own release theirs when done.
+inline void ensureContext() {
+  device();
+  CUcontext cur = nullptr;
+  GLM_CU(cuCtxGetCurrent(&cur));
+  if (!cur) {
+    CUdevice d = 0;
+    GLM_CU(cuDeviceGet(&d, 0));
+    GLM_CU(cuDevicePrimaryCtxRetain(&cur, d));
+    GLM_CU(cuCtxSetCurrent(cur));
+  }
+}
+
 inline KernelSpec spec(const std::string &family,
                        std::map<std::string, std::string> args) {
   KernelSpec s;
@@ -301,6 +316,7 @@ inline void hadamard128(double *v, size_t n) {
   void SetUp() override {                                                      \
     if (!::glm::gputest::haveDevice())                                         \
       GTEST_SKIP() << "no CUDA device";                                        \
+    ::glm::gputest::ensureContext();                                           \
   }
 
 } // namespace glm::gputest
