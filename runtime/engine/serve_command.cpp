@@ -1,14 +1,122 @@
 //===- serve_command.cpp - `glm-engine serve`: the OpenAI-compatible API --===//
 //
-// The server lives in runtime/serve (its own owner); this file only wires the
-// loaded engine into it. Until runtime/serve/server.h exists the subcommand
-// is not registered.
+// The server lives in runtime/serve (runServer over an abstract Engine); this
+// file loads the model like `run` does and adapts the backend's Generator to
+// that Engine interface.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/engine/commands.h"
 
-namespace glm::rt {
+#ifdef GLM_HAVE_SERVER
+#include "runtime/base/error.h"
+#include "runtime/engine/setup.h"
+#include "runtime/serve/chat.h"
+#include "runtime/serve/server.h"
 
-void addServeCommand(CLI::App &, int &) {}
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+namespace glm::rt {
+namespace {
+
+/// The server's Engine over a Generator (which is safe to call from several
+/// threads: each generate() owns its KV cache).
+class GeneratorEngine : public Engine {
+public:
+  GeneratorEngine(Generator &g, std::vector<int64_t> eos, int concurrency)
+      : g_(g), eos_(std::move(eos)), concurrency_(concurrency) {}
+  int maxContext() const override { return (int)g_.maxContext(); }
+  std::vector<int32_t> eosIds() const override {
+    return std::vector<int32_t>(eos_.begin(), eos_.end());
+  }
+  int maxConcurrency() const override { return concurrency_; }
+  void generate(const std::vector<int32_t> &prompt, const Sampling &s,
+                const std::function<bool(int32_t)> &onToken) override {
+    SamplingParams sp;
+    sp.greedy = s.temperature == 0;
+    sp.temperature = s.temperature;
+    sp.topP = s.topP;
+    // Without a seed each request draws its own (never the same stream).
+    sp.seed = s.hasSeed ? s.seed
+                        : (uint64_t)std::chrono::steady_clock::now()
+                              .time_since_epoch()
+                              .count();
+    int64_t room = g_.maxContext() - (int64_t)prompt.size();
+    sp.maxNew = std::max<int64_t>(0, std::min<int64_t>(s.maxTokens, room));
+    sp.stopIds = eos_;
+    std::vector<int64_t> p(prompt.begin(), prompt.end());
+    g_.generate(p, sp, [&](int64_t t) { return onToken((int32_t)t); });
+  }
+
+private:
+  Generator &g_;
+  std::vector<int64_t> eos_;
+  int concurrency_;
+};
+
+struct ServeOptions {
+  EngineOptions engine;
+  ServerOptions server;
+  int concurrency = 1;
+};
+
+} // namespace
+
+void addServeCommand(CLI::App &app, int &rc) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App *sub = app.add_subcommand(
+      "serve", "Serve the model over an OpenAI-compatible HTTP API "
+               "(/v1/chat/completions, /v1/completions, /v1/models, /health, "
+               "/metrics)");
+  addEngineOptions(*sub, o->engine);
+  sub->add_option("--host", o->server.host, "Address to listen on")
+      ->capture_default_str();
+  sub->add_option("--port", o->server.port,
+                  "TCP port (0 = a free port, printed when listening)")
+      ->capture_default_str();
+  sub->add_option("--model-name", o->server.modelName,
+                  "Model id reported by /v1/models (default: the pack "
+                  "directory's name)");
+  sub->add_option("--max-queue", o->server.maxQueue,
+                  "Requests that may wait for the engine before new ones get "
+                  "HTTP 429")
+      ->capture_default_str();
+  sub->add_option("--concurrency", o->concurrency,
+                  "Generations that run at the same time (each has its own "
+                  "KV cache)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  sub->callback([o, sub, &rc] {
+    LoadedEngine le = loadEngine(o->engine);
+    check(le.tokenizer != nullptr, "serve needs a tokenizer.json (looked for ",
+          le.tokenizerPath, ")");
+    std::unique_ptr<ChatTemplate> chat =
+        le.chatTemplatePath.empty()
+            ? ChatTemplate::fromPack(o->engine.pack)
+            : ChatTemplate::fromPack(
+                  std::filesystem::path(le.chatTemplatePath)
+                      .parent_path()
+                      .string());
+    if (!sub->count("--model-name"))
+      o->server.modelName =
+          std::filesystem::path(o->engine.pack).lexically_normal()
+              .filename().string();
+    if (o->server.modelName.empty())
+      o->server.modelName = "glm";
+    GeneratorEngine engine(*le.generator, le.eosIds, o->concurrency);
+    rc = runServer(engine, *le.tokenizer, *chat, o->server);
+  });
+}
 
 } // namespace glm::rt
+
+#else
+namespace glm::rt {
+void addServeCommand(CLI::App &, int &) {}
+} // namespace glm::rt
+#endif

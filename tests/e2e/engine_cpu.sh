@@ -82,18 +82,23 @@ for n in 1 2 3 4; do
   cmp "$T/tp1.out" "$T/tp$n.out"
 done
 echo "tiny pack: --sparks 1..4 byte-identical logits"
+glm-engine run - --pack "$T/tiny-hf" --prompt "hello world" --max-new 3 \
+  > "$T/prompt.out"
+grep -q "^generated text: " "$T/prompt.out"
+echo "tiny pack: --prompt through tokenizer.json"
 
 # 3. Quantized layouts run end to end.
 for layout in exl3 exlr8; do
   glmc synth --preset tiny --layout $layout --seed 7 -o "$T/tiny-$layout" > /dev/null
-  glm-engine run - --pack "$T/tiny-$layout" --sparks 2 --tokens $TOK \
-    --max-new 4 > "$T/$layout.out"
+  man=(); [ $layout = exlr8 ] && man=(--manifest mixed)
+  glm-engine run - --pack "$T/tiny-$layout" "${man[@]}" --sparks 2 \
+    --tokens $TOK --max-new 4 > "$T/$layout.out"
   grep -q "^generated tokens: [0-9]" "$T/$layout.out"
   echo "$layout: $(head -1 "$T/$layout.out")"
 done
 
 # 4. A compiled plan (only where glmc has the compiler).
-if glmc compile --help > /dev/null 2>&1; then
+if glmc --help 2>/dev/null | grep -qE "^ +compile( |$)"; then
   glmc compile "$T/tiny-hf" --sparks 2 -o "$T/tiny.glmplan" > /dev/null
   glm-engine run "$T/tiny.glmplan" --pack "$T/tiny-hf" --tokens $TOK \
     --max-new 6 --dump-logits "$T/plan.safetensors" > "$T/plan.out"
