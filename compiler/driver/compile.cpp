@@ -85,6 +85,7 @@ static int runCompile(const CompileArgs &a) {
   registerGlmDialects(registry);
   mlir::MLIRContext ctx(registry);
   ctx.disableMultithreading(); // deterministic diagnostics, 2-core machines
+  ctx.printOpOnDiagnostic(false); // a full-size module is megabytes of IR
   llvm::SourceMgr sourceMgr;
   mlir::SourceMgrDiagnosticHandler diag(sourceMgr, &ctx, llvm::errs());
 
