@@ -434,13 +434,23 @@ void Exlr8Pack::openWidthSet(ExpertLayer &L, int k, bool shared) {
 
   w.dataRel = dataFile(L.layer, k);
   fs::path dp = fs::path(dir_) / w.dataRel;
-  if (fs::exists(dp))
+  if (fs::exists(dp)) {
     w.data = SafetensorsFile::open(dp.string(), opt_.indexOnly);
-  else
-    check(opt_.indexOnly, dp.string(),
-          ": missing (the layer index lists width K", k,
-          "); re-download it, or open the pack index-only (--index-only) to "
-          "compile without weight bytes");
+  } else if (!opt_.indexOnly) {
+    // No .kK file at all: an index-only pack, not a damaged one.
+    bool any = false;
+    std::error_code ec;
+    for (auto &de : fs::directory_iterator(fs::path(dir_) / "experts", ec))
+      if (de.path().filename().string().find(".k") != std::string::npos &&
+          de.path().filename().string().find(".index.") == std::string::npos)
+        any = true;
+    check(any, dir_, " is an index-only pack (no experts/*.kK.safetensors "
+          "weight files): verify and dequantize need the full pack; the "
+          "compiler reads it as it is");
+    fail(dp.string(), ": missing (the layer index lists width K", k,
+         "); re-download it, or open the pack index-only to compile without "
+         "weight bytes");
+  }
   (shared ? L.shared : L.main)[k] = std::move(w);
 }
 
@@ -792,12 +802,12 @@ void Exlr8Pack::buildWeights() {
   }
   for (size_t ri = 0; ri < records_.size(); ++ri)
     addRecordWeight(ri);
+  std::regex lre(R"(exlr8-dense-(\d+)\.safetensors)");
   for (size_t pi = 0; pi < plains_.size(); ++pi) {
     const PlainTensor &pt = plains_[pi];
     const TensorView &v = *pt.view;
     WeightInfo w;
     int64_t layer = -1;
-    std::regex lre(R"(exlr8-dense-(\d+)\.safetensors)");
     std::smatch m;
     std::string fn = fs::path(pt.rel).filename().string();
     if (std::regex_match(fn, m, lre))
@@ -855,7 +865,8 @@ void Exlr8Pack::addExpertWeight(size_t li, int64_t row, int p) {
   w.projection = p;
   w.shared = isShared;
   int64_t hb = L.hidden / kBlock;
-  std::set<std::tuple<std::string, uint64_t, uint64_t>> seen;
+  // Side ranges all lie in the index file: dedupe on (offset, length).
+  std::vector<std::pair<uint64_t, uint64_t>> seen;
   std::vector<ByteRange> sides;
   for (int64_t h = 0; h < L.halves; ++h) {
     int k = L.choice[row][p][h];
@@ -886,9 +897,13 @@ void Exlr8Pack::addExpertWeight(size_t li, int64_t row, int p) {
     part.sideBytes.push_back(
         rangeOf(L.indexRel, sg, 0, L.hidden, p < 2 ? "signs.in" : "signs.out"));
     w.ranges.push_back(part.trellisBytes);
-    for (auto &s : part.sideBytes)
-      if (seen.insert({s.file, s.offset, s.length}).second)
+    for (auto &s : part.sideBytes) {
+      std::pair<uint64_t, uint64_t> key{s.offset, s.length};
+      if (std::find(seen.begin(), seen.end(), key) == seen.end()) {
+        seen.push_back(key);
         sides.push_back(s);
+      }
+    }
     w.parts.push_back(std::move(part));
   }
   w.ranges.insert(w.ranges.end(), sides.begin(), sides.end());
