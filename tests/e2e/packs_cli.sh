@@ -12,7 +12,8 @@ for layout in hf exl3 exlr8; do
   glmc synth --preset tiny --layout "$layout" --seed 3 -o "$t/tiny-$layout"
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   echo "synth tiny $layout: ${ms} ms (budget 30000 ms on 2 cores)"
-  glmc verify "$t/tiny-$layout" >"$t/verify-$layout.txt" \
+  extra=(); [ "$layout" = exlr8 ] && extra=(--manifest mixed)
+  glmc verify "$t/tiny-$layout" "${extra[@]}" >"$t/verify-$layout.txt" \
     || { cat "$t/verify-$layout.txt"; fail "verify of fresh $layout pack"; }
 done
 
@@ -56,7 +57,7 @@ b = bytearray(open(p, 'rb').read())
 b[size - 100] ^= 0x40
 open(p, 'wb').write(b)
 PY
-if glmc verify "$t/damaged" >"$t/damaged.txt" 2>&1; then
+if glmc verify "$t/damaged" --manifest k3 >"$t/damaged.txt" 2>&1; then
   cat "$t/damaged.txt"; fail "verify accepted a damaged pack"
 fi
 grep -q "DAMAGED.*k3" "$t/damaged.txt" || { cat "$t/damaged.txt"; fail "damage not named"; }
@@ -67,7 +68,7 @@ echo "damaged pack reported: $(grep DAMAGED "$t/damaged.txt" | head -1)"
 cp -r "$t/tiny-exlr8" "$t/truncated"
 h=$(ls "$t"/truncated/experts/*.index.safetensors | head -1)
 truncate -s 1000 "$h"
-if glmc verify "$t/truncated" >"$t/trunc.txt" 2>&1; then fail "truncated index accepted"; fi
+if glmc verify "$t/truncated" --manifest mixed >"$t/trunc.txt" 2>&1; then fail "truncated index accepted"; fi
 grep -q "$(basename "$h")" "$t/trunc.txt" || { cat "$t/trunc.txt"; fail "truncated file not named"; }
 
 # Full-size geometry, index only: no weight bytes, fast.
