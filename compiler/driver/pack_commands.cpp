@@ -63,6 +63,15 @@ void quantizeInto(const std::string &src, const std::string &layout,
     quantizeToExlr8(cfg, source.get(), out, opt);
   else
     fail("--layout must be hf, exl3 or exlr8, got \"", layout, "\"");
+  // Tokenizer and template travel with the pack (writers own config.json,
+  // which carries their quantization metadata, so it is not overwritten).
+  for (const char *f : {"tokenizer.json", "tokenizer_config.json",
+                        "generation_config.json", "chat_template.jinja",
+                        "special_tokens_map.json"}) {
+    fs::path from = fs::path(src) / f, to = fs::path(out) / f;
+    if (fs::exists(from) && !fs::exists(to))
+      fs::copy_file(from, to);
+  }
 }
 
 } // namespace
