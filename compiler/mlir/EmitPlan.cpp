@@ -214,7 +214,10 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
             k.binaries.push_back(std::move(bin));
           }
         k.launch.blockX = intAttr(d, "block");
-        kernelIndex[k.name] = gp::addKernel(plan, std::move(k));
+        // Take the name first: the right side of `=` is evaluated (and k
+        // moved from) before the map lookup on the left.
+        std::string name = k.name;
+        kernelIndex[name] = gp::addKernel(plan, std::move(k));
       }
 
     ArrayAttr files = pack.getFiles();
