@@ -394,7 +394,7 @@ void SafetensorsWriter::addEntry(const std::string &name, DType dtype,
     const auto *p = static_cast<const uint8_t *>(data);
     e.bytes.assign(p, p + bytes);
   }
-  names_.insert(name);
+  names_.emplace(name, entries_.size());
   entries_.push_back(std::move(e));
   laidOut_ = false;
 }
@@ -452,29 +452,41 @@ void SafetensorsWriter::layout() {
       entries_[i].begin = pos;
       pos += entries_[i].size;
     }
-    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    // Built as text, in insertion order: an ordered JSON object would make
+    // the header quadratic in the tensor count (index-only packs hold 100k+).
+    std::string text = "{";
+    auto key = [&](const std::string &k) {
+      if (text.size() > 1)
+        text += ',';
+      text += nlohmann::json(k).dump();
+      text += ':';
+    };
+    auto tensor = [&](const char *dtype, const std::vector<int64_t> &shape,
+                      uint64_t begin, uint64_t end) {
+      text += "{\"dtype\":\"";
+      text += dtype;
+      text += "\",\"shape\":[";
+      for (size_t d = 0; d < shape.size(); ++d)
+        text += (d ? "," : "") + std::to_string(shape[d]);
+      text += "],\"data_offsets\":[" + std::to_string(begin) + "," +
+              std::to_string(end) + "]}";
+    };
     if (!meta_.empty()) {
-      nlohmann::ordered_json m = nlohmann::ordered_json::object();
-      for (const auto &kv : meta_)
-        m[kv.first] = kv.second;
-      j["__metadata__"] = m;
+      key("__metadata__");
+      text += nlohmann::json(meta_).dump();
     }
     size_t p = 0;
     for (size_t i = 0; i < entries_.size(); ++i) {
-      for (; p < pads.size() && pads[p].before == i; ++p)
-        j["__pad." + std::to_string(p)] = {
-            {"dtype", "U8"},
-            {"shape", nlohmann::ordered_json::array({pads[p].length})},
-            {"data_offsets",
-             nlohmann::ordered_json::array(
-                 {pads[p].begin, pads[p].begin + pads[p].length})}};
+      for (; p < pads.size() && pads[p].before == i; ++p) {
+        key("__pad." + std::to_string(p));
+        tensor("U8", {int64_t(pads[p].length)}, pads[p].begin,
+               pads[p].begin + pads[p].length);
+      }
       const Entry &e = entries_[i];
-      j[e.name] = {{"dtype", dtypeName(e.dtype)},
-                   {"shape", nlohmann::ordered_json(e.shape)},
-                   {"data_offsets", nlohmann::ordered_json::array(
-                                        {e.begin, e.begin + e.size})}};
+      key(e.name);
+      tensor(dtypeName(e.dtype), e.shape, e.begin, e.begin + e.size);
     }
-    std::string text = j.dump();
+    text += '}';
     uint64_t need = (text.size() + 7) / 8 * 8;
     if (need <= reserved) {
       text.append(reserved - text.size(), ' ');
@@ -489,10 +501,9 @@ void SafetensorsWriter::layout() {
 
 uint64_t SafetensorsWriter::fileOffsetOf(const std::string &name) {
   layout();
-  for (const auto &e : entries_)
-    if (e.name == name)
-      return 8 + headerJson_.size() + e.begin;
-  fail("safetensors writer: no tensor named ", name);
+  auto it = names_.find(name);
+  check(it != names_.end(), "safetensors writer: no tensor named ", name);
+  return 8 + headerJson_.size() + entries_[it->second].begin;
 }
 
 void SafetensorsWriter::write(const std::string &path, bool headerOnly) {

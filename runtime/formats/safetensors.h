@@ -118,7 +118,7 @@ private:
   uint64_t alignment_;
   std::vector<Entry> entries_;
   std::map<std::string, std::string> meta_;
-  std::set<std::string> names_;
+  std::map<std::string, size_t> names_; // name -> index in entries_
   std::string headerJson_; // padded with spaces to a multiple of 8
   bool laidOut_ = false;
 };
