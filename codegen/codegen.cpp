@@ -141,6 +141,9 @@ std::vector<FamilyInfo> buildFamilies() {
                                  {"bf16", "2"}}),
                       intParam("batch", "b", batch),
                       threadsParam({"128", "256"})}));
+  f.push_back(family("dense_gemv_f32", "glm::denseGemvF32",
+                     {enumParam("out", "o", {{"f32", "0"}, {"f64", "1"}}),
+                      threadsParam({"128", "256"})}));
   f.push_back(family("dense_gemv_trellis", "glm::denseGemvTrellis",
                      {intParam("K", "k", range(1, 8)), codebookParam(),
                       boolParam("e4m3"), intParam("batch", "b", batch),

@@ -5,6 +5,9 @@
 #include "runtime/base/progress.h"
 #include "runtime/cpu/model_weights.h"
 #include "runtime/cpu/tp.h"
+#ifdef GLM_HAVE_CUDA_BENCH
+#include "runtime/cuda/executor.h"
+#endif
 #ifdef GLM_HAVE_PLANS
 #include "plans/plan.h"
 #endif
@@ -29,8 +32,9 @@ void addEngineOptions(CLI::App &sub, EngineOptions &o) {
       ->required();
   sub.add_option("--backend", o.backend,
                  "Executor: `cpu` (the fp32/fp64 reference; every rank in "
-                 "this process)")
-      ->check(CLI::IsMember({"cpu"}))
+                 "this process) or `cuda` (one GPU; needs a build with "
+                 "-DGLM_WITH_CUDA=ON)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   sub.add_option("--sparks", o.sparks,
                  "Ranks to emulate when PLAN is `-` (default 1); with a plan "
@@ -64,6 +68,10 @@ LoadedEngine loadEngine(const EngineOptions &o) {
     fail("this glm-engine was built without plan support; run with PLAN `-`");
 #endif
   }
+#ifndef GLM_HAVE_CUDA_BENCH
+  check(o.backend != "cuda", "--backend cuda: this glm-engine was built "
+        "without CUDA: rebuild with -DGLM_WITH_CUDA=ON");
+#endif
   le.pack = Pack::open(o.pack, po);
   check(le.pack->config().has_value(), o.pack,
         ": the pack has no config.json; glm-engine needs the model geometry");
@@ -104,6 +112,10 @@ LoadedEngine loadEngine(const EngineOptions &o) {
   tp = cpu::TpLayout::fromRule(cfg, ranks);
 #endif
   le.ranks = ranks;
+  check(o.backend != "cuda" || ranks == 1, "--backend cuda runs one rank "
+        "for now and this run has ", ranks, ": launching one process per GPU "
+        "(glm-engine launch) is not implemented yet; use a 1-Spark plan, "
+        "--sparks 1 or --backend cpu");
   if (le.chatTemplatePath.empty()) {
     auto p = std::filesystem::path(o.pack) / "chat_template.jinja";
     if (std::filesystem::exists(p))
@@ -123,8 +135,20 @@ LoadedEngine loadEngine(const EngineOptions &o) {
     if (bar)
       bar->finish();
   }
-  le.generator = makeCpuGenerator(std::move(weights), std::move(tp),
-                                  maxContext);
+  if (o.backend == "cuda") {
+#ifdef GLM_HAVE_CUDA_BENCH
+    std::vector<plan::KernelDef> planKernels;
+#ifdef GLM_HAVE_PLANS
+    if (plan)
+      planKernels = plan->kernels;
+#endif
+    le.generator = cuda::makeCudaGenerator(std::move(weights), tp,
+                                           maxContext, planKernels);
+#endif
+  } else {
+    le.generator = makeCpuGenerator(std::move(weights), std::move(tp),
+                                    maxContext);
+  }
 
   le.tokenizerPath = (std::filesystem::path(o.pack) / tokFile).string();
 #ifdef GLM_HAVE_TOKENIZER

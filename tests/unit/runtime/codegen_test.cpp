@@ -51,6 +51,7 @@ std::vector<KernelSpec> representativeSpecs() {
   add("dense_gemv_trellis", {{"K", "2"}, {"codebook", "mul1"},
                              {"e4m3", "0"}, {"batch", "8"},
                              {"threads", "128"}});
+  add("dense_gemv_f32", {{"out", "f64"}, {"threads", "256"}});
   add("hadamard128", {{"vt", "f16"}, {"threads", "256"}});
   add("rms_norm", {{"wt", "bf16"}, {"threads", "1024"}});
   add("rope", {{"rope_dim", "64"}});
