@@ -472,7 +472,9 @@ LogicalResult FusedExpertGemvOp::verify() {
                            << (getCodebook() ? " for codebook " : "")
                            << (getCodebook() ? stringifyCodebook(*getCodebook())
                                              : StringRef());
-  if (getHidden() % 128)
+  // Only trellis experts rotate by Hadamard-128 blocks; dense (HF) experts
+  // take any hidden size.
+  if (getCodebook() && getHidden() % 128)
     return emitOpError() << "hidden " << getHidden()
                          << " must be a multiple of 128 (Hadamard blocks)";
   if (getHalves() != (getInter() + 127) / 128)
