@@ -18,6 +18,7 @@
 #include "compiler/packtools/packtools.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/strings.h"
 #include "runtime/base/hash.h"
 #include "runtime/base/numeric.h"
 #include "runtime/base/progress.h"
@@ -46,6 +47,7 @@ using glm::rt::DType;
 using glm::rt::fail;
 
 namespace glmc {
+using glm::rt::endsWith;
 namespace {
 
 constexpr int64_t kB = x8::kBlock;
@@ -56,10 +58,6 @@ uint64_t mix(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
-}
-
-bool endsWith(const std::string &s, const std::string &t) {
-  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
 }
 
 /// One tensor to write, from the source checkpoint or from config alone.

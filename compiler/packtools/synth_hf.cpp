@@ -13,6 +13,7 @@
 #include "compiler/packtools/packtools.h"
 #include "compiler/packtools/tokenizer_gen.h"
 #include "runtime/base/error.h"
+#include "runtime/base/strings.h"
 #include "runtime/base/hash.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/model/hf_names.h"
@@ -28,6 +29,7 @@ using glm::rt::check;
 using glm::rt::fail;
 
 namespace glmc {
+using glm::rt::endsWith;
 
 namespace {
 
@@ -347,11 +349,6 @@ struct Rng {
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   }
 };
-
-bool endsWith(const std::string &s, const std::string &suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 /// Values of one tensor: norms near 1, the router bias small and spread so
 /// routing is not degenerate, everything else N(0, 0.02) like

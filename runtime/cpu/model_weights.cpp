@@ -1,5 +1,6 @@
 //===- model_weights.cpp - GLM-5.3 weights as fp32 matrices, by HF name ---===//
 #include "runtime/cpu/model_weights.h"
+#include "runtime/base/strings.h"
 
 #include "runtime/base/error.h"
 #include "runtime/formats/pack.h"
@@ -10,15 +11,6 @@
 
 namespace glm::rt::cpu {
 namespace {
-
-std::string shapeStr(const std::vector<int64_t> &s) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    os << (i ? ", " : "") << s[i];
-  os << "]";
-  return os.str();
-}
 
 class PackSource : public WeightSource {
 public:

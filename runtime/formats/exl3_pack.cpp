@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/formats/exl3_pack.h"
+#include "runtime/base/strings.h"
 
 #include "runtime/base/error.h"
 #include "runtime/base/hash.h"
@@ -50,20 +51,6 @@ bool exl3WidthFromLastDim(int64_t lastDim, trellis::Width &w) {
 }
 
 namespace {
-
-bool endsWith(const std::string &s, const std::string &suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::string shapeStr(const std::vector<int64_t> &s) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    os << (i ? ", " : "") << s[i];
-  os << "]";
-  return os.str();
-}
 
 /// Layer / expert / projection of a weight from its HF name.
 void setPosition(WeightInfo &w) {

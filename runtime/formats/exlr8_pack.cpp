@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/base/error.h"
+#include "runtime/base/strings.h"
 #include "runtime/base/hash.h"
 #include "runtime/base/numeric.h"
 #include "runtime/codec/trellis.h"
@@ -90,13 +91,6 @@ float floatAt(const TensorView &t, int64_t i) {
   case DType::F8_E4M3: return e4m3ToFloat(*p);
   default: return (float)intAt(t, i);
   }
-}
-
-std::string shapeStr(const std::vector<int64_t> &s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
 }
 
 //===----------------------------------------------------------------------===//

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/base/error.h"
+#include "runtime/base/strings.h"
 #include "runtime/base/hash.h"
 #include "runtime/base/numeric.h"
 #include "runtime/formats/pack_impl.h"
@@ -32,20 +33,6 @@ namespace {
 
 constexpr const char *kScaleSuffix = "_scale_inv"; // weight -> weight_scale_inv
 constexpr int64_t kFp8Block = 128;
-
-bool endsWith(const std::string &s, const std::string &suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-std::string shapeStr(const std::vector<int64_t> &s) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    os << (i ? ", " : "") << s[i];
-  os << "]";
-  return os.str();
-}
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

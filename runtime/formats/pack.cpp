@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/formats/pack.h"
+#include "runtime/base/strings.h"
 #include "runtime/base/error.h"
 #include "runtime/base/hash.h"
 #include "runtime/formats/pack_impl.h"
@@ -133,11 +134,6 @@ std::vector<fs::path> safetensorsFiles(const fs::path &dir) {
       out.push_back(de.path());
   std::sort(out.begin(), out.end());
   return out;
-}
-
-bool endsWith(const std::string &s, const std::string &suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 } // namespace

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/formats/safetensors.h"
+#include "runtime/base/strings.h"
 #include "runtime/base/error.h"
 #include "runtime/base/numeric.h"
 
@@ -72,14 +73,6 @@ bool byteCount(const std::vector<int64_t> &shape, size_t item, uint64_t &out) {
   return true;
 }
 
-std::string shapeStr(const std::vector<int64_t> &s) {
-  std::ostringstream os;
-  os << "[";
-  for (size_t i = 0; i < s.size(); ++i)
-    os << (i ? ", " : "") << s[i];
-  os << "]";
-  return os.str();
-}
 } // namespace
 
 const char *dtypeName(DType t) {
