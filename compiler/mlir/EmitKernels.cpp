@@ -19,7 +19,9 @@
 #include "runtime/base/error.h"
 #endif
 
+#include <atomic>
 #include <map>
+#include <thread>
 #include <set>
 #include <string>
 
@@ -259,6 +261,8 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
     });
 
     SmallVector<Attribute> specs;
+    std::vector<BuiltKernel> built = buildAll(byName, archList);
+    size_t index = 0;
     for (auto &[name, s] : byName) {
       SmallVector<NamedAttribute> args;
       for (auto &[k, v] : s.args)
@@ -267,7 +271,7 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
           b.getNamedAttr("name", b.getStringAttr(name)),
           b.getNamedAttr("family", b.getStringAttr(s.family)),
           b.getNamedAttr("args", b.getDictionaryAttr(args))};
-      if (failed(describeKernel(module, s, archList, fields)))
+      if (failed(describeKernel(module, built[index++], fields)))
         return signalPassFailure();
       specs.push_back(b.getDictionaryAttr(fields));
     }
@@ -278,17 +282,57 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
     module->setAttr("glm.archs", b.getArrayAttr(archAttrs));
   }
 
-  /// Generates the source (codegen) and, with `compile`, PTX/CUBIN for every
-  /// arch through NVRTC.
-  LogicalResult describeKernel(ModuleOp module, const Spec &s,
-                               const std::vector<std::string> &archList,
+  /// A kernel built by codegen, or the error that stopped it.
+  struct BuiltKernel {
+#ifdef GLM_CODEGEN_AVAILABLE
+    ::glm::plan::KernelDef kernel;
+#endif
+    std::string error;
+  };
+
+  /// Generates the sources (codegen) and, with `compile`, PTX/CUBIN for every
+  /// arch through NVRTC. NVRTC dominates the compile time, so the distinct
+  /// kernels are built on all cores; results keep byName's order, so plans
+  /// stay byte-identical.
+  std::vector<BuiltKernel> buildAll(const std::map<std::string, Spec> &byName,
+                                    const std::vector<std::string> &archList) {
+    std::vector<BuiltKernel> out(byName.size());
+#ifdef GLM_CODEGEN_AVAILABLE
+    std::vector<::glm::codegen::KernelSpec> specs;
+    for (auto &[name, s] : byName)
+      specs.push_back({s.family, {s.args.begin(), s.args.end()}, archList});
+    std::atomic<size_t> next{0};
+    bool doCompile = compile;
+    auto worker = [&] {
+      for (size_t i; (i = next++) < specs.size();) {
+        try {
+          out[i].kernel = ::glm::codegen::buildKernel(specs[i], doCompile);
+        } catch (const std::exception &e) {
+          out[i].error = e.what();
+        }
+      }
+    };
+    unsigned n = std::max(1u, std::min<unsigned>(
+                                  std::thread::hardware_concurrency(),
+                                  unsigned(specs.size())));
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < n; ++t)
+      pool.emplace_back(worker);
+    worker();
+    for (std::thread &t : pool)
+      t.join();
+#endif
+    return out;
+  }
+
+  LogicalResult describeKernel(ModuleOp module, const BuiltKernel &built,
                                SmallVector<NamedAttribute> &fields) {
 #ifdef GLM_CODEGEN_AVAILABLE
     OpBuilder b(&getContext());
-    ::glm::codegen::KernelSpec ks{s.family, {s.args.begin(), s.args.end()},
-                                archList};
-    try {
-      ::glm::plan::KernelDef k = ::glm::codegen::buildKernel(ks, compile);
+    if (!built.error.empty())
+      return module.emitError() << "glm-emit-kernels: " << built.error;
+    const ::glm::plan::KernelDef &k = built.kernel;
+    {
       fields.push_back(b.getNamedAttr("source", b.getStringAttr(k.source)));
       fields.push_back(
           b.getNamedAttr("source_hash", b.getStringAttr(k.sourceHash)));
@@ -310,8 +354,6 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
       fields.push_back(b.getNamedAttr(
           "block", b.getI64IntegerAttr(k.launch.blockX)));
       return success();
-    } catch (const ::glm::rt::Error &e) {
-      return module.emitError() << "glm-emit-kernels: " << e.what();
     }
 #else
     if (compile)

@@ -485,14 +485,18 @@ public:
     try {
       status = route(req, resp, endpoint);
     } catch (const ApiError &e) {
-      status = e.status;
+      // Counted before the reply goes out, so a client that reads /metrics
+      // right after its error response sees it.
+      metrics_.request(endpoint, e.status);
       if (!resp.started())
         resp.send(e.status, "application/json", errorBody(e));
+      return;
     } catch (const std::exception &e) {
-      status = 500;
+      metrics_.request(endpoint, 500);
       if (!resp.started())
         resp.send(500, "application/json",
                   errorBody({500, e.what(), "server_error", "", ""}));
+      return;
     }
     metrics_.request(endpoint, status);
   }

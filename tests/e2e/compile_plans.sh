@@ -21,9 +21,14 @@ glmc compile "$T/tiny" --sparks 3 --manifest "$manifest" --arch sm_121,sm_90 -o 
 cmp "$T/tiny.3.plan" "$T/tiny.3b.plan"
 
 # Stages: model-level IR, kernel-level IR, kernel sources.
-glmc compile "$T/tiny" --sparks 2 --manifest "$manifest" --emit=model | grep -q 'glm.moe'
-glmc compile "$T/tiny" --sparks 2 --manifest "$manifest" --emit=kernel | grep -q 'glm.fused_expert_gemv'
-glmc compile "$T/tiny" --sparks 2 --manifest "$manifest" --emit=cuda --no-nvrtc | grep -q '====='
+# (Output goes to files first: `cmd | grep -q` fails under pipefail when grep
+# stops reading early.)
+glmc compile "$T/tiny" --sparks 2 --manifest "$manifest" --emit=model > "$T/model.mlir"
+grep -q 'glm.moe' "$T/model.mlir"
+glmc compile "$T/tiny" --sparks 2 --manifest "$manifest" --emit=kernel > "$T/kernel.mlir"
+grep -q 'glm.fused_expert_gemv' "$T/kernel.mlir"
+glmc compile "$T/tiny" --sparks 2 --manifest "$manifest" --emit=cuda --no-nvrtc > "$T/kernels.cu"
+grep -q '=====' "$T/kernels.cu"
 glmc compile "$T/tiny" --sparks 2 --manifest "$manifest" --dump-ir-after fuse -o "$T/dump.plan" 2> "$T/dump.txt"
 grep -q 'IR Dump After GlmFuse' "$T/dump.txt"
 

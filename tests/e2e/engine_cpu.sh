@@ -98,7 +98,7 @@ for layout in exl3 exlr8; do
 done
 
 # 4. A compiled plan (only where glmc has the compiler).
-if glmc --help 2>/dev/null | grep -qE "^ +compile( |$)"; then
+if glmc compile --help > /dev/null 2>&1; then
   glmc compile "$T/tiny-hf" --sparks 2 -o "$T/tiny.glmplan" > /dev/null
   glm-engine run "$T/tiny.glmplan" --pack "$T/tiny-hf" --tokens $TOK \
     --max-new 6 --dump-logits "$T/plan.safetensors" > "$T/plan.out"
