@@ -318,6 +318,16 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         gp::OpDef od;
         od.kind = opKind(&op);
         od.layer = layerOf(&op);
+        // Ops without a layer attribute (norms, q_a/kv_a projections) belong
+        // to the layer of the weight they read.
+        if (od.layer < 0)
+          for (NamedAttribute attr : op.getAttrs())
+            if (auto sym = dyn_cast<FlatSymbolRefAttr>(attr.getValue()))
+              if (Operation *w = SymbolTable::lookupSymbolIn(module, sym))
+                if (int32_t l = layerOf(w); l >= 0) {
+                  od.layer = l;
+                  break;
+                }
         // A collective belongs to the layer of the block it reduces.
         if (od.layer < 0 && isa<AllReduceOp, AllGatherOp>(op))
           if (Operation *src = op.getOperand(0).getDefiningOp())
