@@ -58,6 +58,17 @@ public:
   virtual std::string backendName() const = 0;
 };
 
+/// The backend-independent part of Generator::generate: validates the
+/// request against `config` and `maxContext`, feeds the prompt through
+/// `step` (one decode position -> its logits [vocab]), then samples and feeds
+/// back, with the stop, cancel and logits-row rules documented above.
+GenerationResult
+runGeneration(const ModelConfig &config, int64_t maxContext,
+              const std::vector<int64_t> &prompt, const SamplingParams &params,
+              const Generator::TokenCallback &onToken,
+              std::vector<float> *logitsOut,
+              const std::function<std::vector<float>(int64_t)> &step);
+
 /// The reference executor: every rank of `tp` computed in this process.
 std::unique_ptr<Generator>
 makeCpuGenerator(std::shared_ptr<const cpu::ModelWeights> weights,

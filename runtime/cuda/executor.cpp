@@ -432,49 +432,10 @@ public:
                             const TokenCallback &onToken,
                             std::vector<float> *logitsOut) override {
     std::lock_guard<std::mutex> lock(mu_); // one device sequence at a time
-    const ModelConfig &c = fwd_->config();
-    check(!prompt.empty(), "the prompt is empty: give at least one token");
-    check(params.maxNew >= 0, "--max-new must be >= 0");
-    check((int64_t)prompt.size() + params.maxNew <= maxContext_,
-          "prompt (", prompt.size(), " tokens) + max new tokens (",
-          params.maxNew, ") exceeds the context of ", maxContext_,
-          " tokens");
-    for (int64_t t : prompt)
-      check(t >= 0 && t < c.vocabSize, "prompt token id ", t,
-            " is outside the vocabulary [0, ", c.vocabSize, ")");
     fwd_->reset();
-    cpu::Sampler sampler(params);
-    GenerationResult res;
-    res.promptTokens = (int64_t)prompt.size();
-    std::vector<float> logits;
-    auto keep = [&] {
-      if (logitsOut)
-        logitsOut->insert(logitsOut->end(), logits.begin(), logits.end());
-    };
-    for (int64_t t : prompt) { // prefill = one decode step per token
-      logits = fwd_->step(t);
-      keep();
-    }
-    res.finishReason = "length";
-    for (int64_t i = 0; i < params.maxNew; ++i) {
-      int64_t tok = sampler.sample(logits.data(), c.vocabSize);
-      res.tokens.push_back(tok);
-      bool more = !onToken || onToken(tok);
-      if (std::find(params.stopIds.begin(), params.stopIds.end(), tok) !=
-          params.stopIds.end()) {
-        res.finishReason = "stop";
-        break;
-      }
-      if (!more) {
-        res.finishReason = "cancelled";
-        break;
-      }
-      if (i + 1 == params.maxNew)
-        break;
-      logits = fwd_->step(tok);
-      keep();
-    }
-    return res;
+    return runGeneration(fwd_->config(), maxContext_, prompt, params, onToken,
+                         logitsOut,
+                         [&](int64_t token) { return fwd_->step(token); });
   }
   const ModelConfig &config() const override { return fwd_->config(); }
   int64_t maxContext() const override { return maxContext_; }
