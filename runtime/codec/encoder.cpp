@@ -7,7 +7,7 @@
 // reconstructInPlace(decodeMatrix(...)) inverts the transform.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/codec/parallel.h"
+#include "runtime/base/parallel.h"
 #include "runtime/codec/trellis.h"
 
 #include "runtime/base/error.h"
@@ -93,7 +93,7 @@ Quantized quantizeMatrix(const float *w, int64_t rows, int64_t cols,
   const int64_t tilesC = cols / 16, tiles = rows / 16 * tilesC;
   const int wpt = opt.width.wordsPerTile();
   out.tileWords.assign(tiles * wpt, 0);
-  detail::parallelFor(tiles, 4, opt.threads,
+  glm::rt::parallelFor(tiles, 4, opt.threads,
                       [&](int64_t begin, int64_t end, int) {
                         float target[256];
                         uint16_t states[256];

@@ -6,7 +6,7 @@
 // (exlr8-format.md §5 step 9).
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/codec/parallel.h"
+#include "runtime/base/parallel.h"
 #include "runtime/codec/trellis.h"
 
 #include "runtime/base/error.h"
@@ -58,7 +58,7 @@ static void hadamardRowsScaled(float *m, int64_t rows, int64_t cols,
         "hadamardRows: rows must be a positive multiple of 128, got ", rows);
   int64_t chunksPerBlock = (cols + kColChunk - 1) / kColChunk;
   int64_t items = rows / 128 * chunksPerBlock;
-  detail::parallelFor(
+  glm::rt::parallelFor(
       items, rows * cols >= (1 << 16) ? 4 : items, 0,
       [&](int64_t b, int64_t e, int) {
         for (int64_t it = b; it < e; ++it) {
@@ -81,7 +81,7 @@ static void hadamardColsScaled(float *m, int64_t rows, int64_t cols,
                                const float *colScale) {
   check(cols % 128 == 0 && rows > 0,
         "hadamardCols: cols must be a positive multiple of 128, got ", cols);
-  detail::parallelFor(
+  glm::rt::parallelFor(
       rows, rows * cols >= (1 << 16) ? 16 : rows, 0,
       [&](int64_t b, int64_t e, int) {
         for (int64_t r = b; r < e; ++r) {

@@ -5,7 +5,7 @@
 // the 16 stream bits ending at its end bit, wrapping round the stream.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/codec/parallel.h"
+#include "runtime/base/parallel.h"
 #include "runtime/codec/trellis.h"
 
 #include "runtime/base/error.h"
@@ -120,7 +120,7 @@ void decodeMatrix(const uint16_t *tileWords, int64_t rows, int64_t cols,
   int64_t tilesR = rows / 16, tilesC = cols / 16;
   int64_t wpt = w.wordsPerTile();
   const float *table = codebookFloatTable(cb, e4m3);
-  detail::parallelFor(
+  glm::rt::parallelFor(
       tilesR * tilesC, 256, 0, [&](int64_t begin, int64_t end, int) {
         uint16_t states[256];
         for (int64_t k = begin; k < end; ++k) {

@@ -1,7 +1,8 @@
-//===- parallel.h - tiny fork/join helper for the codec (internal) --------===//
+//===- parallel.h - the one fork/join helper (codec, NVRTC builds) -------===//
 //
-// The codec splits tiles and matrix blocks over std::thread; this is the one
-// place that decides how many threads a job gets, so small jobs stay serial.
+// The codec splits tiles and matrix blocks over std::thread, the compiler and
+// the GPU tools build kernels with NVRTC on every core; this is the one place
+// that decides how many threads a job gets, so small jobs stay serial.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -14,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-namespace glm::rt::trellis::detail {
+namespace glm::rt {
 
 inline int hardwareThreads() {
   unsigned n = std::thread::hardware_concurrency();
@@ -65,4 +66,4 @@ void parallelFor(int64_t n, int64_t grain, int threads, Fn &&fn) {
     std::rethrow_exception(err);
 }
 
-} // namespace glm::rt::trellis::detail
+} // namespace glm::rt
