@@ -42,14 +42,44 @@ std::vector<float> reduceInOrder(const std::vector<double> &contrib,
   return out;
 }
 
+/// Across processes: fills the rows [units, n] of `contrib` that other
+/// ranks own (owner[u]) with theirs. Each rank sends its own rows packed in
+/// unit order, padded to the largest share.
+void gatherUnits(dist::HostComm &comm, const std::vector<int> &owner,
+                 int64_t n, std::vector<double> &contrib) {
+  const int N = comm.size(), me = comm.rank();
+  std::vector<std::vector<int64_t>> owned(N);
+  for (size_t u = 0; u < owner.size(); ++u)
+    owned[owner[u]].push_back((int64_t)u);
+  size_t most = 0;
+  for (const auto &o : owned)
+    most = std::max(most, o.size());
+  if (most == 0)
+    return;
+  std::vector<double> send(most * n, 0.0), recv(N * most * n);
+  for (size_t i = 0; i < owned[me].size(); ++i)
+    std::copy_n(contrib.data() + owned[me][i] * n, n, send.data() + i * n);
+  comm.allGather(send.data(), recv.data(), send.size() * sizeof(double));
+  for (int r = 0; r < N; ++r)
+    if (r != me)
+      for (size_t i = 0; i < owned[r].size(); ++i)
+        std::copy_n(recv.data() + (r * most + i) * n, n,
+                    contrib.data() + owned[r][i] * n);
+}
+
 } // namespace
 
 CpuForward::CpuForward(std::shared_ptr<const ModelWeights> weights,
-                       TpLayout tp)
-    : w_(std::move(weights)), tp_(std::move(tp)) {
+                       TpLayout tp, dist::HostComm *comm)
+    : w_(std::move(weights)), tp_(std::move(tp)), comm_(comm) {
   check((int64_t)tp_.layers.size() == w_->config.numLayers,
         "tensor-parallel layout has ", tp_.layers.size(),
         " layers, the model has ", w_->config.numLayers);
+  if (comm_ && comm_->size() == 1)
+    comm_ = nullptr; // one process computes everything
+  check(!comm_ || comm_->size() == tp_.ranks, "the plan has ", tp_.ranks,
+        " ranks but ", comm ? comm->size() : 0,
+        " processes joined (--world); start one process per rank");
 }
 
 Session CpuForward::newSession() const {
@@ -70,6 +100,10 @@ std::vector<float> CpuForward::step(Session &s, int64_t token,
   const double eps = c.rmsNormEps, theta = c.ropeTheta;
   const double scale = 1.0 / std::sqrt((double)(dn + dr));
   const int N = tp_.ranks;
+  // With a comm this process computes only its rank's units.
+  const int rBegin = comm_ ? comm_->rank() : 0, rEnd = comm_ ? rBegin + 1 : N;
+  if (comm_)
+    comm_->setStep(pos);
   if (trace) {
     trace->selected.assign(c.numLayers, {});
     trace->experts.assign(c.numLayers, {});
@@ -148,7 +182,7 @@ std::vector<float> CpuForward::step(Session &s, int64_t token,
 
     // Attention: each rank computes its heads' o_proj contributions.
     std::vector<double> contrib(H * d, 0.0);
-    for (int r = 0; r < N; ++r) {
+    for (int r = rBegin; r < rEnd; ++r) {
       for (int64_t hh = 0; hh < H; ++hh) {
         if (TL.headRank[hh] != r)
           continue;
@@ -185,6 +219,8 @@ std::vector<float> CpuForward::step(Session &s, int64_t token,
           out[rr] = dot(L.o.row(rr) + hh * dv, ov.data(), dv);
       }
     }
+    if (comm_)
+      gatherUnits(*comm_, TL.headRank, d, contrib);
     std::vector<float> attn = reduceInOrder(contrib, H, d);
     for (int64_t i = 0; i < d; ++i)
       x[i] += attn[i];
@@ -220,14 +256,17 @@ std::vector<float> CpuForward::step(Session &s, int64_t token,
       for (size_t u = 0; u < units.size(); ++u)
         slot0[u + 1] = slot0[u] + numChunks(units[u].m->gate.rows);
       std::vector<double> part(slot0.back() * d, 0.0);
-      for (int r = 0; r < N; ++r)
+      std::vector<int> slotRank(slot0.back());
+      for (size_t u = 0; u < units.size(); ++u)
+        for (int64_t ch = 0; ch < numChunks(units[u].m->gate.rows); ++ch)
+          slotRank[slot0[u] + ch] =
+              ch < halves ? tp_.expertHalfRank(l, units[u].expert, ch)
+                          : (int)((halves * units[u].expert + ch + l) % N);
+      for (int r = rBegin; r < rEnd; ++r)
         for (size_t u = 0; u < units.size(); ++u) {
           const int64_t width = units[u].m->gate.rows;
           for (int64_t ch = 0; ch < numChunks(width); ++ch) {
-            int owner = ch < halves
-                            ? tp_.expertHalfRank(l, units[u].expert, ch)
-                            : (int)((halves * units[u].expert + ch + l) % N);
-            if (owner != r)
+            if (slotRank[slot0[u] + ch] != r)
               continue;
             int64_t begin = ch * kHalfWidth;
             int64_t count = std::min(kHalfWidth, width - begin);
@@ -235,11 +274,13 @@ std::vector<float> CpuForward::step(Session &s, int64_t token,
                        part.data() + (slot0[u] + ch) * d);
           }
         }
+      if (comm_)
+        gatherUnits(*comm_, slotRank, d, part);
       mlp = reduceInOrder(part, slot0.back(), d);
     } else {
       const int64_t chunks = numChunks(c.intermediateSize);
       std::vector<double> part(chunks * d, 0.0);
-      for (int r = 0; r < N; ++r)
+      for (int r = rBegin; r < rEnd; ++r)
         for (int64_t ch = 0; ch < chunks; ++ch) {
           if (TL.denseChunkRank[ch] != r)
             continue;
@@ -248,6 +289,8 @@ std::vector<float> CpuForward::step(Session &s, int64_t token,
           swigluPart(L.dense, h.data(), begin, count, 1.0,
                      part.data() + ch * d);
         }
+      if (comm_)
+        gatherUnits(*comm_, TL.denseChunkRank, d, part);
       mlp = reduceInOrder(part, chunks, d);
     }
     for (int64_t i = 0; i < d; ++i)
@@ -256,9 +299,22 @@ std::vector<float> CpuForward::step(Session &s, int64_t token,
 
   rmsNorm(x.data(), w_->finalNorm.data(), h.data(), d, eps);
   std::vector<float> logits(c.vocabSize);
-  for (int r = 0; r < N; ++r) // LM head split by vocabulary; gather = concat
+  for (int r = rBegin; r < rEnd; ++r) // LM head split by vocabulary
     gemv(w_->lmHead, h.data(), logits.data() + tp_.vocabBegin[r],
          tp_.vocabBegin[r], tp_.vocabBegin[r + 1] - tp_.vocabBegin[r]);
+  if (comm_) { // gather = concatenation of the slices (padded to the widest)
+    int64_t most = 0;
+    for (int r = 0; r < N; ++r)
+      most = std::max(most, tp_.vocabBegin[r + 1] - tp_.vocabBegin[r]);
+    std::vector<float> send(most, 0.0f), recv(N * most);
+    std::copy(logits.begin() + tp_.vocabBegin[rBegin],
+              logits.begin() + tp_.vocabBegin[rBegin + 1], send.begin());
+    comm_->allGather(send.data(), recv.data(), most * sizeof(float));
+    for (int r = 0; r < N; ++r)
+      std::copy_n(recv.begin() + r * most,
+                  tp_.vocabBegin[r + 1] - tp_.vocabBegin[r],
+                  logits.begin() + tp_.vocabBegin[r]);
+  }
   s.length = T;
   return logits;
 }

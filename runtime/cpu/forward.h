@@ -13,16 +13,22 @@
 //
 // Tensor parallelism: each rank's units (tp.h) are computed separately and
 // the all-reduce sums per-unit fp64 contributions in a fixed global order, so
-// logits are bit-identical for any rank count.
+// logits are bit-identical for any rank count. Without a HostComm every rank
+// runs in this process; with one (a rank process of `glm-engine launch`)
+// only the comm's rank is computed and the other ranks' unit contributions
+// and vocabulary slices arrive through HostComm::allGather, then are summed
+// in the same order: the same bytes as TP=1.
 //
 // Thread-safety: a CpuForward is immutable; step() on distinct Sessions may
-// run concurrently.
+// run concurrently, except with a HostComm (collectives are matched by
+// order: one step at a time).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include "runtime/cpu/model_weights.h"
 #include "runtime/cpu/tp.h"
+#include "runtime/dist/comm.h"
 
 #include <memory>
 #include <vector>
@@ -44,7 +50,10 @@ struct StepTrace {
 
 class CpuForward {
 public:
-  CpuForward(std::shared_ptr<const ModelWeights> weights, TpLayout tp);
+  /// `comm` (optional, not owned): this process is comm->rank() of
+  /// tp.ranks == comm->size() processes.
+  CpuForward(std::shared_ptr<const ModelWeights> weights, TpLayout tp,
+             dist::HostComm *comm = nullptr);
 
   Session newSession() const;
   /// Runs `token` at position s.length and returns logits [vocab]. Throws
@@ -59,6 +68,7 @@ public:
 private:
   std::shared_ptr<const ModelWeights> w_;
   TpLayout tp_;
+  dist::HostComm *comm_ = nullptr;
 };
 
 } // namespace glm::rt::cpu

@@ -12,8 +12,8 @@ namespace {
 class CpuGenerator : public Generator {
 public:
   CpuGenerator(std::shared_ptr<const cpu::ModelWeights> w, cpu::TpLayout tp,
-               int64_t maxContext)
-      : fwd_(std::move(w), std::move(tp)), maxContext_(maxContext) {}
+               int64_t maxContext, dist::HostComm *comm)
+      : fwd_(std::move(w), std::move(tp), comm), maxContext_(maxContext) {}
 
   GenerationResult generate(const std::vector<int64_t> &prompt,
                             const SamplingParams &params,
@@ -84,9 +84,10 @@ runGeneration(const ModelConfig &c, int64_t maxContext,
 
 std::unique_ptr<Generator>
 makeCpuGenerator(std::shared_ptr<const cpu::ModelWeights> weights,
-                 cpu::TpLayout tp, int64_t maxContext) {
+                 cpu::TpLayout tp, int64_t maxContext,
+                 dist::HostComm *comm) {
   return std::make_unique<CpuGenerator>(std::move(weights), std::move(tp),
-                                        maxContext);
+                                        maxContext, comm);
 }
 
 } // namespace glm::rt

@@ -26,6 +26,9 @@ namespace glm::rt {
 namespace cpu {
 struct ModelWeights;
 }
+namespace dist {
+class HostComm;
+}
 
 using SamplingParams = cpu::SamplingParams;
 
@@ -69,9 +72,12 @@ runGeneration(const ModelConfig &config, int64_t maxContext,
               std::vector<float> *logitsOut,
               const std::function<std::vector<float>(int64_t)> &step);
 
-/// The reference executor: every rank of `tp` computed in this process.
+/// The reference executor: every rank of `tp` computed in this process, or
+/// with `comm` (not owned; tp.ranks processes joined) only comm->rank()'s
+/// units, combined through the comm (then generate() calls must not overlap).
 std::unique_ptr<Generator>
 makeCpuGenerator(std::shared_ptr<const cpu::ModelWeights> weights,
-                 cpu::TpLayout tp, int64_t maxContext = 4096);
+                 cpu::TpLayout tp, int64_t maxContext = 4096,
+                 dist::HostComm *comm = nullptr);
 
 } // namespace glm::rt

@@ -35,6 +35,9 @@ public:
   virtual void barrier() = 0;
   /// Throws Error when a peer has died or stalled.
   virtual void checkHealthy() = 0;
+  /// The decode step (token position) this rank works on, named in the
+  /// failure messages peers print; optional for transports.
+  virtual void setStep(int64_t /*step*/) {}
 };
 
 /// Device-memory collectives (cuda backend ranks). `stream` is a
