@@ -130,6 +130,14 @@ std::vector<FamilyInfo> buildFamilies() {
                      {widthsParam(), codebookParam(), boolParam("e4m3"),
                       intParam("batch", "b", batch),
                       storageParam("sv", "sv"), threadsParam({"128", "256"})}));
+  // The MoE decode step in two launches (stage gu, then down) over one
+  // parameter list; see moe_trellis.cuh for the ABI and table layouts.
+  f.push_back(family("moe_trellis", "glm::moeTrellis",
+                     {widthsParam(), codebookParam(), boolParam("e4m3"),
+                      intParam("batch", "b", batch),
+                      storageParam("sv", "sv"),
+                      enumParam("stage", "", {{"gu", "0"}, {"down", "1"}}),
+                      threadsParam({"64", "128", "256"})}));
   f.push_back(family("moe_reduce", "glm::moeReduce",
                      {threadsParam({"128", "256", "512"})}));
   f.push_back(family("dense_gemv", "glm::denseGemv",

@@ -1,0 +1,775 @@
+// moe_trellis.cuh - the MoE layer decode step in two wide launches.
+//
+// Replaces the one-block-per-(half, expert) expert_gemv_trellis for decode:
+// work is cut into one-warp items so that thousands of warps stream the
+// trellis bytes at once, and every 16x16 tile is decoded by one warp straight
+// from registers into an mma.sync m16n8k16 A fragment (weights as A, the
+// activations as B), with fp32 accumulation in the tensor cores.
+//
+//   STAGE 0 (gate/up): item = (unit u, half h, projection p, k-chunk s).
+//     z_s = x_u[rows of chunk s] . T  (128 outputs), stored as a split-k
+//     partial. The last item of (u, h) to finish (integer arrival counter)
+//     sums the partials in fixed order and computes
+//     act = H(SiLU(H(g)*svh) * H(u)*svh * down.suh) / 128   (per batch row).
+//   STAGE 1 (down): item = (unit u, 128-column block blk, half group g).
+//     z = act . Td over the group's halves, scaled by sv_block * w (exlr8) or
+//     H(z) * svh * w (EXL3), stored per (blk, slot, group). The last item of
+//     blk sums them in fixed order (slot, then group), optionally applies
+//     exlr8's H * signs.out, and writes (or adds to) out.
+//   Both orders are fixed and the counters are integers, so results are
+//   bit-reproducible run to run regardless of which warp finishes last.
+//
+// Units: the distinct routed experts of the batch (first appearance in
+// expert_ids, row-major), then the n_shared shared experts (weight 1, every
+// row). A unit decodes its weights once for all batch rows that chose it.
+// Activations enter the tensor cores as fp16 hi + lo pairs (x = hi + lo,
+// |x| < 65504), so products carry ~22 bits of x; weights are exact fp16
+// (E4M3-rounded values are a subset). Trellis decode per exl3-format.md
+// §1-2 (16-bit tail-biting windows, MSB-first words, m16n8k16 order); the
+// E4M3 step per exlr8-format.md §5.5.
+//
+// ---------------------------------------------------------------- ABI ----
+// Template: moeTrellis<WMASK, CB, E4M3, BATCH, SVT, STAGE, THREADS>
+//   WMASK   bit K set = width K allowed (a non-null half of another width
+//           traps: a launch never skips bytes silently)
+//   CB      0 3inst, 1 mcg, 2 mul1;  E4M3 exlr8 rounding on/off
+//   BATCH   1..8 (template bound on the runtime batch)
+//   SVT     side-vector storage 0 f32, 1 f16, 2 bf16
+//   STAGE   0 gate/up, 1 down (same parameter list for both launches)
+// Runtime parameters (GLM_MOE_TRELLIS_PARAMS, in order):
+//   xh        f32 rotated input: x(b, slot k, proj p) at
+//             xh + b*xh_row_stride + k*xh_slot_stride + p*xh_proj_stride
+//             (exlr8: H(x*signs.in)/sqrt128 shared, strides (hidden,0,0);
+//             EXL3: per slot and projection; shared expert j uses slot
+//             topk + j)
+//   expert_ids, route_w   [batch][topk] router output (id < 0 = empty)
+//   tiles     [(e*3 + p)*16 + h] first tile of half h of projection p
+//             (0 gate, 1 up, 2 down) of expert e, e < Etot = n_routed +
+//             n_shared (shared experts after the routed ones); null = half
+//             not on this rank (all three of (e, h) must agree)
+//   widths    [(e*3 + p)*16 + h] K of that half
+//   gu_svh    SVT [(p*Etot + e)*inter + 128h + j]
+//   gu_su_block SVT [(p*Etot + e)*(hidden/128) + blk] (null = 1, EXL3)
+//   down_suh  SVT [e*inter + 128h + j]
+//   down_sv_block SVT [e*(hidden/128) + blk] (exlr8; null = 1)
+//   down_svh  SVT [e*hidden + o] (EXL3: H(z)*svh per expert; null = exlr8)
+//   signs_out f32 [hidden]: exlr8's final H * signs.out per 128-block in
+//             the kernel (null = leave the sum in the pre-Hadamard domain,
+//             e.g. before a cross-rank all-reduce, or EXL3)
+//   scratch   f32, moeTrellisScratchFloats(...) elements (see below)
+//   counters  int, moeTrellisCounters(...) elements, zero before the first
+//             launch; every launch leaves them zero again
+//   out       f32 [batch][hidden]; accumulate != 0 adds the result
+//   batch, topk, n_routed, n_shared, hidden, inter (= 16*128)
+//   xh_row_stride, xh_slot_stride, xh_proj_stride   (elements)
+//   gu_sI, gu_sI8, down_sI, down_sJ8   tile strides (TileStrides in
+//             glm_common.cuh; exlr8 8,64,8,64; EXL3 inter/16, inter/2,
+//             hidden/16, 8)
+//   gu_split  k-chunks per gate/up half, divides hidden/16 (e.g. 16)
+//   down_group halves per down item, divides 16 (e.g. 4)
+//   accumulate
+// Grid (x only, THREADS/32 items per block), Umax = batch*topk + n_shared:
+//   stage 0: ceil(Umax*16*2*gu_split / (THREADS/32))
+//   stage 1: ceil(Umax*(hidden/128)*(16/down_group) / (THREADS/32))
+// Scratch, Q = batch*(topk + n_shared) slots, q = b*(topk+n_shared) + k:
+//   [0, A)  gate/up partials [q][p][h][s][128],   A = Q*2*16*gu_split*128
+//   [A, B)  act [q][h][128],                       B = A + Q*16*128
+//   [B, ..) down partials [blk][q][g][128], Q*hidden*(16/down_group) floats
+// Counters: Umax*16 (stage 0, per (u, h)) then hidden/128 (stage 1).
+// -------------------------------------------------------------------------
+#pragma once
+
+#include "glm_common.cuh"
+
+#define GLM_MOE_TRELLIS_PARAMS                                                 \
+  const float *__restrict__ xh, const int *__restrict__ expert_ids,            \
+      const float *__restrict__ route_w,                                       \
+      const unsigned char *const *__restrict__ tiles,                          \
+      const unsigned char *__restrict__ widths, const void *gu_svh,            \
+      const void *gu_su_block, const void *down_suh, const void *down_sv_block, \
+      const void *down_svh, const float *__restrict__ signs_out,              \
+      float *__restrict__ scratch, int *__restrict__ counters,                 \
+      float *__restrict__ out, int batch, int topk, int n_routed,              \
+      int n_shared, int hidden, int inter, int xh_row_stride,                  \
+      int xh_slot_stride, int xh_proj_stride, int gu_sI, int gu_sI8,           \
+      int down_sI, int down_sJ8, int gu_split, int down_group, int accumulate
+#define GLM_MOE_TRELLIS_ARGS                                                   \
+  xh, expert_ids, route_w, tiles, widths, gu_svh, gu_su_block, down_suh,       \
+      down_sv_block, down_svh, signs_out, scratch, counters, out, batch, topk, \
+      n_routed, n_shared, hidden, inter, xh_row_stride, xh_slot_stride,        \
+      xh_proj_stride, gu_sI, gu_sI8, down_sI, down_sJ8, gu_split, down_group,  \
+      accumulate
+
+namespace glm {
+
+// ------------------------------------------------------- tile decode ----
+
+/// Register geometry of one lane's slice of a (16,16) tile of width K: lane
+/// L decodes positions 8L..8L+7, whose states need stream bits
+/// [8KL - 16, 8KL + 8K). 8KL is byte aligned (offset r = KL mod 4 bytes
+/// into word KL/4), so after one runtime byte shift every state sits at a
+/// compile-time bit offset.
+template <int K> struct TileLane {
+  static constexpr int kWords = 8 * K;
+  static constexpr int kRMax = K % 4 == 0 ? 0 : (K % 2 == 0 ? 2 : 3);
+  /// Words loaded: w[q-1 .. q-1+kLoad) (mod kWords), q = KL/4.
+  static constexpr int kLoad = (8 * kRMax + 31 + 8 * K) / 32 + 1;
+  /// Aligned words holding bits [0, 32 + 8K) after the shift.
+  static constexpr int kAligned = 1 + (8 * K + 31) / 32;
+};
+
+/// Word offsets (inside a tile) this lane loads and its byte shift.
+template <int K> struct LaneMap {
+  int off[TileLane<K>::kLoad];
+  int shift;
+  __device__ __forceinline__ explicit LaneMap(int lane) {
+    constexpr int W = TileLane<K>::kWords;
+    const int q = (K * lane) >> 2;
+#pragma unroll
+    for (int i = 0; i < TileLane<K>::kLoad; ++i)
+      off[i] = (q - 1 + i + W) % W;
+    shift = 8 * ((K * lane) & 3);
+  }
+};
+
+__device__ __forceinline__ u32 h2u(__half2 h) {
+  return *reinterpret_cast<u32 *>(&h);
+}
+__device__ __forceinline__ __half2 u2h(u32 u) {
+  return *reinterpret_cast<__half2 *>(&u);
+}
+
+/// (y AND 0x8FFF8FFF) XOR 0x3B603B60 as one LOP3 (constants in registers;
+/// with immediates the compiler splits it in two).
+__device__ __forceinline__ u32 lop3Mcg(u32 y) {
+  u32 r;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6A;"
+      : "=r"(r)
+      : "r"(y), "r"(0x8FFF8FFFu), "r"(0x3B603B60u));
+  return r;
+}
+
+/// Codebook values of two states as one half2 (element-wise identical to
+/// decodeState: fp16 add / fused fp16 FMA round exactly as RN16 does).
+template <int CB, bool E4M3>
+__device__ __forceinline__ u32 decodePair(u32 sa, u32 sb) {
+  __half2 v;
+  if (CB == kCbMul1) {
+    // 0x6400 + bytesum = fp16 bits of 1024 + b; one fused RN16 FMA.
+    const u32 da = __dp4a(sa * 0x83DCD12Du, 0x01010101u, 0x6400u);
+    const u32 db = __dp4a(sb * 0x83DCD12Du, 0x01010101u, 0x6400u);
+    const __half2 kInv = u2h(0x1EEE1EEEu), kBias = u2h(0xC931C931u);
+    v = __hfma2(u2h(__byte_perm(da, db, 0x5410)), kInv, kBias);
+  } else {
+    u32 ya = CB == kCb3Inst ? sa * 89226354u + 64248484u : sa * 0xCBAC1FEDu;
+    u32 yb = CB == kCb3Inst ? sb * 89226354u + 64248484u : sb * 0xCBAC1FEDu;
+    ya = lop3Mcg(ya);
+    yb = lop3Mcg(yb);
+    const __half2 a = u2h(ya), b = u2h(yb);
+    v = __halves2half2(__hadd(__low2half(a), __high2half(a)),
+                       __hadd(__low2half(b), __high2half(b)));
+  }
+  if (E4M3) {
+    __half2_raw raw = v;
+    const __nv_fp8x2_storage_t q =
+        __nv_cvt_halfraw2_to_fp8x2(raw, __NV_SATFINITE, __NV_E4M3);
+    v = __half2(__nv_cvt_fp8x2_to_halfraw2(q, __NV_E4M3));
+  }
+  return h2u(v);
+}
+
+/// 16-bit fields of a word: top-offset 0 (bits 31..16), 8 (23..8) and 16
+/// (15..0), one instruction each.
+__device__ __forceinline__ u32 fieldTop(u32 x) {
+  return __umulhi(x, 0x10000u); // x >> 16 on the IMAD pipe (ALU is busier)
+}
+__device__ __forceinline__ u32 fieldMid(u32 x) {
+  return __byte_perm(x, 0u, 0x4421);
+}
+__device__ __forceinline__ u32 fieldLow(u32 x) {
+  return __byte_perm(x, 0u, 0x4410);
+}
+
+/// The 8 states of this lane (exl3-format.md §1.3) from its loaded words.
+/// K = 2 and 4 (the tuned widths) place every state at a one-instruction
+/// offset of a few shifted words; other widths use the generic shift+mask.
+template <int K>
+__device__ __forceinline__ void laneStates(const u32 (&v)[TileLane<K>::kLoad],
+                                           int shift, u32 s[8]) {
+  constexpr int NL = TileLane<K>::kLoad, NA = TileLane<K>::kAligned;
+  if constexpr (K == 2) {
+    // z = stream bits [8KL - 16, 8KL + 16); state e at top-offset 2e + 2.
+    const u32 z = __funnelshift_lc(v[1], v[0], shift + 16);
+    const u32 z2 = z << 2, z4 = z << 4, z6 = z << 6;
+    s[0] = fieldTop(z2), s[1] = fieldTop(z4), s[2] = fieldTop(z6);
+    s[3] = fieldMid(z), s[4] = fieldMid(z2), s[5] = fieldMid(z4);
+    s[6] = fieldMid(z6), s[7] = fieldLow(z);
+  } else if constexpr (K == 4) {
+    // (v0:v1) = stream bits [8KL - 32, 8KL + 32); state e at top-offset
+    // 20 + 4e.
+    const u32 x20 = __funnelshift_l(v[1], v[0], 20);
+    const u32 x24 = __funnelshift_l(v[1], v[0], 24);
+    const u32 x28 = __funnelshift_l(v[1], v[0], 28);
+    s[0] = fieldTop(x20), s[1] = fieldTop(x24), s[2] = fieldTop(x28);
+    s[3] = fieldTop(v[1]), s[4] = fieldMid(x28), s[5] = fieldMid(v[1]);
+    s[6] = fieldLow(x28), s[7] = fieldLow(v[1]);
+  } else {
+    u32 al[NA];
+#pragma unroll
+    for (int j = 0; j < NA; ++j) {
+      const u32 hi = j < NL ? v[j] : 0u, lo = j + 1 < NL ? v[j + 1] : 0u;
+      al[j] = TileLane<K>::kRMax ? __funnelshift_l(lo, hi, shift) : hi;
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int t = 16 + (e + 1) * K; // first bit of state e in al[]
+      const int j = t >> 5, o = t & 31;
+      const u32 w = o <= 16 ? al[j] >> (16 - o)
+                            : __funnelshift_l(al[j + 1], al[j], o - 16);
+      s[e] = w & 0xFFFFu;
+    }
+  }
+}
+
+/// Decodes one lane's 8 positions from its loaded words into the A fragment
+/// of mma m16n8k16 with A[m][k] = W[k][m] (m = tile column, k = tile row):
+/// {(e0,e1), (e4,e5), (e2,e3), (e6,e7)} (exl3-format.md §2.3).
+template <int K, int CB, bool E4M3>
+__device__ __forceinline__ void decodeFragA(const u32 (&v)[TileLane<K>::kLoad],
+                                            int shift, u32 a[4]) {
+  u32 s[8];
+  laneStates<K>(v, shift, s);
+  a[0] = decodePair<CB, E4M3>(s[0], s[1]);
+  a[2] = decodePair<CB, E4M3>(s[2], s[3]);
+  a[1] = decodePair<CB, E4M3>(s[4], s[5]);
+  a[3] = decodePair<CB, E4M3>(s[6], s[7]);
+}
+
+template <int K>
+__device__ __forceinline__ void loadLane(const u32 *tile, const LaneMap<K> &m,
+                                         u32 (&v)[TileLane<K>::kLoad]) {
+#pragma unroll
+  for (int i = 0; i < TileLane<K>::kLoad; ++i)
+    v[i] = __ldg(tile + m.off[i]);
+}
+
+__device__ __forceinline__ void mma16816(float d[4], const u32 a[4], u32 b0,
+                                         u32 b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                 "r"(b1));
+}
+
+/// fp16 hi (lo = false) or lo part of (x0, x1): x = hi + lo to ~22 bits.
+__device__ __forceinline__ u32 splitHiLo(float x0, float x1, bool lo) {
+  const __half2 h = __floats2half2_rn(x0, x1);
+  const float2 f = __half22float2(h);
+  const __half2 l = __floats2half2_rn(x0 - f.x, x1 - f.y);
+  return h2u(lo ? l : h);
+}
+
+/// B fragment of one 16-row slice for this lane: k = 2j+{0,1}, 2j+{8,9}
+/// of its batch row (n = lane/4 = 2*row + hi/lo), times `scale`.
+__device__ __forceinline__ void fragB(const float *p, float scale, bool lo,
+                                      u32 &b0, u32 &b1) {
+  if (!p) {
+    b0 = b1 = 0u;
+    return;
+  }
+  const float2 x01 = *reinterpret_cast<const float2 *>(p);
+  const float2 x89 = *reinterpret_cast<const float2 *>(p + 8);
+  b0 = splitHiLo(x01.x * scale, x01.y * scale, lo);
+  b1 = splitHiLo(x89.x * scale, x89.y * scale, lo);
+}
+
+// ------------------------------------------------------------- units ----
+
+/// One unit (a distinct expert) as every lane of a warp sees it.
+template <int BATCH> struct MoeUnit {
+  int e;            // expert index into the tables (shared after routed)
+  int slot[BATCH];  // q = b*(topk + n_shared) + k of row b, -1 = not chosen
+  float w[BATCH];   // routing weight of row b
+  int nUnits;       // routed distinct experts + n_shared
+};
+
+/// Finds unit u of this launch's routing. Returns false when u >= nUnits.
+/// Needs batch*topk <= 64 (checked by the caller).
+template <int BATCH>
+__device__ __forceinline__ bool findUnit(int u, const int *ids,
+                                         const float *routeW, int batch,
+                                         int topk, int nRouted, int nShared,
+                                         MoeUnit<BATCH> &un) {
+  const int lane = threadIdx.x & 31, ne = batch * topk;
+  auto valid = [&](int id) { return id >= 0 && id < nRouted ? id : -1; };
+  const int id0 = lane < ne ? valid(ids[lane]) : -1;
+  const int id1 = lane + 32 < ne ? valid(ids[lane + 32]) : -1;
+  bool f0 = id0 >= 0, f1 = id1 >= 0; // first appearance
+  for (int t = 0; t < 32 && t < ne; ++t) {
+    const int o = __shfl_sync(0xFFFFFFFFu, id0, t);
+    f0 &= !(t < lane && o == id0);
+    f1 &= o != id1;
+  }
+  for (int t = 0; t + 32 < ne; ++t) {
+    const int o = __shfl_sync(0xFFFFFFFFu, id1, t);
+    f1 &= !(t < lane && o == id1);
+  }
+  const u32 m0 = __ballot_sync(0xFFFFFFFFu, f0);
+  const u32 m1 = __ballot_sync(0xFFFFFFFFu, f1);
+  const int n0 = __popc(m0), nRoutedUnits = n0 + __popc(m1);
+  un.nUnits = nRoutedUnits + nShared;
+  const int nSlot = topk + nShared;
+  if (u >= un.nUnits)
+    return false;
+  if (u >= nRoutedUnits) {
+    const int j = u - nRoutedUnits;
+    un.e = nRouted + j;
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      un.slot[b] = b < batch ? b * nSlot + topk + j : -1;
+      un.w[b] = 1.0f;
+    }
+    return true;
+  }
+  u32 m = u < n0 ? m0 : m1;
+  for (int i = u < n0 ? u : u - n0; i > 0; --i)
+    m &= m - 1;
+  const int pos = __ffs(m) - 1;
+  un.e = __shfl_sync(0xFFFFFFFFu, u < n0 ? id0 : id1, pos);
+  const u64 hit = u64(__ballot_sync(0xFFFFFFFFu, id0 == un.e)) |
+                  (u64(__ballot_sync(0xFFFFFFFFu, id1 == un.e)) << 32);
+#pragma unroll
+  for (int b = 0; b < BATCH; ++b) {
+    un.slot[b] = -1;
+    un.w[b] = 0.0f;
+    if (b < batch) {
+      const u64 row = (hit >> (b * topk)) & ((u64(1) << topk) - 1);
+      if (row) {
+        const int k = __ffsll((long long)row) - 1;
+        un.slot[b] = b * nSlot + k;
+        un.w[b] = routeW[b * topk + k];
+      }
+    }
+  }
+  return true;
+}
+
+/// Integer arrival counter: true in the one lane-uniform warp that arrives
+/// last (it then owns the reduction and resets the counter).
+__device__ __forceinline__ bool arriveLast(int *counter, int expected) {
+  __threadfence();
+  __syncwarp();
+  int old = 0;
+  if ((threadIdx.x & 31) == 0)
+    old = atomicAdd(counter, 1);
+  old = __shfl_sync(0xFFFFFFFFu, old, 0);
+  if (old != expected - 1)
+    return false;
+  __threadfence();
+  if ((threadIdx.x & 31) == 0)
+    *counter = 0;
+  return true;
+}
+
+// -------------------------------------------------------- gate / up ----
+
+__host__ __device__ constexpr int kNB(int batch) { return batch > 4 ? 2 : 1; }
+
+/// acc[nb][c] += B_i . T(i, c) over tile rows i = 0..nRows-1 and the 8
+/// tile columns c of a row, which are contiguous in every layout the packs
+/// use (tile (i, c) = rowTile(i) + c). Loads of row i+1 are in flight while
+/// row i decodes (two register buffers, no copies).
+template <int K, int CB, bool E4M3, int NB, class RowFn, class BFn>
+__device__ __forceinline__ void decodeRows(int nRows, RowFn rowTile,
+                                           BFn fragBRow,
+                                           float (&acc)[NB][8][4]) {
+  constexpr int NL = TileLane<K>::kLoad, W = TileLane<K>::kWords;
+  const LaneMap<K> map(threadIdx.x & 31);
+  u32 buf[2][8][NL];
+  auto load = [&](int i, u32 (&dst)[8][NL]) {
+    const u32 *row = rowTile(i);
+#pragma unroll
+    for (int l = 0; l < NL; ++l) {
+      const u32 *p = row + map.off[l];
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+        dst[c][l] = __ldg(p + c * W);
+    }
+  };
+  auto compute = [&](int i, const u32 (&src)[8][NL]) {
+    u32 b[NB][2];
+    fragBRow(i, b);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      u32 a[4];
+      decodeFragA<K, CB, E4M3>(src[c], map.shift, a);
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb)
+        mma16816(acc[nb][c], a, b[nb][0], b[nb][1]);
+    }
+  };
+  load(0, buf[0]);
+  for (int i = 0; i < nRows; i += 2) {
+    if (i + 1 < nRows)
+      load(i + 1, buf[1]);
+    compute(i, buf[0]);
+    if (i + 1 >= nRows)
+      break;
+    if (i + 2 < nRows)
+      load(i + 2, buf[0]);
+    compute(i + 1, buf[1]);
+  }
+}
+
+/// acc[nb][c] += x . T over tile rows [i0, i0 + nRows) of one gate/up half.
+template <int K, int CB, bool E4M3, int BATCH, int SVT>
+__device__ __forceinline__ void
+guRows(const u8 *half, TileStrides st, int i0, int nRows,
+       const float *const (&xp)[kNB(BATCH)], const void *suBlock, bool lo,
+       float (&acc)[kNB(BATCH)][8][4]) {
+  typedef typename StorageOf<SVT>::type SV;
+  constexpr int NB = kNB(BATCH), W = TileLane<K>::kWords;
+  const u32 *base = reinterpret_cast<const u32 *>(half);
+  const SV *su = static_cast<const SV *>(suBlock);
+  decodeRows<K, CB, E4M3, NB>(
+      nRows,
+      [&](int i) { return base + tileIndex(i0 + i, 0, st) * W; },
+      [&](int i, u32 (&b)[NB][2]) {
+        const float s = optAt(su, (i0 + i) >> 3);
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+          fragB(xp[nb] ? xp[nb] + 16 * (i0 + i) : nullptr, s, lo, b[nb][0],
+                b[nb][1]);
+      },
+      acc);
+}
+
+/// Dispatches a runtime K to the specialisations WMASK allows; others trap.
+#define GLM_MOE_DISPATCH_K(WMASK, k, CALL)                                     \
+  switch (k) {                                                                 \
+  case 1: if ((WMASK) & 0x002) { CALL(1); } else __trap(); break;              \
+  case 2: if ((WMASK) & 0x004) { CALL(2); } else __trap(); break;              \
+  case 3: if ((WMASK) & 0x008) { CALL(3); } else __trap(); break;              \
+  case 4: if ((WMASK) & 0x010) { CALL(4); } else __trap(); break;              \
+  case 5: if ((WMASK) & 0x020) { CALL(5); } else __trap(); break;              \
+  case 6: if ((WMASK) & 0x040) { CALL(6); } else __trap(); break;              \
+  case 7: if ((WMASK) & 0x080) { CALL(7); } else __trap(); break;              \
+  case 8: if ((WMASK) & 0x100) { CALL(8); } else __trap(); break;              \
+  default: __trap();                                                           \
+  }
+
+template <int WMASK, int CB, bool E4M3, int BATCH, int SVT>
+__device__ __forceinline__ void moeGateUp(GLM_MOE_TRELLIS_PARAMS) {
+  typedef typename StorageOf<SVT>::type SV;
+  constexpr int NB = kNB(BATCH);
+  const int lane = threadIdx.x & 31, j4 = lane & 3, g = lane >> 2;
+  const long long item =
+      (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int s = int(item % gu_split);
+  const int p = int(item / gu_split % 2);
+  const int h = int(item / (2LL * gu_split) % 16);
+  const int u = int(item / (32LL * gu_split));
+  if (u >= batch * topk + n_shared)
+    return;
+  MoeUnit<BATCH> un;
+  if (!findUnit<BATCH>(u, expert_ids, route_w, batch, topk, n_routed,
+                       n_shared, un))
+    return;
+  const int e = un.e, eTot = n_routed + n_shared, nBlk = hidden / 128;
+  const u8 *gate = tiles[(e * 3 + 0) * 16 + h];
+  const u8 *up = tiles[(e * 3 + 1) * 16 + h];
+  const u8 *down = tiles[(e * 3 + 2) * 16 + h];
+  if (!gate || !up || !down)
+    return; // not on this rank: no item of (u, h) counts
+  const u8 *half = p == 0 ? gate : up;
+  const int rowsPer = hidden / 16 / gu_split;
+  const int nSlot = topk + n_shared, Q = batch * nSlot;
+  float *guPart = scratch;
+  float *act = scratch + (long long)Q * 32 * gu_split * 128;
+
+  // This lane's B-fragment batch rows and their inputs.
+  const float *xp[NB];
+  const bool lo = g & 1;
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    const int b = (g >> 1) + 4 * nb;
+    xp[nb] = nullptr;
+#pragma unroll
+    for (int bb = 0; bb < BATCH; ++bb)
+      if (bb == b && un.slot[bb] >= 0)
+        xp[nb] = xh + (long long)b * xh_row_stride +
+                 (long long)(un.slot[bb] - b * nSlot) * xh_slot_stride +
+                 (long long)p * xh_proj_stride + 2 * j4;
+  }
+  const void *su =
+      gu_su_block
+          ? static_cast<const SV *>(gu_su_block) + (long long)(p * eTot + e) * nBlk
+          : nullptr;
+  float acc[NB][8][4];
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        acc[nb][c][t] = 0.0f;
+  const TileStrides st{gu_sI, gu_sI8, 0};
+  const int k = widths[(e * 3 + p) * 16 + h];
+#define GLM_GU(KK)                                                             \
+  guRows<KK, CB, E4M3, BATCH, SVT>(half, st, s * rowsPer, rowsPer, xp, su, lo, \
+                                   acc)
+  GLM_MOE_DISPATCH_K(WMASK, k, GLM_GU)
+#undef GLM_GU
+
+  // D fragment: row b = j4 (+4), columns 16c + g (+8): hi + lo.
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    const int b = j4 + 4 * nb;
+#pragma unroll
+    for (int bb = 0; bb < BATCH; ++bb) {
+      if (bb != b || un.slot[bb] < 0)
+        continue;
+      float *dst = guPart +
+                   ((((long long)un.slot[bb] * 2 + p) * 16 + h) * gu_split + s) *
+                       128;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        dst[16 * c + g] = acc[nb][c][0] + acc[nb][c][1];
+        dst[16 * c + g + 8] = acc[nb][c][2] + acc[nb][c][3];
+      }
+    }
+  }
+  if (!arriveLast(&counters[u * 16 + h], 2 * gu_split))
+    return;
+
+  // Last item of (u, h): reduce the split-k partials in order, output
+  // Hadamard * svh, SwiGLU * down.suh, input Hadamard of down.
+  const SV *svh = static_cast<const SV *>(gu_svh);
+  const SV *dsuh = static_cast<const SV *>(down_suh);
+#pragma unroll
+  for (int b = 0; b < BATCH; ++b) {
+    const int q = un.slot[b];
+    if (q < 0)
+      continue;
+    float gu[2][4];
+#pragma unroll
+    for (int pp = 0; pp < 2; ++pp) {
+      const float *src = guPart + (((long long)q * 2 + pp) * 16 + h) *
+                                      gu_split * 128 + 4 * lane;
+      float4 sum = __ldcg(reinterpret_cast<const float4 *>(src));
+      for (int ss = 1; ss < gu_split; ++ss) {
+        const float4 v = __ldcg(reinterpret_cast<const float4 *>(src + ss * 128));
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+      }
+      float v[4] = {sum.x, sum.y, sum.z, sum.w};
+      hadamard128Warp(v, lane);
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        gu[pp][t] = v[t] * kInvSqrt128 *
+                    optAt(svh, (long long)(pp * eTot + e) * inter + 128 * h +
+                                   4 * lane + t);
+    }
+    float a[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const float gg = gu[0][t];
+      a[t] = gg / (1.0f + expf(-gg)) * gu[1][t] *
+             optAt(dsuh, (long long)e * inter + 128 * h + 4 * lane + t);
+    }
+    hadamard128Warp(a, lane);
+    float4 o = make_float4(a[0] * kInvSqrt128, a[1] * kInvSqrt128,
+                           a[2] * kInvSqrt128, a[3] * kInvSqrt128);
+    *reinterpret_cast<float4 *>(act + ((long long)q * 16 + h) * 128 +
+                                4 * lane) = o;
+  }
+}
+
+// -------------------------------------------------------------- down ----
+
+/// acc[nb][c] += act . T over the 8 tile rows of one down half, output
+/// columns 128*blk .. +128.
+template <int K, int CB, bool E4M3, int BATCH>
+__device__ __forceinline__ void
+downHalf(const u8 *half, TileStrides st, int blk,
+         const float *const (&ap)[kNB(BATCH)], bool lo,
+         float (&acc)[kNB(BATCH)][8][4]) {
+  constexpr int NB = kNB(BATCH), W = TileLane<K>::kWords;
+  const u32 *base = reinterpret_cast<const u32 *>(half);
+  decodeRows<K, CB, E4M3, NB>(
+      8, [&](int r) { return base + tileIndex(r, 8 * blk, st) * W; },
+      [&](int r, u32 (&b)[NB][2]) {
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb)
+          fragB(ap[nb] ? ap[nb] + 16 * r : nullptr, 1.0f, lo, b[nb][0],
+                b[nb][1]);
+      },
+      acc);
+}
+
+template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int THREADS>
+__device__ __forceinline__ void moeDown(GLM_MOE_TRELLIS_PARAMS) {
+  typedef typename StorageOf<SVT>::type SV;
+  constexpr int NB = kNB(BATCH);
+  __shared__ float zs[THREADS / 32][BATCH][128]; // EXL3 output Hadamard
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, j4 = lane & 3, g = lane >> 2;
+  const int nBlk = hidden / 128, nGroup = 16 / down_group;
+  const long long item = (long long)blockIdx.x * (THREADS / 32) + warp;
+  const int gi = int(item % nGroup);
+  const int blk = int(item / nGroup % nBlk);
+  const int u = int(item / ((long long)nGroup * nBlk));
+  if (u >= batch * topk + n_shared)
+    return;
+  MoeUnit<BATCH> un;
+  if (!findUnit<BATCH>(u, expert_ids, route_w, batch, topk, n_routed,
+                       n_shared, un))
+    return;
+  const int e = un.e;
+  const int nSlot = topk + n_shared, Q = batch * nSlot;
+  const float *act = scratch + (long long)Q * 32 * gu_split * 128;
+  float *downPart = const_cast<float *>(act) + (long long)Q * 16 * 128;
+
+  float acc[NB][8][4];
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int c = 0; c < 8; ++c)
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        acc[nb][c][t] = 0.0f;
+  const bool lo = g & 1;
+  const TileStrides st{down_sI, 0, down_sJ8};
+  for (int h = gi * down_group; h < (gi + 1) * down_group; ++h) {
+    const u8 *half = tiles[(e * 3 + 2) * 16 + h];
+    if (!half || !tiles[(e * 3 + 0) * 16 + h] || !tiles[(e * 3 + 1) * 16 + h])
+      continue;
+    const float *ap[NB];
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      const int b = (g >> 1) + 4 * nb;
+      ap[nb] = nullptr;
+#pragma unroll
+      for (int bb = 0; bb < BATCH; ++bb)
+        if (bb == b && un.slot[bb] >= 0)
+          ap[nb] = act + ((long long)un.slot[bb] * 16 + h) * 128 + 2 * j4;
+    }
+    const int k = widths[(e * 3 + 2) * 16 + h];
+#define GLM_DN(KK) downHalf<KK, CB, E4M3, BATCH>(half, st, blk, ap, lo, acc)
+    GLM_MOE_DISPATCH_K(WMASK, k, GLM_DN)
+#undef GLM_DN
+  }
+
+  // Scale and store the partial of every row of the unit.
+  const SV *svb = static_cast<const SV *>(down_sv_block);
+  const SV *svh = static_cast<const SV *>(down_svh);
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    const int b = j4 + 4 * nb;
+#pragma unroll
+    for (int bb = 0; bb < BATCH; ++bb) {
+      if (bb != b || un.slot[bb] < 0)
+        continue;
+      if (svh) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          zs[warp][bb][16 * c + g] = acc[nb][c][0] + acc[nb][c][1];
+          zs[warp][bb][16 * c + g + 8] = acc[nb][c][2] + acc[nb][c][3];
+        }
+      } else {
+        const float sc =
+            optAt(svb, (long long)e * nBlk + blk) * un.w[bb];
+        float *dst = downPart +
+                     (((long long)blk * Q + un.slot[bb]) * nGroup + gi) * 128;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          dst[16 * c + g] = (acc[nb][c][0] + acc[nb][c][1]) * sc;
+          dst[16 * c + g + 8] = (acc[nb][c][2] + acc[nb][c][3]) * sc;
+        }
+      }
+    }
+  }
+  if (svh) {
+    __syncwarp();
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      if (un.slot[b] < 0)
+        continue;
+      float v[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        v[t] = zs[warp][b][4 * lane + t];
+      hadamard128Warp(v, lane);
+      float *dst = downPart +
+                   (((long long)blk * Q + un.slot[b]) * nGroup + gi) * 128;
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        dst[4 * lane + t] =
+            v[t] * kInvSqrt128 *
+            toFloat<SV>(svh[(long long)e * hidden + 128 * blk + 4 * lane + t]) *
+            un.w[b];
+    }
+  }
+  if (!arriveLast(&counters[(batch * topk + n_shared) * 16 + blk],
+                  un.nUnits * nGroup))
+    return;
+
+  // Last item of blk: sum over slots (ascending) and groups (ascending).
+  for (int b = 0; b < batch; ++b) {
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int k = 0; k < nSlot; ++k) {
+      if (k < topk) { // empty slot, or a repeat of an earlier slot's id
+        const int id = expert_ids[b * topk + k];
+        bool skip = id < 0 || id >= n_routed;
+        for (int k2 = 0; k2 < k; ++k2)
+          skip |= expert_ids[b * topk + k2] == id;
+        if (skip)
+          continue;
+      }
+      const float *src = downPart +
+                         ((long long)blk * Q + b * nSlot + k) * nGroup * 128 +
+                         4 * lane;
+      for (int gg = 0; gg < nGroup; ++gg) {
+        const float4 x = __ldcg(reinterpret_cast<const float4 *>(src + gg * 128));
+        v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+      }
+    }
+    if (signs_out) {
+      hadamard128Warp(v, lane);
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        v[t] *= kInvSqrt128 * signs_out[128 * blk + 4 * lane + t];
+    }
+    float4 *o = reinterpret_cast<float4 *>(out + (long long)b * hidden +
+                                           128 * blk + 4 * lane);
+    float4 r = make_float4(v[0], v[1], v[2], v[3]);
+    if (accumulate) {
+      const float4 old = *o;
+      r.x += old.x, r.y += old.y, r.z += old.z, r.w += old.w;
+    }
+    *o = r;
+  }
+}
+
+template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int STAGE,
+          int THREADS>
+__device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
+  static_assert(WMASK != 0 && (WMASK & ~0x1FE) == 0, "widths: K in 1..8");
+  static_assert(CB >= 0 && CB <= 2, "codebook: 3inst, mcg or mul1");
+  static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");
+  static_assert(STAGE == 0 || STAGE == 1, "stage: 0 gate/up, 1 down");
+  static_assert(THREADS % 32 == 0 && THREADS >= 32 && THREADS <= 512,
+                "THREADS: 1..16 warps");
+  // Preconditions the launcher guarantees; a violation traps (never wrong
+  // numbers): 16 halves of 128, whole 128-blocks, splits that divide.
+  if (inter != 16 * 128 || hidden % 128 != 0 || batch < 1 || batch > BATCH ||
+      batch * topk > 64 || gu_split < 1 || (hidden / 16) % gu_split != 0 ||
+      down_group < 1 || 16 % down_group != 0)
+    __trap();
+  if (STAGE == 0)
+    moeGateUp<WMASK, CB, E4M3, BATCH, SVT>(GLM_MOE_TRELLIS_ARGS);
+  else
+    moeDown<WMASK, CB, E4M3, BATCH, SVT, THREADS>(GLM_MOE_TRELLIS_ARGS);
+}
+
+} // namespace glm
