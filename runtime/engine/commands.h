@@ -18,5 +18,7 @@ void addRunCommand(CLI::App &app, int &rc);
 void addServeCommand(CLI::App &app, int &rc);
 /// `bench`: device benchmarks (runtime/cuda/bench.h; errors without CUDA).
 void addBenchCommand(CLI::App &app, int &rc);
+/// `launch`: N rank processes of this host (launch_command.cpp).
+void addLaunchCommand(CLI::App &app, int &rc);
 
 } // namespace glm::rt

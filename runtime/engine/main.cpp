@@ -21,6 +21,7 @@ int main(int argc, char **argv) {
   glm::rt::addRunCommand(app, rc);
   glm::rt::addServeCommand(app, rc);
   glm::rt::addBenchCommand(app, rc);
+  glm::rt::addLaunchCommand(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {

@@ -2,6 +2,7 @@
 #include "runtime/engine/commands.h"
 
 #include "runtime/base/error.h"
+#include "runtime/engine/dist_options.h"
 #include "runtime/engine/setup.h"
 #include "runtime/formats/safetensors.h"
 #ifdef GLM_HAVE_TOKENIZER
@@ -19,6 +20,7 @@ namespace {
 
 struct RunOptions {
   EngineOptions engine;
+  DistOptions dist; // --rank/--world/--coordinator (dist_options.h)
   std::string tokens, prompt, dumpLogits;
   int64_t maxNew = 16;
   double temperature = 1.0, topP = 1.0;
@@ -99,7 +101,7 @@ int runCommand(const RunOptions &o, const CLI::App &sub) {
                le.generator->backendName().c_str(), secs,
                (prompt.size() + r.tokens.size()) / (secs > 0 ? secs : 1));
 
-  if (!o.dumpLogits.empty()) {
+  if (!o.dumpLogits.empty() && o.dist.rank == 0) { // one writer per run
     const int64_t vocab = le.generator->config().vocabSize;
     const int64_t rows = (int64_t)logits.size() / vocab;
     SafetensorsWriter w;
@@ -124,6 +126,7 @@ void addRunCommand(CLI::App &app, int &rc) {
   CLI::App *sub = app.add_subcommand(
       "run", "Run a prompt through the model and print the generated tokens");
   addEngineOptions(*sub, o->engine);
+  addDistOptions(*sub, o->dist);
   auto *tok = sub->add_option(
       "--tokens", o->tokens,
       "Prompt as comma-separated token ids, e.g. 1,2,3 (needs no tokenizer)");
@@ -161,7 +164,7 @@ void addRunCommand(CLI::App &app, int &rc) {
   sub->callback([o, sub, &rc] {
     check(!o->tokens.empty() || !o->prompt.empty(),
           "give the prompt with --tokens 1,2,3 or --prompt TEXT");
-    rc = runCommand(*o, *sub);
+    rc = runAsRank(o->dist, o->engine, [&] { return runCommand(*o, *sub); });
   });
 }
 

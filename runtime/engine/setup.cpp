@@ -5,6 +5,7 @@
 #include "runtime/base/progress.h"
 #include "runtime/cpu/model_weights.h"
 #include "runtime/cpu/tp.h"
+#include "runtime/dist/comm.h"
 #ifdef GLM_HAVE_CUDA_BENCH
 #include "runtime/cuda/executor.h"
 #endif
@@ -112,19 +113,25 @@ LoadedEngine loadEngine(const EngineOptions &o) {
   tp = cpu::TpLayout::fromRule(cfg, ranks);
 #endif
   le.ranks = ranks;
-  check(o.backend != "cuda" || ranks == 1, "--backend cuda runs one rank "
-        "for now and this run has ", ranks, ": launching one process per GPU "
-        "(glm-engine launch) is not implemented yet; use a 1-Spark plan, "
-        "--sparks 1 or --backend cpu");
+  check(!o.hostComm || o.hostComm->size() == ranks, o.plan, ": the plan is "
+        "for ", ranks, " Sparks but --world is ",
+        o.hostComm ? o.hostComm->size() : 0,
+        "; start one process per Spark of the plan");
+  check(o.backend != "cuda" || ranks == 1 || o.deviceComm, "--backend cuda "
+        "runs one rank per process and this run has ", ranks, " ranks: start "
+        "them with glm-engine launch (one process per GPU), or use a 1-Spark "
+        "plan, --sparks 1 or --backend cpu");
   if (le.chatTemplatePath.empty()) {
     auto p = std::filesystem::path(o.pack) / "chat_template.jinja";
     if (std::filesystem::exists(p))
       le.chatTemplatePath = p.string();
   }
 
+  // The cuda backend reads the pack's bytes itself (quantized on the
+  // device); only the cpu backend dequantizes to fp32 here.
   auto src = cpu::packWeightSource(*le.pack);
   std::shared_ptr<const cpu::ModelWeights> weights;
-  {
+  if (o.backend != "cuda") {
     std::unique_ptr<Progress> bar;
     weights = cpu::ModelWeights::load(cfg, *src, [&](int64_t d, int64_t n) {
       if (!bar)
@@ -142,12 +149,14 @@ LoadedEngine loadEngine(const EngineOptions &o) {
     if (plan)
       planKernels = plan->kernels;
 #endif
-    le.generator = cuda::makeCudaGenerator(std::move(weights), tp,
-                                           maxContext, planKernels);
+    le.generator = cuda::makeCudaGenerator(
+        *le.pack, tp, maxContext, planKernels,
+        o.deviceComm ? o.deviceComm->rank() : 0, o.deviceComm,
+        o.device >= 0 ? o.device : 0);
 #endif
   } else {
     le.generator = makeCpuGenerator(std::move(weights), std::move(tp),
-                                    maxContext);
+                                    maxContext, o.hostComm);
   }
 
   le.tokenizerPath = (std::filesystem::path(o.pack) / tokFile).string();

@@ -20,6 +20,10 @@ class App;
 
 namespace glm::rt {
 class Tokenizer;
+namespace dist {
+class HostComm;
+class DeviceComm;
+}
 
 struct EngineOptions {
   std::string plan;    // path, or "-" for no plan (development)
@@ -28,6 +32,13 @@ struct EngineOptions {
   int sparks = 0;      // without a plan: ranks to emulate (default 1)
   std::string manifest; // exlr8 manifest (default: the plan's)
   int64_t maxContext = 0; // 0 = the plan's, else 4096
+  // Set by runAsRank (dist_options.h) for a rank of several processes: the
+  // control plane (not owned) and the CUDA device of this rank (-1 = 0).
+  dist::HostComm *hostComm = nullptr;
+  int device = -1;
+  // --backend cuda with several ranks: this rank's NCCL communicator (not
+  // owned; glm-engine launch). Its rank() is the executor's rank.
+  dist::DeviceComm *deviceComm = nullptr;
 };
 
 /// Adds PLAN, --pack, --backend, --sparks, --manifest, --max-context.

@@ -1,0 +1,127 @@
+//===- dist_options.cpp - run as one rank of several processes ------------===//
+#include "runtime/engine/dist_options.h"
+
+#include "runtime/base/error.h"
+#include "runtime/base/hash.h"
+#include "runtime/dist/tcp_comm.h"
+#include "runtime/engine/setup.h"
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <unistd.h>
+
+namespace glm::rt {
+
+void addDistOptions(CLI::App &sub, DistOptions &o) {
+  const char *group = "Ranks (one process per rank; see `glm-engine launch`)";
+  sub.add_option("--rank", o.rank,
+                 "This process's rank in 0..WORLD-1 (rank 0 listens on "
+                 "--coordinator and prints the output)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(group);
+  sub.add_option("--world", o.world,
+                 "Number of rank processes (the plan's Spark count); with "
+                 "more than 1 the ranks join over --coordinator")
+      ->check(CLI::Range(1, 1024))
+      ->group(group);
+  sub.add_option("--coordinator", o.coordinator,
+                 "HOST:PORT where rank 0 listens and the others connect "
+                 "(e.g. 10.0.0.1:29400; needed with --world > 1)")
+      ->group(group);
+  sub.add_option("--rank-timeout", o.rankTimeout,
+                 "Seconds without a sign of life after which a peer rank "
+                 "counts as dead: every rank then exits with an error naming "
+                 "it (a rank that exits is noticed at once)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(group);
+  sub.add_option("--join-timeout", o.joinTimeout,
+                 "Seconds the ranks wait for each other at startup")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str()
+      ->group(group);
+  sub.add_option("--device", o.device,
+                 "CUDA device ordinal of this rank (--backend cuda; launch "
+                 "gives rank r device r)")
+      ->check(CLI::NonNegativeNumber)
+      ->group(group);
+}
+
+namespace {
+
+/// What every rank must agree on: the plan file's bytes (or, without a
+/// plan, the pack's config.json), the manifest and the backend.
+void planIdentity(const EngineOptions &e, uint64_t &hash, std::string &label) {
+  std::string content;
+  if (e.plan != "-") {
+    content = "plan " + hashFileHex(e.plan);
+    label = "plan " + e.plan + " (xxh64 " + content.substr(5) + ")";
+  } else {
+    auto cfg = std::filesystem::path(e.pack) / "config.json";
+    std::string h = std::filesystem::exists(cfg)
+                        ? hashFileHex(cfg.string())
+                        : std::string("none");
+    content = "pack " + h;
+    label = "pack " + e.pack + " without a plan (config.json xxh64 " + h +
+            ", --sparks " + std::to_string(e.sparks) + ")";
+  }
+  content += "|" + std::to_string(e.sparks) + "|" + e.manifest + "|" +
+             e.backend;
+  label += ", --backend " + e.backend;
+  if (!e.manifest.empty())
+    label += ", --manifest " + e.manifest;
+  hash = xxh64(content.data(), content.size());
+}
+
+} // namespace
+
+int runAsRank(const DistOptions &d, EngineOptions &engine,
+              const std::function<int()> &body) {
+  if (d.world <= 1) {
+    check(d.rank == 0, "--rank ", d.rank, " needs --world N > ", d.rank);
+    if (d.device >= 0)
+      engine.device = d.device;
+    return body();
+  }
+  check(d.rank < d.world, "--rank ", d.rank, " is not in 0..", d.world - 1,
+        " (--world ", d.world, ")");
+  check(!d.coordinator.empty(), "--world ", d.world,
+        " needs --coordinator HOST:PORT (where rank 0 listens; "
+        "`glm-engine launch` picks one on this host)");
+  // Without a plan the rank count is --sparks; with one it is the plan's
+  // (checked by loadEngine against the comm's size).
+  if (engine.plan == "-") {
+    check(engine.sparks == 0 || engine.sparks == d.world, "--sparks ",
+          engine.sparks, " and --world ", d.world,
+          " differ: one process runs each of the --sparks ranks");
+    engine.sparks = d.world;
+  }
+  dist::TcpConfig tc;
+  tc.rank = d.rank;
+  tc.world = d.world;
+  tc.coordinator = d.coordinator;
+  tc.timeout = d.rankTimeout;
+  tc.joinTimeout = d.joinTimeout;
+  planIdentity(engine, tc.planHash, tc.planLabel);
+  std::unique_ptr<dist::TcpHostComm> comm = dist::TcpHostComm::join(tc);
+  engine.hostComm = comm.get();
+  engine.device = d.device >= 0 ? d.device : d.rank;
+  int rc = 0;
+  try {
+    rc = body();
+  } catch (const std::exception &e) {
+    // A failure of ours (not a relayed one) goes to the peers first.
+    if (comm->healthError().empty())
+      comm->abort("rank " + std::to_string(d.rank) + " (pid " +
+                  std::to_string(getpid()) + ") failed: " + e.what() +
+                  "; exiting");
+    engine.hostComm = nullptr;
+    throw;
+  }
+  comm->finish();
+  engine.hostComm = nullptr;
+  return rc;
+}
+
+} // namespace glm::rt
