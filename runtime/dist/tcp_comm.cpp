@@ -543,7 +543,10 @@ void TcpHostComm::heartbeatLoop() {
         }
       }
     }
-    std::this_thread::sleep_for(interval);
+    // Short naps so that the destructor's join does not wait a whole beat.
+    for (auto slept = std::chrono::milliseconds(0); slept < interval && !stop_;
+         slept += std::chrono::milliseconds(20))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 

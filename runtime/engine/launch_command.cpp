@@ -46,8 +46,9 @@ void onSignal(int sig) { gInterrupted = sig; }
 struct Child {
   int rank = 0;
   pid_t pid = -1;
-  int errFd = -1;      // stderr pipe (ranks > 0)
-  std::string partial; // an unfinished stderr line
+  int errFd = -1;       // stderr pipe
+  std::string partial;  // an unfinished stderr line
+  std::string lastLine; // the last complete one (its error message)
   bool running = true;
   int status = 0;
 };
@@ -106,18 +107,29 @@ std::vector<int> parseDevices(const std::string &s, int n) {
   return out;
 }
 
-void flushLines(Child &c, bool all) {
+/// Forwards complete stderr lines ("[rank r] " before ranks > 0; rank 0's
+/// bytes pass as they come, so its progress bar still redraws in place).
+void forward(Child &c, const char *data, size_t len, bool eof) {
+  if (c.rank == 0)
+    fwrite(data, 1, len, stderr);
+  c.partial.append(data, len);
   size_t at = 0, nl;
   while ((nl = c.partial.find('\n', at)) != std::string::npos) {
-    std::fprintf(stderr, "[rank %d] %.*s\n", c.rank, (int)(nl - at),
-                 c.partial.data() + at);
+    if (c.rank > 0)
+      std::fprintf(stderr, "[rank %d] %.*s\n", c.rank, (int)(nl - at),
+                   c.partial.data() + at);
+    if (nl > at)
+      c.lastLine = c.partial.substr(at, nl - at);
     at = nl + 1;
   }
   c.partial.erase(0, at);
-  if (all && !c.partial.empty()) {
-    std::fprintf(stderr, "[rank %d] %s\n", c.rank, c.partial.c_str());
+  if (eof && !c.partial.empty()) {
+    if (c.rank > 0)
+      std::fprintf(stderr, "[rank %d] %s\n", c.rank, c.partial.c_str());
+    c.lastLine = c.partial;
     c.partial.clear();
   }
+  std::fflush(stderr);
 }
 
 int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
@@ -157,9 +169,8 @@ int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
       args.push_back(std::to_string(devices[r]));
     }
     int pipeFds[2] = {-1, -1};
-    if (r > 0)
-      check(pipe2(pipeFds, O_CLOEXEC) == 0, "launch: pipe: ",
-            std::strerror(errno));
+    check(pipe2(pipeFds, O_CLOEXEC) == 0, "launch: pipe: ",
+          std::strerror(errno));
     pid_t pid = fork();
     check(pid >= 0, "launch: fork: ", std::strerror(errno));
     if (pid == 0) {
@@ -172,8 +183,8 @@ int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
       if (r > 0) {
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 1);
-        dup2(pipeFds[1], 2);
       }
+      dup2(pipeFds[1], 2);
       // NVLink multicast stays off (it is unavailable on the hosts we run).
       setenv("NCCL_NVLS_ENABLE", "0", 1);
       std::vector<char *> argv;
@@ -187,10 +198,8 @@ int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
     }
     kids[r].rank = r;
     kids[r].pid = pid;
-    if (r > 0) {
-      close(pipeFds[1]);
-      kids[r].errFd = pipeFds[0];
-    }
+    close(pipeFds[1]);
+    kids[r].errFd = pipeFds[0];
   }
 
   using Clock = std::chrono::steady_clock;
@@ -221,10 +230,9 @@ int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
       char buf[4096];
       ssize_t got = read(c.errFd, buf, sizeof buf);
       if (got > 0) {
-        c.partial.append(buf, got);
-        flushLines(c, false);
+        forward(c, buf, (size_t)got, false);
       } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
-        flushLines(c, true);
+        forward(c, nullptr, 0, true);
         close(c.errFd);
         c.errFd = -1;
       }
@@ -270,11 +278,19 @@ int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
   }
   std::fflush(stderr);
   if (!why.empty()) {
+    // A rank that exited with an error said why (often: which peer died).
+    const std::string prefix = "glm-engine: error: ";
+    std::string reason;
+    if (firstFailed >= 0) {
+      const std::string &last = kids[firstFailed].lastLine;
+      if (WIFEXITED(kids[firstFailed].status) && last.rfind(prefix, 0) == 0)
+        reason = "; its error: " + last.substr(prefix.size());
+    }
     int others = 0;
     for (const Child &c : kids)
       others += c.rank != firstFailed && failed(c.status);
-    fail("launch: ", why, others ? "; the other ranks were stopped" : "",
-         " (", n, " ranks, coordinator ", coord, ")");
+    fail("launch: ", why, " (", n, " ranks, coordinator ", coord, ")",
+         others ? "; the other ranks were stopped" : "", reason);
   }
   return 0;
 }
