@@ -190,6 +190,19 @@ std::vector<FamilyInfo> buildFamilies() {
                      {threadsParam({"256", "512", "1024"})}));
   f.push_back(family("argmax", "glm::argmax",
                      {threadsParam({"256", "512", "1024"})}));
+  // Prefill GEMM on trellis weights (tensor cores), xh fp32 or fp16.
+  f.push_back(family("gemm_trellis", "glm::gemmTrellis",
+                     {intParam("K", "k", range(1, 8)), codebookParam(),
+                      boolParam("e4m3"),
+                      enumParam("xt", "x", {{"f32", "0"}, {"f16", "1"}}),
+                      intParam("bm", "m", {"64", "128"}),
+                      threadsParam({"256"})}));
+  // Its grouped form: many expert halves (per-half widths) in one launch.
+  f.push_back(family("gemm_trellis_grouped", "glm::gemmTrellisGrouped",
+                     {widthsParam(), codebookParam(), boolParam("e4m3"),
+                      enumParam("xt", "x", {{"f32", "0"}, {"f16", "1"}}),
+                      intParam("bm", "m", {"64", "128"}),
+                      threadsParam({"256"})}));
   const auto &templates = embeddedTemplates();
   for (FamilyInfo &fi : f) {
     auto it = templates.find(fi.header);

@@ -46,4 +46,10 @@ BenchResult runBench(const BenchOptions &opt, std::ostream &log);
 /// The short table (one line per row, header first).
 std::string formatBenchTable(const BenchResult &r);
 
+/// `--suite prefill` (bench_prefill.cpp): gemm_trellis TFLOP/s at M = 512,
+/// 2048, 8192 on GLM-5.3 expert and attention shapes, K2/K3/K4, against
+/// cuBLAS fp16 GEMM on the same shapes (ours/cuBLAS); returns the table.
+/// Progress and rows go to `log`. Throws Error on a CUDA/cuBLAS failure.
+std::string runPrefillBench(const BenchOptions &opt, std::ostream &log);
+
 } // namespace glm::rt::cuda

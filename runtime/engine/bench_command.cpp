@@ -32,8 +32,10 @@ void addBenchCommand(CLI::App &app, int &rc) {
                "trellis GEMVs at GLM-5.3/Flash shapes, a whole MoE layer "
                "decode step; each printed as a ratio to the measured copy "
                "bandwidth");
-  cmd->add_option("--suite", o->suite, "copy | expert | moe-layer | all")
-      ->check(CLI::IsMember({"copy", "expert", "moe-layer", "all"}));
+  cmd->add_option("--suite", o->suite,
+                  "copy | expert | moe-layer | all | prefill")
+      ->check(CLI::IsMember({"copy", "expert", "moe-layer", "all",
+                             "prefill"}));
   cmd->add_option("--table", o->table, "Also write the result table to FILE");
   cmd->add_option("--device", o->device, "CUDA device ordinal");
   cmd->add_option("--reps", o->reps, "Timed repetitions at most (median)");
@@ -49,8 +51,13 @@ void addBenchCommand(CLI::App &app, int &rc) {
     bo.reps = o->reps;
     bo.layers = o->layers;
     bo.copyGiB = o->copyGiB;
-    cuda::BenchResult r = cuda::runBench(bo, std::cout);
-    const std::string table = cuda::formatBenchTable(r);
+    // prefill (bench_prefill.cpp) has its own table of TFLOP/s.
+    std::string table;
+    if (bo.suite != "prefill")
+      table = cuda::formatBenchTable(cuda::runBench(bo, std::cout));
+    if (bo.suite == "prefill" || bo.suite == "all")
+      table += (table.empty() ? "" : "\n") +
+               cuda::runPrefillBench(bo, std::cout);
     std::cout << "\n" << table;
     if (!o->table.empty()) {
       std::ofstream f(o->table);

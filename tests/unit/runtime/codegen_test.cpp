@@ -66,6 +66,18 @@ std::vector<KernelSpec> representativeSpecs() {
                          {"kt", "bf16"}, {"threads", "256"}});
   add("topk", {{"threads", "1024"}});
   add("argmax", {{"threads", "1024"}});
+  add("gemm_trellis", {{"K", "4"}, {"codebook", "mcg"}, {"e4m3", "1"},
+                       {"xt", "f16"}, {"bm", "128"}, {"threads", "256"}});
+  add("gemm_trellis", {{"K", "3"}, {"codebook", "mul1"}, {"e4m3", "0"},
+                       {"xt", "f32"}, {"bm", "64"}, {"threads", "256"}});
+  add("gemm_trellis", {{"K", "8"}, {"codebook", "3inst"}, {"e4m3", "1"},
+                       {"xt", "f16"}, {"bm", "128"}, {"threads", "256"}});
+  add("gemm_trellis_grouped", {{"widths", "234"}, {"codebook", "mcg"},
+                               {"e4m3", "1"}, {"xt", "f16"}, {"bm", "64"},
+                               {"threads", "256"}});
+  add("gemm_trellis_grouped", {{"widths", "18"}, {"codebook", "mul1"},
+                               {"e4m3", "0"}, {"xt", "f32"}, {"bm", "128"},
+                               {"threads", "256"}});
   return s;
 }
 

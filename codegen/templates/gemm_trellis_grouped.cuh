@@ -1,0 +1,108 @@
+// gemm_trellis_grouped.cuh - prefill GEMM over many expert halves in one
+// launch (MoE prefill).
+//
+// A list of work items, each up to BM token rows of one trellis matrix (an
+// expert half: gate/up half 6144 -> 128, down half 128 -> 6144 for GLM-5.3;
+// uniform in/out per launch), computed exactly like gemm_trellis (same tile
+// code, same numerics): z[item rows] = xh[gathered rows, x_col..] . T_item.
+// Item i: tiles (first tile of the half; null = skipped, e.g. a half this
+// rank does not own), k (its width; the launch's widths set must contain
+// it — an item of another width gets NaN outputs, never silent zeros),
+// rows (1..BM), row_start (first entry of row_ids, the token rows routed to
+// the expert; without row_ids the first xh row), x_col (first xh column:
+// the down half's 128-channel slice of the activation), z_off (z element
+// offset of the item's row 0, column 0). Down halves of one expert write
+// separate partials (sum them as moe_reduce does) or use accumulate with
+// one launch per half. Items are built on the device after routing; the
+// grid is (items, ceil(out/128)), so a padded upper-bound item count with
+// null tiles is fine.
+#pragma once
+
+#include "gemm_trellis.cuh"
+
+namespace glm {
+
+/// One work item (32 bytes; layout is part of the kernel ABI).
+struct GemmItem {
+  const unsigned char *tiles; // first tile of the matrix; null = skip
+  long long z_off;            // z element offset of row 0, column 0
+  int row_start;              // first row_ids entry (or xh row)
+  int rows;                   // 1..BM
+  int x_col;                  // first xh column
+  int k;                      // bits per weight of this matrix
+};
+
+} // namespace glm
+
+#define GLM_GEMM_TRELLIS_GROUPED_PARAMS                                        \
+  const void *__restrict__ xh, const int *__restrict__ row_ids,                \
+      const glm::GemmItem *__restrict__ items, float *__restrict__ z,          \
+      int n_items, int in, int out, int x_stride, int z_stride,                \
+      int accumulate, int sI, int sI8, int sJ8
+#define GLM_GEMM_TRELLIS_GROUPED_ARGS                                          \
+  xh, row_ids, items, z, n_items, in, out, x_stride, z_stride, accumulate,     \
+      sI, sI8, sJ8
+
+namespace glm {
+
+/// The largest tile shared memory over the widths in WMASK (one buffer,
+/// carved by whichever width an item has).
+template <int WMASK, int BM, int K = 1> struct GroupedSmem {
+  static constexpr int kOwn = (WMASK & (1 << K)) ? GemmSmem<K, BM>::kBytes : 0;
+  static constexpr int kRest = GroupedSmem<WMASK, BM, K + 1>::kBytes;
+  static constexpr int kBytes = kOwn > kRest ? kOwn : kRest;
+};
+template <int WMASK, int BM> struct GroupedSmem<WMASK, BM, 9> {
+  static constexpr int kBytes = 0;
+};
+
+template <int WMASK, int CB, bool E4M3, int XT, int BM, int THREADS>
+__device__ __forceinline__ void gemmTrellisGrouped(
+    GLM_GEMM_TRELLIS_GROUPED_PARAMS) {
+  static_assert(WMASK != 0 && (WMASK & ~0x1FE) == 0, "widths 1..8");
+  __shared__ __align__(16) unsigned char smem[GroupedSmem<WMASK, BM>::kBytes];
+  if ((int)blockIdx.x >= n_items)
+    return;
+  const GemmItem it = items[blockIdx.x];
+  if (it.tiles == nullptr || it.rows <= 0)
+    return;
+  const int m = it.rows < BM ? it.rows : BM;
+  const int n0 = blockIdx.y * 128;
+  const int *map = row_ids ? row_ids + it.row_start : nullptr;
+  const long long xoff =
+      (row_ids ? 0 : (long long)it.row_start * x_stride) + it.x_col;
+  const void *x = static_cast<const unsigned char *>(xh) +
+                  xoff * (XT == 1 ? 2 : 4);
+  float *zz = z + it.z_off;
+  const TileStrides st{sI, sI8, sJ8};
+#define GLM_GEMM_GROUPED_CASE(KK)                                              \
+  case KK:                                                                     \
+    if (WMASK & (1 << KK)) {                                                   \
+      gemmTrellisTile<KK, CB, E4M3, XT, BM, THREADS>(                          \
+          x, map, it.tiles, zz, m, in, out, x_stride, z_stride, accumulate,    \
+          st, 0, n0, smem);                                                    \
+      return;                                                                  \
+    }                                                                          \
+    break;
+  switch (it.k) {
+    GLM_GEMM_GROUPED_CASE(1)
+    GLM_GEMM_GROUPED_CASE(2)
+    GLM_GEMM_GROUPED_CASE(3)
+    GLM_GEMM_GROUPED_CASE(4)
+    GLM_GEMM_GROUPED_CASE(5)
+    GLM_GEMM_GROUPED_CASE(6)
+    GLM_GEMM_GROUPED_CASE(7)
+    GLM_GEMM_GROUPED_CASE(8)
+  default:
+    break;
+  }
+#undef GLM_GEMM_GROUPED_CASE
+  // A width this kernel was not built for: NaN outputs, never silence.
+  for (int idx = threadIdx.x; idx < m * 128; idx += THREADS) {
+    const int r = idx >> 7, c = n0 + (idx & 127);
+    if (c < out)
+      zz[(long long)r * z_stride + c] = __int_as_float(0x7fc00000);
+  }
+}
+
+} // namespace glm

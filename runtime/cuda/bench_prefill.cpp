@@ -1,0 +1,280 @@
+//===- bench_prefill.cpp - prefill GEMM TFLOP/s against cuBLAS ------------===//
+//
+// `glm-engine bench --suite prefill`: the tensor-core trellis GEMM
+// (gemm_trellis, weights decoded on the fly) at M = 512, 2048, 8192 tokens on
+// GLM-5.3 shapes (expert gate/up 6144->2048, down 2048->6144, attention
+// o_proj 16384->6144) for K2/K3/K4 (MCG, E4M3: the exlr8 default), fp16
+// input, fp32 output; against cuBLAS (cublasGemmEx, fp16 A/B, fp32 C, fp32
+// compute, TN: the layout cuBLAS is fastest in) on the same shapes with
+// dense fp16 weights. Both block tiles (bm 64/128) are timed; the faster one
+// counts. Printed as TFLOP/s and ours/cuBLAS. Without cuBLAS in the build
+// the ratio column says n/a.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/codegen.h"
+#include "runtime/base/error.h"
+#include "runtime/cuda/bench.h"
+#include "runtime/cuda/cuda_api.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#ifdef GLM_HAVE_CUBLAS
+#include <cublas_v2.h>
+#endif
+
+namespace glm::rt::cuda {
+
+namespace {
+
+const char *kPrefillFill = R"(
+extern "C" __global__ void glm_prefill_fill(unsigned *p, unsigned long long n,
+                                            unsigned long long seed,
+                                            int halves) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x +
+                              threadIdx.x;
+       i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
+    unsigned long long z = (i + seed) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    unsigned v = (unsigned)(z ^ (z >> 31));
+    // halves: two fp16 in [-1, 1) (sign, exponent <= 14) instead of bits.
+    if (halves)
+      v &= 0xBBFFBBFFu;
+    p[i] = v;
+  }
+}
+)";
+
+glm::codegen::KernelSpec gemmSpec(int K, int bm) {
+  glm::codegen::KernelSpec s;
+  s.family = "gemm_trellis";
+  s.args = {{"K", std::to_string(K)}, {"codebook", "mcg"}, {"e4m3", "1"},
+            {"xt", "f16"},           {"bm", std::to_string(bm)},
+            {"threads", "256"}};
+  return s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+/// Median ms of `fn` (work on stream s) after a warm-up; reps adapt so one
+/// case takes about 200 ms.
+template <class F> double timeMs(CUstream s, int maxReps, F fn) {
+  Timer t;
+  fn();
+  GLM_CU(cuStreamSynchronize(s));
+  t.start(s);
+  fn();
+  const double first = t.stopMs(s);
+  const int reps = int(std::clamp(200.0 / std::max(first, 1e-3), 3.0,
+                                  double(std::max(3, maxReps))));
+  std::vector<double> v;
+  for (int i = 0; i < reps; ++i) {
+    t.start(s);
+    fn();
+    v.push_back(t.stopMs(s));
+  }
+  return median(v);
+}
+
+void launchArgs(CUfunction f, unsigned gx, unsigned gy, unsigned bx,
+                CUstream s, std::vector<uint64_t> slots) {
+  std::vector<void *> p;
+  for (auto &v : slots)
+    p.push_back(&v);
+  launch(f, gx, gy, 1, bx, 0, s, p.data());
+}
+template <class T> uint64_t slot(T v) {
+  uint64_t s = 0;
+  std::memcpy(&s, &v, sizeof v);
+  return s;
+}
+
+#ifdef GLM_HAVE_CUBLAS
+void checkCublas(cublasStatus_t st, const char *what) {
+  check(st == CUBLAS_STATUS_SUCCESS, "bench prefill: ", what, " failed (",
+        int(st), ")");
+}
+#endif
+
+} // namespace
+
+std::string runPrefillBench(const BenchOptions &opt, std::ostream &log) {
+  CudaDevice dev(opt.device);
+  const std::string arch = dev.arch();
+  log << "prefill: gemm_trellis vs cuBLAS on " << dev.name() << " (" << arch
+      << ", " << dev.smCount() << " SMs)\n"
+      << std::flush;
+  CUstream stream = nullptr;
+  GLM_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  struct StreamGuard {
+    CUstream s;
+    ~StreamGuard() { cuStreamDestroy(s); }
+  } guard{stream};
+
+  // Kernels: the fill helper and gemm_trellis K2/K3/K4 x bm 64/128,
+  // compiled by NVRTC in parallel exactly as a plan's are.
+  const int widths[] = {2, 3, 4}, bms[] = {64, 128};
+  std::vector<std::pair<std::string, std::string>> todo; // name, source
+  todo.emplace_back("glm_prefill_fill", kPrefillFill);
+  for (int K : widths)
+    for (int bm : bms) {
+      auto s = gemmSpec(K, bm);
+      todo.emplace_back(glm::codegen::kernelName(s),
+                        glm::codegen::generateSource(s));
+    }
+  std::vector<std::vector<uint8_t>> bins(todo.size());
+  std::vector<std::string> errs(todo.size());
+  {
+    size_t next = 0;
+    std::mutex mu;
+    auto work = [&] {
+      for (;;) {
+        size_t i;
+        {
+          std::lock_guard<std::mutex> l(mu);
+          if (next == todo.size())
+            return;
+          i = next++;
+        }
+        try {
+          bins[i] = glm::codegen::compileWithNvrtc(todo[i].second,
+                                                   todo[i].first, arch)
+                        .cubin;
+        } catch (const std::exception &e) {
+          errs[i] = e.what();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    const unsigned n =
+        std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+    for (unsigned t = 0; t < n; ++t)
+      pool.emplace_back(work);
+    for (auto &t : pool)
+      t.join();
+  }
+  std::map<std::string, std::unique_ptr<Module>> mods;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    check(errs[i].empty(), "bench prefill: kernel ", todo[i].first,
+          " did not compile: ", errs[i]);
+    std::vector<char> image(bins[i].begin(), bins[i].end());
+    mods[todo[i].first] = std::make_unique<Module>(image);
+  }
+  auto fn = [&](const std::string &name) {
+    return mods.at(name)->function(name);
+  };
+  CUfunction fill = fn("glm_prefill_fill");
+  auto fillBuf = [&](const DeviceBuffer &b, uint64_t seed, int halves) {
+    launchArgs(fill, 1024, 1, 256, stream,
+               {slot(b.ptr()), slot((unsigned long long)(b.size() / 4)),
+                slot((unsigned long long)seed), slot(halves)});
+  };
+
+  struct Shape {
+    const char *name;
+    int in, out;
+  };
+  const Shape shapes[] = {{"expert gate/up", 6144, 2048},
+                          {"expert down", 2048, 6144},
+                          {"attn o_proj", 16384, 6144}};
+  const int ms[] = {512, 2048, 8192};
+  size_t maxX = 0, maxZ = 0, maxW = 0;
+  for (const Shape &s : shapes) {
+    maxX = std::max(maxX, size_t(8192) * s.in * 2);
+    maxZ = std::max(maxZ, size_t(8192) * s.out * 4);
+    maxW = std::max(maxW, size_t(s.in) * s.out * 2);
+  }
+  DeviceBuffer dX(maxX), dZ(maxZ), dW(maxW), dT(maxW);
+  fillBuf(dX, 11, 1);
+  fillBuf(dW, 12, 1);
+  fillBuf(dT, 13, 0);
+  GLM_CU(cuStreamSynchronize(stream));
+
+#ifdef GLM_HAVE_CUBLAS
+  cublasHandle_t h = nullptr;
+  checkCublas(cublasCreate(&h), "cublasCreate");
+  struct CublasGuard {
+    cublasHandle_t h;
+    ~CublasGuard() { cublasDestroy(h); }
+  } cguard{h};
+  checkCublas(cublasSetStream(h, reinterpret_cast<cudaStream_t>(stream)),
+              "cublasSetStream");
+#endif
+
+  std::ostringstream table;
+  char line[256];
+  std::snprintf(line, sizeof line, "%-15s %-12s %5s %3s %9s %9s %9s %7s\n",
+                "shape", "in->out", "M", "K", "bm64", "bm128", "cuBLAS",
+                "ratio");
+  table << line;
+  log << line << std::flush;
+  for (const Shape &s : shapes)
+    for (int M : ms) {
+      const double flops = 2.0 * M * double(s.in) * s.out;
+      double cublasTf = 0;
+#ifdef GLM_HAVE_CUBLAS
+      {
+        const float alpha = 1.0f, beta = 0.0f;
+        const double msC = timeMs(stream, opt.reps, [&] {
+          checkCublas(
+              cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.out, M, s.in, &alpha,
+                           reinterpret_cast<const void *>(dW.ptr()),
+                           CUDA_R_16F, s.in,
+                           reinterpret_cast<const void *>(dX.ptr()),
+                           CUDA_R_16F, s.in, &beta,
+                           reinterpret_cast<void *>(dZ.ptr()), CUDA_R_32F,
+                           s.out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmEx");
+        });
+        cublasTf = flops / (msC * 1e-3) / 1e12;
+      }
+#endif
+      for (int K : widths) {
+        double tf[2] = {0, 0};
+        for (int b = 0; b < 2; ++b) {
+          const int bm = bms[b];
+          CUfunction f = fn(glm::codegen::kernelName(gemmSpec(K, bm)));
+          const int zero = 0;
+          const double msT = timeMs(stream, opt.reps, [&] {
+            // xh, tiles, z, m, in, out, x_stride, z_stride, accumulate,
+            // sI, sI8, sJ8 (EXL3 row-major tiles).
+            launchArgs(f, unsigned((s.out + 127) / 128),
+                       unsigned((M + bm - 1) / bm), 256, stream,
+                       {slot(dX.ptr()), slot(dT.ptr()), slot(dZ.ptr()),
+                        slot(M), slot(s.in), slot(s.out), slot(s.in),
+                        slot(s.out), slot(zero), slot(s.out / 16),
+                        slot(s.out / 2), slot(8)});
+          });
+          tf[b] = flops / (msT * 1e-3) / 1e12;
+        }
+        const double best = std::max(tf[0], tf[1]);
+        char ratio[16];
+        if (cublasTf > 0)
+          std::snprintf(ratio, sizeof ratio, "%.3f", best / cublasTf);
+        else
+          std::snprintf(ratio, sizeof ratio, "n/a");
+        char io[24];
+        std::snprintf(io, sizeof io, "%d->%d", s.in, s.out);
+        std::snprintf(line, sizeof line,
+                      "%-15s %-12s %5d %3d %9.1f %9.1f %9.1f %7s\n", s.name,
+                      io, M, K, tf[0], tf[1], cublasTf, ratio);
+        table << line;
+        log << line << std::flush;
+      }
+    }
+  GLM_CU(cuStreamSynchronize(stream));
+  return "prefill GEMM (TFLOP/s; gemm_trellis mcg e4m3, fp16 xh, fp32 out; "
+         "cuBLAS fp16 weights, fp32 out):\n" +
+         table.str();
+}
+
+} // namespace glm::rt::cuda
