@@ -22,7 +22,8 @@ namespace glm::plan {
 /// Schema version of plans this build writes. A reader accepts any minor of
 /// its own major (minor versions only append fields).
 constexpr uint32_t kPlanSchemaMajor = 1;
-constexpr uint32_t kPlanSchemaMinor = 0;
+constexpr uint32_t kPlanSchemaMinor = 1; // 1.1: decoded_weights, repeat,
+                                          // rows_per_launch, row_bytes
 /// Kernel-argument and buffer conventions between the plan's kernels and the
 /// runtime; bump when a template's parameter list or meaning changes.
 constexpr uint32_t kRuntimeAbi = 1;
@@ -149,6 +150,9 @@ struct ArgDef {
   int64_t i = 0;             // I32/I64 immediate
   float f = 0.0f;            // F32 immediate
   std::string name;          // Runtime: "position", "batch", ...; else label
+  /// Buffer: bytes per token row; launch j of a repeated op reads
+  /// offset + j * rowsPerLaunch * rowBytes (0 = same pointer every launch).
+  uint64_t rowBytes = 0;
   bool operator==(const ArgDef &o) const;
 };
 
@@ -164,6 +168,9 @@ struct OpDef {
   uint64_t predictedNs = 0;  // at Plan::bandwidthGBps
   LaunchDims launch;         // overrides the kernel's when gridX != 0
   std::vector<ArgDef> args;  // kernel arguments in parameter order
+  uint64_t decodedWeights = 0; // trellis weights decoded per step
+  uint32_t repeat = 1;       // launches per step (prefill via a GEMV kernel)
+  uint32_t rowsPerLaunch = 0; // tokens per launch, 0 = the graph's size
   bool operator==(const OpDef &o) const;
 };
 

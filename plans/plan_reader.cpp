@@ -129,8 +129,12 @@ OpDef op(const fbs::OpDef *x) {
       d.i = a->i();
       d.f = a->f();
       d.name = s(a->name());
+      d.rowBytes = a->row_bytes();
       o.args.push_back(std::move(d));
     }
+  o.decodedWeights = x->decoded_weights();
+  o.repeat = x->repeat();
+  o.rowsPerLaunch = x->rows_per_launch();
   return o;
 }
 
@@ -238,12 +242,21 @@ void validatePlan(const Plan &plan, const std::string &source) {
           if (b >= nbuf)
             bad("rank ", ri, " op '", o.name, "' writes buffer ", b, " of ",
                 nbuf);
-        for (const ArgDef &a : o.args)
-          if (a.kind == ArgKind::Buffer &&
-              (a.buffer < 0 || size_t(a.buffer) >= nbuf ||
-               a.offset > r.buffers[a.buffer].bytes))
+        if (o.repeat == 0)
+          bad("rank ", ri, " op '", o.name, "' is launched 0 times");
+        for (const ArgDef &a : o.args) {
+          if (a.kind != ArgKind::Buffer)
+            continue;
+          // The last launch of a repeated op reads the furthest row.
+          const unsigned __int128 last =
+              (unsigned __int128)a.offset +
+              (unsigned __int128)(o.repeat - 1) * o.rowsPerLaunch * a.rowBytes;
+          if (a.buffer < 0 || size_t(a.buffer) >= nbuf ||
+              last > r.buffers[a.buffer].bytes)
             bad("rank ", ri, " op '", o.name, "' argument '", a.name,
-                "' points at buffer ", a.buffer, " + ", a.offset);
+                "' points at buffer ", a.buffer, " + ", a.offset,
+                " (launch ", o.repeat, " at +", uint64_t(last), ")");
+        }
       }
     for (const CollectiveDef &c : r.collectives)
       if (c.buffer >= 0 && size_t(c.buffer) >= nbuf)

@@ -140,14 +140,16 @@ bool KernelDef::operator==(const KernelDef &o) const {
                   o.launch);
 }
 bool ArgDef::operator==(const ArgDef &o) const {
-  return std::tie(kind, buffer, offset, i, f, name) ==
-         std::tie(o.kind, o.buffer, o.offset, o.i, o.f, o.name);
+  return std::tie(kind, buffer, offset, i, f, name, rowBytes) ==
+         std::tie(o.kind, o.buffer, o.offset, o.i, o.f, o.name, o.rowBytes);
 }
 bool OpDef::operator==(const OpDef &o) const {
   return std::tie(kind, name, kernel, collective, inputs, outputs, layer,
-                  bytesRead, predictedNs, launch, args) ==
+                  bytesRead, predictedNs, launch, args, decodedWeights,
+                  repeat, rowsPerLaunch) ==
          std::tie(o.kind, o.name, o.kernel, o.collective, o.inputs, o.outputs,
-                  o.layer, o.bytesRead, o.predictedNs, o.launch, o.args);
+                  o.layer, o.bytesRead, o.predictedNs, o.launch, o.args,
+                  o.decodedWeights, o.repeat, o.rowsPerLaunch);
 }
 bool GraphDef::operator==(const GraphDef &o) const {
   return std::tie(kind, size, ops) == std::tie(o.kind, o.size, o.ops);
@@ -346,12 +348,14 @@ public:
     std::vector<flatbuffers::Offset<fbs::ArgDef>> args;
     for (const ArgDef &a : o.args)
       args.push_back(fbs::CreateArgDef(b, fbs::ArgKind(a.kind), a.buffer,
-                                       a.offset, a.i, a.f, str(a.name)));
+                                       a.offset, a.i, a.f, str(a.name),
+                                       a.rowBytes));
     auto argsV = b.CreateVector(args);
     fbs::LaunchDef l = launch(o.launch);
     return fbs::CreateOpDef(b, fbs::OpKind(o.kind), name, o.kernel,
                             o.collective, in, out, o.layer, o.bytesRead,
-                            o.predictedNs, &l, argsV);
+                            o.predictedNs, &l, argsV, o.decodedWeights,
+                            o.repeat, o.rowsPerLaunch);
   }
 
   flatbuffers::Offset<fbs::RankPlanDef> rank(const RankPlan &r) {

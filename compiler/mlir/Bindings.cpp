@@ -169,6 +169,15 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
     }
   };
   const std::vector<uint64_t> evenly(n, 1);
+  // k of the op reading each bank, found in one walk (not one per bank).
+  llvm::StringMap<int64_t> topKOf;
+  module.walk([&](Operation *user) {
+    if (auto f = dyn_cast<FusedExpertGemvOp>(user))
+      topKOf[f.getBank()] = f.getTopK();
+    else if (auto m = dyn_cast<MoeOp>(user))
+      topKOf[m.getExperts()] =
+          cast<RankedTensorType>(m.getIndices().getType()).getShape().back();
+  });
 
   for (Operation &op : module.getBody()->getOperations()) {
     if (auto w = dyn_cast<WeightOp>(op)) {
@@ -225,6 +234,7 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
     // Routed bytes each rank reads if every expert were active, and the
     // shared bytes it reads every token.
     std::vector<uint64_t> routed(n, 0), shared(n, 0);
+    std::vector<uint64_t> routedW(n, 0), sharedW(n, 0); // trellis weights
     uint64_t routedTotal = 0;
     // Side ranges (deduplicated by bytes): readers per rank, role, and
     // whether a shared expert reads it.
@@ -269,6 +279,10 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
             b.shared = isShared;
             bind(rank, b, /*unique=*/true);
             (isShared ? shared : routed)[rank] += share[rank];
+            // A K-bit trellis stores K/8 bytes per weight.
+            if (b.widthX2 > 0)
+              (isShared ? sharedW : routedW)[rank] +=
+                  share[rank] * 16 / uint64_t(b.widthX2);
             for (int64_t s = row[3]; s < row[4]; ++s) {
               const int64_t *q = &sides[s * 4];
               auto [it, fresh] = sideIndex.try_emplace(
@@ -312,24 +326,22 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
         routedTotal += q[2];
     }
     // Expected routed bytes per token: top_k of E experts (uniform routing).
-    int64_t topK = 0;
-    module.walk([&](Operation *user) {
-      if (auto f = dyn_cast<FusedExpertGemvOp>(user))
-        if (f.getBank() == bank.getSymName())
-          topK = f.getTopK();
-      if (auto m = dyn_cast<MoeOp>(user))
-        if (m.getExperts() == bank.getSymName())
-          topK = cast<RankedTensorType>(m.getIndices().getType())
-                     .getShape()
-                     .back();
-    });
+    const int64_t topK = topKOf.lookup(bank.getSymName());
     if (topK <= 0)
       continue; // a bank no op reads (MTP): bound, never read per token
     uint64_t active = static_cast<uint64_t>(
         static_cast<unsigned __int128>(routedTotal) * topK / E);
     std::vector<uint64_t> perRank = apportion(active, routed);
-    for (int64_t r = 0; r < n; ++r)
+    for (int64_t r = 0; r < n; ++r) {
       perRank[r] += shared[r];
+      BankUse &bu = t.perRank[r].banks[bank.getSymName().str()];
+      bu.routedAll = routed[r];
+      bu.shared = shared[r];
+      bu.routedWeightsAll = routedW[r];
+      bu.sharedWeights = sharedW[r];
+      bu.experts = E;
+      bu.topK = topK;
+    }
     addPerToken(perRank, true, bank.getSymName());
     for (int64_t r = 0; r < n; ++r)
       t.activeBytesPerToken += perRank[r];

@@ -35,6 +35,17 @@ struct RankBinding {
   bool shared = false;         // shared expert
 };
 
+/// What one rank reads of one expert bank, for any number of tokens: the
+/// expected bytes of a step of n tokens are routedAll × (1 − (1 − k/E)^n)
+/// + shared (uniform routing), the trellis weights decoded likewise.
+struct BankUse {
+  uint64_t routedAll = 0;        // routed bytes if every expert were active
+  uint64_t shared = 0;           // shared-expert bytes, read every step
+  uint64_t routedWeightsAll = 0; // trellis weights in routedAll's parts
+  uint64_t sharedWeights = 0;    // trellis weights of the shared parts
+  int64_t experts = 0, topK = 0; // E and k of the bank's router
+};
+
 struct RankUsage {
   std::vector<RankBinding> bindings;
   uint64_t weightBytes = 0;    // bound bytes (each range once per rank)
@@ -42,6 +53,8 @@ struct RankUsage {
   uint64_t expertBytesPerToken = 0; // routed + shared experts only
   /// bytesPerToken by weight / bank symbol (the ops that read them).
   std::map<std::string, uint64_t> bySymbol;
+  /// Per expert bank symbol (banks some op reads).
+  std::map<std::string, BankUse> banks;
 };
 
 struct BindingTable {

@@ -8,6 +8,16 @@
 // codegen turns each into CUDA C++ and NVRTC compiles it for every arch;
 // sources, PTX and CUBIN travel in the module to glm-emit-plan.
 //
+// Graph buckets: one decode graph per batch size (kernels with a BATCH
+// template argument are instantiated for it) and one prefill graph per chunk
+// size (the largest decode batch's kernels, launched once per group of
+// tokens, or a prefill GEMM family where codegen has one). The buckets are
+// recorded on the module (`glm.buckets`) and each op's kernels per bucket in
+// `glm.bucket_kernels` (same order); `glm.kernels` is the first bucket's.
+// Ops no GPU template can run (half-integer trellis widths, f16/int4 dense
+// weights) get no kernels and one precise warning per cause: such plans run
+// on the CPU executor only.
+//
 //===----------------------------------------------------------------------===//
 #include "compiler/mlir/Passes.h"
 
@@ -44,9 +54,23 @@ struct Spec {
   }
 };
 
-constexpr int kDecodeBatch = 1; // decode kernels are instantiated for batch 1
+/// The largest BATCH the GEMV templates take (static_assert in them).
+constexpr int64_t kMaxTemplateBatch = 8;
 
 static std::string str(int64_t v) { return std::to_string(v); }
+
+/// One graph bucket: a decode batch or a prefill chunk, and the BATCH its
+/// GEMV kernels are instantiated for.
+struct Bucket {
+  bool prefill = false;
+  int64_t size = 1;  // decode: sequences; prefill: tokens
+  int64_t batch = 1; // template BATCH of its GEMV kernels
+};
+
+/// Why an op gets no GPU kernel; empty = it does.
+struct NoKernel {
+  std::string reason;
+};
 
 /// codegen's codebook names.
 static std::string cbName(Codebook cb) {
@@ -83,16 +107,52 @@ struct SpecContext {
   }
 };
 
-static Spec gemvSpec(Type format) {
-  if (auto t = dyn_cast<TrellisType>(format))
-    return {"dense_gemv_trellis",
-            {{"K", t.isResolved() && t.getTwiceBits() % 2 == 0
-                       ? str(t.getTwiceBits() / 2)
-                       : "?"},
-             {"codebook", cbName(t.getCodebook())},
-             {"e4m3", t.getE4m3() ? "1" : "0"},
-             {"batch", str(kDecodeBatch)},
-             {"threads", "256"}}};
+/// True when codegen knows `family` (a family another change may add).
+static bool haveFamily(const std::string &family) {
+#ifdef GLM_CODEGEN_AVAILABLE
+  for (const ::glm::codegen::FamilyInfo &f : ::glm::codegen::families())
+    if (f.family == family)
+      return true;
+#else
+  (void)family;
+#endif
+  return false;
+}
+
+static std::string widthText(int32_t twice) {
+  return twice % 2 ? str(twice / 2) + ".5" : str(twice / 2);
+}
+
+/// The GEMV (or prefill GEMM) of one weight format for `b`; fails with the
+/// reason when no template decodes the format.
+static FailureOr<Spec> gemvSpec(Type format, const Bucket &b,
+                                NoKernel &why) {
+  if (auto t = dyn_cast<TrellisType>(format)) {
+    if (!t.isResolved() || t.getTwiceBits() % 2) {
+      why.reason = "trellis width " +
+                   (t.isResolved() ? widthText(t.getTwiceBits())
+                                   : std::string("unresolved")) +
+                   " has no GPU kernel: dense_gemv_trellis and gemm_trellis "
+                   "decode integer widths 1..8 only";
+      return failure();
+    }
+    std::string k = str(t.getTwiceBits() / 2);
+    // Prefill on tensor cores when codegen has the trellis GEMM.
+    if (b.prefill && haveFamily("gemm_trellis"))
+      return Spec{"gemm_trellis",
+                  {{"K", k},
+                   {"codebook", cbName(t.getCodebook())},
+                   {"e4m3", t.getE4m3() ? "1" : "0"},
+                   {"xt", "f32"},
+                   {"bm", b.size >= 128 ? "128" : "64"},
+                   {"threads", "256"}}};
+    return Spec{"dense_gemv_trellis",
+                {{"K", k},
+                 {"codebook", cbName(t.getCodebook())},
+                 {"e4m3", t.getE4m3() ? "1" : "0"},
+                 {"batch", str(b.batch)},
+                 {"threads", "256"}}};
+  }
   auto d = cast<DenseType>(format);
   std::string fmt = "?", scale = "none";
   switch (d.getFormat()) {
@@ -110,47 +170,71 @@ static Spec gemvSpec(Type format) {
   case DenseFormat::Mxfp8:
     fmt = "mxfp8";
     break;
-  default: // f32, f16, int4: no GPU template yet (CPU executor only)
-    fmt = stringifyDenseFormat(d.getFormat()).str();
-    break;
+  case DenseFormat::F32:
+    // fp32 weights, fp64 sums; one token per launch (no batch argument).
+    return Spec{"dense_gemv_f32", {{"out", "f32"}, {"threads", "256"}}};
+  default:
+    why.reason = "dense format " +
+                 stringifyDenseFormat(d.getFormat()).str() +
+                 " has no GPU kernel: dense_gemv takes bf16, fp8_block128, "
+                 "fp8_row and mxfp8, dense_gemv_f32 takes f32";
+    return failure();
   }
-  return {"dense_gemv",
-          {{"format", fmt},
-           {"scale", scale},
-           {"batch", str(kDecodeBatch)},
-           {"threads", "256"}}};
+  return Spec{"dense_gemv",
+              {{"format", fmt},
+               {"scale", scale},
+               {"batch", str(b.batch)},
+               {"threads", "256"}}};
 }
 
-/// The kernels one op launches, in order; empty for collectives (NCCL).
-static SmallVector<Spec> specsFor(Operation *op, SpecContext &ctx) {
+/// The kernels one op launches in bucket `b`, in order; empty for
+/// collectives (NCCL). Fails with `why` when no GPU template runs the op.
+static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
+                                             const Bucket &b, NoKernel &why) {
   SmallVector<Spec> out;
   std::string kv = ctx.kvDtype == "fp8" ? "e4m3" : "bf16";
+  auto gemv = [&](Type t) {
+    FailureOr<Spec> s = gemvSpec(t, b, why);
+    if (succeeded(s))
+      out.push_back(*s);
+    return succeeded(s);
+  };
   if (auto f = dyn_cast<FusedExpertGemvOp>(op)) {
     if (f.getCodebook()) {
-      std::string digits;
-      for (int32_t w : f.getWidths())
-        digits += w % 2 ? "?" : str(w / 2);
+      std::string digits, halfInt;
+      for (int32_t w : f.getWidths()) {
+        if (w % 2)
+          halfInt += (halfInt.empty() ? "" : ", ") + widthText(w);
+        else
+          digits += str(w / 2);
+      }
+      if (!halfInt.empty()) {
+        why.reason = "expert widths " + halfInt + " (half-integer, " +
+                     cbName(*f.getCodebook()) +
+                     ") have no GPU kernel: expert_gemv_trellis decodes "
+                     "integer widths 1..8 only";
+        return failure();
+      }
       out.push_back({"hadamard128", {{"vt", "f32"}, {"threads", "128"}}});
       out.push_back({"expert_gemv_trellis",
                      {{"widths", digits},
                       {"codebook", cbName(*f.getCodebook())},
                       {"e4m3", f.getE4m3() ? "1" : "0"},
-                      {"batch", str(kDecodeBatch)},
+                      {"batch", str(b.batch)},
                       {"sv", "f16"},
                       {"threads", "256"}}});
-    } else {
-      out.push_back(gemvSpec(*f.getDenseFormat()));
+    } else if (!gemv(*f.getDenseFormat())) {
+      return failure();
     }
     out.push_back({"moe_reduce", {{"threads", "256"}}});
   } else if (auto g = dyn_cast<DenseGemvOp>(op)) {
-    out.push_back(gemvSpec(g.getFormat()));
+    if (!gemv(g.getFormat()))
+      return failure();
   } else if (auto m = dyn_cast<MlpOp>(op)) {
     // Gate/up and down GEMVs of the dense SwiGLU.
     Type t = ctx.typeOf(m.getGate());
-    if (t) {
-      out.push_back(gemvSpec(t));
-      out.push_back(gemvSpec(t));
-    }
+    if (t && (!gemv(t) || !gemv(t)))
+      return failure();
   } else if (auto a = dyn_cast<AttentionDecodeOp>(op)) {
     int64_t perRank = a.getHeads() / a.getShard().getRanks();
     int64_t tile = 1;
@@ -219,6 +303,9 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
                            << "' is not of the form sm_NN (sm_121, sm_90)";
         return signalPassFailure();
       }
+    FailureOr<std::vector<Bucket>> buckets = makeBuckets(module);
+    if (failed(buckets))
+      return signalPassFailure();
     OpBuilder b(&getContext());
     SymbolTable symbols(module);
     SpecContext sctx{symbols, "bf16"};
@@ -226,39 +313,86 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
       if (auto d = kv.getAs<StringAttr>("dtype"))
         sctx.kvDtype = d.str();
     std::map<Spec, std::string> names; // distinct specs → kernel name
-    std::set<Spec> unsupported;         // warned once each
     std::map<std::string, Spec> byName;
+    // Why ops get no kernel: cause → first op and the layers it covers.
+    std::map<std::string, std::pair<Operation *, std::vector<int64_t>>> causes;
+    auto noKernel = [&](Operation *op, const std::string &reason) {
+      auto &c = causes[reason];
+      if (!c.first)
+        c.first = op;
+      if (auto l = op->getAttrOfType<IntegerAttr>("layer"))
+        c.second.push_back(l.getInt());
+    };
     module.walk([&](Operation *op) {
       if (!op->getDialect() || op->getDialect()->getNamespace() != "glm")
         return;
-      SmallVector<Attribute> opKernels;
-      for (Spec &s : specsFor(op, sctx)) {
-        if (unsupported.count(s))
-          continue;
-        auto it = names.find(s);
-        if (it == names.end()) {
-          std::string name = plainName(s);
-#ifdef GLM_CODEGEN_AVAILABLE
-          ::glm::codegen::KernelSpec ks{s.family, {s.args.begin(), s.args.end()},
-                                      archList};
-          try {
-            name = ::glm::codegen::kernelName(ks);
-          } catch (const ::glm::rt::Error &e) {
-            // No GPU template for this instance (f32 weights, half-integer
-            // widths): the plan still runs on the CPU executor.
-            op->emitWarning() << "no GPU kernel: " << e.what();
-            unsupported.insert(s);
-            continue;
-          }
-#endif
-          it = names.emplace(s, name).first;
-          byName.emplace(name, s);
-        }
-        opKernels.push_back(b.getStringAttr(it->second));
+      // Specs of every bucket first: an op runs on the GPU in all of them
+      // or in none.
+      std::vector<SmallVector<Spec>> perBucket;
+      for (const Bucket &bk : *buckets) {
+        NoKernel why;
+        FailureOr<SmallVector<Spec>> specs = specsFor(op, sctx, bk, why);
+        if (failed(specs))
+          return noKernel(op, why.reason);
+        perBucket.push_back(std::move(*specs));
       }
-      if (!opKernels.empty())
-        op->setAttr("glm.kernels", b.getArrayAttr(opKernels));
+      std::vector<SmallVector<Attribute>> opNames(perBucket.size());
+      for (size_t i = 0; i < perBucket.size(); ++i)
+        for (const Spec &s : perBucket[i]) {
+          auto it = names.find(s);
+          if (it == names.end()) {
+            std::string name = plainName(s);
+#ifdef GLM_CODEGEN_AVAILABLE
+            ::glm::codegen::KernelSpec ks{
+                s.family, {s.args.begin(), s.args.end()}, archList};
+            try {
+              name = ::glm::codegen::kernelName(ks);
+            } catch (const ::glm::rt::Error &e) {
+              return noKernel(op, e.what());
+            }
+#endif
+            it = names.emplace(s, name).first;
+          }
+          opNames[i].push_back(b.getStringAttr(it->second));
+        }
+      if (perBucket.empty() || perBucket[0].empty())
+        return;
+      SmallVector<Attribute> lists;
+      for (auto &n : opNames)
+        lists.push_back(b.getArrayAttr(n));
+      op->setAttr("glm.kernels", lists[0]);
+      op->setAttr("glm.bucket_kernels", b.getArrayAttr(lists));
     });
+    // Only kernels some op kept (an op that failed in a later bucket named
+    // none).
+    module.walk([&](Operation *op) {
+      if (auto lists = op->getAttrOfType<ArrayAttr>("glm.bucket_kernels"))
+        for (Attribute l : lists)
+          for (Attribute n : cast<ArrayAttr>(l))
+            byName.emplace(cast<StringAttr>(n).str(), Spec{});
+    });
+    for (auto &[spec, name] : names)
+      if (byName.count(name))
+        byName[name] = spec;
+    for (auto &[reason, where] : causes) {
+      std::string layers;
+      for (int64_t l : where.second)
+        layers += (layers.empty() ? "" : ", ") + str(l);
+      where.first->emitWarning()
+          << "no GPU kernel for " << where.first->getName() << ": " << reason
+          << (layers.empty() ? std::string() : " (layers " + layers + ")")
+          << "; the plan runs it on the CPU executor only "
+             "(glm-engine --backend cpu)";
+    }
+    SmallVector<Attribute> bucketAttrs;
+    for (const Bucket &bk : *buckets)
+      bucketAttrs.push_back(b.getDictionaryAttr({
+          b.getNamedAttr("kind",
+                         b.getStringAttr(bk.prefill ? "prefill" : "decode")),
+          b.getNamedAttr("size", b.getI64IntegerAttr(bk.size)),
+          b.getNamedAttr("batch", b.getI64IntegerAttr(bk.batch)),
+      }));
+    module->setAttr("glm.buckets", b.getArrayAttr(bucketAttrs));
 
     SmallVector<Attribute> specs;
     std::vector<BuiltKernel> built = buildAll(byName, archList);
@@ -280,6 +414,41 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
     for (const std::string &a : archList)
       archAttrs.push_back(b.getStringAttr(a));
     module->setAttr("glm.archs", b.getArrayAttr(archAttrs));
+  }
+
+  /// Decode batches 1..8 (default all) and prefill chunks (default 512 and
+  /// 2048; 0 = none), sorted and deduplicated.
+  FailureOr<std::vector<Bucket>> makeBuckets(ModuleOp module) {
+    std::set<int64_t> decode(decodeBatches.begin(), decodeBatches.end());
+    std::set<int64_t> prefill(prefillChunks.begin(), prefillChunks.end());
+    if (decode.empty())
+      for (int64_t i = 1; i <= kMaxTemplateBatch; ++i)
+        decode.insert(i);
+    if (prefill.empty())
+      prefill = {512, 2048};
+    std::vector<Bucket> out;
+    for (int64_t d : decode) {
+      if (d < 1 || d > kMaxTemplateBatch) {
+        module.emitError() << "glm-emit-kernels: decode batch " << d
+                           << " is out of range: the decode kernels take "
+                              "batch 1.."
+                           << kMaxTemplateBatch << " (decode-batches)";
+        return failure();
+      }
+      out.push_back({false, d, d});
+    }
+    if (prefill.size() > 1 || *prefill.begin() != 0)
+      for (int64_t p : prefill) {
+        if (p < 1 || p > (int64_t(1) << 20)) {
+          module.emitError() << "glm-emit-kernels: prefill chunk " << p
+                             << " is out of range: give 1..1048576 tokens, "
+                                "or 0 alone for no prefill graphs "
+                                "(prefill-chunks)";
+          return failure();
+        }
+        out.push_back({true, p, std::min(p, kMaxTemplateBatch)});
+      }
+    return out;
   }
 
   /// A kernel built by codegen, or the error that stopped it.

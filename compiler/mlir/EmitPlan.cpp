@@ -14,6 +14,7 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -102,6 +103,642 @@ static int32_t layerOf(Operation *op) {
   if (auto l = op->getAttrOfType<IntegerAttr>("layer"))
     return l.getInt();
   return -1;
+}
+
+/// A graph bucket of glm-emit-kernels (`glm.buckets`).
+struct Bucket {
+  bool prefill = false;
+  int64_t size = 1; // decode: sequences; prefill: tokens
+};
+
+/// The module's buckets; a module without glm-emit-kernels has decode 1.
+static std::vector<Bucket> bucketsOf(ModuleOp module) {
+  std::vector<Bucket> out;
+  if (auto list = module->getAttrOfType<ArrayAttr>("glm.buckets"))
+    for (Attribute a : list) {
+      auto d = cast<DictionaryAttr>(a);
+      out.push_back({strAttr(d, "kind") == "prefill", intAttr(d, "size", 1)});
+    }
+  if (out.empty())
+    out.push_back({false, 1});
+  return out;
+}
+
+/// Layer of every op of the step: its `layer` attribute, else the layer of
+/// the weight it reads, else (collectives) that of the op it reduces. Ops
+/// after the layer stack (final norm, LM head, its all-gather, sampling) are
+/// the head, `numLayers`; only the embedding stays -1.
+static llvm::DenseMap<Operation *, int32_t>
+layersOf(ModuleOp module, Block &body, int64_t numLayers) {
+  llvm::DenseMap<Operation *, int32_t> out;
+  bool inStack = false;
+  for (Operation &op : body) {
+    int32_t layer = layerOf(&op);
+    if (layer < 0)
+      for (NamedAttribute attr : op.getAttrs())
+        if (auto sym = dyn_cast<FlatSymbolRefAttr>(attr.getValue()))
+          if (Operation *w = SymbolTable::lookupSymbolIn(module, sym))
+            if (int32_t l = layerOf(w); l >= 0) {
+              layer = l;
+              break;
+            }
+    if (layer < 0 && isa<AllReduceOp, AllGatherOp>(op))
+      if (Operation *src = op.getOperand(0).getDefiningOp())
+        layer = out.lookup(src);
+    if (layer >= 0)
+      inStack = true;
+    else if (inStack && !isa<EmbedOp>(op))
+      layer = int32_t(numLayers);
+    out[&op] = layer;
+  }
+  return out;
+}
+
+/// Per-rank state shared by the graphs: buffers of values, where each
+/// weight tensor starts in the weight buffer, KV buffers per layer and the
+/// scratch buffers kernels need between launches.
+struct RankState {
+  gp::RankPlan &rp;
+  llvm::DenseMap<Value, uint32_t> &bufferOf;
+  std::map<std::string, uint64_t> weightOffset; // tensor / bank → offset
+  std::map<int64_t, uint32_t> kvOf, keysOf;      // layer → KvCache buffer
+  uint64_t top = 0;                              // arena end so far
+  uint64_t maxTokens = 1;
+  int64_t maxContext = 0;
+  std::map<std::string, uint32_t> scratch;
+  llvm::DenseMap<Operation *, int32_t> collectiveOf; // op → collective
+
+  /// A Scratch buffer of `bytes` (created once per name, at the arena end).
+  uint32_t scratchBuffer(const std::string &name, uint64_t bytes) {
+    auto it = scratch.find(name);
+    if (it != scratch.end())
+      return it->second;
+    gp::BufferDef b;
+    b.name = "scratch." + name;
+    b.kind = gp::BufferKind::Scratch;
+    b.dtype = gp::DType::F32;
+    b.bytes = alignUp(std::max<uint64_t>(bytes, 4));
+    b.arenaOffset = top;
+    top += b.bytes;
+    uint32_t index = rp.buffers.size();
+    rp.buffers.push_back(b);
+    scratch[name] = index;
+    return index;
+  }
+};
+
+static gp::ArgDef bufferArg(uint32_t buffer, const std::string &label,
+                            uint64_t rowBytes = 0, uint64_t offset = 0) {
+  gp::ArgDef a;
+  a.kind = gp::ArgKind::Buffer;
+  a.buffer = int32_t(buffer);
+  a.offset = offset;
+  a.rowBytes = rowBytes;
+  a.name = label;
+  return a;
+}
+static gp::ArgDef i32Arg(int64_t v, const std::string &label) {
+  gp::ArgDef a;
+  a.kind = gp::ArgKind::I32;
+  a.i = v;
+  a.name = label;
+  return a;
+}
+static gp::ArgDef f32Arg(double v, const std::string &label) {
+  gp::ArgDef a;
+  a.kind = gp::ArgKind::F32;
+  a.f = float(v);
+  a.name = label;
+  return a;
+}
+/// A value the runtime supplies at launch: "batch" (rows of this launch),
+/// "positions", "context_len", per-layer expert tables built at load from
+/// the rank's bindings ("expert_tiles", ...), or "null".
+static gp::ArgDef runtimeArg(const std::string &name) {
+  gp::ArgDef a;
+  a.kind = gp::ArgKind::Runtime;
+  a.name = name;
+  return a;
+}
+
+static uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+/// Bytes per element of a dense weight format (0 = not a plain row layout).
+static uint64_t elemBytes(Type t) {
+  auto d = dyn_cast_or_null<DenseType>(t);
+  if (!d)
+    return 0;
+  switch (d.getFormat()) {
+  case DenseFormat::F32:
+    return 4;
+  case DenseFormat::F16:
+  case DenseFormat::BF16:
+    return 2;
+  case DenseFormat::Fp8Block128:
+  case DenseFormat::Fp8Row:
+  case DenseFormat::Mxfp8:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/// What one kernel launch of `op` needs: its arguments in the family's
+/// parameter order (FamilyInfo::kernelParams, checked by checkKernelArgs)
+/// and its launch shape for `rows` tokens per launch.
+struct LaunchInfo {
+  std::vector<gp::ArgDef> args;
+  gp::LaunchDims dims;
+};
+
+class ArgBuilder {
+public:
+  ArgBuilder(ModuleOp module, RankState &st, int64_t rank, int64_t ranks,
+             const std::string &layout)
+      : module(module), st(st), rank(rank), ranks(ranks), layout(layout) {}
+
+  LaunchInfo build(const gp::KernelDef &k, Operation &op, int64_t rows,
+                   size_t launch);
+
+private:
+  ModuleOp module;
+  RankState &st;
+  int64_t rank, ranks;
+  std::string layout;
+
+  /// Bytes per token row of a value's buffer (0 when not per token).
+  uint64_t rowBytesOf(Value v) {
+    auto t = cast<RankedTensorType>(v.getType());
+    if (t.getRank() == 0 || !ShapedType::isDynamic(t.getShape()[0]))
+      return 0;
+    return st.rp.buffers[st.bufferOf.lookup(v)].bytes / st.maxTokens;
+  }
+  gp::ArgDef in(Operation &op, unsigned i, const std::string &label) {
+    Value v = op.getOperand(i);
+    return bufferArg(st.bufferOf.lookup(v), label, rowBytesOf(v));
+  }
+  gp::ArgDef out(Operation &op, unsigned i, const std::string &label,
+                 uint64_t offset = 0) {
+    Value v = op.getResult(i);
+    return bufferArg(st.bufferOf.lookup(v), label, rowBytesOf(v), offset);
+  }
+  /// A scratch row buffer of `perRow` bytes per token.
+  gp::ArgDef scratchRows(const std::string &name, uint64_t perRow,
+                         const std::string &label) {
+    return bufferArg(st.scratchBuffer(name, perRow * st.maxTokens), label,
+                     perRow);
+  }
+  WeightOp weightOp(StringRef sym) {
+    return dyn_cast_or_null<WeightOp>(
+        SymbolTable::lookupSymbolIn(module, StringAttr::get(
+                                                module.getContext(), sym)));
+  }
+  /// The weight buffer at the tensor of `sym` (+ `extra` bytes).
+  gp::ArgDef weight(StringRef sym, const std::string &label,
+                    uint64_t extra = 0) {
+    WeightOp w = weightOp(sym);
+    auto it = w ? st.weightOffset.find(w.getName().str())
+                : st.weightOffset.end();
+    if (it == st.weightOffset.end())
+      return runtimeArg("null");
+    return bufferArg(0, label, 0, it->second + extra);
+  }
+  int64_t hiddenOf(Value v) {
+    return cast<RankedTensorType>(v.getType()).getShape().back();
+  }
+};
+
+LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
+                             int64_t rows, size_t launch) {
+  LaunchInfo li;
+  auto &a = li.args;
+  gp::LaunchDims &d = li.dims;
+  const std::string &f = k.templateName;
+  const uint32_t threads = k.launch.blockX ? k.launch.blockX : 256;
+  const uint32_t warps = std::max<uint32_t>(1, threads / 32);
+  d.blockX = threads;
+  const gp::ArgDef batch = runtimeArg("batch");
+  const bool exlr8 = layout == "exlr8";
+  auto targ = [&](const char *key) {
+    auto it = k.templateArgs.find(key);
+    return it == k.templateArgs.end() ? std::string() : it->second;
+  };
+
+  if (f == "embed") {
+    auto e = cast<EmbedOp>(op);
+    int64_t hidden = hiddenOf(e.getResult());
+    WeightOp w = weightOp(e.getWeight());
+    int64_t vocab = w ? w.getShape()[0] : 0;
+    a = {in(op, 0, "ids"), weight(e.getWeight(), "table"),
+         runtimeArg(targ("format") == "fp8_row" ? "embed_scale" : "null"),
+         out(op, 0, "out"), batch, i32Arg(hidden, "hidden"),
+         i32Arg(0, "row_begin"), i32Arg(vocab, "rows")};
+    d.gridX = ceilDiv(hidden, threads);
+    d.gridY = rows;
+  } else if (f == "rms_norm") {
+    int64_t n = hiddenOf(op.getResult(op.getNumResults() - 1));
+    double eps = 1e-5;
+    StringRef sym;
+    if (auto r = dyn_cast<RmsNormOp>(op)) {
+      eps = r.getEps().convertToDouble();
+      sym = r.getWeight();
+      a = {in(op, 0, "x"), runtimeArg("null"), weight(sym, "w"),
+           out(op, 0, "y")};
+    } else {
+      auto ar = cast<AddRmsNormOp>(op);
+      eps = ar.getEps().convertToDouble();
+      sym = ar.getWeight();
+      // x += add in place (the residual sum), y = norm(x).
+      a = {in(op, 0, "x"), in(op, 1, "add"), weight(sym, "w"),
+           out(op, 1, "y")};
+    }
+    a.insert(a.end(), {batch, i32Arg(n, "n"), i32Arg(n, "x_stride"),
+                       f32Arg(eps, "eps")});
+    d.gridX = rows;
+  } else if (f == "dense_gemv" || f == "dense_gemv_f32" ||
+             f == "dense_gemv_trellis" || f == "gemm_trellis") {
+    // Dense GEMV ops, the LM head and the dense SwiGLU's GEMVs.
+    StringRef sym;
+    int64_t outDim = 0, inDim = 0, rowBegin = 0, outRows = 0;
+    if (auto g = dyn_cast<DenseGemvOp>(op)) {
+      sym = g.getWeight();
+      outDim = g.getOut();
+      inDim = g.getIn();
+      outRows = outDim;
+      if (g.getShard() && g.getSplitOut() && g.getShard()->getRanks() > 1) {
+        auto [ub, ue] = g.getShard()->rangeOf(rank);
+        int64_t per = outDim / std::max<int64_t>(1, g.getShard()->getUnits());
+        rowBegin = ub * per;
+        outRows = (ue - ub) * per;
+      }
+    }
+    const bool trellisIn = f == "dense_gemv_trellis" || f == "gemm_trellis";
+    const bool plainOut = f == "dense_gemv" || f == "dense_gemv_f32";
+    gp::ArgDef x = in(op, 0, trellisIn ? "xh" : "x");
+    gp::ArgDef y = out(op, 0, plainOut ? "y" : "z", uint64_t(rowBegin) * 4);
+    if (auto m = dyn_cast<MlpOp>(op)) {
+      // Launch 0: gate (+up) into the SwiGLU activation; launch 1: down.
+      int64_t hidden = hiddenOf(m.getInput()), inter = m.getInter();
+      gp::ArgDef act = scratchRows("mlp_act", inter * 4, launch ? "x" : "y");
+      sym = launch ? m.getDown() : m.getGate();
+      inDim = launch ? inter : hidden;
+      outDim = outRows = launch ? hidden : inter;
+      (launch ? x : y) = act;
+    }
+    WeightOp w = weightOp(sym);
+    uint64_t rowStart = rowBegin * inDim * elemBytes(w ? w.getType() : Type());
+    gp::ArgDef wt = weight(sym, f == "dense_gemv" || f == "dense_gemv_f32"
+                                    ? "w" : "tiles", rowStart);
+    if (f == "dense_gemv") {
+      a = {x, wt,
+           runtimeArg(targ("scale") == "none" ? "null" : "weight_scale"), y,
+           batch, i32Arg(inDim, "in"), i32Arg(outRows, "out"),
+           i32Arg(outDim, "out_stride"), i32Arg(0, "accumulate")};
+      d.gridX = ceilDiv(outRows, warps);
+    } else if (f == "dense_gemv_f32") {
+      a = {x, wt, y, i32Arg(inDim, "in"), i32Arg(outRows, "out")};
+      d.gridX = ceilDiv(outRows, warps);
+    } else {
+      // EXL3 row-major tiles of an [in, out] trellis matrix.
+      gp::ArgDef sI = i32Arg(outDim / 16, "sI"), sI8 = i32Arg(outDim / 2, "sI8"),
+                 sJ8 = i32Arg(8, "sJ8");
+      if (f == "dense_gemv_trellis") {
+        a = {x, wt, y, batch, i32Arg(inDim, "in"), i32Arg(outRows, "out"),
+             sI, sI8, sJ8};
+        d.gridX = ceilDiv(ceilDiv(outRows, 16), warps);
+      } else {
+        int64_t bm = std::stoll(targ("bm").empty() ? "64" : targ("bm"));
+        a = {x, wt, y, runtimeArg("batch"), i32Arg(inDim, "in"),
+             i32Arg(outRows, "out"), i32Arg(inDim, "x_stride"),
+             i32Arg(outDim, "z_stride"), i32Arg(0, "accumulate"), sI, sI8,
+             sJ8};
+        d.gridX = ceilDiv(outRows, 128);
+        d.gridY = ceilDiv(rows, bm);
+      }
+    }
+  } else if (f == "hadamard128") {
+    int64_t hidden = hiddenOf(op.getOperand(0));
+    a = {in(op, 0, "x"),
+         runtimeArg(exlr8 ? "expert_signs_in" : "expert_suh"),
+         runtimeArg("null"), scratchRows("expert_xh", hidden * 4, "y"), batch,
+         i32Arg(hidden, "n"), i32Arg(0, "pre_stride"),
+         i32Arg(0, "post_stride")};
+    d.gridX = ceilDiv(rows * hidden / 128, warps);
+  } else if (f == "expert_gemv_trellis" || f == "moe_reduce") {
+    auto e = cast<FusedExpertGemvOp>(op);
+    int64_t hidden = e.getHidden(), slots = e.getTopK() + e.getShared();
+    int64_t batchCap = std::max<int64_t>(rows, 1);
+    // (row, slot, half) partials of one launch; reused by every launch.
+    uint32_t partial = st.scratchBuffer(
+        "expert_partial", uint64_t(8) * slots * 16 * hidden * 4);
+    (void)batchCap;
+    if (f == "moe_reduce") {
+      a = {bufferArg(partial, "partial"), in(op, 1, "expert_ids"),
+           runtimeArg("expert_tiles"), out(op, 0, "out"), batch,
+           i32Arg(slots, "topk"), i32Arg(hidden, "hidden"),
+           i32Arg(0, "accumulate")};
+      d.gridX = ceilDiv(hidden, threads);
+      d.gridY = rows;
+    } else {
+      int64_t inter = e.getInter();
+      a = {scratchRows("expert_xh", hidden * 4, "xh"),
+           in(op, 1, "expert_ids"), in(op, 2, "route_w"),
+           runtimeArg("expert_tiles"), runtimeArg("expert_widths"),
+           runtimeArg("expert_gu_svh"), runtimeArg("expert_gu_su_block"),
+           runtimeArg("expert_down_suh"), runtimeArg("expert_down_sv_block"),
+           runtimeArg(exlr8 ? "null" : "expert_down_svh"),
+           bufferArg(partial, "partial"), batch, i32Arg(slots, "topk"),
+           i32Arg(hidden, "hidden"), i32Arg(inter, "inter"),
+           i32Arg(hidden, "xh_row_stride"), i32Arg(0, "xh_slot_stride"),
+           i32Arg(0, "xh_proj_stride"),
+           i32Arg(exlr8 ? 8 : inter / 16, "gu_sI"),
+           i32Arg(exlr8 ? 64 : inter / 2, "gu_sI8"),
+           i32Arg(exlr8 ? 8 : hidden / 16, "down_sI"),
+           i32Arg(exlr8 ? 64 : 8, "down_sJ8")};
+      d.gridX = 16;
+      d.gridY = e.getExperts() + e.getShared();
+    }
+  } else if (f == "rope" || f == "mla_decode") {
+    if (auto at = dyn_cast<AttentionDecodeOp>(op)) {
+      auto [hb, he] = at.getShard().rangeOf(rank);
+      int64_t heads = ranks > 1 ? he - hb : at.getHeads();
+      int64_t qkHead = at.getQkNope() + at.getQkRope();
+      int64_t qRow = hiddenOf(at.getQ());
+      if (f == "rope") {
+        a = {in(op, 0, "x"), runtimeArg("positions"), batch,
+             i32Arg(heads, "heads"), i32Arg(qRow, "row_stride"),
+             i32Arg(qkHead, "head_stride"), i32Arg(at.getQkNope(), "offset"),
+             f32Arg(at.getRopeTheta().convertToDouble(), "theta")};
+        d.gridX = heads;
+        d.gridY = rows;
+        d.blockX = at.getQkRope() / 2;
+      } else {
+        int64_t maxSel = 0;
+        if (auto ix = at.getSelection().getDefiningOp<IndexerTopkOp>())
+          maxSel = ix.getTopk();
+        uint32_t selBuf = st.bufferOf.lookup(at.getSelection());
+        int64_t tile = std::stoll(targ("heads").empty() ? "1" : targ("heads"));
+        a = {scratchRows("mla_q_lat", heads * at.getKvLora() * 4, "q_lat"),
+             scratchRows("mla_q_pe", heads * at.getQkRope() * 4, "q_pe"),
+             bufferArg(st.kvOf.count(at.getLayer()) ? st.kvOf[at.getLayer()]
+                                                    : 0,
+                       "cache"),
+             runtimeArg(targ("kv") == "e4m3" ? "kv_scale" : "null"),
+             in(op, 2, "sel"),
+             scratchRows("nsel." + std::to_string(selBuf), 4, "nsel"),
+             scratchRows("mla_o_lat", heads * at.getKvLora() * 4, "o_lat"),
+             batch, i32Arg(heads, "heads"), i32Arg(maxSel, "max_sel"),
+             f32Arg(1.0 / std::sqrt(double(qkHead)), "softmax_scale")};
+        d.gridX = ceilDiv(heads, tile);
+        d.gridY = rows;
+      }
+    } else {
+      auto ix = cast<IndexerTopkOp>(op);
+      double theta = 10000.0;
+      module.walk([&](AttentionDecodeOp at) {
+        theta = at.getRopeTheta().convertToDouble();
+      });
+      a = {scratchRows("indexer_q", ix.getHeads() * ix.getHeadDim() * 4, "x"),
+           runtimeArg("positions"), batch, i32Arg(ix.getHeads(), "heads"),
+           i32Arg(ix.getHeads() * ix.getHeadDim(), "row_stride"),
+           i32Arg(ix.getHeadDim(), "head_stride"),
+           i32Arg(ix.getHeadDim() - ix.getRope(), "offset"),
+           f32Arg(theta, "theta")};
+      d.gridX = ix.getHeads();
+      d.gridY = rows;
+      d.blockX = ix.getRope() / 2;
+    }
+  } else if (f == "indexer_scores" || f == "topk") {
+    auto ix = cast<IndexerTopkOp>(op);
+    uint64_t ctx = std::max<int64_t>(st.maxContext, 1);
+    gp::ArgDef scores = scratchRows("indexer_scores", ctx * 4, "scores");
+    if (f == "indexer_scores") {
+      a = {scratchRows("indexer_q", ix.getHeads() * ix.getHeadDim() * 4, "q"),
+           scratchRows("indexer_w", ix.getHeads() * 4, "w"),
+           bufferArg(st.keysOf.count(ix.getLayer()) ? st.keysOf[ix.getLayer()]
+                                                    : 0,
+                     "keys"),
+           runtimeArg("context_len"), scores, batch,
+           i32Arg(int64_t(ctx), "score_stride"),
+           f32Arg(1.0 / std::sqrt(double(ix.getHeadDim())), "qk_scale")};
+      d.gridX = ceilDiv(ctx, uint64_t(warps) * 4);
+      d.gridY = rows;
+    } else {
+      uint32_t selBuf = st.bufferOf.lookup(ix.getResult());
+      a = {scores, runtimeArg("context_len"), out(op, 0, "sel"),
+           scratchRows("nsel." + std::to_string(selBuf), 4, "nsel"), batch,
+           i32Arg(int64_t(ctx), "score_stride"),
+           i32Arg(ix.getTopk(), "sel_stride"), i32Arg(ix.getTopk(), "k")};
+      d.gridX = rows;
+    }
+  } else if (f == "router") {
+    auto r = cast<RouterOp>(op);
+    a = {scratchRows("router_logits", r.getExperts() * 4, "logits"),
+         weight(r.getBias(), "bias"), out(op, 0, "ids"), out(op, 1, "weights"),
+         batch, i32Arg(r.getExperts(), "experts"),
+         f32Arg(r.getScale().convertToDouble(), "scale"),
+         i32Arg(r.getRenormalize() ? 1 : 0, "renorm")};
+    d.gridX = rows;
+  } else if (f == "argmax") {
+    int64_t vocab = hiddenOf(op.getOperand(0));
+    a = {in(op, 0, "vals"), runtimeArg("null"),
+         scratchRows("argmax_val", 4, "out_val"), out(op, 0, "out_idx"),
+         batch, i32Arg(vocab, "n"), i32Arg(vocab, "in_stride"),
+         i32Arg(1, "out_stride"), i32Arg(0, "index_offset")};
+    d.gridX = rows;
+  } else {
+    ::glm::rt::fail("glm-emit-plan: no argument rule for kernel family '", f,
+                    "' (op ", op.getName().getStringRef().str(),
+                    "): add one in compiler/mlir/EmitPlan.cpp");
+  }
+  if (d.gridX == 0)
+    d.gridX = 1;
+  return li;
+}
+
+/// What a graph's op reads per step: weight bytes and trellis weights.
+struct Cost {
+  uint64_t bytes = 0, weights = 0;
+};
+
+/// Expected bytes and decoded weights of one launch over `tokens` tokens of
+/// an op reading `syms`, charging each symbol once per graph. Routed
+/// experts: E·(1 − (1 − k/E)^n) distinct experts for n tokens (uniform
+/// routing); for one token exactly the apportioned bytes of the bindings.
+static Cost costOf(ModuleOp module, Operation &op, const glmc::RankUsage &use,
+                   std::set<std::string> &charged, int64_t tokens) {
+  Cost c;
+  for (NamedAttribute attr : op.getAttrs()) {
+    SmallVector<FlatSymbolRefAttr> refs;
+    if (auto sym = dyn_cast<FlatSymbolRefAttr>(attr.getValue()))
+      refs.push_back(sym);
+    else if (auto arr = dyn_cast<ArrayAttr>(attr.getValue()))
+      for (Attribute a : arr)
+        if (auto sym = dyn_cast<FlatSymbolRefAttr>(a))
+          refs.push_back(sym);
+    for (FlatSymbolRefAttr sym : refs) {
+      std::string name = sym.getValue().str();
+      auto it = use.bySymbol.find(name);
+      if (it == use.bySymbol.end() || !charged.insert(name).second)
+        continue;
+      auto bank = use.banks.find(name);
+      if (bank != use.banks.end()) {
+        const glmc::BankUse &b = bank->second;
+        double p = b.experts ? double(b.topK) / double(b.experts) : 0;
+        double frac = 1.0 - std::pow(1.0 - p, double(std::max<int64_t>(
+                                                   tokens, 1)));
+        c.bytes += tokens <= 1 ? it->second
+                               : uint64_t(std::llround(frac * b.routedAll)) +
+                                     b.shared;
+        c.weights += uint64_t(std::llround(
+                         (tokens <= 1 ? p : frac) * b.routedWeightsAll)) +
+                     b.sharedWeights;
+        continue;
+      }
+      c.bytes += it->second;
+      if (auto w = dyn_cast_or_null<WeightOp>(
+              SymbolTable::lookupSymbolIn(module, sym)))
+        if (auto t = dyn_cast<TrellisType>(w.getType()))
+          if (t.getTwiceBits() > 0)
+            c.weights += it->second * 16 / uint64_t(t.getTwiceBits());
+    }
+  }
+  return c;
+}
+
+/// Does `family` read the op's weights (and so carry its bytes)?
+static bool readsWeights(const std::string &family) {
+  return family == "expert_gemv_trellis" || family == "dense_gemv" ||
+         family == "dense_gemv_f32" || family == "dense_gemv_trellis" ||
+         family == "gemm_trellis" || family == "mla_decode" ||
+         family == "indexer_scores" || family == "router" ||
+         family == "embed" || family == "rms_norm";
+}
+
+/// One graph bucket of one rank: an OpDef per kernel launch or collective,
+/// with its arguments, launch shape, repeat count and expected cost.
+static gp::GraphDef
+buildGraph(ModuleOp module, Block &body, const Bucket &bk,
+           const glmc::RankUsage &use,
+           const std::map<std::string, int32_t> &kernelIndex,
+           const gp::Plan &plan, const llvm::DenseMap<Operation *, int32_t> &layers,
+           RankState &st, size_t bucketIndex, int64_t rank) {
+  gp::GraphDef graph;
+  graph.kind = bk.prefill ? gp::GraphKind::Prefill : gp::GraphKind::Decode;
+  graph.size = uint32_t(bk.size);
+  ArgBuilder args(module, st, rank, plan.numRanks ? plan.numRanks : 1,
+                  plan.model.layout);
+  std::set<std::string> charged; // symbols whose bytes an op already read
+  for (Operation &op : body) {
+    if (isa<func::ReturnOp>(op))
+      continue;
+    gp::OpDef od;
+    od.kind = opKind(&op);
+    od.layer = layers.lookup(&op);
+    std::string base =
+        (od.layer >= 0 ? "l" + std::to_string(od.layer) + "." : "") +
+        op.getName().stripDialect().str();
+    od.name = base;
+    for (Value v : op.getOperands())
+      if (st.bufferOf.count(v))
+        od.inputs.push_back(st.bufferOf.lookup(v));
+    for (Value v : op.getResults())
+      if (st.bufferOf.count(v))
+        od.outputs.push_back(st.bufferOf.lookup(v));
+    if (isa<AllReduceOp, AllGatherOp>(op)) {
+      // Collectives are listed once per rank, by the first graph.
+      if (bucketIndex == 0) {
+        gp::CollectiveDef c;
+        c.kind = isa<AllReduceOp>(op) ? gp::CollectiveKind::AllReduce
+                                      : gp::CollectiveKind::AllGather;
+        c.elements = cast<RankedTensorType>(op.getResult(0).getType())
+                         .getShape()
+                         .back();
+        c.layer = od.layer;
+        c.buffer = od.outputs.empty() ? -1 : od.outputs[0];
+        st.collectiveOf[&op] = st.rp.collectives.size();
+        st.rp.collectives.push_back(c);
+      }
+      od.collective = st.collectiveOf.lookup(&op);
+      graph.ops.push_back(od);
+      continue;
+    }
+    ArrayAttr kernels;
+    if (auto lists = op.getAttrOfType<ArrayAttr>("glm.bucket_kernels"))
+      if (bucketIndex < lists.size())
+        kernels = cast<ArrayAttr>(lists[bucketIndex]);
+    if (!kernels)
+      kernels = op.getAttrOfType<ArrayAttr>("glm.kernels");
+    if (!kernels || kernels.empty()) {
+      // No GPU kernel (CPU executor only): the op is listed for inspect.
+      Cost c = costOf(module, op, use, charged, bk.size);
+      od.bytesRead = c.bytes;
+      od.decodedWeights = c.weights;
+      graph.ops.push_back(od);
+      continue;
+    }
+    // Launch shapes first: how many tokens each launch takes.
+    struct Launch {
+      const gp::KernelDef *kernel = nullptr;
+      int32_t index = -1;
+      int64_t rows = 0; // tokens per launch, 0 = the whole step
+    };
+    SmallVector<Launch> launches;
+    for (Attribute k : kernels) {
+      Launch l;
+      auto it = kernelIndex.find(cast<StringAttr>(k).str());
+      if (it != kernelIndex.end()) {
+        l.index = it->second;
+        l.kernel = &plan.kernels[it->second];
+        auto b = l.kernel->templateArgs.find("batch");
+        if (b != l.kernel->templateArgs.end())
+          l.rows = std::stoll(b->second);
+        else if (l.kernel->templateName == "dense_gemv_f32")
+          l.rows = 1;
+        else if (l.kernel->templateName == "moe_reduce" && !launches.empty())
+          l.rows = launches.back().rows; // reduces the expert launch's rows
+      }
+      if (l.rows >= bk.size)
+        l.rows = 0;
+      launches.push_back(l);
+    }
+    size_t reader = 0; // the launch that carries the op's weight bytes
+    for (size_t i = 0; i < launches.size(); ++i)
+      if (launches[i].kernel && readsWeights(launches[i].kernel->templateName)) {
+        reader = i;
+        break;
+      }
+    for (size_t i = 0; i < launches.size(); ++i) {
+      const Launch &l = launches[i];
+      gp::OpDef launch = od;
+      launch.name = base + (launches.size() > 1 ? "." + std::to_string(i)
+                                                : std::string());
+      launch.kernel = l.index;
+      launch.repeat = l.rows ? uint32_t(ceilDiv(bk.size, l.rows)) : 1;
+      launch.rowsPerLaunch = uint32_t(l.rows);
+      int64_t rows = l.rows ? l.rows : bk.size;
+      if (i == reader) {
+        Cost c = costOf(module, op, use, charged, rows);
+        launch.bytesRead = c.bytes * launch.repeat;
+        launch.decodedWeights = c.weights * launch.repeat;
+        // A tensor-core GEMM reads its weights once per step but decodes
+        // each tile once per block row of tokens.
+        if (l.kernel && l.kernel->templateName == "gemm_trellis") {
+          auto bm = l.kernel->templateArgs.find("bm");
+          int64_t m = bm == l.kernel->templateArgs.end()
+                          ? 64 : std::stoll(bm->second);
+          launch.decodedWeights *= ceilDiv(bk.size, m);
+        }
+      }
+      if (l.kernel) {
+        LaunchInfo li = args.build(*l.kernel, op, rows, i);
+        launch.args = std::move(li.args);
+        launch.launch = li.dims;
+      }
+      graph.ops.push_back(std::move(launch));
+    }
+  }
+  return graph;
 }
 #endif
 
@@ -222,6 +859,17 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
 
     ArrayAttr files = pack.getFiles();
     Block &body = step.getBody().front();
+    std::vector<Bucket> buckets = bucketsOf(module);
+    llvm::DenseMap<Operation *, int32_t> layers = layersOf(module, body,
+                                                           m.numLayers);
+    const int64_t maxTokens = intAttr(kv, "max_tokens", 1);
+    for (const Bucket &bk : buckets)
+      if (bk.size > maxTokens)
+        ::glm::rt::fail(bk.prefill ? "prefill chunk " : "decode batch ",
+                        bk.size, " exceeds the activation arena's ",
+                        maxTokens, " tokens: raise glm-plan-memory's "
+                        "max-tokens (glmc compile sizes it for the largest "
+                        "bucket)");
     for (int64_t r = 0; r < table.ranks; ++r) {
       const glmc::RankUsage &use = table.perRank[r];
       gp::RankPlan rp;
@@ -282,7 +930,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       });
 
       // Activations at their arena offsets (glm-plan-memory).
-      uint64_t actBase = top, maxTokens = intAttr(kv, "max_tokens", 1);
+      uint64_t actBase = top;
       llvm::DenseMap<Value, uint32_t> bufferOf;
       auto valueBuffer = [&](Value v, uint64_t off) {
         auto t = cast<RankedTensorType>(v.getType());
@@ -305,90 +953,23 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         valueBuffer(a, argOff);
         argOff += rp.buffers.back().bytes;
       }
-      gp::GraphDef graph;
-      graph.kind = gp::GraphKind::Decode;
-      graph.size = 1;
-      std::set<std::string> charged; // symbols whose bytes an op already read
-      for (Operation &op : body) {
+      // Every SSA value's buffer, before any graph names them.
+      for (Operation &op : body)
         if (auto offs = op.getAttrOfType<DenseI64ArrayAttr>("glm.arena"))
           for (auto [res, off] : llvm::zip(op.getResults(), offs.asArrayRef()))
             valueBuffer(res, off);
-        if (isa<func::ReturnOp>(op))
-          continue;
-        gp::OpDef od;
-        od.kind = opKind(&op);
-        od.layer = layerOf(&op);
-        // Ops without a layer attribute (norms, q_a/kv_a projections) belong
-        // to the layer of the weight they read.
-        if (od.layer < 0)
-          for (NamedAttribute attr : op.getAttrs())
-            if (auto sym = dyn_cast<FlatSymbolRefAttr>(attr.getValue()))
-              if (Operation *w = SymbolTable::lookupSymbolIn(module, sym))
-                if (int32_t l = layerOf(w); l >= 0) {
-                  od.layer = l;
-                  break;
-                }
-        // A collective belongs to the layer of the block it reduces.
-        if (od.layer < 0 && isa<AllReduceOp, AllGatherOp>(op))
-          if (Operation *src = op.getOperand(0).getDefiningOp())
-            od.layer = layerOf(src);
-        std::string base =
-            (od.layer >= 0 ? "l" + std::to_string(od.layer) + "." : "") +
-            op.getName().stripDialect().str();
-        for (Value v : op.getOperands())
-          if (bufferOf.count(v))
-            od.inputs.push_back(bufferOf[v]);
-        for (Value v : op.getResults())
-          if (bufferOf.count(v))
-            od.outputs.push_back(bufferOf[v]);
-        for (NamedAttribute attr : op.getAttrs()) {
-          SmallVector<FlatSymbolRefAttr> refs;
-          if (auto s = dyn_cast<FlatSymbolRefAttr>(attr.getValue()))
-            refs.push_back(s);
-          else if (auto arr = dyn_cast<ArrayAttr>(attr.getValue()))
-            for (Attribute a : arr)
-              if (auto s = dyn_cast<FlatSymbolRefAttr>(a))
-                refs.push_back(s);
-          for (FlatSymbolRefAttr s : refs) {
-            auto it = use.bySymbol.find(s.getValue().str());
-            if (it != use.bySymbol.end() && charged.insert(it->first).second)
-              od.bytesRead += it->second;
-          }
-        }
-        if (isa<AllReduceOp, AllGatherOp>(op)) {
-          gp::CollectiveDef c;
-          c.kind = isa<AllReduceOp>(op) ? gp::CollectiveKind::AllReduce
-                                        : gp::CollectiveKind::AllGather;
-          c.elements = cast<RankedTensorType>(op.getResult(0).getType())
-                           .getShape()
-                           .back();
-          c.layer = od.layer;
-          c.buffer = od.outputs.empty() ? -1 : od.outputs[0];
-          od.collective = rp.collectives.size();
-          rp.collectives.push_back(c);
-          od.name = base;
-          graph.ops.push_back(od);
-          continue;
-        }
-        auto kernels = op.getAttrOfType<ArrayAttr>("glm.kernels");
-        if (!kernels || kernels.empty()) {
-          od.name = base;
-          graph.ops.push_back(od);
-          continue;
-        }
-        // One OpDef per launch; the op's weight bytes go to its first launch.
-        for (auto [i, k] : llvm::enumerate(kernels)) {
-          gp::OpDef launch = od;
-          launch.name = base + (kernels.size() > 1 ? "." + std::to_string(i)
-                                                   : std::string());
-          auto it = kernelIndex.find(cast<StringAttr>(k).str());
-          launch.kernel = it == kernelIndex.end() ? -1 : it->second;
-          if (i)
-            launch.bytesRead = 0;
-          graph.ops.push_back(std::move(launch));
-        }
-      }
-      rp.graphs.push_back(std::move(graph));
+      RankState st{rp, bufferOf, {}, {}, {}, 0, maxTokens, m.maxContext};
+      for (const gp::BufferDef &bd : rp.buffers)
+        st.top = std::max(st.top, bd.arenaOffset + bd.bytes);
+      for (const gp::WeightBinding &wb : rp.weights)
+        st.weightOffset.try_emplace(wb.tensor, wb.bufferOffset);
+      for (auto [i, bd] : llvm::enumerate(rp.buffers))
+        if (bd.kind == gp::BufferKind::KvCache)
+          (bd.name.rfind("kv.", 0) == 0 ? st.kvOf : st.keysOf)[bd.layer] =
+              uint32_t(i);
+      for (auto [i, bk] : llvm::enumerate(buckets))
+        rp.graphs.push_back(buildGraph(module, body, bk, use, kernelIndex,
+                                       plan, layers, st, i, r));
       plan.ranks.push_back(std::move(rp));
     }
     return plan;

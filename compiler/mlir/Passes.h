@@ -32,6 +32,11 @@ struct PipelineOptions {
   double memoryPerSpark = 0; // GiB; 0 = no limit
   std::vector<std::string> archs = {"sm_121"};
   bool compileKernels = false;
+  /// Graph buckets: decode batch sizes (1..8) and prefill chunk sizes in
+  /// tokens ({0} = no prefill graphs); empty = the defaults (1..8; 512,
+  /// 2048). The activation arena is sized for the largest.
+  std::vector<int64_t> decodeBatches;
+  std::vector<int64_t> prefillChunks;
   std::string output; // plan file; empty = none
 };
 

@@ -66,7 +66,7 @@ def GlmPlanMemory : Pass<"glm-plan-memory", "::mlir::ModuleOp"> {
            "KV cache element type: bf16 or fp8">,
     Option<"memoryPerSpark", "memory-per-spark", "double", "0",
            "GiB available per rank; 0 = no limit">,
-    Option<"maxTokens", "max-tokens", "int64_t", "512",
+    Option<"maxTokens", "max-tokens", "int64_t", "2048",
            "tokens per step the activation arena holds (prefill chunk)">
   ];
 }
@@ -82,7 +82,12 @@ def GlmEmitKernels : Pass<"glm-emit-kernels", "::mlir::ModuleOp"> {
   let options = [
     ListOption<"archs", "arch", "std::string", "target archs (sm_121, sm_90)">,
     Option<"compile", "compile", "bool", "false",
-           "compile every kernel with NVRTC (needs codegen)">
+           "compile every kernel with NVRTC (needs codegen)">,
+    ListOption<"decodeBatches", "decode-batches", "int64_t",
+               "decode graph batch sizes, 1..8 (default: 1,2,...,8)">,
+    ListOption<"prefillChunks", "prefill-chunks", "int64_t",
+               "prefill graph chunk sizes in tokens (default: 512,2048; "
+               "0 = no prefill graphs)">
   ];
 }
 

@@ -10,6 +10,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassRegistry.h"
 
+#include <algorithm>
+
 using namespace mlir;
 
 namespace glmc {
@@ -25,12 +27,28 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opt,
   mem.maxContext = opt.maxContext;
   mem.kvDtype = opt.kvDtype;
   mem.memoryPerSpark = opt.memoryPerSpark;
+  // The arena holds the largest step: the largest prefill chunk (default
+  // 2048 tokens) or decode batch.
+  int64_t tokens = 0;
+  for (int64_t v : opt.decodeBatches)
+    tokens = std::max(tokens, v);
+  for (int64_t v : opt.prefillChunks)
+    tokens = std::max(tokens, v);
+  if (opt.decodeBatches.empty())
+    tokens = std::max<int64_t>(tokens, 8);
+  if (opt.prefillChunks.empty())
+    tokens = std::max<int64_t>(tokens, 2048);
+  mem.maxTokens = tokens;
   pm.addPass(createGlmPlanMemory(mem));
   if (stop == Stage::Kernel)
     return;
   GlmEmitKernelsOptions kernels;
   kernels.archs.assign(opt.archs.begin(), opt.archs.end());
   kernels.compile = opt.compileKernels;
+  kernels.decodeBatches.assign(opt.decodeBatches.begin(),
+                               opt.decodeBatches.end());
+  kernels.prefillChunks.assign(opt.prefillChunks.begin(),
+                               opt.prefillChunks.end());
   pm.addPass(createGlmEmitKernels(kernels));
   if (stop == Stage::Cuda)
     return;
