@@ -1,20 +1,25 @@
-//===- executor.cpp - the CUDA backend: one decode step on one GPU --------===//
+//===- executor.cpp - the CUDA backend: batched decode on quantized weights ===//
 #include "runtime/cuda/executor.h"
 
 #include "codegen/codegen.h"
 #include "plans/plan.h"
 #include "runtime/base/error.h"
-#include "runtime/base/progress.h"
-#include "runtime/cpu/forward.h"
-#include "runtime/cpu/model_weights.h"
-#include "runtime/cpu/sampler.h"
+#include "runtime/cpu/tp.h"
 #include "runtime/cuda/cuda_api.h"
+#include "runtime/cuda/device_weights.h"
+#include "runtime/dist/comm.h"
+#include "runtime/formats/pack.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
+#include <thread>
 
 namespace glm::rt::cuda {
 namespace {
@@ -46,27 +51,44 @@ private:
   std::vector<uint64_t> slots_;
 };
 
-/// A weight matrix/vector on the device (fp32).
-DeviceBuffer uploadF32(const std::vector<float> &v, Progress *bar) {
-  DeviceBuffer b(std::max<size_t>(4, v.size() * sizeof(float)));
-  if (!v.empty())
-    b.upload(v.data(), v.size() * sizeof(float));
-  if (bar)
-    bar->advance(v.size() * sizeof(float));
-  return b;
+codegen::KernelSpec spec(const std::string &family,
+                         std::map<std::string, std::string> args) {
+  codegen::KernelSpec s;
+  s.family = family;
+  for (auto &kv : args)
+    s.args[kv.first] = kv.second;
+  return s;
+}
+
+const char *cbName(int cb) {
+  return cb == 0 ? "3inst" : cb == 1 ? "mcg" : "mul1";
+}
+
+std::string kernelCacheDir() {
+  if (const char *e = std::getenv("GLM_KERNEL_CACHE"))
+    return e;
+  const char *home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/glmc/kernels";
 }
 
 struct DevLayer {
-  DeviceBuffer inputNorm, postNorm, qA, qANorm, qB, kvA, kvANorm, kvB, o;
+  DeviceBuffer inputNorm, postNorm, qANorm, kvANorm;
+  DeviceLinear qA, qB, kvA, o;
+  DeviceBuffer kvBT; // kv_b_proj transposed, fp32 [kvr, H*(dn+dv)]
+  DeviceBuffer heads; // this rank's heads (int)
+  int nHeads = 0;
   bool fullIndexer = false;
-  DeviceBuffer wqB, wk, kNormW, kNormB, weightsProj;
+  DeviceLinear wqB, wk, weightsProj;
+  DeviceBuffer kNormW, kNormB;
   bool moe = false;
-  DeviceBuffer router, routerBias;
-  DeviceBuffer gate, up, down;          // routed experts, contiguous [E, ...]
-  DeviceBuffer sGate, sUp, sDown;       // shared expert or dense MLP
-  int64_t sWidth = 0;                   // its width
-  DeviceBuffer latent;                  // [maxContext, kv_lora + dr]
-  DeviceBuffer indexKeys;               // [maxContext, hd] (full layers)
+  DeviceLinear router;
+  DeviceBuffer routerBias;
+  ExpertGroup routed, shared;
+  DeviceBuffer signsIn, signsOut; // exlr8 experts
+  DeviceLinear gate, up, down;     // dense MLP
+  DeviceBuffer denseOwn;           // dense MLP chunk ownership (u8)
+  DeviceBuffer latent;             // [maxBatch, maxContext, kv_lora + dr]
+  DeviceBuffer indexKeys;          // [maxBatch, maxContext, hd]
 };
 
 } // namespace
@@ -74,351 +96,993 @@ struct DevLayer {
 struct CudaForward::Impl {
   CudaDevice dev;
   CUcontext ctx = nullptr;
+  CUstream stream = nullptr;
   ModelConfig cfg;
-  int64_t maxContext = 0, pos = 0;
+  CudaOptions opt;
+  cpu::TpLayout tp;
+  int rank = 0, N = 1;
+  int64_t numLayers = 0;
   std::string arch;
   int planUsed = 0;
   std::vector<std::unique_ptr<Module>> modules;
-  CUfunction gemvF32 = nullptr, gemvF64 = nullptr;
-  unsigned gemvThreads = 256;
-  std::map<std::string, CUfunction> fx; // helper kernels by name
+  std::map<std::string, CUfunction> fx;  // helper kernels
+  std::map<std::string, CUfunction> gen; // codegen kernels by name
+  std::map<std::string, codegen::KernelSpec> wanted;
   std::vector<DevLayer> layers;
-  DeviceBuffer embed, finalNorm, lmHead;
+  DeviceLinear embed, lmHead;
+  DeviceBuffer finalNorm;
+  // Row state [3][maxBatch]: token, position, cache slot.
+  DeviceBuffer rows;
+  std::vector<int64_t> lengths;
   // Scratch.
-  DeviceBuffer x, h, qa, q, kva, qi, k, wts, score, flags, sel, nsel, p, ov,
-      contrib, rlogits, experts, expW, act, part, logits;
+  DeviceBuffer x, h, delta, qa, q, kva, qi, kk, wts, score, flags, sel, nsel,
+      p, ov, rlog, ids, rw, sIds, sW, xh, partial, partialS, g, u, act, actD,
+      part, xpad, xrot, z, logitsLocal, gathered, logits, vocabBegin;
+  int64_t maxInPad = 1, maxOutPad = 1, maxCount = 1, maxInter = 1;
+  std::map<int, CUgraphExec> graphs;
+  // Profiling (kernelTimeSumMs): events around each launch.
+  bool profiling = false;
+  std::vector<std::pair<CUevent, CUevent>> events;
+  size_t eventUsed = 0;
+  int launches = 0;
 
   explicit Impl(int device) : dev(device) {
     GLM_CU(cuCtxGetCurrent(&ctx));
     arch = dev.arch();
+    GLM_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  }
+  ~Impl() {
+    for (auto &g : graphs)
+      cuGraphExecDestroy(g.second);
+    for (auto &e : events) {
+      cuEventDestroy(e.first);
+      cuEventDestroy(e.second);
+    }
+    if (stream)
+      cuStreamDestroy(stream);
   }
 
-  void call(const char *name, unsigned gx, unsigned gy, unsigned bx,
-            unsigned smem, KArgs a) {
+  // --- kernels -----------------------------------------------------------
+
+  /// Records that `s` will be needed (compiled together by buildKernels).
+  std::string need(codegen::KernelSpec s) {
+    s.archs = {arch};
+    std::string name = codegen::kernelName(s);
+    wanted.emplace(name, std::move(s));
+    return name;
+  }
+
+  /// Every wanted kernel: from the plan when it carries a CUBIN for this
+  /// arch with the same source, else the on-disk cache, else NVRTC (in
+  /// parallel).
+  void buildKernels(const std::vector<plan::KernelDef> &planKernels) {
+    struct Todo {
+      std::string name, source, key;
+      std::vector<char> image;
+      std::string error;
+    };
+    std::vector<Todo> todo;
+    const std::string dir = kernelCacheDir();
+    for (auto &kv : wanted) {
+      if (gen.count(kv.first))
+        continue;
+      Todo t;
+      t.name = kv.first;
+      t.source = codegen::generateSource(kv.second);
+      for (const plan::KernelDef &k : planKernels)
+        if (k.name == t.name && k.source == t.source)
+          for (const auto &b : k.binaries)
+            if (b.arch == arch && !b.cubin.empty() && t.image.empty()) {
+              t.image.assign(b.cubin.begin(), b.cubin.end());
+              ++planUsed;
+            }
+      if (t.image.empty()) {
+        t.key = codegen::cacheKey(t.source, codegen::nvrtcOptions(), arch,
+                                  codegen::nvrtcVersion());
+        std::ifstream in(dir + "/" + t.key + ".cubin", std::ios::binary);
+        if (in)
+          t.image.assign(std::istreambuf_iterator<char>(in),
+                         std::istreambuf_iterator<char>());
+      }
+      todo.push_back(std::move(t));
+    }
+    std::vector<Todo *> compile;
+    for (Todo &t : todo)
+      if (t.image.empty())
+        compile.push_back(&t);
+    const unsigned nt = std::max(1u, std::min<unsigned>(
+        std::thread::hardware_concurrency(), (unsigned)compile.size()));
+    std::vector<std::thread> threads;
+    std::mutex mu;
+    size_t next = 0;
+    for (unsigned i = 0; i < nt; ++i)
+      threads.emplace_back([&] {
+        for (;;) {
+          Todo *t;
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            if (next >= compile.size())
+              return;
+            t = compile[next++];
+          }
+          try {
+            codegen::CompiledKernel c =
+                codegen::compileWithNvrtc(t->source, t->name, arch);
+            t->image.assign(c.cubin.begin(), c.cubin.end());
+          } catch (const std::exception &e) {
+            t->error = e.what();
+          }
+        }
+      });
+    for (auto &th : threads)
+      th.join();
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    for (Todo *t : compile) {
+      check(t->error.empty(), t->error);
+      std::ofstream out(dir + "/" + t->key + ".cubin", std::ios::binary);
+      out.write(t->image.data(), (std::streamsize)t->image.size());
+    }
+    for (Todo &t : todo) {
+      modules.push_back(std::make_unique<Module>(t.image));
+      gen[t.name] = modules.back()->function(t.name);
+    }
+  }
+
+  CUfunction genFn(codegen::KernelSpec s) {
+    s.archs = {arch};
+    const std::string name = codegen::kernelName(s);
+    auto it = gen.find(name);
+    check(it != gen.end(), "cuda executor: kernel ", name,
+          " was not built (internal)");
+    return it->second;
+  }
+
+  void launchFn(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                unsigned bx, unsigned smem, KArgs a) {
+    auto ptrs = a.pointers();
+    ++launches;
+    if (profiling) {
+      if (eventUsed == events.size()) {
+        CUevent a0, b0;
+        GLM_CU(cuEventCreate(&a0, CU_EVENT_DEFAULT));
+        GLM_CU(cuEventCreate(&b0, CU_EVENT_DEFAULT));
+        events.push_back({a0, b0});
+      }
+      GLM_CU(cuEventRecord(events[eventUsed].first, stream));
+      launch(f, gx, gy, gz, bx, smem, stream, ptrs.data());
+      GLM_CU(cuEventRecord(events[eventUsed].second, stream));
+      ++eventUsed;
+      return;
+    }
+    launch(f, gx, gy, gz, bx, smem, stream, ptrs.data());
+  }
+  void call(const char *name, unsigned gx, unsigned gy, unsigned gz,
+            unsigned bx, unsigned smem, KArgs a) {
     auto it = fx.find(name);
     check(it != fx.end(), "cuda executor: no kernel ", name);
-    auto p = a.pointers();
-    launch(it->second, gx, gy, 1, bx, smem, nullptr, p.data());
+    launchFn(it->second, gx, gy, gz, bx, smem, std::move(a));
   }
-  void gemv(const DeviceBuffer &w, const DeviceBuffer &xin, CUdeviceptr y,
-            int64_t rows, int64_t cols, bool f64 = false) {
-    KArgs a;
-    a << xin.ptr() << w.ptr() << y << (int)cols << (int)rows;
-    auto p = a.pointers();
-    launch(f64 ? gemvF64 : gemvF32, blocksFor(rows, gemvThreads / 32), 1, 1,
-           gemvThreads, 0, nullptr, p.data());
+  void memsetZero(CUdeviceptr p, size_t words) {
+    ++launches;
+    GLM_CU(cuMemsetD32Async(p, 0, words, stream));
+  }
+  /// rows x cols fp32 block copy between strided buffers.
+  void copy2d(CUdeviceptr dst, int64_t dstStride, CUdeviceptr src,
+              int64_t srcStride, int64_t rowsN, int64_t cols) {
+    CUDA_MEMCPY2D c;
+    std::memset(&c, 0, sizeof c);
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = src;
+    c.srcPitch = (size_t)srcStride * 4;
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.dstDevice = dst;
+    c.dstPitch = (size_t)dstStride * 4;
+    c.WidthInBytes = (size_t)cols * 4;
+    c.Height = (size_t)rowsN;
+    ++launches;
+    GLM_CU(cuMemcpy2DAsync(&c, stream));
   }
 
-  /// The kernel of `spec`: from the plan when it carries a CUBIN for this
-  /// arch under the same name and source, else compiled with NVRTC.
-  CUfunction codegenKernel(const codegen::KernelSpec &spec,
-                           const std::vector<plan::KernelDef> &planKernels) {
-    const std::string name = codegen::kernelName(spec);
-    const std::string source = codegen::generateSource(spec);
-    std::vector<char> image;
-    for (const plan::KernelDef &k : planKernels) {
-      if (k.name != name || k.source != source)
-        continue;
-      for (const auto &b : k.binaries)
-        if (b.arch == arch && !b.cubin.empty()) {
-          image.assign(b.cubin.begin(), b.cubin.end());
-          ++planUsed;
-        }
+  // --- GEMV by format ----------------------------------------------------
+
+  bool useDenseGemv(const DeviceLinear &L) const {
+    return L.in % 128 == 0 &&
+           (L.format == WeightFormat::BF16 ||
+            L.format == WeightFormat::Fp8Block ||
+            L.format == WeightFormat::Fp8Row ||
+            L.format == WeightFormat::Mxfp8);
+  }
+  codegen::KernelSpec denseSpec(const DeviceLinear &L, int B) const {
+    const char *fmt = L.format == WeightFormat::BF16       ? "bf16"
+                      : L.format == WeightFormat::Fp8Block ? "fp8_block"
+                      : L.format == WeightFormat::Fp8Row   ? "fp8_row"
+                                                           : "mxfp8";
+    const bool scaled = L.format == WeightFormat::Fp8Block ||
+                        L.format == WeightFormat::Fp8Row;
+    return spec("dense_gemv", {{"format", fmt},
+                               {"scale", scaled ? "f32" : "none"},
+                               {"batch", std::to_string(B)},
+                               {"threads", "256"}});
+  }
+  codegen::KernelSpec trellisSpec(const DeviceLinear &L, int B) const {
+    return spec("dense_gemv_trellis", {{"K", std::to_string(L.K)},
+                                       {"codebook", cbName(L.codebook)},
+                                       {"e4m3", L.e4m3 ? "1" : "0"},
+                                       {"batch", std::to_string(B)},
+                                       {"threads", "256"}});
+  }
+  codegen::KernelSpec hadSpec() const {
+    return spec("hadamard128", {{"vt", "f32"}, {"threads", "256"}});
+  }
+  /// Registers the kernels `L` needs for batch sizes 1..maxBatch.
+  void needLinear(const DeviceLinear &L) {
+    maxInPad = std::max(maxInPad, std::max(L.inPad, L.in));
+    maxOutPad = std::max(maxOutPad, std::max(L.outPad, L.out));
+    for (int B = 1; B <= opt.maxBatch; ++B) {
+      if (L.format == WeightFormat::Trellis) {
+        need(trellisSpec(L, B));
+        need(hadSpec());
+      } else if (L.format == WeightFormat::F32) {
+        need(spec("dense_gemv_f32", {{"out", "f32"}, {"threads", "256"}}));
+      } else if (useDenseGemv(L)) {
+        need(denseSpec(L, B));
+      }
     }
-    if (image.empty()) {
-      codegen::CompiledKernel c =
-          codegen::compileWithNvrtc(source, name, arch);
-      image.assign(c.cubin.begin(), c.cubin.end());
+  }
+  void hadamard(CUdeviceptr in, CUdeviceptr pre, CUdeviceptr post,
+                CUdeviceptr out, int64_t rowsN, int64_t n) {
+    launchFn(genFn(hadSpec()), blocksFor(rowsN * n / 128, 8), 1, 1, 256, 0,
+             KArgs() << in << pre << post << out << (int)rowsN << (int)n << 0
+                     << 0);
+  }
+  /// y[b*ys + o] = (W x_b)[o] for B rows; x rows have stride xs. Sliced
+  /// linears produce their own rows; full ones all `out` rows.
+  void gemv(const DeviceLinear &L, CUdeviceptr xin, int64_t xs,
+            CUdeviceptr y, int64_t ys, int B) {
+    const int in = (int)L.in, out = (int)L.out;
+    if (L.format == WeightFormat::F32) {
+      CUfunction f =
+          genFn(spec("dense_gemv_f32", {{"out", "f32"}, {"threads", "256"}}));
+      for (int b = 0; b < B; ++b)
+        launchFn(f, blocksFor(out, 8), 1, 1, 256, 0,
+                 KArgs() << (xin + (CUdeviceptr)b * xs * 4) << L.data.ptr()
+                         << (y + (CUdeviceptr)b * ys * 4) << in << out);
+      return;
     }
-    modules.push_back(std::make_unique<Module>(image));
-    return modules.back()->function(name);
+    if (L.format == WeightFormat::Trellis) {
+      CUdeviceptr src = xin;
+      if (L.inPad != in || xs != L.inPad) {
+        if (L.inPad != in)
+          memsetZero(xpad.ptr(), (size_t)B * L.inPad);
+        copy2d(xpad.ptr(), L.inPad, xin, xs, B, in);
+        src = xpad.ptr();
+      }
+      hadamard(src, L.suh.ptr(), 0, xrot.ptr(), B, L.inPad);
+      launchFn(genFn(trellisSpec(L, B)),
+               blocksFor(L.outPad / 16, 8), 1, 1, 256, 0,
+               KArgs() << xrot.ptr() << L.data.ptr() << z.ptr() << B
+                       << (int)L.inPad << (int)L.outPad << L.sI << L.sI8
+                       << L.sJ8);
+      if (L.outPad == out && ys == out) {
+        hadamard(z.ptr(), 0, L.svh.ptr(), y, B, L.outPad);
+      } else {
+        hadamard(z.ptr(), 0, L.svh.ptr(), z.ptr(), B, L.outPad);
+        copy2d(y, ys, z.ptr(), L.outPad, B, out);
+      }
+      return;
+    }
+    if (useDenseGemv(L)) {
+      CUdeviceptr src = xin;
+      if (xs != in) {
+        copy2d(xpad.ptr(), in, xin, xs, B, in);
+        src = xpad.ptr();
+      }
+      launchFn(genFn(denseSpec(L, B)), blocksFor(out, 8), 1, 1, 256, 0,
+               KArgs() << src << L.data.ptr() << L.scale.ptr() << y << B
+                       << in << out << (int)ys << 0);
+      return;
+    }
+    int dt = L.dtype, sk = 0;
+    if (L.format == WeightFormat::Fp8Block || L.format == WeightFormat::Fp8Row ||
+        L.format == WeightFormat::Mxfp8) {
+      dt = 3;
+      sk = L.format == WeightFormat::Fp8Block ? 1
+           : L.format == WeightFormat::Fp8Row ? 2
+                                              : 3;
+    }
+    call("glmx_gemv_any", blocksFor(out, 8), (unsigned)B, 1, 256, 0,
+         KArgs() << xin << (int)xs << L.data.ptr() << dt << L.scale.ptr()
+                 << sk << y << (int)ys << in << out);
+  }
+
+  // --- the step ----------------------------------------------------------
+
+  void enqueueStep(int B);
+  void moe(DevLayer &L, int l, int B);
+  void denseMlp(DevLayer &L, int B);
+  void allReduce(CUdeviceptr p, size_t count) {
+    if (opt.comm && N > 1) {
+      ++launches;
+      opt.comm->allReduceSum(reinterpret_cast<float *>(p), count,
+                             (void *)stream);
+    }
+  }
+  CUgraphExec graphFor(int B) {
+    auto it = graphs.find(B);
+    if (it != graphs.end())
+      return it->second;
+    CUgraph graph = nullptr;
+    GLM_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    try {
+      enqueueStep(B);
+    } catch (...) {
+      cuStreamEndCapture(stream, &graph);
+      if (graph)
+        cuGraphDestroy(graph);
+      throw;
+    }
+    GLM_CU(cuStreamEndCapture(stream, &graph));
+    CUgraphExec exec = nullptr;
+    GLM_CU(cuGraphInstantiate(&exec, graph, 0));
+    cuGraphDestroy(graph);
+    graphs[B] = exec;
+    return exec;
+  }
+  void runStep(int B, bool graph) {
+    if (graph) {
+      ++launches;
+      GLM_CU(cuGraphLaunch(graphFor(B), stream));
+    } else {
+      enqueueStep(B);
+    }
   }
 };
 
-CudaForward::CudaForward(const cpu::ModelWeights &w, int64_t maxContext,
-                         const std::vector<plan::KernelDef> &planKernels,
-                         int device)
-    : impl_(std::make_unique<Impl>(device)) {
+void CudaForward::Impl::enqueueStep(int B) {
+  const ModelConfig &c = cfg;
+  const int MB = opt.maxBatch;
+  const int d = (int)c.hiddenSize, H = (int)c.numHeads,
+            dn = (int)c.qkNopeHeadDim, dr = (int)c.qkRopeHeadDim,
+            dv = (int)c.vHeadDim, kvr = (int)c.kvLoraRank, lat = kvr + dr,
+            qlr = (int)c.qLoraRank, ctxN = (int)opt.maxContext;
+  const double eps = c.rmsNormEps, theta = c.ropeTheta;
+  const double scale = 1.0 / std::sqrt((double)(dn + dr));
+  const CUdeviceptr tok = rows.ptr(), pos = rows.ptr() + MB * 4,
+                    seq = rows.ptr() + 2 * MB * 4;
+  const unsigned rb = (unsigned)std::max(32, dr / 2);
+  // Embedding.
+  {
+    int dt = embed.format == WeightFormat::Fp8Row ? 3 : embed.dtype;
+    check(embed.format != WeightFormat::Trellis &&
+              embed.format != WeightFormat::Fp8Block &&
+              embed.format != WeightFormat::Mxfp8,
+          "cuda executor: embedding ", embed.name, " in format ",
+          weightFormatName(embed.format), " has no GPU kernel yet");
+    call("glmx_embed", blocksFor(d), (unsigned)B, 1, kBlock, 0,
+         KArgs() << embed.data.ptr() << dt << embed.scale.ptr() << tok
+                 << x.ptr() << d);
+  }
+  for (int64_t l = 0; l < numLayers; ++l) {
+    DevLayer &L = layers[l];
+    call("glmx_rms_norm", 1, (unsigned)B, 1, kBlock, 0,
+         KArgs() << x.ptr() << L.inputNorm.ptr() << h.ptr() << d << eps << d
+                 << d);
+    gemv(L.qA, h.ptr(), d, qa.ptr(), qlr, B);
+    call("glmx_rms_norm", 1, (unsigned)B, 1, kBlock, 0,
+         KArgs() << qa.ptr() << L.qANorm.ptr() << qa.ptr() << qlr << eps
+                 << qlr << qlr);
+    gemv(L.qB, qa.ptr(), qlr, q.ptr(), (int64_t)H * (dn + dr), B);
+    gemv(L.kvA, h.ptr(), d, kva.ptr(), lat, B);
+    call("glmx_kv_store", 1, (unsigned)B, 1, kBlock, 0,
+         KArgs() << kva.ptr() << L.kvANorm.ptr() << L.latent.ptr() << seq
+                 << pos << kvr << dr << ctxN << eps << theta);
+    if (L.fullIndexer) {
+      const int nh = (int)c.indexNHeads, hd = (int)c.indexHeadDim;
+      gemv(L.wqB, qa.ptr(), qlr, qi.ptr(), (int64_t)nh * hd, B);
+      call("glmx_rope", (unsigned)nh, (unsigned)B, 1, rb, 0,
+           KArgs() << qi.ptr() << dr << hd << nh * hd << pos << theta);
+      gemv(L.wk, h.ptr(), d, kk.ptr(), hd, B);
+      call("glmx_index_key_store", 1, (unsigned)B, 1, kBlock, 0,
+           KArgs() << kk.ptr() << L.kNormW.ptr() << L.kNormB.ptr()
+                   << L.indexKeys.ptr() << seq << pos << hd << dr << ctxN
+                   << theta);
+      gemv(L.weightsProj, h.ptr(), d, wts.ptr(), nh, B);
+      call("glmx_indexer_scores", 16, (unsigned)B, 1, kBlock, 0,
+           KArgs() << qi.ptr() << L.indexKeys.ptr() << wts.ptr()
+                   << score.ptr() << seq << pos << nh << hd << ctxN
+                   << 1.0 / std::sqrt((double)nh)
+                   << 1.0 / std::sqrt((double)hd));
+      call("glmx_dsa_select", 1, (unsigned)B, 1, 1024, 0,
+           KArgs() << score.ptr() << pos << (int)c.indexTopk << flags.ptr()
+                   << sel.ptr() << nsel.ptr() << ctxN);
+    } else if (c.indexNHeads == 0) {
+      call("glmx_iota", 4, (unsigned)B, 1, kBlock, 0,
+           KArgs() << sel.ptr() << nsel.ptr() << pos << ctxN);
+    }
+    // Attention over this rank's heads; o_proj of their outputs.
+    call("glmx_rope", (unsigned)H, (unsigned)B, 1, rb, 0,
+         KArgs() << (q.ptr() + (CUdeviceptr)dn * 4) << dr << (dn + dr)
+                 << H * (dn + dr) << pos << theta);
+    if (L.nHeads < H)
+      memsetZero(ov.ptr(), (size_t)B * H * dv);
+    if (L.nHeads > 0)
+      call("glmx_mla_attn", (unsigned)L.nHeads, (unsigned)B, 1, kBlock,
+           (unsigned)(2 * kvr * sizeof(double)),
+           KArgs() << q.ptr() << L.kvBT.ptr() << L.latent.ptr() << seq
+                   << sel.ptr() << nsel.ptr() << p.ptr() << ctxN << ov.ptr()
+                   << L.heads.ptr() << H << dn << dr << dv << kvr << scale);
+    gemv(L.o, ov.ptr(), (int64_t)H * dv, delta.ptr(), d, B);
+    allReduce(delta.ptr(), (size_t)B * d);
+    call("glmx_add", blocksFor(d), (unsigned)B, 1, kBlock, 0,
+         KArgs() << x.ptr() << delta.ptr() << d);
+
+    call("glmx_rms_norm", 1, (unsigned)B, 1, kBlock, 0,
+         KArgs() << x.ptr() << L.postNorm.ptr() << h.ptr() << d << eps << d
+                 << d);
+    if (L.moe)
+      moe(L, (int)l, B);
+    else
+      denseMlp(L, B);
+    allReduce(delta.ptr(), (size_t)B * d);
+    call("glmx_add", blocksFor(d), (unsigned)B, 1, kBlock, 0,
+         KArgs() << x.ptr() << delta.ptr() << d);
+  }
+  call("glmx_rms_norm", 1, (unsigned)B, 1, kBlock, 0,
+       KArgs() << x.ptr() << finalNorm.ptr() << h.ptr() << d << eps << d
+               << d);
+  // LM head: this rank's vocabulary rows, then the gather.
+  const int64_t V = c.vocabSize;
+  const int64_t vb = tp.vocabBegin[rank], cnt = tp.vocabBegin[rank + 1] - vb;
+  if (N == 1 || !opt.comm) {
+    gemv(lmHead, h.ptr(), d, logits.ptr(), V, B);
+    return;
+  }
+  if (lmHead.fullRows) {
+    gemv(lmHead, h.ptr(), d, logits.ptr(), V, B);
+    copy2d(logitsLocal.ptr(), maxCount, logits.ptr() + vb * 4, V, B, cnt);
+  } else {
+    gemv(lmHead, h.ptr(), d, logitsLocal.ptr(), maxCount, B);
+  }
+  ++launches;
+  opt.comm->allGather(reinterpret_cast<const float *>(logitsLocal.ptr()),
+                      reinterpret_cast<float *>(gathered.ptr()),
+                      (size_t)B * maxCount, (void *)stream);
+  call("glmx_vocab_gather", blocksFor(maxCount), (unsigned)N, (unsigned)B,
+       kBlock, 0,
+       KArgs() << gathered.ptr() << vocabBegin.ptr() << B << (int)maxCount
+               << logits.ptr() << (int)V);
+}
+
+void CudaForward::Impl::denseMlp(DevLayer &L, int B) {
+  const int d = (int)cfg.hiddenSize, I = (int)cfg.intermediateSize;
+  gemv(L.gate, h.ptr(), d, g.ptr(), I, B);
+  gemv(L.up, h.ptr(), d, u.ptr(), I, B);
+  call("glmx_swiglu", blocksFor(I), (unsigned)B, 1, kBlock, 0,
+       KArgs() << g.ptr() << u.ptr() << I << act.ptr() << I
+               << L.denseOwn.ptr());
+  gemv(L.down, act.ptr(), I, delta.ptr(), d, B);
+}
+
+void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
+  const ModelConfig &c = cfg;
+  const int d = (int)c.hiddenSize, E = (int)c.numRoutedExperts,
+            K = (int)c.numExpertsPerTok;
+  gemv(L.router, h.ptr(), d, rlog.ptr(), E, B);
+  call("glmx_route", 1, (unsigned)B, 1, 32, 0,
+       KArgs() << rlog.ptr() << L.routerBias.ptr() << E << K
+               << (int)c.normTopkProb << c.routedScalingFactor << ids.ptr()
+               << rw.ptr());
+  (void)l;
+  ExpertGroup &R = L.routed;
+  if (R.kind == ExpertGroup::Plain) {
+    // Unquantized experts: fp64 units in the CPU reference's order.
+    const int I = (int)R.inter, chunks = (int)cpu::numChunks(I);
+    const long long stride = (long long)I * d;
+    int slots = K * chunks;
+    const ExpertGroup &S = L.shared;
+    const int IS = (int)S.inter, chunksS = (int)cpu::numChunks(IS);
+    if (S.kind == ExpertGroup::Plain)
+      slots += chunksS;
+    call("glmx_hf_expert_act", blocksFor(I), (unsigned)K, (unsigned)B, kBlock,
+         0,
+         KArgs() << R.gate.ptr() << R.up.ptr() << R.dtype << h.ptr()
+                 << ids.ptr() << stride << I << d << R.own.ptr()
+                 << (int)R.halves << 0 << actD.ptr());
+    call("glmx_hf_expert_down", blocksFor(d), (unsigned)(K * chunks),
+         (unsigned)B, kBlock, 0,
+         KArgs() << R.down.ptr() << R.dtype << actD.ptr() << ids.ptr()
+                 << rw.ptr() << stride << I << d << K << part.ptr() << slots
+                 << 0);
+    if (S.kind == ExpertGroup::Plain) {
+      call("glmx_hf_expert_act", blocksFor(IS), 1, (unsigned)B, kBlock, 0,
+           KArgs() << S.gate.ptr() << S.up.ptr() << S.dtype << h.ptr()
+                   << CUdeviceptr(0) << 0LL << IS << d << S.own.ptr()
+                   << (int)S.halves << 0 << actD.ptr());
+      call("glmx_hf_expert_down", blocksFor(d), (unsigned)chunksS,
+           (unsigned)B, kBlock, 0,
+           KArgs() << S.down.ptr() << S.dtype << actD.ptr() << CUdeviceptr(0)
+                   << CUdeviceptr(0) << 0LL << IS << d << 1 << part.ptr()
+                   << slots << K * chunks);
+    }
+    call("glmx_reduce_units", blocksFor(d), (unsigned)B, 1, kBlock, 0,
+         KArgs() << part.ptr() << slots << d << delta.ptr());
+    return;
+  }
+  // Trellis experts: fused expert kernel per group, ordered reduction.
+  auto run = [&](ExpertGroup &G, CUdeviceptr gids, CUdeviceptr gw, int topk,
+                 CUdeviceptr partialBuf, int accumulate) {
+    CUdeviceptr xin = xh.ptr();
+    int rowStride = d, slotStride = 0;
+    long long projStride = 0;
+    if (G.exl3) {
+      call("glmx_exl3_expert_in", blocksFor(d), (unsigned)topk,
+           (unsigned)(2 * B), kBlock, 0,
+           KArgs() << h.ptr() << G.suhIn.ptr() << gids << xh.ptr() << d
+                   << (int)G.experts << B);
+      hadamard(xh.ptr(), 0, 0, xh.ptr(), (int64_t)2 * B * topk, d);
+      rowStride = topk * d;
+      slotStride = d;
+      projStride = (long long)B * topk * d;
+    }
+    const int I = (int)G.inter;
+    codegen::KernelSpec s = spec(
+        "expert_gemv_trellis", {{"widths", G.widthDigits},
+                                {"codebook", cbName(G.codebook)},
+                                {"e4m3", G.e4m3 ? "1" : "0"},
+                                {"batch", std::to_string(B)},
+                                {"sv", "f32"},
+                                {"threads", "256"}});
+    const int guSI = G.exl3 ? I / 16 : 8, guSI8 = G.exl3 ? I / 2 : 64;
+    const int dSI = G.exl3 ? d / 16 : 8, dSJ8 = G.exl3 ? 8 : 64;
+    launchFn(genFn(s), (unsigned)G.halves, (unsigned)G.experts, 1, 256, 0,
+             KArgs() << xin << gids << gw << G.tiles.ptr() << G.widths.ptr()
+                     << G.guSvh.ptr() << G.guSuBlock.ptr()
+                     << G.downSuh.ptr() << G.downSvBlock.ptr()
+                     << G.downSvh.ptr() << partialBuf << B << topk << d << I
+                     << rowStride << slotStride << (int)projStride << guSI
+                     << guSI8 << dSI << dSJ8);
+    launchFn(genFn(spec("moe_reduce", {{"threads", "256"}})),
+             blocksFor(d), (unsigned)B, 1, 256, 0,
+             KArgs() << partialBuf << gids << G.tiles.ptr() << delta.ptr()
+                     << B << topk << d << accumulate);
+  };
+  // exlr8: one rotation of x * signs.in shared by every expert. moe_reduce
+  // reads exactly the partials the expert kernel wrote (selected experts,
+  // owned halves), so they need no clearing.
+  if (!R.exl3)
+    hadamard(h.ptr(), L.signsIn.ptr(), 0, xh.ptr(), B, d);
+  run(R, ids.ptr(), rw.ptr(), K, partial.ptr(), 0);
+  if (L.shared.kind == ExpertGroup::Trellis)
+    run(L.shared, sIds.ptr(), sW.ptr(), 1, partialS.ptr(), 1);
+  if (!R.exl3)
+    hadamard(delta.ptr(), 0, L.signsOut.ptr(), delta.ptr(), B, d);
+}
+
+//===----------------------------------------------------------------------===//
+// Construction
+//===----------------------------------------------------------------------===//
+
+CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
+                         const CudaOptions &o)
+    : impl_(std::make_unique<Impl>(o.device)) {
   Impl &m = *impl_;
-  const ModelConfig &c = w.config;
+  check(pack.config().has_value(), pack.dir(),
+        ": the pack has no config.json; the cuda executor needs the model "
+        "geometry");
+  const ModelConfig &c = *pack.config();
   m.cfg = c;
-  m.maxContext = maxContext;
+  m.opt = o;
+  m.tp = tp;
+  m.rank = o.rank;
+  m.N = tp.ranks;
+  check(o.maxBatch >= 1 && o.maxBatch <= 8, "cuda executor: batch ",
+        o.maxBatch, " is outside 1..8");
+  check(o.maxContext >= 1, "cuda executor: max context must be positive");
+  check(m.N >= 1 && o.rank >= 0 && o.rank < m.N, "cuda executor: rank ",
+        o.rank, " of a ", m.N, "-rank layout");
+  check(m.N == 1 || (o.comm && o.comm->size() == m.N &&
+                     o.comm->rank() == o.rank),
+        "cuda executor: a ", m.N, "-rank layout needs a device communicator "
+        "of that size for rank ", o.rank, " (glm-engine launch)");
+  check((int64_t)tp.layers.size() == c.numLayers, "tensor-parallel layout "
+        "has ", tp.layers.size(), " layers, the model has ", c.numLayers);
   check(c.numExpertsPerTok <= 64 && c.numRoutedExperts <= 1024,
         "cuda executor: at most 1024 routed experts and 64 per token are "
         "supported (config has ", c.numRoutedExperts, " and ",
         c.numExpertsPerTok, ")");
+  m.numLayers = o.maxLayers >= 0 ? std::min(o.maxLayers, c.numLayers)
+                                 : c.numLayers;
 
-  // Kernels.
-  for (const char *out : {"f32", "f64"}) {
-    codegen::KernelSpec s;
-    s.family = "dense_gemv_f32";
-    s.args["out"] = out;
-    s.args["threads"] = std::to_string(m.gemvThreads);
-    s.archs = {m.arch};
-    (std::string(out) == "f32" ? m.gemvF32 : m.gemvF64) =
-        m.codegenKernel(s, planKernels);
-  }
+  // Helper kernels first (the uploader's fills need them).
   std::vector<char> helpers =
       compileCubin(executorKernelSource(), m.arch, {"--fmad=false"});
   m.modules.push_back(std::make_unique<Module>(helpers));
   for (const char *n :
-       {"glmx_rms_norm", "glmx_layer_norm", "glmx_rope", "glmx_iota",
-        "glmx_indexer_scores", "glmx_dsa_select", "glmx_mla_attn",
-        "glmx_head_out", "glmx_reduce_add", "glmx_route", "glmx_swiglu_act",
-        "glmx_swiglu_down"})
+       {"glmx_embed", "glmx_rms_norm", "glmx_rope", "glmx_kv_store",
+        "glmx_index_key_store", "glmx_iota", "glmx_indexer_scores",
+        "glmx_dsa_select", "glmx_mla_attn", "glmx_gemv_any", "glmx_add",
+        "glmx_reduce_units", "glmx_route", "glmx_swiglu",
+        "glmx_hf_expert_act", "glmx_hf_expert_down", "glmx_exl3_expert_in",
+        "glmx_onehot", "glmx_vocab_gather", "glmx_fill_random",
+        "glmx_fill_f32"})
     m.fx[n] = m.modules.back()->function(n);
 
-  // Weights.
-  uint64_t total = 0;
-  auto add = [&](const std::vector<float> &v) { total += v.size() * 4; };
-  add(w.embed.data);
-  add(w.finalNorm);
-  add(w.lmHead.data);
-  for (const cpu::LayerWeights &L : w.layers) {
-    for (auto *v : {&L.inputNorm, &L.postNorm, &L.qANorm, &L.kvANorm,
-                    &L.routerBias})
-      add(*v);
-    for (auto *mm : {&L.qA, &L.qB, &L.kvA, &L.kvB, &L.o, &L.router})
-      add(mm->data);
-    for (const cpu::MlpWeights *e : {&L.dense, &L.shared})
-      for (auto *mm : {&e->gate, &e->up, &e->down})
-        add(mm->data);
-    for (const cpu::MlpWeights &e : L.experts)
-      for (auto *mm : {&e.gate, &e.up, &e.down})
-        add(mm->data);
+  Uploader up(pack.dir(), o.randomWeights, m.fx["glmx_fill_random"],
+              m.fx["glmx_fill_f32"]);
+  auto vec = [&](const std::string &name, int64_t n) {
+    const WeightInfo &w = pack.get(name);
+    check(w.ranges.size() == 1, "cuda executor: ", name,
+          " is not a plain vector");
+    DeviceBuffer b(std::max<int64_t>(n, 1) * 4 + 256);
+    b.zero();
+    up.f32(w.ranges[0], b.ptr(), 0, n);
+    return b;
+  };
+  auto lin = [&](const std::string &name) {
+    DeviceLinear L = makeLinear(pack.get(name), up);
+    m.needLinear(L);
+    return L;
+  };
+  const int64_t d = c.hiddenSize, H = c.numHeads, dn = c.qkNopeHeadDim,
+                dr = c.qkRopeHeadDim, dv = c.vHeadDim, kvr = c.kvLoraRank,
+                lat = kvr + dr, MB = o.maxBatch, ctxN = o.maxContext;
+  const int64_t V = c.vocabSize, K = c.numExpertsPerTok,
+                E = c.numRoutedExperts;
+
+  m.embed = makeLinear(pack.get("model.embed_tokens.weight"), up);
+  m.finalNorm = vec("model.norm.weight", d);
+  {
+    std::string head = pack.find("lm_head.weight") ? "lm_head.weight"
+                                                   : "model.embed_tokens.weight";
+    const int64_t vb = tp.vocabBegin.at(m.rank),
+                  cnt = tp.vocabBegin.at(m.rank + 1) - vb;
+    m.lmHead = m.N > 1 ? makeLinear(pack.get(head), up, vb, cnt)
+                       : makeLinear(pack.get(head), up);
+    m.needLinear(m.lmHead);
+    for (int r = 0; r < m.N; ++r)
+      m.maxCount = std::max(m.maxCount,
+                            tp.vocabBegin[r + 1] - tp.vocabBegin[r]);
   }
-  Progress bar("uploading weights to " + deviceName(), total, "bytes");
-  m.embed = uploadF32(w.embed.data, &bar);
-  m.finalNorm = uploadF32(w.finalNorm, &bar);
-  m.lmHead = uploadF32(w.lmHead.data, &bar);
-  const int64_t d = c.hiddenSize, dr = c.qkRopeHeadDim,
-                lat = c.kvLoraRank + dr;
-  int64_t maxAct = 1, maxSlots = 1;
-  for (const cpu::LayerWeights &L : w.layers) {
+  bool haveSel = c.indexNHeads == 0;
+  std::vector<DeviceLinear> kvB;
+  int64_t maxSlots = 1, maxActD = 1;
+  for (int64_t l = 0; l < m.numLayers; ++l) {
+    const cpu::TpLayerLayout &TL = tp.layers[l];
     DevLayer D;
-    D.inputNorm = uploadF32(L.inputNorm, &bar);
-    D.postNorm = uploadF32(L.postNorm, &bar);
-    D.qA = uploadF32(L.qA.data, &bar);
-    D.qANorm = uploadF32(L.qANorm, &bar);
-    D.qB = uploadF32(L.qB.data, &bar);
-    D.kvA = uploadF32(L.kvA.data, &bar);
-    D.kvANorm = uploadF32(L.kvANorm, &bar);
-    D.kvB = uploadF32(L.kvB.data, &bar);
-    D.o = uploadF32(L.o.data, &bar);
-    D.fullIndexer = L.fullIndexer;
-    if (L.fullIndexer) {
-      D.wqB = uploadF32(L.indexer.wqB.data, nullptr);
-      D.wk = uploadF32(L.indexer.wk.data, nullptr);
-      D.kNormW = uploadF32(L.indexer.kNormW, nullptr);
-      D.kNormB = uploadF32(L.indexer.kNormB, nullptr);
-      D.weightsProj = uploadF32(L.indexer.weightsProj.data, nullptr);
-      D.indexKeys = DeviceBuffer(maxContext * c.indexHeadDim * 4);
-    }
-    D.moe = L.moe;
-    const cpu::MlpWeights &sm = L.moe ? L.shared : L.dense;
-    D.sWidth = sm.gate.rows;
-    if (D.sWidth > 0) {
-      D.sGate = uploadF32(sm.gate.data, &bar);
-      D.sUp = uploadF32(sm.up.data, &bar);
-      D.sDown = uploadF32(sm.down.data, &bar);
-    }
-    int64_t slots = cpu::numChunks(D.sWidth);
-    maxAct = std::max(maxAct, D.sWidth);
-    if (L.moe) {
-      D.router = uploadF32(L.router.data, &bar);
-      D.routerBias = uploadF32(L.routerBias, &bar);
-      std::vector<float> g, u, dn;
-      for (const cpu::MlpWeights &e : L.experts) {
-        g.insert(g.end(), e.gate.data.begin(), e.gate.data.end());
-        u.insert(u.end(), e.up.data.begin(), e.up.data.end());
-        dn.insert(dn.end(), e.down.data.begin(), e.down.data.end());
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string a = p + "self_attn.";
+    D.inputNorm = vec(p + "input_layernorm.weight", d);
+    D.postNorm = vec(p + "post_attention_layernorm.weight", d);
+    D.qA = lin(a + "q_a_proj.weight");
+    D.qANorm = vec(a + "q_a_layernorm.weight", c.qLoraRank);
+    D.qB = lin(a + "q_b_proj.weight");
+    D.kvA = lin(a + "kv_a_proj_with_mqa.weight");
+    D.kvANorm = vec(a + "kv_a_layernorm.weight", kvr);
+    D.o = lin(a + "o_proj.weight");
+    // kv_b_proj stays quantized only until it is materialised below.
+    kvB.push_back(lin(a + "kv_b_proj.weight"));
+    D.kvBT = DeviceBuffer((uint64_t)kvr * H * (dn + dv) * 4);
+    std::vector<int> heads;
+    for (int64_t hh = 0; hh < H; ++hh)
+      if (TL.headRank[hh] == m.rank)
+        heads.push_back((int)hh);
+    D.nHeads = (int)heads.size();
+    D.heads = DeviceBuffer(std::max<size_t>(1, heads.size()) * 4);
+    if (!heads.empty())
+      D.heads.upload(heads.data(), heads.size() * 4);
+    D.fullIndexer = c.indexNHeads > 0 && c.isFullIndexerLayer(l);
+    haveSel |= D.fullIndexer;
+    check(haveSel, "layer ", l,
+          " is a shared indexer layer with no full layer before it");
+    D.latent = DeviceBuffer((uint64_t)MB * ctxN * lat * 4);
+    D.moe = c.isMoeLayer(l);
+    const std::string mp = p + "mlp.";
+    if (D.moe) {
+      D.router = lin(mp + "gate.weight");
+      if (pack.find(mp + "gate.e_score_correction_bias"))
+        D.routerBias = vec(mp + "gate.e_score_correction_bias", E);
+      const int64_t halves = tp.expertHalves;
+      std::vector<std::vector<std::string>> names(E);
+      std::vector<std::vector<bool>> owned(E);
+      const char *proj[3] = {"gate_proj.weight", "up_proj.weight",
+                             "down_proj.weight"};
+      const int64_t eh = std::max<int64_t>(
+          halves, cpu::numChunks(roundUp128(c.moeIntermediateSize)) );
+      for (int64_t e = 0; e < E; ++e) {
+        for (int pj = 0; pj < 3; ++pj)
+          names[e].push_back(mp + "experts." + std::to_string(e) + "." +
+                             proj[pj]);
+        for (int64_t hh = 0; hh < eh; ++hh)
+          owned[e].push_back(
+              (hh < halves ? tp.expertHalfRank(l, e, hh)
+                           : (int)((halves * e + hh + l) % m.N)) == m.rank);
       }
-      D.gate = uploadF32(g, &bar);
-      D.up = uploadF32(u, &bar);
-      D.down = uploadF32(dn, &bar);
-      slots += c.numExpertsPerTok * cpu::numChunks(c.moeIntermediateSize);
-      maxAct = std::max(maxAct, c.numExpertsPerTok * c.moeIntermediateSize);
+      D.routed = makeExperts(pack, names, owned, up);
+      if (c.numSharedExperts > 0) {
+        std::vector<std::vector<std::string>> sn(1);
+        for (int pj = 0; pj < 3; ++pj)
+          sn[0].push_back(mp + "shared_experts." + proj[pj]);
+        const int64_t sw = pack.get(sn[0][0]).shape.at(0);
+        std::vector<std::vector<bool>> so(1);
+        for (int64_t hh = 0; hh < std::max<int64_t>(16, cpu::numChunks(sw));
+             ++hh)
+          so[0].push_back((hh < halves ? tp.expertHalfRank(l, E, hh)
+                                       : (int)((halves * E + hh + l) % m.N)) ==
+                          m.rank);
+        D.shared = makeExperts(pack, sn, so, up);
+        check(D.shared.kind == D.routed.kind &&
+                  D.shared.exl3 == D.routed.exl3,
+              "cuda executor: layer ", l, " stores its shared expert in "
+              "another format than its routed experts");
+      }
+      if (D.routed.kind == ExpertGroup::Trellis && !D.routed.exl3)
+        exlr8Signs(pack.get(names[0][0]), pack.get(names[0][2]), up,
+                   D.signsIn, D.signsOut);
+      if (D.routed.kind == ExpertGroup::Plain) {
+        const int64_t chunks = cpu::numChunks(D.routed.inter);
+        int64_t slots = K * chunks;
+        if (D.shared.kind == ExpertGroup::Plain)
+          slots += cpu::numChunks(D.shared.inter);
+        maxSlots = std::max(maxSlots, slots);
+        maxActD = std::max({maxActD, K * D.routed.inter, D.shared.inter});
+      }
+      for (ExpertGroup *G : {&D.routed, &D.shared}) {
+        if (G->kind != ExpertGroup::Trellis)
+          continue;
+        for (int B = 1; B <= MB; ++B)
+          m.need(spec("expert_gemv_trellis",
+                      {{"widths", G->widthDigits},
+                       {"codebook", cbName(G->codebook)},
+                       {"e4m3", G->e4m3 ? "1" : "0"},
+                       {"batch", std::to_string(B)},
+                       {"sv", "f32"},
+                       {"threads", "256"}}));
+        m.need(spec("moe_reduce", {{"threads", "256"}}));
+        m.need(m.hadSpec());
+      }
+    } else {
+      D.gate = lin(mp + "gate_proj.weight");
+      D.up = lin(mp + "up_proj.weight");
+      D.down = lin(mp + "down_proj.weight");
+      const int64_t chunks = cpu::numChunks(c.intermediateSize);
+      std::vector<uint8_t> own(chunks);
+      for (int64_t ch = 0; ch < chunks; ++ch)
+        own[ch] = TL.denseChunkRank[ch] == m.rank;
+      D.denseOwn = DeviceBuffer(std::max<int64_t>(chunks, 1));
+      D.denseOwn.upload(own.data(), own.size());
+      m.maxInter = std::max(m.maxInter, c.intermediateSize);
     }
-    maxSlots = std::max(maxSlots, slots);
-    D.latent = DeviceBuffer(maxContext * lat * 4);
     m.layers.push_back(std::move(D));
   }
-  bar.finish();
+  // Full indexer layers: their projections.
+  for (int64_t l = 0; l < m.numLayers; ++l) {
+    DevLayer &D = m.layers[l];
+    if (!D.fullIndexer)
+      continue;
+    const std::string ix =
+        "model.layers." + std::to_string(l) + ".self_attn.indexer.";
+    const int64_t hd = c.indexHeadDim;
+    D.wqB = lin(ix + "wq_b.weight");
+    D.wk = lin(ix + "wk.weight");
+    D.kNormW = vec(ix + "k_norm.weight", hd);
+    D.kNormB = vec(ix + "k_norm.bias", hd);
+    D.weightsProj = lin(ix + "weights_proj.weight");
+    D.indexKeys = DeviceBuffer((uint64_t)MB * ctxN * hd * 4);
+  }
+  m.buildKernels(o.planKernels);
+  up.run("uploading weights to " + deviceName());
 
-  const int64_t H = c.numHeads, dn = c.qkNopeHeadDim, dv = c.vHeadDim;
+  // Scratch.
   const int64_t nh = std::max<int64_t>(1, c.indexNHeads),
                 hd = std::max<int64_t>(1, c.indexHeadDim);
-  auto f32 = [](int64_t n) { return DeviceBuffer(std::max<int64_t>(1, n) * 4); };
-  auto f64 = [](int64_t n) { return DeviceBuffer(std::max<int64_t>(1, n) * 8); };
-  m.x = f32(d);
-  m.h = f32(d);
-  m.qa = f32(c.qLoraRank);
-  m.q = f32(H * (dn + dr));
-  m.kva = f32(lat);
-  m.qi = f32(nh * hd);
-  m.k = f32(hd);
-  m.wts = f64(nh);
-  m.score = f64(maxContext);
-  m.flags = f32(maxContext);
-  m.sel = f32(maxContext);
-  m.nsel = f32(1);
-  m.p = f64(H * maxContext);
-  m.ov = f32(H * dv);
-  m.contrib = f64(H * d);
-  m.rlogits = f64(c.numRoutedExperts);
-  m.experts = f32(c.numExpertsPerTok);
-  m.expW = f64(c.numExpertsPerTok);
-  m.act = f64(maxAct);
-  m.part = f64(maxSlots * d);
-  m.logits = f32(c.vocabSize);
+  auto f32 = [](int64_t n) {
+    DeviceBuffer b((uint64_t)std::max<int64_t>(1, n) * 4 + 256);
+    b.zero();
+    return b;
+  };
+  const int64_t qk = H * (dn + dr);
+  m.x = f32(MB * d);
+  m.h = f32(MB * d);
+  m.delta = f32(MB * d);
+  m.qa = f32(MB * c.qLoraRank);
+  m.q = f32(MB * qk);
+  m.kva = f32(MB * lat);
+  m.qi = f32(MB * nh * hd);
+  m.kk = f32(MB * hd);
+  m.wts = f32(MB * nh);
+  m.score = f32(2 * MB * ctxN);
+  m.flags = f32(MB * ctxN);
+  m.sel = f32(MB * ctxN);
+  m.nsel = f32(MB);
+  m.p = f32(2 * MB * H * ctxN);
+  m.ov = f32(MB * H * dv);
+  m.rlog = f32(MB * E);
+  m.ids = f32(MB * K);
+  m.rw = f32(MB * K);
+  m.sIds = f32(MB); // zeros: the shared expert is index 0 of its group
+  {
+    std::vector<float> ones(MB, 1.0f);
+    m.sW = f32(MB);
+    m.sW.upload(ones.data(), ones.size() * 4);
+  }
+  m.xh = f32(2 * MB * K * d);
+  m.partial = f32(MB * K * 16 * d);
+  m.partialS = f32(MB * 16 * d);
+  m.g = f32(MB * m.maxInter);
+  m.u = f32(MB * m.maxInter);
+  m.act = f32(MB * m.maxInter);
+  m.actD = f32(2 * MB * maxActD);
+  m.part = f32(2 * MB * maxSlots * d);
+  m.xpad = f32(MB * std::max(m.maxInPad, m.maxOutPad));
+  m.xrot = f32(MB * m.maxInPad);
+  m.z = f32(std::max<int64_t>(8, MB) * m.maxOutPad);
+  m.logitsLocal = f32(MB * m.maxCount);
+  m.gathered = f32((int64_t)m.N * MB * m.maxCount);
+  m.logits = f32(MB * V);
+  m.rows = f32(3 * MB);
+  {
+    std::vector<long long> vbv(tp.vocabBegin.begin(), tp.vocabBegin.end());
+    m.vocabBegin = DeviceBuffer(vbv.size() * 8);
+    m.vocabBegin.upload(vbv.data(), vbv.size() * 8);
+  }
+  m.lengths.assign(MB, 0);
+
+  // kv_b_proj as fp32 W^T [kvr, H*(dn+dv)] through its own GEMV on one-hot
+  // rows (8 columns per launch), on the device.
+  const int64_t R = H * (dn + dv);
+  DeviceBuffer oneHot = f32(kvr);
+  for (int64_t l = 0; l < m.numLayers; ++l) {
+    DevLayer &D = m.layers[l];
+    for (int64_t c0 = 0; c0 < kvr; ++c0) {
+      m.call("glmx_onehot", blocksFor(kvr), 1, 1, kBlock, 0,
+             KArgs() << oneHot.ptr() << 1 << (int)kvr << (int)c0);
+      m.gemv(kvB[l], oneHot.ptr(), kvr,
+             D.kvBT.ptr() + (CUdeviceptr)c0 * R * 4, R, 1);
+    }
+  }
+  GLM_CU(cuStreamSynchronize(m.stream));
+  m.launches = 0;
 }
 
 CudaForward::~CudaForward() = default;
 
-void CudaForward::reset() { impl_->pos = 0; }
-int64_t CudaForward::length() const { return impl_->pos; }
+void CudaForward::reset(int seq) {
+  check(seq >= 0 && seq < impl_->opt.maxBatch, "cuda executor: sequence "
+        "slot ", seq, " outside 0..", impl_->opt.maxBatch - 1);
+  impl_->lengths[seq] = 0;
+}
+int64_t CudaForward::length(int seq) const { return impl_->lengths.at(seq); }
+int CudaForward::maxBatch() const { return impl_->opt.maxBatch; }
 const ModelConfig &CudaForward::config() const { return impl_->cfg; }
 int CudaForward::planKernelsUsed() const { return impl_->planUsed; }
 std::string CudaForward::deviceName() const {
   return impl_->dev.name() + " (" + impl_->arch + ")";
 }
 
-std::vector<float> CudaForward::step(int64_t token) {
+std::vector<std::vector<float>>
+CudaForward::stepBatch(const std::vector<int> &seqs,
+                       const std::vector<int64_t> &tokens) {
   Impl &m = *impl_;
   const ModelConfig &c = m.cfg;
-  check(token >= 0 && token < c.vocabSize, "token id ", token,
-        " is outside the vocabulary [0, ", c.vocabSize, ")");
-  check(m.pos < m.maxContext, "the sequence is full: ", m.maxContext,
-        " tokens of context (raise --max-context)");
-  GLM_CU(cuCtxSetCurrent(m.ctx));
-  const int d = (int)c.hiddenSize, H = (int)c.numHeads,
-            dn = (int)c.qkNopeHeadDim, dr = (int)c.qkRopeHeadDim,
-            dv = (int)c.vHeadDim, kvr = (int)c.kvLoraRank, lat = kvr + dr,
-            qlr = (int)c.qLoraRank, pos = (int)m.pos, T = pos + 1;
-  const double eps = c.rmsNormEps, theta = c.ropeTheta;
-  const double scale = 1.0 / std::sqrt((double)(dn + dr));
-  GLM_CU(cuMemcpyDtoD(m.x.ptr(), m.embed.ptr() + (CUdeviceptr)token * d * 4,
-                      (size_t)d * 4));
-  bool haveSel = false;
-  for (int64_t l = 0; l < c.numLayers; ++l) {
-    DevLayer &L = m.layers[l];
-    m.call("glmx_rms_norm", 1, 1, kBlock, 0,
-           KArgs() << m.x.ptr() << L.inputNorm.ptr() << m.h.ptr() << d << eps);
-    m.gemv(L.qA, m.h, m.qa.ptr(), qlr, d);
-    m.call("glmx_rms_norm", 1, 1, kBlock, 0,
-           KArgs() << m.qa.ptr() << L.qANorm.ptr() << m.qa.ptr() << qlr
-                   << eps);
-    m.gemv(L.qB, m.qa, m.q.ptr(), (int64_t)H * (dn + dr), qlr);
-    m.gemv(L.kvA, m.h, m.kva.ptr(), lat, d);
-    CUdeviceptr cur = L.latent.ptr() + (CUdeviceptr)pos * lat * 4;
-    m.call("glmx_rms_norm", 1, 1, kBlock, 0,
-           KArgs() << m.kva.ptr() << L.kvANorm.ptr() << cur << kvr << eps);
-    GLM_CU(cuMemcpyDtoD(cur + (CUdeviceptr)kvr * 4,
-                        m.kva.ptr() + (CUdeviceptr)kvr * 4, (size_t)dr * 4));
-    m.call("glmx_rope", 1, 1, (unsigned)std::max(32, dr / 2), 0,
-           KArgs() << (cur + (CUdeviceptr)kvr * 4) << dr << lat << pos
-                   << theta);
-
-    // DSA selection.
-    if (L.fullIndexer) {
-      const int nh = (int)c.indexNHeads, hd = (int)c.indexHeadDim;
-      m.gemv(L.wqB, m.qa, m.qi.ptr(), (int64_t)nh * hd, qlr);
-      m.call("glmx_rope", (unsigned)nh, 1, (unsigned)std::max(32, dr / 2), 0,
-             KArgs() << m.qi.ptr() << dr << hd << pos << theta);
-      m.gemv(L.wk, m.h, m.k.ptr(), hd, d);
-      m.call("glmx_layer_norm", 1, 1, kBlock, 0,
-             KArgs() << m.k.ptr() << L.kNormW.ptr() << L.kNormB.ptr()
-                     << m.k.ptr() << hd << 1e-6);
-      m.call("glmx_rope", 1, 1, (unsigned)std::max(32, dr / 2), 0,
-             KArgs() << m.k.ptr() << dr << hd << pos << theta);
-      GLM_CU(cuMemcpyDtoD(L.indexKeys.ptr() + (CUdeviceptr)pos * hd * 4,
-                          m.k.ptr(), (size_t)hd * 4));
-      if (T <= c.indexTopk) {
-        m.call("glmx_iota", blocksFor(T), 1, kBlock, 0,
-               KArgs() << m.sel.ptr() << m.nsel.ptr() << T);
-      } else {
-        m.gemv(L.weightsProj, m.h, m.wts.ptr(), nh, d, /*f64=*/true);
-        m.call("glmx_indexer_scores", blocksFor(T), 1, kBlock, 0,
-               KArgs() << m.qi.ptr() << L.indexKeys.ptr() << m.wts.ptr()
-                       << m.score.ptr() << T << nh << hd
-                       << 1.0 / std::sqrt((double)nh)
-                       << 1.0 / std::sqrt((double)hd));
-        m.call("glmx_dsa_select", 1, 1, 1024, 0,
-               KArgs() << m.score.ptr() << T << (int)c.indexTopk
-                       << m.flags.ptr() << m.sel.ptr() << m.nsel.ptr());
-      }
-      haveSel = true;
-    } else if (c.indexNHeads == 0) {
-      m.call("glmx_iota", blocksFor(T), 1, kBlock, 0,
-             KArgs() << m.sel.ptr() << m.nsel.ptr() << T);
-      haveSel = true;
-    }
-    check(haveSel, "layer ", l,
-          " is a shared indexer layer with no full layer before it");
-
-    // Attention (absorbed MLA), o_proj per head, ordered reduction.
-    m.call("glmx_rope", (unsigned)H, 1, (unsigned)std::max(32, dr / 2), 0,
-           KArgs() << (m.q.ptr() + (CUdeviceptr)dn * 4) << dr << (dn + dr)
-                   << pos << theta);
-    m.call("glmx_mla_attn", (unsigned)H, 1, kBlock,
-           (unsigned)(2 * kvr * sizeof(double)),
-           KArgs() << m.q.ptr() << L.kvB.ptr() << L.latent.ptr()
-                   << m.sel.ptr() << m.nsel.ptr() << m.p.ptr()
-                   << (int)m.maxContext << m.ov.ptr() << dn << dr << dv << kvr
-                   << scale);
-    m.call("glmx_head_out", blocksFor(d), (unsigned)H, kBlock, 0,
-           KArgs() << L.o.ptr() << m.ov.ptr() << m.contrib.ptr() << d << H
-                   << dv);
-    m.call("glmx_reduce_add", blocksFor(d), 1, kBlock, 0,
-           KArgs() << m.contrib.ptr() << H << d << m.x.ptr());
-
-    // MLP: SwiGLU units in global order (routed ascending, then shared).
-    m.call("glmx_rms_norm", 1, 1, kBlock, 0,
-           KArgs() << m.x.ptr() << L.postNorm.ptr() << m.h.ptr() << d << eps);
-    int slots = 0;
-    if (L.moe) {
-      const int E = (int)c.numRoutedExperts, K = (int)c.numExpertsPerTok,
-                I = (int)c.moeIntermediateSize;
-      m.gemv(L.router, m.h, m.rlogits.ptr(), E, d, /*f64=*/true);
-      m.call("glmx_route", 1, 1, 32, 0,
-             KArgs() << m.rlogits.ptr() << L.routerBias.ptr() << E << K
-                     << (int)c.normTopkProb << c.routedScalingFactor
-                     << m.experts.ptr() << m.expW.ptr());
-      const long long stride = (long long)I * d;
-      m.call("glmx_swiglu_act", blocksFor(I), (unsigned)K, kBlock, 0,
-             KArgs() << L.gate.ptr() << L.up.ptr() << m.h.ptr()
-                     << m.experts.ptr() << stride << I << d << m.act.ptr());
-      const int chunks = (int)cpu::numChunks(I);
-      m.call("glmx_swiglu_down", blocksFor(d), (unsigned)(K * chunks),
-             kBlock, 0,
-             KArgs() << L.down.ptr() << m.act.ptr() << m.experts.ptr()
-                     << m.expW.ptr() << stride << I << d << m.part.ptr()
-                     << 0);
-      slots = K * chunks;
-    }
-    if (L.sWidth > 0) {
-      const int I = (int)L.sWidth, chunks = (int)cpu::numChunks(I);
-      m.call("glmx_swiglu_act", blocksFor(I), 1, kBlock, 0,
-             KArgs() << L.sGate.ptr() << L.sUp.ptr() << m.h.ptr()
-                     << CUdeviceptr(0) << 0LL << I << d << m.act.ptr());
-      m.call("glmx_swiglu_down", blocksFor(d), (unsigned)chunks, kBlock, 0,
-             KArgs() << L.sDown.ptr() << m.act.ptr() << CUdeviceptr(0)
-                     << CUdeviceptr(0) << 0LL << I << d << m.part.ptr()
-                     << slots);
-      slots += chunks;
-    }
-    if (slots > 0)
-      m.call("glmx_reduce_add", blocksFor(d), 1, kBlock, 0,
-             KArgs() << m.part.ptr() << slots << d << m.x.ptr());
+  const int B = (int)seqs.size(), MB = m.opt.maxBatch;
+  check(B >= 1 && B <= MB && tokens.size() == seqs.size(),
+        "cuda executor: a step takes 1..", MB, " rows (one token per "
+        "sequence), got ", seqs.size(), " slots and ", tokens.size(),
+        " tokens");
+  std::vector<int> host(3 * MB, 0);
+  std::set<int> seen;
+  for (int b = 0; b < B; ++b) {
+    const int s = seqs[b];
+    check(s >= 0 && s < MB && seen.insert(s).second, "cuda executor: "
+          "sequence slot ", s, " is outside 0..", MB - 1, " or repeated");
+    check(tokens[b] >= 0 && tokens[b] < c.vocabSize, "token id ", tokens[b],
+          " is outside the vocabulary [0, ", c.vocabSize, ")");
+    check(m.lengths[s] < m.opt.maxContext, "the sequence is full: ",
+          m.opt.maxContext, " tokens of context (raise --max-context)");
+    host[b] = (int)tokens[b];
+    host[MB + b] = (int)m.lengths[s];
+    host[2 * MB + b] = s;
   }
-  m.call("glmx_rms_norm", 1, 1, kBlock, 0,
-         KArgs() << m.x.ptr() << m.finalNorm.ptr() << m.h.ptr() << d << eps);
-  m.gemv(m.lmHead, m.h, m.logits.ptr(), c.vocabSize, d);
-  std::vector<float> logits(c.vocabSize);
-  m.logits.download(logits.data(), logits.size() * 4); // synchronizes
-  m.pos = T;
-  return logits;
+  GLM_CU(cuCtxSetCurrent(m.ctx));
+  GLM_CU(cuMemcpyHtoDAsync(m.rows.ptr(), host.data(), host.size() * 4,
+                           m.stream));
+  m.runStep(B, m.opt.useGraphs);
+  std::vector<float> all((size_t)B * c.vocabSize);
+  GLM_CU(cuMemcpyDtoHAsync(all.data(), m.logits.ptr(), all.size() * 4,
+                           m.stream));
+  GLM_CU(cuStreamSynchronize(m.stream));
+  if (m.opt.comm)
+    m.opt.comm->checkHealthy();
+  std::vector<std::vector<float>> out(B);
+  for (int b = 0; b < B; ++b) {
+    out[b].assign(all.begin() + (size_t)b * c.vocabSize,
+                  all.begin() + (size_t)(b + 1) * c.vocabSize);
+    ++m.lengths[seqs[b]];
+  }
+  return out;
 }
+
+std::vector<float> CudaForward::step(int64_t token) {
+  return std::move(stepBatch({0}, {token})[0]);
+}
+
+double CudaForward::weightBytesPerToken() const {
+  const Impl &m = *impl_;
+  double b = (double)m.lmHead.bytes;
+  for (const DevLayer &L : m.layers) {
+    for (const DeviceLinear *x : {&L.qA, &L.qB, &L.kvA, &L.o, &L.wqB, &L.wk,
+                                  &L.weightsProj, &L.router, &L.gate, &L.up,
+                                  &L.down})
+      b += (double)x->bytes;
+    b += (double)L.kvBT.size(); // the fp32 kv_b the attention reads
+    if (L.moe) {
+      b += L.routed.bytesPerExpert * (double)m.cfg.numExpertsPerTok;
+      b += L.shared.bytesPerExpert;
+    }
+  }
+  return b;
+}
+
+uint64_t CudaForward::weightBytesResident() const {
+  const Impl &m = *impl_;
+  uint64_t b = m.lmHead.data.size() + m.embed.data.size();
+  for (const DevLayer &L : m.layers) {
+    for (const DeviceLinear *x : {&L.qA, &L.qB, &L.kvA, &L.o, &L.wqB, &L.wk,
+                                  &L.weightsProj, &L.router, &L.gate, &L.up,
+                                  &L.down})
+      b += x->data.size() + x->scale.size();
+    b += L.kvBT.size();
+    for (const ExpertGroup *G : {&L.routed, &L.shared})
+      b += G->tileBytes.size() + G->gate.size() + G->up.size() +
+           G->down.size();
+  }
+  return b;
+}
+
+void CudaForward::runStepOnly(int batch, bool graph) {
+  Impl &m = *impl_;
+  check(batch >= 1 && batch <= m.opt.maxBatch, "cuda executor: batch ",
+        batch, " outside 1..", m.opt.maxBatch);
+  GLM_CU(cuCtxSetCurrent(m.ctx));
+  m.runStep(batch, graph);
+  GLM_CU(cuStreamSynchronize(m.stream));
+}
+
+double CudaForward::kernelTimeSumMs(int batch) {
+  Impl &m = *impl_;
+  GLM_CU(cuCtxSetCurrent(m.ctx));
+  m.profiling = true;
+  m.eventUsed = 0;
+  try {
+    m.enqueueStep(batch);
+  } catch (...) {
+    m.profiling = false;
+    throw;
+  }
+  m.profiling = false;
+  GLM_CU(cuStreamSynchronize(m.stream));
+  double sum = 0;
+  for (size_t i = 0; i < m.eventUsed; ++i) {
+    float ms = 0;
+    GLM_CU(cuEventElapsedTime(&ms, m.events[i].first, m.events[i].second));
+    sum += ms;
+  }
+  return sum;
+}
+
+int CudaForward::launchesPerStep(int batch) {
+  Impl &m = *impl_;
+  GLM_CU(cuCtxSetCurrent(m.ctx));
+  m.launches = 0;
+  m.enqueueStep(batch);
+  GLM_CU(cuStreamSynchronize(m.stream));
+  return m.launches;
+}
+
+//===----------------------------------------------------------------------===//
+// Generator
+//===----------------------------------------------------------------------===//
 
 namespace {
 
@@ -432,7 +1096,11 @@ public:
                             const TokenCallback &onToken,
                             std::vector<float> *logitsOut) override {
     std::lock_guard<std::mutex> lock(mu_); // one device sequence at a time
-    fwd_->reset();
+    fwd_->reset(0);
+    // Prefill seam: the prompt goes through the decode step one token at a
+    // time (runGeneration calls `step` per position); a chunked tensor-core
+    // prefill would run the prompt here and hand runGeneration the last
+    // position's logits.
     return runGeneration(fwd_->config(), maxContext_, prompt, params, onToken,
                          logitsOut,
                          [&](int64_t token) { return fwd_->step(token); });
@@ -450,16 +1118,33 @@ private:
 } // namespace
 
 std::unique_ptr<Generator>
-makeCudaGenerator(std::shared_ptr<const cpu::ModelWeights> weights,
-                  const cpu::TpLayout &tp, int64_t maxContext,
-                  const std::vector<plan::KernelDef> &planKernels) {
-  check(tp.ranks == 1, "--backend cuda runs one rank for now; this plan has ",
-        tp.ranks, " ranks and launching one process per GPU is not "
-        "implemented yet (use a 1-Spark plan, --sparks 1 or --backend cpu)");
+makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp,
+                  int64_t maxContext,
+                  const std::vector<plan::KernelDef> &planKernels, int rank,
+                  dist::DeviceComm *comm, int device) {
+  check(comm != nullptr || tp.ranks == 1,
+        "--backend cuda: this plan has ", tp.ranks, " ranks; run it with "
+        "glm-engine launch (one process per GPU), or use a 1-Spark plan, "
+        "--sparks 1 or --backend cpu");
   check(CudaDevice::count() > 0,
         "--backend cuda: no CUDA device is visible (use --backend cpu)");
-  auto fwd = std::make_unique<CudaForward>(*weights, maxContext, planKernels);
+  CudaOptions o;
+  o.maxContext = maxContext;
+  o.rank = rank;
+  o.comm = comm;
+  o.device = device;
+  o.planKernels = planKernels;
+  if (const char *g = std::getenv("GLM_CUDA_GRAPHS"))
+    o.useGraphs = std::string(g) != "0";
+  auto fwd = std::make_unique<CudaForward>(pack, tp, o);
   return std::make_unique<CudaGenerator>(std::move(fwd), maxContext);
+}
+
+std::unique_ptr<Generator>
+makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp,
+                  int64_t maxContext,
+                  const std::vector<plan::KernelDef> &planKernels) {
+  return makeCudaGenerator(pack, tp, maxContext, planKernels, 0, nullptr);
 }
 
 } // namespace glm::rt::cuda

@@ -1,13 +1,18 @@
-//===- executor_kernels.cpp - fp64-accumulating helper kernels ------------===//
+//===- executor_kernels.cpp - the executor's batched helper kernels -------===//
 //
-// The CUDA executor's small kernels that have no codegen family yet (fp32
-// activations, fp64 sums): norms, RoPE, DSA scores and selection, absorbed
-// MLA attention, routing, SwiGLU parts and the ordered unit reduction. Each
-// mirrors one step of runtime/cpu/forward.cpp with the same summation order
-// (sequential where the CPU is sequential) and is compiled with
-// --fmad=false, so the results equal the reference executor's except for
-// the last bits of exp/pow/sin/cos. They are per-token decode kernels;
-// speed comes later from the codegen families.
+// The CUDA executor's small kernels that have no codegen family (fp32
+// activations, fp64 sums where the CPU reference sums in fp64): embedding of
+// any stored dtype, norms, the latent/index-key cache stores with RoPE, DSA
+// scores and selection, absorbed MLA attention over the selected rows,
+// routing, SwiGLU of dense MLPs and of unquantized (HF) experts, and the
+// glue of batching and tensor parallelism (adds, one-hot columns, vocab
+// gather, random fill for the synthetic benchmark).
+//
+// Every kernel takes the batch row from blockIdx.y (or z) and reads the
+// row's position and cache slot from device memory, and loops over the
+// context length read there: launch shapes never depend on the position,
+// so one captured CUDA graph per batch size replays for every step.
+// Compiled with --fmad=false so the fp64 parts equal the CPU reference's.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/executor.h"
@@ -16,94 +21,187 @@ namespace glm::rt::cuda {
 
 const char *executorKernelSource() {
   return R"CUDA(
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #define GLM_X extern "C" __global__ void
 
-// y = w * x / sqrt(mean(x^2) + eps); y may alias x. Block of any size.
+// Stored element -> float. dt: 0 f32, 1 f16, 2 bf16, 3 e4m3.
+__device__ __forceinline__ float ldAny(const void *p, long long i, int dt) {
+  switch (dt) {
+  case 0: return ((const float *)p)[i];
+  case 1: return __half2float(((const __half *)p)[i]);
+  case 2: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+  default: {
+    __nv_fp8_e4m3 q;
+    q.__x = ((const unsigned char *)p)[i];
+    return float(q);
+  }
+  }
+}
+
+// x[b, :] = row tok[b] of the table (times the row scale for fp8 rows).
+// Grid (ceil(d/256), B).
+GLM_X glmx_embed(const void *table, int dt, const float *rowScale,
+                 const int *tok, float *x, int d) {
+  const int b = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= d)
+    return;
+  const long long t = tok[b];
+  float v = ldAny(table, t * d + i, dt);
+  if (rowScale)
+    v *= rowScale[t];
+  x[(long long)b * d + i] = v;
+}
+
+// y = w * x / sqrt(mean(x^2) + eps) per row b (strides in elements); y may
+// alias x. Grid (1, B).
 GLM_X glmx_rms_norm(const float *x, const float *w, float *y, int n,
-                    double eps) {
+                    double eps, int xs, int ys) {
   __shared__ double inv;
+  const int b = blockIdx.y;
+  const float *xr = x + (long long)b * xs;
+  float *yr = y + (long long)b * ys;
   if (threadIdx.x == 0) {
     double ss = 0;
     for (int i = 0; i < n; ++i)
-      ss += (double)x[i] * (double)x[i];
+      ss += (double)xr[i] * (double)xr[i];
     inv = 1.0 / sqrt(ss / (double)n + eps);
   }
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x)
-    y[i] = (float)((double)w[i] * ((double)x[i] * inv));
+    yr[i] = (float)((double)w[i] * ((double)xr[i] * inv));
 }
 
-// LayerNorm with affine weight and bias (biased variance).
-GLM_X glmx_layer_norm(const float *x, const float *w, const float *b,
-                      float *y, int n, double eps) {
-  __shared__ double mean, inv;
-  if (threadIdx.x == 0) {
-    double m = 0;
-    for (int i = 0; i < n; ++i)
-      m += x[i];
-    m /= (double)n;
-    double var = 0;
-    for (int i = 0; i < n; ++i) {
-      double d = (double)x[i] - m;
-      var += d * d;
-    }
-    var /= (double)n;
-    mean = m;
-    inv = 1.0 / sqrt(var + eps);
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < n; i += blockDim.x)
-    y[i] = (float)(((double)x[i] - mean) * inv * (double)w[i] + (double)b[i]);
-}
-
-// Interleaved RoPE on `count` vectors x + v*stride, first `dim` values.
-// Grid (count), block >= dim/2.
-GLM_X glmx_rope(float *x, int dim, int stride, int pos, double theta) {
-  const int i = threadIdx.x;
-  if (i >= dim / 2)
-    return;
-  float *p = x + (long long)blockIdx.x * stride;
+__device__ __forceinline__ void ropePair(float *p, int i, int dim, int pos,
+                                         double theta) {
   double invFreq = pow(theta, -2.0 * (double)i / (double)dim);
   double angle = (double)pos * invFreq;
   double c = cos(angle), s = sin(angle);
-  double a = p[2 * i], b = p[2 * i + 1];
-  p[2 * i] = (float)(a * c - b * s);
-  p[2 * i + 1] = (float)(b * c + a * s);
+  double a = p[2 * i], bb = p[2 * i + 1];
+  p[2 * i] = (float)(a * c - bb * s);
+  p[2 * i + 1] = (float)(bb * c + a * s);
 }
 
-// sel = 0..T-1 (dense attention while T <= index_topk).
-GLM_X glmx_iota(int *sel, int *nsel, int T) {
+// Interleaved RoPE on vector v (blockIdx.x) of row b (blockIdx.y):
+// x + b*rowStride + v*stride, first `dim` values, at position pos[b].
+GLM_X glmx_rope(float *x, int dim, int stride, int rowStride,
+                const int *pos, double theta) {
+  const int i = threadIdx.x;
+  if (i >= dim / 2)
+    return;
+  float *p = x + (long long)blockIdx.y * rowStride +
+             (long long)blockIdx.x * stride;
+  ropePair(p, i, dim, pos[blockIdx.y], theta);
+}
+
+// Latent cache row of (seq[b], pos[b]): [rmsnorm(kva[:kvr]) | rope(kpe)].
+// Grid (1, B).
+GLM_X glmx_kv_store(const float *kva, const float *normW, float *cache,
+                    const int *seq, const int *pos, int kvr, int dr,
+                    int maxCtx, double eps, double theta) {
+  __shared__ double inv;
+  const int b = blockIdx.y, lat = kvr + dr;
+  const float *src = kva + (long long)b * lat;
+  float *dst = cache + ((long long)seq[b] * maxCtx + pos[b]) * lat;
+  if (threadIdx.x == 0) {
+    double ss = 0;
+    for (int i = 0; i < kvr; ++i)
+      ss += (double)src[i] * (double)src[i];
+    inv = 1.0 / sqrt(ss / (double)kvr + eps);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < kvr; i += blockDim.x)
+    dst[i] = (float)((double)normW[i] * ((double)src[i] * inv));
+  for (int i = threadIdx.x; i < dr; i += blockDim.x)
+    dst[kvr + i] = src[kvr + i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < dr / 2; i += blockDim.x)
+    ropePair(dst + kvr, i, dr, pos[b], theta);
+}
+
+// Index key of row b: LayerNorm(k) (affine, eps 1e-6), RoPE on the first
+// dr values, stored at (seq[b], pos[b]). Grid (1, B).
+GLM_X glmx_index_key_store(const float *k, const float *w, const float *bias,
+                           float *keys, const int *seq, const int *pos,
+                           int hd, int dr, int maxCtx, double theta) {
+  __shared__ double mean, inv;
+  const int b = blockIdx.y;
+  const float *x = k + (long long)b * hd;
+  float *dst = keys + ((long long)seq[b] * maxCtx + pos[b]) * hd;
+  if (threadIdx.x == 0) {
+    double m = 0;
+    for (int i = 0; i < hd; ++i)
+      m += x[i];
+    m /= (double)hd;
+    double var = 0;
+    for (int i = 0; i < hd; ++i) {
+      double d = (double)x[i] - m;
+      var += d * d;
+    }
+    var /= (double)hd;
+    mean = m;
+    inv = 1.0 / sqrt(var + 1e-6);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < hd; i += blockDim.x)
+    dst[i] = (float)(((double)x[i] - mean) * inv * (double)w[i] +
+                     (double)bias[i]);
+  __syncthreads();
+  for (int i = threadIdx.x; i < dr / 2; i += blockDim.x)
+    ropePair(dst, i, dr, pos[b], theta);
+}
+
+// sel[b] = 0..T-1 with T = pos[b] + 1 (dense attention). Grid (n, B).
+GLM_X glmx_iota(int *sel, int *nsel, const int *pos, int maxCtx) {
+  const int b = blockIdx.y, T = pos[b] + 1;
   for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < T;
        t += gridDim.x * blockDim.x)
-    sel[t] = t;
+    sel[(long long)b * maxCtx + t] = t;
   if (blockIdx.x == 0 && threadIdx.x == 0)
-    *nsel = T;
+    nsel[b] = T;
 }
 
-// I(t) = sum_h w_h * headScale * ReLU(q_h . k_t * dotScale), one thread
-// per key t.
+// I(t) = sum_h w_h * headScale * ReLU(q_h . k_t * dotScale) for every key
+// t < T of row b. Grid (n, B), grid-stride over t.
 GLM_X glmx_indexer_scores(const float *qi, const float *keys,
-                          const double *wts, double *score, int T, int nh,
-                          int hd, double headScale, double dotScale) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= T)
-    return;
-  const float *kt = keys + (long long)t * hd;
-  double acc = 0;
-  for (int h = 0; h < nh; ++h) {
-    double d = 0;
-    for (int i = 0; i < hd; ++i)
-      d += (double)qi[h * hd + i] * (double)kt[i];
-    double v = d * dotScale;
-    acc += wts[h] * headScale * (v > 0.0 ? v : 0.0);
+                          const float *wts, double *score, const int *seq,
+                          const int *pos, int nh, int hd, int maxCtx,
+                          double headScale, double dotScale) {
+  const int b = blockIdx.y, T = pos[b] + 1;
+  const float *q = qi + (long long)b * nh * hd;
+  const float *w = wts + (long long)b * nh;
+  const float *kb = keys + (long long)seq[b] * maxCtx * hd;
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < T;
+       t += gridDim.x * blockDim.x) {
+    const float *kt = kb + (long long)t * hd;
+    double acc = 0;
+    for (int h = 0; h < nh; ++h) {
+      double d = 0;
+      for (int i = 0; i < hd; ++i)
+        d += (double)q[h * hd + i] * (double)kt[i];
+      double v = d * dotScale;
+      acc += (double)w[h] * headScale * (v > 0.0 ? v : 0.0);
+    }
+    score[(long long)b * maxCtx + t] = acc;
   }
-  score[t] = acc;
 }
 
-// The k largest scores (ties: lower position) in ascending position order.
-// One block; flags is scratch [T].
-GLM_X glmx_dsa_select(const double *score, int T, int k, int *flags,
-                      int *sel, int *nsel) {
+// The k largest scores of row b (ties: lower position) in ascending
+// position order; all T when T <= k. Grid (1, B), one block per row.
+GLM_X glmx_dsa_select(const double *scoreAll, const int *pos, int k,
+                      int *flagsAll, int *selAll, int *nsel, int maxCtx) {
+  const int b = blockIdx.y, T = pos[b] + 1;
+  const double *score = scoreAll + (long long)b * maxCtx;
+  int *flags = flagsAll + (long long)b * maxCtx;
+  int *sel = selAll + (long long)b * maxCtx;
+  if (T <= k) {
+    for (int t = threadIdx.x; t < T; t += blockDim.x)
+      sel[t] = t;
+    if (threadIdx.x == 0)
+      nsel[b] = T;
+    return;
+  }
   for (int t = threadIdx.x; t < T; t += blockDim.x) {
     const double st = score[t];
     int rank = 0;
@@ -119,40 +217,45 @@ GLM_X glmx_dsa_select(const double *score, int T, int k, int *flags,
     for (int t = 0; t < T; ++t)
       if (flags[t])
         sel[n++] = t;
-    *nsel = n;
+    nsel[b] = n;
   }
 }
 
-// Absorbed MLA attention for head blockIdx.x over the selected latent rows:
-// qabs = W_UK^T q_nope, p = softmax((c.qabs + kpe.q_pe) * scale),
-// ctx = sum p c, ov = W_UV ctx. q_pe is already roped. Dynamic shared
-// memory: 2 * kvr doubles; p is global scratch [H, pStride].
-GLM_X glmx_mla_attn(const float *q, const float *kvB, const float *cache,
-                    const int *sel, const int *nselp, double *pAll,
-                    int pStride, float *ov, int dn, int dr, int dv, int kvr,
-                    double scale) {
+// Absorbed MLA attention for head heads[blockIdx.x] of row blockIdx.y over
+// the selected latent rows: qabs = W_UK^T q_nope, p = softmax((c.qabs +
+// kpe.q_pe) * scale), ctx = sum p c, ov = W_UV ctx. q_pe is already roped.
+// kvBT is kv_b_proj transposed, fp32 [kvr, H*(dn+dv)]. Dynamic shared
+// memory: 2 * kvr doubles; p is global scratch [B, H, maxCtx].
+GLM_X glmx_mla_attn(const float *qAll, const float *kvBT, const float *cache,
+                    const int *seq, const int *selAll, const int *nselp,
+                    double *pAll, int maxCtx, float *ovAll, const int *heads,
+                    int H, int dn, int dr, int dv, int kvr, double scale) {
   extern __shared__ double sh[];
   double *qabs = sh, *ctx = sh + kvr;
   __shared__ double mx, sum;
-  const int h = blockIdx.x, lat = kvr + dr, n = *nselp;
+  const int h = heads[blockIdx.x], b = blockIdx.y, lat = kvr + dr;
+  const int n = nselp[b], R = H * (dn + dv);
+  const float *q = qAll + (long long)b * H * (dn + dr);
   const float *qn = q + (long long)h * (dn + dr), *qp = qn + dn;
-  double *p = pAll + (long long)h * pStride;
+  const float *cb = cache + (long long)seq[b] * maxCtx * lat;
+  const int *sel = selAll + (long long)b * maxCtx;
+  double *p = pAll + ((long long)b * H + h) * maxCtx;
   for (int c = threadIdx.x; c < kvr; c += blockDim.x) {
     double a = 0;
     for (int i = 0; i < dn; ++i)
-      a += (double)kvB[((long long)h * (dn + dv) + i) * kvr + c] *
+      a += (double)kvBT[(long long)c * R + (long long)h * (dn + dv) + i] *
            (double)qn[i];
     qabs[c] = a;
   }
   __syncthreads();
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const float *ent = cache + (long long)sel[j] * lat;
-    double a = 0, b = 0;
+    const float *ent = cb + (long long)sel[j] * lat;
+    double a = 0, bb = 0;
     for (int c = 0; c < kvr; ++c)
       a += (double)ent[c] * qabs[c];
     for (int c = 0; c < dr; ++c)
-      b += (double)ent[kvr + c] * (double)qp[c];
-    p[j] = (a + b) * scale;
+      bb += (double)ent[kvr + c] * (double)qp[c];
+    p[j] = (a + bb) * scale;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -178,58 +281,90 @@ GLM_X glmx_mla_attn(const float *q, const float *kvB, const float *cache,
   for (int c = threadIdx.x; c < kvr; c += blockDim.x) {
     double a = 0;
     for (int j = 0; j < n; ++j)
-      a += p[j] * (double)cache[(long long)sel[j] * lat + c];
+      a += p[j] * (double)cb[(long long)sel[j] * lat + c];
     ctx[c] = a;
   }
   __syncthreads();
+  float *ov = ovAll + (long long)b * H * dv;
   for (int j = threadIdx.x; j < dv; j += blockDim.x) {
-    const float *wr = kvB + ((long long)h * (dn + dv) + dn + j) * kvr;
+    const long long row = (long long)h * (dn + dv) + dn + j;
     double a = 0;
     for (int c = 0; c < kvr; ++c)
-      a += (double)wr[c] * ctx[c];
+      a += (double)kvBT[(long long)c * R + row] * ctx[c];
     ov[(long long)h * dv + j] = (float)a;
   }
 }
 
-// contrib[h*d + r] = o[r, h*dv : (h+1)*dv] . ov[h]; grid (ceil(d/B), H).
-GLM_X glmx_head_out(const float *o, const float *ov, double *contrib, int d,
-                    int H, int dv) {
-  const int r = blockIdx.x * blockDim.x + threadIdx.x, h = blockIdx.y;
-  if (r >= d)
+// Fallback GEMV for dense weights the codegen dense_gemv cannot take (F16,
+// or inputs not a multiple of 128): y[b*ys + o] = sum_i W[o, i] x[b*xs + i]
+// in fp32. sk: 0 none, 1 FP8 block-128 (f32 scales), 2 FP8 row (f32), 3
+// MXFP8 (e8m0 bytes per 32 inputs). One warp per row; grid (ceil(out/8), B).
+GLM_X glmx_gemv_any(const float *x, int xs, const void *w, int dt,
+                    const void *scale, int sk, float *y, int ys, int in,
+                    int out) {
+  const int lane = threadIdx.x & 31, b = blockIdx.y;
+  const int o = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+  if (o >= out)
     return;
-  const float *wr = o + (long long)r * H * dv + (long long)h * dv;
-  const float *v = ov + (long long)h * dv;
-  double a = 0;
-  for (int j = 0; j < dv; ++j)
-    a += (double)wr[j] * (double)v[j];
-  contrib[(long long)h * d + r] = a;
+  const float *xb = x + (long long)b * xs;
+  float acc = 0.0f;
+  for (int i = lane; i < in; i += 32) {
+    float v = ldAny(w, (long long)o * in + i, dt);
+    if (sk == 1)
+      v *= ((const float *)scale)[(long long)(o >> 7) * ((in + 127) >> 7) +
+                                  (i >> 7)];
+    else if (sk == 2)
+      v *= ((const float *)scale)[o];
+    else if (sk == 3)
+      v *= exp2f(float(int(((const unsigned char *)scale)[
+                           (long long)o * (in / 32) + (i >> 5)]) - 127));
+    acc += v * xb[i];
+  }
+  for (int s = 16; s > 0; s >>= 1)
+    acc += __shfl_xor_sync(0xFFFFFFFFu, acc, s);
+  if (lane == 0)
+    y[(long long)b * ys + o] = acc;
 }
 
-// x[i] += (float)(sum over units u in order of part[u*n + i]).
-GLM_X glmx_reduce_add(const double *part, int units, int n, float *x) {
+// x[b, i] += delta[b, i]. Grid (ceil(n/256), B).
+GLM_X glmx_add(float *x, const float *delta, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n)
+    return;
+  const long long o = (long long)blockIdx.y * n + i;
+  x[o] = x[o] + delta[o];
+}
+
+// out[b, i] = (float)(sum over units u in order of part[(b*units+u)*n+i]).
+// Grid (ceil(n/256), B).
+GLM_X glmx_reduce_units(const double *part, int units, int n, float *out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
   if (i >= n)
     return;
   double s = 0;
   for (int u = 0; u < units; ++u)
-    s += part[(long long)u * n + i];
-  x[i] = x[i] + (float)s;
+    s += part[((long long)b * units + u) * n + i];
+  out[(long long)b * n + i] = (float)s;
 }
 
-// Sigmoid router: top k of sigmoid(l) + bias (ties: lower id), sorted by
-// expert id, weights renormalised and scaled. One thread; E <= 1024.
-GLM_X glmx_route(const double *logits, const float *bias, int E, int k,
-                 int normalize, double scale, int *experts,
-                 double *weights) {
+// Sigmoid router of row b: top k of sigmoid(l) + bias (ties: lower id),
+// sorted by expert id, weights renormalised and scaled. Grid (1, B), one
+// thread works; E <= 1024, k <= 64.
+GLM_X glmx_route(const float *logitsAll, const float *bias, int E, int k,
+                 int normalize, double scale, int *expertsAll,
+                 float *weightsAll) {
   __shared__ double s[1024], ch[1024];
   __shared__ unsigned char taken[1024];
   if (threadIdx.x != 0)
     return;
+  const int b = blockIdx.y;
+  const float *logits = logitsAll + (long long)b * E;
   for (int e = 0; e < E; ++e) {
-    s[e] = 1.0 / (1.0 + exp(-logits[e]));
+    s[e] = 1.0 / (1.0 + exp(-(double)logits[e]));
     ch[e] = s[e] + (bias ? (double)bias[e] : 0.0);
     taken[e] = 0;
   }
+  const int kk0 = k;
   if (k > E)
     k = E;
   int pick[64];
@@ -242,59 +377,147 @@ GLM_X glmx_route(const double *logits, const float *bias, int E, int k,
     pick[kk] = best;
   }
   for (int a = 1; a < k; ++a) // ascending expert id
-    for (int b = a; b > 0 && pick[b - 1] > pick[b]; --b) {
-      int t = pick[b];
-      pick[b] = pick[b - 1];
-      pick[b - 1] = t;
+    for (int c = a; c > 0 && pick[c - 1] > pick[c]; --c) {
+      int t = pick[c];
+      pick[c] = pick[c - 1];
+      pick[c - 1] = t;
     }
   double sum = 0;
   for (int kk = 0; kk < k; ++kk)
     sum += s[pick[kk]];
-  for (int kk = 0; kk < k; ++kk) {
-    experts[kk] = pick[kk];
-    weights[kk] = (normalize ? s[pick[kk]] / (sum + 1e-20) : s[pick[kk]]) *
-                  scale;
+  for (int kk = 0; kk < kk0; ++kk) {
+    const bool ok = kk < k;
+    expertsAll[b * kk0 + kk] = ok ? pick[kk] : -1;
+    weightsAll[b * kk0 + kk] =
+        ok ? (float)((normalize ? s[pick[kk]] / (sum + 1e-20) : s[pick[kk]]) *
+                     scale)
+           : 0.0f;
   }
 }
 
-// act[u*width + j] = SiLU(gate_j . x) * (up_j . x) for unit u (expert
-// ids[u], or the only matrix when ids is null). Thread per (j, u).
-GLM_X glmx_swiglu_act(const float *gate, const float *up, const float *x,
-                      const int *ids, long long expertStride, int width,
-                      int d, double *act) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x, u = blockIdx.y;
-  if (j >= width)
+// act[b, j] = SiLU(g[b, j]) * u[b, j] (in fp64, stored fp32); channels of
+// 128-chunks this rank does not own (own[j/128] == 0) are zero. Grid
+// (ceil(n/256), B). g and u rows have stride gs.
+GLM_X glmx_swiglu(const float *g, const float *u, int gs, float *act, int n,
+                  const unsigned char *own) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+  if (j >= n)
     return;
-  const long long base = (ids ? (long long)ids[u] : 0) * expertStride +
-                         (long long)j * d;
-  double g = 0, v = 0;
-  for (int i = 0; i < d; ++i)
-    g += (double)gate[base + i] * (double)x[i];
-  for (int i = 0; i < d; ++i)
-    v += (double)up[base + i] * (double)x[i];
-  act[(long long)u * width + j] = g / (1.0 + exp(-g)) * v;
+  float v = 0.0f;
+  if (!own || own[j >> 7]) {
+    const double gg = g[(long long)b * gs + j], uu = u[(long long)b * gs + j];
+    v = (float)(gg / (1.0 + exp(-gg)) * uu);
+  }
+  act[(long long)b * n + j] = v;
 }
 
-// part[(slotBase + u*chunks + ch)*d + r] = w_u * sum over the 128-channel
-// chunk ch of down[r, j] * act[u, j]. Grid (ceil(d/B), units*chunks).
-GLM_X glmx_swiglu_down(const float *down, const double *act, const int *ids,
-                       const double *wts, long long expertStride, int width,
-                       int d, double *part, int slotBase) {
-  const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  const int chunks = (width + 127) / 128;
+// Unquantized (HF) experts, gate/up half: act[(b*U + u)*I + j] =
+// SiLU(gate_j . x_b) * (up_j . x_b) for unit u of row b: expert
+// ids[b*U + u] (or the only matrix when ids is null). own[e*halves + j/128]
+// == 0: not this rank's channel (0). Grid (ceil(I/256), U, B).
+GLM_X glmx_hf_expert_act(const void *gate, const void *up, int dt,
+                         const float *x, const int *ids, long long stride,
+                         int I, int d, const unsigned char *own, int halves,
+                         int ownE, double *act) {
+  const int j = blockIdx.x * blockDim.x + threadIdx.x, u = blockIdx.y,
+            b = blockIdx.z, U = gridDim.y;
+  if (j >= I)
+    return;
+  const int e = ids ? ids[b * U + u] : ownE;
+  double r = 0;
+  if (e >= 0 && (!own || own[(long long)e * halves + (j >> 7)])) {
+    const long long base = (ids ? (long long)e : 0) * stride + (long long)j * d;
+    const float *xb = x + (long long)b * d;
+    double g = 0, v = 0;
+    for (int i = 0; i < d; ++i)
+      g += (double)ldAny(gate, base + i, dt) * (double)xb[i];
+    for (int i = 0; i < d; ++i)
+      v += (double)ldAny(up, base + i, dt) * (double)xb[i];
+    r = g / (1.0 + exp(-g)) * v;
+  }
+  act[((long long)b * U + u) * I + j] = r;
+}
+
+// Down half: part[(b*slots + slotBase + u*chunks + ch)*d + r] = w_u * sum
+// over the 128-channel chunk ch of down[r, j] * act[b, u, j]. Grid
+// (ceil(d/256), U*chunks, B).
+GLM_X glmx_hf_expert_down(const void *down, int dt, const double *act,
+                          const int *ids, const float *wts, long long stride,
+                          int I, int d, int U, double *part, int slots,
+                          int slotBase) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.z;
+  const int chunks = (I + 127) / 128;
   const int u = blockIdx.y / chunks, ch = blockIdx.y % chunks;
   if (r >= d)
     return;
-  const int begin = ch * 128;
-  const int count = width - begin < 128 ? width - begin : 128;
-  const float *row = down + (ids ? (long long)ids[u] : 0) * expertStride +
-                     (long long)r * width + begin;
-  const double *a = act + (long long)u * width + begin;
+  const int e = ids ? ids[b * U + u] : 0;
   double s = 0;
-  for (int j = 0; j < count; ++j)
-    s += (double)row[j] * a[j];
-  part[((long long)slotBase + (long long)u * chunks + ch) * d + r] =
-      (wts ? wts[u] : 1.0) * s;
+  if (e >= 0) {
+    const int begin = ch * 128;
+    const int count = I - begin < 128 ? I - begin : 128;
+    const long long row = (ids ? (long long)e : 0) * stride +
+                          (long long)r * I + begin;
+    const double *a = act + ((long long)b * U + u) * I + begin;
+    for (int j = 0; j < count; ++j)
+      s += (double)ldAny(down, row + j, dt) * a[j];
+    s *= wts ? (double)wts[b * U + u] : 1.0;
+  }
+  part[((long long)b * slots + slotBase + (long long)u * chunks + ch) * d +
+       r] = s;
+}
+
+// EXL3 experts: xh[p][b][k][i] = x[b][i] * suh[p][ids[b*K+k]][i] (gate p=0,
+// up p=1; the Hadamard follows). Grid (ceil(d/256), K, B*2).
+GLM_X glmx_exl3_expert_in(const float *x, const float *suh, const int *ids,
+                          float *xh, int d, int E, int B) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y,
+            K = gridDim.y;
+  const int b = blockIdx.z % B, p = blockIdx.z / B;
+  if (i >= d)
+    return;
+  const int e = ids[b * K + k];
+  const float s = e >= 0 ? suh[((long long)p * E + e) * d + i] : 0.0f;
+  xh[(((long long)p * B + b) * K + k) * d + i] = x[(long long)b * d + i] * s;
+}
+
+// Load time: X[b, c] = (c == c0 + b) for b < nb, c < n (one-hot rows).
+GLM_X glmx_onehot(float *X, int nb, int n, int c0) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+  if (c >= n || b >= nb)
+    return;
+  X[(long long)b * n + c] = c == c0 + b ? 1.0f : 0.0f;
+}
+
+// Logits of every rank gathered as [N][B][maxCount] -> [B][V]. Grid
+// (ceil(maxCount/256), N, B).
+GLM_X glmx_vocab_gather(const float *g, const long long *vb, int B,
+                        int maxCount, float *out, int V) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y,
+            b = blockIdx.z;
+  const long long beg = vb[r], cnt = vb[r + 1] - vb[r];
+  if (i >= cnt)
+    return;
+  out[(long long)b * V + beg + i] =
+      g[((long long)r * B + b) * maxCount + i];
+}
+
+// Synthetic weights: n 32-bit words of a hash of (seed, index), AND mask.
+GLM_X glmx_fill_random(unsigned *p, long long n, unsigned long long seed,
+                       unsigned mask) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    unsigned long long z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    p[i] = (unsigned)z & mask;
+  }
+}
+
+GLM_X glmx_fill_f32(float *p, long long n, float v) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    p[i] = v;
 }
 )CUDA";
 }

@@ -2,9 +2,12 @@
 # glm-engine run --backend cuda against --backend cpu (label gpu: runs on the
 # GPU host through scripts/gpu; skips without a CUDA build or a device):
 #  1. the oracle goldens: greedy tokens identical to cpu and transformers,
-#     logits within 1e-5 relative of the cpu backend's per position;
+#     logits within 1e-4 relative of the cpu backend's per position (the
+#     GPU multiplies the stored formats with fp32 sums, the cpu backend
+#     dequantizes to fp32 and sums in fp64; measured worst on the H200 is
+#     printed per case);
 #  2. the tiny pack in hf, exl3 and exlr8 layouts: the same;
-#  3. more than one rank: refused with one line saying launch is missing.
+#  3. more than one rank without glm-engine launch: refused with one line.
 set -euo pipefail
 T=${GLM_TEST_TMP:-/tmp/glm-e2e-gpu-engine-cuda}
 ROOT=${GLM_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -23,7 +26,7 @@ if ! glm-engine run - --pack "$g0" --backend cuda --tokens 1 --max-new 1 \
 fi
 
 # Compares two --dump-logits files: tokens identical, worst relative logit
-# difference per position <= 1e-5 (printed).
+# difference per position <= 1e-4 (printed).
 cat > "$T/compare.py" <<'PY'
 import json, struct, sys
 from array import array
@@ -57,8 +60,8 @@ print(f"{sys.argv[3]}: {rows} positions, cuda vs cpu worst relative logit "
       f"difference {worst:.2e}, tokens {'identical' if same else 'DIFFER'}")
 if not same:
     sys.exit(f"tokens: cuda {list(got['tokens'][1])} != cpu {list(want['tokens'][1])}")
-if worst > 1e-5:
-    sys.exit("cuda logits differ from cpu by more than 1e-5")
+if worst > 1e-4:
+    sys.exit("cuda logits differ from cpu by more than 1e-4")
 PY
 
 both() { # NAME PACK ARGS...: runs cpu and cuda, compares
@@ -108,5 +111,5 @@ if glm-engine run - --pack "$T/tiny-hf" --backend cuda --sparks 2 \
     --tokens 1 2> "$T/err"; then
   echo "--backend cuda --sparks 2 was accepted"; exit 1
 fi
-[ "$(wc -l < "$T/err")" -eq 1 ] && grep -q "not implemented yet" "$T/err"
+[ "$(wc -l < "$T/err")" -eq 1 ] && grep -q "glm-engine launch" "$T/err"
 echo "gpu_engine_cuda: OK"
