@@ -137,6 +137,7 @@ std::vector<FamilyInfo> buildFamilies() {
                       intParam("batch", "b", batch),
                       storageParam("sv", "sv"),
                       enumParam("stage", "", {{"gu", "0"}, {"down", "1"}}),
+                      intParam("pipe", "p", {"0", "2", "3", "4", "6"}),
                       threadsParam({"64", "128", "256"})}));
   f.push_back(family("moe_reduce", "glm::moeReduce",
                      {threadsParam({"128", "256", "512"})}));

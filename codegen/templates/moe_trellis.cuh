@@ -29,13 +29,16 @@
 // E4M3 step per exlr8-format.md §5.5.
 //
 // ---------------------------------------------------------------- ABI ----
-// Template: moeTrellis<WMASK, CB, E4M3, BATCH, SVT, STAGE, THREADS>
+// Template: moeTrellis<WMASK, CB, E4M3, BATCH, SVT, STAGE, PIPE, THREADS>
 //   WMASK   bit K set = width K allowed (a non-null half of another width
 //           traps: a launch never skips bytes silently)
 //   CB      0 3inst, 1 mcg, 2 mul1;  E4M3 exlr8 rounding on/off
 //   BATCH   1..8 (template bound on the runtime batch)
 //   SVT     side-vector storage 0 f32, 1 f16, 2 bf16
 //   STAGE   0 gate/up, 1 down (same parameter list for both launches)
+//   PIPE    0: next tile row prefetched into registers; 2..8: per-warp
+//           shared-memory ring of PIPE rows filled by cp.async (static
+//           smem PIPE * 256 * Kmax bytes per warp, <= 32 KB per block)
 // Runtime parameters (GLM_MOE_TRELLIS_PARAMS, in order):
 //   xh        f32 rotated input: x(b, slot k, proj p) at
 //             xh + b*xh_row_stride + k*xh_slot_stride + p*xh_proj_stride
@@ -378,25 +381,18 @@ __host__ __device__ constexpr int kNB(int batch) { return batch > 4 ? 2 : 1; }
 
 /// acc[nb][c] += B_i . T(i, c) over tile rows i = 0..nRows-1 and the 8
 /// tile columns c of a row, which are contiguous in every layout the packs
-/// use (tile (i, c) = rowTile(i) + c). Loads of row i+1 are in flight while
-/// row i decodes (two register buffers, no copies).
-template <int K, int CB, bool E4M3, int NB, class RowFn, class BFn>
+/// use (tile (i, c) = rowTile(i) + c).
+/// PIPE = 0: loads of row i+1 go to registers while row i decodes (two
+/// register buffers). PIPE = D > 1: a per-warp shared-memory ring of D rows
+/// filled by 16-byte cp.async, D - 1 rows in flight (more bytes in flight
+/// per warp at fewer registers); `ring` holds D * 8 * 8K words.
+template <int K, int CB, bool E4M3, int NB, int PIPE, class RowFn, class BFn>
 __device__ __forceinline__ void decodeRows(int nRows, RowFn rowTile,
-                                           BFn fragBRow,
+                                           BFn fragBRow, u32 *ring,
                                            float (&acc)[NB][8][4]) {
   constexpr int NL = TileLane<K>::kLoad, W = TileLane<K>::kWords;
-  const LaneMap<K> map(threadIdx.x & 31);
-  u32 buf[2][8][NL];
-  auto load = [&](int i, u32 (&dst)[8][NL]) {
-    const u32 *row = rowTile(i);
-#pragma unroll
-    for (int l = 0; l < NL; ++l) {
-      const u32 *p = row + map.off[l];
-#pragma unroll
-      for (int c = 0; c < 8; ++c)
-        dst[c][l] = __ldg(p + c * W);
-    }
-  };
+  const int lane = threadIdx.x & 31;
+  const LaneMap<K> map(lane);
   auto compute = [&](int i, const u32 (&src)[8][NL]) {
     u32 b[NB][2];
     fragBRow(i, b);
@@ -409,30 +405,77 @@ __device__ __forceinline__ void decodeRows(int nRows, RowFn rowTile,
         mma16816(acc[nb][c], a, b[nb][0], b[nb][1]);
     }
   };
-  load(0, buf[0]);
-  for (int i = 0; i < nRows; i += 2) {
-    if (i + 1 < nRows)
-      load(i + 1, buf[1]);
-    compute(i, buf[0]);
-    if (i + 1 >= nRows)
-      break;
-    if (i + 2 < nRows)
-      load(i + 2, buf[0]);
-    compute(i + 1, buf[1]);
+  if constexpr (PIPE == 0) {
+    u32 buf[2][8][NL];
+    auto load = [&](int i, u32 (&dst)[8][NL]) {
+      const u32 *row = rowTile(i);
+#pragma unroll
+      for (int l = 0; l < NL; ++l) {
+        const u32 *p = row + map.off[l];
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+          dst[c][l] = __ldg(p + c * W);
+      }
+    };
+    load(0, buf[0]);
+    for (int i = 0; i < nRows; i += 2) {
+      if (i + 1 < nRows)
+        load(i + 1, buf[1]);
+      compute(i, buf[0]);
+      if (i + 1 >= nRows)
+        break;
+      if (i + 2 < nRows)
+        load(i + 2, buf[0]);
+      compute(i + 1, buf[1]);
+    }
+  } else {
+    constexpr int kRowWords = 8 * W, kChunks = kRowWords / 4; // 16 B each
+    auto issue = [&](int i) {
+      if (i < nRows) {
+        const u32 *row = rowTile(i);
+        u32 *dst = ring + (i % PIPE) * kRowWords;
+#pragma unroll
+        for (int q = lane; q < kChunks; q += 32) {
+          const unsigned sa =
+              static_cast<unsigned>(__cvta_generic_to_shared(dst + 4 * q));
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa),
+                       "l"(row + 4 * q));
+        }
+      }
+      asm volatile("cp.async.commit_group;\n" ::);
+    };
+#pragma unroll
+    for (int i = 0; i < PIPE - 1; ++i)
+      issue(i);
+    for (int i = 0; i < nRows; ++i) {
+      issue(i + PIPE - 1);
+      asm volatile("cp.async.wait_group %0;\n" ::"n"(PIPE - 1));
+      __syncwarp();
+      const u32 *src = ring + (i % PIPE) * kRowWords;
+      u32 v[8][NL];
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int l = 0; l < NL; ++l)
+          v[c][l] = src[c * W + map.off[l]];
+      __syncwarp(); // the ring slot is refilled by the next issue
+      compute(i, v);
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
   }
 }
 
 /// acc[nb][c] += x . T over tile rows [i0, i0 + nRows) of one gate/up half.
-template <int K, int CB, bool E4M3, int BATCH, int SVT>
+template <int K, int CB, bool E4M3, int BATCH, int SVT, int PIPE>
 __device__ __forceinline__ void
 guRows(const u8 *half, TileStrides st, int i0, int nRows,
        const float *const (&xp)[kNB(BATCH)], const void *suBlock, bool lo,
-       float (&acc)[kNB(BATCH)][8][4]) {
+       u32 *ring, float (&acc)[kNB(BATCH)][8][4]) {
   typedef typename StorageOf<SVT>::type SV;
   constexpr int NB = kNB(BATCH), W = TileLane<K>::kWords;
   const u32 *base = reinterpret_cast<const u32 *>(half);
   const SV *su = static_cast<const SV *>(suBlock);
-  decodeRows<K, CB, E4M3, NB>(
+  decodeRows<K, CB, E4M3, NB, PIPE>(
       nRows,
       [&](int i) { return base + tileIndex(i0 + i, 0, st) * W; },
       [&](int i, u32 (&b)[NB][2]) {
@@ -442,7 +485,7 @@ guRows(const u8 *half, TileStrides st, int i0, int nRows,
           fragB(xp[nb] ? xp[nb] + 16 * (i0 + i) : nullptr, s, lo, b[nb][0],
                 b[nb][1]);
       },
-      acc);
+      ring, acc);
 }
 
 /// Dispatches a runtime K to the specialisations WMASK allows; others trap.
@@ -459,10 +502,26 @@ guRows(const u8 *half, TileStrides st, int i0, int nRows,
   default: __trap();                                                           \
   }
 
-template <int WMASK, int CB, bool E4M3, int BATCH, int SVT>
+/// Highest width in a width mask (sizes the cp.async ring).
+__host__ __device__ constexpr int kMaxWidth(int m) {
+  return m >= 0x100 ? 8 : m >= 0x80 ? 7 : m >= 0x40 ? 6 : m >= 0x20 ? 5
+       : m >= 0x10 ? 4 : m >= 0x08 ? 3 : m >= 0x04 ? 2 : 1;
+}
+
+/// Per-warp cp.async ring of PIPE rows of 8 tiles at the widest K.
+template <int WMASK, int PIPE, int THREADS> struct MoeRing {
+  static constexpr int kWords = PIPE ? PIPE * 8 * 8 * kMaxWidth(WMASK) : 1;
+  static_assert(THREADS / 32 * kWords * 4 <= 32768,
+                "cp.async ring over 32 KB: fewer stages or threads");
+};
+
+template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
+          int THREADS>
 __device__ __forceinline__ void moeGateUp(GLM_MOE_TRELLIS_PARAMS) {
   typedef typename StorageOf<SVT>::type SV;
   constexpr int NB = kNB(BATCH);
+  constexpr int kRing = MoeRing<WMASK, PIPE, THREADS>::kWords;
+  __shared__ __align__(16) u32 ring[THREADS / 32][kRing];
   const int lane = threadIdx.x & 31, j4 = lane & 3, g = lane >> 2;
   const long long item =
       (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -517,8 +576,8 @@ __device__ __forceinline__ void moeGateUp(GLM_MOE_TRELLIS_PARAMS) {
   const TileStrides st{gu_sI, gu_sI8, 0};
   const int k = widths[(e * 3 + p) * 16 + h];
 #define GLM_GU(KK)                                                             \
-  guRows<KK, CB, E4M3, BATCH, SVT>(half, st, s * rowsPer, rowsPer, xp, su, lo, \
-                                   acc)
+  guRows<KK, CB, E4M3, BATCH, SVT, PIPE>(half, st, s * rowsPer, rowsPer, xp, \
+                                         su, lo, ring[threadIdx.x >> 5], acc)
   GLM_MOE_DISPATCH_K(WMASK, k, GLM_GU)
 #undef GLM_GU
 
@@ -589,14 +648,14 @@ __device__ __forceinline__ void moeGateUp(GLM_MOE_TRELLIS_PARAMS) {
 
 /// acc[nb][c] += act . T over the 8 tile rows of one down half, output
 /// columns 128*blk .. +128.
-template <int K, int CB, bool E4M3, int BATCH>
+template <int K, int CB, bool E4M3, int BATCH, int PIPE>
 __device__ __forceinline__ void
 downHalf(const u8 *half, TileStrides st, int blk,
-         const float *const (&ap)[kNB(BATCH)], bool lo,
+         const float *const (&ap)[kNB(BATCH)], bool lo, u32 *ring,
          float (&acc)[kNB(BATCH)][8][4]) {
   constexpr int NB = kNB(BATCH), W = TileLane<K>::kWords;
   const u32 *base = reinterpret_cast<const u32 *>(half);
-  decodeRows<K, CB, E4M3, NB>(
+  decodeRows<K, CB, E4M3, NB, PIPE>(
       8, [&](int r) { return base + tileIndex(r, 8 * blk, st) * W; },
       [&](int r, u32 (&b)[NB][2]) {
 #pragma unroll
@@ -604,13 +663,16 @@ downHalf(const u8 *half, TileStrides st, int blk,
           fragB(ap[nb] ? ap[nb] + 16 * r : nullptr, 1.0f, lo, b[nb][0],
                 b[nb][1]);
       },
-      acc);
+      ring, acc);
 }
 
-template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int THREADS>
+template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
+          int THREADS>
 __device__ __forceinline__ void moeDown(GLM_MOE_TRELLIS_PARAMS) {
   typedef typename StorageOf<SVT>::type SV;
   constexpr int NB = kNB(BATCH);
+  constexpr int kRing = MoeRing<WMASK, PIPE, THREADS>::kWords;
+  __shared__ __align__(16) u32 ring[THREADS / 32][kRing];
   __shared__ float zs[THREADS / 32][BATCH][128]; // EXL3 output Hadamard
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31, j4 = lane & 3, g = lane >> 2;
@@ -655,7 +717,8 @@ __device__ __forceinline__ void moeDown(GLM_MOE_TRELLIS_PARAMS) {
           ap[nb] = act + ((long long)un.slot[bb] * 16 + h) * 128 + 2 * j4;
     }
     const int k = widths[(e * 3 + 2) * 16 + h];
-#define GLM_DN(KK) downHalf<KK, CB, E4M3, BATCH>(half, st, blk, ap, lo, acc)
+#define GLM_DN(KK)                                                             \
+  downHalf<KK, CB, E4M3, BATCH, PIPE>(half, st, blk, ap, lo, ring[warp], acc)
     GLM_MOE_DISPATCH_K(WMASK, k, GLM_DN)
 #undef GLM_DN
   }
@@ -752,12 +815,13 @@ __device__ __forceinline__ void moeDown(GLM_MOE_TRELLIS_PARAMS) {
 }
 
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int STAGE,
-          int THREADS>
+          int PIPE, int THREADS>
 __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
   static_assert(WMASK != 0 && (WMASK & ~0x1FE) == 0, "widths: K in 1..8");
   static_assert(CB >= 0 && CB <= 2, "codebook: 3inst, mcg or mul1");
   static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");
   static_assert(STAGE == 0 || STAGE == 1, "stage: 0 gate/up, 1 down");
+  static_assert(PIPE == 0 || (PIPE >= 2 && PIPE <= 8), "pipe: 0 or 2..8");
   static_assert(THREADS % 32 == 0 && THREADS >= 32 && THREADS <= 512,
                 "THREADS: 1..16 warps");
   // Preconditions the launcher guarantees; a violation traps (never wrong
@@ -767,9 +831,10 @@ __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
       down_group < 1 || 16 % down_group != 0)
     __trap();
   if (STAGE == 0)
-    moeGateUp<WMASK, CB, E4M3, BATCH, SVT>(GLM_MOE_TRELLIS_ARGS);
+    moeGateUp<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
+        GLM_MOE_TRELLIS_ARGS);
   else
-    moeDown<WMASK, CB, E4M3, BATCH, SVT, THREADS>(GLM_MOE_TRELLIS_ARGS);
+    moeDown<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(GLM_MOE_TRELLIS_ARGS);
 }
 
 } // namespace glm

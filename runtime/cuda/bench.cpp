@@ -11,11 +11,14 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/cuda/bench.h"
 #include "codegen/codegen.h"
+#include "codegen/moe_trellis_abi.h"
 #include "runtime/base/error.h"
 #include "runtime/base/numeric.h"
 #include "runtime/cuda/cuda_api.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -238,68 +241,212 @@ void benchCopy(Ctx &c) {
 
 const char *cbName(int cb) { return cb == 1 ? "mcg" : "mul1"; }
 
-/// Per-matrix trellis GEMV (dense_gemv_trellis) at expert shapes.
+std::string fmtRatio(double r) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", r);
+  return b;
+}
+
+/// moe_trellis launch configuration (runtime split factors, block size).
+struct MoeConfig {
+  int split, group, threads, pipe;
+  std::string str() const {
+    return "s" + std::to_string(split) + "g" + std::to_string(group) + "t" +
+           std::to_string(threads) + "p" + std::to_string(pipe);
+  }
+};
+
+/// GLM_BENCH_MOE_CONFIGS="16:4:128:0,24:2:128:4" (split:group:threads:pipe,
+/// the first is the one used for the full-layer and expert rows); default
+/// 16:4:128:4.
+std::vector<MoeConfig> moeConfigs() {
+  std::vector<MoeConfig> v;
+  if (const char *env = std::getenv("GLM_BENCH_MOE_CONFIGS")) {
+    std::stringstream ss(env);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      MoeConfig m{};
+      check(std::sscanf(item.c_str(), "%d:%d:%d:%d", &m.split, &m.group,
+                        &m.threads, &m.pipe) == 4,
+            "bench: GLM_BENCH_MOE_CONFIGS item '", item,
+            "' is not split:group:threads:pipe");
+      v.push_back(m);
+    }
+  }
+  if (v.empty())
+    v.push_back({16, 4, 128, 4});
+  return v;
+}
+
+KernelSpec moeSpec(int K, int cb, int e4m3, int batch, int stage,
+                   const MoeConfig &m) {
+  return mkSpec("moe_trellis", {{"widths", std::to_string(K)},
+                                {"codebook", cbName(cb)},
+                                {"e4m3", std::to_string(e4m3)},
+                                {"batch", std::to_string(batch)},
+                                {"sv", "f16"},
+                                {"stage", stage == 0 ? "gu" : "down"},
+                                {"pipe", std::to_string(m.pipe)},
+                                {"threads", std::to_string(m.threads)}});
+}
+
+/// `layers` distinct copies of the expert weights a decode step reads
+/// (topk routed experts, nShared shared ones; every half at width K) and
+/// the moe_trellis tables over E routed + nShared experts, exlr8 layout.
+struct MoeWorld {
+  int H, E, topk, nShared, batch, K, L;
+  std::vector<int> chosen; // the routed experts (distinct memory)
+  DeviceBuffer pool, guSvh, guSu, dSuh, dSvB, widths, signs, xh, ids, rw,
+      out, scratch, counters;
+  std::vector<DeviceBuffer> tables;
+  size_t halfBytes = 0;
+
+  MoeWorld(Ctx &c, int H_, int E_, int topk_, int nShared_, int batch_,
+           int K_, int L_, int maxSplit)
+      : H(H_), E(E_), topk(topk_), nShared(nShared_), batch(batch_), K(K_),
+        L(L_) {
+    const int I = 2048, halves = 16, nBlk = H / 128, eTot = E + nShared;
+    const int slots = topk + nShared;
+    halfBytes = size_t(128) * H * K / 8;
+    for (int k = 0; k < topk; ++k)
+      chosen.push_back((17 * k + 3) % E);
+    pool = DeviceBuffer(size_t(L) * slots * 3 * halves * halfBytes);
+    fillRandom(c.fill, pool.ptr(), pool.size(), c.seed++, c.stream);
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> uni(0.5f, 1.5f);
+    auto halfVec = [&](size_t n) {
+      std::vector<uint16_t> v(n);
+      for (auto &h : v)
+        h = floatToHalf(uni(rng) * ((rng() & 1) ? -1.0f : 1.0f));
+      DeviceBuffer b(n * 2);
+      b.upload(v.data(), n * 2);
+      return b;
+    };
+    guSvh = halfVec(size_t(2) * eTot * I);
+    guSu = halfVec(size_t(2) * eTot * nBlk);
+    dSuh = halfVec(size_t(eTot) * I);
+    dSvB = halfVec(size_t(eTot) * nBlk);
+    std::vector<uint8_t> w(size_t(eTot) * 3 * halves, uint8_t(K));
+    widths = DeviceBuffer(w.size());
+    widths.upload(w.data(), w.size());
+    std::vector<float> sg(H), x(size_t(batch) * H);
+    for (auto &v : sg)
+      v = (rng() & 1) ? -1.0f : 1.0f;
+    std::normal_distribution<float> nd;
+    for (auto &v : x)
+      v = nd(rng);
+    signs = DeviceBuffer(H * 4);
+    signs.upload(sg.data(), H * 4);
+    xh = DeviceBuffer(x.size() * 4);
+    xh.upload(x.data(), x.size() * 4);
+    // Every row routes to the same experts (batch rows share weights).
+    std::vector<int> id(size_t(batch) * topk);
+    std::vector<float> wt(id.size(), 1.0f / float(topk));
+    for (int b = 0; b < batch; ++b)
+      for (int k = 0; k < topk; ++k)
+        id[b * topk + k] = chosen[k];
+    ids = DeviceBuffer(id.size() * 4);
+    ids.upload(id.data(), id.size() * 4);
+    rw = DeviceBuffer(wt.size() * 4);
+    rw.upload(wt.data(), wt.size() * 4);
+    out = DeviceBuffer(size_t(batch) * H * 4);
+    glm::codegen::MoeTrellisDims d = dims({maxSplit, 1, 128, 0});
+    scratch = DeviceBuffer(d.scratchFloats() * 4);
+    counters = DeviceBuffer(d.counterInts() * 4);
+    counters.zero();
+    for (int l = 0; l < L; ++l) {
+      std::vector<uint64_t> t(size_t(eTot) * 3 * halves);
+      for (int e = 0; e < eTot; ++e) {
+        int slot = 0;
+        if (e >= E)
+          slot = topk + (e - E);
+        for (int k = 0; k < topk; ++k)
+          if (chosen[k] == e)
+            slot = k;
+        for (int p = 0; p < 3; ++p)
+          for (int h = 0; h < halves; ++h)
+            t[(size_t(e) * 3 + p) * halves + h] = halfPtr(l, slot, p, h);
+      }
+      tables.emplace_back(t.size() * 8);
+      tables.back().upload(t.data(), t.size() * 8);
+    }
+  }
+  CUdeviceptr halfPtr(int l, int slot, int p, int h) const {
+    const int slots = topk + nShared;
+    return pool.ptr() +
+           ((size_t(l) * slots + slot) * 3 * 16 + size_t(p) * 16 + h) *
+               halfBytes;
+  }
+  glm::codegen::MoeTrellisDims dims(const MoeConfig &m) const {
+    glm::codegen::MoeTrellisDims d;
+    d.batch = batch, d.topk = topk, d.nRouted = E, d.nShared = nShared;
+    d.hidden = H, d.guSplit = m.split, d.downGroup = m.group;
+    d.threads = m.threads;
+    return d;
+  }
+  /// Both launches of layer l (ids/rw: the router's output buffers).
+  void launch(Ctx &c, int l, const MoeConfig &m, CUfunction gu,
+              CUfunction down, CUdeviceptr x, CUdeviceptr idsP,
+              CUdeviceptr rwP) const {
+    const glm::codegen::MoeTrellisDims d = dims(m);
+    check(d.valid(), "bench: invalid moe_trellis config ", m.str());
+    const CUdeviceptr null = 0;
+    for (int st = 0; st < 2; ++st) {
+      Params p;
+      p << x << idsP << rwP << tables[l].ptr() << widths.ptr() << guSvh.ptr()
+        << guSu.ptr() << dSuh.ptr() << dSvB.ptr() << null << signs.ptr()
+        << scratch.ptr() << counters.ptr() << out.ptr() << batch << topk << E
+        << nShared << H << 2048 << H << 0 << 0 << 8 << 64 << 8 << 64
+        << m.split << m.group << 0;
+      p.launch(st == 0 ? gu : down, st == 0 ? d.gridGateUp() : d.gridDown(),
+               1, unsigned(m.threads), c.stream);
+    }
+  }
+  double weightBytes() const {
+    return double(topk + nShared) * 3 * 2048.0 * H * K / 8;
+  }
+};
+
+/// The routed experts of a decode step through moe_trellis at expert shapes
+/// (GLM-5.3 6144<->2048, Flash 4096<->2048): 8 experts x (gate, up, down),
+/// batch 1 and 8 (rows share the experts), K2/K3/K4 x MCG/MUL1 x E4M3.
 void benchExpert(Ctx &c) {
   struct Shape {
     const char *name;
-    int in, out;
+    int H;
   };
-  const Shape shapes[] = {{"glm53 gate/up", 6144, 2048},
-                          {"glm53 down", 2048, 6144},
-                          {"flash gate/up", 4096, 2048},
-                          {"flash down", 2048, 4096}};
-  const int kCopies = 64, kThreads = 128;
-  auto specOf = [](int K, int cb, int e4m3, int batch) {
-    return mkSpec("dense_gemv_trellis", {{"K", std::to_string(K)},
-                                         {"codebook", cbName(cb)},
-                                         {"e4m3", std::to_string(e4m3)},
-                                         {"batch", std::to_string(batch)},
-                                         {"threads", std::to_string(kThreads)}});
-  };
+  const Shape shapes[] = {{"glm53", 6144}, {"flash", 4096}};
+  const MoeConfig m = moeConfigs().front();
   for (int batch : {1, 8})
     for (int K = 2; K <= 4; ++K)
       for (int cb : {1, 2})
         for (int e4m3 : {0, 1})
-          c.kernels.add(specOf(K, cb, e4m3, batch));
+          for (int st = 0; st < 2; ++st)
+            c.kernels.add(moeSpec(K, cb, e4m3, batch, st, m));
   c.log << "expert: compiling kernels...\n" << std::flush;
   c.kernels.build();
-  size_t maxBytes = 0;
+  const int L = std::max(1, c.opt.layers);
   for (const Shape &s : shapes)
-    maxBytes = std::max(maxBytes, size_t(s.in) * s.out * 4 / 8);
-  DeviceBuffer pool(maxBytes * kCopies);
-  fillRandom(c.fill, pool.ptr(), pool.size(), c.seed++, c.stream);
-  DeviceBuffer x(size_t(8) * 6144 * 4), z(size_t(8) * 6144 * 4);
-  {
-    std::mt19937 rng(5);
-    std::normal_distribution<float> d;
-    std::vector<float> hx(size_t(8) * 6144);
-    for (auto &v : hx)
-      v = d(rng);
-    x.upload(hx.data(), hx.size() * 4);
-  }
-  for (const Shape &s : shapes)
-    for (int batch : {1, 8})
-      for (int K = 2; K <= 4; ++K)
+    for (int K = 2; K <= 4; ++K)
+      for (int batch : {1, 8}) {
+        MoeWorld w(c, s.H, 256, 8, 0, batch, K, L, 48);
         for (int cb : {1, 2})
           for (int e4m3 : {0, 1}) {
-            const size_t bytes = size_t(s.in) * s.out * K / 8;
-            CUfunction f = c.kernels.get(specOf(K, cb, e4m3, batch));
+            CUfunction gu = c.kernels.get(moeSpec(K, cb, e4m3, batch, 0, m));
+            CUfunction dn = c.kernels.get(moeSpec(K, cb, e4m3, batch, 1, m));
             Graph g;
             g.capture(c.stream, [&] {
-              for (int i = 0; i < kCopies; ++i) {
-                Params p;
-                p << x.ptr() << (pool.ptr() + i * bytes) << z.ptr() << batch
-                  << s.in << s.out << s.out / 16 << s.out / 2 << 8;
-                p.launch(f, unsigned((s.out / 16 + 3) / 4), 1, kThreads,
-                         c.stream);
-              }
+              for (int l = 0; l < L; ++l)
+                w.launch(c, l, m, gu, dn, w.xh.ptr(), w.ids.ptr(),
+                         w.rw.ptr());
             });
             double ms = timeMs(c.stream, c.opt.reps, [&] { g.launch(c.stream); });
             std::ostringstream name;
-            name << s.name << " " << s.in << "x" << s.out << " K" << K << " "
+            name << s.name << " 8x(g+u+d) " << s.H << "<->2048 K" << K << " "
                  << cbName(cb) << (e4m3 ? " e4m3" : "") << " b" << batch;
-            addRow(c, "expert", name.str(), ms / kCopies, double(bytes));
+            addRow(c, "expert", name.str(), ms / L, w.weightBytes());
           }
+      }
 }
 
 /// One MoE layer decode step at batch 1, GLM-5.3 shapes.
@@ -309,7 +456,9 @@ void benchMoeLayer(Ctx &c) {
   struct LayerCase {
     int K, cb, e4m3;
   };
-  const LayerCase cases[] = {{2, 1, 1}, {3, 1, 1}, {4, 1, 1}, {4, 2, 0}};
+  const LayerCase cases[] = {{2, 1, 1}, {3, 1, 1}, {4, 1, 1},
+                             {2, 2, 0}, {3, 2, 0}, {4, 2, 0}};
+  const std::vector<MoeConfig> configs = moeConfigs();
   auto expertSpec = [](const LayerCase &lc) {
     return mkSpec("expert_gemv_trellis", {{"widths", std::to_string(lc.K)},
                                           {"codebook", cbName(lc.cb)},
@@ -327,8 +476,15 @@ void benchMoeLayer(Ctx &c) {
                                               {"topk", "8"},
                                               {"threads", "256"}});
   const KernelSpec reduce = mkSpec("moe_reduce", {{"threads", "256"}});
-  for (const LayerCase &lc : cases)
+  int maxSplit = 1;
+  for (const MoeConfig &m : configs)
+    maxSplit = std::max(maxSplit, m.split);
+  for (const LayerCase &lc : cases) {
     c.kernels.add(expertSpec(lc));
+    for (const MoeConfig &m : configs)
+      for (int st = 0; st < 2; ++st)
+        c.kernels.add(moeSpec(lc.K, lc.cb, lc.e4m3, 1, st, m));
+  }
   for (const KernelSpec *s : {&had, &gemv, &router, &reduce})
     c.kernels.add(*s);
   c.log << "moe-layer: compiling kernels...\n" << std::flush;
@@ -465,26 +621,67 @@ void benchMoeLayer(Ctx &c) {
     std::ostringstream base;
     base << "glm53 K" << lc.K << " " << cbName(lc.cb)
          << (lc.e4m3 ? " e4m3" : "") << " b1";
-    Graph full, only;
-    full.capture(c.stream, [&] {
-      for (int l = 0; l < L; ++l)
-        step(l);
-    });
+    // The old kernel (one block per (half, expert)), experts only.
+    Graph only;
     only.capture(c.stream, [&] {
       for (int l = 0; l < L; ++l)
         experts(l);
     });
-    double msGraph = timeMs(c.stream, c.opt.reps, [&] { full.launch(c.stream); });
-    double msStream = timeMs(c.stream, c.opt.reps, [&] {
-      for (int l = 0; l < L; ++l)
-        step(l);
-    });
-    double msExperts =
-        timeMs(c.stream, c.opt.reps, [&] { only.launch(c.stream); });
-    addRow(c, "moe-layer", base.str() + " layer (graph)", msGraph / L, bytes);
-    addRow(c, "moe-layer", base.str() + " layer (stream)", msStream / L, bytes);
-    addRow(c, "moe-layer", base.str() + " experts only", msExperts / L,
+    double msOld = timeMs(c.stream, c.opt.reps, [&] { only.launch(c.stream); });
+    addRow(c, "moe-layer", base.str() + " old kernel experts", msOld / L,
            expertBytes);
+
+    // moe_trellis: the same step in two launches (gate/up, down + reduce +
+    // H * signs.out), every config of GLM_BENCH_MOE_CONFIGS.
+    MoeWorld w(c, H, E, topk, 1, 1, lc.K, L, maxSplit);
+    for (size_t ci = 0; ci < configs.size(); ++ci) {
+      const MoeConfig &m = configs[ci];
+      CUfunction gu = c.kernels.get(moeSpec(lc.K, lc.cb, lc.e4m3, 1, 0, m));
+      CUfunction dn = c.kernels.get(moeSpec(lc.K, lc.cb, lc.e4m3, 1, 1, m));
+      auto newStep = [&](int l) {
+        Params a; // xh = H(x * signs.in) / sqrt(128)
+        a << dX.ptr() << dSigns.ptr() << null << dXh.ptr() << 1 << H << 0
+          << 0;
+        a.launch(fHad, (H / 128 + 7) / 8, 1, 256, c.stream);
+        Params g;
+        g << dX.ptr() << (routerW.ptr() + size_t(l) * E * H * 2) << null
+          << dLogitScratch.ptr() << 1 << H << E << E << 0;
+        g.launch(fGemv, E / 8, 1, 256, c.stream);
+        Params r;
+        r << dLogits.ptr() << null << dIds.ptr() << dW.ptr() << 1 << E
+          << 2.5f << 1;
+        r.launch(fRouter, 1, 1, 256, c.stream);
+        w.launch(c, l, m, gu, dn, dXh.ptr(), dIds.ptr(), dW.ptr());
+      };
+      Graph expertsG;
+      expertsG.capture(c.stream, [&] {
+        for (int l = 0; l < L; ++l)
+          w.launch(c, l, m, gu, dn, dXh.ptr(), dIds.ptr(), dW.ptr());
+      });
+      double msExp =
+          timeMs(c.stream, c.opt.reps, [&] { expertsG.launch(c.stream); });
+      addRow(c, "moe-layer",
+             base.str() + " experts " + m.str() + " x" +
+                 fmtRatio(msOld / msExp),
+             msExp / L, expertBytes);
+      if (ci != 0)
+        continue;
+      Graph full;
+      full.capture(c.stream, [&] {
+        for (int l = 0; l < L; ++l)
+          newStep(l);
+      });
+      double msGraph =
+          timeMs(c.stream, c.opt.reps, [&] { full.launch(c.stream); });
+      double msStream = timeMs(c.stream, c.opt.reps, [&] {
+        for (int l = 0; l < L; ++l)
+          newStep(l);
+      });
+      addRow(c, "moe-layer", base.str() + " layer (graph)", msGraph / L,
+             bytes);
+      addRow(c, "moe-layer", base.str() + " layer (stream)", msStream / L,
+             bytes);
+    }
   }
 }
 

@@ -37,6 +37,12 @@ std::vector<KernelSpec> representativeSpecs() {
   add("expert_gemv_trellis", {{"widths", "18"}, {"codebook", "3inst"},
                               {"e4m3", "0"}, {"batch", "4"}, {"sv", "f32"},
                               {"threads", "256"}});
+  add("moe_trellis", {{"widths", "234"}, {"codebook", "mcg"}, {"e4m3", "1"},
+                      {"batch", "1"}, {"sv", "f16"}, {"stage", "gu"},
+                      {"pipe", "4"}, {"threads", "128"}});
+  add("moe_trellis", {{"widths", "15678"}, {"codebook", "mul1"},
+                      {"e4m3", "0"}, {"batch", "8"}, {"sv", "bf16"},
+                      {"stage", "down"}, {"pipe", "0"}, {"threads", "128"}});
   add("moe_reduce", {{"threads", "256"}});
   add("dense_gemv", {{"format", "bf16"}, {"scale", "none"}, {"batch", "1"},
                      {"threads", "256"}});
@@ -74,7 +80,7 @@ std::vector<KernelSpec> representativeSpecs() {
                        {"xt", "f16"}, {"bm", "128"}, {"threads", "256"}});
   add("gemm_trellis_grouped", {{"widths", "234"}, {"codebook", "mcg"},
                                {"e4m3", "1"}, {"xt", "f16"}, {"bm", "64"},
-                               {"threads", "256"}});
+                               {"threads", "128"}});
   add("gemm_trellis_grouped", {{"widths", "18"}, {"codebook", "mul1"},
                                {"e4m3", "0"}, {"xt", "f32"}, {"bm", "128"},
                                {"threads", "256"}});
