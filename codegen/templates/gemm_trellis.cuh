@@ -14,18 +14,19 @@
 // inputs, fp32 accumulation) unchanged. For fp16-representable xh the result
 // equals the GEMV's up to fp32 accumulation order.
 //
-// Block tile BM x 128 x 32 (tokens x outputs x inputs), 8 warps as 2 x 4,
-// warp tile (BM/2) x 32. Per 32-input step the block's 16 trellis tiles
-// (2 deep x 8 wide) arrive by cp.async (NSTAGE-deep ring); each warp decodes
-// two of them, once per block, straight into m16n8k16 B fragments (the tile's
+// Block tile BM x BN x 32 (tokens x outputs x inputs), BN = THREADS (4 or 8
+// warps side by side, warp tile BM x 32). Per 32-input step the block's
+// trellis tiles arrive by cp.async (a 3-4 step ring); each warp decodes its
+// own two tile columns (no other warp needs them: each tile is decoded once
+// per block) straight into m16n8k16 B fragments in registers (a tile's
 // trellis order IS the fragment order: lane L's positions 8L..8L+7 are its
-// b0..b3 of both n8 halves) and stores them to shared memory as one 16-byte
-// word per lane; all warps then read the fragments they need. Decode of step
-// k+1 and the MMAs of step k run in the same loop body so the integer and
-// tensor pipes overlap. Requirements: in % 32 == 0, out % 16 == 0,
+// b0..b3 of both n8 halves). xh is staged in shared memory (fp16, padded
+// rows) and read by ldmatrix. The next k16's decode is issued between the
+// current MMAs so the integer and tensor pipes overlap. No wgmma (the
+// Sparks lack it). Requirements: in % 32 == 0, out % 16 == 0,
 // x_stride % 8 == 0 (fp16) or % 4 == 0 (fp32) with a 16-byte aligned xh,
-// tiles 16-byte aligned. Grid (ceil(out/128), ceil(m/BM)), THREADS = 256,
-// static shared memory <= 48 KB (fits the Sparks' 99 KB).
+// tiles 16-byte aligned. Grid (ceil(out / THREADS), ceil(m / BM)); static
+// shared memory <= 45 KB (the Sparks allow 99 KB).
 #pragma once
 
 #include "glm_common.cuh"
@@ -48,8 +49,9 @@ __device__ __forceinline__ u32 decodePairH2(u32 s0, u32 s1) {
   if (CB == kCbMul1) {
     // dp4a gives 0x6400 + byte sum = the fp16 bits of 1024 + b; one fused
     // fp16 FMA with k_inv (0x1EEE) and k_bias (0xC931) is the format's RN16.
-    const u32 b0 = u32(__dp4a(int(s0 * 0x83DCD12Du), 0x01010101, 0x6400));
-    const u32 b1 = u32(__dp4a(int(s1 * 0x83DCD12Du), 0x01010101, 0x6400));
+    // Unsigned dp4a: the bytes are 0..255 (the signed form would be wrong).
+    const u32 b0 = __dp4a(s0 * 0x83DCD12Du, 0x01010101u, 0x6400u);
+    const u32 b1 = __dp4a(s1 * 0x83DCD12Du, 0x01010101u, 0x6400u);
     const u32 bb = __byte_perm(b0, b1, 0x5410);
     __half2 h = *reinterpret_cast<const __half2 *>(&bb);
     const __half2 kInv = __halves2half2(__ushort_as_half(0x1EEE),
@@ -159,21 +161,29 @@ __device__ __forceinline__ u32 packHalf2(float lo, float hi) {
   return *reinterpret_cast<const u32 *>(&h);
 }
 
-/// Shared memory of one block tile: trellis word ring, xh double buffer,
-/// decoded fragments (double buffer).
-template <int K, int BM> struct GemmSmem {
+/// Shared memory of one block tile: the trellis word ring and the xh
+/// double buffer. BN = 32 * warps output columns, 32 inputs per step.
+template <int K, int BM, int THREADS> struct GemmSmem {
+  static constexpr int kWarps = THREADS / 32;
+  static constexpr int kBN = 32 * kWarps;
   static constexpr int kStages = K <= 4 ? 4 : 3;
-  static constexpr int kStepWords = 16 * 8 * K; // 16 tiles of 8K u32
-  static constexpr int kXPitch = 32 + 8;        // halves; conflict-free
+  static constexpr int kStepTiles = 2 * (kBN / 16); // 2 deep x BN/16 wide
+  static constexpr int kStepWords = kStepTiles * 8 * K;
+  static constexpr int kXPitch = 32 + 8; // halves; conflict-free ldmatrix
   static constexpr int kWordsBytes = kStages * kStepWords * 4;
   static constexpr int kXBytes = 2 * BM * kXPitch * 2;
-  static constexpr int kBBytes = 2 * 16 * 32 * 16;
-  static constexpr int kBytes = kWordsBytes + kXBytes + kBBytes;
+  static constexpr int kBytes = kWordsBytes + kXBytes;
 };
 
-/// One BM x 128 output tile at (m0, n0) of z = xh . T. Local row r reads
+/// One BM x BN output tile at (m0, n0) of z = xh . T. Local row r reads
 /// xh row (row_map ? row_map[r] : r) and writes z row r (pointers already
 /// offset to the problem); rows >= m are zero / not written.
+/// Warp w owns output columns n0 + 32w .. +31 (trellis tile columns 2w,
+/// 2w + 1) for all BM rows: it decodes exactly those tiles, once per block,
+/// straight into its B fragment registers, so decoded weights never touch
+/// shared memory; xh fragments come from shared memory by ldmatrix (128
+/// bytes per mma). The decode of the next 16 inputs is issued between the
+/// MMAs of the current ones so the integer and tensor pipes overlap.
 template <int K, int CB, bool E4M3, int XT, int BM, int THREADS>
 __device__ __forceinline__ void gemmTrellisTile(
     const void *__restrict__ xh, const int *__restrict__ row_map,
@@ -184,37 +194,36 @@ __device__ __forceinline__ void gemmTrellisTile(
   static_assert(CB >= 0 && CB <= 2, "codebook");
   static_assert(XT == 0 || XT == 1, "xh storage: f32 or f16");
   static_assert(BM == 64 || BM == 128, "BM: 64 or 128 tokens");
-  static_assert(THREADS == 256, "8 warps");
-  typedef GemmSmem<K, BM> L;
-  constexpr int BK = 32;            // inputs per step (BN = 128)
-  constexpr int kTileWords = 8 * K; // u32 per tile
+  static_assert(THREADS == 128 || THREADS == 256, "4 or 8 warps");
+  typedef GemmSmem<K, BM, THREADS> L;
+  constexpr int BK = 32;                    // inputs per step
+  constexpr int kTileWords = 8 * K;         // u32 per tile
+  constexpr int kWide = L::kBN / 16;        // tile columns per block
   constexpr int kStepWords = L::kStepWords;
   constexpr int kStepChunks = kStepWords / 4; // 16-byte chunks
   constexpr int NSTAGE = L::kStages;
+  constexpr int NAHEAD = NSTAGE - 1;          // steps in flight
   constexpr int XPITCH = L::kXPitch;
-  constexpr int WM = BM / 2; // warp tile rows
-  constexpr int MT = WM / 16; // m16 tiles per warp
+  constexpr int MT = BM / 16;                 // m16 tiles per warp
   constexpr int XCHUNKS = BM * BK / 8 / THREADS; // 8-element chunks/thread
 
   u32 (*sWords)[kStepWords] = reinterpret_cast<u32 (*)[kStepWords]>(smem);
   __half (*sX)[BM][XPITCH] =
       reinterpret_cast<__half (*)[BM][XPITCH]>(smem + L::kWordsBytes);
-  uint4 (*sB)[16][32] = reinterpret_cast<uint4 (*)[16][32]>(
-      smem + L::kWordsBytes + L::kXBytes);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int wm = warp >> 2, wn = warp & 3;
   const int nk = in / BK;
   const int tileCols = out / 16;
   const u32 *tw = reinterpret_cast<const u32 *>(tiles);
 
   // Trellis words of step k into ring slot k % NSTAGE (one commit group).
+  // Tile t of a step: k16 half t / kWide, tile column t % kWide.
   auto loadWords = [&](int k) {
     if (k < nk) {
       u32 *dst = sWords[k % NSTAGE];
       for (int c = threadIdx.x; c < kStepChunks; c += THREADS) {
         const int t = c / (2 * K), sub = c % (2 * K);
-        const int i = 2 * k + (t >> 3), j = (n0 >> 4) + (t & 7);
+        const int i = 2 * k + t / kWide, j = (n0 >> 4) + t % kWide;
         if (j < tileCols)
           cpAsync16(dst + t * kTileWords + 4 * sub,
                     tw + tileIndex(i, j, st) * kTileWords + 4 * sub);
@@ -262,16 +271,12 @@ __device__ __forceinline__ void gemmTrellisTile(
           make_uint4(xr[c][0], xr[c][1], xr[c][2], xr[c][3]);
     }
   };
-  // Warp w decodes tiles w (k16 0) and w + 8 (k16 1): column w of the block.
-  auto decodeStep = [&](int k, int buf) {
-    const u32 *src = sWords[k % NSTAGE];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int t = warp + 8 * h;
-      sB[buf][t][lane] = decodeLaneFrag<K, CB, E4M3>(src + t * kTileWords, lane);
-    }
+  // This warp's two tiles of k16 half kk of step k -> B fragments.
+  auto decode = [&](int k, int kk, uint4 b[2]) {
+    const u32 *src = sWords[k % NSTAGE] + (kk * kWide + 2 * warp) * kTileWords;
+    b[0] = decodeLaneFrag<K, CB, E4M3>(src, lane);
+    b[1] = decodeLaneFrag<K, CB, E4M3>(src + kTileWords, lane);
   };
-
   float acc[MT][4][4];
 #pragma unroll
   for (int i = 0; i < MT; ++i)
@@ -280,61 +285,60 @@ __device__ __forceinline__ void gemmTrellisTile(
 #pragma unroll
       for (int r = 0; r < 4; ++r)
         acc[i][j][r] = 0.0f;
-
-  // Prologue: the word ring, xh and decoded fragments of step 0.
+  auto mmaHalf = [&](int buf, int kk, const uint4 b[2]) {
 #pragma unroll
-  for (int s = 0; s < NSTAGE; ++s)
+    for (int mt = 0; mt < MT; ++mt) {
+      u32 a[4];
+      ldmatrixX4(a, &sX[buf][mt * 16 + (lane & 15)][kk * 16 + (lane >> 4) * 8]);
+      mma16816(acc[mt][0], a, b[0].x, b[0].y);
+      mma16816(acc[mt][1], a, b[0].z, b[0].w);
+      mma16816(acc[mt][2], a, b[1].x, b[1].y);
+      mma16816(acc[mt][3], a, b[1].z, b[1].w);
+    }
+  };
+
+  // Prologue: NAHEAD steps of words in flight, xh of step 0, fragments of
+  // step 0's first k16 half.
+#pragma unroll
+  for (int s = 0; s < NAHEAD; ++s)
     loadWords(s);
   loadX(0);
   storeX(0);
-  cpAsyncWait<NSTAGE - 1>(); // step 0 landed
+  cpAsyncWait<NAHEAD - 1>(); // step 0 landed
   __syncthreads();
-  decodeStep(0, 0);
+  uint4 bcur[2], bnext[2];
+  decode(0, 0, bcur);
 
   for (int k = 0; k < nk; ++k) {
     const int buf = k & 1;
-    cpAsyncWait<NSTAGE - 2>(); // step k + 1 landed
-    __syncthreads();           // sX/sB[buf] ready; buf ^ 1 and slot k free
-    loadWords(k + NSTAGE);     // into the slot step k used (decoded before)
+    cpAsyncWait<NAHEAD - 2 < 0 ? 0 : NAHEAD - 2>(); // step k + 1 landed
+    __syncthreads(); // sX[buf] stored; slot (k-1) and sX[buf^1] free
+    loadWords(k + NAHEAD); // into slot (k - 1) % NSTAGE
     const bool more = k + 1 < nk;
     if (more)
       loadX(k + 1);
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      if (more && kk == 0)
-        decodeStep(k + 1, buf ^ 1); // overlaps the MMAs below
-      u32 a[MT][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        ldmatrixX4(a[mt], &sX[buf][wm * WM + mt * 16 + (lane & 15)]
-                              [kk * 16 + (lane >> 4) * 8]);
-      const uint4 b0 = sB[buf][kk * 8 + 2 * wn][lane];
-      const uint4 b1 = sB[buf][kk * 8 + 2 * wn + 1][lane];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        mma16816(acc[mt][0], a[mt], b0.x, b0.y);
-        mma16816(acc[mt][1], a[mt], b0.z, b0.w);
-        mma16816(acc[mt][2], a[mt], b1.x, b1.y);
-        mma16816(acc[mt][3], a[mt], b1.z, b1.w);
-      }
-    }
+    decode(k, 1, bnext);
+    mmaHalf(buf, 0, bcur);
+    if (more)
+      decode(k + 1, 0, bcur);
+    mmaHalf(buf, 1, bnext);
     if (more)
       storeX(buf ^ 1);
   }
   cpAsyncWait<0>();
 
-  // Epilogue: n8 tile nt of the warp = columns 32wn + 8nt (tile column
-  // 2wn + nt/2, half nt&1); c0,c1 at row lane/4, c2,c3 at row lane/4 + 8.
+  // Epilogue: n8 tile nt of the warp = columns 32w + 8nt; c0,c1 at row
+  // lane/4, c2,c3 at row lane/4 + 8.
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
-      const int col = n0 + 32 * wn + 8 * nt + 2 * (lane & 3);
+      const int col = n0 + 32 * warp + 8 * nt + 2 * (lane & 3);
       if (col >= out)
         continue;
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
-        const int row = m0 + wm * WM + mt * 16 + (lane >> 2) + 8 * hr;
+        const int row = m0 + mt * 16 + (lane >> 2) + 8 * hr;
         if (row >= m)
           continue;
         float *p = z + (long long)row * z_stride + col;
@@ -347,13 +351,15 @@ __device__ __forceinline__ void gemmTrellisTile(
     }
 }
 
-/// Dense entry: grid (ceil(out/128), ceil(m/BM)).
+/// Dense entry: grid (ceil(out / THREADS), ceil(m / BM)); BN = THREADS.
 template <int K, int CB, bool E4M3, int XT, int BM, int THREADS>
 __device__ __forceinline__ void gemmTrellis(GLM_GEMM_TRELLIS_PARAMS) {
-  __shared__ __align__(16) unsigned char smem[GemmSmem<K, BM>::kBytes];
+  __shared__ __align__(16) unsigned char smem[GemmSmem<K, BM, THREADS>::kBytes];
+  if ((int)blockIdx.x * THREADS >= out || (int)blockIdx.y * BM >= m)
+    return; // a grid rounded up by the caller
   gemmTrellisTile<K, CB, E4M3, XT, BM, THREADS>(
       xh, nullptr, tiles, z, m, in, out, x_stride, z_stride, accumulate,
-      TileStrides{sI, sI8, sJ8}, blockIdx.y * BM, blockIdx.x * 128, smem);
+      TileStrides{sI, sI8, sJ8}, blockIdx.y * BM, blockIdx.x * THREADS, smem);
 }
 
 } // namespace glm

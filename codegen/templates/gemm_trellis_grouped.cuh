@@ -14,8 +14,9 @@
 // offset of the item's row 0, column 0). Down halves of one expert write
 // separate partials (sum them as moe_reduce does) or use accumulate with
 // one launch per half. Items are built on the device after routing; the
-// grid is (items, ceil(out/128)), so a padded upper-bound item count with
-// null tiles is fine.
+// grid is (items, ceil(out / THREADS)) (BN = THREADS: use 128 threads for
+// 128-wide gate/up halves, 256 for down), so a padded upper-bound item
+// count with null tiles is fine.
 #pragma once
 
 #include "gemm_trellis.cuh"
@@ -47,12 +48,14 @@ namespace glm {
 
 /// The largest tile shared memory over the widths in WMASK (one buffer,
 /// carved by whichever width an item has).
-template <int WMASK, int BM, int K = 1> struct GroupedSmem {
-  static constexpr int kOwn = (WMASK & (1 << K)) ? GemmSmem<K, BM>::kBytes : 0;
-  static constexpr int kRest = GroupedSmem<WMASK, BM, K + 1>::kBytes;
+template <int WMASK, int BM, int THREADS, int K = 1> struct GroupedSmem {
+  static constexpr int kOwn =
+      (WMASK & (1 << K)) ? GemmSmem<K, BM, THREADS>::kBytes : 0;
+  static constexpr int kRest = GroupedSmem<WMASK, BM, THREADS, K + 1>::kBytes;
   static constexpr int kBytes = kOwn > kRest ? kOwn : kRest;
 };
-template <int WMASK, int BM> struct GroupedSmem<WMASK, BM, 9> {
+template <int WMASK, int BM, int THREADS>
+struct GroupedSmem<WMASK, BM, THREADS, 9> {
   static constexpr int kBytes = 0;
 };
 
@@ -60,14 +63,14 @@ template <int WMASK, int CB, bool E4M3, int XT, int BM, int THREADS>
 __device__ __forceinline__ void gemmTrellisGrouped(
     GLM_GEMM_TRELLIS_GROUPED_PARAMS) {
   static_assert(WMASK != 0 && (WMASK & ~0x1FE) == 0, "widths 1..8");
-  __shared__ __align__(16) unsigned char smem[GroupedSmem<WMASK, BM>::kBytes];
+  __shared__ __align__(16) unsigned char smem[GroupedSmem<WMASK, BM, THREADS>::kBytes];
   if ((int)blockIdx.x >= n_items)
     return;
   const GemmItem it = items[blockIdx.x];
   if (it.tiles == nullptr || it.rows <= 0)
     return;
   const int m = it.rows < BM ? it.rows : BM;
-  const int n0 = blockIdx.y * 128;
+  const int n0 = blockIdx.y * THREADS; // BN = THREADS
   const int *map = row_ids ? row_ids + it.row_start : nullptr;
   const long long xoff =
       (row_ids ? 0 : (long long)it.row_start * x_stride) + it.x_col;
@@ -98,8 +101,8 @@ __device__ __forceinline__ void gemmTrellisGrouped(
   }
 #undef GLM_GEMM_GROUPED_CASE
   // A width this kernel was not built for: NaN outputs, never silence.
-  for (int idx = threadIdx.x; idx < m * 128; idx += THREADS) {
-    const int r = idx >> 7, c = n0 + (idx & 127);
+  for (int idx = threadIdx.x; idx < m * THREADS; idx += THREADS) {
+    const int r = idx / THREADS, c = n0 + idx % THREADS;
     if (c < out)
       zz[(long long)r * z_stride + c] = __int_as_float(0x7fc00000);
   }

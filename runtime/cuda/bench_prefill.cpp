@@ -51,14 +51,30 @@ extern "C" __global__ void glm_prefill_fill(unsigned *p, unsigned long long n,
 }
 )";
 
-glm::codegen::KernelSpec gemmSpec(int K, int bm) {
+glm::codegen::KernelSpec gemmSpec(int K, int bm, int threads) {
   glm::codegen::KernelSpec s;
   s.family = "gemm_trellis";
   s.args = {{"K", std::to_string(K)}, {"codebook", "mcg"}, {"e4m3", "1"},
             {"xt", "f16"},           {"bm", std::to_string(bm)},
-            {"threads", "256"}};
+            {"threads", std::to_string(threads)}};
   return s;
 }
+glm::codegen::KernelSpec groupedSpec(int bm, int threads) {
+  glm::codegen::KernelSpec s;
+  s.family = "gemm_trellis_grouped";
+  s.args = {{"widths", "234"}, {"codebook", "mcg"}, {"e4m3", "1"},
+            {"xt", "f16"},     {"bm", std::to_string(bm)},
+            {"threads", std::to_string(threads)}};
+  return s;
+}
+
+/// Mirrors glm::GemmItem (gemm_trellis_grouped.cuh).
+struct GemmItemHost {
+  uint64_t tiles;
+  int64_t zOff;
+  int32_t rowStart, rows, xCol, k;
+};
+static_assert(sizeof(GemmItemHost) == 32, "GemmItem ABI");
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -120,17 +136,23 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log) {
     ~StreamGuard() { cuStreamDestroy(s); }
   } guard{stream};
 
-  // Kernels: the fill helper and gemm_trellis K2/K3/K4 x bm 64/128,
-  // compiled by NVRTC in parallel exactly as a plan's are.
-  const int widths[] = {2, 3, 4}, bms[] = {64, 128};
+  // Kernels: the fill helper, gemm_trellis K2/K3/K4 x bm 64/128 x
+  // threads (= BN) 128/256 and the grouped form, compiled by NVRTC in
+  // parallel exactly as a plan's are.
+  const int widths[] = {2, 3, 4}, bms[] = {64, 128}, thr[] = {128, 256};
   std::vector<std::pair<std::string, std::string>> todo; // name, source
   todo.emplace_back("glm_prefill_fill", kPrefillFill);
+  auto addSpec = [&](const glm::codegen::KernelSpec &s) {
+    todo.emplace_back(glm::codegen::kernelName(s),
+                      glm::codegen::generateSource(s));
+  };
   for (int K : widths)
-    for (int bm : bms) {
-      auto s = gemmSpec(K, bm);
-      todo.emplace_back(glm::codegen::kernelName(s),
-                        glm::codegen::generateSource(s));
-    }
+    for (int bm : bms)
+      for (int t : thr)
+        addSpec(gemmSpec(K, bm, t));
+  for (int bm : bms)
+    for (int t : thr)
+      addSpec(groupedSpec(bm, t));
   std::vector<std::vector<uint8_t>> bins(todo.size());
   std::vector<std::string> errs(todo.size());
   {
@@ -212,8 +234,8 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log) {
 
   std::ostringstream table;
   char line[256];
-  std::snprintf(line, sizeof line, "%-15s %-12s %5s %3s %9s %9s %9s %7s\n",
-                "shape", "in->out", "M", "K", "bm64", "bm128", "cuBLAS",
+  std::snprintf(line, sizeof line, "%-15s %-12s %5s %3s %-12s %9s %9s %7s\n",
+                "shape", "in->out", "M", "K", "best tile", "ours", "cuBLAS",
                 "ratio");
   table << line;
   log << line << std::flush;
@@ -239,24 +261,29 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log) {
       }
 #endif
       for (int K : widths) {
-        double tf[2] = {0, 0};
-        for (int b = 0; b < 2; ++b) {
-          const int bm = bms[b];
-          CUfunction f = fn(glm::codegen::kernelName(gemmSpec(K, bm)));
-          const int zero = 0;
-          const double msT = timeMs(stream, opt.reps, [&] {
-            // xh, tiles, z, m, in, out, x_stride, z_stride, accumulate,
-            // sI, sI8, sJ8 (EXL3 row-major tiles).
-            launchArgs(f, unsigned((s.out + 127) / 128),
-                       unsigned((M + bm - 1) / bm), 256, stream,
-                       {slot(dX.ptr()), slot(dT.ptr()), slot(dZ.ptr()),
-                        slot(M), slot(s.in), slot(s.out), slot(s.in),
-                        slot(s.out), slot(zero), slot(s.out / 16),
-                        slot(s.out / 2), slot(8)});
-          });
-          tf[b] = flops / (msT * 1e-3) / 1e12;
-        }
-        const double best = std::max(tf[0], tf[1]);
+        double best = 0;
+        std::string bestTile;
+        for (int bm : bms)
+          for (int t : thr) {
+            CUfunction f = fn(glm::codegen::kernelName(gemmSpec(K, bm, t)));
+            const int zero = 0;
+            const double msT = timeMs(stream, opt.reps, [&] {
+              // xh, tiles, z, m, in, out, x_stride, z_stride, accumulate,
+              // sI, sI8, sJ8 (EXL3 row-major tiles).
+              launchArgs(f, unsigned((s.out + t - 1) / t),
+                         unsigned((M + bm - 1) / bm), unsigned(t), stream,
+                         {slot(dX.ptr()), slot(dT.ptr()), slot(dZ.ptr()),
+                          slot(M), slot(s.in), slot(s.out), slot(s.in),
+                          slot(s.out), slot(zero), slot(s.out / 16),
+                          slot(s.out / 2), slot(8)});
+            });
+            const double tf = flops / (msT * 1e-3) / 1e12;
+            log << "    " << s.name << " M" << M << " K" << K << " bm" << bm
+                << " t" << t << ": " << tf << " TFLOP/s\n";
+            if (tf > best)
+              best = tf, bestTile = "bm" + std::to_string(bm) + " t" +
+                                    std::to_string(t);
+          }
         char ratio[16];
         if (cublasTf > 0)
           std::snprintf(ratio, sizeof ratio, "%.3f", best / cublasTf);
@@ -265,16 +292,147 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log) {
         char io[24];
         std::snprintf(io, sizeof io, "%d->%d", s.in, s.out);
         std::snprintf(line, sizeof line,
-                      "%-15s %-12s %5d %3d %9.1f %9.1f %9.1f %7s\n", s.name,
-                      io, M, K, tf[0], tf[1], cublasTf, ratio);
+                      "%-15s %-12s %5d %3d %-12s %9.1f %9.1f %7s\n", s.name,
+                      io, M, K, bestTile.c_str(), best, cublasTf, ratio);
         table << line;
         log << line << std::flush;
       }
     }
   GLM_CU(cuStreamSynchronize(stream));
+
+  // MoE layer prefill (GLM-5.3: 256 experts, top-8, uniform routing = T/32
+  // rows per expert) through gemm_trellis_grouped. gate+up: one item per
+  // (expert, projection, half, bm rows), 6144 -> 128 per half, widths
+  // cycling 2/3/4 (a mixed manifest), rows gathered through row_ids,
+  // threads 128; down: one item per (expert, bm rows) over the expert's 16
+  // contiguous K3 halves (sI8 = 3072 tiles per half), 2048 -> 6144, threads
+  // 256. cuBLAS: strided-batched fp16 GEMMs over the 256 experts with dense
+  // fp16 weights (inputs pre-gathered, which favours cuBLAS).
+  const int E = 256, topk = 8, H = 6144, I = 2048, halves = 16;
+  const size_t guHalfBytes = size_t(H) * 128 * 4 / 8; // K4 slot per half
+  const size_t downBytes = size_t(I) * H * 3 / 8;
+  const int Tmax = 8192, Rmax = Tmax * topk;
+  DeviceBuffer gu(size_t(E) * 2 * halves * guHalfBytes),
+      dn(size_t(E) * downBytes), act(size_t(Rmax) * std::max(H, I) * 2),
+      zg(size_t(Rmax) * 2 * I * 4), zd(size_t(Rmax) * H * 4),
+      rowIds(size_t(Rmax) * 4);
+  fillBuf(gu, 21, 0);
+  fillBuf(dn, 22, 0);
+  fillBuf(act, 23, 1);
+#ifdef GLM_HAVE_CUBLAS
+  DeviceBuffer wGu(size_t(E) * 2 * I * H * 2), wDn(size_t(E) * H * I * 2);
+  fillBuf(wGu, 24, 1);
+  fillBuf(wDn, 25, 1);
+#endif
+  GLM_CU(cuStreamSynchronize(stream));
+  std::ostringstream moe;
+  std::snprintf(line, sizeof line, "%-22s %5s %6s %-10s %9s %9s %7s\n",
+                "moe projection", "T", "rows/e", "best tile", "ours",
+                "cuBLAS", "ratio");
+  moe << line;
+  log << line << std::flush;
+  for (int T : {512, 2048, 8192}) {
+    const int per = T * topk / E, R = E * per;
+    std::vector<int> ids(R);
+    for (int r = 0; r < R; ++r)
+      ids[r] = r % T; // every token 8 times, spread over the experts
+    rowIds.upload(ids.data(), ids.size() * 4);
+    for (int proj = 0; proj < 2; ++proj) { // 0 gate+up, 1 down
+      const int in = proj ? I : H, outW = proj ? H : 2 * I;
+      const double flops = 2.0 * R * double(in) * outW;
+      double best = 0;
+      std::string bestTile;
+      for (int bm : bms) {
+        std::vector<GemmItemHost> items;
+        for (int e = 0; e < E; ++e)
+          for (int r0 = 0; r0 < per; r0 += bm) {
+            GemmItemHost it{};
+            it.rowStart = e * per + r0;
+            it.rows = std::min(bm, per - r0);
+            if (proj == 0) {
+              for (int p = 0; p < 2; ++p)
+                for (int hf = 0; hf < halves; ++hf) {
+                  it.tiles = gu.ptr() + ((size_t(e) * 2 + p) * halves + hf) *
+                                            guHalfBytes;
+                  it.k = 2 + (e + p + hf) % 3;
+                  it.zOff = int64_t(e * per + r0) * 2 * I + p * I + 128 * hf;
+                  items.push_back(it);
+                }
+            } else {
+              it.tiles = dn.ptr() + size_t(e) * downBytes;
+              it.k = 3;
+              it.zOff = int64_t(e * per + r0) * H;
+              items.push_back(it);
+            }
+          }
+        DeviceBuffer dItems(items.size() * sizeof(GemmItemHost));
+        dItems.upload(items.data(), dItems.size());
+        const int t = proj ? 256 : 128;
+        CUfunction f = fn(glm::codegen::kernelName(groupedSpec(bm, t)));
+        const int zero = 0, nItems = int(items.size());
+        const double msT = timeMs(stream, opt.reps, [&] {
+          // xh, row_ids, items, z, n_items, in, out, x_stride, z_stride,
+          // accumulate, sI, sI8, sJ8.
+          if (proj == 0)
+            launchArgs(f, unsigned(nItems), 1, unsigned(t), stream,
+                       {slot(dX.ptr()), slot(rowIds.ptr()), slot(dItems.ptr()),
+                        slot(zg.ptr()), slot(nItems), slot(H), slot(128),
+                        slot(H), slot(2 * I), slot(zero), slot(8), slot(64),
+                        slot(8)});
+          else
+            launchArgs(f, unsigned(nItems), unsigned(H / t), unsigned(t),
+                       stream,
+                       {slot(act.ptr()), slot(CUdeviceptr(0)),
+                        slot(dItems.ptr()), slot(zd.ptr()), slot(nItems),
+                        slot(I), slot(H), slot(I), slot(H), slot(zero),
+                        slot(8), slot(3072), slot(64)});
+        });
+        const double tf = flops / (msT * 1e-3) / 1e12;
+        log << "    moe " << (proj ? "down" : "gate+up") << " T" << T
+            << " bm" << bm << " t" << t << ": " << tf << " TFLOP/s\n";
+        if (tf > best)
+          best = tf,
+          bestTile = "bm" + std::to_string(bm) + " t" + std::to_string(t);
+      }
+      double cublasTf = 0;
+#ifdef GLM_HAVE_CUBLAS
+      {
+        const float alpha = 1.0f, beta = 0.0f;
+        const double msC = timeMs(stream, opt.reps, [&] {
+          checkCublas(
+              cublasGemmStridedBatchedEx(
+                  h, CUBLAS_OP_T, CUBLAS_OP_N, outW, per, in, &alpha,
+                  reinterpret_cast<const void *>(proj ? wDn.ptr() : wGu.ptr()),
+                  CUDA_R_16F, in, (long long)outW * in,
+                  reinterpret_cast<const void *>(act.ptr()), CUDA_R_16F, in,
+                  (long long)per * in, &beta,
+                  reinterpret_cast<void *>(proj ? zd.ptr() : zg.ptr()),
+                  CUDA_R_32F, outW, (long long)per * outW, E,
+                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "cublasGemmStridedBatchedEx");
+        });
+        cublasTf = flops / (msC * 1e-3) / 1e12;
+      }
+#endif
+      char ratio[16];
+      if (cublasTf > 0)
+        std::snprintf(ratio, sizeof ratio, "%.3f", best / cublasTf);
+      else
+        std::snprintf(ratio, sizeof ratio, "n/a");
+      std::snprintf(line, sizeof line, "%-22s %5d %6d %-10s %9.1f %9.1f %7s\n",
+                    proj ? "down 2048->6144 K3" : "gate+up 6144->2x2048",
+                    T, per, bestTile.c_str(), best, cublasTf, ratio);
+      moe << line;
+      log << line << std::flush;
+    }
+  }
+  GLM_CU(cuStreamSynchronize(stream));
   return "prefill GEMM (TFLOP/s; gemm_trellis mcg e4m3, fp16 xh, fp32 out; "
          "cuBLAS fp16 weights, fp32 out):\n" +
-         table.str();
+         table.str() +
+         "\nMoE layer prefill (gemm_trellis_grouped, 256 experts, top-8, "
+         "uniform routing; cuBLAS strided-batched fp16):\n" +
+         moe.str();
 }
 
 } // namespace glm::rt::cuda

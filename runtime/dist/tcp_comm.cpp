@@ -21,20 +21,21 @@
 namespace glm::rt::dist {
 namespace {
 
-// Wire format: a 16-byte header {type, aux, length} in host byte order (all
-// ranks of a plan run the same build on the same architecture), then the
-// payload.
+// Wire format: a 24-byte header {type, aux, the sender's step, length} in
+// host byte order (all ranks of a plan run the same build on the same
+// architecture), then the payload.
 enum MsgType : uint32_t {
   kHello = 1,     // peer -> 0: rank, world, hash, pid, label, host
   kWelcome = 2,   // 0 -> peer: pids and hosts of every rank
   kRefuse = 3,    // 0 -> peer: why it may not join (a sentence)
   kAbort = 4,     // any: the run stops (a sentence naming the culprit)
-  kHeartbeat = 5, // aux: the sender's step
+  kHeartbeat = 5,
   kData = 6,      // aux: collective number
   kBye = 7,       // the sender finished cleanly
 };
 struct Header {
   uint32_t type, aux;
+  int64_t step;
   uint64_t len;
 };
 constexpr uint64_t kMaxPayload = 1ull << 36;
@@ -112,9 +113,9 @@ bool writeFull(int fd, const char *p, size_t n, int64_t stallNs,
 }
 
 std::vector<char> frame(uint32_t type, uint32_t aux, const void *data,
-                        size_t len) {
+                        size_t len, int64_t step = -1) {
   std::vector<char> buf(sizeof(Header) + len);
-  Header h{type, aux, (uint64_t)len};
+  Header h{type, aux, step, (uint64_t)len};
   std::memcpy(buf.data(), &h, sizeof h);
   if (len)
     std::memcpy(buf.data() + sizeof h, data, len);
@@ -491,9 +492,9 @@ void TcpHostComm::readerLoop(int r) {
       if (have - at < sizeof h + h.len)
         break;
       const char *pl = buf.data() + at + sizeof h;
+      p.step = h.step;
       switch (h.type) {
       case kHeartbeat:
-        p.step = (int32_t)h.aux;
         break;
       case kData: {
         std::lock_guard<std::mutex> lk(mu_);
@@ -527,8 +528,7 @@ void TcpHostComm::heartbeatLoop() {
   while (!stop_) {
     for (int r : activePeers())
       if (!peers_[r].left)
-        trySendMsg(r, kHeartbeat, (uint32_t)(int32_t)step_.load(), nullptr,
-                   0);
+        trySendMsg(r, kHeartbeat, 0, nullptr, 0);
     if (!failing_) {
       int64_t now = nowNs();
       for (int r : activePeers()) {
@@ -556,7 +556,7 @@ bool TcpHostComm::trySendMsg(int r, uint32_t type, uint32_t aux,
   std::unique_lock<std::timed_mutex> lk(p.writeMu, std::defer_lock);
   if (!lk.try_lock_for(std::chrono::milliseconds(200)))
     return false;
-  std::vector<char> f = frame(type, aux, data, len);
+  std::vector<char> f = frame(type, aux, data, len, step_);
   return writeFull(p.fd, f.data(), f.size(), secondsToNs(cfg_.timeout),
                    type == kHeartbeat, [] { return false; });
 }
@@ -565,7 +565,7 @@ void TcpHostComm::sendMsg(int r, uint32_t type, uint32_t aux,
                           const void *data, size_t len) {
   Peer &p = peers_[r];
   std::unique_lock<std::timed_mutex> lk(p.writeMu);
-  std::vector<char> f = frame(type, aux, data, len);
+  std::vector<char> f = frame(type, aux, data, len, step_);
   bool ok = writeFull(p.fd, f.data(), f.size(), secondsToNs(cfg_.timeout),
                       false, [this] { return failing_.load(); });
   lk.unlock();

@@ -106,17 +106,18 @@ std::vector<double> matmul64(const std::vector<double> &x,
   return ref;
 }
 
-KernelSpec gemmSpec(int K, int cb, bool e4m3, int xt, int bm) {
+KernelSpec gemmSpec(int K, int cb, bool e4m3, int xt, int bm,
+                    int threads = 256) {
   return spec("gemm_trellis", {{"K", std::to_string(K)},
                                {"codebook", cbName(cb)},
                                {"e4m3", e4m3 ? "1" : "0"},
                                {"xt", xt == 1 ? "f16" : "f32"},
                                {"bm", std::to_string(bm)},
-                               {"threads", "256"}});
+                               {"threads", std::to_string(threads)}});
 }
 
 /// Runs the GEMM: xh [M, in] (row stride xStride) stored as xt -> z [M, out]
-/// fp32 (row stride zStride).
+/// fp32 (row stride zStride). Block = threads = BN output columns.
 std::vector<float> runGemm(const KernelSpec &s, int xt, int bm,
                            const std::vector<float> &xh, int xStride,
                            const TrellisMatrix &t, int M, int in, int out,
@@ -129,8 +130,9 @@ std::vector<float> runGemm(const KernelSpec &s, int xt, int bm,
   Args a;
   a.ptr(dX).ptr(dT).ptr(dZ) << M << in << out << xStride << zStride
                             << accumulate << t.sI << t.sI8 << t.sJ8;
-  a.launch(kernel(s), unsigned((out + 127) / 128), unsigned((M + bm - 1) / bm),
-           256);
+  const int threads = std::stoi(s.args.at("threads"));
+  a.launch(kernel(s), unsigned((out + threads - 1) / threads),
+           unsigned((M + bm - 1) / bm), unsigned(threads));
   return download<float>(dZ, size_t(M) * zStride);
 }
 
@@ -139,6 +141,7 @@ struct GemmCase {
   bool e4m3;
   int xt, bm, M, in, out, layout;
   bool reconstruct; // also check the full W = suh.H.Q.H.svh path
+  int threads = 256;
 };
 
 class GemmTrellisGpu : public ::testing::TestWithParam<GemmCase> {
@@ -152,11 +155,12 @@ TEST_P(GemmTrellisGpu, MatchesCodecReference) {
   const int xStride = in + (c.xt == 1 ? 8 : 4), zStride = out + 2;
   std::mt19937 rng(900 + c.K * 131 + c.cb * 17 + c.layout * 5 + M);
   TrellisMatrix t = makeMatrix(rng, c.K, c.cb, c.e4m3, in, out, c.layout);
-  const KernelSpec s = gemmSpec(c.K, c.cb, c.e4m3, c.xt, c.bm);
+  const KernelSpec s = gemmSpec(c.K, c.cb, c.e4m3, c.xt, c.bm, c.threads);
   std::string name = std::string("gemm_trellis k") + std::to_string(c.K) +
                      " " + cbName(c.cb) + (c.e4m3 ? " e4m3" : "") + " x" +
                      (c.xt == 1 ? "f16" : "f32") + " bm" +
-                     std::to_string(c.bm) + " " + std::to_string(M) + "x" +
+                     std::to_string(c.bm) + " t" + std::to_string(c.threads) +
+                     " " + std::to_string(M) + "x" +
                      std::to_string(in) + "->" + std::to_string(out) +
                      (c.layout == 1 ? " exlr8_side0"
                                     : c.layout == 2 ? " exlr8_side2" : "");
@@ -228,19 +232,20 @@ INSTANTIATE_TEST_SUITE_P(
         // GLM-5.3 expert gate/up and down shapes, M not a multiple of BM.
         GemmCase{4, 1, true, 1, 128, 300, 6144, 2048, 0, true},
         GemmCase{3, 2, false, 0, 128, 200, 2048, 6144, 0, true},
-        GemmCase{2, 0, false, 1, 64, 77, 6144, 2048, 0, false},
+        GemmCase{2, 0, false, 1, 64, 77, 6144, 2048, 0, false, 128},
         // Small M, out not a multiple of 128, every codebook and E4M3 mode.
         GemmCase{2, 1, true, 0, 64, 16, 1024, 768, 0, false},
         GemmCase{4, 2, true, 1, 128, 129, 1024, 1040, 0, false},
+        GemmCase{4, 2, true, 0, 128, 129, 1024, 1040, 0, false, 128},
         GemmCase{3, 0, true, 1, 128, 1, 512, 256, 0, false},
         GemmCase{4, 0, false, 0, 64, 250, 512, 384, 0, false},
         GemmCase{2, 2, false, 1, 128, 64, 2048, 512, 0, false},
         // Odd and extreme widths.
         GemmCase{5, 1, false, 0, 128, 96, 1024, 512, 0, false},
-        GemmCase{1, 0, false, 1, 64, 40, 512, 256, 0, false},
+        GemmCase{1, 0, false, 1, 64, 40, 512, 256, 0, false, 128},
         GemmCase{8, 2, true, 1, 128, 130, 1024, 256, 0, false},
         // exlr8 dense record layouts.
-        GemmCase{3, 1, true, 1, 128, 140, 1024, 768, 1, false},
+        GemmCase{3, 1, true, 1, 128, 140, 1024, 768, 1, false, 128},
         GemmCase{4, 1, true, 0, 64, 70, 1024, 768, 2, false}),
     [](const auto &info) { return "case" + std::to_string(info.index); });
 
@@ -323,6 +328,7 @@ protected:
 /// expert nobody routed to, and a width outside the kernel's set (NaN).
 TEST_F(GemmTrellisGroupedGpu, GateUpHalvesWithGatheredRows) {
   const int E = 5, halves = 3, in = 1024, out = 128, T = 150, bm = 64;
+  const int threads = 128; // BN = 128: one block column per half
   const int cb = 1;
   const bool e4m3 = true;
   std::mt19937 rng(4242);
@@ -385,11 +391,12 @@ TEST_F(GemmTrellisGroupedGpu, GateUpHalvesWithGatheredRows) {
                                                {"e4m3", "1"},
                                                {"xt", "f16"},
                                                {"bm", std::to_string(bm)},
-                                               {"threads", "256"}});
+                                               {"threads",
+                                                std::to_string(threads)}});
   Args a;
   a.ptr(dX).ptr(dRows).ptr(dItems).ptr(dZ)
       << int(items.size()) << in << out << in << zStride << 0 << 8 << 64 << 8;
-  a.launch(kernel(s), unsigned(items.size()), 1, 256);
+  a.launch(kernel(s), unsigned(items.size()), 1, threads);
   const std::vector<float> z = download<float>(dZ, z0.size());
   Err e;
   size_t untouched = 0, nanOk = 0, bad = 0;
@@ -477,7 +484,8 @@ TEST_F(GemmTrellisGroupedGpu, DownHalvesWithInputSlices) {
   a.ptr(dX).null().ptr(dItems).ptr(dZ)
       << int(items.size()) << 128 << out << inter << out << 0 << 8
       << out / 2 << 64;
-  a.launch(kernel(s), unsigned(items.size()), unsigned((out + 127) / 128),
+  // BN = 256: the second block column is half outside out (384).
+  a.launch(kernel(s), unsigned(items.size()), unsigned((out + 255) / 256),
            256);
   const std::vector<float> z = download<float>(dZ, size_t(halves) * R * out);
   Err e;
