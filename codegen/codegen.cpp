@@ -138,7 +138,10 @@ std::vector<FamilyInfo> buildFamilies() {
                       storageParam("sv", "sv"),
                       enumParam("stage", "", {{"gu", "0"}, {"down", "1"}}),
                       intParam("pipe", "p", {"0", "2", "3", "4", "6"}),
+                      intParam("minblocks", "m", {"0", "2", "3", "4", "5",
+                                                  "6", "8"}),
                       threadsParam({"64", "128", "256"})}));
+  f.back().minBlocksParam = "minblocks";
   f.push_back(family("moe_reduce", "glm::moeReduce",
                      {threadsParam({"128", "256", "512"})}));
   f.push_back(family("dense_gemv", "glm::denseGemv",
@@ -191,19 +194,20 @@ std::vector<FamilyInfo> buildFamilies() {
                      {threadsParam({"256", "512", "1024"})}));
   f.push_back(family("argmax", "glm::argmax",
                      {threadsParam({"256", "512", "1024"})}));
-  // Prefill GEMM on trellis weights (tensor cores), xh fp32 or fp16.
+  // Prefill GEMM on trellis weights (tensor cores), xh fp32 or fp16;
+  // block tile bm tokens x threads output columns.
   f.push_back(family("gemm_trellis", "glm::gemmTrellis",
                      {intParam("K", "k", range(1, 8)), codebookParam(),
                       boolParam("e4m3"),
                       enumParam("xt", "x", {{"f32", "0"}, {"f16", "1"}}),
                       intParam("bm", "m", {"64", "128"}),
-                      threadsParam({"256"})}));
+                      threadsParam({"128", "256"})}));
   // Its grouped form: many expert halves (per-half widths) in one launch.
   f.push_back(family("gemm_trellis_grouped", "glm::gemmTrellisGrouped",
                      {widthsParam(), codebookParam(), boolParam("e4m3"),
                       enumParam("xt", "x", {{"f32", "0"}, {"f16", "1"}}),
                       intParam("bm", "m", {"64", "128"}),
-                      threadsParam({"256"})}));
+                      threadsParam({"128", "256"})}));
   const auto &templates = embeddedTemplates();
   for (FamilyInfo &fi : f) {
     auto it = templates.find(fi.header);
@@ -332,8 +336,12 @@ std::string generateSource(const KernelSpec &spec) {
     os << " " << p.name << "=" << spec.args.at(p.name);
   os << "\n#include \"" << f.header << "\"\n\n";
   os << "extern \"C\" __global__ void";
-  if (!f.threadsParam.empty())
-    os << " __launch_bounds__(" << spec.args.at(f.threadsParam) << ")";
+  if (!f.threadsParam.empty()) {
+    os << " __launch_bounds__(" << spec.args.at(f.threadsParam);
+    if (!f.minBlocksParam.empty() && spec.args.at(f.minBlocksParam) != "0")
+      os << ", " << spec.args.at(f.minBlocksParam);
+    os << ")";
+  }
   os << "\n" << name << "(" << f.paramsMacro << ") {\n";
   os << "  " << f.function << "<" << targs << ">(" << f.argsMacro << ");\n";
   os << "}\n";
