@@ -61,6 +61,9 @@ struct FamilyInfo {
   /// (kRuntimeAbi). Pointers first by convention, then ints.
   std::vector<std::string> kernelParams;
   std::string threadsParam; // template param that is the block size
+  /// Template param giving __launch_bounds__'s minimum resident blocks per
+  /// SM (a register cap); "" = none, value "0" = none.
+  std::string minBlocksParam;
 };
 
 /// Every family, in a fixed order.

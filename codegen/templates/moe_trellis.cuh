@@ -29,7 +29,8 @@
 // E4M3 step per exlr8-format.md §5.5.
 //
 // ---------------------------------------------------------------- ABI ----
-// Template: moeTrellis<WMASK, CB, E4M3, BATCH, SVT, STAGE, PIPE, THREADS>
+// Template: moeTrellis<WMASK, CB, E4M3, BATCH, SVT, STAGE, PIPE, MINBLOCKS,
+//                      THREADS>
 //   WMASK   bit K set = width K allowed (a non-null half of another width
 //           traps: a launch never skips bytes silently)
 //   CB      0 3inst, 1 mcg, 2 mul1;  E4M3 exlr8 rounding on/off
@@ -39,6 +40,8 @@
 //   PIPE    0: next tile row prefetched into registers; 2..8: per-warp
 //           shared-memory ring of PIPE rows filled by cp.async (static
 //           smem PIPE * 256 * Kmax bytes per warp, <= 32 KB per block)
+//   MINBLOCKS  min resident blocks per SM in the entry's __launch_bounds__
+//           (0 = none): caps registers for occupancy
 // Runtime parameters (GLM_MOE_TRELLIS_PARAMS, in order):
 //   xh        f32 rotated input: x(b, slot k, proj p) at
 //             xh + b*xh_row_stride + k*xh_slot_stride + p*xh_proj_stride
@@ -265,26 +268,24 @@ __device__ __forceinline__ void mma16816(float d[4], const u32 a[4], u32 b0,
                  "r"(b1));
 }
 
+/// This lane's 4 activations of one 16-row slice (k = 2j+{0,1}, 2j+{8,9}),
+/// zeros when the lane's batch row is not in the unit.
+__device__ __forceinline__ void loadX4(const float *p, float (&r)[4]) {
+  if (!p) {
+    r[0] = r[1] = r[2] = r[3] = 0.0f;
+    return;
+  }
+  const float2 x01 = *reinterpret_cast<const float2 *>(p);
+  const float2 x89 = *reinterpret_cast<const float2 *>(p + 8);
+  r[0] = x01.x, r[1] = x01.y, r[2] = x89.x, r[3] = x89.y;
+}
+
 /// fp16 hi (lo = false) or lo part of (x0, x1): x = hi + lo to ~22 bits.
 __device__ __forceinline__ u32 splitHiLo(float x0, float x1, bool lo) {
   const __half2 h = __floats2half2_rn(x0, x1);
   const float2 f = __half22float2(h);
   const __half2 l = __floats2half2_rn(x0 - f.x, x1 - f.y);
   return h2u(lo ? l : h);
-}
-
-/// B fragment of one 16-row slice for this lane: k = 2j+{0,1}, 2j+{8,9}
-/// of its batch row (n = lane/4 = 2*row + hi/lo), times `scale`.
-__device__ __forceinline__ void fragB(const float *p, float scale, bool lo,
-                                      u32 &b0, u32 &b1) {
-  if (!p) {
-    b0 = b1 = 0u;
-    return;
-  }
-  const float2 x01 = *reinterpret_cast<const float2 *>(p);
-  const float2 x89 = *reinterpret_cast<const float2 *>(p + 8);
-  b0 = splitHiLo(x01.x * scale, x01.y * scale, lo);
-  b1 = splitHiLo(x89.x * scale, x89.y * scale, lo);
 }
 
 // ------------------------------------------------------------- units ----
@@ -386,16 +387,29 @@ __host__ __device__ constexpr int kNB(int batch) { return batch > 4 ? 2 : 1; }
 /// register buffers). PIPE = D > 1: a per-warp shared-memory ring of D rows
 /// filled by 16-byte cp.async, D - 1 rows in flight (more bytes in flight
 /// per warp at fewer registers); `ring` holds D * 8 * 8K words.
-template <int K, int CB, bool E4M3, int NB, int PIPE, class RowFn, class BFn>
+/// The activations of row i are loaded one row ahead too (loadX(i, raw)
+/// fills this lane's 4 floats per batch group, toB(i, raw, b) makes the B
+/// fragment), so no row waits on an L2 round trip for them.
+template <int K, int CB, bool E4M3, int NB, int PIPE, class RowFn, class XFn,
+          class BFn>
 __device__ __forceinline__ void decodeRows(int nRows, RowFn rowTile,
-                                           BFn fragBRow, u32 *ring,
+                                           XFn loadX, BFn toB, u32 *ring,
                                            float (&acc)[NB][8][4]) {
   constexpr int NL = TileLane<K>::kLoad, W = TileLane<K>::kWords;
   const int lane = threadIdx.x & 31;
   const LaneMap<K> map(lane);
+  float xCur[NB][4], xNext[NB][4];
+  loadX(0, xCur);
   auto compute = [&](int i, const u32 (&src)[8][NL]) {
     u32 b[NB][2];
-    fragBRow(i, b);
+    toB(i, xCur, b);
+    if (i + 1 < nRows)
+      loadX(i + 1, xNext);
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        xCur[nb][t] = xNext[nb][t];
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
       u32 a[4];
@@ -476,14 +490,19 @@ guRows(const u8 *half, TileStrides st, int i0, int nRows,
   const u32 *base = reinterpret_cast<const u32 *>(half);
   const SV *su = static_cast<const SV *>(suBlock);
   decodeRows<K, CB, E4M3, NB, PIPE>(
-      nRows,
-      [&](int i) { return base + tileIndex(i0 + i, 0, st) * W; },
-      [&](int i, u32 (&b)[NB][2]) {
-        const float s = optAt(su, (i0 + i) >> 3);
+      nRows, [&](int i) { return base + tileIndex(i0 + i, 0, st) * W; },
+      [&](int i, float (&r)[NB][4]) {
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb)
-          fragB(xp[nb] ? xp[nb] + 16 * (i0 + i) : nullptr, s, lo, b[nb][0],
-                b[nb][1]);
+          loadX4(xp[nb] ? xp[nb] + 16 * (i0 + i) : nullptr, r[nb]);
+      },
+      [&](int i, const float (&r)[NB][4], u32 (&b)[NB][2]) {
+        const float s = optAt(su, (i0 + i) >> 3);
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+          b[nb][0] = splitHiLo(r[nb][0] * s, r[nb][1] * s, lo);
+          b[nb][1] = splitHiLo(r[nb][2] * s, r[nb][3] * s, lo);
+        }
       },
       ring, acc);
 }
@@ -657,11 +676,17 @@ downHalf(const u8 *half, TileStrides st, int blk,
   const u32 *base = reinterpret_cast<const u32 *>(half);
   decodeRows<K, CB, E4M3, NB, PIPE>(
       8, [&](int r) { return base + tileIndex(r, 8 * blk, st) * W; },
-      [&](int r, u32 (&b)[NB][2]) {
+      [&](int r, float (&x)[NB][4]) {
 #pragma unroll
         for (int nb = 0; nb < NB; ++nb)
-          fragB(ap[nb] ? ap[nb] + 16 * r : nullptr, 1.0f, lo, b[nb][0],
-                b[nb][1]);
+          loadX4(ap[nb] ? ap[nb] + 16 * r : nullptr, x[nb]);
+      },
+      [&](int, const float (&x)[NB][4], u32 (&b)[NB][2]) {
+#pragma unroll
+        for (int nb = 0; nb < NB; ++nb) {
+          b[nb][0] = splitHiLo(x[nb][0], x[nb][1], lo);
+          b[nb][1] = splitHiLo(x[nb][2], x[nb][3], lo);
+        }
       },
       ring, acc);
 }
@@ -815,8 +840,9 @@ __device__ __forceinline__ void moeDown(GLM_MOE_TRELLIS_PARAMS) {
 }
 
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int STAGE,
-          int PIPE, int THREADS>
+          int PIPE, int MINBLOCKS, int THREADS>
 __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
+  (void)MINBLOCKS; // __launch_bounds__(THREADS, MINBLOCKS) on the entry
   static_assert(WMASK != 0 && (WMASK & ~0x1FE) == 0, "widths: K in 1..8");
   static_assert(CB >= 0 && CB <= 2, "codebook: 3inst, mcg or mul1");
   static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");

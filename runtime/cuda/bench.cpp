@@ -249,16 +249,17 @@ std::string fmtRatio(double r) {
 
 /// moe_trellis launch configuration (runtime split factors, block size).
 struct MoeConfig {
-  int split, group, threads, pipe;
+  int split, group, threads, pipe, minBlocks;
   std::string str() const {
     return "s" + std::to_string(split) + "g" + std::to_string(group) + "t" +
-           std::to_string(threads) + "p" + std::to_string(pipe);
+           std::to_string(threads) + "p" + std::to_string(pipe) + "m" +
+           std::to_string(minBlocks);
   }
 };
 
-/// GLM_BENCH_MOE_CONFIGS="16:4:128:0,24:2:128:4" (split:group:threads:pipe,
-/// the first is the one used for the full-layer and expert rows); default
-/// 16:4:128:4.
+/// GLM_BENCH_MOE_CONFIGS="16:4:128:0:0,24:2:128:4:4"
+/// (split:group:threads:pipe:minblocks; the first is the one used for the
+/// full-layer and expert rows).
 std::vector<MoeConfig> moeConfigs() {
   std::vector<MoeConfig> v;
   if (const char *env = std::getenv("GLM_BENCH_MOE_CONFIGS")) {
@@ -266,15 +267,15 @@ std::vector<MoeConfig> moeConfigs() {
     std::string item;
     while (std::getline(ss, item, ',')) {
       MoeConfig m{};
-      check(std::sscanf(item.c_str(), "%d:%d:%d:%d", &m.split, &m.group,
-                        &m.threads, &m.pipe) == 4,
+      check(std::sscanf(item.c_str(), "%d:%d:%d:%d:%d", &m.split, &m.group,
+                        &m.threads, &m.pipe, &m.minBlocks) == 5,
             "bench: GLM_BENCH_MOE_CONFIGS item '", item,
-            "' is not split:group:threads:pipe");
+            "' is not split:group:threads:pipe:minblocks");
       v.push_back(m);
     }
   }
   if (v.empty())
-    v.push_back({16, 4, 128, 4});
+    v.push_back({32, 2, 64, 4, 0});
   return v;
 }
 
@@ -287,6 +288,7 @@ KernelSpec moeSpec(int K, int cb, int e4m3, int batch, int stage,
                                 {"sv", "f16"},
                                 {"stage", stage == 0 ? "gu" : "down"},
                                 {"pipe", std::to_string(m.pipe)},
+                                {"minblocks", std::to_string(m.minBlocks)},
                                 {"threads", std::to_string(m.threads)}});
 }
 
@@ -350,7 +352,7 @@ struct MoeWorld {
     rw = DeviceBuffer(wt.size() * 4);
     rw.upload(wt.data(), wt.size() * 4);
     out = DeviceBuffer(size_t(batch) * H * 4);
-    glm::codegen::MoeTrellisDims d = dims({maxSplit, 1, 128, 0});
+    glm::codegen::MoeTrellisDims d = dims({maxSplit, 1, 128, 0, 0});
     scratch = DeviceBuffer(d.scratchFloats() * 4);
     counters = DeviceBuffer(d.counterInts() * 4);
     counters.zero();
@@ -666,6 +668,30 @@ void benchMoeLayer(Ctx &c) {
              msExp / L, expertBytes);
       if (ci != 0)
         continue;
+      // Each launch alone (down re-reads the act the last gate/up left).
+      for (int st = 0; st < 2; ++st) {
+        Graph one;
+        one.capture(c.stream, [&] {
+          for (int l = 0; l < L; ++l) {
+            const glm::codegen::MoeTrellisDims d = w.dims(m);
+            Params p;
+            p << dXh.ptr() << dIds.ptr() << dW.ptr() << w.tables[l].ptr()
+              << w.widths.ptr() << w.guSvh.ptr() << w.guSu.ptr()
+              << w.dSuh.ptr() << w.dSvB.ptr() << null << w.signs.ptr()
+              << w.scratch.ptr() << w.counters.ptr() << w.out.ptr() << 1
+              << topk << E << 1 << H << 2048 << H << 0 << 0 << 8 << 64 << 8
+              << 64 << m.split << m.group << 0;
+            p.launch(st == 0 ? gu : dn,
+                     st == 0 ? d.gridGateUp() : d.gridDown(), 1,
+                     unsigned(m.threads), c.stream);
+          }
+        });
+        double ms = timeMs(c.stream, c.opt.reps, [&] { one.launch(c.stream); });
+        addRow(c, "moe-layer",
+               base.str() + (st == 0 ? " gate/up launch " : " down launch ") +
+                   m.str(),
+               ms / L, expertBytes * (st == 0 ? 2.0 / 3 : 1.0 / 3));
+      }
       Graph full;
       full.capture(c.stream, [&] {
         for (int l = 0; l < L; ++l)

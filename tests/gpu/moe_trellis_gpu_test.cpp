@@ -38,6 +38,7 @@ KernelSpec moeSpec(const std::string &widths, int cb, bool e4m3, int batchT,
                               {"sv", dtName(sv)},
                               {"stage", stage == 0 ? "gu" : "down"},
                               {"pipe", std::to_string(pipe)},
+                              {"minblocks", pipe == 3 ? "4" : "0"},
                               {"threads", std::to_string(threads)}});
 }
 

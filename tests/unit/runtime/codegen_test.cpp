@@ -39,10 +39,12 @@ std::vector<KernelSpec> representativeSpecs() {
                               {"threads", "256"}});
   add("moe_trellis", {{"widths", "234"}, {"codebook", "mcg"}, {"e4m3", "1"},
                       {"batch", "1"}, {"sv", "f16"}, {"stage", "gu"},
-                      {"pipe", "4"}, {"threads", "128"}});
+                      {"pipe", "4"}, {"minblocks", "4"},
+                      {"threads", "128"}});
   add("moe_trellis", {{"widths", "15678"}, {"codebook", "mul1"},
                       {"e4m3", "0"}, {"batch", "8"}, {"sv", "bf16"},
-                      {"stage", "down"}, {"pipe", "0"}, {"threads", "128"}});
+                      {"stage", "down"}, {"pipe", "0"}, {"minblocks", "0"},
+                      {"threads", "128"}});
   add("moe_reduce", {{"threads", "256"}});
   add("dense_gemv", {{"format", "bf16"}, {"scale", "none"}, {"batch", "1"},
                      {"threads", "256"}});
