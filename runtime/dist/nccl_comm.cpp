@@ -145,8 +145,26 @@ private:
     return last && *last ? std::string(" (") + last + ")" : std::string();
   }
 
-  /// Under mu_: remembers an NCCL failure and aborts the communicator.
+  /// The control plane's failure message, waiting up to `ms` for it: when
+  /// NCCL fails because a peer died, the control plane names the peer.
+  std::string controlFailure(int ms) {
+    for (int waited = 0;; waited += 20) {
+      try {
+        ctl_.checkHealthy();
+      } catch (const Error &e) {
+        return e.what();
+      }
+      if (waited >= ms)
+        return "";
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  /// Under mu_: remembers an NCCL failure (named by the control plane when
+  /// it knows which peer died) and aborts the communicator.
   void recordFailure(ncclResult_t r, const char *call) {
+    if (error_.empty())
+      error_ = controlFailure(1000);
     if (error_.empty())
       error_ = "rank " + std::to_string(rank_) + ": " + call +
                " failed: " + ncclGetErrorString(r) + detail() +
