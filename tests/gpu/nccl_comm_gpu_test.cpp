@@ -174,9 +174,24 @@ std::vector<int> runRanks(const std::string &mode, std::string &log) {
     }
     pids.push_back(p);
   }
+  // A hung rank must fail the test, not hang it: 90 s, then SIGKILL.
   std::vector<int> st(2);
-  for (int r = 0; r < 2; ++r)
-    waitpid(pids[r], &st[r], 0);
+  std::vector<bool> done(2, false);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (!(done[0] && done[1])) {
+    for (int r = 0; r < 2; ++r)
+      if (!done[r] && waitpid(pids[r], &st[r], WNOHANG) == pids[r])
+        done[r] = true;
+    if (std::chrono::steady_clock::now() > until) {
+      for (int r = 0; r < 2; ++r)
+        if (!done[r]) {
+          log += "rank " + std::to_string(r) + " hung: killed after 90 s\n";
+          kill(pids[r], SIGKILL);
+        }
+      until = std::chrono::steady_clock::time_point::max();
+    }
+    usleep(20000);
+  }
   for (int r = 0; r < 2; ++r) {
     std::string path = logPath + "." + std::to_string(r);
     if (FILE *f = std::fopen(path.c_str(), "r")) {
