@@ -129,7 +129,118 @@ std::string escapeHtml(const std::string &s) {
   return o;
 }
 
+/// The per-kernel table of one rank's batch-1 decode step (text).
+std::string kernelTable(const Plan &plan, const RankPlan &r,
+                        const InspectOptions &opt) {
+  std::vector<KernelCost> costs = kernelCosts(plan, r, opt);
+  if (costs.empty())
+    return "";
+  std::ostringstream os;
+  const bool measured = !opt.measuredUs.empty();
+  os << "  kernels (decode batch 1; predicted = max(bytes / "
+     << fixed(opt.bandwidthGBps, 0) << " GB/s, decoded weights x "
+     << fixed(opt.opsPerWeight, 0) << " ops / " << fixed(opt.intRateTops, 1)
+     << " Tops/s) per launch)\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "    %-52s %8s %14s %12s %5s%s\n", "kernel",
+                "launches", "bytes", "predicted us", "bound",
+                measured ? "   measured us   ratio" : "");
+  os << line;
+  for (const KernelCost &c : costs) {
+    std::snprintf(line, sizeof line, "    %-52s %8u %14llu %12s %5s",
+                  c.name.c_str(), c.launches, (unsigned long long)c.bytes,
+                  fixed(c.predictedUs, 2).c_str(),
+                  c.predictedUs <= 0 ? "-" : c.integerBound ? "int" : "bw");
+    os << line;
+    if (measured) {
+      if (c.measuredUs < 0)
+        std::snprintf(line, sizeof line, " %14s %7s", "-", "-");
+      else
+        std::snprintf(line, sizeof line, " %14s %7s",
+                      fixed(c.measuredUs, 2).c_str(),
+                      c.ratio > 0 ? fixed(c.ratio, 2).c_str() : "-");
+      os << line;
+    }
+    os << "\n";
+  }
+  return os.str();
+}
+
 } // namespace
+
+std::map<std::string, double> parseMeasured(const std::string &text,
+                                            const std::string &source) {
+  using nlohmann::json;
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const std::exception &e) {
+    rt::fail(source, ": not valid JSON (", e.what(),
+             "); expected {\"kernels\": {\"KERNEL\": MICROSECONDS, ...}} "
+             "as written by glm-engine bench --plan");
+  }
+  rt::check(j.is_object(), source,
+            ": expected a JSON object {\"kernels\": {\"KERNEL\": "
+            "MICROSECONDS, ...}}");
+  const json &map = j.contains("kernels") ? j["kernels"] : j;
+  rt::check(map.is_object(), source, ": \"kernels\" must be an object of "
+                                     "kernel name -> microseconds per launch");
+  std::map<std::string, double> out;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    // Metadata next to a flat map ("device", "plan") is not a kernel.
+    if (&map == &j && !it.value().is_number())
+      continue;
+    rt::check(it.value().is_number(), source, ": kernel '", it.key(),
+              "' has no number of microseconds (", it.value().dump(), ")");
+    double us = it.value().get<double>();
+    rt::check(us >= 0, source, ": kernel '", it.key(),
+              "' has a negative time (", us, " us)");
+    out[it.key()] = us;
+  }
+  return out;
+}
+
+std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
+                                    const InspectOptions &opt) {
+  std::vector<KernelCost> out;
+  const GraphDef *g = smallestDecode(r);
+  if (!g)
+    return out;
+  std::map<int32_t, size_t> at; // kernel index → out index
+  for (const OpDef &op : g->ops) {
+    if (op.kernel < 0 || size_t(op.kernel) >= plan.kernels.size())
+      continue;
+    auto [it, fresh] = at.try_emplace(op.kernel, out.size());
+    if (fresh) {
+      KernelCost c;
+      c.name = plan.kernels[op.kernel].name;
+      c.family = plan.kernels[op.kernel].templateName;
+      out.push_back(c);
+    }
+    KernelCost &c = out[it->second];
+    const uint32_t n = std::max<uint32_t>(op.repeat, 1);
+    c.launches += n;
+    c.bytes += op.bytesRead;
+    c.decodedWeights += op.decodedWeights;
+    const double bw = usAt(op.bytesRead, opt.bandwidthGBps);
+    const double in = opt.intRateTops > 0
+                          ? double(op.decodedWeights) * opt.opsPerWeight /
+                                (opt.intRateTops * 1e6)
+                          : 0.0;
+    c.bandwidthUs += bw;
+    c.integerUs += in;
+    c.predictedUs += std::max(bw, in);
+  }
+  for (KernelCost &c : out) {
+    c.integerBound = c.integerUs > c.bandwidthUs;
+    auto m = opt.measuredUs.find(c.name);
+    if (m != opt.measuredUs.end()) {
+      c.measuredUs = m->second * c.launches;
+      c.ratio = c.predictedUs > 0 ? c.measuredUs / c.predictedUs : 0.0;
+    }
+  }
+  return out;
+}
 
 InspectSummary summarize(const Plan &plan, double bandwidthGBps) {
   InspectSummary s;
@@ -184,6 +295,18 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
     os << "\n  per decoded token: " << r->bytesPerToken << " bytes ("
        << human(r->bytesPerToken) << "), " << fixed(usAt(r->bytesPerToken, bw), 1)
        << " us\n";
+    if (opt.layer == INT_MIN)
+      os << kernelTable(plan, *r, opt);
+  }
+  if (!opt.measuredUs.empty()) {
+    std::string unknown;
+    for (const auto &[name, us] : opt.measuredUs)
+      if (std::none_of(plan.kernels.begin(), plan.kernels.end(),
+                       [&](const KernelDef &k) { return k.name == name; }))
+        unknown += (unknown.empty() ? "" : ", ") + name;
+    if (!unknown.empty())
+      os << "\nmeasured kernels not in this plan (ignored): " << unknown
+         << "\n";
   }
 
   const InspectSummary s = summarize(plan, bw);
@@ -213,6 +336,10 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
   j["num_ranks"] = plan.numRanks;
   j["target_archs"] = plan.targetArchs;
   j["bandwidth_gbps"] = bw;
+  j["int_rate_tops"] = opt.intRateTops;
+  j["ops_per_weight"] = opt.opsPerWeight;
+  if (!opt.measuredUs.empty())
+    j["measured"] = opt.measuredSource;
   j["hashes"] = {{"config", plan.configHash},
                  {"manifest", plan.manifestHash},
                  {"index", plan.indexHash}};
@@ -250,7 +377,27 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
                         {"kernels", l.kernels},
                         {"ops", l.ops}});
     }
+    json kcost = json::array();
+    for (const KernelCost &c : kernelCosts(plan, *r, opt)) {
+      json k = {{"name", c.name},
+                {"template", c.family},
+                {"launches", c.launches},
+                {"bytes", c.bytes},
+                {"decoded_weights", c.decodedWeights},
+                {"bandwidth_us", c.bandwidthUs},
+                {"integer_us", c.integerUs},
+                {"predicted_us", c.predictedUs},
+                {"bound", c.predictedUs <= 0 ? "none"
+                          : c.integerBound   ? "integer"
+                                             : "bandwidth"}};
+      if (c.measuredUs >= 0) {
+        k["measured_us"] = c.measuredUs;
+        k["ratio"] = c.ratio;
+      }
+      kcost.push_back(k);
+    }
     ranks.push_back({{"rank", r->rank},
+                     {"kernel_costs", kcost},
                      {"memory",
                       {{"weights", r->weightBytes},
                        {"activations", r->activationBytes},
@@ -382,6 +529,34 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
          << "</td><td>" << escapeHtml(foldNames(l.kernels)) << "</td></tr>\n";
     }
     os << "</table>\n";
+    std::vector<KernelCost> costs = kernelCosts(plan, *r, opt);
+    if (!costs.empty()) {
+      const bool measured = !opt.measuredUs.empty();
+      os << "<p>Kernels of the batch-1 decode step: predicted = max(bytes / "
+         << fixed(bw, 0) << " GB/s, decoded weights &times; "
+         << fixed(opt.opsPerWeight, 0) << " ops / "
+         << fixed(opt.intRateTops, 1) << " Tops/s) per launch"
+         << (measured ? "; measured from " + escapeHtml(opt.measuredSource)
+                      : std::string())
+         << ".</p>\n<table><tr><th>kernel</th><th>launches</th><th>bytes</th>"
+            "<th>predicted us</th><th>bound</th>"
+         << (measured ? "<th>measured us</th><th>ratio</th>" : "")
+         << "</tr>\n";
+      for (const KernelCost &c : costs) {
+        os << "<tr><td>" << escapeHtml(c.name) << "</td><td class=num>"
+           << c.launches << "</td><td class=num>" << c.bytes
+           << "</td><td class=num>" << fixed(c.predictedUs, 2) << "</td><td>"
+           << (c.predictedUs <= 0 ? "-" : c.integerBound ? "int" : "bw")
+           << "</td>";
+        if (measured)
+          os << "<td class=num>"
+             << (c.measuredUs < 0 ? "-" : fixed(c.measuredUs, 2))
+             << "</td><td class=num>"
+             << (c.ratio > 0 ? fixed(c.ratio, 2) : "-") << "</td>";
+        os << "</tr>\n";
+      }
+      os << "</table>\n";
+    }
   }
   const int rank = opt.rank < 0 ? 0 : opt.rank;
   os << "<h2>Decode graph, rank " << rank << "</h2>\n";

@@ -12,16 +12,57 @@
 #include "plans/plan.h"
 
 #include <climits>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace glm::plan {
+
+/// Assumed integer throughput for trellis decode predictions: 1e12 int32
+/// operations per second per rank (DGX Spark estimate; H200 ~17) and the
+/// integer operations one decoded trellis weight costs (docs/plan-format.md).
+constexpr double kDefaultIntRateTops = 15.0;
+constexpr double kDefaultOpsPerWeight = 8.0;
 
 struct InspectOptions {
   int rank = -1;             // -1 = every rank
   int layer = INT_MIN;       // INT_MIN = every layer (-1 = outside layers)
   double bandwidthGBps = 273; // 1e9 bytes/s per rank
+  double intRateTops = kDefaultIntRateTops;   // 1e12 int ops/s per rank
+  double opsPerWeight = kDefaultOpsPerWeight; // int ops per trellis weight
   std::string planPath;      // shown in headers
+  /// Measured µs per launch by kernel name (`--measured FILE.json`);
+  /// empty = no measured column.
+  std::map<std::string, double> measuredUs;
+  std::string measuredSource; // file name, for headers
 };
+
+/// Reads a measured-times file: {"kernels": {NAME: µs per launch, ...}}
+/// (optionally "device", "plan"), or a flat {NAME: µs} object. Throws
+/// glm::rt::Error naming `source` on malformed JSON or a non-numeric or
+/// negative time.
+std::map<std::string, double> parseMeasured(const std::string &text,
+                                            const std::string &source);
+
+/// Predicted and measured cost of one kernel over one rank's batch-1 decode
+/// step (all its launches).
+struct KernelCost {
+  std::string name;
+  std::string family;
+  uint32_t launches = 0;       // launches per step (repeats counted)
+  uint64_t bytes = 0;          // weight bytes read per step
+  uint64_t decodedWeights = 0; // trellis weights decoded per step
+  double bandwidthUs = 0;      // bytes ÷ bandwidth
+  double integerUs = 0;        // decoded weights × ops ÷ integer rate
+  double predictedUs = 0;      // Σ per launch max(bandwidth, integer)
+  bool integerBound = false;   // integer time exceeds bandwidth time
+  double measuredUs = -1;      // measured × launches, -1 = not measured
+  double ratio = 0;            // measured ÷ predicted, 0 = n/a
+};
+/// Per distinct kernel of `r`'s smallest decode graph, in first-launch
+/// order.
+std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
+                                    const InspectOptions &opt);
 
 /// Totals the summary reports.
 struct InspectSummary {

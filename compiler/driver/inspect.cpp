@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 
 #include <unistd.h>
@@ -32,6 +33,9 @@ struct InspectArgs {
   std::string layer;
   std::string format = "text";
   double bandwidth = 273;
+  double intRate = glm::plan::kDefaultIntRateTops;
+  double opsPerWeight = glm::plan::kDefaultOpsPerWeight;
+  std::string measured;
   std::string output;
 };
 
@@ -83,6 +87,20 @@ int runInspect(const InspectArgs &a) {
     }
   }
   glm::rt::check(a.bandwidth > 0, "--bandwidth must be positive (GB/s)");
+  glm::rt::check(a.intRate > 0, "--int-rate must be positive (Tops/s)");
+  glm::rt::check(a.opsPerWeight > 0, "--ops-per-weight must be positive");
+  opt.intRateTops = a.intRate;
+  opt.opsPerWeight = a.opsPerWeight;
+  if (!a.measured.empty()) {
+    std::ifstream f(a.measured);
+    glm::rt::check(bool(f), a.measured,
+                   ": cannot open the measured-times file (write one with "
+                   "glm-engine bench --plan PLAN)");
+    std::string text((std::istreambuf_iterator<char>(f)),
+                     std::istreambuf_iterator<char>());
+    opt.measuredUs = glm::plan::parseMeasured(text, a.measured);
+    opt.measuredSource = a.measured;
+  }
   if (a.rank >= 0)
     glm::rt::check(size_t(a.rank) < plan.ranks.size(), a.plan, ": --rank ",
                    a.rank, " is out of range (the plan has ",
@@ -132,11 +150,23 @@ void addInspectCommand(CLI::App &app, int &rc) {
                   "memory bandwidth per rank in GB/s for predicted times "
                   "(DGX Spark: 273 nominal)")
       ->capture_default_str();
+  cmd->add_option("--int-rate", args->intRate,
+                  "integer throughput per rank in 1e12 ops/s for trellis "
+                  "decode predictions (DGX Spark estimate 15, H200 ~17)")
+      ->capture_default_str();
+  cmd->add_option("--ops-per-weight", args->opsPerWeight,
+                  "integer ops one decoded trellis weight costs")
+      ->capture_default_str();
+  cmd->add_option("--measured", args->measured,
+                  "JSON of measured microseconds per launch by kernel name "
+                  "({\"kernels\": {NAME: us}}, from glm-engine bench --plan): "
+                  "shown next to the predictions with their ratio");
   cmd->add_option("-o,--output", args->output, "write here instead of stdout");
   cmd->footer("Examples:\n  glmc inspect model.glmplan\n"
               "  glmc inspect model.glmplan --rank 1 --layer 3\n"
               "  glmc inspect model.glmplan --format dot | dot -Tsvg > g.svg\n"
-              "  glmc inspect model.glmplan --format html -o plan.html");
+              "  glmc inspect model.glmplan --format html -o plan.html\n"
+              "  glmc inspect model.glmplan --measured bench.json");
   cmd->callback([args, &rc] { rc = runInspect(*args); });
 }
 

@@ -19,6 +19,7 @@
 #include <set>
 
 #ifdef GLM_PLANS_AVAILABLE
+#include "compiler/mlir/KernelArgs.h"
 #include "plans/plan.h"
 #include "runtime/base/error.h"
 #endif
@@ -379,7 +380,9 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
     if (auto m = dyn_cast<MlpOp>(op)) {
       // Launch 0: gate (+up) into the SwiGLU activation; launch 1: down.
       int64_t hidden = hiddenOf(m.getInput()), inter = m.getInter();
-      gp::ArgDef act = scratchRows("mlp_act", inter * 4, launch ? "x" : "y");
+      gp::ArgDef act = scratchRows(
+          "mlp_act", inter * 4,
+          launch ? (trellisIn ? "xh" : "x") : (plainOut ? "y" : "z"));
       sym = launch ? m.getDown() : m.getGate();
       inDim = launch ? inter : hidden;
       outDim = outRows = launch ? hidden : inter;
@@ -767,6 +770,10 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
     try {
       gp::Plan plan = buildPlan(module, pack, step, *table);
       gp::finalizePlan(plan);
+#ifdef GLM_CODEGEN_AVAILABLE
+      glmc::checkKernelArgs(plan, output.empty() ? std::string("plan")
+                                                 : std::string(output));
+#endif
       gp::validatePlan(plan, output.empty() ? std::string("plan") : std::string(output));
       if (!output.empty())
         gp::writePlan(plan, std::string(output));
