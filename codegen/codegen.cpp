@@ -139,8 +139,8 @@ std::vector<FamilyInfo> buildFamilies() {
                       enumParam("stage", "", {{"gu", "0"}, {"down", "1"}}),
                       intParam("pipe", "p", {"0", "2", "3", "4", "6"}),
                       intParam("minblocks", "m", {"0", "2", "3", "4", "5",
-                                                  "6", "8"}),
-                      threadsParam({"64", "128", "256"})}));
+                                                  "6", "8", "12", "16"}),
+                      threadsParam({"32", "64", "128", "256"})}));
   f.back().minBlocksParam = "minblocks";
   f.push_back(family("moe_reduce", "glm::moeReduce",
                      {threadsParam({"128", "256", "512"})}));

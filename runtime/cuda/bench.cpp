@@ -459,7 +459,7 @@ void benchMoeLayer(Ctx &c) {
     int K, cb, e4m3;
   };
   const LayerCase cases[] = {{2, 1, 1}, {3, 1, 1}, {4, 1, 1},
-                             {2, 2, 0}, {3, 2, 0}, {4, 2, 0}};
+                             {4, 1, 0}, {2, 2, 0}, {3, 2, 0}, {4, 2, 0}};
   const std::vector<MoeConfig> configs = moeConfigs();
   auto expertSpec = [](const LayerCase &lc) {
     return mkSpec("expert_gemv_trellis", {{"widths", std::to_string(lc.K)},
@@ -483,9 +483,10 @@ void benchMoeLayer(Ctx &c) {
     maxSplit = std::max(maxSplit, m.split);
   for (const LayerCase &lc : cases) {
     c.kernels.add(expertSpec(lc));
-    for (const MoeConfig &m : configs)
+    for (size_t ci = 0; ci < configs.size(); ++ci)
       for (int st = 0; st < 2; ++st)
-        c.kernels.add(moeSpec(lc.K, lc.cb, lc.e4m3, 1, st, m));
+        if (lc.e4m3 || ci == 0) // variants on the exlr8 (E4M3) cases only
+          c.kernels.add(moeSpec(lc.K, lc.cb, lc.e4m3, 1, st, configs[ci]));
   }
   for (const KernelSpec *s : {&had, &gemv, &router, &reduce})
     c.kernels.add(*s);
@@ -638,6 +639,8 @@ void benchMoeLayer(Ctx &c) {
     MoeWorld w(c, H, E, topk, 1, 1, lc.K, L, maxSplit);
     for (size_t ci = 0; ci < configs.size(); ++ci) {
       const MoeConfig &m = configs[ci];
+      if (!lc.e4m3 && ci > 0)
+        continue;
       CUfunction gu = c.kernels.get(moeSpec(lc.K, lc.cb, lc.e4m3, 1, 0, m));
       CUfunction dn = c.kernels.get(moeSpec(lc.K, lc.cb, lc.e4m3, 1, 1, m));
       auto newStep = [&](int l) {
