@@ -3,6 +3,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/hash.h"
+#include "runtime/dist/nccl_comm.h"
 #include "runtime/dist/tcp_comm.h"
 #include "runtime/engine/setup.h"
 
@@ -107,8 +108,13 @@ int runAsRank(const DistOptions &d, EngineOptions &engine,
   std::unique_ptr<dist::TcpHostComm> comm = dist::TcpHostComm::join(tc);
   engine.hostComm = comm.get();
   engine.device = d.device >= 0 ? d.device : d.rank;
+  std::unique_ptr<dist::DeviceComm> nccl; // outlives the engine in body()
   int rc = 0;
   try {
+    if (engine.backend == "cuda") {
+      nccl = dist::makeNcclDeviceComm(*comm, engine.device, d.joinTimeout);
+      engine.deviceComm = nccl.get();
+    }
     rc = body();
   } catch (const std::exception &e) {
     // A failure of ours (not a relayed one) goes to the peers first.
@@ -117,10 +123,13 @@ int runAsRank(const DistOptions &d, EngineOptions &engine,
                   std::to_string(getpid()) + ") failed: " + e.what() +
                   "; exiting");
     engine.hostComm = nullptr;
+    engine.deviceComm = nullptr;
     throw;
   }
+  nccl.reset();
   comm->finish();
   engine.hostComm = nullptr;
+  engine.deviceComm = nullptr;
   return rc;
 }
 

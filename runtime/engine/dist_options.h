@@ -36,7 +36,9 @@ void addDistOptions(CLI::App &sub, DistOptions &o);
 /// Runs `body` (which loads the engine from `engine` and generates). With
 /// --world > 1 it first joins the ranks (the plan hash covers the plan or
 /// pack, --manifest and --backend) and hands the control plane to the
-/// executor through engine.hostComm; when `body` throws, the other ranks are
+/// executor through engine.hostComm (--backend cuda: also an NCCL
+/// communicator on engine.device through engine.deviceComm, made before
+/// `body` and destroyed after it); when `body` throws, the other ranks are
 /// told this rank's error (they exit naming it) and the error is rethrown;
 /// on success the rank leaves cleanly.
 int runAsRank(const DistOptions &d, EngineOptions &engine,
