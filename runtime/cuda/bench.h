@@ -24,6 +24,11 @@ struct BenchOptions {
   int reps = 15;               // timed repetitions (median reported)
   double copyGiB = 2.0;        // bytes per copy
   int layers = 8;              // distinct layers per moe-layer graph
+  // --suite step (bench_step.cpp): an index-only pack (glmc synth --preset
+  // glm53 --layout exlr8 --index-only), its manifest, layers (-1: as many
+  // as fit the device) and the position the step runs at.
+  std::string stepPack, stepManifest = "mixed";
+  int stepLayers = -1, stepPosition = 64;
 };
 
 struct BenchRow {
@@ -51,5 +56,13 @@ std::string formatBenchTable(const BenchResult &r);
 /// cuBLAS fp16 GEMM on the same shapes (ours/cuBLAS); returns the table.
 /// Progress and rows go to `log`. Throws Error on a CUDA/cuBLAS failure.
 std::string runPrefillBench(const BenchOptions &opt, std::ostream &log);
+
+/// `--suite step` (bench_step.cpp): the whole batch-1 decode step of the
+/// CUDA executor over random trellis/FP8 bytes generated on the device for
+/// opt.stepPack's geometry, as many layers as fit: graph replay time, tok/s,
+/// weight bytes per token and their ratio to `copyGBs` (the roofline), and
+/// the launch-gap share (graph time vs the sum of kernel times, and stream
+/// launches vs graph). Rows are appended to `r`.
+void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
 
 } // namespace glm::rt::cuda

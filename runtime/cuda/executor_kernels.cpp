@@ -21,22 +21,38 @@ namespace glm::rt::cuda {
 
 const char *executorKernelSource() {
   return R"CUDA(
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#include <cuda_fp8.h>
 #define GLM_X extern "C" __global__ void
 
-// Stored element -> float. dt: 0 f32, 1 f16, 2 bf16, 3 e4m3.
+// Stored element -> float, by bits (NVRTC here has no CUDA include path).
+// dt: 0 f32, 1 f16, 2 bf16, 3 e4m3.
+__device__ __forceinline__ float halfBits(unsigned short h) {
+  const unsigned s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
+  float v;
+  if (e == 0)
+    v = ldexpf((float)m, -24);
+  else if (e == 31)
+    v = m ? __int_as_float(0x7fc00000) : __int_as_float(0x7f800000);
+  else
+    v = ldexpf((float)(m | 1024), (int)e - 25);
+  return s ? -v : v;
+}
+__device__ __forceinline__ float e4m3Bits(unsigned char b) {
+  const unsigned s = (b >> 7) & 1, e = (b >> 3) & 15, m = b & 7;
+  float v;
+  if (e == 15 && m == 7)
+    v = __int_as_float(0x7fc00000);
+  else if (e == 0)
+    v = ldexpf((float)m, -9);
+  else
+    v = ldexpf((float)(m | 8), (int)e - 10);
+  return s ? -v : v;
+}
 __device__ __forceinline__ float ldAny(const void *p, long long i, int dt) {
   switch (dt) {
   case 0: return ((const float *)p)[i];
-  case 1: return __half2float(((const __half *)p)[i]);
-  case 2: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-  default: {
-    __nv_fp8_e4m3 q;
-    q.__x = ((const unsigned char *)p)[i];
-    return float(q);
-  }
+  case 1: return halfBits(((const unsigned short *)p)[i]);
+  case 2: return __uint_as_float((unsigned)((const unsigned short *)p)[i] << 16);
+  default: return e4m3Bits(((const unsigned char *)p)[i]);
   }
 }
 

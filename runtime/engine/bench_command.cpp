@@ -25,6 +25,8 @@ void addBenchCommand(CLI::App &app, int &rc) {
     std::string suite = "all", table;
     int device = 0, reps = 15, layers = 8;
     double copyGiB = 2.0;
+    std::string stepPack, stepManifest = "mixed";
+    int stepLayers = -1, stepPosition = 64;
   };
   auto o = std::make_shared<Opts>();
   CLI::App *cmd = app.add_subcommand(
@@ -33,9 +35,9 @@ void addBenchCommand(CLI::App &app, int &rc) {
                "decode step; each printed as a ratio to the measured copy "
                "bandwidth");
   cmd->add_option("--suite", o->suite,
-                  "copy | expert | moe-layer | all | prefill")
+                  "copy | expert | moe-layer | all | prefill | step")
       ->check(CLI::IsMember({"copy", "expert", "moe-layer", "all",
-                             "prefill"}));
+                             "prefill", "step"}));
   cmd->add_option("--table", o->table, "Also write the result table to FILE");
   cmd->add_option("--device", o->device, "CUDA device ordinal");
   cmd->add_option("--reps", o->reps, "Timed repetitions at most (median)");
@@ -43,6 +45,16 @@ void addBenchCommand(CLI::App &app, int &rc) {
                   "Distinct layers per moe-layer graph (defeats the L2)");
   cmd->add_option("--copy-gib", o->copyGiB, "Bytes per copy, GiB (>= 2 "
                                             "for a bandwidth that counts)");
+  cmd->add_option("--pack", o->stepPack,
+                  "step: index-only pack whose geometry the whole-step "
+                  "benchmark builds (glmc synth --preset glm53 --layout "
+                  "exlr8 --index-only -o DIR); weights are random");
+  cmd->add_option("--manifest", o->stepManifest,
+                  "step: exlr8 manifest of that pack (default mixed)");
+  cmd->add_option("--step-layers", o->stepLayers,
+                  "step: layers to build (default: as many as fit)");
+  cmd->add_option("--position", o->stepPosition,
+                  "step: decode position the step runs at (default 64)");
   cmd->callback([o, &rc] {
 #ifdef GLM_HAVE_CUDA_BENCH
     cuda::BenchOptions bo;
@@ -52,8 +64,19 @@ void addBenchCommand(CLI::App &app, int &rc) {
     bo.layers = o->layers;
     bo.copyGiB = o->copyGiB;
     // prefill (bench_prefill.cpp) has its own table of TFLOP/s.
+    bo.stepPack = o->stepPack;
+    bo.stepManifest = o->stepManifest;
+    bo.stepLayers = o->stepLayers;
+    bo.stepPosition = o->stepPosition;
     std::string table;
-    if (bo.suite != "prefill")
+    if (bo.suite == "step") {
+      // The copy bandwidth is the step's roofline (bench_step.cpp).
+      cuda::BenchOptions copy = bo;
+      copy.suite = "copy";
+      cuda::BenchResult r = cuda::runBench(copy, std::cout);
+      cuda::runStepBench(bo, r, std::cout);
+      table = cuda::formatBenchTable(r);
+    } else if (bo.suite != "prefill")
       table = cuda::formatBenchTable(cuda::runBench(bo, std::cout));
     if (bo.suite == "prefill" || bo.suite == "all")
       table += (table.empty() ? "" : "\n") +
