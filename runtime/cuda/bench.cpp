@@ -279,6 +279,11 @@ std::vector<MoeConfig> moeConfigs() {
   return v;
 }
 
+/// Name of the bench-only no-decode diagnostic build of a moe_trellis spec.
+std::string diagName(const KernelSpec &s) {
+  return "diag_" + glm::codegen::kernelName(s);
+}
+
 KernelSpec moeSpec(int K, int cb, int e4m3, int batch, int stage,
                    const MoeConfig &m) {
   return mkSpec("moe_trellis", {{"widths", std::to_string(K)},
@@ -418,7 +423,14 @@ void benchExpert(Ctx &c) {
     int H;
   };
   const Shape shapes[] = {{"glm53", 6144}, {"flash", 4096}};
-  const MoeConfig m = moeConfigs().front();
+  const MoeConfig m0 = moeConfigs().front();
+  // The split must divide hidden/16 at every shape (256 for Flash).
+  auto fit = [](MoeConfig m, int H) {
+    while ((H / 16) % m.split)
+      --m.split;
+    return m;
+  };
+  const MoeConfig m = m0;
   for (int batch : {1, 8})
     for (int K = 2; K <= 4; ++K)
       for (int cb : {1, 2})
@@ -439,7 +451,7 @@ void benchExpert(Ctx &c) {
             Graph g;
             g.capture(c.stream, [&] {
               for (int l = 0; l < L; ++l)
-                w.launch(c, l, m, gu, dn, w.xh.ptr(), w.ids.ptr(),
+                w.launch(c, l, fit(m, s.H), gu, dn, w.xh.ptr(), w.ids.ptr(),
                          w.rw.ptr());
             });
             double ms = timeMs(c.stream, c.opt.reps, [&] { g.launch(c.stream); });
@@ -487,6 +499,16 @@ void benchMoeLayer(Ctx &c) {
       for (int st = 0; st < 2; ++st)
         if (lc.e4m3 || ci == 0) // variants on the exlr8 (E4M3) cases only
           c.kernels.add(moeSpec(lc.K, lc.cb, lc.e4m3, 1, st, configs[ci]));
+    if (lc.cb == 1 && lc.e4m3 && lc.K != 3)
+      for (int st = 0; st < 2; ++st) {
+        const KernelSpec sp = moeSpec(lc.K, lc.cb, 1, 1, st, configs[0]);
+        std::string src = glm::codegen::generateSource(sp);
+        const std::string name = glm::codegen::kernelName(sp);
+        src.replace(src.find("\n" + name + "("), name.size() + 2,
+                    "\n" + diagName(sp) + "(");
+        c.kernels.addRaw(diagName(sp),
+                         "#define GLM_MOE_TRELLIS_DIAG_NODECODE 1\n" + src);
+      }
   }
   for (const KernelSpec *s : {&had, &gemv, &router, &reduce})
     c.kernels.add(*s);
@@ -694,6 +716,22 @@ void benchMoeLayer(Ctx &c) {
                base.str() + (st == 0 ? " gate/up launch " : " down launch ") +
                    m.str(),
                ms / L, expertBytes * (st == 0 ? 2.0 / 3 : 1.0 / 3));
+      }
+      if (lc.cb == 1 && lc.e4m3 && lc.K != 3) {
+        // Diagnostic: the same launches with the trellis decode removed
+        // (loaded words fed to the tensor cores as they are; wrong numbers)
+        // = the memory + mma + reduction skeleton of the kernel.
+        CUfunction dgu = c.kernels.get(diagName(moeSpec(lc.K, lc.cb, 1, 1, 0, m)));
+        CUfunction ddn = c.kernels.get(diagName(moeSpec(lc.K, lc.cb, 1, 1, 1, m)));
+        Graph dg;
+        dg.capture(c.stream, [&] {
+          for (int l = 0; l < L; ++l)
+            w.launch(c, l, m, dgu, ddn, dXh.ptr(), dIds.ptr(), dW.ptr());
+        });
+        double ms = timeMs(c.stream, c.opt.reps, [&] { dg.launch(c.stream); });
+        addRow(c, "moe-layer",
+               base.str() + " diag: no decode " + m.str(), ms / L,
+               expertBytes);
       }
       Graph full;
       full.capture(c.stream, [&] {
