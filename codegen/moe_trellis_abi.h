@@ -44,8 +44,7 @@ struct MoeTrellisDims {
   /// The kernel traps on anything else.
   bool valid() const {
     return inter == 16 * 128 && hidden % 128 == 0 && batch >= 1 &&
-           batch <= 8 && batch * topk <= 64 && topk + nShared <= 32 &&
-           guSplit >= 1 &&
+           batch <= 8 && batch * topk <= 64 && guSplit >= 1 &&
            (hidden / 16) % guSplit == 0 && downGroup >= 1 &&
            16 % downGroup == 0 && threads % 32 == 0;
   }

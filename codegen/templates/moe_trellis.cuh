@@ -643,7 +643,6 @@ __device__ __forceinline__ void moeGateUp(GLM_MOE_TRELLIS_PARAMS) {
       const float *src = guPart + (((long long)q * 2 + pp) * 16 + h) *
                                       gu_split * 128 + 4 * lane;
       float4 sum = __ldcg(reinterpret_cast<const float4 *>(src));
-#pragma unroll 8
       for (int ss = 1; ss < gu_split; ++ss) {
         const float4 v = __ldcg(reinterpret_cast<const float4 *>(src + ss * 128));
         sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
@@ -811,34 +810,24 @@ __device__ __forceinline__ void moeDown(GLM_MOE_TRELLIS_PARAMS) {
     return;
 
   // Last item of blk: sum over slots (ascending) and groups (ascending).
-  // Slots that hold a partial: valid routed ids (first occurrence in the
-  // row) and the shared experts; the flattened (slot, group) loop has no
-  // load-dependent branch, so its loads are issued back to back.
-  const int ne = batch * topk;
-  auto routedOk = [&](int n) {
-    const int id = n < ne ? expert_ids[n] : -1;
-    bool ok = id >= 0 && id < n_routed;
-    for (int k2 = (n / topk) * topk; k2 < n; ++k2)
-      ok &= expert_ids[k2] != id;
-    return ok;
-  };
-  const u64 okMask = u64(__ballot_sync(0xFFFFFFFFu, routedOk(lane))) |
-                     (u64(__ballot_sync(0xFFFFFFFFu, routedOk(lane + 32)))
-                      << 32);
   for (int b = 0; b < batch; ++b) {
-    const bool mine = lane < nSlot && (lane >= topk ||
-                                       ((okMask >> (b * topk + lane)) & 1));
-    const u32 slots = __ballot_sync(0xFFFFFFFFu, mine);
-    const int total = __popc(slots) * nGroup;
-    const float *rowBase =
-        downPart + ((long long)blk * Q + b * nSlot) * nGroup * 128 + 4 * lane;
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 8
-    for (int idx = 0; idx < total; ++idx) {
-      const int k = __fns(slots, 0, idx / nGroup + 1);
-      const float4 x = __ldcg(reinterpret_cast<const float4 *>(
-          rowBase + ((long long)k * nGroup + idx % nGroup) * 128));
-      v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+    for (int k = 0; k < nSlot; ++k) {
+      if (k < topk) { // empty slot, or a repeat of an earlier slot's id
+        const int id = expert_ids[b * topk + k];
+        bool skip = id < 0 || id >= n_routed;
+        for (int k2 = 0; k2 < k; ++k2)
+          skip |= expert_ids[b * topk + k2] == id;
+        if (skip)
+          continue;
+      }
+      const float *src = downPart +
+                         ((long long)blk * Q + b * nSlot + k) * nGroup * 128 +
+                         4 * lane;
+      for (int gg = 0; gg < nGroup; ++gg) {
+        const float4 x = __ldcg(reinterpret_cast<const float4 *>(src + gg * 128));
+        v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+      }
     }
     if (signs_out) {
       hadamard128Warp(v, lane);
@@ -871,8 +860,7 @@ __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
   // Preconditions the launcher guarantees; a violation traps (never wrong
   // numbers): 16 halves of 128, whole 128-blocks, splits that divide.
   if (inter != 16 * 128 || hidden % 128 != 0 || batch < 1 || batch > BATCH ||
-      batch * topk > 64 || topk + n_shared > 32 || gu_split < 1 ||
-      (hidden / 16) % gu_split != 0 ||
+      batch * topk > 64 || gu_split < 1 || (hidden / 16) % gu_split != 0 ||
       down_group < 1 || 16 % down_group != 0)
     __trap();
   if (STAGE == 0)

@@ -259,7 +259,7 @@ struct MoeConfig {
 
 /// GLM_BENCH_MOE_CONFIGS="16:4:128:0:0,24:2:128:4:4"
 /// (split:group:threads:pipe:minblocks; the first is the one used for the
-/// full-layer and expert rows).
+/// full-layer and expert rows); default 24:2:128:4:4.
 std::vector<MoeConfig> moeConfigs() {
   std::vector<MoeConfig> v;
   if (const char *env = std::getenv("GLM_BENCH_MOE_CONFIGS")) {
@@ -275,7 +275,7 @@ std::vector<MoeConfig> moeConfigs() {
     }
   }
   if (v.empty())
-    v.push_back({32, 2, 64, 4, 0});
+    v.push_back({24, 2, 128, 4, 4});
   return v;
 }
 
