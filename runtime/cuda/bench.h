@@ -1,11 +1,13 @@
 //===- bench.h - device benchmarks printed as ratios to copy bandwidth ----===//
 //
 // `glm-engine bench`: the measured device-to-device copy bandwidth (the
-// yardstick), per-matrix trellis GEMVs at GLM-5.3 and Flash expert shapes
+// yardstick), the routed experts of a decode step (8 x gate/up/down through
+// the two moe_trellis launches) at GLM-5.3 and Flash expert shapes
 // (K2/K3/K4 x MCG/MUL1 x E4M3, batch 1 and 8) and a whole MoE layer decode
-// step at batch 1 (router GEMV + router, 8 routed experts + the shared expert
-// through the fused expert kernel, reductions, Hadamards) captured as a CUDA
-// graph. Weights are random trellis bytes generated on the device; kernels
+// step at batch 1 (router GEMV + router, 8 routed experts + the shared expert,
+// reductions, Hadamards) captured as a CUDA graph, beside the old
+// one-block-per-(half, expert) kernel; GLM_BENCH_MOE_CONFIGS picks launch
+// configurations (see bench.cpp). Weights are random trellis bytes generated on the device; kernels
 // come from codegen exactly as a plan's do. CUDA events, warm-ups, medians.
 //
 //===----------------------------------------------------------------------===//
