@@ -53,7 +53,10 @@
 //             (0 gate, 1 up, 2 down) of expert e, e < Etot = n_routed +
 //             n_shared (shared experts after the routed ones); null = half
 //             not on this rank (all three of (e, h) must agree)
-//   widths    [(e*3 + p)*16 + h] K of that half
+//             Tile pointers are 16-byte aligned (cp.async with PIPE > 0);
+//             a half's 8 tile columns of one tile row are contiguous (true
+//             of exlr8 halves and EXL3 row-major tensors).
+//   widths    [(e*3 + p)*16 + h] K of that half (u8)
 //   gu_svh    SVT [(p*Etot + e)*inter + 128h + j]
 //   gu_su_block SVT [(p*Etot + e)*(hidden/128) + blk] (null = 1, EXL3)
 //   down_suh  SVT [e*inter + 128h + j]
@@ -62,9 +65,11 @@
 //   signs_out f32 [hidden]: exlr8's final H * signs.out per 128-block in
 //             the kernel (null = leave the sum in the pre-Hadamard domain,
 //             e.g. before a cross-rank all-reduce, or EXL3)
-//   scratch   f32, moeTrellisScratchFloats(...) elements (see below)
-//   counters  int, moeTrellisCounters(...) elements, zero before the first
-//             launch; every launch leaves them zero again
+//   scratch   f32, MoeTrellisDims::scratchFloats() elements (see below;
+//             codegen/moe_trellis_abi.h); both launches of a step share it
+//   counters  int, MoeTrellisDims::counterInts() elements, zero before the
+//             first launch; every completed launch leaves them zero again
+//             (after a failed launch, zero them again)
 //   out       f32 [batch][hidden]; accumulate != 0 adds the result
 //   batch, topk, n_routed, n_shared, hidden, inter (= 16*128)
 //   xh_row_stride, xh_slot_stride, xh_proj_stride   (elements)
@@ -74,6 +79,8 @@
 //   gu_split  k-chunks per gate/up half, divides hidden/16 (e.g. 16)
 //   down_group halves per down item, divides 16 (e.g. 4)
 //   accumulate
+// Launch stage 0 then stage 1 on one stream (graph-capturable; nothing
+// depends on host-side routing). batch*topk <= 64.
 // Grid (x only, THREADS/32 items per block), Umax = batch*topk + n_shared:
 //   stage 0: ceil(Umax*16*2*gu_split / (THREADS/32))
 //   stage 1: ceil(Umax*(hidden/128)*(16/down_group) / (THREADS/32))
