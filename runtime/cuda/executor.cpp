@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <chrono>
 #include <thread>
 
 namespace glm::rt::cuda {
@@ -428,6 +429,29 @@ struct CudaForward::Impl {
     cuGraphDestroy(graph);
     graphs[B] = exec;
     return exec;
+  }
+  /// Waits for the stream. With peers, polls instead of blocking: a rank
+  /// that died leaves this rank's collective spinning until the
+  /// communicator aborts it, so the communicator's health (which names the
+  /// dead rank) is checked while waiting and before any CUDA error.
+  void waitStream() {
+    if (!opt.comm || N == 1) {
+      GLM_CU(cuStreamSynchronize(stream));
+      return;
+    }
+    for (unsigned i = 0;; ++i) {
+      const CUresult r = cuStreamQuery(stream);
+      if (r == CUDA_SUCCESS)
+        break;
+      if (r != CUDA_ERROR_NOT_READY) {
+        opt.comm->checkHealthy();
+        GLM_CU(r);
+      }
+      if (i % 16 == 0)
+        opt.comm->checkHealthy();
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    opt.comm->checkHealthy();
   }
   void runStep(int B, bool graph) {
     if (graph) {
@@ -988,12 +1012,12 @@ CudaForward::stepBatch(const std::vector<int> &seqs,
   GLM_CU(cuMemcpyHtoDAsync(m.rows.ptr(), host.data(), host.size() * 4,
                            m.stream));
   m.runStep(B, m.opt.useGraphs);
+  // Wait first: a copy to pageable memory would block on a stalled step.
+  m.waitStream();
   std::vector<float> all((size_t)B * c.vocabSize);
   GLM_CU(cuMemcpyDtoHAsync(all.data(), m.logits.ptr(), all.size() * 4,
                            m.stream));
   GLM_CU(cuStreamSynchronize(m.stream));
-  if (m.opt.comm)
-    m.opt.comm->checkHealthy();
   std::vector<std::vector<float>> out(B);
   for (int b = 0; b < B; ++b) {
     out[b].assign(all.begin() + (size_t)b * c.vocabSize,
@@ -1046,7 +1070,7 @@ void CudaForward::runStepOnly(int batch, bool graph) {
         batch, " outside 1..", m.opt.maxBatch);
   GLM_CU(cuCtxSetCurrent(m.ctx));
   m.runStep(batch, graph);
-  GLM_CU(cuStreamSynchronize(m.stream));
+  m.waitStream();
 }
 
 double CudaForward::kernelTimeSumMs(int batch) {
