@@ -28,6 +28,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <memory>
 #include <sstream>
 
@@ -47,6 +48,8 @@ struct CompileArgs {
   std::string dumpIrAfter;
   std::string output;
   bool noKernelCompile = false;
+  std::string decodeBatches = "1,2,3,4,5,6,7,8";
+  std::string prefillChunks = "512,2048";
 };
 
 /// Advances the progress bar after every pass.
@@ -71,6 +74,23 @@ static std::vector<std::string> splitList(const std::string &s) {
   while (std::getline(ss, item, ','))
     if (!item.empty())
       out.push_back(item);
+  return out;
+}
+
+/// "1,2,4" → {1, 2, 4}; throws naming the option on anything else.
+static std::vector<int64_t> intList(const std::string &s,
+                                    const std::string &option) {
+  std::vector<int64_t> out;
+  for (const std::string &item : splitList(s)) {
+    char *end = nullptr;
+    long long v = std::strtoll(item.c_str(), &end, 10);
+    glm::rt::check(end && *end == '\0' && !item.empty(), "glmc compile: ",
+                   option, " '", s, "': '", item,
+                   "' is not a whole number (give a comma-separated list, "
+                   "e.g. 1,2,4,8)");
+    out.push_back(v);
+  }
+  glm::rt::check(!out.empty(), "glmc compile: ", option, " lists nothing");
   return out;
 }
 
@@ -111,6 +131,17 @@ static int runCompile(const CompileArgs &a) {
   opt.compileKernels = !a.noKernelCompile && glm::codegen::nvrtcAvailable();
 #endif
   opt.output = stop == Stage::Plan ? a.output : "";
+  opt.decodeBatches = intList(a.decodeBatches, "--decode-batches");
+  for (int64_t b : opt.decodeBatches)
+    glm::rt::check(b >= 1 && b <= 8, "glmc compile: --decode-batches: batch ",
+                   b, " is out of range (the decode kernels take 1..8)");
+  opt.prefillChunks = intList(a.prefillChunks, "--prefill-chunks");
+  for (int64_t c : opt.prefillChunks)
+    glm::rt::check(c >= 0 && c <= (int64_t(1) << 20) &&
+                       (c > 0 || opt.prefillChunks.size() == 1),
+                   "glmc compile: --prefill-chunks: chunk ", c,
+                   " is out of range (1..1048576 tokens, or 0 alone for no "
+                   "prefill graphs)");
 
   mlir::PassManager pm(&ctx);
   buildPipeline(pm, opt, stop);
@@ -213,6 +244,15 @@ void addCompileCommand(CLI::App &app, int &rc) {
   cmd->add_option("--dump-ir-after", args->dumpIrAfter,
                   "print the IR after a pass (shard-tp, select-width, fuse, "
                   "plan-memory, emit-kernels, emit-plan) to stderr");
+  cmd->add_option("--decode-batches", args->decodeBatches,
+                  "decode graph buckets: batch sizes 1..8, comma-separated "
+                  "(kernels are instantiated per batch)")
+      ->capture_default_str();
+  cmd->add_option("--prefill-chunks", args->prefillChunks,
+                  "prefill graph buckets: chunk sizes in tokens, "
+                  "comma-separated; 0 = no prefill graphs (the activation "
+                  "arena is sized for the largest)")
+      ->capture_default_str();
   cmd->add_flag("--no-nvrtc", args->noKernelCompile,
                 "generate kernel sources but do not compile them");
   cmd->add_option("-o,--output", args->output,

@@ -68,6 +68,15 @@ struct BindingTable {
 /// and fails on inconsistent IR (a symbol use naming no weight, no pack).
 mlir::FailureOr<BindingTable> computeBindings(mlir::ModuleOp module);
 
+/// computeBindings as an MLIR analysis, so glm-plan-memory and
+/// glm-emit-plan share one computation (the passes between them mark it
+/// preserved: they add attributes that do not change who binds what).
+struct BindingAnalysis {
+  explicit BindingAnalysis(mlir::Operation *op)
+      : table(computeBindings(llvm::cast<mlir::ModuleOp>(op))) {}
+  mlir::FailureOr<BindingTable> table;
+};
+
 /// Splits `total` among `n` shares proportional to `weights` so the parts
 /// sum to exactly total (telescoping floors over the cumulative weights).
 std::vector<uint64_t> apportion(uint64_t total,

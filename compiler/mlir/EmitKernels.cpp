@@ -19,6 +19,7 @@
 // on the CPU executor only.
 //
 //===----------------------------------------------------------------------===//
+#include "compiler/mlir/Bindings.h"
 #include "compiler/mlir/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -29,11 +30,19 @@
 #include "runtime/base/error.h"
 #endif
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
-#include <thread>
 #include <set>
+#include <sstream>
 #include <string>
+#include <thread>
+
+#include <unistd.h>
 
 using namespace mlir;
 using namespace mlir::glm;
@@ -289,6 +298,87 @@ static std::string plainName(const Spec &s) {
   return n;
 }
 
+#ifdef GLM_CODEGEN_AVAILABLE
+/// Where NVRTC results are cached across compiles: $GLMC_KERNEL_CACHE
+/// ("off" = no cache), else $XDG_CACHE_HOME/glmc/kernels, else
+/// $HOME/.cache/glmc/kernels; "" when none is usable. Entries are keyed by
+/// codegen::cacheKey (source, options, arch, NVRTC version, templates), so a
+/// hit is the bytes NVRTC would produce.
+static std::string kernelCacheDir() {
+  namespace fs = std::filesystem;
+  std::string dir;
+  if (const char *c = std::getenv("GLMC_KERNEL_CACHE"))
+    dir = c;
+  else if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    dir = std::string(x) + "/glmc/kernels";
+  else if (const char *h = std::getenv("HOME"); h && *h)
+    dir = std::string(h) + "/.cache/glmc/kernels";
+  if (dir.empty() || dir == "off")
+    return "";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  return ec ? "" : dir;
+}
+
+static bool readFile(const std::string &path, std::string &out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f)
+    return false;
+  out.assign(std::istreambuf_iterator<char>(f),
+             std::istreambuf_iterator<char>());
+  return bool(f) || f.eof();
+}
+
+/// Writes through a temporary name and renames, so a concurrent compile
+/// never reads half a file.
+static void writeFileAtomic(const std::string &path, const std::string &data) {
+  namespace fs = std::filesystem;
+  std::ostringstream tmp;
+  tmp << path << ".tmp." << ::getpid() << "." << std::this_thread::get_id();
+  {
+    std::ofstream f(tmp.str(), std::ios::binary | std::ios::trunc);
+    f.write(data.data(), std::streamsize(data.size()));
+    if (!f)
+      return; // a cache that cannot be written is no error
+  }
+  std::error_code ec;
+  fs::rename(tmp.str(), path, ec);
+  if (ec)
+    fs::remove(tmp.str(), ec);
+}
+
+/// PTX and CUBIN of `k` for `arch`, from the cache or NVRTC.
+static ::glm::plan::KernelBinary
+compileCached(const ::glm::plan::KernelDef &k, const std::string &arch,
+              const std::string &cache) {
+  ::glm::plan::KernelBinary bin;
+  bin.arch = arch;
+  std::string base;
+  if (!cache.empty()) {
+    base = cache + "/" +
+           ::glm::codegen::cacheKey(k.source, k.nvrtcOptions, arch,
+                                    ::glm::codegen::nvrtcVersion());
+    std::string ptx, cubin;
+    // The PTX is written last: its presence means the entry is complete.
+    if (readFile(base + ".ptx", ptx) && readFile(base + ".cubin", cubin)) {
+      bin.ptx = std::move(ptx);
+      bin.cubin.assign(cubin.begin(), cubin.end());
+      return bin;
+    }
+  }
+  ::glm::codegen::CompiledKernel c =
+      ::glm::codegen::compileWithNvrtc(k.source, k.name, arch);
+  bin.ptx = std::move(c.ptx);
+  bin.cubin = std::move(c.cubin);
+  if (!base.empty()) {
+    writeFileAtomic(base + ".cubin",
+                    std::string(bin.cubin.begin(), bin.cubin.end()));
+    writeFileAtomic(base + ".ptx", bin.ptx);
+  }
+  return bin;
+}
+#endif
+
 struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
   using GlmEmitKernelsBase::GlmEmitKernelsBase;
 
@@ -393,6 +483,8 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
           b.getNamedAttr("batch", b.getI64IntegerAttr(bk.batch)),
       }));
     module->setAttr("glm.buckets", b.getArrayAttr(bucketAttrs));
+    // Kernel attributes do not change who binds which weight bytes.
+    markAnalysesPreserved<glmc::BindingAnalysis>();
 
     SmallVector<Attribute> specs;
     std::vector<BuiltKernel> built = buildAll(byName, archList);
@@ -470,12 +562,30 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
     std::vector<::glm::codegen::KernelSpec> specs;
     for (auto &[name, s] : byName)
       specs.push_back({s.family, {s.args.begin(), s.args.end()}, archList});
+    // The big templates first, so no core idles at the end.
+    std::vector<size_t> order(specs.size());
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    auto weight = [&](size_t i) {
+      const std::string &f = specs[i].family;
+      return f == "expert_gemv_trellis" ? 0 : f == "gemm_trellis" ? 1
+             : f == "dense_gemv_trellis" ? 2 : 3;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return weight(a) < weight(b);
+    });
     std::atomic<size_t> next{0};
-    bool doCompile = compile;
+    const bool doCompile = compile && ::glm::codegen::nvrtcAvailable();
+    const std::string cache = doCompile ? kernelCacheDir() : "";
     auto worker = [&] {
-      for (size_t i; (i = next++) < specs.size();) {
+      for (size_t n; (n = next++) < specs.size();) {
+        size_t i = order[n];
         try {
-          out[i].kernel = ::glm::codegen::buildKernel(specs[i], doCompile);
+          out[i].kernel = ::glm::codegen::buildKernel(specs[i], false);
+          if (doCompile)
+            for (const std::string &arch : archList)
+              out[i].kernel.binaries.push_back(
+                  compileCached(out[i].kernel, arch, cache));
         } catch (const std::exception &e) {
           out[i].error = e.what();
         }

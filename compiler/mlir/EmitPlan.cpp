@@ -130,7 +130,7 @@ static std::vector<Bucket> bucketsOf(ModuleOp module) {
 /// after the layer stack (final norm, LM head, its all-gather, sampling) are
 /// the head, `numLayers`; only the embedding stays -1.
 static llvm::DenseMap<Operation *, int32_t>
-layersOf(ModuleOp module, Block &body, int64_t numLayers) {
+layersOf(SymbolTable &symbols, Block &body, int64_t numLayers) {
   llvm::DenseMap<Operation *, int32_t> out;
   bool inStack = false;
   for (Operation &op : body) {
@@ -138,7 +138,7 @@ layersOf(ModuleOp module, Block &body, int64_t numLayers) {
     if (layer < 0)
       for (NamedAttribute attr : op.getAttrs())
         if (auto sym = dyn_cast<FlatSymbolRefAttr>(attr.getValue()))
-          if (Operation *w = SymbolTable::lookupSymbolIn(module, sym))
+          if (Operation *w = symbols.lookup(sym.getValue()))
             if (int32_t l = layerOf(w); l >= 0) {
               layer = l;
               break;
@@ -254,18 +254,21 @@ struct LaunchInfo {
 
 class ArgBuilder {
 public:
-  ArgBuilder(ModuleOp module, RankState &st, int64_t rank, int64_t ranks,
-             const std::string &layout)
-      : module(module), st(st), rank(rank), ranks(ranks), layout(layout) {}
+  ArgBuilder(ModuleOp module, SymbolTable &symbols, RankState &st,
+             int64_t rank, int64_t ranks, const std::string &layout)
+      : module(module), symbols(symbols), st(st), rank(rank), ranks(ranks),
+        layout(layout) {}
 
   LaunchInfo build(const gp::KernelDef &k, Operation &op, int64_t rows,
                    size_t launch);
 
 private:
   ModuleOp module;
+  SymbolTable &symbols;
   RankState &st;
   int64_t rank, ranks;
   std::string layout;
+  double ropeTheta = -1; // found on first use
 
   /// Bytes per token row of a value's buffer (0 when not per token).
   uint64_t rowBytesOf(Value v) {
@@ -290,9 +293,7 @@ private:
                      perRow);
   }
   WeightOp weightOp(StringRef sym) {
-    return dyn_cast_or_null<WeightOp>(
-        SymbolTable::lookupSymbolIn(module, StringAttr::get(
-                                                module.getContext(), sym)));
+    return dyn_cast_or_null<WeightOp>(symbols.lookup(sym));
   }
   /// The weight buffer at the tensor of `sym` (+ `extra` bytes).
   gp::ArgDef weight(StringRef sym, const std::string &label,
@@ -497,10 +498,15 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
       }
     } else {
       auto ix = cast<IndexerTopkOp>(op);
-      double theta = 10000.0;
-      module.walk([&](AttentionDecodeOp at) {
-        theta = at.getRopeTheta().convertToDouble();
-      });
+      // The indexer shares the model's RoPE base (its op has none).
+      if (ropeTheta < 0) {
+        ropeTheta = 10000.0;
+        module.walk([&](AttentionDecodeOp at) {
+          ropeTheta = at.getRopeTheta().convertToDouble();
+          return WalkResult::interrupt();
+        });
+      }
+      const double theta = ropeTheta;
       a = {scratchRows("indexer_q", ix.getHeads() * ix.getHeadDim() * 4, "x"),
            runtimeArg("positions"), batch, i32Arg(ix.getHeads(), "heads"),
            i32Arg(ix.getHeads() * ix.getHeadDim(), "row_stride"),
@@ -568,7 +574,8 @@ struct Cost {
 /// an op reading `syms`, charging each symbol once per graph. Routed
 /// experts: E·(1 − (1 − k/E)^n) distinct experts for n tokens (uniform
 /// routing); for one token exactly the apportioned bytes of the bindings.
-static Cost costOf(ModuleOp module, Operation &op, const glmc::RankUsage &use,
+static Cost costOf(SymbolTable &symbols, Operation &op,
+                   const glmc::RankUsage &use,
                    std::set<std::string> &charged, int64_t tokens) {
   Cost c;
   for (NamedAttribute attr : op.getAttrs()) {
@@ -599,8 +606,7 @@ static Cost costOf(ModuleOp module, Operation &op, const glmc::RankUsage &use,
         continue;
       }
       c.bytes += it->second;
-      if (auto w = dyn_cast_or_null<WeightOp>(
-              SymbolTable::lookupSymbolIn(module, sym)))
+      if (auto w = dyn_cast_or_null<WeightOp>(symbols.lookup(sym.getValue())))
         if (auto t = dyn_cast<TrellisType>(w.getType()))
           if (t.getTwiceBits() > 0)
             c.weights += it->second * 16 / uint64_t(t.getTwiceBits());
@@ -621,7 +627,8 @@ static bool readsWeights(const std::string &family) {
 /// One graph bucket of one rank: an OpDef per kernel launch or collective,
 /// with its arguments, launch shape, repeat count and expected cost.
 static gp::GraphDef
-buildGraph(ModuleOp module, Block &body, const Bucket &bk,
+buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
+           const Bucket &bk,
            const glmc::RankUsage &use,
            const std::map<std::string, int32_t> &kernelIndex,
            const gp::Plan &plan, const llvm::DenseMap<Operation *, int32_t> &layers,
@@ -629,8 +636,8 @@ buildGraph(ModuleOp module, Block &body, const Bucket &bk,
   gp::GraphDef graph;
   graph.kind = bk.prefill ? gp::GraphKind::Prefill : gp::GraphKind::Decode;
   graph.size = uint32_t(bk.size);
-  ArgBuilder args(module, st, rank, plan.numRanks ? plan.numRanks : 1,
-                  plan.model.layout);
+  ArgBuilder args(module, symbols, st, rank,
+                  plan.numRanks ? plan.numRanks : 1, plan.model.layout);
   std::set<std::string> charged; // symbols whose bytes an op already read
   for (Operation &op : body) {
     if (isa<func::ReturnOp>(op))
@@ -674,7 +681,7 @@ buildGraph(ModuleOp module, Block &body, const Bucket &bk,
       kernels = op.getAttrOfType<ArrayAttr>("glm.kernels");
     if (!kernels || kernels.empty()) {
       // No GPU kernel (CPU executor only): the op is listed for inspect.
-      Cost c = costOf(module, op, use, charged, bk.size);
+      Cost c = costOf(symbols, op, use, charged, bk.size);
       od.bytesRead = c.bytes;
       od.decodedWeights = c.weights;
       graph.ops.push_back(od);
@@ -721,7 +728,7 @@ buildGraph(ModuleOp module, Block &body, const Bucket &bk,
       launch.rowsPerLaunch = uint32_t(l.rows);
       int64_t rows = l.rows ? l.rows : bk.size;
       if (i == reader) {
-        Cost c = costOf(module, op, use, charged, rows);
+        Cost c = costOf(symbols, op, use, charged, rows);
         launch.bytesRead = c.bytes * launch.repeat;
         launch.decodedWeights = c.weights * launch.repeat;
         // A tensor-core GEMM reads its weights once per step but decodes
@@ -764,7 +771,8 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
     }
     PackOp pack = packs[0];
     func::FuncOp step = funcs[0];
-    FailureOr<glmc::BindingTable> table = glmc::computeBindings(module);
+    const FailureOr<glmc::BindingTable> &table =
+        getAnalysis<glmc::BindingAnalysis>().table;
     if (failed(table))
       return signalPassFailure();
     try {
@@ -867,7 +875,8 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
     ArrayAttr files = pack.getFiles();
     Block &body = step.getBody().front();
     std::vector<Bucket> buckets = bucketsOf(module);
-    llvm::DenseMap<Operation *, int32_t> layers = layersOf(module, body,
+    SymbolTable symbols(module);
+    llvm::DenseMap<Operation *, int32_t> layers = layersOf(symbols, body,
                                                            m.numLayers);
     const int64_t maxTokens = intAttr(kv, "max_tokens", 1);
     for (const Bucket &bk : buckets)
@@ -975,8 +984,8 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
           (bd.name.rfind("kv.", 0) == 0 ? st.kvOf : st.keysOf)[bd.layer] =
               uint32_t(i);
       for (auto [i, bk] : llvm::enumerate(buckets))
-        rp.graphs.push_back(buildGraph(module, body, bk, use, kernelIndex,
-                                       plan, layers, st, i, r));
+        rp.graphs.push_back(buildGraph(module, symbols, body, bk, use,
+                                       kernelIndex, plan, layers, st, i, r));
       plan.ranks.push_back(std::move(rp));
     }
     return plan;

@@ -177,7 +177,8 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
     for (auto func : module.getOps<func::FuncOp>())
       arenaBytes = std::max(arenaBytes, planArena(func));
 
-    FailureOr<glmc::BindingTable> table = glmc::computeBindings(module);
+    const FailureOr<glmc::BindingTable> &table =
+        getAnalysis<glmc::BindingAnalysis>().table;
     if (failed(table))
       return signalPassFailure();
 
@@ -217,6 +218,8 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
                         "--kv-dtype fp8 or a smaller manifest";
       return signalPassFailure();
     }
+    // Attributes only: who binds which bytes is unchanged.
+    markAnalysesPreserved<glmc::BindingAnalysis>();
     module->setAttr("glm.memory", b.getArrayAttr(perRank));
     module->setAttr("glm.kv", b.getDictionaryAttr({
         b.getNamedAttr("max_context", b.getI64IntegerAttr(maxContext)),
