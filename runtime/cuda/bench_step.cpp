@@ -110,9 +110,18 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   const double graphMs = timeIt(true);
   const double streamMs = timeIt(false);
   std::vector<double> ks;
+  std::vector<std::pair<std::string, double>> perKernel;
   for (int i = 0; i < 3; ++i)
-    ks.push_back(fwd.kernelTimeSumMs(1));
+    ks.push_back(fwd.kernelTimeSumMs(1, &perKernel));
   const double kernelMs = medianMs(ks);
+  // Where the step's time goes (last profiled step), largest first.
+  for (size_t i = 0; i < perKernel.size() && i < 10; ++i) {
+    char row[256];
+    std::snprintf(row, sizeof row, "step:   %-58s %9.3f ms  %5.1f%%\n",
+                  perKernel[i].first.c_str(), perKernel[i].second,
+                  100.0 * perKernel[i].second / std::max(1e-9, ks.back()));
+    log << row;
+  }
   const int launches = fwd.launchesPerStep(1);
   const double bytes = fwd.weightBytesPerToken();
   const double roof = r.copyGBs > 0

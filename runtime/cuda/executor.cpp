@@ -124,6 +124,7 @@ struct CudaForward::Impl {
   // Profiling (kernelTimeSumMs): events around each launch.
   bool profiling = false;
   std::vector<std::pair<CUevent, CUevent>> events;
+  std::vector<CUfunction> eventFn; // the kernel each event pair timed
   size_t eventUsed = 0;
   int launches = 0;
 
@@ -253,6 +254,8 @@ struct CudaForward::Impl {
       GLM_CU(cuEventRecord(events[eventUsed].first, stream));
       launch(f, gx, gy, gz, bx, smem, stream, ptrs.data());
       GLM_CU(cuEventRecord(events[eventUsed].second, stream));
+      eventFn.resize(events.size());
+      eventFn[eventUsed] = f;
       ++eventUsed;
       return;
     }
@@ -1073,7 +1076,8 @@ void CudaForward::runStepOnly(int batch, bool graph) {
   m.waitStream();
 }
 
-double CudaForward::kernelTimeSumMs(int batch) {
+double CudaForward::kernelTimeSumMs(
+    int batch, std::vector<std::pair<std::string, double>> *perKernel) {
   Impl &m = *impl_;
   GLM_CU(cuCtxSetCurrent(m.ctx));
   m.profiling = true;
@@ -1086,11 +1090,23 @@ double CudaForward::kernelTimeSumMs(int batch) {
   }
   m.profiling = false;
   GLM_CU(cuStreamSynchronize(m.stream));
+  std::map<CUfunction, std::string> names;
+  for (auto &kv : m.fx)
+    names[kv.second] = kv.first;
+  for (auto &kv : m.gen)
+    names[kv.second] = kv.first;
+  std::map<std::string, double> byName;
   double sum = 0;
   for (size_t i = 0; i < m.eventUsed; ++i) {
     float ms = 0;
     GLM_CU(cuEventElapsedTime(&ms, m.events[i].first, m.events[i].second));
     sum += ms;
+    byName[names[m.eventFn[i]]] += ms;
+  }
+  if (perKernel) {
+    perKernel->assign(byName.begin(), byName.end());
+    std::sort(perKernel->begin(), perKernel->end(),
+              [](auto &a, auto &b) { return a.second > b.second; });
   }
   return sum;
 }

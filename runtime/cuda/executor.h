@@ -100,8 +100,11 @@ public:
   /// reading logits back or advancing: graph replay (captured on first use)
   /// or plain stream launches; returns after synchronising.
   void runStepOnly(int batch, bool graph);
-  /// Sum of the step's kernel durations (events around every launch), ms.
-  double kernelTimeSumMs(int batch);
+  /// Sum of the step's kernel durations (events around every launch), ms;
+  /// `perKernel` (optional) gets the time per kernel name, largest first.
+  double kernelTimeSumMs(
+      int batch,
+      std::vector<std::pair<std::string, double>> *perKernel = nullptr);
   /// Launches per step of `batch` rows (kernels, copies, collectives).
   int launchesPerStep(int batch);
 
