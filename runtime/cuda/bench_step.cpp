@@ -140,6 +140,13 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
                 streamMs / graphMs, kernelMs, launches, bytes / 1e6,
                 bytes / (graphMs * 1e-3) / 1e9, roof, r.copyGBs, gap * 100);
   log << line;
+  std::snprintf(line, sizeof line,
+                "step: of the weight bytes per token, %.1f MB are the fp32 "
+                "kv_b copies the attention kernel reads (the pack's own "
+                "bytes: %.1f MB)\n",
+                kvbt * (double)layers / 1e6,
+                (bytes - kvbt * (double)layers) / 1e6);
+  log << line;
   const std::string tag = std::to_string(layers) + "L glm53 b1";
   r.rows.push_back({"step", tag + " graph", graphMs * 1e3, bytes, roof});
   r.rows.push_back({"step", tag + " stream", streamMs * 1e3, bytes,
