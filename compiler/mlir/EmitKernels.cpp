@@ -412,6 +412,11 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
         c.first = op;
       if (auto l = op->getAttrOfType<IntegerAttr>("layer"))
         c.second.push_back(l.getInt());
+      else if (auto w = op->getAttrOfType<FlatSymbolRefAttr>("weight"))
+        if (auto wop = symbols.lookup<WeightOp>(w.getValue()))
+          if (auto l = wop->getAttrOfType<IntegerAttr>("layer");
+              l && l.getInt() >= 0)
+            c.second.push_back(l.getInt());
     };
     module.walk([&](Operation *op) {
       if (!op->getDialect() || op->getDialect()->getNamespace() != "glm")

@@ -1,0 +1,30 @@
+// Graph buckets: decode batches instantiate the GEMV kernels per batch,
+// prefill chunks reuse the largest batch's kernels; invalid buckets are
+// refused with what to give instead.
+// RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{decode-batches=4,1 prefill-chunks=16})' | FileCheck %s
+// RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels)' | FileCheck %s --check-prefix=DEFAULT
+// RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{prefill-chunks=0})' | FileCheck %s --check-prefix=NOPREFILL
+// RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{decode-batches=9})' 2>&1 | FileCheck %s --check-prefix=BATCH
+// RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{prefill-chunks=0,512})' 2>&1 | FileCheck %s --check-prefix=CHUNK
+// RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory{max-tokens=64},glm-emit-kernels{prefill-chunks=512},glm-emit-plan)' 2>&1 | FileCheck %s --check-prefix=ARENA
+
+// The module lists the buckets first (decode 1, 4, prefill 16 on batch-8
+// kernels); kernels that take no batch are shared by every bucket.
+// CHECK: glm.buckets = [{batch = 1 : i64, kind = "decode", size = 1 : i64}, {batch = 4 : i64, kind = "decode", size = 4 : i64}, {batch = 8 : i64, kind = "prefill", size = 16 : i64}]
+// CHECK-SAME: name = "glm_rms_norm_wbf16_t256"
+// CHECK-NOT: name = "glm_rms_norm
+// Per op, one kernel list per bucket in glm.buckets order; glm.kernels is
+// the first bucket's.
+// CHECK: glm.fused_expert_gemv
+// CHECK-SAME: glm.bucket_kernels = {{.}}["glm_hadamard128_vf32_t128", "glm_expert_gemv_trellis_k34_mcg_e4m3_b1_svf16_t256", "glm_moe_reduce_t256"],
+// CHECK-SAME: ["glm_hadamard128_vf32_t128", "glm_expert_gemv_trellis_k34_mcg_e4m3_b4_svf16_t256", "glm_moe_reduce_t256"],
+// CHECK-SAME: ["glm_hadamard128_vf32_t128", "glm_expert_gemv_trellis_k34_mcg_e4m3_b8_svf16_t256", "glm_moe_reduce_t256"]{{.}},
+// CHECK-SAME: glm.kernels = ["glm_hadamard128_vf32_t128", "glm_expert_gemv_trellis_k34_mcg_e4m3_b1_svf16_t256", "glm_moe_reduce_t256"]
+
+// DEFAULT: glm.buckets = [{batch = 1 : i64, kind = "decode", size = 1 : i64}, {batch = 2 : i64, kind = "decode", size = 2 : i64}, {batch = 3 : i64, kind = "decode", size = 3 : i64}, {batch = 4 : i64, kind = "decode", size = 4 : i64}, {batch = 5 : i64, kind = "decode", size = 5 : i64}, {batch = 6 : i64, kind = "decode", size = 6 : i64}, {batch = 7 : i64, kind = "decode", size = 7 : i64}, {batch = 8 : i64, kind = "decode", size = 8 : i64}, {batch = 8 : i64, kind = "prefill", size = 512 : i64}, {batch = 8 : i64, kind = "prefill", size = 2048 : i64}]
+// NOPREFILL: glm.buckets = [{{.*}}{batch = 8 : i64, kind = "decode", size = 8 : i64}]
+// NOPREFILL-NOT: prefill
+
+// BATCH: error: glm-emit-kernels: decode batch 9 is out of range: the decode kernels take batch 1..8 (decode-batches)
+// CHUNK: error: glm-emit-kernels: prefill chunk 0 is out of range: give 1..1048576 tokens, or 0 alone for no prefill graphs (prefill-chunks)
+// ARENA: error: glm-emit-plan: prefill chunk 512 exceeds the activation arena's 64 tokens: raise glm-plan-memory's max-tokens

@@ -1,0 +1,59 @@
+// glmc inspect on a compiled plan: head ops (final norm, LM head, its
+// all-gather, sampling) in a "head" row, per-kernel predictions and
+// measured times from a JSON file, in text, json, dot and html.
+// RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=2},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{decode-batches=1,2 prefill-chunks=64},glm-emit-plan{output=%t.plan})' -o /dev/null
+// RUN: glmc inspect %t.plan --rank 0 | FileCheck %s --check-prefix=TEXT
+// RUN: glmc inspect %t.plan --rank 0 --measured %S/Inputs/measured.json | FileCheck %s --check-prefix=MEAS
+// RUN: glmc inspect %t.plan --rank 1 --layer head | FileCheck %s --check-prefix=HEAD
+// RUN: glmc inspect %t.plan --format json --measured %S/Inputs/measured.json > %t.json
+// RUN: python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['ranks'][0]; print('head', [l['kind'] for l in r['layers'] if l['layer']==2]); k={c['name']:c for c in r['kernel_costs']}; e=k['glm_expert_gemv_trellis_k34_mcg_e4m3_b1_svf16_t256']; print('expert', e['launches'], e['measured_us'], round(e['ratio'],6)==round(e['measured_us']/e['predicted_us'],6), e['decoded_weights']>0); print('measured', d['measured'])" %t.json | FileCheck %s --check-prefix=JSON
+// RUN: glmc inspect %t.plan --format dot | FileCheck %s --check-prefix=DOT
+// RUN: glmc inspect %t.plan --format html --measured %S/Inputs/measured.json | FileCheck %s --check-prefix=HTML
+// RUN: echo '{"kernels": {"glm_x": -1}}' > %t.neg.json
+// RUN: not glmc inspect %t.plan --measured %t.neg.json 2>&1 | FileCheck %s --check-prefix=NEG
+// RUN: echo '{"kernels": [1, 2' > %t.bad.json
+// RUN: not glmc inspect %t.plan --measured %t.bad.json 2>&1 | FileCheck %s --check-prefix=BAD
+// RUN: echo '{"kernels": {"glm_x": "fast"}}' > %t.str.json
+// RUN: not glmc inspect %t.plan --measured %t.str.json 2>&1 | FileCheck %s --check-prefix=STR
+// RUN: not glmc inspect %t.plan --measured %t.missing.json 2>&1 | FileCheck %s --check-prefix=MISSING
+// RUN: not glmc inspect %t.plan --int-rate 0 2>&1 | FileCheck %s --check-prefix=RATE
+
+// TEXT: schema 1.1
+// TEXT: layer  kind
+// TEXT-NEXT: embed  embed {{.*}}glm_embed_bf16_t256
+// TEXT-NEXT: 0      dense
+// TEXT-NEXT: 1      moe {{.*}}glm_expert_gemv_trellis
+// TEXT-NEXT: head   head {{.*}}glm_rms_norm_wbf16_t256, glm_dense_gemv_fp8_block_sf32_b1_t256, all_gather, glm_argmax_t256
+// TEXT: kernels (decode batch 1; predicted = max(bytes / 273 GB/s, decoded weights x 8 ops / 15.0 Tops/s) per launch)
+// TEXT-NEXT: kernel {{ *}}launches {{ *}}bytes predicted us bound
+// TEXT-NOT: measured us
+// TEXT: glm_expert_gemv_trellis_k34_mcg_e4m3_b1_svf16_t256 {{ *}}1 {{ *}}[[#%u,]] {{ *}}[[#%u,]].{{[0-9]+}} {{ *}}bw
+
+// MEAS: kernel {{ *}}launches {{ *}}bytes predicted us bound {{ *}}measured us {{ *}}ratio
+// Two q/kv/o-style fp8 GEMVs per layer share one kernel: measured per
+// launch times launches.
+// MEAS: glm_dense_gemv_fp8_block_sf32_b1_t256 {{ *}}[[N:[0-9]+]] {{.*}} bw {{ *}}{{[0-9]+}}.50 {{ *}}{{[0-9]+}}.{{[0-9]+}}
+// MEAS: glm_expert_gemv_trellis_k34_mcg_e4m3_b1_svf16_t256 {{ *}}1 {{.*}} bw {{ *}}4.00 {{ *}}{{[0-9]+}}.{{[0-9]+}}
+// MEAS: glm_moe_reduce_t256 1 0 0.00 - - -
+// MEAS: measured kernels not in this plan (ignored): glm_not_in_this_plan_t256
+
+// HEAD: layer  kind
+// HEAD-NEXT: head   head
+// HEAD-NOT: moe
+
+// JSON: head ['head']
+// JSON: expert 1 4.0 True True
+// JSON: measured {{.*}}measured.json
+
+// DOT: subgraph "cluster_2" {
+// DOT-NEXT: label="layer head";
+
+// HTML: <th>measured us</th><th>ratio</th>
+// HTML: <td>glm_expert_gemv_trellis_k34_mcg_e4m3_b1_svf16_t256</td><td class=num>1</td>
+// HTML-SAME: <td class=num>4.00</td>
+
+// NEG: neg.json: kernel 'glm_x' has a negative time (-1 us)
+// BAD: bad.json: not valid JSON
+// STR: str.json: kernel 'glm_x' has no number of microseconds ("fast")
+// MISSING: missing.json: cannot open the measured-times file (write one with glm-engine bench --plan PLAN)
+// RATE: --int-rate must be positive (Tops/s)
