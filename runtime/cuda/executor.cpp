@@ -120,6 +120,9 @@ struct CudaForward::Impl {
       p, ov, rlog, ids, rw, sIds, sW, xh, partial, partialS, g, u, act, actD,
       part, xpad, xrot, z, logitsLocal, gathered, logits, vocabBegin;
   int64_t maxInPad = 1, maxOutPad = 1, maxCount = 1, maxInter = 1;
+  static constexpr int kMaxSplit = 16;
+  int sms = 132;
+  DeviceBuffer zparts; // [kMaxSplit, maxOutPad] split-K partial sums
   std::map<int, CUgraphExec> graphs;
   // Profiling (kernelTimeSumMs): events around each launch.
   bool profiling = false;
@@ -131,6 +134,7 @@ struct CudaForward::Impl {
   explicit Impl(int device) : dev(device) {
     GLM_CU(cuCtxGetCurrent(&ctx));
     arch = dev.arch();
+    sms = dev.smCount();
     GLM_CU(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   }
   ~Impl() {
@@ -290,6 +294,20 @@ struct CudaForward::Impl {
 
   // --- GEMV by format ----------------------------------------------------
 
+  /// Input slices for a batch-1 trellis GEMV: dense_gemv_trellis walks
+  /// every input tile of a column serially with one warp, so a short, wide
+  /// matrix (o_proj, down) leaves most SMs idle; slices of 128-multiples
+  /// run side by side until ~2 blocks per SM.
+  int splitK(const DeviceLinear &L, int B) const {
+    if (B != 1)
+      return 1;
+    const int64_t blocks = (L.outPad / 16 + 7) / 8;
+    const int64_t slices = L.inPad / 128;
+    int n = 1;
+    while (blocks * n < 2 * sms && slices % (2 * n) == 0 && n < kMaxSplit)
+      n *= 2;
+    return n;
+  }
   bool useDenseGemv(const DeviceLinear &L) const {
     return L.in % 128 == 0 &&
            (L.format == WeightFormat::BF16 ||
@@ -363,11 +381,37 @@ struct CudaForward::Impl {
         src = xpad.ptr();
       }
       hadamard(src, L.suh.ptr(), 0, xrot.ptr(), B, L.inPad);
-      launchFn(genFn(trellisSpec(L, B)),
-               blocksFor(L.outPad / 16, 8), 1, 1, 256, 0,
-               KArgs() << xrot.ptr() << L.data.ptr() << z.ptr() << B
-                       << (int)L.inPad << (int)L.outPad << L.sI << L.sI8
-                       << L.sJ8);
+      const int ns = splitK(L, B);
+      if (ns == 1) {
+        launchFn(genFn(trellisSpec(L, B)),
+                 blocksFor(L.outPad / 16, 8), 1, 1, 256, 0,
+                 KArgs() << xrot.ptr() << L.data.ptr() << z.ptr() << B
+                         << (int)L.inPad << (int)L.outPad << L.sI << L.sI8
+                         << L.sJ8);
+      } else {
+        // Batch 1, split over input slices of S rows (S/16 tile rows, a
+        // multiple of 8): tile (i0 + i, j) = tile (i, j) + (i0/8)*sI8 in
+        // every layout, so a slice is the same kernel on shifted pointers;
+        // the slices' sums are added in slice order.
+        const int64_t S = L.inPad / ns;
+        const uint64_t tileBytes = 32ull * (uint64_t)L.K;
+        for (int sl = 0; sl < ns; ++sl) {
+          const int64_t i0 = sl * S / 16;
+          const CUdeviceptr tiles =
+              L.data.ptr() + (CUdeviceptr)((uint64_t)(i0 / 8) *
+                                           (uint64_t)L.sI8 * tileBytes);
+          launchFn(genFn(trellisSpec(L, 1)),
+                   blocksFor(L.outPad / 16, 8), 1, 1, 256, 0,
+                   KArgs() << (xrot.ptr() + (CUdeviceptr)(sl * S) * 4)
+                           << tiles
+                           << (zparts.ptr() +
+                               (CUdeviceptr)(sl * L.outPad) * 4)
+                           << 1 << (int)S << (int)L.outPad << L.sI << L.sI8
+                           << L.sJ8);
+        }
+        call("glmx_sum_parts", blocksFor(L.outPad), 1, 1, kBlock, 0,
+             KArgs() << zparts.ptr() << ns << (int)L.outPad << z.ptr());
+      }
       if (L.outPad == out && ys == out) {
         hadamard(z.ptr(), 0, L.svh.ptr(), y, B, L.outPad);
       } else {
@@ -731,7 +775,7 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
         "glmx_dsa_select", "glmx_mla_attn", "glmx_gemv_any", "glmx_add",
         "glmx_reduce_units", "glmx_route", "glmx_swiglu",
         "glmx_hf_expert_act", "glmx_hf_expert_down", "glmx_exl3_expert_in",
-        "glmx_onehot", "glmx_vocab_gather", "glmx_fill_random",
+        "glmx_onehot", "glmx_vocab_gather", "glmx_sum_parts", "glmx_fill_random",
         "glmx_fill_f32"})
     m.fx[n] = m.modules.back()->function(n);
 
@@ -944,6 +988,7 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
   m.xpad = f32(MB * std::max(m.maxInPad, m.maxOutPad));
   m.xrot = f32(MB * m.maxInPad);
   m.z = f32(std::max<int64_t>(8, MB) * m.maxOutPad);
+  m.zparts = f32(Impl::kMaxSplit * m.maxOutPad);
   m.logitsLocal = f32(MB * m.maxCount);
   m.gathered = f32((int64_t)m.N * MB * m.maxCount);
   m.logits = f32(MB * V);

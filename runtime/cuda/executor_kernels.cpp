@@ -496,6 +496,18 @@ GLM_X glmx_exl3_expert_in(const float *x, const float *suh, const int *ids,
   xh[(((long long)p * B + b) * K + k) * d + i] = x[(long long)b * d + i] * s;
 }
 
+// out[i] = sum over parts p in order of parts[p*n + i] (split-K slices of
+// one batch-1 GEMV). Grid (ceil(n/256)).
+GLM_X glmx_sum_parts(const float *parts, int np, int n, float *out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n)
+    return;
+  float s = 0.0f;
+  for (int p = 0; p < np; ++p)
+    s += parts[(long long)p * n + i];
+  out[i] = s;
+}
+
 // Load time: X[b, c] = (c == c0 + b) for b < nb, c < n (one-hot rows).
 GLM_X glmx_onehot(float *X, int nb, int n, int c0) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
