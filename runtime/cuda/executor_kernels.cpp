@@ -1,7 +1,8 @@
 //===- executor_kernels.cpp - the executor's batched helper kernels -------===//
 //
 // The CUDA executor's small kernels that have no codegen family (fp32
-// activations, fp64 sums where the CPU reference sums in fp64): embedding of
+// activations, fp64 sums where the CPU reference sums in fp64; norms sum
+// over the block in a fixed tree order): embedding of
 // any stored dtype, norms, the latent/index-key cache stores with RoPE, DSA
 // scores and selection, absorbed MLA attention over the selected rows,
 // routing, SwiGLU of dense MLPs and of unquantized (HF) experts, and the
@@ -70,21 +71,33 @@ GLM_X glmx_embed(const void *table, int dt, const float *rowScale,
   x[(long long)b * d + i] = v;
 }
 
+// Sum of every thread's v over the block in fp64, in a fixed tree order
+// (deterministic; blockDim.x a power of two <= 1024). All threads get it.
+__device__ double blockSumD(double v) {
+  __shared__ double red[1024];
+  red[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if ((int)threadIdx.x < s)
+      red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  const double r = red[0];
+  __syncthreads();
+  return r;
+}
+
 // y = w * x / sqrt(mean(x^2) + eps) per row b (strides in elements); y may
 // alias x. Grid (1, B).
 GLM_X glmx_rms_norm(const float *x, const float *w, float *y, int n,
                     double eps, int xs, int ys) {
-  __shared__ double inv;
   const int b = blockIdx.y;
   const float *xr = x + (long long)b * xs;
   float *yr = y + (long long)b * ys;
-  if (threadIdx.x == 0) {
-    double ss = 0;
-    for (int i = 0; i < n; ++i)
-      ss += (double)xr[i] * (double)xr[i];
-    inv = 1.0 / sqrt(ss / (double)n + eps);
-  }
-  __syncthreads();
+  double ss = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    ss += (double)xr[i] * (double)xr[i];
+  const double inv = 1.0 / sqrt(blockSumD(ss) / (double)n + eps);
   for (int i = threadIdx.x; i < n; i += blockDim.x)
     yr[i] = (float)((double)w[i] * ((double)xr[i] * inv));
 }
@@ -116,17 +129,13 @@ GLM_X glmx_rope(float *x, int dim, int stride, int rowStride,
 GLM_X glmx_kv_store(const float *kva, const float *normW, float *cache,
                     const int *seq, const int *pos, int kvr, int dr,
                     int maxCtx, double eps, double theta) {
-  __shared__ double inv;
   const int b = blockIdx.y, lat = kvr + dr;
   const float *src = kva + (long long)b * lat;
   float *dst = cache + ((long long)seq[b] * maxCtx + pos[b]) * lat;
-  if (threadIdx.x == 0) {
-    double ss = 0;
-    for (int i = 0; i < kvr; ++i)
-      ss += (double)src[i] * (double)src[i];
-    inv = 1.0 / sqrt(ss / (double)kvr + eps);
-  }
-  __syncthreads();
+  double ss = 0;
+  for (int i = threadIdx.x; i < kvr; i += blockDim.x)
+    ss += (double)src[i] * (double)src[i];
+  const double inv = 1.0 / sqrt(blockSumD(ss) / (double)kvr + eps);
   for (int i = threadIdx.x; i < kvr; i += blockDim.x)
     dst[i] = (float)((double)normW[i] * ((double)src[i] * inv));
   for (int i = threadIdx.x; i < dr; i += blockDim.x)
@@ -141,25 +150,19 @@ GLM_X glmx_kv_store(const float *kva, const float *normW, float *cache,
 GLM_X glmx_index_key_store(const float *k, const float *w, const float *bias,
                            float *keys, const int *seq, const int *pos,
                            int hd, int dr, int maxCtx, double theta) {
-  __shared__ double mean, inv;
   const int b = blockIdx.y;
   const float *x = k + (long long)b * hd;
   float *dst = keys + ((long long)seq[b] * maxCtx + pos[b]) * hd;
-  if (threadIdx.x == 0) {
-    double m = 0;
-    for (int i = 0; i < hd; ++i)
-      m += x[i];
-    m /= (double)hd;
-    double var = 0;
-    for (int i = 0; i < hd; ++i) {
-      double d = (double)x[i] - m;
-      var += d * d;
-    }
-    var /= (double)hd;
-    mean = m;
-    inv = 1.0 / sqrt(var + 1e-6);
+  double m = 0;
+  for (int i = threadIdx.x; i < hd; i += blockDim.x)
+    m += x[i];
+  const double mean = blockSumD(m) / (double)hd;
+  double var = 0;
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+    const double d = (double)x[i] - mean;
+    var += d * d;
   }
-  __syncthreads();
+  const double inv = 1.0 / sqrt(blockSumD(var) / (double)hd + 1e-6);
   for (int i = threadIdx.x; i < hd; i += blockDim.x)
     dst[i] = (float)(((double)x[i] - mean) * inv * (double)w[i] +
                      (double)bias[i]);
