@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -245,6 +246,9 @@ TEST(Compile, FullSizeExpertBytesBalancedAtThreeAndFourRanks) {
     EXPECT_EQ(sum, active);
     // Experts are the bulk of the model: each rank holds about 1/N of them.
     EXPECT_GT(c.plan.ranks[0].weightBytes, 0u);
+    // 78 layers, 10 graph buckets: kernels per distinct shape and batch,
+    // not per layer (14 families x at most 8 batches).
+    EXPECT_LT(c.plan.kernels.size(), 64u);
   }
 }
 
@@ -266,4 +270,240 @@ TEST(Compile, ImportErrorNamesConfigAndSaysWhatToDo) {
   EXPECT_NE(diag.find("config.json"), std::string::npos) << diag;
   EXPECT_NE(diag.find("glmc verify"), std::string::npos) << diag;
   fs::remove_all(dir);
+}
+
+//===----------------------------------------------------------------------===//
+// Graph buckets, kernel arguments, head layer, plan fields 1.1
+//===----------------------------------------------------------------------===//
+
+#include "compiler/mlir/KernelArgs.h"
+
+namespace {
+
+std::string errorOf(const std::function<void()> &f) {
+  try {
+    f();
+  } catch (const glm::rt::Error &e) {
+    return e.what();
+  }
+  return "";
+}
+
+const glm::plan::GraphDef *graphOf(const glm::plan::RankPlan &r,
+                                   glm::plan::GraphKind kind, uint32_t size) {
+  for (const glm::plan::GraphDef &g : r.graphs)
+    if (g.kind == kind && g.size == size)
+      return &g;
+  return nullptr;
+}
+
+uint64_t expertBytes(const glm::plan::GraphDef &g) {
+  uint64_t sum = 0;
+  for (const glm::plan::OpDef &op : g.ops)
+    if (op.kind == glm::plan::OpKind::ExpertGemv)
+      sum += op.bytesRead;
+  return sum;
+}
+
+} // namespace
+
+TEST(Compile, DecodeAndPrefillGraphsPerBucket) {
+  using namespace glm::plan;
+  Compiled c = compile(exlr8Pack("tiny"), 2, 3);
+  for (const RankPlan &r : c.plan.ranks) {
+    SCOPED_TRACE("rank " + std::to_string(r.rank));
+    // Decode 1..8 then prefill 512, 2048, sorted by (kind, size).
+    ASSERT_EQ(r.graphs.size(), 10u);
+    for (uint32_t b = 1; b <= 8; ++b) {
+      EXPECT_EQ(r.graphs[b - 1].kind, GraphKind::Decode);
+      EXPECT_EQ(r.graphs[b - 1].size, b);
+    }
+    EXPECT_EQ(r.graphs[8].kind, GraphKind::Prefill);
+    EXPECT_EQ(r.graphs[8].size, 512u);
+    EXPECT_EQ(r.graphs[9].size, 2048u);
+    // Every graph runs the same ops; decode B launches batch-B kernels.
+    const GraphDef &d1 = r.graphs[0];
+    for (const GraphDef &g : r.graphs) {
+      ASSERT_EQ(g.ops.size(), d1.ops.size());
+      for (const OpDef &op : g.ops) {
+        if (op.kernel < 0)
+          continue;
+        const KernelDef &k = c.plan.kernels[op.kernel];
+        auto b = k.templateArgs.find("batch");
+        if (b == k.templateArgs.end())
+          continue;
+        uint32_t want = g.kind == GraphKind::Decode ? g.size : 8;
+        EXPECT_EQ(b->second, std::to_string(want)) << op.name;
+        // Prefill through an 8-token kernel: ceil(chunk / 8) launches.
+        if (g.kind == GraphKind::Prefill) {
+          EXPECT_EQ(op.rowsPerLaunch, 8u) << op.name;
+          EXPECT_EQ(op.repeat, g.size / 8) << op.name;
+        } else {
+          EXPECT_EQ(op.repeat, 1u) << op.name;
+        }
+      }
+    }
+    // Expected expert bytes grow with the batch (more distinct experts)
+    // but less than linearly; a prefill step re-reads per launch.
+    uint64_t e1 = expertBytes(d1), prev = e1;
+    ASSERT_GT(e1, 0u);
+    for (uint32_t b = 2; b <= 8; ++b) {
+      uint64_t eb = expertBytes(*graphOf(r, GraphKind::Decode, b));
+      EXPECT_GE(eb, prev) << "batch " << b;
+      EXPECT_LE(eb, e1 * b) << "batch " << b;
+      prev = eb;
+    }
+    uint64_t e8 = expertBytes(*graphOf(r, GraphKind::Decode, 8));
+    EXPECT_EQ(expertBytes(*graphOf(r, GraphKind::Prefill, 512)), e8 * 64);
+    // Trellis ops say how many weights they decode; bf16/fp8 ops do not.
+    for (const OpDef &op : d1.ops)
+      if (op.kind == OpKind::ExpertGemv && op.bytesRead)
+        EXPECT_GT(op.decodedWeights, 0u) << op.name;
+  }
+}
+
+TEST(Compile, HeadOpsAreTheHeadLayer) {
+  using namespace glm::plan;
+  Compiled c = compile(exlr8Pack("tiny"), 3, 3);
+  const int32_t head = int32_t(c.plan.model.numLayers);
+  for (const RankPlan &r : c.plan.ranks) {
+    for (const OpDef &op : r.graphs.at(0).ops) {
+      if (op.layer < 0)
+        EXPECT_EQ(op.kind, OpKind::Embed) << op.name << " is not the embed";
+      if (op.kind == OpKind::LmHead || op.kind == OpKind::Argmax ||
+          op.kind == OpKind::AllGather)
+        EXPECT_EQ(op.layer, head) << op.name;
+    }
+    ASSERT_FALSE(r.layers.empty());
+    EXPECT_EQ(r.layers.back().layer, head);
+    EXPECT_EQ(r.layers.back().kind, LayerKind::Head);
+    EXPECT_GT(r.layers.back().bytesPerToken, 0u); // the LM head slice
+    EXPECT_EQ(r.layers.front().layer, -1);
+    EXPECT_EQ(r.layers.front().ops.size(), 1u); // the embedding alone
+  }
+}
+
+TEST(Compile, KernelArgumentsFollowTheFamilyParameterLists) {
+  using namespace glm::plan;
+  Compiled c = compile(exlr8Pack("tiny"), 2, 3);
+  EXPECT_NO_THROW(glmc::checkKernelArgs(c.plan, "tiny.plan"));
+  size_t launches = 0;
+  for (const RankPlan &r : c.plan.ranks)
+    for (const GraphDef &g : r.graphs)
+      for (const OpDef &op : g.ops) {
+        if (op.kernel < 0)
+          continue;
+        ++launches;
+        const KernelDef &k = c.plan.kernels[op.kernel];
+        auto params = glmc::kernelParams(k.templateName);
+        ASSERT_EQ(op.args.size(), params.size()) << op.name;
+        EXPECT_GT(op.launch.gridX, 0u) << op.name;
+        EXPECT_GT(op.launch.blockX, 0u) << op.name;
+        for (const ArgDef &a : op.args)
+          if (a.kind == ArgKind::Buffer) {
+            ASSERT_LT(size_t(a.buffer), r.buffers.size()) << op.name;
+            EXPECT_LE(a.offset + (op.repeat - 1) * op.rowsPerLaunch *
+                                     a.rowBytes,
+                      r.buffers[a.buffer].bytes)
+                << op.name << " " << a.name;
+          }
+      }
+  EXPECT_GT(launches, 0u);
+
+  // A drift between the compiler's rules and a template is caught.
+  auto firstLaunch = [](Plan &p) -> OpDef & {
+    for (OpDef &op : p.ranks[0].graphs[0].ops)
+      if (op.kernel >= 0 && op.args.size() > 2)
+        return op;
+    throw glm::rt::Error("no launch");
+  };
+  Plan dropped = c.plan;
+  firstLaunch(dropped).args.pop_back();
+  std::string m = errorOf([&] { glmc::checkKernelArgs(dropped, "p"); });
+  EXPECT_NE(m.find("arguments but family"), std::string::npos) << m;
+  EXPECT_NE(m.find("rank 0 decode 1 op '"), std::string::npos) << m;
+
+  Plan kind = c.plan;
+  for (ArgDef &a : firstLaunch(kind).args)
+    if (a.kind == ArgKind::Buffer) {
+      a.kind = ArgKind::F32;
+      break;
+    }
+  m = errorOf([&] { glmc::checkKernelArgs(kind, "p"); });
+  EXPECT_NE(m.find("is f32 but parameter"), std::string::npos) << m;
+  EXPECT_NE(m.find("is a pointer"), std::string::npos) << m;
+
+  Plan swapped = c.plan;
+  OpDef &op = firstLaunch(swapped);
+  std::swap(op.args[0], op.args[1]);
+  m = errorOf([&] { glmc::checkKernelArgs(swapped, "p"); });
+  EXPECT_NE(m.find("is labelled"), std::string::npos) << m;
+
+  EXPECT_NE(errorOf([] { glmc::kernelParams("no_such_family"); })
+                .find("unknown kernel family"),
+            std::string::npos);
+}
+
+TEST(Compile, PlanFieldsOfSchema11RoundTrip) {
+  using namespace glm::plan;
+  Compiled c = compile(exlr8Pack("tiny"), 2, 3);
+  EXPECT_EQ(c.plan.schemaMinor, kPlanSchemaMinor);
+  EXPECT_GE(kPlanSchemaMinor, 1u);
+  // The compiled plan's new fields survive the bytes.
+  bool sawRepeat = false, sawRows = false, sawDecoded = false;
+  for (const RankPlan &r : c.plan.ranks)
+    for (const GraphDef &g : r.graphs)
+      for (const OpDef &op : g.ops) {
+        sawRepeat |= op.repeat > 1;
+        sawDecoded |= op.decodedWeights > 0;
+        for (const ArgDef &a : op.args)
+          sawRows |= a.rowBytes > 0;
+      }
+  EXPECT_TRUE(sawRepeat && sawRows && sawDecoded);
+  Plan back = parsePlan(c.bytes.data(), c.bytes.size(), "tiny.plan");
+  EXPECT_TRUE(back == c.plan);
+  // Hand-set values too (not only what the compiler happens to write).
+  Plan p = c.plan;
+  OpDef &op = p.ranks[1].graphs.back().ops.back();
+  op.decodedWeights = 123456789012ull;
+  op.repeat = 7;
+  op.rowsPerLaunch = 0;
+  ArgDef a;
+  a.kind = ArgKind::Runtime;
+  a.name = "positions";
+  a.rowBytes = 0;
+  op.args.push_back(a);
+  p.ranks[1].graphs[0].ops[0].args.clear();
+  std::vector<uint8_t> bytes = serializePlan(p);
+  Plan q = parsePlan(bytes.data(), bytes.size(), "p.plan");
+  EXPECT_TRUE(q == p);
+  EXPECT_EQ(q.ranks[1].graphs.back().ops.back().decodedWeights,
+            123456789012ull);
+  EXPECT_EQ(q.ranks[1].graphs.back().ops.back().repeat, 7u);
+  // Another major is refused; a newer minor is read.
+  Plan major = c.plan;
+  major.schemaMajor = kPlanSchemaMajor + 1;
+  std::vector<uint8_t> mb = serializePlan(major);
+  std::string m = errorOf([&] { parsePlan(mb.data(), mb.size(), "m.plan"); });
+  EXPECT_NE(m.find("m.plan: plan schema version " +
+                   std::to_string(kPlanSchemaMajor + 1) + "."),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("re-plan with: glmc compile"), std::string::npos) << m;
+  Plan minor = c.plan;
+  minor.schemaMinor = kPlanSchemaMinor + 5;
+  std::vector<uint8_t> nb = serializePlan(minor);
+  EXPECT_NO_THROW(parsePlan(nb.data(), nb.size(), "n.plan"));
+  // A repeated launch past its buffer is refused at load.
+  Plan over = c.plan;
+  for (OpDef &o : over.ranks[0].graphs.back().ops)
+    if (o.repeat > 1) {
+      for (ArgDef &x : o.args)
+        if (x.kind == ArgKind::Buffer && x.rowBytes)
+          x.rowBytes = over.ranks[0].arenaBytes;
+      break;
+    }
+  std::vector<uint8_t> ob = serializePlan(over);
+  m = errorOf([&] { parsePlan(ob.data(), ob.size(), "o.plan"); });
+  EXPECT_NE(m.find("points at buffer"), std::string::npos) << m;
 }
