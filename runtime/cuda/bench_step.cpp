@@ -55,8 +55,8 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
     else if (w.layer < 0)
       fixed += (double)w.bytes();
   }
-  const double kvbt = (double)c.kvLoraRank * c.numHeads *
-                      (c.qkNopeHeadDim + c.vHeadDim) * 4.0;
+  const double kvbt =
+      (double)c.kvLoraRank * c.numHeads * (c.qkNopeHeadDim + c.vHeadDim) * 4.0;
   size_t freeB = 0, totalB = 0;
   GLM_CU(cuMemGetInfo(&freeB, &totalB));
   int64_t layers = opt.stepLayers;
@@ -87,9 +87,9 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   o.maxLayers = layers;
   auto t0 = std::chrono::steady_clock::now();
   CudaForward fwd(*pack, cpu::TpLayout::fromRule(c, 1), o);
-  const double buildS = std::chrono::duration<double>(
-                            std::chrono::steady_clock::now() - t0)
-                            .count();
+  const double buildS =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   // Fill the caches up to the benchmark position (the step then attends
   // stepPosition + 1 keys; every replay rewrites that position).
   for (int i = 0; i < opt.stepPosition; ++i)
@@ -124,9 +124,8 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   }
   const int launches = fwd.launchesPerStep(1);
   const double bytes = fwd.weightBytesPerToken();
-  const double roof = r.copyGBs > 0
-                          ? (bytes / (graphMs * 1e-3)) / (r.copyGBs * 1e9)
-                          : 0;
+  const double roof =
+      r.copyGBs > 0 ? (bytes / (graphMs * 1e-3)) / (r.copyGBs * 1e9) : 0;
   const double gap = std::max(0.0, 1.0 - kernelMs / graphMs);
   char line[512];
   std::snprintf(line, sizeof line,
@@ -149,13 +148,12 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   log << line;
   const std::string tag = std::to_string(layers) + "L glm53 b1";
   r.rows.push_back({"step", tag + " graph", graphMs * 1e3, bytes, roof});
-  r.rows.push_back({"step", tag + " stream", streamMs * 1e3, bytes,
-                    r.copyGBs > 0 ? (bytes / (streamMs * 1e-3)) /
-                                        (r.copyGBs * 1e9)
-                                  : 0});
+  r.rows.push_back(
+      {"step", tag + " stream", streamMs * 1e3, bytes,
+       r.copyGBs > 0 ? (bytes / (streamMs * 1e-3)) / (r.copyGBs * 1e9) : 0});
   // Launch gaps: the ratio column is the share of the step with no kernel.
-  r.rows.push_back({"step", tag + " launch-gap share", graphMs * 1e3 * gap,
-                    0, gap});
+  r.rows.push_back(
+      {"step", tag + " launch-gap share", graphMs * 1e3 * gap, 0, gap});
 }
 
 } // namespace glm::rt::cuda

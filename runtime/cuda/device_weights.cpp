@@ -63,9 +63,9 @@ Uploader::~Uploader() = default;
 int Uploader::dtypeOf(const ByteRange &r, bool signs) {
   auto it = headers_.find(r.file);
   if (it == headers_.end()) {
-    auto f = SafetensorsFile::open(
-        (std::filesystem::path(dir_) / r.file).string(),
-        /*allowTruncatedData=*/true);
+    auto f =
+        SafetensorsFile::open((std::filesystem::path(dir_) / r.file).string(),
+                              /*allowTruncatedData=*/true);
     it = headers_.emplace(r.file, f).first;
   }
   for (const TensorView &t : it->second->tensors())
@@ -77,12 +77,16 @@ int Uploader::dtypeOf(const ByteRange &r, bool signs) {
         return 3;
       }
       switch (t.dtype) {
-      case DType::F32: return 0;
-      case DType::F16: return 1;
-      case DType::BF16: return 2;
+      case DType::F32:
+        return 0;
+      case DType::F16:
+        return 1;
+      case DType::BF16:
+        return 2;
       default:
         fail(r.file, ": tensor ", t.name, " (", r.role, ") has dtype ",
-             dtypeName(t.dtype), "; the cuda executor reads F32, F16 or BF16 "
+             dtypeName(t.dtype),
+             "; the cuda executor reads F32, F16 or BF16 "
              "vectors and scales");
       }
     }
@@ -116,9 +120,8 @@ void Uploader::f32(const ByteRange &r, CUdeviceptr dst, int64_t first,
     check(first % 16 == 0 && count % 16 == 0 && first + count <= n, r.file,
           ": packed signs slice [", first, ", ", first + count,
           ") is not whole 16-sign words");
-    jobs_.push_back(
-        Job{r.file, r.offset + (uint64_t)first / 8, (uint64_t)count / 8, dst,
-            3, 0});
+    jobs_.push_back(Job{r.file, r.offset + (uint64_t)first / 8,
+                        (uint64_t)count / 8, dst, 3, 0});
     total_ += (uint64_t)count / 8;
     return;
   }
@@ -208,8 +211,8 @@ void Uploader::run(const std::string &label) {
       }
       uint64_t done = 0;
       while (done < n) {
-        ssize_t got = ::pread(fd, (char *)dst + done, n - done,
-                              (off_t)(off + done));
+        ssize_t got =
+            ::pread(fd, (char *)dst + done, n - done, (off_t)(off + done));
         check(got > 0, path, ": short read at offset ", off + done,
               " (the file is truncated or the pack is index-only; "
               "re-download it or run glmc verify)");
@@ -234,8 +237,8 @@ void Uploader::run(const std::string &label) {
       }
       tmp.resize(j.length);
       readAt(j, j.offset, tmp.data(), j.length);
-      const uint64_t n = j.conv == 3 ? j.length * 8
-                                     : j.length / plainSize(j.conv);
+      const uint64_t n =
+          j.conv == 3 ? j.length * 8 : j.length / plainSize(j.conv);
       check(n * 4 <= kStaging, j.file, ": vector of ", n,
             " elements is too long for the staging buffer");
       room(n * 4);
@@ -351,7 +354,8 @@ DeviceLinear makeLinear(const WeightInfo &w, Uploader &up, int64_t rowBegin,
           " has no parts");
     const TrellisPart &p0 = w.parts[0];
     check(!p0.width.isHalfInteger(), "cuda executor: ", w.name, " has K ",
-          p0.width.value(), "; half-integer widths have no GPU kernel yet "
+          p0.width.value(),
+          "; half-integer widths have no GPU kernel yet "
           "(use --backend cpu)");
     L.K = (int)p0.width.value();
     L.codebook = (int)p0.codebook;
@@ -363,8 +367,8 @@ DeviceLinear makeLinear(const WeightInfo &w, Uploader &up, int64_t rowBegin,
       L.sI = (int)(L.outPad / 16);
       L.sI8 = (int)(L.outPad / 2);
       L.sJ8 = 8;
-      const uint64_t len = (uint64_t)(L.inPad / 16) * (L.outPad / 16) *
-                           tileBytes;
+      const uint64_t len =
+          (uint64_t)(L.inPad / 16) * (L.outPad / 16) * tileBytes;
       check(p0.trellisBytes.length == len, p0.trellisBytes.file, ": ", w.name,
             " trellis has ", p0.trellisBytes.length, " bytes, expected ", len,
             " (", L.inPad, " x ", L.outPad, " at K", L.K, ")");
@@ -382,8 +386,10 @@ DeviceLinear makeLinear(const WeightInfo &w, Uploader &up, int64_t rowBegin,
       return L;
     }
     // exlr8 record: one part per 128-channel slice of the sharded side.
-    check(in % 128 == 0 && out % 128 == 0, "cuda executor: exlr8 trellis "
-          "record ", w.name, " [", out, ", ", in, "] is not 128-aligned");
+    check(in % 128 == 0 && out % 128 == 0,
+          "cuda executor: exlr8 trellis "
+          "record ",
+          w.name, " [", out, ", ", in, "] is not 128-aligned");
     L.inPad = in;
     L.outPad = out;
     const bool side2 = p0.order == trellis::TileOrder::InMajor128;
@@ -391,9 +397,9 @@ DeviceLinear makeLinear(const WeightInfo &w, Uploader &up, int64_t rowBegin,
     L.sI8 = side2 ? (int)(out / 2) : 64;
     L.sJ8 = side2 ? 64 : (int)(in / 2);
     const uint64_t len = p0.trellisBytes.length;
-    check(len == (uint64_t)(side2 ? out : in) / 2 * tileBytes, p0.trellisBytes.file,
-          ": ", w.name, " slice has ", len, " bytes, expected ",
-          (side2 ? out : in) / 2 * tileBytes);
+    check(len == (uint64_t)(side2 ? out : in) / 2 * tileBytes,
+          p0.trellisBytes.file, ": ", w.name, " slice has ", len,
+          " bytes, expected ", (side2 ? out : in) / 2 * tileBytes);
     L.data = zeroed(len * w.parts.size());
     for (size_t i = 0; i < w.parts.size(); ++i) {
       check(w.parts[i].trellisBytes.length == len &&
@@ -410,7 +416,8 @@ DeviceLinear makeLinear(const WeightInfo &w, Uploader &up, int64_t rowBegin,
   }
   default:
     fail("cuda executor: weight ", w.name, " has format ",
-         weightFormatName(w.format), ", which has no GPU kernel yet (use "
+         weightFormatName(w.format),
+         ", which has no GPU kernel yet (use "
          "--backend cpu)");
   }
 }
@@ -437,11 +444,10 @@ ExpertGroup makeExperts(const Pack &pack,
   for (int64_t e = 0; e < E; ++e)
     for (int p = 0; p < 3; ++p) {
       const WeightInfo &w = *W[e][p];
-      std::vector<int64_t> want =
-          p < 2 ? std::vector<int64_t>{inter, hidden}
-                : std::vector<int64_t>{hidden, inter};
-      check(w.shape == want && w.format == w0.format, "cuda executor: ",
-            w.name, " differs in shape or format from ", w0.name,
+      std::vector<int64_t> want = p < 2 ? std::vector<int64_t>{inter, hidden}
+                                        : std::vector<int64_t>{hidden, inter};
+      check(w.shape == want && w.format == w0.format, "cuda executor: ", w.name,
+            " differs in shape or format from ", w0.name,
             "; the experts of one layer must agree");
     }
 
@@ -449,7 +455,8 @@ ExpertGroup makeExperts(const Pack &pack,
     check(w0.format == WeightFormat::F32 || w0.format == WeightFormat::F16 ||
               w0.format == WeightFormat::BF16,
           "cuda executor: expert weight ", w0.name, " has format ",
-          weightFormatName(w0.format), ", which has no GPU expert kernel yet "
+          weightFormatName(w0.format),
+          ", which has no GPU expert kernel yet "
           "(use --backend cpu)");
     G.kind = ExpertGroup::Plain;
     G.dtype = plainDtype(w0.format);
@@ -472,8 +479,8 @@ ExpertGroup makeExperts(const Pack &pack,
       }
     G.own = zeroed(own.size());
     G.own.upload(own.data(), own.size());
-    G.bytesPerExpert = 3.0 * (double)mat * (double)ownedHalves /
-                       (double)(E * G.halves);
+    G.bytesPerExpert =
+        3.0 * (double)mat * (double)ownedHalves / (double)(E * G.halves);
     return G;
   }
 
@@ -489,8 +496,8 @@ ExpertGroup makeExperts(const Pack &pack,
         "halves of 128 channels");
   if (!G.exl3)
     check(inter == G.halves * 128 && (int64_t)w0.parts.size() == G.halves,
-          "cuda executor: ", w0.name, " has ", w0.parts.size(),
-          " halves for ", inter, " channels");
+          "cuda executor: ", w0.name, " has ", w0.parts.size(), " halves for ",
+          inter, " channels");
   const int64_t hb = hidden / 128;
   std::vector<uint64_t> tiles((size_t)E * 48, 0);
   std::vector<uint8_t> widths((size_t)E * 48, 0);
@@ -509,9 +516,10 @@ ExpertGroup makeExperts(const Pack &pack,
     for (int p = 0; p < 3; ++p) {
       const WeightInfo &w = *W[e][p];
       for (const TrellisPart &part : w.parts) {
-        check(!part.width.isHalfInteger() &&
-                  (int)part.codebook == G.codebook && part.e4m3 == G.e4m3,
-              "cuda executor: ", w.name, " mixes codebooks or has a "
+        check(!part.width.isHalfInteger() && (int)part.codebook == G.codebook &&
+                  part.e4m3 == G.e4m3,
+              "cuda executor: ", w.name,
+              " mixes codebooks or has a "
               "half-integer width; one expert launch needs one codebook");
         kSeen[(int)part.width.value()] = true;
       }
@@ -524,10 +532,10 @@ ExpertGroup makeExperts(const Pack &pack,
         base[e][p] = total;
         puts.push_back({&w.parts[0].trellisBytes, total});
         total += alignUp(w.parts[0].trellisBytes.length);
-        ownedBytes += (double)w.parts[0].trellisBytes.length *
-                      (double)std::count(owned[e].begin(), owned[e].end(),
-                                         true) /
-                      (double)G.halves;
+        ownedBytes +=
+            (double)w.parts[0].trellisBytes.length *
+            (double)std::count(owned[e].begin(), owned[e].end(), true) /
+            (double)G.halves;
       } else {
         for (int64_t h = 0; h < G.halves; ++h) {
           if (!owned[e][h])
@@ -631,8 +639,8 @@ ExpertGroup makeExperts(const Pack &pack,
           up.f32(*side(part, "svh"),
                  G.guSvh.ptr() + ((p * E + e) * I + 128 * h) * 4, 0, 128);
         else
-          up.f32(*side(part, "suh"), G.downSuh.ptr() + (e * I + 128 * h) * 4,
-                 0, 128);
+          up.f32(*side(part, "suh"), G.downSuh.ptr() + (e * I + 128 * h) * 4, 0,
+                 128);
       }
       // One hidden-side block scale per expert projection: half 0's width
       // set (our writer stores the same block scales in every width set).

@@ -63,7 +63,8 @@ private:
     std::string file;
     uint64_t offset = 0, length = 0; // bytes in the file
     CUdeviceptr dst = 0;
-    int conv = -1; // -1 verbatim; else source dtype (0 f32 1 f16 2 bf16 3 signs)
+    int conv =
+        -1; // -1 verbatim; else source dtype (0 f32 1 f16 2 bf16 3 signs)
     uint32_t mask = 0xFFFFFFFFu;
   };
   int dtypeOf(const ByteRange &r, bool signs);
@@ -79,10 +80,10 @@ private:
 struct DeviceLinear {
   std::string name;
   WeightFormat format = WeightFormat::F32;
-  int dtype = 0;        // plain formats: 0 f32, 1 f16, 2 bf16
+  int dtype = 0;           // plain formats: 0 f32, 1 f16, 2 bf16
   int64_t out = 0, in = 0; // rows held (a vocabulary slice) x inputs
-  int64_t rowBegin = 0; // first HF row held
-  bool fullRows = true; // holds every row (a slice is then taken on use)
+  int64_t rowBegin = 0;    // first HF row held
+  bool fullRows = true;    // holds every row (a slice is then taken on use)
   // Trellis.
   int64_t outPad = 0, inPad = 0;
   int K = 0, codebook = 1;
@@ -117,8 +118,8 @@ inline int64_t roundUp128(int64_t v) { return (v + 127) / 128 * 128; }
 /// Describes `w` and queues its upload. rowBegin/rowCount (plain formats):
 /// only HF rows [rowBegin, rowBegin + rowCount) are uploaded when the
 /// format allows slicing; otherwise all rows are (fullRows stays true).
-DeviceLinear makeLinear(const WeightInfo &w, Uploader &up,
-                        int64_t rowBegin = 0, int64_t rowCount = -1);
+DeviceLinear makeLinear(const WeightInfo &w, Uploader &up, int64_t rowBegin = 0,
+                        int64_t rowCount = -1);
 
 /// Describes the experts named by `names[e][p]` (p = gate, up, down) of one
 /// MoE layer and queues their upload; `owned(e, h)` says whether this rank

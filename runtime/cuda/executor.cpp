@@ -1,4 +1,5 @@
-//===- executor.cpp - the CUDA backend: batched decode on quantized weights ===//
+//===- executor.cpp - the CUDA backend: batched decode on quantized weights
+//===//
 #include "runtime/cuda/executor.h"
 
 #include "codegen/codegen.h"
@@ -11,6 +12,7 @@
 #include "runtime/formats/pack.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -19,7 +21,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <chrono>
 #include <thread>
 
 namespace glm::rt::cuda {
@@ -75,7 +76,7 @@ std::string kernelCacheDir() {
 struct DevLayer {
   DeviceBuffer inputNorm, postNorm, qANorm, kvANorm;
   DeviceLinear qA, qB, kvA, o;
-  DeviceBuffer kvBT; // kv_b_proj transposed, fp32 [kvr, H*(dn+dv)]
+  DeviceBuffer kvBT;  // kv_b_proj transposed, fp32 [kvr, H*(dn+dv)]
   DeviceBuffer heads; // this rank's heads (int)
   int nHeads = 0;
   bool fullIndexer = false;
@@ -86,10 +87,10 @@ struct DevLayer {
   DeviceBuffer routerBias;
   ExpertGroup routed, shared;
   DeviceBuffer signsIn, signsOut; // exlr8 experts
-  DeviceLinear gate, up, down;     // dense MLP
-  DeviceBuffer denseOwn;           // dense MLP chunk ownership (u8)
-  DeviceBuffer latent;             // [maxBatch, maxContext, kv_lora + dr]
-  DeviceBuffer indexKeys;          // [maxBatch, maxContext, hd]
+  DeviceLinear gate, up, down;    // dense MLP
+  DeviceBuffer denseOwn;          // dense MLP chunk ownership (u8)
+  DeviceBuffer latent;            // [maxBatch, maxContext, kv_lora + dr]
+  DeviceBuffer indexKeys;         // [maxBatch, maxContext, hd]
 };
 
 } // namespace
@@ -116,9 +117,9 @@ struct CudaForward::Impl {
   DeviceBuffer rows;
   std::vector<int64_t> lengths;
   // Scratch.
-  DeviceBuffer x, h, delta, qa, q, kva, qi, kk, wts, score, flags, sel, nsel,
-      p, ov, rlog, ids, rw, sIds, sW, xh, partial, partialS, g, u, act, actD,
-      part, xpad, xrot, z, logitsLocal, gathered, logits, vocabBegin;
+  DeviceBuffer x, h, delta, qa, q, kva, qi, kk, wts, score, flags, sel, nsel, p,
+      ov, rlog, ids, rw, sIds, sW, xh, partial, partialS, g, u, act, actD, part,
+      xpad, xrot, z, logitsLocal, gathered, logits, vocabBegin;
   int64_t maxInPad = 1, maxOutPad = 1, maxCount = 1, maxInter = 1;
   static constexpr int kMaxSplit = 16;
   int sms = 132;
@@ -196,8 +197,9 @@ struct CudaForward::Impl {
     for (Todo &t : todo)
       if (t.image.empty())
         compile.push_back(&t);
-    const unsigned nt = std::max(1u, std::min<unsigned>(
-        std::thread::hardware_concurrency(), (unsigned)compile.size()));
+    const unsigned nt =
+        std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                        (unsigned)compile.size()));
     std::vector<std::thread> threads;
     std::mutex mu;
     size_t next = 0;
@@ -309,19 +311,18 @@ struct CudaForward::Impl {
     return n;
   }
   bool useDenseGemv(const DeviceLinear &L) const {
-    return L.in % 128 == 0 &&
-           (L.format == WeightFormat::BF16 ||
-            L.format == WeightFormat::Fp8Block ||
-            L.format == WeightFormat::Fp8Row ||
-            L.format == WeightFormat::Mxfp8);
+    return L.in % 128 == 0 && (L.format == WeightFormat::BF16 ||
+                               L.format == WeightFormat::Fp8Block ||
+                               L.format == WeightFormat::Fp8Row ||
+                               L.format == WeightFormat::Mxfp8);
   }
   codegen::KernelSpec denseSpec(const DeviceLinear &L, int B) const {
     const char *fmt = L.format == WeightFormat::BF16       ? "bf16"
                       : L.format == WeightFormat::Fp8Block ? "fp8_block"
                       : L.format == WeightFormat::Fp8Row   ? "fp8_row"
                                                            : "mxfp8";
-    const bool scaled = L.format == WeightFormat::Fp8Block ||
-                        L.format == WeightFormat::Fp8Row;
+    const bool scaled =
+        L.format == WeightFormat::Fp8Block || L.format == WeightFormat::Fp8Row;
     return spec("dense_gemv", {{"format", fmt},
                                {"scale", scaled ? "f32" : "none"},
                                {"batch", std::to_string(B)},
@@ -360,8 +361,8 @@ struct CudaForward::Impl {
   }
   /// y[b*ys + o] = (W x_b)[o] for B rows; x rows have stride xs. Sliced
   /// linears produce their own rows; full ones all `out` rows.
-  void gemv(const DeviceLinear &L, CUdeviceptr xin, int64_t xs,
-            CUdeviceptr y, int64_t ys, int B) {
+  void gemv(const DeviceLinear &L, CUdeviceptr xin, int64_t xs, CUdeviceptr y,
+            int64_t ys, int B) {
     const int in = (int)L.in, out = (int)L.out;
     if (L.format == WeightFormat::F32) {
       CUfunction f =
@@ -383,11 +384,10 @@ struct CudaForward::Impl {
       hadamard(src, L.suh.ptr(), 0, xrot.ptr(), B, L.inPad);
       const int ns = splitK(L, B);
       if (ns == 1) {
-        launchFn(genFn(trellisSpec(L, B)),
-                 blocksFor(L.outPad / 16, 8), 1, 1, 256, 0,
-                 KArgs() << xrot.ptr() << L.data.ptr() << z.ptr() << B
-                         << (int)L.inPad << (int)L.outPad << L.sI << L.sI8
-                         << L.sJ8);
+        launchFn(
+            genFn(trellisSpec(L, B)), blocksFor(L.outPad / 16, 8), 1, 1, 256, 0,
+            KArgs() << xrot.ptr() << L.data.ptr() << z.ptr() << B
+                    << (int)L.inPad << (int)L.outPad << L.sI << L.sI8 << L.sJ8);
       } else {
         // Batch 1, split over input slices of S rows (S/16 tile rows, a
         // multiple of 8): tile (i0 + i, j) = tile (i, j) + (i0/8)*sI8 in
@@ -398,14 +398,12 @@ struct CudaForward::Impl {
         for (int sl = 0; sl < ns; ++sl) {
           const int64_t i0 = sl * S / 16;
           const CUdeviceptr tiles =
-              L.data.ptr() + (CUdeviceptr)((uint64_t)(i0 / 8) *
-                                           (uint64_t)L.sI8 * tileBytes);
-          launchFn(genFn(trellisSpec(L, 1)),
-                   blocksFor(L.outPad / 16, 8), 1, 1, 256, 0,
-                   KArgs() << (xrot.ptr() + (CUdeviceptr)(sl * S) * 4)
-                           << tiles
-                           << (zparts.ptr() +
-                               (CUdeviceptr)(sl * L.outPad) * 4)
+              L.data.ptr() +
+              (CUdeviceptr)((uint64_t)(i0 / 8) * (uint64_t)L.sI8 * tileBytes);
+          launchFn(genFn(trellisSpec(L, 1)), blocksFor(L.outPad / 16, 8), 1, 1,
+                   256, 0,
+                   KArgs() << (xrot.ptr() + (CUdeviceptr)(sl * S) * 4) << tiles
+                           << (zparts.ptr() + (CUdeviceptr)(sl * L.outPad) * 4)
                            << 1 << (int)S << (int)L.outPad << L.sI << L.sI8
                            << L.sJ8);
         }
@@ -427,21 +425,21 @@ struct CudaForward::Impl {
         src = xpad.ptr();
       }
       launchFn(genFn(denseSpec(L, B)), blocksFor(out, 8), 1, 1, 256, 0,
-               KArgs() << src << L.data.ptr() << L.scale.ptr() << y << B
-                       << in << out << (int)ys << 0);
+               KArgs() << src << L.data.ptr() << L.scale.ptr() << y << B << in
+                       << out << (int)ys << 0);
       return;
     }
     int dt = L.dtype, sk = 0;
-    if (L.format == WeightFormat::Fp8Block || L.format == WeightFormat::Fp8Row ||
-        L.format == WeightFormat::Mxfp8) {
+    if (L.format == WeightFormat::Fp8Block ||
+        L.format == WeightFormat::Fp8Row || L.format == WeightFormat::Mxfp8) {
       dt = 3;
       sk = L.format == WeightFormat::Fp8Block ? 1
            : L.format == WeightFormat::Fp8Row ? 2
                                               : 3;
     }
     call("glmx_gemv_any", blocksFor(out, 8), (unsigned)B, 1, 256, 0,
-         KArgs() << xin << (int)xs << L.data.ptr() << dt << L.scale.ptr()
-                 << sk << y << (int)ys << in << out);
+         KArgs() << xin << (int)xs << L.data.ptr() << dt << L.scale.ptr() << sk
+                 << y << (int)ys << in << out);
   }
 
   // --- the step ----------------------------------------------------------
@@ -541,13 +539,13 @@ void CudaForward::Impl::enqueueStep(int B) {
                  << d);
     gemv(L.qA, h.ptr(), d, qa.ptr(), qlr, B);
     call("glmx_rms_norm", 1, (unsigned)B, 1, kBlock, 0,
-         KArgs() << qa.ptr() << L.qANorm.ptr() << qa.ptr() << qlr << eps
-                 << qlr << qlr);
+         KArgs() << qa.ptr() << L.qANorm.ptr() << qa.ptr() << qlr << eps << qlr
+                 << qlr);
     gemv(L.qB, qa.ptr(), qlr, q.ptr(), (int64_t)H * (dn + dr), B);
     gemv(L.kvA, h.ptr(), d, kva.ptr(), lat, B);
     call("glmx_kv_store", 1, (unsigned)B, 1, kBlock, 0,
-         KArgs() << kva.ptr() << L.kvANorm.ptr() << L.latent.ptr() << seq
-                 << pos << kvr << dr << ctxN << eps << theta);
+         KArgs() << kva.ptr() << L.kvANorm.ptr() << L.latent.ptr() << seq << pos
+                 << kvr << dr << ctxN << eps << theta);
     if (L.fullIndexer) {
       const int nh = (int)c.indexNHeads, hd = (int)c.indexHeadDim;
       gemv(L.wqB, qa.ptr(), qlr, qi.ptr(), (int64_t)nh * hd, B);
@@ -560,8 +558,8 @@ void CudaForward::Impl::enqueueStep(int B) {
                    << theta);
       gemv(L.weightsProj, h.ptr(), d, wts.ptr(), nh, B);
       call("glmx_indexer_scores", 16, (unsigned)B, 1, kBlock, 0,
-           KArgs() << qi.ptr() << L.indexKeys.ptr() << wts.ptr()
-                   << score.ptr() << seq << pos << nh << hd << ctxN
+           KArgs() << qi.ptr() << L.indexKeys.ptr() << wts.ptr() << score.ptr()
+                   << seq << pos << nh << hd << ctxN
                    << 1.0 / std::sqrt((double)nh)
                    << 1.0 / std::sqrt((double)hd));
       call("glmx_dsa_select", 1, (unsigned)B, 1, 1024, 0,
@@ -600,8 +598,7 @@ void CudaForward::Impl::enqueueStep(int B) {
          KArgs() << x.ptr() << delta.ptr() << d);
   }
   call("glmx_rms_norm", 1, (unsigned)B, 1, kBlock, 0,
-       KArgs() << x.ptr() << finalNorm.ptr() << h.ptr() << d << eps << d
-               << d);
+       KArgs() << x.ptr() << finalNorm.ptr() << h.ptr() << d << eps << d << d);
   // LM head: this rank's vocabulary rows, then the gather.
   const int64_t V = c.vocabSize;
   const int64_t vb = tp.vocabBegin[rank], cnt = tp.vocabBegin[rank + 1] - vb;
@@ -670,8 +667,8 @@ void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
            KArgs() << S.gate.ptr() << S.up.ptr() << S.dtype << h.ptr()
                    << CUdeviceptr(0) << 0LL << IS << d << S.own.ptr()
                    << (int)S.halves << 0 << actD.ptr());
-      call("glmx_hf_expert_down", blocksFor(d), (unsigned)chunksS,
-           (unsigned)B, kBlock, 0,
+      call("glmx_hf_expert_down", blocksFor(d), (unsigned)chunksS, (unsigned)B,
+           kBlock, 0,
            KArgs() << S.down.ptr() << S.dtype << actD.ptr() << CUdeviceptr(0)
                    << CUdeviceptr(0) << 0LL << IS << d << 1 << part.ptr()
                    << slots << K * chunks);
@@ -697,26 +694,25 @@ void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
       projStride = (long long)B * topk * d;
     }
     const int I = (int)G.inter;
-    codegen::KernelSpec s = spec(
-        "expert_gemv_trellis", {{"widths", G.widthDigits},
-                                {"codebook", cbName(G.codebook)},
-                                {"e4m3", G.e4m3 ? "1" : "0"},
-                                {"batch", std::to_string(B)},
-                                {"sv", "f32"},
-                                {"threads", "256"}});
+    codegen::KernelSpec s =
+        spec("expert_gemv_trellis", {{"widths", G.widthDigits},
+                                     {"codebook", cbName(G.codebook)},
+                                     {"e4m3", G.e4m3 ? "1" : "0"},
+                                     {"batch", std::to_string(B)},
+                                     {"sv", "f32"},
+                                     {"threads", "256"}});
     const int guSI = G.exl3 ? I / 16 : 8, guSI8 = G.exl3 ? I / 2 : 64;
     const int dSI = G.exl3 ? d / 16 : 8, dSJ8 = G.exl3 ? 8 : 64;
     launchFn(genFn(s), (unsigned)G.halves, (unsigned)G.experts, 1, 256, 0,
              KArgs() << xin << gids << gw << G.tiles.ptr() << G.widths.ptr()
-                     << G.guSvh.ptr() << G.guSuBlock.ptr()
-                     << G.downSuh.ptr() << G.downSvBlock.ptr()
-                     << G.downSvh.ptr() << partialBuf << B << topk << d << I
-                     << rowStride << slotStride << (int)projStride << guSI
-                     << guSI8 << dSI << dSJ8);
-    launchFn(genFn(spec("moe_reduce", {{"threads", "256"}})),
-             blocksFor(d), (unsigned)B, 1, 256, 0,
-             KArgs() << partialBuf << gids << G.tiles.ptr() << delta.ptr()
-                     << B << topk << d << accumulate);
+                     << G.guSvh.ptr() << G.guSuBlock.ptr() << G.downSuh.ptr()
+                     << G.downSvBlock.ptr() << G.downSvh.ptr() << partialBuf
+                     << B << topk << d << I << rowStride << slotStride
+                     << (int)projStride << guSI << guSI8 << dSI << dSJ8);
+    launchFn(genFn(spec("moe_reduce", {{"threads", "256"}})), blocksFor(d),
+             (unsigned)B, 1, 256, 0,
+             KArgs() << partialBuf << gids << G.tiles.ptr() << delta.ptr() << B
+                     << topk << d << accumulate);
   };
   // exlr8: one rotation of x * signs.in shared by every expert. moe_reduce
   // reads exactly the partials the expert kernel wrote (selected experts,
@@ -747,36 +743,54 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
   m.tp = tp;
   m.rank = o.rank;
   m.N = tp.ranks;
-  check(o.maxBatch >= 1 && o.maxBatch <= 8, "cuda executor: batch ",
-        o.maxBatch, " is outside 1..8");
+  check(o.maxBatch >= 1 && o.maxBatch <= 8, "cuda executor: batch ", o.maxBatch,
+        " is outside 1..8");
   check(o.maxContext >= 1, "cuda executor: max context must be positive");
-  check(m.N >= 1 && o.rank >= 0 && o.rank < m.N, "cuda executor: rank ",
-        o.rank, " of a ", m.N, "-rank layout");
-  check(m.N == 1 || (o.comm && o.comm->size() == m.N &&
-                     o.comm->rank() == o.rank),
-        "cuda executor: a ", m.N, "-rank layout needs a device communicator "
-        "of that size for rank ", o.rank, " (glm-engine launch)");
-  check((int64_t)tp.layers.size() == c.numLayers, "tensor-parallel layout "
-        "has ", tp.layers.size(), " layers, the model has ", c.numLayers);
+  check(m.N >= 1 && o.rank >= 0 && o.rank < m.N, "cuda executor: rank ", o.rank,
+        " of a ", m.N, "-rank layout");
+  check(m.N == 1 ||
+            (o.comm && o.comm->size() == m.N && o.comm->rank() == o.rank),
+        "cuda executor: a ", m.N,
+        "-rank layout needs a device communicator "
+        "of that size for rank ",
+        o.rank, " (glm-engine launch)");
+  check((int64_t)tp.layers.size() == c.numLayers,
+        "tensor-parallel layout "
+        "has ",
+        tp.layers.size(), " layers, the model has ", c.numLayers);
   check(c.numExpertsPerTok <= 64 && c.numRoutedExperts <= 1024,
         "cuda executor: at most 1024 routed experts and 64 per token are "
-        "supported (config has ", c.numRoutedExperts, " and ",
-        c.numExpertsPerTok, ")");
-  m.numLayers = o.maxLayers >= 0 ? std::min(o.maxLayers, c.numLayers)
-                                 : c.numLayers;
+        "supported (config has ",
+        c.numRoutedExperts, " and ", c.numExpertsPerTok, ")");
+  m.numLayers =
+      o.maxLayers >= 0 ? std::min(o.maxLayers, c.numLayers) : c.numLayers;
 
   // Helper kernels first (the uploader's fills need them).
   std::vector<char> helpers =
       compileCubin(executorKernelSource(), m.arch, {"--fmad=false"});
   m.modules.push_back(std::make_unique<Module>(helpers));
-  for (const char *n :
-       {"glmx_embed", "glmx_rms_norm", "glmx_rope", "glmx_kv_store",
-        "glmx_index_key_store", "glmx_iota", "glmx_indexer_scores",
-        "glmx_dsa_select", "glmx_mla_attn", "glmx_gemv_any", "glmx_add",
-        "glmx_reduce_units", "glmx_route", "glmx_swiglu",
-        "glmx_hf_expert_act", "glmx_hf_expert_down", "glmx_exl3_expert_in",
-        "glmx_onehot", "glmx_vocab_gather", "glmx_sum_parts", "glmx_fill_random",
-        "glmx_fill_f32"})
+  for (const char *n : {"glmx_embed",
+                        "glmx_rms_norm",
+                        "glmx_rope",
+                        "glmx_kv_store",
+                        "glmx_index_key_store",
+                        "glmx_iota",
+                        "glmx_indexer_scores",
+                        "glmx_dsa_select",
+                        "glmx_mla_attn",
+                        "glmx_gemv_any",
+                        "glmx_add",
+                        "glmx_reduce_units",
+                        "glmx_route",
+                        "glmx_swiglu",
+                        "glmx_hf_expert_act",
+                        "glmx_hf_expert_down",
+                        "glmx_exl3_expert_in",
+                        "glmx_onehot",
+                        "glmx_vocab_gather",
+                        "glmx_sum_parts",
+                        "glmx_fill_random",
+                        "glmx_fill_f32"})
     m.fx[n] = m.modules.back()->function(n);
 
   Uploader up(pack.dir(), o.randomWeights, m.fx["glmx_fill_random"],
@@ -798,22 +812,22 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
   const int64_t d = c.hiddenSize, H = c.numHeads, dn = c.qkNopeHeadDim,
                 dr = c.qkRopeHeadDim, dv = c.vHeadDim, kvr = c.kvLoraRank,
                 lat = kvr + dr, MB = o.maxBatch, ctxN = o.maxContext;
-  const int64_t V = c.vocabSize, K = c.numExpertsPerTok,
-                E = c.numRoutedExperts;
+  const int64_t V = c.vocabSize, K = c.numExpertsPerTok, E = c.numRoutedExperts;
 
   m.embed = makeLinear(pack.get("model.embed_tokens.weight"), up);
   m.finalNorm = vec("model.norm.weight", d);
   {
-    std::string head = pack.find("lm_head.weight") ? "lm_head.weight"
-                                                   : "model.embed_tokens.weight";
+    std::string head = pack.find("lm_head.weight")
+                           ? "lm_head.weight"
+                           : "model.embed_tokens.weight";
     const int64_t vb = tp.vocabBegin.at(m.rank),
                   cnt = tp.vocabBegin.at(m.rank + 1) - vb;
     m.lmHead = m.N > 1 ? makeLinear(pack.get(head), up, vb, cnt)
                        : makeLinear(pack.get(head), up);
     m.needLinear(m.lmHead);
     for (int r = 0; r < m.N; ++r)
-      m.maxCount = std::max(m.maxCount,
-                            tp.vocabBegin[r + 1] - tp.vocabBegin[r]);
+      m.maxCount =
+          std::max(m.maxCount, tp.vocabBegin[r + 1] - tp.vocabBegin[r]);
   }
   bool haveSel = c.indexNHeads == 0;
   std::vector<DeviceLinear> kvB;
@@ -859,7 +873,7 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
       const char *proj[3] = {"gate_proj.weight", "up_proj.weight",
                              "down_proj.weight"};
       const int64_t eh = std::max<int64_t>(
-          halves, cpu::numChunks(roundUp128(c.moeIntermediateSize)) );
+          halves, cpu::numChunks(roundUp128(c.moeIntermediateSize)));
       for (int64_t e = 0; e < E; ++e) {
         for (int pj = 0; pj < 3; ++pj)
           names[e].push_back(mp + "experts." + std::to_string(e) + "." +
@@ -878,18 +892,18 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
         std::vector<std::vector<bool>> so(1);
         for (int64_t hh = 0; hh < std::max<int64_t>(16, cpu::numChunks(sw));
              ++hh)
-          so[0].push_back((hh < halves ? tp.expertHalfRank(l, E, hh)
-                                       : (int)((halves * E + hh + l) % m.N)) ==
-                          m.rank);
+          so[0].push_back((hh < halves
+                               ? tp.expertHalfRank(l, E, hh)
+                               : (int)((halves * E + hh + l) % m.N)) == m.rank);
         D.shared = makeExperts(pack, sn, so, up);
-        check(D.shared.kind == D.routed.kind &&
-                  D.shared.exl3 == D.routed.exl3,
-              "cuda executor: layer ", l, " stores its shared expert in "
+        check(D.shared.kind == D.routed.kind && D.shared.exl3 == D.routed.exl3,
+              "cuda executor: layer ", l,
+              " stores its shared expert in "
               "another format than its routed experts");
       }
       if (D.routed.kind == ExpertGroup::Trellis && !D.routed.exl3)
-        exlr8Signs(pack.get(names[0][0]), pack.get(names[0][2]), up,
-                   D.signsIn, D.signsOut);
+        exlr8Signs(pack.get(names[0][0]), pack.get(names[0][2]), up, D.signsIn,
+                   D.signsOut);
       if (D.routed.kind == ExpertGroup::Plain) {
         const int64_t chunks = cpu::numChunks(D.routed.inter);
         int64_t slots = K * chunks;
@@ -902,13 +916,12 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
         if (G->kind != ExpertGroup::Trellis)
           continue;
         for (int B = 1; B <= MB; ++B)
-          m.need(spec("expert_gemv_trellis",
-                      {{"widths", G->widthDigits},
-                       {"codebook", cbName(G->codebook)},
-                       {"e4m3", G->e4m3 ? "1" : "0"},
-                       {"batch", std::to_string(B)},
-                       {"sv", "f32"},
-                       {"threads", "256"}}));
+          m.need(spec("expert_gemv_trellis", {{"widths", G->widthDigits},
+                                              {"codebook", cbName(G->codebook)},
+                                              {"e4m3", G->e4m3 ? "1" : "0"},
+                                              {"batch", std::to_string(B)},
+                                              {"sv", "f32"},
+                                              {"threads", "256"}}));
         m.need(spec("moe_reduce", {{"threads", "256"}}));
         m.need(m.hadSpec());
       }
@@ -1009,8 +1022,8 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
     for (int64_t c0 = 0; c0 < kvr; ++c0) {
       m.call("glmx_onehot", blocksFor(kvr), 1, 1, kBlock, 0,
              KArgs() << oneHot.ptr() << 1 << (int)kvr << (int)c0);
-      m.gemv(kvB[l], oneHot.ptr(), kvr,
-             D.kvBT.ptr() + (CUdeviceptr)c0 * R * 4, R, 1);
+      m.gemv(kvB[l], oneHot.ptr(), kvr, D.kvBT.ptr() + (CUdeviceptr)c0 * R * 4,
+             R, 1);
     }
   }
   GLM_CU(cuStreamSynchronize(m.stream));
@@ -1020,8 +1033,10 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
 CudaForward::~CudaForward() = default;
 
 void CudaForward::reset(int seq) {
-  check(seq >= 0 && seq < impl_->opt.maxBatch, "cuda executor: sequence "
-        "slot ", seq, " outside 0..", impl_->opt.maxBatch - 1);
+  check(seq >= 0 && seq < impl_->opt.maxBatch,
+        "cuda executor: sequence "
+        "slot ",
+        seq, " outside 0..", impl_->opt.maxBatch - 1);
   impl_->lengths[seq] = 0;
 }
 int64_t CudaForward::length(int seq) const { return impl_->lengths.at(seq); }
@@ -1039,32 +1054,36 @@ CudaForward::stepBatch(const std::vector<int> &seqs,
   const ModelConfig &c = m.cfg;
   const int B = (int)seqs.size(), MB = m.opt.maxBatch;
   check(B >= 1 && B <= MB && tokens.size() == seqs.size(),
-        "cuda executor: a step takes 1..", MB, " rows (one token per "
-        "sequence), got ", seqs.size(), " slots and ", tokens.size(),
-        " tokens");
+        "cuda executor: a step takes 1..", MB,
+        " rows (one token per "
+        "sequence), got ",
+        seqs.size(), " slots and ", tokens.size(), " tokens");
   std::vector<int> host(3 * MB, 0);
   std::set<int> seen;
   for (int b = 0; b < B; ++b) {
     const int s = seqs[b];
-    check(s >= 0 && s < MB && seen.insert(s).second, "cuda executor: "
-          "sequence slot ", s, " is outside 0..", MB - 1, " or repeated");
+    check(s >= 0 && s < MB && seen.insert(s).second,
+          "cuda executor: "
+          "sequence slot ",
+          s, " is outside 0..", MB - 1, " or repeated");
     check(tokens[b] >= 0 && tokens[b] < c.vocabSize, "token id ", tokens[b],
           " is outside the vocabulary [0, ", c.vocabSize, ")");
-    check(m.lengths[s] < m.opt.maxContext, "the sequence is full: ",
-          m.opt.maxContext, " tokens of context (raise --max-context)");
+    check(m.lengths[s] < m.opt.maxContext,
+          "the sequence is full: ", m.opt.maxContext,
+          " tokens of context (raise --max-context)");
     host[b] = (int)tokens[b];
     host[MB + b] = (int)m.lengths[s];
     host[2 * MB + b] = s;
   }
   GLM_CU(cuCtxSetCurrent(m.ctx));
-  GLM_CU(cuMemcpyHtoDAsync(m.rows.ptr(), host.data(), host.size() * 4,
-                           m.stream));
+  GLM_CU(
+      cuMemcpyHtoDAsync(m.rows.ptr(), host.data(), host.size() * 4, m.stream));
   m.runStep(B, m.opt.useGraphs);
   // Wait first: a copy to pageable memory would block on a stalled step.
   m.waitStream();
   std::vector<float> all((size_t)B * c.vocabSize);
-  GLM_CU(cuMemcpyDtoHAsync(all.data(), m.logits.ptr(), all.size() * 4,
-                           m.stream));
+  GLM_CU(
+      cuMemcpyDtoHAsync(all.data(), m.logits.ptr(), all.size() * 4, m.stream));
   GLM_CU(cuStreamSynchronize(m.stream));
   std::vector<std::vector<float>> out(B);
   for (int b = 0; b < B; ++b) {
@@ -1083,9 +1102,9 @@ double CudaForward::weightBytesPerToken() const {
   const Impl &m = *impl_;
   double b = (double)m.lmHead.bytes;
   for (const DevLayer &L : m.layers) {
-    for (const DeviceLinear *x : {&L.qA, &L.qB, &L.kvA, &L.o, &L.wqB, &L.wk,
-                                  &L.weightsProj, &L.router, &L.gate, &L.up,
-                                  &L.down})
+    for (const DeviceLinear *x :
+         {&L.qA, &L.qB, &L.kvA, &L.o, &L.wqB, &L.wk, &L.weightsProj, &L.router,
+          &L.gate, &L.up, &L.down})
       b += (double)x->bytes;
     b += (double)L.kvBT.size(); // the fp32 kv_b the attention reads
     if (L.moe) {
@@ -1100,22 +1119,21 @@ uint64_t CudaForward::weightBytesResident() const {
   const Impl &m = *impl_;
   uint64_t b = m.lmHead.data.size() + m.embed.data.size();
   for (const DevLayer &L : m.layers) {
-    for (const DeviceLinear *x : {&L.qA, &L.qB, &L.kvA, &L.o, &L.wqB, &L.wk,
-                                  &L.weightsProj, &L.router, &L.gate, &L.up,
-                                  &L.down})
+    for (const DeviceLinear *x :
+         {&L.qA, &L.qB, &L.kvA, &L.o, &L.wqB, &L.wk, &L.weightsProj, &L.router,
+          &L.gate, &L.up, &L.down})
       b += x->data.size() + x->scale.size();
     b += L.kvBT.size();
     for (const ExpertGroup *G : {&L.routed, &L.shared})
-      b += G->tileBytes.size() + G->gate.size() + G->up.size() +
-           G->down.size();
+      b += G->tileBytes.size() + G->gate.size() + G->up.size() + G->down.size();
   }
   return b;
 }
 
 void CudaForward::runStepOnly(int batch, bool graph) {
   Impl &m = *impl_;
-  check(batch >= 1 && batch <= m.opt.maxBatch, "cuda executor: batch ",
-        batch, " outside 1..", m.opt.maxBatch);
+  check(batch >= 1 && batch <= m.opt.maxBatch, "cuda executor: batch ", batch,
+        " outside 1..", m.opt.maxBatch);
   GLM_CU(cuCtxSetCurrent(m.ctx));
   m.runStep(batch, graph);
   m.waitStream();
@@ -1203,12 +1221,12 @@ private:
 } // namespace
 
 std::unique_ptr<Generator>
-makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp,
-                  int64_t maxContext,
+makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp, int64_t maxContext,
                   const std::vector<plan::KernelDef> &planKernels, int rank,
                   dist::DeviceComm *comm, int device) {
-  check(comm != nullptr || tp.ranks == 1,
-        "--backend cuda: this plan has ", tp.ranks, " ranks; run it with "
+  check(comm != nullptr || tp.ranks == 1, "--backend cuda: this plan has ",
+        tp.ranks,
+        " ranks; run it with "
         "glm-engine launch (one process per GPU), or use a 1-Spark plan, "
         "--sparks 1 or --backend cpu");
   check(CudaDevice::count() > 0,
@@ -1226,8 +1244,7 @@ makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp,
 }
 
 std::unique_ptr<Generator>
-makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp,
-                  int64_t maxContext,
+makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp, int64_t maxContext,
                   const std::vector<plan::KernelDef> &planKernels) {
   return makeCudaGenerator(pack, tp, maxContext, planKernels, 0, nullptr);
 }

@@ -117,14 +117,12 @@ private:
 /// bytes, on CUDA device `device`. comm == nullptr: one rank (tp.ranks must
 /// be 1). GLM_CUDA_GRAPHS=0 in the environment launches without graphs.
 std::unique_ptr<Generator>
-makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp,
-                  int64_t maxContext,
+makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp, int64_t maxContext,
                   const std::vector<plan::KernelDef> &planKernels, int rank,
                   dist::DeviceComm *comm, int device = 0);
 /// One rank, no communicator.
 std::unique_ptr<Generator>
-makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp,
-                  int64_t maxContext,
+makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp, int64_t maxContext,
                   const std::vector<plan::KernelDef> &planKernels = {});
 
 /// CUDA C++ source of the executor's helper kernels (executor_kernels.cpp).

@@ -91,9 +91,9 @@ void batchOneMatchesCpu(const std::string &layout, const std::string &dir) {
   for (size_t i = 0; i < tokens.size() && i < prompt + 8; ++i) {
     std::vector<float> a = ref.fwd->step(s, tokens[i]);
     std::vector<float> b = gpu.step(tokens[i]);
-    worst = std::max(worst, compare("engine_cuda " + layout + " pos " +
-                                        std::to_string(i),
-                                    b, a, mismatch));
+    worst = std::max(
+        worst, compare("engine_cuda " + layout + " pos " + std::to_string(i), b,
+                       a, mismatch));
     if (i + 1 >= prompt)
       tokens.push_back(rt::cpu::argmax(a.data(), (int64_t)a.size()));
   }
@@ -190,8 +190,8 @@ TEST_F(EngineCudaGpu, GraphReplayEqualsStreamLaunches) {
     rt::cuda::CudaForward gpu(*pack, tp, o);
     ensureContext();
     for (int step = 0; step < 10; ++step)
-      for (auto &row : gpu.stepBatch({0, 1, 2}, {step + 1, 2 * step + 3,
-                                                 3 * step + 5}))
+      for (auto &row :
+           gpu.stepBatch({0, 1, 2}, {step + 1, 2 * step + 3, 3 * step + 5}))
         out[g].push_back(std::move(row));
   }
   size_t differ = 0;
