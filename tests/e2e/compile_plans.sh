@@ -98,7 +98,7 @@ kname=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print([k['n
 printf '{"device": "hand-written", "kernels": {"%s": 25.0}}\n' "$kname" > "$T/measured.json"
 glmc inspect "$T/glm53.4.plan" --rank 0 --measured "$T/measured.json" > "$T/measured.txt"
 grep -q "measured us" "$T/measured.txt"
-grep "$kname" "$T/measured.txt"
+grep -E "^ +$kname " "$T/measured.txt"
 
 # Every launched op of the plan names its kernel: the inspector lists the
 # fused expert kernel on MoE layers and no op is left without one.
