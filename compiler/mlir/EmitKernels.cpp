@@ -534,6 +534,14 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
       }
       out.push_back({false, d, d});
     }
+    if (!decode.count(1)) {
+      // Bytes per decoded token (rank summaries, the inspector, the
+      // runtime's roofline) are read off the batch-1 decode graph.
+      module.emitError() << "glm-emit-kernels: decode-batches must include "
+                            "1: per-token figures come from the batch-1 "
+                            "decode graph";
+      return failure();
+    }
     if (prefill.size() > 1 || *prefill.begin() != 0)
       for (int64_t p : prefill) {
         if (p < 1 || p > (int64_t(1) << 20)) {

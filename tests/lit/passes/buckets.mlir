@@ -6,6 +6,7 @@
 // RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{prefill-chunks=0})' | FileCheck %s --check-prefix=NOPREFILL
 // RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{decode-batches=9})' 2>&1 | FileCheck %s --check-prefix=BATCH
 // RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{prefill-chunks=0,512})' 2>&1 | FileCheck %s --check-prefix=CHUNK
+// RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{decode-batches=2,4})' 2>&1 | FileCheck %s --check-prefix=ONE
 // RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory{max-tokens=64},glm-emit-kernels{prefill-chunks=512},glm-emit-plan)' 2>&1 | FileCheck %s --check-prefix=ARENA
 
 // The module lists the buckets first (decode 1, 4, prefill 16 on batch-8
@@ -26,5 +27,6 @@
 // NOPREFILL-NOT: prefill
 
 // BATCH: error: glm-emit-kernels: decode batch 9 is out of range: the decode kernels take batch 1..8 (decode-batches)
+// ONE: error: glm-emit-kernels: decode-batches must include 1: per-token figures come from the batch-1 decode graph
 // CHUNK: error: glm-emit-kernels: prefill chunk 0 is out of range: give 1..1048576 tokens, or 0 alone for no prefill graphs (prefill-chunks)
 // ARENA: error: glm-emit-plan: prefill chunk 512 exceeds the activation arena's 64 tokens: raise glm-plan-memory's max-tokens
