@@ -1,0 +1,80 @@
+//===- moe_trellis_abi_test.cpp - moe_trellis launch geometry -------------===//
+//
+// The host arithmetic every moe_trellis launcher shares (scratch, counters,
+// grids, the preconditions the kernel traps on), checked against the layout
+// documented in codegen/templates/moe_trellis.cuh for GLM-5.3 and Flash.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/codegen.h"
+#include "codegen/moe_trellis_abi.h"
+
+#include <gtest/gtest.h>
+
+using glm::codegen::MoeTrellisDims;
+
+TEST(MoeTrellisAbi, Glm53DecodeStepGeometry) {
+  MoeTrellisDims d; // batch 1, top-8 of 256 + 1 shared, 6144 <-> 2048
+  d.guSplit = 24, d.downGroup = 2, d.threads = 128;
+  ASSERT_TRUE(d.valid());
+  EXPECT_EQ(d.maxUnits(), 9);
+  EXPECT_EQ(d.slots(), 9);
+  // [q][p][h][s][128] + [q][h][128] + [blk][q][g][128]
+  EXPECT_EQ(d.scratchFloats(), size_t(9) * 32 * 24 * 128 +
+                                   size_t(9) * 16 * 128 +
+                                   size_t(9) * 6144 * 8);
+  EXPECT_EQ(d.counterInts(), size_t(9 * 16 + 48));
+  // One warp per item, 4 warps per block.
+  EXPECT_EQ(d.gridGateUp(), unsigned(9 * 16 * 2 * 24 / 4));
+  EXPECT_EQ(d.gridDown(), unsigned(9 * 48 * 8 / 4));
+}
+
+TEST(MoeTrellisAbi, BatchEightFlashAndRejectedShapes) {
+  MoeTrellisDims d;
+  d.batch = 8, d.hidden = 4096, d.guSplit = 16, d.downGroup = 4;
+  d.threads = 64;
+  ASSERT_TRUE(d.valid());
+  EXPECT_EQ(d.maxUnits(), 65);
+  EXPECT_EQ(d.slots(), 72);
+  EXPECT_EQ(d.gridGateUp(), unsigned(65 * 16 * 2 * 16 / 2));
+  EXPECT_EQ(d.gridDown(), unsigned(65 * 32 * 4 / 2));
+  MoeTrellisDims bad = d;
+  bad.guSplit = 24; // 4096/16 = 256 tile rows: 24 does not divide
+  EXPECT_FALSE(bad.valid());
+  bad = d;
+  bad.downGroup = 3;
+  EXPECT_FALSE(bad.valid());
+  bad = d;
+  bad.batch = 9;
+  EXPECT_FALSE(bad.valid());
+  bad = d;
+  bad.inter = 1536; // the kernel assumes 16 halves of 128
+  EXPECT_FALSE(bad.valid());
+}
+
+TEST(MoeTrellisAbi, FamilyNamesAndLaunchBounds) {
+  glm::codegen::KernelSpec s{"moe_trellis",
+                             {{"widths", "234"},
+                              {"codebook", "mcg"},
+                              {"e4m3", "1"},
+                              {"batch", "1"},
+                              {"sv", "f16"},
+                              {"stage", "gu"},
+                              {"pipe", "4"},
+                              {"minblocks", "4"},
+                              {"threads", "128"}},
+                             {"sm_90"}};
+  EXPECT_EQ(glm::codegen::kernelName(s),
+            "glm_moe_trellis_k234_mcg_e4m3_b1_svf16_gu_p4_m4_t128");
+  const std::string src = glm::codegen::generateSource(s);
+  EXPECT_NE(src.find("__launch_bounds__(128, 4)"), std::string::npos) << src;
+  EXPECT_NE(src.find("glm::moeTrellis<28, 1, true, 1, 1, 0, 4, 4, 128>"),
+            std::string::npos)
+      << src;
+  s.args["minblocks"] = "0";
+  EXPECT_NE(glm::codegen::generateSource(s).find("__launch_bounds__(128)\n"),
+            std::string::npos);
+  const auto &f = glm::codegen::familyInfo("moe_trellis");
+  ASSERT_FALSE(f.kernelParams.empty());
+  EXPECT_EQ(f.kernelParams.front(), "xh");
+  EXPECT_EQ(f.kernelParams.back(), "accumulate");
+}
