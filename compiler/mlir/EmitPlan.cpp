@@ -436,8 +436,13 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
     uint32_t partial = st.scratchBuffer(
         "expert_partial", uint64_t(8) * slots * 16 * hidden * 4);
     (void)batchCap;
+    // The kernels index ids and weights by (row, slot) over the routed and
+    // the shared slots; the router writes top_k per row, so these rows
+    // (router output with the shared experts appended) are their own
+    // buffers.
+    gp::ArgDef ids = scratchRows("expert_ids", slots * 4, "expert_ids");
     if (f == "moe_reduce") {
-      a = {bufferArg(partial, "partial"), in(op, 1, "expert_ids"),
+      a = {bufferArg(partial, "partial"), ids,
            runtimeArg("expert_tiles"), out(op, 0, "out"), batch,
            i32Arg(slots, "topk"), i32Arg(hidden, "hidden"),
            i32Arg(0, "accumulate")};
@@ -445,8 +450,8 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
       d.gridY = rows;
     } else {
       int64_t inter = e.getInter();
-      a = {scratchRows("expert_xh", hidden * 4, "xh"),
-           in(op, 1, "expert_ids"), in(op, 2, "route_w"),
+      a = {scratchRows("expert_xh", hidden * 4, "xh"), ids,
+           scratchRows("expert_route_w", slots * 4, "route_w"),
            runtimeArg("expert_tiles"), runtimeArg("expert_widths"),
            runtimeArg("expert_gu_svh"), runtimeArg("expert_gu_su_block"),
            runtimeArg("expert_down_suh"), runtimeArg("expert_down_sv_block"),
