@@ -40,6 +40,12 @@ int64_t nowMs() {
       .count();
 }
 
+// Locking: ncclMu_ serialises NCCL calls on comm_ (the caller's thread and
+// the watchdog); errMu_ guards the failure message. ncclCommAbort runs on
+// the watchdog thread only and under no lock: it sets NCCL's abort flag (the
+// kernels waiting for a dead peer return) and then waits until every CUDA
+// graph that captured a collective is destroyed, which the caller's thread
+// does while the error unwinds through the executor.
 class NcclDeviceComm : public DeviceComm {
 public:
   NcclDeviceComm(HostComm &control, int device, double timeout)
@@ -50,17 +56,44 @@ public:
           "this host)");
     ncclUniqueId id;
     std::memset(&id, 0, sizeof id);
-    if (rank_ == 0)
-      checkNccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    if (rank_ == 0) {
+      ncclResult_t r = ncclGetUniqueId(&id);
+      check(r == ncclSuccess, "rank 0: ncclGetUniqueId failed: ",
+            ncclGetErrorString(r), "; exiting");
+    }
     std::vector<ncclUniqueId> all(size_);
     ctl_.allGather(&id, all.data(), sizeof id);
     id = all[0];
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &cfg);
-    if (r != ncclSuccess && r != ncclInProgress)
-      checkNccl(r, "ncclCommInitRankConfig");
-    settle("ncclCommInitRankConfig", (int64_t)(timeout * 1000));
+    // Polled, so a peer that dies during init is reported, not waited for.
+    const int64_t until = nowMs() + (int64_t)(timeout * 1000);
+    if (comm_ && (r == ncclSuccess || r == ncclInProgress)) {
+      for (;;) {
+        ncclCommGetAsyncError(comm_, &r);
+        if (r != ncclInProgress)
+          break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::string why = controlFailure(0);
+        if (why.empty() && nowMs() > until)
+          why = "rank " + std::to_string(rank_) + ": NCCL init did not "
+                "complete within " + std::to_string((int)timeout) +
+                " s (is every rank started, each on its own GPU?); exiting";
+        if (!why.empty()) {
+          ncclCommAbort(comm_); // no graph exists yet: returns
+          throw Error(why);
+        }
+      }
+    }
+    if (r != ncclSuccess) {
+      std::string why = "rank " + std::to_string(rank_) +
+                        ": ncclCommInitRankConfig failed: " +
+                        ncclGetErrorString(r) + detail() + "; exiting";
+      if (comm_)
+        ncclCommAbort(comm_);
+      throw Error(why);
+    }
     // Every rank's communicator is ready before any collective.
     ctl_.barrier();
     watchdog_ = std::thread([this] { watch(); });
@@ -70,79 +103,60 @@ public:
     stop_ = true;
     if (watchdog_.joinable())
       watchdog_.join();
-    std::lock_guard<std::mutex> lk(mu_);
-    if (comm_ && !aborted_) {
-      // A clean finalize flushes outstanding work; bounded so a dead peer
-      // cannot hold the process.
-      ncclResult_t r = ncclCommFinalize(comm_);
-      int64_t until = nowMs() + 10000;
-      while (r == ncclInProgress && nowMs() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        ncclCommGetAsyncError(comm_, &r);
-      }
-      if (r == ncclSuccess)
-        ncclCommDestroy(comm_);
-      else
-        ncclCommAbort(comm_);
+    if (aborting_)
+      return; // the watchdog aborted (and freed) the communicator
+    // A clean finalize flushes outstanding work; bounded so a dead peer
+    // cannot hold the process. Graphs that captured collectives must be
+    // gone by now (NCCL waits for them).
+    ncclResult_t r = ncclCommFinalize(comm_);
+    int64_t until = nowMs() + 10000;
+    while (r == ncclInProgress && nowMs() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ncclCommGetAsyncError(comm_, &r);
     }
+    if (r == ncclSuccess)
+      ncclCommDestroy(comm_);
+    else
+      ncclCommAbort(comm_);
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   void allReduceSum(float *data, size_t count, void *stream) override {
-    checkHealthy();
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!aborted_) {
-        ncclResult_t r = ncclAllReduce(data, data, count, ncclFloat, ncclSum,
-                                       comm_, (cudaStream_t)stream);
-        if (r != ncclSuccess && r != ncclInProgress)
-          recordFailure(r, "ncclAllReduce");
-      }
-    }
-    settle("ncclAllReduce", -1);
+    enqueue("ncclAllReduce", [&] {
+      return ncclAllReduce(data, data, count, ncclFloat, ncclSum, comm_,
+                           (cudaStream_t)stream);
+    });
   }
 
   void allGather(const float *send, float *recv, size_t count,
                  void *stream) override {
-    checkHealthy();
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!aborted_) {
-        ncclResult_t r = ncclAllGather(send, recv, count, ncclFloat, comm_,
-                                       (cudaStream_t)stream);
-        if (r != ncclSuccess && r != ncclInProgress)
-          recordFailure(r, "ncclAllGather");
-      }
-    }
-    settle("ncclAllGather", -1);
+    enqueue("ncclAllGather", [&] {
+      return ncclAllGather(send, recv, count, ncclFloat, comm_,
+                           (cudaStream_t)stream);
+    });
   }
 
   void checkHealthy() override {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (!error_.empty())
-        throw Error(error_);
-    }
-    try {
-      ctl_.checkHealthy();
-    } catch (const Error &e) {
-      abortWith(e.what());
-      throw;
+    std::string why = error();
+    if (why.empty())
+      why = controlFailure(0);
+    if (!why.empty()) {
+      requestAbort(why);
+      throw Error(why);
     }
   }
 
 private:
-  void checkNccl(ncclResult_t r, const char *call) {
-    if (r != ncclSuccess)
-      fail("rank ", rank_, ": ", call, " failed: ", ncclGetErrorString(r),
-           detail(), "; exiting");
-  }
-
   std::string detail() {
     const char *last = comm_ ? ncclGetLastError(comm_) : nullptr;
     return last && *last ? std::string(" (") + last + ")" : std::string();
+  }
+
+  std::string error() {
+    std::lock_guard<std::mutex> lk(errMu_);
+    return error_;
   }
 
   /// The control plane's failure message, waiting up to `ms` for it: when
@@ -160,81 +174,79 @@ private:
     }
   }
 
-  /// Under mu_: remembers an NCCL failure (named by the control plane when
-  /// it knows which peer died) and aborts the communicator.
-  void recordFailure(ncclResult_t r, const char *call) {
-    if (error_.empty())
-      error_ = controlFailure(1000);
-    if (error_.empty())
-      error_ = "rank " + std::to_string(rank_) + ": " + call +
-               " failed: " + ncclGetErrorString(r) + detail() +
-               " (a peer rank may have died); exiting";
-    if (comm_ && !aborted_) {
-      aborted_ = true;
-      ncclCommAbort(comm_);
-    }
-  }
-
-  void abortWith(const std::string &message) {
-    std::lock_guard<std::mutex> lk(mu_);
+  /// Records the failure; the watchdog aborts the communicator.
+  void requestAbort(const std::string &message) {
+    std::lock_guard<std::mutex> lk(errMu_);
     if (error_.empty())
       error_ = message;
-    if (comm_ && !aborted_) {
-      aborted_ = true;
-      ncclCommAbort(comm_);
-    }
   }
 
-  /// Polls a nonblocking call to completion; `limitMs` < 0: no limit but
-  /// the control plane's (a dead peer is reported there within its
-  /// timeout).
-  void settle(const char *call, int64_t limitMs) {
-    const int64_t until = limitMs < 0 ? INT64_MAX : nowMs() + limitMs;
+  std::string ncclFailure(ncclResult_t r, const char *call) {
+    std::string why = controlFailure(1000);
+    if (!why.empty())
+      return why;
+    std::lock_guard<std::mutex> lk(ncclMu_);
+    return "rank " + std::to_string(rank_) + ": " + call + " failed: " +
+           ncclGetErrorString(r) + (aborting_ ? "" : detail()) +
+           " (a peer rank may have died); exiting";
+  }
+
+  /// Enqueues one collective and polls the nonblocking call to completion
+  /// (a dead peer is reported by the control plane within its timeout).
+  template <class Call> void enqueue(const char *name, Call call) {
+    checkHealthy();
+    ncclResult_t r;
+    {
+      std::lock_guard<std::mutex> lk(ncclMu_);
+      if (aborting_)
+        r = ncclInvalidUsage;
+      else
+        r = call();
+    }
     for (;;) {
+      if (r != ncclSuccess && r != ncclInProgress) {
+        std::string why = error();
+        if (why.empty())
+          why = ncclFailure(r, name);
+        requestAbort(why);
+        throw Error(why);
+      }
       {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (!error_.empty())
-          throw Error(error_);
-        ncclResult_t st = ncclSuccess;
-        if (comm_ && !aborted_)
-          ncclCommGetAsyncError(comm_, &st);
-        if (st == ncclSuccess)
-          return;
-        if (st != ncclInProgress) {
-          recordFailure(st, call);
-          throw Error(error_);
-        }
+        std::lock_guard<std::mutex> lk(ncclMu_);
+        if (aborting_)
+          r = ncclInvalidUsage;
+        else
+          ncclCommGetAsyncError(comm_, &r);
       }
-      checkHealthy();
-      if (nowMs() > until) {
-        abortWith("rank " + std::to_string(rank_) + ": " + call +
-                  " did not complete within " +
-                  std::to_string(limitMs / 1000) +
-                  " s (is every rank started, on its own GPU?); exiting");
+      if (r == ncclSuccess)
+        return;
+      if (r == ncclInProgress) {
         checkHealthy();
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
 
   void watch() {
     while (!stop_) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ncclResult_t st = ncclSuccess;
       {
-        std::lock_guard<std::mutex> lk(mu_);
-        if (aborted_)
-          return;
-        ncclResult_t st = ncclSuccess;
+        std::lock_guard<std::mutex> lk(ncclMu_);
         ncclCommGetAsyncError(comm_, &st);
-        if (st != ncclSuccess && st != ncclInProgress) {
-          recordFailure(st, "NCCL");
-          return;
-        }
       }
-      try {
-        ctl_.checkHealthy();
-      } catch (const Error &e) {
-        abortWith(e.what());
+      if (st != ncclSuccess && st != ncclInProgress)
+        requestAbort(ncclFailure(st, "NCCL"));
+      std::string why = error();
+      if (why.empty())
+        why = controlFailure(0);
+      if (!why.empty()) {
+        requestAbort(why);
+        {
+          std::lock_guard<std::mutex> lk(ncclMu_);
+          aborting_ = true; // no NCCL call on comm_ starts after this
+        }
+        ncclCommAbort(comm_);
         return;
       }
     }
@@ -243,10 +255,9 @@ private:
   HostComm &ctl_;
   int rank_, size_;
   ncclComm_t comm_ = nullptr;
-  std::mutex mu_; // guards comm_ calls, aborted_, error_
-  bool aborted_ = false;
-  std::string error_;
-  std::atomic<bool> stop_{false};
+  std::mutex ncclMu_, errMu_;
+  std::atomic<bool> aborting_{false}, stop_{false};
+  std::string error_; // guarded by errMu_
   std::thread watchdog_;
 };
 

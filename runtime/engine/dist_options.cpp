@@ -124,6 +124,9 @@ int runAsRank(const DistOptions &d, EngineOptions &engine,
                   "; exiting");
     engine.hostComm = nullptr;
     engine.deviceComm = nullptr;
+    // The process exits with this error: a communicator whose abort may
+    // still be draining is left to the exit rather than waited for.
+    (void)nccl.release();
     throw;
   }
   nccl.reset();

@@ -95,12 +95,19 @@ int childMain(int rank, int port, const std::string &mode) {
       kill(getpid(), SIGKILL);
     }
     ctl->barrier();
-    // Rank 1 is gone (or going): this all-reduce can never complete.
+    // Rank 1 is gone (or going): this all-reduce, replayed from a graph as
+    // the executor does, can never complete.
     auto t0 = std::chrono::steady_clock::now();
     std::string msg;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
     try {
+      CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      dc->allReduceSum(buf, n, s);
+      CUDA_OK(cudaStreamEndCapture(s, &g));
+      CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
       for (int i = 0; i < 100; ++i) {
-        dc->allReduceSum(buf, n, s);
+        cudaGraphLaunch(ge, s);
         cudaStreamSynchronize(s); // returns once the comm is aborted
         dc->checkHealthy();
       }
@@ -148,7 +155,11 @@ int childMain(int rank, int port, const std::string &mode) {
   dc->checkHealthy();
   ctl->barrier();
   std::fprintf(stderr, "rank %d: %s\n", rank, bad ? "FAIL" : "all exact");
+  // NCCL frees a communicator only after the graphs that captured it.
+  CUDA_OK(cudaGraphExecDestroy(ge));
+  CUDA_OK(cudaGraphDestroy(g));
   dc.reset();
+  std::fprintf(stderr, "rank %d: communicator destroyed\n", rank);
   ctl->finish();
   return bad ? 1 : 0;
 }
