@@ -2,6 +2,7 @@
 #include "runtime/engine/commands.h"
 
 #include "runtime/base/error.h"
+#include "runtime/dist/comm.h"
 #include "runtime/engine/dist_options.h"
 #include "runtime/engine/setup.h"
 #include "runtime/formats/safetensors.h"
@@ -77,8 +78,15 @@ int runCommand(const RunOptions &o, const CLI::App &sub) {
 
   std::vector<float> logits;
   auto t0 = std::chrono::steady_clock::now();
+  // A rank tells its peers the position it decodes, named if it fails.
+  int64_t pos = (int64_t)prompt.size();
+  auto onToken = [&](int64_t) {
+    if (o.engine.hostComm)
+      o.engine.hostComm->setStep(pos++);
+    return true;
+  };
   GenerationResult r = le.generator->generate(
-      prompt, sp, {}, o.dumpLogits.empty() ? nullptr : &logits);
+      prompt, sp, onToken, o.dumpLogits.empty() ? nullptr : &logits);
   double secs = std::chrono::duration<double>(
                     std::chrono::steady_clock::now() - t0)
                     .count();
