@@ -404,8 +404,8 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
       d.gridX = ceilDiv(outRows, warps);
     } else {
       // EXL3 row-major tiles of an [in, out] trellis matrix.
-      gp::ArgDef sI = i32Arg(outDim / 16, "sI"), sI8 = i32Arg(outDim / 2, "sI8"),
-                 sJ8 = i32Arg(8, "sJ8");
+      gp::ArgDef sI = i32Arg(outDim / 16, "sI");
+      gp::ArgDef sI8 = i32Arg(outDim / 2, "sI8"), sJ8 = i32Arg(8, "sJ8");
       if (f == "dense_gemv_trellis") {
         a = {x, wt, y, batch, i32Arg(inDim, "in"), i32Arg(outRows, "out"),
              sI, sI8, sJ8};
@@ -431,11 +431,9 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
   } else if (f == "expert_gemv_trellis" || f == "moe_reduce") {
     auto e = cast<FusedExpertGemvOp>(op);
     int64_t hidden = e.getHidden(), slots = e.getTopK() + e.getShared();
-    int64_t batchCap = std::max<int64_t>(rows, 1);
     // (row, slot, half) partials of one launch; reused by every launch.
     uint32_t partial = st.scratchBuffer(
         "expert_partial", uint64_t(8) * slots * 16 * hidden * 4);
-    (void)batchCap;
     // The kernels index ids and weights by (row, slot) over the routed and
     // the shared slots; the router writes top_k per row, so these rows
     // (router output with the shared experts appended) are their own
@@ -636,7 +634,8 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
            const Bucket &bk,
            const glmc::RankUsage &use,
            const std::map<std::string, int32_t> &kernelIndex,
-           const gp::Plan &plan, const llvm::DenseMap<Operation *, int32_t> &layers,
+           const gp::Plan &plan,
+           const llvm::DenseMap<Operation *, int32_t> &layers,
            RankState &st, size_t bucketIndex, int64_t rank) {
   gp::GraphDef graph;
   graph.kind = bk.prefill ? gp::GraphKind::Prefill : gp::GraphKind::Decode;
@@ -719,7 +718,8 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
     }
     size_t reader = 0; // the launch that carries the op's weight bytes
     for (size_t i = 0; i < launches.size(); ++i)
-      if (launches[i].kernel && readsWeights(launches[i].kernel->templateName)) {
+      if (launches[i].kernel &&
+          readsWeights(launches[i].kernel->templateName)) {
         reader = i;
         break;
       }
