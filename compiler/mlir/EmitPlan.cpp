@@ -416,7 +416,8 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
              i32Arg(outRows, "out"), i32Arg(inDim, "x_stride"),
              i32Arg(outDim, "z_stride"), i32Arg(0, "accumulate"), sI, sI8,
              sJ8};
-        d.gridX = ceilDiv(outRows, 128);
+        // Block tile bm tokens x `threads` outputs (BN = THREADS).
+        d.gridX = ceilDiv(outRows, threads);
         d.gridY = ceilDiv(rows, bm);
       }
     }
