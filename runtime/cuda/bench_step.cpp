@@ -90,6 +90,8 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   const double buildS =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
+  log << "step: experts through " << fwd.expertKernelUsed()
+      << " (GLM_EXPERT_KERNEL=legacy|moe_trellis)\n";
   // Fill the caches up to the benchmark position (the step then attends
   // stepPosition + 1 keys; every replay rewrites that position).
   for (int i = 0; i < opt.stepPosition; ++i)

@@ -3,6 +3,7 @@
 #include "runtime/cuda/executor.h"
 
 #include "codegen/codegen.h"
+#include "codegen/moe_trellis_abi.h"
 #include "plans/plan.h"
 #include "runtime/base/error.h"
 #include "runtime/cpu/tp.h"
@@ -73,6 +74,21 @@ std::string kernelCacheDir() {
   return std::string(home ? home : "/tmp") + "/.cache/glmc/kernels";
 }
 
+/// The routed and shared trellis experts of one MoE layer as moe_trellis
+/// tables (codegen/templates/moe_trellis.cuh): Etot = routed + shared
+/// experts, shared ones last; side vectors over a 2048-channel stride
+/// (halves past a tensor's width and halves of other ranks are null).
+struct MoeTables {
+  bool on = false;
+  bool exl3 = false, e4m3 = false;
+  int codebook = 1;
+  int nRouted = 0, nShared = 0;
+  std::string widths; // "234": widths of both groups
+  int guSI = 8, guSI8 = 64, dSI = 8, dSJ8 = 64;
+  DeviceBuffer tiles, widthTable, guSvh, guSuBlock, downSuh, downSvBlock,
+      downSvh, suhIn;
+};
+
 struct DevLayer {
   DeviceBuffer inputNorm, postNorm, qANorm, kvANorm;
   DeviceLinear qA, qB, kvA, o;
@@ -87,6 +103,7 @@ struct DevLayer {
   DeviceBuffer routerBias;
   ExpertGroup routed, shared;
   DeviceBuffer signsIn, signsOut; // exlr8 experts
+  MoeTables mt;                   // moe_trellis path (mt.on)
   DeviceLinear gate, up, down;    // dense MLP
   DeviceBuffer denseOwn;          // dense MLP chunk ownership (u8)
   DeviceBuffer latent;            // [maxBatch, maxContext, kv_lora + dr]
@@ -124,6 +141,12 @@ struct CudaForward::Impl {
   static constexpr int kMaxSplit = 16;
   int sms = 132;
   DeviceBuffer zparts; // [kMaxSplit, maxOutPad] split-K partial sums
+  // moe_trellis: launch geometry shared by every layer, scratch, counters
+  // (zero between launches), xh slots (routed + shared per row).
+  bool legacyExperts = false;
+  int mtSplit = 1, mtGroup = 2, mtThreads = 128, mtPipe = 4, mtMinBlocks = 4;
+  int64_t mtMaxShared = 0;
+  DeviceBuffer mtScratch, mtCounters;
   std::map<int, CUgraphExec> graphs;
   // Profiling (kernelTimeSumMs): events around each launch.
   bool profiling = false;
@@ -442,6 +465,36 @@ struct CudaForward::Impl {
                  << y << (int)ys << in << out);
   }
 
+  // --- moe_trellis ------------------------------------------------------
+
+  /// Template batch of a runtime batch (the template bounds it).
+  static int mtBatch(int B) { return B <= 1 ? 1 : B <= 2 ? 2 : B <= 4 ? 4 : 8; }
+  codegen::KernelSpec mtSpec(const MoeTables &T, int B, int stage) const {
+    return spec("moe_trellis", {{"widths", T.widths},
+                                {"codebook", cbName(T.codebook)},
+                                {"e4m3", T.e4m3 ? "1" : "0"},
+                                {"batch", std::to_string(mtBatch(B))},
+                                {"sv", "f32"},
+                                {"stage", stage == 0 ? "gu" : "down"},
+                                {"pipe", std::to_string(mtPipe)},
+                                {"minblocks", std::to_string(mtMinBlocks)},
+                                {"threads", std::to_string(mtThreads)}});
+  }
+  codegen::MoeTrellisDims mtDims(const MoeTables &T, int B) const {
+    codegen::MoeTrellisDims dm;
+    dm.batch = B;
+    dm.topk = (int)cfg.numExpertsPerTok;
+    dm.nRouted = T.nRouted;
+    dm.nShared = T.nShared;
+    dm.hidden = (int)cfg.hiddenSize;
+    dm.inter = 2048;
+    dm.guSplit = mtSplit;
+    dm.downGroup = mtGroup;
+    dm.threads = mtThreads;
+    return dm;
+  }
+  void moeTrellis(DevLayer &L, int B);
+
   // --- the step ----------------------------------------------------------
 
   void enqueueStep(int B);
@@ -677,6 +730,10 @@ void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
          KArgs() << part.ptr() << slots << d << delta.ptr());
     return;
   }
+  if (L.mt.on) {
+    moeTrellis(L, B);
+    return;
+  }
   // Trellis experts: fused expert kernel per group, ordered reduction.
   auto run = [&](ExpertGroup &G, CUdeviceptr gids, CUdeviceptr gw, int topk,
                  CUdeviceptr partialBuf, int accumulate) {
@@ -726,6 +783,170 @@ void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
     hadamard(delta.ptr(), 0, L.signsOut.ptr(), delta.ptr(), B, d);
 }
 
+/// The routed and shared experts in two launches (gate/up, then down with
+/// the routing weights, the ordered reduction and, exlr8, H * signs.out),
+/// writing delta. The rotated inputs: exlr8 one H(x * signs.in) per row;
+/// EXL3 one H(x * suh) per (row, slot, projection).
+void CudaForward::Impl::moeTrellis(DevLayer &L, int B) {
+  MoeTables &T = L.mt;
+  const int d = (int)cfg.hiddenSize, topk = (int)cfg.numExpertsPerTok;
+  const int slots = topk + T.nShared;
+  int rowStride = d, slotStride = 0, projStride = 0;
+  if (T.exl3) {
+    call("glmx_moe_exl3_in", blocksFor(d), (unsigned)slots, (unsigned)(2 * B),
+         kBlock, 0,
+         KArgs() << h.ptr() << T.suhIn.ptr() << ids.ptr() << xh.ptr() << d
+                 << (T.nRouted + T.nShared) << T.nRouted << topk << B);
+    hadamard(xh.ptr(), 0, 0, xh.ptr(), (int64_t)2 * B * slots, d);
+    projStride = d;
+    slotStride = 2 * d;
+    rowStride = 2 * slots * d;
+  } else {
+    hadamard(h.ptr(), L.signsIn.ptr(), 0, xh.ptr(), B, d);
+  }
+  const codegen::MoeTrellisDims dm = mtDims(T, B);
+  const CUdeviceptr null = 0;
+  for (int st = 0; st < 2; ++st)
+    launchFn(genFn(mtSpec(T, B, st)), st == 0 ? dm.gridGateUp() : dm.gridDown(),
+             1, 1, (unsigned)mtThreads, 0,
+             KArgs() << xh.ptr() << ids.ptr() << rw.ptr() << T.tiles.ptr()
+                     << T.widthTable.ptr() << T.guSvh.ptr()
+                     << (T.exl3 ? null : T.guSuBlock.ptr()) << T.downSuh.ptr()
+                     << (T.exl3 ? null : T.downSvBlock.ptr())
+                     << (T.exl3 ? T.downSvh.ptr() : null)
+                     << (T.exl3 ? null : L.signsOut.ptr()) << mtScratch.ptr()
+                     << mtCounters.ptr() << delta.ptr() << B << topk
+                     << T.nRouted << T.nShared << d << 2048 << rowStride
+                     << slotStride << projStride << T.guSI << T.guSI8 << T.dSI
+                     << T.dSJ8 << mtSplit << mtGroup << 0);
+}
+
+namespace {
+
+/// Synchronous device-to-device copy of `bytes` bytes.
+void copyBytes(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  if (bytes)
+    GLM_CU(cuMemcpyDtoD(dst, src, bytes));
+}
+
+/// Synchronous device-to-device copy of `rows` rows of `width` bytes.
+void copyRows(CUdeviceptr dst, size_t dstPitch, CUdeviceptr src,
+              size_t srcPitch, size_t width, size_t rows) {
+  if (!rows || !width)
+    return;
+  CUDA_MEMCPY2D c;
+  std::memset(&c, 0, sizeof c);
+  c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = src;
+  c.srcPitch = srcPitch;
+  c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.dstDevice = dst;
+  c.dstPitch = dstPitch;
+  c.WidthInBytes = width;
+  c.Height = rows;
+  GLM_CU(cuMemcpy2D(&c));
+}
+
+DeviceBuffer zeroedBuf(size_t bytes) {
+  DeviceBuffer b(std::max<size_t>(bytes, 4) + 256);
+  b.zero();
+  return b;
+}
+
+/// Whether moe_trellis can run the layer's experts (else the reason).
+std::string moeTrellisRefusal(const DevLayer &D, int64_t topk, int maxBatch) {
+  const ExpertGroup &R = D.routed, &S = D.shared;
+  if (R.kind != ExpertGroup::Trellis)
+    return "experts are not trellis";
+  if (R.inter > 2048 || R.halves > 16)
+    return "intermediate width over 16 halves of 128";
+  if (maxBatch * topk > 64)
+    return "batch x experts per token over 64";
+  if (S.kind != ExpertGroup::None &&
+      (S.kind != ExpertGroup::Trellis || S.exl3 != R.exl3 ||
+       S.codebook != R.codebook || S.e4m3 != R.e4m3 || S.inter > 2048 ||
+       S.hidden != R.hidden || (R.exl3 && S.inter != R.inter)))
+    return "the shared expert differs from the routed ones in format";
+  if (R.exl3 && R.inter % 128 != 0)
+    return "EXL3 intermediate width not a multiple of 128";
+  return "";
+}
+
+/// The kernel parameters of the merged tables (before any upload).
+void describeMoeTables(const DevLayer &D, MoeTables &T) {
+  const ExpertGroup &R = D.routed, &S = D.shared;
+  const bool hasS = S.kind == ExpertGroup::Trellis;
+  const int64_t E = R.experts, Es = hasS ? S.experts : 0;
+  const int64_t hid = R.hidden, I = R.inter;
+  T.on = true;
+  T.exl3 = R.exl3;
+  T.e4m3 = R.e4m3;
+  T.codebook = R.codebook;
+  T.nRouted = (int)E;
+  T.nShared = (int)Es;
+  std::set<char> k(R.widthDigits.begin(), R.widthDigits.end());
+  if (hasS)
+    k.insert(S.widthDigits.begin(), S.widthDigits.end());
+  T.widths.assign(k.begin(), k.end());
+  if (R.exl3) {
+    T.guSI = (int)(I / 16);
+    T.guSI8 = (int)(I / 2);
+    T.dSI = (int)(hid / 16);
+    T.dSJ8 = 8;
+  }
+}
+
+/// Merges the routed and shared groups' tables (uploaded) into `T`.
+void buildMoeTables(const DevLayer &D, MoeTables &T) {
+  const ExpertGroup &R = D.routed, &S = D.shared;
+  const bool hasS = S.kind == ExpertGroup::Trellis;
+  const int64_t E = R.experts, Es = hasS ? S.experts : 0, Et = E + Es;
+  const int64_t hid = R.hidden, hb = hid / 128, I = R.inter;
+  const int64_t IS = hasS ? S.inter : 0;
+  constexpr size_t kI = 2048 * 4; // side-vector row pitch (bytes)
+  T.tiles = zeroedBuf((size_t)Et * 48 * 8);
+  T.widthTable = zeroedBuf((size_t)Et * 48);
+  copyBytes(T.tiles.ptr(), R.tiles.ptr(), (size_t)E * 48 * 8);
+  copyBytes(T.widthTable.ptr(), R.widths.ptr(), (size_t)E * 48);
+  if (hasS) {
+    copyBytes(T.tiles.ptr() + E * 48 * 8, S.tiles.ptr(), (size_t)Es * 48 * 8);
+    copyBytes(T.widthTable.ptr() + E * 48, S.widths.ptr(), (size_t)Es * 48);
+  }
+  // [2][Et][2048] and [Et][2048].
+  T.guSvh = zeroedBuf(2 * Et * kI);
+  T.downSuh = zeroedBuf(Et * kI);
+  for (int p = 0; p < 2; ++p) {
+    copyRows(T.guSvh.ptr() + p * Et * kI, kI, R.guSvh.ptr() + p * E * I * 4,
+             I * 4, I * 4, E);
+    if (hasS)
+      copyRows(T.guSvh.ptr() + (p * Et + E) * kI, kI,
+               S.guSvh.ptr() + p * Es * IS * 4, IS * 4, IS * 4, Es);
+  }
+  copyRows(T.downSuh.ptr(), kI, R.downSuh.ptr(), I * 4, I * 4, E);
+  if (hasS)
+    copyRows(T.downSuh.ptr() + E * kI, kI, S.downSuh.ptr(), IS * 4, IS * 4, Es);
+  // Per-expert vectors of `n` floats: [parts][Et][n] from [parts][E][n].
+  auto perExpert = [&](DeviceBuffer &dst, const DeviceBuffer &r,
+                       const DeviceBuffer &sh, int parts, int64_t n) {
+    dst = zeroedBuf((size_t)parts * Et * n * 4);
+    for (int p = 0; p < parts; ++p) {
+      copyBytes(dst.ptr() + p * Et * n * 4, r.ptr() + p * E * n * 4, (size_t)E * n * 4);
+      if (hasS)
+        copyBytes(dst.ptr() + (p * Et + E) * n * 4, sh.ptr() + p * Es * n * 4,
+                  (size_t)Es * n * 4);
+    }
+  };
+  if (R.exl3) {
+    perExpert(T.downSvh, R.downSvh, S.downSvh, 1, hid);
+    perExpert(T.suhIn, R.suhIn, S.suhIn, 2, hid);
+  } else {
+    perExpert(T.guSuBlock, R.guSuBlock, S.guSuBlock, 2, hb);
+    perExpert(T.downSvBlock, R.downSvBlock, S.downSvBlock, 1, hb);
+  }
+}
+
+} // namespace
+
 //===----------------------------------------------------------------------===//
 // Construction
 //===----------------------------------------------------------------------===//
@@ -764,6 +985,23 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
         c.numRoutedExperts, " and ", c.numExpertsPerTok, ")");
   m.numLayers =
       o.maxLayers >= 0 ? std::min(o.maxLayers, c.numLayers) : c.numLayers;
+  {
+    std::string ek = o.expertKernel;
+    if (ek.empty())
+      if (const char *e = std::getenv("GLM_EXPERT_KERNEL"))
+        ek = e;
+    check(ek.empty() || ek == "moe_trellis" || ek == "legacy",
+          "cuda executor: expert kernel '", ek,
+          "' (GLM_EXPERT_KERNEL) is not moe_trellis or legacy");
+    m.legacyExperts = ek == "legacy";
+    // gate/up k-chunks: at least 8 tile rows each (24 at GLM-5.3's 6144).
+    const int64_t rows16 = c.hiddenSize / 16;
+    for (int sp : {24, 16, 12, 8, 6, 4, 3, 2, 1})
+      if (rows16 % sp == 0 && (rows16 / sp >= 8 || sp == 1)) {
+        m.mtSplit = sp;
+        break;
+      }
+  }
 
   // Helper kernels first (the uploader's fills need them).
   std::vector<char> helpers =
@@ -786,6 +1024,7 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
                         "glmx_hf_expert_act",
                         "glmx_hf_expert_down",
                         "glmx_exl3_expert_in",
+                        "glmx_moe_exl3_in",
                         "glmx_onehot",
                         "glmx_vocab_gather",
                         "glmx_sum_parts",
@@ -912,8 +1151,17 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
         maxSlots = std::max(maxSlots, slots);
         maxActD = std::max({maxActD, K * D.routed.inter, D.shared.inter});
       }
+      if (!m.legacyExperts && D.routed.kind == ExpertGroup::Trellis &&
+          moeTrellisRefusal(D, K, (int)MB).empty()) {
+        describeMoeTables(D, D.mt);
+        m.mtMaxShared = std::max<int64_t>(m.mtMaxShared, D.mt.nShared);
+        for (int B = 1; B <= MB; ++B)
+          for (int st = 0; st < 2; ++st)
+            m.need(m.mtSpec(D.mt, B, st));
+        m.need(m.hadSpec());
+      }
       for (ExpertGroup *G : {&D.routed, &D.shared}) {
-        if (G->kind != ExpertGroup::Trellis)
+        if (G->kind != ExpertGroup::Trellis || D.mt.on)
           continue;
         for (int B = 1; B <= MB; ++B)
           m.need(spec("expert_gemv_trellis", {{"widths", G->widthDigits},
@@ -956,6 +1204,18 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
   }
   m.buildKernels(o.planKernels);
   up.run("uploading weights to " + deviceName());
+  // moe_trellis tables: the groups' tables merged; the groups' own side
+  // tables (legacy path only) are released.
+  for (DevLayer &D : m.layers) {
+    if (!D.mt.on)
+      continue;
+    buildMoeTables(D, D.mt);
+    for (ExpertGroup *G : {&D.routed, &D.shared})
+      for (DeviceBuffer *b : {&G->tiles, &G->widths, &G->guSvh, &G->guSuBlock,
+                              &G->downSuh, &G->downSvBlock, &G->downSvh,
+                              &G->suhIn})
+        *b = DeviceBuffer();
+  }
 
   // Scratch.
   const int64_t nh = std::max<int64_t>(1, c.indexNHeads),
@@ -990,7 +1250,15 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
     m.sW = f32(MB);
     m.sW.upload(ones.data(), ones.size() * 4);
   }
-  m.xh = f32(2 * MB * K * d);
+  m.xh = f32(2 * MB * (K + m.mtMaxShared) * d);
+  {
+    MoeTables none;
+    none.nRouted = (int)E;
+    none.nShared = (int)m.mtMaxShared;
+    const codegen::MoeTrellisDims dm = m.mtDims(none, (int)MB);
+    m.mtScratch = f32((int64_t)dm.scratchFloats());
+    m.mtCounters = f32((int64_t)dm.counterInts()); // zeros, kept zero
+  }
   m.partial = f32(MB * K * 16 * d);
   m.partialS = f32(MB * 16 * d);
   m.g = f32(MB * m.maxInter);
@@ -1043,6 +1311,17 @@ int64_t CudaForward::length(int seq) const { return impl_->lengths.at(seq); }
 int CudaForward::maxBatch() const { return impl_->opt.maxBatch; }
 const ModelConfig &CudaForward::config() const { return impl_->cfg; }
 int CudaForward::planKernelsUsed() const { return impl_->planUsed; }
+std::string CudaForward::expertKernelUsed() const {
+  bool mt = false, legacy = false;
+  for (const DevLayer &L : impl_->layers) {
+    mt |= L.mt.on;
+    legacy |= !L.mt.on && L.routed.kind == ExpertGroup::Trellis;
+  }
+  return mt && legacy ? "moe_trellis+legacy"
+         : mt         ? "moe_trellis"
+         : legacy     ? "legacy"
+                      : "none";
+}
 std::string CudaForward::deviceName() const {
   return impl_->dev.name() + " (" + impl_->arch + ")";
 }

@@ -61,6 +61,13 @@ struct CudaOptions {
   /// of the pack's (index-only packs), and at most this many layers (-1 all).
   bool randomWeights = false;
   int64_t maxLayers = -1;
+  /// Trellis experts: "moe_trellis" (the routed and shared experts of a
+  /// layer in two launches) or "legacy" (expert_gemv_trellis + moe_reduce
+  /// per group). Empty: $GLM_EXPERT_KERNEL, else moe_trellis. A layer
+  /// moe_trellis cannot run (intermediate width over 16 halves of 128,
+  /// batch x experts per token over 64, a shared expert in another
+  /// format) uses legacy either way.
+  std::string expertKernel;
 };
 
 class CudaForward {
@@ -89,6 +96,9 @@ public:
   std::string deviceName() const;
   /// Kernels that came from the plan (for reports).
   int planKernelsUsed() const;
+  /// The expert path of the trellis MoE layers: "moe_trellis", "legacy",
+  /// "moe_trellis+legacy" (mixed layers) or "none" (no trellis experts).
+  std::string expertKernelUsed() const;
 
   // Benchmark hooks (bench_step.cpp).
   /// Weight bytes this rank reads for one batch-1 token (experts at the

@@ -499,6 +499,22 @@ GLM_X glmx_exl3_expert_in(const float *x, const float *suh, const int *ids,
   xh[(((long long)p * B + b) * K + k) * d + i] = x[(long long)b * d + i] * s;
 }
 
+// moe_trellis EXL3 inputs: xh[b][k][p][i] = x[b][i] * suh[p][e][i] with e
+// = ids[b*topk + k] for the routed slots k < topk and nRouted + k - topk for
+// the shared ones (the Hadamard follows). Grid (ceil(d/256), slots, 2B).
+GLM_X glmx_moe_exl3_in(const float *x, const float *suh, const int *ids,
+                       float *xh, int d, int eTot, int nRouted, int topk,
+                       int B) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, k = blockIdx.y,
+            slots = gridDim.y;
+  const int b = blockIdx.z % B, p = blockIdx.z / B;
+  if (i >= d)
+    return;
+  const int e = k < topk ? ids[b * topk + k] : nRouted + (k - topk);
+  const float s = e >= 0 ? suh[((long long)p * eTot + e) * d + i] : 0.0f;
+  xh[(((long long)b * slots + k) * 2 + p) * d + i] = x[(long long)b * d + i] * s;
+}
+
 // out[i] = sum over parts p in order of parts[p*n + i] (split-K slices of
 // one batch-1 GEMV). Grid (ceil(n/256)).
 GLM_X glmx_sum_parts(const float *parts, int np, int n, float *out) {

@@ -3,7 +3,9 @@
 // Random tiny GLM-5.3 models (dense and MoE layers, full and shared indexer
 // layers; 12-token prompts so DSA selects sparsely past index_topk 8) run
 // through cuda::CudaForward on the pack's own bytes (HF BF16 and EXL3
-// trellis layouts) and through cpu::CpuForward on the dequantized weights:
+// and exlr8 trellis layouts) and through cpu::CpuForward on the dequantized
+// weights, once per expert path (moe_trellis and legacy
+// expert_gemv_trellis, CudaOptions::expertKernel):
 //  - batch 1, step by step: logits within 1e-4 relative, same greedy token;
 //  - batched decode: 8 sequences stepped in rounds of 1..8 rows (each round
 //    a different CUDA graph bucket), every row against its own CPU session;
@@ -33,21 +35,37 @@ protected:
   GLM_GPU_SUITE_SETUP
 };
 
-/// The tiny model as an HF pack in `root`/hf and, when `exl3`, quantized
-/// to EXL3 in `root`/exl3. Returns the pack directory to test.
-std::string tinyPack(const fs::path &root, bool exl3) {
+/// The tiny model as an HF pack in `root`/hf, quantized to `layout` ("hf",
+/// "exl3" or "exlr8") in `root`/LAYOUT. Returns the pack directory.
+std::string tinyPack(const fs::path &root, const std::string &layout) {
   const fs::path hf = root / "hf";
   if (!fs::exists(hf / "config.json"))
     glmc::writeRandomHfModel("tiny", 7, hf.string(), /*indexOnly=*/false);
-  if (!exl3)
+  if (layout == "hf")
     return hf.string();
-  const fs::path q = root / "exl3";
+  const fs::path q = root / layout;
   if (!fs::exists(q / "config.json")) {
     auto src = rt::Pack::open(hf.string());
     glmc::QuantizeOptions opt;
-    glmc::quantizeToExl3(*src->config(), src.get(), q.string(), opt);
+    if (layout == "exl3")
+      glmc::quantizeToExl3(*src->config(), src.get(), q.string(), opt);
+    else
+      glmc::quantizeToExlr8(*src->config(), src.get(), q.string(), opt);
   }
   return q.string();
+}
+
+/// Opens a test pack (exlr8: its mixed-width manifest).
+std::unique_ptr<rt::Pack> openPack(const std::string &dir) {
+  rt::PackOpenOptions o;
+  if (rt::Pack::detect(dir) == rt::PackLayout::Exlr8)
+    o.manifest = "mixed";
+  return rt::Pack::open(dir, o);
+}
+
+/// The expert path the executor must report for `layout`.
+std::string expectedPath(const std::string &layout, const std::string &kernel) {
+  return layout == "hf" ? "none" : kernel;
 }
 
 struct Reference {
@@ -55,7 +73,7 @@ struct Reference {
   std::shared_ptr<const rt::cpu::ModelWeights> w;
   std::unique_ptr<rt::cpu::CpuForward> fwd;
   explicit Reference(const std::string &dir) {
-    pack = rt::Pack::open(dir);
+    pack = openPack(dir);
     auto src = rt::cpu::packWeightSource(*pack);
     w = rt::cpu::ModelWeights::load(*pack->config(), *src);
     fwd = std::make_unique<rt::cpu::CpuForward>(
@@ -75,14 +93,19 @@ double compare(const std::string &name, const std::vector<float> &got,
   return e.rel();
 }
 
-void batchOneMatchesCpu(const std::string &layout, const std::string &dir) {
+void batchOneMatchesCpu(const std::string &layoutName, const std::string &dir,
+                        const std::string &kernel) {
   Reference ref(dir);
   rt::cuda::CudaOptions o;
   o.maxContext = 64;
+  o.expertKernel = kernel;
   rt::cuda::CudaForward gpu(*ref.pack, ref.fwd->tp(), o);
   ensureContext();
-  std::printf("[gpu-info] engine cuda %s on %s\n", layout.c_str(),
-              gpu.deviceName().c_str());
+  const std::string layout = layoutName + " " + kernel;
+  EXPECT_EQ(gpu.expertKernelUsed(), expectedPath(layoutName, kernel));
+  std::printf("[gpu-info] engine cuda %s on %s (experts: %s)\n",
+              layout.c_str(), gpu.deviceName().c_str(),
+              gpu.expertKernelUsed().c_str());
   rt::cpu::Session s = ref.fwd->newSession();
   std::vector<int64_t> tokens = {1, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45};
   const size_t prompt = tokens.size();
@@ -107,15 +130,18 @@ void batchOneMatchesCpu(const std::string &layout, const std::string &dir) {
 
 /// 8 sequences with different prompts, stepped in rounds of B = 1..8 rows
 /// (slots rotate so every sequence advances), each row vs its CPU session.
-void batchesMatchCpu(const std::string &layout, const std::string &dir,
-                     bool graphs) {
+void batchesMatchCpu(const std::string &layoutName, const std::string &dir,
+                     bool graphs, const std::string &kernel) {
   Reference ref(dir);
   rt::cuda::CudaOptions o;
   o.maxContext = 64;
   o.maxBatch = 8;
   o.useGraphs = graphs;
+  o.expertKernel = kernel;
   rt::cuda::CudaForward gpu(*ref.pack, ref.fwd->tp(), o);
   ensureContext();
+  const std::string layout = layoutName + " " + kernel;
+  EXPECT_EQ(gpu.expertKernelUsed(), expectedPath(layoutName, kernel));
   const int64_t V = ref.pack->config()->vocabSize;
   std::vector<rt::cpu::Session> sess;
   std::vector<int64_t> next(8);
@@ -164,22 +190,39 @@ fs::path scratch() {
   return dir;
 }
 
+/// Parameter: the expert path ("moe_trellis" or "legacy").
+class EngineCudaPathGpu : public ::testing::TestWithParam<std::string> {
+protected:
+  GLM_GPU_SUITE_SETUP
+};
+
 TEST_F(EngineCudaGpu, TinyHfMatchesCpuReference) {
-  batchOneMatchesCpu("hf", tinyPack(scratch(), false));
+  batchOneMatchesCpu("hf", tinyPack(scratch(), "hf"), "moe_trellis");
 }
 
-TEST_F(EngineCudaGpu, TinyExl3MatchesCpuReference) {
-  batchOneMatchesCpu("exl3", tinyPack(scratch(), true));
+TEST_P(EngineCudaPathGpu, TinyExl3MatchesCpuReference) {
+  batchOneMatchesCpu("exl3", tinyPack(scratch(), "exl3"), GetParam());
+}
+
+TEST_P(EngineCudaPathGpu, TinyExlr8MatchesCpuReference) {
+  batchOneMatchesCpu("exlr8", tinyPack(scratch(), "exlr8"), GetParam());
 }
 
 TEST_F(EngineCudaGpu, BatchedDecodeMatchesPerSequence) {
-  batchesMatchCpu("hf", tinyPack(scratch(), false), /*graphs=*/true);
-  batchesMatchCpu("exl3", tinyPack(scratch(), true), /*graphs=*/true);
+  batchesMatchCpu("hf", tinyPack(scratch(), "hf"), /*graphs=*/true,
+                  "moe_trellis");
 }
 
-TEST_F(EngineCudaGpu, GraphReplayEqualsStreamLaunches) {
-  const std::string dir = tinyPack(scratch(), true);
-  auto pack = rt::Pack::open(dir);
+TEST_P(EngineCudaPathGpu, BatchedDecodeMatchesPerSequence) {
+  batchesMatchCpu("exl3", tinyPack(scratch(), "exl3"), /*graphs=*/true,
+                  GetParam());
+  batchesMatchCpu("exlr8", tinyPack(scratch(), "exlr8"), /*graphs=*/true,
+                  GetParam());
+}
+
+TEST_P(EngineCudaPathGpu, GraphReplayEqualsStreamLaunches) {
+  const std::string dir = tinyPack(scratch(), "exl3");
+  auto pack = openPack(dir);
   auto tp = rt::cpu::TpLayout::fromRule(*pack->config(), 1);
   std::vector<std::vector<float>> out[2];
   for (int g = 0; g < 2; ++g) {
@@ -187,6 +230,7 @@ TEST_F(EngineCudaGpu, GraphReplayEqualsStreamLaunches) {
     o.maxContext = 32;
     o.maxBatch = 3;
     o.useGraphs = g == 1;
+    o.expertKernel = GetParam();
     rt::cuda::CudaForward gpu(*pack, tp, o);
     ensureContext();
     for (int step = 0; step < 10; ++step)
@@ -197,9 +241,17 @@ TEST_F(EngineCudaGpu, GraphReplayEqualsStreamLaunches) {
   size_t differ = 0;
   for (size_t i = 0; i < out[0].size(); ++i)
     differ += out[0][i] != out[1][i];
-  reportExact("engine_cuda graph replay == stream launches (rows)", differ,
-              out[0].size());
+  reportExact("engine_cuda " + GetParam() +
+                  " graph replay == stream launches (rows)",
+              differ, out[0].size());
 }
+
+INSTANTIATE_TEST_SUITE_P(EngineCuda, EngineCudaPathGpu,
+                         ::testing::Values(std::string("moe_trellis"),
+                                           std::string("legacy")),
+                         [](const ::testing::TestParamInfo<std::string> &i) {
+                           return i.param;
+                         });
 
 } // namespace
 } // namespace glm::gputest
