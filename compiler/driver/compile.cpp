@@ -48,7 +48,7 @@ struct CompileArgs {
   std::string dumpIrAfter;
   std::string output;
   bool noKernelCompile = false;
-  std::string decodeBatches = "1,2,3,4,5,6,7,8";
+  std::string decodeBatches = "1,2,4,8";
   std::string prefillChunks = "512,2048";
 };
 
@@ -246,7 +246,8 @@ void addCompileCommand(CLI::App &app, int &rc) {
                   "plan-memory, emit-kernels, emit-plan) to stderr");
   cmd->add_option("--decode-batches", args->decodeBatches,
                   "decode graph buckets: batch sizes 1..8, comma-separated "
-                  "(kernels are instantiated per batch)")
+                  "(kernels are instantiated per batch; a step of a batch "
+                  "between buckets runs in the next larger one)")
       ->capture_default_str();
   cmd->add_option("--prefill-chunks", args->prefillChunks,
                   "prefill graph buckets: chunk sizes in tokens, "
