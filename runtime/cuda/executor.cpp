@@ -92,7 +92,9 @@ struct MoeTables {
 struct DevLayer {
   DeviceBuffer inputNorm, postNorm, qANorm, kvANorm;
   DeviceLinear qA, qB, kvA, o;
-  DeviceBuffer kvBT;  // kv_b_proj transposed, fp32 [kvr, H*(dn+dv)]
+  // kv_b_proj in fp32: W [H*(dn+dv), kvr] (glmx_mla_qabs/core/out), or
+  // transposed [kvr, H*(dn+dv)] for the legacy glmx_mla_attn.
+  DeviceBuffer kvBT;
   DeviceBuffer heads; // this rank's heads (int)
   int nHeads = 0;
   bool fullIndexer = false;
@@ -135,7 +137,7 @@ struct CudaForward::Impl {
   std::vector<int64_t> lengths;
   // Scratch.
   DeviceBuffer x, h, delta, qa, q, kva, qi, kk, wts, score, flags, sel, nsel, p,
-      ov, rlog, ids, rw, sIds, sW, xh, partial, partialS, g, u, act, actD, part,
+      ov, rlog, ids, rw, qabs, ctxv, sIds, sW, xh, partial, partialS, g, u, act, actD, part,
       xpad, xrot, z, logitsLocal, gathered, logits, vocabBegin;
   int64_t maxInPad = 1, maxOutPad = 1, maxCount = 1, maxInter = 1;
   static constexpr int kMaxSplit = 16;
@@ -144,6 +146,7 @@ struct CudaForward::Impl {
   // moe_trellis: launch geometry shared by every layer, scratch, counters
   // (zero between launches), xh slots (routed + shared per row).
   bool legacyExperts = false;
+  bool legacyMla = false; // GLM_MLA_KERNEL=legacy: one-thread fp64 kernel
   int mtSplit = 1, mtGroup = 2, mtThreads = 128, mtPipe = 4, mtMinBlocks = 4;
   int64_t mtMaxShared = 0;
   DeviceBuffer mtScratch, mtCounters;
@@ -610,7 +613,7 @@ void CudaForward::Impl::enqueueStep(int B) {
                    << L.indexKeys.ptr() << seq << pos << hd << dr << ctxN
                    << theta);
       gemv(L.weightsProj, h.ptr(), d, wts.ptr(), nh, B);
-      call("glmx_indexer_scores", 16, (unsigned)B, 1, kBlock, 0,
+      call("glmx_indexer_scores", 64, (unsigned)B, 1, kBlock, 0,
            KArgs() << qi.ptr() << L.indexKeys.ptr() << wts.ptr() << score.ptr()
                    << seq << pos << nh << hd << ctxN
                    << 1.0 / std::sqrt((double)nh)
@@ -628,12 +631,27 @@ void CudaForward::Impl::enqueueStep(int B) {
                  << H * (dn + dr) << pos << theta);
     if (L.nHeads < H)
       memsetZero(ov.ptr(), (size_t)B * H * dv);
-    if (L.nHeads > 0)
+    if (L.nHeads > 0 && legacyMla) {
       call("glmx_mla_attn", (unsigned)L.nHeads, (unsigned)B, 1, kBlock,
            (unsigned)(2 * kvr * sizeof(double)),
            KArgs() << q.ptr() << L.kvBT.ptr() << L.latent.ptr() << seq
                    << sel.ptr() << nsel.ptr() << p.ptr() << ctxN << ov.ptr()
                    << L.heads.ptr() << H << dn << dr << dv << kvr << scale);
+    } else if (L.nHeads > 0) {
+      const unsigned nh = (unsigned)L.nHeads;
+      call("glmx_mla_qabs", nh * (unsigned)((kvr + 31) / 32), (unsigned)B, 1,
+           256, 0,
+           KArgs() << q.ptr() << L.kvBT.ptr() << L.heads.ptr() << qabs.ptr()
+                   << H << dn << dr << dv << kvr);
+      call("glmx_mla_core", nh, (unsigned)B, 1, 256, 0,
+           KArgs() << q.ptr() << qabs.ptr() << L.latent.ptr() << seq
+                   << sel.ptr() << nsel.ptr() << p.ptr() << ctxN << ctxv.ptr()
+                   << L.heads.ptr() << H << dn << dr << kvr << scale);
+      call("glmx_mla_out", nh * (unsigned)((dv + 7) / 8), (unsigned)B, 1, 256,
+           0,
+           KArgs() << L.kvBT.ptr() << ctxv.ptr() << L.heads.ptr() << ov.ptr()
+                   << H << dn << dv << kvr);
+    }
     gemv(L.o, ov.ptr(), (int64_t)H * dv, delta.ptr(), d, B);
     allReduce(delta.ptr(), (size_t)B * d);
     call("glmx_add", blocksFor(d), (unsigned)B, 1, kBlock, 0,
@@ -994,6 +1012,8 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
           "cuda executor: expert kernel '", ek,
           "' (GLM_EXPERT_KERNEL) is not moe_trellis or legacy");
     m.legacyExperts = ek == "legacy";
+    const char *mla = std::getenv("GLM_MLA_KERNEL");
+    m.legacyMla = mla && std::string(mla) == "legacy";
     // gate/up k-chunks: at least 8 tile rows each (24 at GLM-5.3's 6144).
     const int64_t rows16 = c.hiddenSize / 16;
     for (int sp : {24, 16, 12, 8, 6, 4, 3, 2, 1})
@@ -1016,6 +1036,10 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
                         "glmx_indexer_scores",
                         "glmx_dsa_select",
                         "glmx_mla_attn",
+                        "glmx_mla_qabs",
+                        "glmx_mla_core",
+                        "glmx_mla_out",
+                        "glmx_transpose",
                         "glmx_gemv_any",
                         "glmx_add",
                         "glmx_reduce_units",
@@ -1240,6 +1264,8 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
   m.sel = f32(MB * ctxN);
   m.nsel = f32(MB);
   m.p = f32(2 * MB * H * ctxN);
+  m.qabs = f32(MB * H * kvr);
+  m.ctxv = f32(MB * H * kvr);
   m.ov = f32(MB * H * dv);
   m.rlog = f32(MB * E);
   m.ids = f32(MB * K);
@@ -1292,6 +1318,14 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
              KArgs() << oneHot.ptr() << 1 << (int)kvr << (int)c0);
       m.gemv(kvB[l], oneHot.ptr(), kvr, D.kvBT.ptr() + (CUdeviceptr)c0 * R * 4,
              R, 1);
+    }
+    if (!m.legacyMla) {
+      // Rows contiguous (coalesced per-head products).
+      DeviceBuffer w((uint64_t)R * kvr * 4);
+      m.call("glmx_transpose", blocksFor(R * kvr), 1, 1, kBlock, 0,
+             KArgs() << D.kvBT.ptr() << w.ptr() << (long long)R << (int)kvr);
+      GLM_CU(cuStreamSynchronize(m.stream));
+      D.kvBT = std::move(w);
     }
   }
   GLM_CU(cuStreamSynchronize(m.stream));

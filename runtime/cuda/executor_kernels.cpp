@@ -4,7 +4,9 @@
 // activations, fp64 sums where the CPU reference sums in fp64; norms sum
 // over the block in a fixed tree order): embedding of
 // any stored dtype, norms, the latent/index-key cache stores with RoPE, DSA
-// scores and selection, absorbed MLA attention over the selected rows,
+// scores and selection, absorbed MLA attention over the selected rows
+// (per-head products one warp per row or 32-column block, fp32 products,
+// fp64 softmax),
 // routing, SwiGLU of dense MLPs and of unquantized (HF) experts, and the
 // glue of batching and tensor parallelism (adds, one-hot columns, vocab
 // gather, random fill for the synthetic benchmark).
@@ -182,27 +184,40 @@ GLM_X glmx_iota(int *sel, int *nsel, const int *pos, int maxCtx) {
 }
 
 // I(t) = sum_h w_h * headScale * ReLU(q_h . k_t * dotScale) for every key
-// t < T of row b. Grid (n, B), grid-stride over t.
+// t < T of row b. Warp w of a block takes keys t = 8*blockIdx.x + w, then
+// strides by 8*gridDim.x; lane l computes the head dot products h = l,
+// l+32, .. (each serially over i, as the CPU reference), lane 0 adds the
+// heads in order. Grid (n, B), 256 threads.
 GLM_X glmx_indexer_scores(const float *qi, const float *keys,
                           const float *wts, double *score, const int *seq,
                           const int *pos, int nh, int hd, int maxCtx,
                           double headScale, double dotScale) {
+  __shared__ double term[8][64];
   const int b = blockIdx.y, T = pos[b] + 1;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const float *q = qi + (long long)b * nh * hd;
-  const float *w = wts + (long long)b * nh;
+  const float *wv = wts + (long long)b * nh;
   const float *kb = keys + (long long)seq[b] * maxCtx * hd;
-  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < T;
-       t += gridDim.x * blockDim.x) {
-    const float *kt = kb + (long long)t * hd;
+  for (int t0 = blockIdx.x * 8; t0 < T; t0 += gridDim.x * 8) {
+    const int t = t0 + w;
+    const float *kt = kb + (long long)(t < T ? t : 0) * hd;
     double acc = 0;
-    for (int h = 0; h < nh; ++h) {
-      double d = 0;
-      for (int i = 0; i < hd; ++i)
-        d += (double)q[h * hd + i] * (double)kt[i];
-      double v = d * dotScale;
-      acc += (double)w[h] * headScale * (v > 0.0 ? v : 0.0);
+    for (int h0 = 0; h0 < nh; h0 += 64) {
+      for (int h = h0 + lane; h < h0 + 64 && h < nh; h += 32) {
+        double d = 0;
+        for (int i = 0; i < hd; ++i)
+          d += (double)q[h * hd + i] * (double)kt[i];
+        const double v = d * dotScale;
+        term[w][h - h0] = (double)wv[h] * headScale * (v > 0.0 ? v : 0.0);
+      }
+      __syncwarp();
+      if (lane == 0)
+        for (int h = h0; h < h0 + 64 && h < nh; ++h)
+          acc += term[w][h - h0];
+      __syncwarp();
     }
-    score[(long long)b * maxCtx + t] = acc;
+    if (lane == 0 && t < T)
+      score[(long long)b * maxCtx + t] = acc;
   }
 }
 
@@ -314,6 +329,144 @@ GLM_X glmx_mla_attn(const float *qAll, const float *kvBT, const float *cache,
   }
 }
 
+// The absorbed MLA attention in three launches over kv_b_proj as fp32 W
+// [H*(dn+dv), kvr] (HF row order, rows contiguous), fp32 products (warp
+// and block sums in a fixed order), the softmax in fp64.
+// 1. qabs[b][h][c] = sum_i W[h*(dn+dv) + i][c] * q_nope[i]: block = (head
+//    heads[blockIdx.x / ceil(kvr/32)], 32 columns), warp w sums rows i =
+//    w, w+8, ..; the 8 warps' sums are added in warp order. Grid
+//    (nHeads * ceil(kvr/32), B), 256 threads.
+GLM_X glmx_mla_qabs(const float *qAll, const float *W, const int *heads,
+                    float *qabsAll, int H, int dn, int dr, int dv, int kvr) {
+  __shared__ float part[8][32];
+  const int chunks = (kvr + 31) / 32, h = heads[blockIdx.x / chunks];
+  const int c = (blockIdx.x % chunks) * 32 + (threadIdx.x & 31);
+  const int w = threadIdx.x >> 5, b = blockIdx.y;
+  const float *qn = qAll + (long long)b * H * (dn + dr) + (long long)h * (dn + dr);
+  const float *Wh = W + (long long)h * (dn + dv) * kvr;
+  float a = 0.0f;
+  if (c < kvr)
+    for (int i = w; i < dn; i += 8)
+      a += Wh[(long long)i * kvr + c] * qn[i];
+  part[w][threadIdx.x & 31] = a;
+  __syncthreads();
+  if (w == 0 && c < kvr) {
+    float s = 0.0f;
+    for (int k = 0; k < 8; ++k)
+      s += part[k][threadIdx.x];
+    qabsAll[((long long)b * H + h) * kvr + c] = s;
+  }
+}
+
+__device__ __forceinline__ float warpSumF(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// 2. Per (head heads[blockIdx.x], row b): scores of the selected latent rows
+//    (one warp per row: c.qabs + kpe.q_pe, lanes over channels), softmax
+//    (fp64, fixed-order block sums), ctx[c] = sum_j p_j c_j[c] (threads
+//    over channels, rows in order). p: global scratch float
+//    [B, H, maxCtx]. Grid (nHeads, B), 256 threads.
+GLM_X glmx_mla_core(const float *qAll, const float *qabsAll,
+                    const float *cache, const int *seq, const int *selAll,
+                    const int *nselp, float *pAll, int maxCtx, float *ctxAll,
+                    const int *heads, int H, int dn, int dr, int kvr,
+                    double scale) {
+  __shared__ double red[256];
+  __shared__ double mx, sum;
+  const int h = heads[blockIdx.x], b = blockIdx.y, lat = kvr + dr;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int n = nselp[b];
+  const float *qp = qAll + (long long)b * H * (dn + dr) +
+                    (long long)h * (dn + dr) + dn;
+  const float *qabs = qabsAll + ((long long)b * H + h) * kvr;
+  const float *cb = cache + (long long)seq[b] * maxCtx * lat;
+  const int *sel = selAll + (long long)b * maxCtx;
+  float *p = pAll + ((long long)b * H + h) * maxCtx;
+  for (int j = w; j < n; j += 8) {
+    const float *ent = cb + (long long)sel[j] * lat;
+    float a = 0.0f, r = 0.0f;
+    for (int c = lane; c < kvr; c += 32)
+      a += ent[c] * qabs[c];
+    for (int c = lane; c < dr; c += 32)
+      r += ent[kvr + c] * qp[c];
+    a = warpSumF(a);
+    r = warpSumF(r);
+    if (lane == 0)
+      p[j] = (float)(((double)a + (double)r) * scale);
+  }
+  __syncthreads();
+  double m = -1e300;
+  for (int j = threadIdx.x; j < n; j += blockDim.x)
+    m = fmax(m, (double)p[j]);
+  red[threadIdx.x] = m;
+  __syncthreads();
+  for (int o = 128; o > 0; o >>= 1) {
+    if (threadIdx.x < o)
+      red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + o]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    mx = red[0];
+  __syncthreads();
+  double s = 0.0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const double e = exp((double)p[j] - mx);
+    p[j] = (float)e;
+    s += e;
+  }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int o = 128; o > 0; o >>= 1) {
+    if (threadIdx.x < o)
+      red[threadIdx.x] += red[threadIdx.x + o];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    sum = red[0];
+  __syncthreads();
+  const float inv = (float)(1.0 / sum);
+  float *ctx = ctxAll + ((long long)b * H + h) * kvr;
+  for (int c = threadIdx.x; c < kvr; c += blockDim.x) {
+    float a = 0.0f;
+    for (int j = 0; j < n; ++j)
+      a += p[j] * cb[(long long)sel[j] * lat + c];
+    ctx[c] = a * inv;
+  }
+}
+
+// 3. ov[b][h*dv + j] = sum_c W[h*(dn+dv) + dn + j][c] * ctx[b][h][c]: one
+//    warp per output, lanes over channels. Grid (nHeads * ceil(dv/8), B),
+//    256 threads.
+GLM_X glmx_mla_out(const float *W, const float *ctxAll, const int *heads,
+                   float *ovAll, int H, int dn, int dv, int kvr) {
+  const int per = (dv + 7) / 8, h = heads[blockIdx.x / per];
+  const int j = (blockIdx.x % per) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31, b = blockIdx.y;
+  if (j >= dv) // the whole warp
+    return;
+  const float *row = W + ((long long)h * (dn + dv) + dn + j) * kvr;
+  const float *ctx = ctxAll + ((long long)b * H + h) * kvr;
+  float a = 0.0f;
+  for (int c = lane; c < kvr; c += 32)
+    a += row[c] * ctx[c];
+  a = warpSumF(a);
+  if (lane == 0)
+    ovAll[(long long)b * H * dv + (long long)h * dv + j] = a;
+}
+
+// Load time: dst[r][c] = src[c][r] for a rows x cols source ([cols][rows]
+// in dst). Grid (ceil(rows*cols/256)).
+GLM_X glmx_transpose(const float *src, float *dst, long long rows, int cols) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= rows * cols)
+    return;
+  const long long r = i / cols, c = i % cols;
+  dst[i] = src[c * rows + r];
+}
+
 // Fallback GEMV for dense weights the codegen dense_gemv cannot take (F16,
 // or inputs not a multiple of 128): y[b*ys + o] = sum_i W[o, i] x[b*xs + i]
 // in fp32. sk: 0 none, 1 FP8 block-128 (f32 scales), 2 FP8 row (f32), 3
@@ -367,34 +520,57 @@ GLM_X glmx_reduce_units(const double *part, int units, int n, float *out) {
 }
 
 // Sigmoid router of row b: top k of sigmoid(l) + bias (ties: lower id),
-// sorted by expert id, weights renormalised and scaled. Grid (1, B), one
-// thread works; E <= 1024, k <= 64.
+// sorted by expert id, weights renormalised and scaled. Grid (1, B), 32
+// threads; E <= 1024, k <= 64.
 GLM_X glmx_route(const float *logitsAll, const float *bias, int E, int k,
                  int normalize, double scale, int *expertsAll,
                  float *weightsAll) {
+  // One warp: lanes score experts e = lane, lane+32, ..; each pick is a
+  // warp argmax (ties: lower expert id, as a serial first-maximum scan).
   __shared__ double s[1024], ch[1024];
   __shared__ unsigned char taken[1024];
-  if (threadIdx.x != 0)
+  __shared__ int pickS[64];
+  const int lane = threadIdx.x;
+  if (lane >= 32)
     return;
   const int b = blockIdx.y;
   const float *logits = logitsAll + (long long)b * E;
-  for (int e = 0; e < E; ++e) {
+  for (int e = lane; e < E; e += 32) {
     s[e] = 1.0 / (1.0 + exp(-(double)logits[e]));
     ch[e] = s[e] + (bias ? (double)bias[e] : 0.0);
     taken[e] = 0;
   }
+  __syncwarp();
   const int kk0 = k;
   if (k > E)
     k = E;
-  int pick[64];
   for (int kk = 0; kk < k; ++kk) {
-    int best = -1;
-    for (int e = 0; e < E; ++e)
-      if (!taken[e] && (best < 0 || ch[e] > ch[best]))
-        best = e;
-    taken[best] = 1;
-    pick[kk] = best;
+    int bi = -1;
+    double bv = 0.0;
+    for (int e = lane; e < E; e += 32)
+      if (!taken[e] && (bi < 0 || ch[e] > bv)) {
+        bi = e;
+        bv = ch[e];
+      }
+    for (int o = 16; o > 0; o >>= 1) {
+      const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
+        bi = oi;
+        bv = ov;
+      }
+    }
+    if (lane == 0) {
+      taken[bi] = 1;
+      pickS[kk] = bi;
+    }
+    __syncwarp();
   }
+  if (lane != 0)
+    return;
+  int pick[64];
+  for (int kk = 0; kk < k; ++kk)
+    pick[kk] = pickS[kk];
   for (int a = 1; a < k; ++a) // ascending expert id
     for (int c = a; c > 0 && pick[c - 1] > pick[c]; --c) {
       int t = pick[c];
