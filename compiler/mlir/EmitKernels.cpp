@@ -28,6 +28,7 @@
 #ifdef GLM_CODEGEN_AVAILABLE
 #include "codegen/codegen.h"
 #include "runtime/base/error.h"
+#include "runtime/base/parallel.h"
 #endif
 
 #include <algorithm>
@@ -587,32 +588,24 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
       return weight(a) < weight(b);
     });
-    std::atomic<size_t> next{0};
     const bool doCompile = compile && ::glm::codegen::nvrtcAvailable();
     const std::string cache = doCompile ? kernelCacheDir() : "";
-    auto worker = [&] {
-      for (size_t n; (n = next++) < specs.size();) {
-        size_t i = order[n];
-        try {
-          out[i].kernel = ::glm::codegen::buildKernel(specs[i], false);
-          if (doCompile)
-            for (const std::string &arch : archList)
-              out[i].kernel.binaries.push_back(
-                  compileCached(out[i].kernel, arch, cache));
-        } catch (const std::exception &e) {
-          out[i].error = e.what();
-        }
-      }
-    };
-    unsigned n = std::max(1u, std::min<unsigned>(
-                                  std::thread::hardware_concurrency(),
-                                  unsigned(specs.size())));
-    std::vector<std::thread> pool;
-    for (unsigned t = 1; t < n; ++t)
-      pool.emplace_back(worker);
-    worker();
-    for (std::thread &t : pool)
-      t.join();
+    // Big kernels first (order), one kernel per task on every core.
+    ::glm::rt::parallelFor(
+        int64_t(specs.size()), 1, 0, [&](int64_t b, int64_t e, int) {
+          for (int64_t n = b; n < e; ++n) {
+            size_t i = order[n];
+            try {
+              out[i].kernel = ::glm::codegen::buildKernel(specs[i], false);
+              if (doCompile)
+                for (const std::string &arch : archList)
+                  out[i].kernel.binaries.push_back(
+                      compileCached(out[i].kernel, arch, cache));
+            } catch (const std::exception &ex) {
+              out[i].error = ex.what();
+            }
+          }
+        });
 #endif
     return out;
   }

@@ -13,6 +13,7 @@
 #include "codegen/codegen.h"
 #include "codegen/moe_trellis_abi.h"
 #include "runtime/base/error.h"
+#include "runtime/base/parallel.h"
 #include "runtime/base/numeric.h"
 #include "runtime/cuda/cuda_api.h"
 
@@ -75,32 +76,21 @@ public:
     pending_.clear();
     std::vector<std::vector<uint8_t>> bins(todo.size());
     std::vector<std::string> errs(todo.size());
-    size_t next = 0;
-    std::mutex mu;
-    auto work = [&] {
-      for (;;) {
-        size_t i;
-        {
-          std::lock_guard<std::mutex> l(mu);
-          if (next == todo.size())
-            return;
-          i = next++;
-        }
-        try {
-          bins[i] = glm::codegen::compileWithNvrtc(todo[i].second,
-                                                   todo[i].first, arch_)
-                        .cubin;
-        } catch (const std::exception &e) {
-          errs[i] = e.what();
-        }
-      }
-    };
-    unsigned n = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < n; ++t)
-      pool.emplace_back(work);
-    for (auto &t : pool)
-      t.join();
+    // NVRTC is reentrant: one kernel per task, 16 threads at most.
+    glm::rt::parallelFor(
+        int64_t(todo.size()), 1,
+        int(std::min(16u, std::max(1u, std::thread::hardware_concurrency()))),
+        [&](int64_t b, int64_t e, int) {
+          for (int64_t i = b; i < e; ++i) {
+            try {
+              bins[i] = glm::codegen::compileWithNvrtc(todo[i].second,
+                                                       todo[i].first, arch_)
+                            .cubin;
+            } catch (const std::exception &ex) {
+              errs[i] = ex.what();
+            }
+          }
+        });
     for (size_t i = 0; i < todo.size(); ++i) {
       check(errs[i].empty(), "bench: kernel ", todo[i].first,
             " did not compile: ", errs[i]);

@@ -13,6 +13,7 @@
 
 #include "codegen/codegen.h"
 #include "runtime/base/error.h"
+#include "runtime/base/parallel.h"
 #include "runtime/base/numeric.h"
 #include "runtime/cuda/cuda_api.h"
 
@@ -97,32 +98,20 @@ public:
     }
     std::vector<std::string> errors(todo.size());
     std::vector<std::vector<uint8_t>> bins(todo.size());
-    size_t next = 0;
-    std::mutex mu;
-    auto worker = [&] {
-      for (;;) {
-        size_t i;
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          if (next >= todo.size())
-            return;
-          i = next++;
-        }
-        try {
-          bins[i] = glm::codegen::compileWithNvrtc(todo[i].second,
-                                                   todo[i].first, arch)
-                        .cubin;
-        } catch (const std::exception &e) {
-          errors[i] = e.what();
-        }
-      }
-    };
-    unsigned n = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < n; ++t)
-      pool.emplace_back(worker);
-    for (auto &t : pool)
-      t.join();
+    glm::rt::parallelFor(
+        int64_t(todo.size()), 1,
+        int(std::min(8u, std::max(1u, std::thread::hardware_concurrency()))),
+        [&](int64_t b, int64_t e, int) {
+          for (int64_t i = b; i < e; ++i) {
+            try {
+              bins[i] = glm::codegen::compileWithNvrtc(todo[i].second,
+                                                       todo[i].first, arch)
+                            .cubin;
+            } catch (const std::exception &ex) {
+              errors[i] = ex.what();
+            }
+          }
+        });
     for (size_t i = 0; i < todo.size(); ++i) {
       if (!errors[i].empty()) {
         failed_[todo[i].first] = errors[i];
