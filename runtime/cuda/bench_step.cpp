@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 namespace glm::rt::cuda {
 namespace {
@@ -46,7 +47,8 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
     r.device = dev.name();
 
   // Layers that fit: weight bytes per layer from the index (this manifest's
-  // widths), plus the fp32 kv_b copy the attention reads.
+  // widths), plus the fp32 kv_b copy the attention reads when kv_b is
+  // trellis (BF16/F16/F32/FP8 kv_b is read as stored).
   std::vector<double> layerBytes(c.numLayers, 0.0);
   double fixed = 0;
   for (const WeightInfo &w : pack->weights()) {
@@ -55,8 +57,13 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
     else if (w.layer < 0)
       fixed += (double)w.bytes();
   }
-  const double kvbt =
+  double kvbt =
       (double)c.kvLoraRank * c.numHeads * (c.qkNopeHeadDim + c.vHeadDim) * 4.0;
+  if (const WeightInfo *kvb =
+          pack->find("model.layers.0.self_attn.kv_b_proj.weight"))
+    if (kvb->format != WeightFormat::Trellis &&
+        std::getenv("GLM_MLA_KERNEL") == nullptr)
+      kvbt = 0;
   size_t freeB = 0, totalB = 0;
   GLM_CU(cuMemGetInfo(&freeB, &totalB));
   int64_t layers = opt.stepLayers;
@@ -142,8 +149,8 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
                 bytes / (graphMs * 1e-3) / 1e9, roof, r.copyGBs, gap * 100);
   log << line;
   std::snprintf(line, sizeof line,
-                "step: of the weight bytes per token, %.1f MB are the fp32 "
-                "kv_b copies the attention kernel reads (the pack's own "
+                "step: of the weight bytes per token, %.1f MB are fp32 "
+                "kv_b copies the attention kernels read (the pack's own "
                 "bytes: %.1f MB)\n",
                 kvbt * (double)layers / 1e6,
                 (bytes - kvbt * (double)layers) / 1e6);

@@ -92,8 +92,12 @@ struct MoeTables {
 struct DevLayer {
   DeviceBuffer inputNorm, postNorm, qANorm, kvANorm;
   DeviceLinear qA, qB, kvA, o;
-  // kv_b_proj in fp32: W [H*(dn+dv), kvr] (glmx_mla_qabs/core/out), or
-  // transposed [kvr, H*(dn+dv)] for the legacy glmx_mla_attn.
+  // kv_b_proj: kvB as stored when kvDirect (BF16/F16/F32/FP8 read by
+  // glmx_mla_qabs/out), else kvBT in fp32: W [H*(dn+dv), kvr] (trellis),
+  // or transposed [kvr, H*(dn+dv)] for the legacy glmx_mla_attn.
+  DeviceLinear kvB;
+  bool kvDirect = false;
+  int kvDt = 0, kvSk = 0;
   DeviceBuffer kvBT;
   DeviceBuffer heads; // this rank's heads (int)
   int nHeads = 0;
@@ -639,18 +643,20 @@ void CudaForward::Impl::enqueueStep(int B) {
                    << L.heads.ptr() << H << dn << dr << dv << kvr << scale);
     } else if (L.nHeads > 0) {
       const unsigned nh = (unsigned)L.nHeads;
+      const CUdeviceptr W = L.kvDirect ? L.kvB.data.ptr() : L.kvBT.ptr();
+      const CUdeviceptr Ws = L.kvDirect ? L.kvB.scale.ptr() : 0;
       call("glmx_mla_qabs", nh * (unsigned)((kvr + 31) / 32), (unsigned)B, 1,
            256, 0,
-           KArgs() << q.ptr() << L.kvBT.ptr() << L.heads.ptr() << qabs.ptr()
-                   << H << dn << dr << dv << kvr);
+           KArgs() << q.ptr() << W << L.kvDt << Ws << L.kvSk << L.heads.ptr()
+                   << qabs.ptr() << H << dn << dr << dv << kvr);
       call("glmx_mla_core", nh, (unsigned)B, 1, 256, 0,
            KArgs() << q.ptr() << qabs.ptr() << L.latent.ptr() << seq
                    << sel.ptr() << nsel.ptr() << p.ptr() << ctxN << ctxv.ptr()
                    << L.heads.ptr() << H << dn << dr << kvr << scale);
       call("glmx_mla_out", nh * (unsigned)((dv + 7) / 8), (unsigned)B, 1, 256,
            0,
-           KArgs() << L.kvBT.ptr() << ctxv.ptr() << L.heads.ptr() << ov.ptr()
-                   << H << dn << dv << kvr);
+           KArgs() << W << L.kvDt << Ws << L.kvSk << ctxv.ptr()
+                   << L.heads.ptr() << ov.ptr() << H << dn << dv << kvr);
     }
     gemv(L.o, ov.ptr(), (int64_t)H * dv, delta.ptr(), d, B);
     allReduce(delta.ptr(), (size_t)B * d);
@@ -1108,9 +1114,29 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
     D.kvA = lin(a + "kv_a_proj_with_mqa.weight");
     D.kvANorm = vec(a + "kv_a_layernorm.weight", kvr);
     D.o = lin(a + "o_proj.weight");
-    // kv_b_proj stays quantized only until it is materialised below.
+    // kv_b_proj: read as stored by the attention kernels when its format
+    // allows (BF16/F16/F32/FP8), else materialised in fp32 below.
     kvB.push_back(lin(a + "kv_b_proj.weight"));
-    D.kvBT = DeviceBuffer((uint64_t)kvr * H * (dn + dv) * 4);
+    {
+      const WeightFormat f = kvB.back().format;
+      const bool fp8 = f == WeightFormat::Fp8Block ||
+                       f == WeightFormat::Fp8Row || f == WeightFormat::Mxfp8;
+      D.kvDirect = !m.legacyMla && kvB.back().fullRows &&
+                   kvB.back().in == kvr && kvB.back().out == H * (dn + dv) &&
+                   (fp8 || f == WeightFormat::BF16 || f == WeightFormat::F16 ||
+                    f == WeightFormat::F32) &&
+                   (f != WeightFormat::Mxfp8 || kvr % 32 == 0);
+      D.kvDt = fp8 ? 3 : kvB.back().dtype;
+      D.kvSk = f == WeightFormat::Fp8Block ? 1
+               : f == WeightFormat::Fp8Row ? 2
+               : f == WeightFormat::Mxfp8  ? 3
+                                           : 0;
+      if (!D.kvDirect) {
+        D.kvDt = 0;
+        D.kvSk = 0;
+        D.kvBT = DeviceBuffer((uint64_t)kvr * H * (dn + dv) * 4);
+      }
+    }
     std::vector<int> heads;
     for (int64_t hh = 0; hh < H; ++hh)
       if (TL.headRank[hh] == m.rank)
@@ -1313,6 +1339,10 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
   DeviceBuffer oneHot = f32(kvr);
   for (int64_t l = 0; l < m.numLayers; ++l) {
     DevLayer &D = m.layers[l];
+    if (D.kvDirect) {
+      D.kvB = std::move(kvB[l]);
+      continue;
+    }
     for (int64_t c0 = 0; c0 < kvr; ++c0) {
       m.call("glmx_onehot", blocksFor(kvr), 1, 1, kBlock, 0,
              KArgs() << oneHot.ptr() << 1 << (int)kvr << (int)c0);
@@ -1419,7 +1449,8 @@ double CudaForward::weightBytesPerToken() const {
          {&L.qA, &L.qB, &L.kvA, &L.o, &L.wqB, &L.wk, &L.weightsProj, &L.router,
           &L.gate, &L.up, &L.down})
       b += (double)x->bytes;
-    b += (double)L.kvBT.size(); // the fp32 kv_b the attention reads
+    // The kv_b the attention reads: as stored, or its fp32 expansion.
+    b += L.kvDirect ? (double)L.kvB.bytes : (double)L.kvBT.size();
     if (L.moe) {
       b += L.routed.bytesPerExpert * (double)m.cfg.numExpertsPerTok;
       b += L.shared.bytesPerExpert;
@@ -1436,7 +1467,7 @@ uint64_t CudaForward::weightBytesResident() const {
          {&L.qA, &L.qB, &L.kvA, &L.o, &L.wqB, &L.wk, &L.weightsProj, &L.router,
           &L.gate, &L.up, &L.down})
       b += x->data.size() + x->scale.size();
-    b += L.kvBT.size();
+    b += L.kvBT.size() + L.kvB.data.size() + L.kvB.scale.size();
     for (const ExpertGroup *G : {&L.routed, &L.shared})
       b += G->tileBytes.size() + G->gate.size() + G->up.size() + G->down.size();
   }

@@ -329,25 +329,43 @@ GLM_X glmx_mla_attn(const float *qAll, const float *kvBT, const float *cache,
   }
 }
 
-// The absorbed MLA attention in three launches over kv_b_proj as fp32 W
-// [H*(dn+dv), kvr] (HF row order, rows contiguous), fp32 products (warp
-// and block sums in a fixed order), the softmax in fp64.
+// Element (o, i) of a row-major [out, in] weight in its stored form: dt as
+// ldAny, sk 0 none, 1 FP8 block-128 (f32 scales), 2 FP8 row (f32), 3
+// MXFP8 (e8m0 bytes per 32 inputs) - as glmx_gemv_any reads it.
+__device__ __forceinline__ float ldW(const void *w, int dt, const void *scale,
+                                     int sk, long long o, int i, int in) {
+  float v = ldAny(w, o * in + i, dt);
+  if (sk == 1)
+    v *= ((const float *)scale)[(o >> 7) * ((in + 127) >> 7) + (i >> 7)];
+  else if (sk == 2)
+    v *= ((const float *)scale)[o];
+  else if (sk == 3)
+    v *= exp2f(float(int(((const unsigned char *)scale)[o * (in / 32) +
+                                                         (i >> 5)]) - 127));
+  return v;
+}
+
+// The absorbed MLA attention in three launches over kv_b_proj W
+// [H*(dn+dv), kvr] (HF row order) in its stored form (BF16/F16/F32/FP8,
+// see ldW) or an fp32 expansion (trellis), fp32 products (warp and block
+// sums in a fixed order), the softmax in fp64.
 // 1. qabs[b][h][c] = sum_i W[h*(dn+dv) + i][c] * q_nope[i]: block = (head
 //    heads[blockIdx.x / ceil(kvr/32)], 32 columns), warp w sums rows i =
 //    w, w+8, ..; the 8 warps' sums are added in warp order. Grid
 //    (nHeads * ceil(kvr/32), B), 256 threads.
-GLM_X glmx_mla_qabs(const float *qAll, const float *W, const int *heads,
+GLM_X glmx_mla_qabs(const float *qAll, const void *W, int dt,
+                    const void *scale, int sk, const int *heads,
                     float *qabsAll, int H, int dn, int dr, int dv, int kvr) {
   __shared__ float part[8][32];
   const int chunks = (kvr + 31) / 32, h = heads[blockIdx.x / chunks];
   const int c = (blockIdx.x % chunks) * 32 + (threadIdx.x & 31);
   const int w = threadIdx.x >> 5, b = blockIdx.y;
   const float *qn = qAll + (long long)b * H * (dn + dr) + (long long)h * (dn + dr);
-  const float *Wh = W + (long long)h * (dn + dv) * kvr;
+  const long long o0 = (long long)h * (dn + dv);
   float a = 0.0f;
   if (c < kvr)
     for (int i = w; i < dn; i += 8)
-      a += Wh[(long long)i * kvr + c] * qn[i];
+      a += ldW(W, dt, scale, sk, o0 + i, c, kvr) * qn[i];
   part[w][threadIdx.x & 31] = a;
   __syncthreads();
   if (w == 0 && c < kvr) {
@@ -440,18 +458,19 @@ GLM_X glmx_mla_core(const float *qAll, const float *qabsAll,
 // 3. ov[b][h*dv + j] = sum_c W[h*(dn+dv) + dn + j][c] * ctx[b][h][c]: one
 //    warp per output, lanes over channels. Grid (nHeads * ceil(dv/8), B),
 //    256 threads.
-GLM_X glmx_mla_out(const float *W, const float *ctxAll, const int *heads,
-                   float *ovAll, int H, int dn, int dv, int kvr) {
+GLM_X glmx_mla_out(const void *W, int dt, const void *scale, int sk,
+                   const float *ctxAll, const int *heads, float *ovAll, int H,
+                   int dn, int dv, int kvr) {
   const int per = (dv + 7) / 8, h = heads[blockIdx.x / per];
   const int j = (blockIdx.x % per) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31, b = blockIdx.y;
   if (j >= dv) // the whole warp
     return;
-  const float *row = W + ((long long)h * (dn + dv) + dn + j) * kvr;
+  const long long o = (long long)h * (dn + dv) + dn + j;
   const float *ctx = ctxAll + ((long long)b * H + h) * kvr;
   float a = 0.0f;
   for (int c = lane; c < kvr; c += 32)
-    a += row[c] * ctx[c];
+    a += ldW(W, dt, scale, sk, o, c, kvr) * ctx[c];
   a = warpSumF(a);
   if (lane == 0)
     ovAll[(long long)b * H * dv + (long long)h * dv + j] = a;
