@@ -1202,7 +1202,8 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
         maxActD = std::max({maxActD, K * D.routed.inter, D.shared.inter});
       }
       if (!m.legacyExperts && D.routed.kind == ExpertGroup::Trellis &&
-          moeTrellisRefusal(D, K, (int)MB).empty()) {
+          moeTrellisRefusal(D, K, (int)MB).empty() &&
+          m.mtDims(MoeTables(), (int)MB).valid()) {
         describeMoeTables(D, D.mt);
         m.mtMaxShared = std::max<int64_t>(m.mtMaxShared, D.mt.nShared);
         for (int B = 1; B <= MB; ++B)
