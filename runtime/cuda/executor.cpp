@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -1020,13 +1021,30 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
     m.legacyExperts = ek == "legacy";
     const char *mla = std::getenv("GLM_MLA_KERNEL");
     m.legacyMla = mla && std::string(mla) == "legacy";
-    // gate/up k-chunks: at least 8 tile rows each (24 at GLM-5.3's 6144).
+    // gate/up k-chunks: at least 8 tile rows each (24 at GLM-5.3's 6144,
+    // the configuration measured fastest by bench --suite moe).
     const int64_t rows16 = c.hiddenSize / 16;
     for (int sp : {24, 16, 12, 8, 6, 4, 3, 2, 1})
       if (rows16 % sp == 0 && (rows16 / sp >= 8 || sp == 1)) {
         m.mtSplit = sp;
         break;
       }
+    // Tuning: GLM_MOE_TRELLIS_CONFIG=split:group:threads:pipe:minblocks.
+    if (const char *e = std::getenv("GLM_MOE_TRELLIS_CONFIG")) {
+      int v[5];
+      check(std::sscanf(e, "%d:%d:%d:%d:%d", &v[0], &v[1], &v[2], &v[3],
+                        &v[4]) == 5 &&
+                v[0] >= 1 && rows16 % v[0] == 0 && v[1] >= 1 &&
+                16 % v[1] == 0 && v[2] >= 32 && v[2] % 32 == 0,
+            "GLM_MOE_TRELLIS_CONFIG='", e,
+            "' is not split:group:threads:pipe:minblocks with split dividing "
+            "hidden/16 and group dividing 16");
+      m.mtSplit = v[0];
+      m.mtGroup = v[1];
+      m.mtThreads = v[2];
+      m.mtPipe = v[3];
+      m.mtMinBlocks = v[4];
+    }
   }
 
   // Helper kernels first (the uploader's fills need them).
