@@ -4,11 +4,15 @@
 // (one rank of a tensor-parallel group) from the pack's own bytes: every
 // weight is uploaded as stored (trellis tiles per tensor or per exlr8 half,
 // BF16/FP8 data and scales; see device_weights.h) and multiplied by the
-// codegen kernel of its format (expert_gemv_trellis + hadamard128 +
-// moe_reduce for trellis experts, dense_gemv_trellis / dense_gemv for dense
-// tensors, dense_gemv_f32 for F32 tensors). Activations are fp32; GEMV sums
-// are fp32 (fp64 for F32 weights and in the helper kernels), so logits match
-// --backend cpu to ~1e-4 relative (not bit-exactly) and greedy tokens agree.
+// codegen kernel of its format (moe_trellis: the routed and shared trellis
+// experts of a layer in two launches, or the legacy expert_gemv_trellis +
+// moe_reduce; dense_gemv_trellis / dense_gemv for dense tensors,
+// dense_gemv_f32 for F32 tensors). The MLA attention reads kv_b_proj as
+// stored (BF16/FP8; trellis kv_b is expanded to fp32 once). Activations are
+// fp32; GEMV sums are fp32 (fp64 for F32 weights and where the helper
+// kernels follow the reference's order: norms, softmax, indexer scores,
+// routing), so logits match --backend cpu to ~1e-4 relative (not
+// bit-exactly) and greedy tokens agree.
 //
 // Batched decode: stepBatch() advances 1..maxBatch sequences by one token
 // each. Per-row values (token, position, cache slot) live in device memory;
