@@ -88,13 +88,13 @@ FamilyInfo family(std::string name, std::string function,
   return f;
 }
 
-/// The parameter names listed by `#define MACRO a, b, c` in `text`.
-std::vector<std::string> macroNames(const std::string &text,
-                                    const std::string &macro) {
+} // namespace
+
+std::string macroBody(const std::string &text, const std::string &macro) {
   const std::string key = "#define " + macro;
   size_t at = text.find(key);
   if (at == std::string::npos)
-    return {};
+    return "";
   at += key.size();
   std::string body;
   // The definition runs to the first line that does not end in '\'.
@@ -111,6 +111,15 @@ std::vector<std::string> macroNames(const std::string &text,
     if (!cont)
       break;
   }
+  return body;
+}
+
+namespace {
+
+/// The parameter names listed by `#define MACRO a, b, c` in `text`.
+std::vector<std::string> macroNames(const std::string &text,
+                                    const std::string &macro) {
+  const std::string body = macroBody(text, macro);
   std::vector<std::string> names;
   std::stringstream ss(body);
   std::string item;

@@ -79,6 +79,10 @@ std::string kernelName(const KernelSpec &spec);
 /// The instantiation unit (deterministic: same spec, same bytes).
 std::string generateSource(const KernelSpec &spec);
 
+/// The body of `#define MACRO ...` in `text`, continuation lines joined
+/// ("" when `text` does not define it). Reads the templates' parameter lists.
+std::string macroBody(const std::string &text, const std::string &macro);
+
 /// Template headers embedded at build time: file name -> text.
 const std::map<std::string, std::string> &embeddedTemplates();
 

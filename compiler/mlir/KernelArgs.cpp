@@ -20,30 +20,6 @@ namespace glmc {
 
 namespace {
 
-/// The body of `#define MACRO ...` in `text` (continuation lines joined).
-std::string macroBody(const std::string &text, const std::string &macro) {
-  const std::string key = "#define " + macro;
-  size_t at = text.find(key);
-  if (at == std::string::npos)
-    return "";
-  at += key.size();
-  std::string body;
-  while (at < text.size()) {
-    size_t eol = text.find('\n', at);
-    if (eol == std::string::npos)
-      eol = text.size();
-    std::string line = text.substr(at, eol - at);
-    bool cont = !line.empty() && line.back() == '\\';
-    if (cont)
-      line.pop_back();
-    body += line + " ";
-    at = eol + 1;
-    if (!cont)
-      break;
-  }
-  return body;
-}
-
 std::string trim(const std::string &s) {
   size_t b = s.find_first_not_of(" \t");
   size_t e = s.find_last_not_of(" \t");
@@ -111,7 +87,7 @@ std::vector<KernelParam> kernelParams(const std::string &family) {
   auto t = templates.find(f.header);
   glm::rt::check(t != templates.end(), "kernel family ", family,
                  ": template ", f.header, " is not embedded in this build");
-  std::string body = macroBody(t->second, f.paramsMacro);
+  std::string body = ::glm::codegen::macroBody(t->second, f.paramsMacro);
   glm::rt::check(!body.empty(), "kernel family ", family, ": ", f.header,
                  " defines no ", f.paramsMacro);
   std::vector<KernelParam> params;
