@@ -287,8 +287,11 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
                     fixed(usAt(l.bytesPerToken, bw), 2).c_str());
       os << line << foldNames(l.kernels) << "\n";
     }
-    os << "  memory: weights " << human(r->weightBytes) << ", activations "
-       << human(r->activationBytes) << ", kv cache " << human(r->kvBytes)
+    // Activation buffers share arena space by liveness: their sum is an
+    // upper bound, the arena is what the rank allocates.
+    os << "  memory: weights " << human(r->weightBytes)
+       << ", activation buffers " << human(r->activationBytes)
+       << " (sum; they share space), kv cache " << human(r->kvBytes)
        << ", arena " << human(r->arenaBytes);
     if (plan.memoryPerRank)
       os << " of " << human(plan.memoryPerRank) << " budget";
@@ -516,8 +519,8 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
      << ").</p>\n";
   for (const RankPlan *r : selectedRanks(plan, opt)) {
     os << "<h2>Rank " << r->rank << "</h2>\n<p>Memory: weights "
-       << human(r->weightBytes) << ", activations " << human(r->activationBytes)
-       << ", kv cache " << human(r->kvBytes) << ", arena " << human(r->arenaBytes)
+       << human(r->weightBytes) << ", activation buffers "
+       << human(r->activationBytes) << " (sum; they share space), kv cache " << human(r->kvBytes) << ", arena " << human(r->arenaBytes)
        << ".</p>\n<table><tr><th>layer</th><th>kind</th><th>bytes/token</th>"
           "<th>predicted us</th><th>fused kernels</th></tr>\n";
     for (const LayerSummary &l : r->layers) {
