@@ -145,7 +145,8 @@ struct CudaForward::Impl {
       ov, rlog, ids, rw, qabs, ctxv, sIds, sW, xh, partial, partialS, g, u, act, actD, part,
       xpad, xrot, z, logitsLocal, gathered, logits, vocabBegin;
   int64_t maxInPad = 1, maxOutPad = 1, maxCount = 1, maxInter = 1;
-  static constexpr int kMaxSplit = 16;
+  static constexpr int kMaxSplit = 64;
+  int splitBlocksPerSm = 2, maxSplit = 16; // GLM_TRELLIS_SPLIT_BLOCKS
   int sms = 132;
   DeviceBuffer zparts; // [kMaxSplit, maxOutPad] split-K partial sums
   // moe_trellis: launch geometry shared by every layer, scratch, counters
@@ -330,14 +331,17 @@ struct CudaForward::Impl {
   /// Input slices for a batch-1 trellis GEMV: dense_gemv_trellis walks
   /// every input tile of a column serially with one warp, so a short, wide
   /// matrix (o_proj, down) leaves most SMs idle; slices of 128-multiples
-  /// run side by side until ~2 blocks per SM.
+  /// run side by side until ~splitBlocksPerSm blocks per SM (2, the
+  /// setting verified on the H200; GLM_TRELLIS_SPLIT_BLOCKS=N tries more:
+  /// one launch per slice, so more slices trade launches for warps).
   int splitK(const DeviceLinear &L, int B) const {
     if (B != 1)
       return 1;
     const int64_t blocks = (L.outPad / 16 + 7) / 8;
     const int64_t slices = L.inPad / 128;
     int n = 1;
-    while (blocks * n < 2 * sms && slices % (2 * n) == 0 && n < kMaxSplit)
+    while (blocks * n < (int64_t)splitBlocksPerSm * sms &&
+           slices % (2 * n) == 0 && n < maxSplit)
       n *= 2;
     return n;
   }
@@ -1019,6 +1023,12 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
           "cuda executor: expert kernel '", ek,
           "' (GLM_EXPERT_KERNEL) is not moe_trellis or legacy");
     m.legacyExperts = ek == "legacy";
+    if (const char *e = std::getenv("GLM_TRELLIS_SPLIT_BLOCKS")) {
+      m.splitBlocksPerSm = std::atoi(e);
+      check(m.splitBlocksPerSm >= 1 && m.splitBlocksPerSm <= 64,
+            "GLM_TRELLIS_SPLIT_BLOCKS='", e, "' is not 1..64");
+      m.maxSplit = Impl::kMaxSplit;
+    }
     const char *mla = std::getenv("GLM_MLA_KERNEL");
     m.legacyMla = mla && std::string(mla) == "legacy";
     // gate/up k-chunks: at least 8 tile rows each (24 at GLM-5.3's 6144,
