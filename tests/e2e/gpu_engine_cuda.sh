@@ -78,17 +78,7 @@ both() { # NAME PACK ARGS...: runs cpu and cuda, compares
 # 1. Oracle goldens (greedy tokens also equal transformers').
 for g in "$ROOT"/tests/oracle/goldens/*/; do
   [ -f "$g/golden.safetensors" ] || continue
-  set -- $(python3 - "$g/golden.safetensors" <<'PY'
-import json, struct, sys
-from array import array
-f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
-h = json.loads(f.read(n)); d = f.read()
-def ints(k):
-    a = array("q"); b, e = h[k]["data_offsets"]; a.frombytes(d[b:e]); return list(a)
-print(",".join(map(str, ints("prompt"))), len(ints("generated")),
-      " ".join(map(str, ints("generated"))))
-PY
-)
+  set -- $(python3 "$ROOT/tests/oracle/golden_args.py" "$g/golden.safetensors")
   name=$(basename "$g")
   both "$name" "$g" --tokens "$1" --max-new "$2" --greedy
   shift 2

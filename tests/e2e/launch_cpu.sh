@@ -14,18 +14,8 @@ T=${GLM_TEST_TMP:-/tmp/glm-e2e-launch-cpu}
 ROOT=${GLM_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 rm -rf "$T" && mkdir -p "$T"
 
-# Prints "PROMPT_IDS NEW_TOKENS" of a golden.
-golden_args() {
-  python3 - "$1" <<'PY'
-import json, struct, sys
-from array import array
-f = open(sys.argv[1], "rb"); n = struct.unpack("<Q", f.read(8))[0]
-h = json.loads(f.read(n)); d = f.read()
-def ints(k):
-    a = array("q"); b, e = h[k]["data_offsets"]; a.frombytes(d[b:e]); return list(a)
-print(",".join(map(str, ints("prompt"))), len(ints("generated")))
-PY
-}
+# Prints "PROMPT_IDS NEW_TOKENS GENERATED..." of a golden.
+golden_args() { python3 "$ROOT/tests/oracle/golden_args.py" "$1"; }
 
 # 1. Byte-identical to TP=1.
 same_as_tp1() { # NAME PACK TOKENS MAXNEW
