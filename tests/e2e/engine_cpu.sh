@@ -15,34 +15,13 @@ rm -rf "$T" && mkdir -p "$T"
 # Reads safetensors without numpy: prints max relative error per row and the
 # token comparison; exits 1 past the tolerance.
 cat > "$T/compare.py" <<'PY'
-import json, struct, sys
-from array import array
-
-def read(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        hdr = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in hdr.items():
-        if name == "__metadata__":
-            continue
-        code = {"F32": "f", "F64": "d", "I64": "q"}[t["dtype"]]
-        a = array(code)
-        b, e = t["data_offsets"]
-        a.frombytes(data[b:e])
-        out[name] = (t["shape"], a)
-    return out
+import sys
+sys.path.insert(0, sys.argv[3])
+from dumps import read, worst_row_relative
 
 got, want = read(sys.argv[1]), read(sys.argv[2])
-(rows, vocab), g = got["logits"]
-(wrows, wvocab), w = want["logits"]
-assert (rows, vocab) == (wrows, wvocab), ((rows, vocab), (wrows, wvocab))
-worst = 0.0
-for r in range(rows):
-    gr, wr = g[r * vocab:(r + 1) * vocab], w[r * vocab:(r + 1) * vocab]
-    rel = max(abs(a - b) for a, b in zip(gr, wr)) / max(abs(b) for b in wr)
-    worst = max(worst, rel)
+rows = got["logits"][0][0]
+worst = worst_row_relative(got["logits"], want["logits"])
 prompt = list(want["prompt"][1])
 gen = list(want["generated"][1])
 seq = list(got["tokens"][1])
@@ -60,7 +39,7 @@ for g in "$ROOT"/tests/oracle/goldens/*/; do
   set -- $prompt
   glm-engine run - --pack "$g" --backend cpu --tokens "$1" --max-new "$2" \
     --greedy --dump-logits "$T/oracle.safetensors" > "$T/oracle.out"
-  python3 "$T/compare.py" "$T/oracle.safetensors" "$g/golden.safetensors"
+  python3 "$T/compare.py" "$T/oracle.safetensors" "$g/golden.safetensors" "$ROOT/tests/oracle"
 done
 
 # 2. Tiny pack, TP invariance.
@@ -111,7 +90,7 @@ if grep -q -- "--sparks" "$T/compile-help.txt"; then
       glmc compile "$g" --sparks $n --no-nvrtc -o "$T/golden.glmplan" 2> /dev/null
       glm-engine run "$T/golden.glmplan" --pack "$g" --tokens "$1" \
         --max-new "$2" --greedy --dump-logits "$T/golden-plan.safetensors" > /dev/null
-      python3 "$T/compare.py" "$T/golden-plan.safetensors" "$g/golden.safetensors"
+      python3 "$T/compare.py" "$T/golden-plan.safetensors" "$g/golden.safetensors" "$ROOT/tests/oracle"
     done
   done
 else

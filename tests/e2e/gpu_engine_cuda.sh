@@ -28,33 +28,13 @@ fi
 # Compares two --dump-logits files: tokens identical, worst relative logit
 # difference per position <= 1e-4 (printed).
 cat > "$T/compare.py" <<'PY'
-import json, struct, sys
-from array import array
-
-def read(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        hdr = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in hdr.items():
-        if name == "__metadata__":
-            continue
-        a = array({"F32": "f", "I64": "q"}[t["dtype"]])
-        b, e = t["data_offsets"]
-        a.frombytes(data[b:e])
-        out[name] = (t["shape"], a)
-    return out
+import sys
+sys.path.insert(0, sys.argv[4])
+from dumps import read, worst_row_relative
 
 got, want = read(sys.argv[1]), read(sys.argv[2])
-(rows, vocab), g = got["logits"]
-assert got["logits"][0] == want["logits"][0], (got["logits"][0], want["logits"][0])
-w = want["logits"][1]
-worst = 0.0
-for r in range(rows):
-    gr, wr = g[r * vocab:(r + 1) * vocab], w[r * vocab:(r + 1) * vocab]
-    rel = max(abs(a - b) for a, b in zip(gr, wr)) / max(abs(b) for b in wr)
-    worst = max(worst, rel)
+rows = got["logits"][0][0]
+worst = worst_row_relative(got["logits"], want["logits"])
 same = list(got["tokens"][1]) == list(want["tokens"][1])
 print(f"{sys.argv[3]}: {rows} positions, cuda vs cpu worst relative logit "
       f"difference {worst:.2e}, tokens {'identical' if same else 'DIFFER'}")
@@ -71,7 +51,7 @@ both() { # NAME PACK ARGS...: runs cpu and cuda, compares
   glm-engine run - --pack "$pack" --backend cuda "$@" \
     --dump-logits "$T/$name.cuda.safetensors" > "$T/$name.cuda.out"
   python3 "$T/compare.py" "$T/$name.cuda.safetensors" \
-    "$T/$name.cpu.safetensors" "$name"
+    "$T/$name.cpu.safetensors" "$name" "$ROOT/tests/oracle"
   cmp "$T/$name.cpu.out" "$T/$name.cuda.out"
 }
 

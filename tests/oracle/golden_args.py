@@ -6,29 +6,21 @@ greedily, then those ids). Standard library only: CI has no torch.
 
   set -- $(python3 tests/oracle/golden_args.py GOLDEN/golden.safetensors)
 """
-import json
-import struct
+import os
 import sys
-from array import array
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dumps  # noqa: E402
 
 
 def main(path):
-    try:
-        with open(path, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(n))
-            data = f.read()
-    except (OSError, struct.error, ValueError) as e:
-        sys.exit(f"{path}: not a readable safetensors golden ({e})")
+    tensors = dumps.read(path)
 
     def ints(key):
-        if key not in header:
+        if key not in tensors:
             sys.exit(f"{path}: no tensor '{key}' (not an oracle golden? "
                      "regenerate with tests/oracle/make_goldens.py)")
-        a = array("q")
-        b, e = header[key]["data_offsets"]
-        a.frombytes(data[b:e])
-        return list(a)
+        return list(tensors[key][1])
 
     prompt, generated = ints("prompt"), ints("generated")
     print(",".join(map(str, prompt)), len(generated),
