@@ -140,11 +140,6 @@ void fillRandom(CUfunction fill, CUdeviceptr p, size_t bytes, uint64_t seed,
   a.launch(fill, 1024, 1, 256, s);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 class Graph {
 public:
   Graph() = default;
@@ -168,25 +163,6 @@ private:
   CUgraph graph_ = nullptr;
   CUgraphExec exec_ = nullptr;
 };
-
-/// Median milliseconds of `fn` (work enqueued on s) over adaptive reps.
-template <class F> double timeMs(CUstream s, int maxReps, F fn) {
-  Timer t;
-  fn(); // warm-up
-  GLM_CU(cuStreamSynchronize(s));
-  t.start(s);
-  fn();
-  double first = t.stopMs(s);
-  int reps = int(std::clamp(300.0 / std::max(first, 1e-3), 3.0,
-                            double(std::max(3, maxReps))));
-  std::vector<double> v;
-  for (int i = 0; i < reps; ++i) {
-    t.start(s);
-    fn();
-    v.push_back(t.stopMs(s));
-  }
-  return median(v);
-}
 
 struct Ctx {
   const BenchOptions &opt;
@@ -219,7 +195,7 @@ void benchCopy(Ctx &c) {
   check(bytes >= (1u << 20), "bench: --copy-gib too small");
   DeviceBuffer a(bytes), b(bytes);
   fillRandom(c.fill, a.ptr(), bytes, c.seed++, c.stream);
-  double ms = timeMs(c.stream, c.opt.reps, [&] {
+  double ms = timeMedianMs(c.stream, c.opt.reps, 300.0, [&] {
     GLM_CU(cuMemcpyDtoDAsync(b.ptr(), a.ptr(), bytes, c.stream));
   });
   c.res.copyGBs = 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
@@ -444,7 +420,8 @@ void benchExpert(Ctx &c) {
                 w.launch(c, l, fit(m, s.H), gu, dn, w.xh.ptr(), w.ids.ptr(),
                          w.rw.ptr());
             });
-            double ms = timeMs(c.stream, c.opt.reps, [&] { g.launch(c.stream); });
+            double ms = timeMedianMs(c.stream, c.opt.reps, 300.0,
+                                     [&] { g.launch(c.stream); });
             std::ostringstream name;
             name << s.name << " 8x(g+u+d) " << s.H << "<->2048 K" << K << " "
                  << cbName(cb) << (e4m3 ? " e4m3" : "") << " b" << batch;
@@ -642,7 +619,8 @@ void benchMoeLayer(Ctx &c) {
       for (int l = 0; l < L; ++l)
         experts(l);
     });
-    double msOld = timeMs(c.stream, c.opt.reps, [&] { only.launch(c.stream); });
+    double msOld = timeMedianMs(c.stream, c.opt.reps, 300.0,
+                                [&] { only.launch(c.stream); });
     addRow(c, "moe-layer", base.str() + " old kernel experts", msOld / L,
            expertBytes);
 
@@ -675,8 +653,8 @@ void benchMoeLayer(Ctx &c) {
         for (int l = 0; l < L; ++l)
           w.launch(c, l, m, gu, dn, dXh.ptr(), dIds.ptr(), dW.ptr());
       });
-      double msExp =
-          timeMs(c.stream, c.opt.reps, [&] { expertsG.launch(c.stream); });
+      double msExp = timeMedianMs(c.stream, c.opt.reps, 300.0,
+                                  [&] { expertsG.launch(c.stream); });
       addRow(c, "moe-layer",
              base.str() + " experts " + m.str() + " x" +
                  fmtRatio(msOld / msExp),
@@ -701,7 +679,8 @@ void benchMoeLayer(Ctx &c) {
                      unsigned(m.threads), c.stream);
           }
         });
-        double ms = timeMs(c.stream, c.opt.reps, [&] { one.launch(c.stream); });
+        double ms = timeMedianMs(c.stream, c.opt.reps, 300.0,
+                                 [&] { one.launch(c.stream); });
         addRow(c, "moe-layer",
                base.str() + (st == 0 ? " gate/up launch " : " down launch ") +
                    m.str(),
@@ -718,19 +697,19 @@ void benchMoeLayer(Ctx &c) {
           for (int l = 0; l < L; ++l)
             w.launch(c, l, m, dgu, ddn, dXh.ptr(), dIds.ptr(), dW.ptr());
         });
-        double ms = timeMs(c.stream, c.opt.reps, [&] { dg.launch(c.stream); });
-        addRow(c, "moe-layer",
-               base.str() + " diag: no decode " + m.str(), ms / L,
-               expertBytes);
+        double ms = timeMedianMs(c.stream, c.opt.reps, 300.0,
+                                 [&] { dg.launch(c.stream); });
+        addRow(c, "moe-layer", base.str() + " diag: no decode " + m.str(),
+               ms / L, expertBytes);
       }
       Graph full;
       full.capture(c.stream, [&] {
         for (int l = 0; l < L; ++l)
           newStep(l);
       });
-      double msGraph =
-          timeMs(c.stream, c.opt.reps, [&] { full.launch(c.stream); });
-      double msStream = timeMs(c.stream, c.opt.reps, [&] {
+      double msGraph = timeMedianMs(c.stream, c.opt.reps, 300.0,
+                                    [&] { full.launch(c.stream); });
+      double msStream = timeMedianMs(c.stream, c.opt.reps, 300.0, [&] {
         for (int l = 0; l < L; ++l)
           newStep(l);
       });

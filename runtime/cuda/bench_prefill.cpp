@@ -76,31 +76,6 @@ struct GemmItemHost {
 };
 static_assert(sizeof(GemmItemHost) == 32, "GemmItem ABI");
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-/// Median ms of `fn` (work on stream s) after a warm-up; reps adapt so one
-/// case takes about 200 ms.
-template <class F> double timeMs(CUstream s, int maxReps, F fn) {
-  Timer t;
-  fn();
-  GLM_CU(cuStreamSynchronize(s));
-  t.start(s);
-  fn();
-  const double first = t.stopMs(s);
-  const int reps = int(std::clamp(200.0 / std::max(first, 1e-3), 3.0,
-                                  double(std::max(3, maxReps))));
-  std::vector<double> v;
-  for (int i = 0; i < reps; ++i) {
-    t.start(s);
-    fn();
-    v.push_back(t.stopMs(s));
-  }
-  return median(v);
-}
-
 void launchArgs(CUfunction f, unsigned gx, unsigned gy, unsigned bx,
                 CUstream s, std::vector<uint64_t> slots) {
   std::vector<void *> p;
@@ -246,7 +221,7 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log) {
 #ifdef GLM_HAVE_CUBLAS
       {
         const float alpha = 1.0f, beta = 0.0f;
-        const double msC = timeMs(stream, opt.reps, [&] {
+        const double msC = timeMedianMs(stream, opt.reps, 200.0, [&] {
           checkCublas(
               cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, s.out, M, s.in, &alpha,
                            reinterpret_cast<const void *>(dW.ptr()),
@@ -267,7 +242,7 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log) {
           for (int t : thr) {
             CUfunction f = fn(glm::codegen::kernelName(gemmSpec(K, bm, t)));
             const int zero = 0;
-            const double msT = timeMs(stream, opt.reps, [&] {
+            const double msT = timeMedianMs(stream, opt.reps, 200.0, [&] {
               // xh, tiles, z, m, in, out, x_stride, z_stride, accumulate,
               // sI, sI8, sJ8 (EXL3 row-major tiles).
               launchArgs(f, unsigned((s.out + t - 1) / t),
@@ -370,7 +345,7 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log) {
         const int t = proj ? 256 : 128;
         CUfunction f = fn(glm::codegen::kernelName(groupedSpec(bm, t)));
         const int zero = 0, nItems = int(items.size());
-        const double msT = timeMs(stream, opt.reps, [&] {
+        const double msT = timeMedianMs(stream, opt.reps, 200.0, [&] {
           // xh, row_ids, items, z, n_items, in, out, x_stride, z_stride,
           // accumulate, sI, sI8, sJ8.
           if (proj == 0)
@@ -398,7 +373,7 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log) {
 #ifdef GLM_HAVE_CUBLAS
       {
         const float alpha = 1.0f, beta = 0.0f;
-        const double msC = timeMs(stream, opt.reps, [&] {
+        const double msC = timeMedianMs(stream, opt.reps, 200.0, [&] {
           checkCublas(
               cublasGemmStridedBatchedEx(
                   h, CUBLAS_OP_T, CUBLAS_OP_N, outW, per, in, &alpha,

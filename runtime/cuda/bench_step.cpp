@@ -23,14 +23,6 @@
 #include <cstdlib>
 
 namespace glm::rt::cuda {
-namespace {
-
-double medianMs(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-} // namespace
 
 void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   check(!opt.stepPack.empty(),
@@ -114,7 +106,7 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
                        std::chrono::steady_clock::now() - a)
                        .count());
     }
-    return medianMs(ms);
+    return median(ms);
   };
   const double graphMs = timeIt(true);
   const double streamMs = timeIt(false);
@@ -122,7 +114,7 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   std::vector<std::pair<std::string, double>> perKernel;
   for (int i = 0; i < 3; ++i)
     ks.push_back(fwd.kernelTimeSumMs(1, &perKernel));
-  const double kernelMs = medianMs(ks);
+  const double kernelMs = median(ks);
   // Where the step's time goes (last profiled step), largest first.
   for (size_t i = 0; i < perKernel.size() && i < 10; ++i) {
     char row[256];

@@ -11,6 +11,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -96,5 +97,32 @@ public:
 private:
   CUevent a_ = nullptr, b_ = nullptr;
 };
+
+/// The middle element (upper median) of `v`; 0 when empty.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+/// Median milliseconds of `fn` (work enqueued on s) after one warm-up; the
+/// repetitions adapt so one case takes about `budgetMs` (3..maxReps).
+template <class F>
+double timeMedianMs(CUstream s, int maxReps, double budgetMs, F fn) {
+  Timer t;
+  fn(); // warm-up
+  GLM_CU(cuStreamSynchronize(s));
+  t.start(s);
+  fn();
+  const double first = t.stopMs(s);
+  const int reps = int(std::clamp(budgetMs / std::max(first, 1e-3), 3.0,
+                                  double(std::max(3, maxReps))));
+  std::vector<double> v;
+  for (int i = 0; i < reps; ++i) {
+    t.start(s);
+    fn();
+    v.push_back(t.stopMs(s));
+  }
+  return median(v);
+}
 
 } // namespace glm::rt::cuda
