@@ -169,6 +169,16 @@ std::vector<FamilyInfo> buildFamilies() {
                      {intParam("K", "k", range(1, 8)), codebookParam(),
                       boolParam("e4m3"), intParam("batch", "b", batch),
                       threadsParam({"128", "256"})}));
+  // Dense trellis decode GEMV, split-k over one-warp items with a fixed-
+  // order reduction; see dense_trellis.cuh for the ABI.
+  f.push_back(family("dense_trellis", "glm::denseTrellis",
+                     {intParam("K", "k", range(1, 8)), codebookParam(),
+                      boolParam("e4m3"), intParam("batch", "b", batch),
+                      intParam("pipe", "p", {"0", "2", "3", "4", "6"}),
+                      intParam("minblocks", "m",
+                               {"0", "2", "3", "4", "6", "8", "12", "16"}),
+                      threadsParam({"32", "64", "128", "256"})}));
+  f.back().minBlocksParam = "minblocks";
   f.push_back(family("hadamard128", "glm::hadamard128",
                      {storageParam("vt", "v"), threadsParam({"128", "256"})}));
   f.push_back(family("rms_norm", "glm::rmsNorm",
@@ -315,6 +325,16 @@ void validateSpec(const KernelSpec &spec) {
               "dense_gemv format ", fmt,
               scaled ? " needs a scale dtype (f32|f16|bf16)"
                      : " takes scale = none");
+  }
+  if (spec.family == "dense_trellis") {
+    // The per-warp cp.async ring is static shared memory (<= 32 KB).
+    const int k = std::stoi(spec.args.at("K"));
+    const int pipe = std::stoi(spec.args.at("pipe"));
+    const int warps = std::stoi(spec.args.at("threads")) / 32;
+    rt::check(warps * pipe * 256 * k <= 32768, "codegen: dense_trellis K", k,
+              " pipe ", pipe, " threads ", warps * 32,
+              " needs a cp.async ring over 32 KB per block; use fewer pipe "
+              "stages or threads");
   }
   for (const std::string &a : spec.archs)
     rt::check(a == "sm_90" || a == "sm_121" || a == "sm_120" ||

@@ -59,6 +59,15 @@ std::vector<KernelSpec> representativeSpecs() {
   add("dense_gemv_trellis", {{"K", "2"}, {"codebook", "mul1"},
                              {"e4m3", "0"}, {"batch", "8"},
                              {"threads", "128"}});
+  add("dense_trellis", {{"K", "4"}, {"codebook", "mcg"}, {"e4m3", "1"},
+                        {"batch", "1"}, {"pipe", "4"}, {"minblocks", "4"},
+                        {"threads", "128"}});
+  add("dense_trellis", {{"K", "2"}, {"codebook", "mul1"}, {"e4m3", "0"},
+                        {"batch", "8"}, {"pipe", "0"}, {"minblocks", "0"},
+                        {"threads", "256"}});
+  add("dense_trellis", {{"K", "7"}, {"codebook", "3inst"}, {"e4m3", "1"},
+                        {"batch", "5"}, {"pipe", "2"}, {"minblocks", "0"},
+                        {"threads", "64"}});
   add("dense_gemv_f32", {{"out", "f64"}, {"threads", "256"}});
   add("hadamard128", {{"vt", "f16"}, {"threads", "256"}});
   add("rms_norm", {{"wt", "bf16"}, {"threads", "1024"}});
