@@ -40,6 +40,30 @@ struct DenseTrellisDims {
   }
 };
 
+/// Launch tuning shared by the executor, the bench and the compiler's plans.
+struct DenseTrellisTuning {
+  int warpsPerSm = 24; // split target: about this many warps per SM
+  int minRows = 8;     // tile rows per warp at least
+  int threads = 128;   // block size
+  int pipe = 4;        // 0 registers, 2..6 cp.async ring rows
+  int minBlocks = 4;   // __launch_bounds__ min blocks (0 = none)
+};
+inline DenseTrellisTuning defaultDenseTrellisTuning() { return {}; }
+
+/// Template batch of a runtime batch 1..8: only the number of mma batch
+/// groups (1 up to 4 rows, 2 above) depends on it, so three instances serve
+/// every batch.
+inline int denseTrellisBatch(int b) { return b <= 1 ? 1 : b <= 4 ? 4 : 8; }
+
+/// The tuning's pipe stages for width K, lowered until the per-block
+/// cp.async ring fits 32 KB (the family's allowed values 0, 2, 3, 4, 6).
+inline int denseTrellisPipe(const DenseTrellisTuning &t, int K) {
+  int p = t.pipe;
+  while (p > 0 && (t.threads / 32) * p * 256 * K > 32768)
+    p = p == 6 ? 4 : p == 2 ? 0 : p - 1;
+  return p;
+}
+
 /// Split-k count that puts about `warpsPerSm` * sms warps on the device while
 /// every warp keeps at least `minRows` tile rows (more in flight per warp
 /// amortises its pipeline ramp; more warps hide latency), at most maxSplit

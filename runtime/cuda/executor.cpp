@@ -3,6 +3,7 @@
 #include "runtime/cuda/executor.h"
 
 #include "codegen/codegen.h"
+#include "codegen/dense_trellis_abi.h"
 #include "codegen/moe_trellis_abi.h"
 #include "plans/plan.h"
 #include "runtime/base/error.h"
@@ -149,6 +150,13 @@ struct CudaForward::Impl {
   int splitBlocksPerSm = 2, maxSplit = 16; // GLM_TRELLIS_SPLIT_BLOCKS
   int sms = 132;
   DeviceBuffer zparts; // [kMaxSplit, maxOutPad] split-K partial sums
+  // dense_trellis (trellis GEMVs): tuning, scratch sized for every linear
+  // and batch, counters (zero between launches). GLM_DENSE_KERNEL=legacy
+  // keeps dense_gemv_trellis (one launch per input slice).
+  bool legacyDense = false;
+  codegen::DenseTrellisTuning dt = codegen::defaultDenseTrellisTuning();
+  int64_t dtMaxScratch = 1;
+  DeviceBuffer dtScratch, dtCounters;
   // moe_trellis: launch geometry shared by every layer, scratch, counters
   // (zero between launches), xh slots (routed + shared per row).
   bool legacyExperts = false;
@@ -370,6 +378,27 @@ struct CudaForward::Impl {
                                        {"batch", std::to_string(B)},
                                        {"threads", "256"}});
   }
+  codegen::KernelSpec denseTrellisSpec(const DeviceLinear &L, int B) const {
+    return spec("dense_trellis",
+                {{"K", std::to_string(L.K)},
+                 {"codebook", cbName(L.codebook)},
+                 {"e4m3", L.e4m3 ? "1" : "0"},
+                 {"batch", std::to_string(codegen::denseTrellisBatch(B))},
+                 {"pipe", std::to_string(codegen::denseTrellisPipe(dt, L.K))},
+                 {"minblocks", std::to_string(dt.minBlocks)},
+                 {"threads", std::to_string(dt.threads)}});
+  }
+  codegen::DenseTrellisDims denseTrellisDims(const DeviceLinear &L,
+                                             int B) const {
+    codegen::DenseTrellisDims d;
+    d.batch = B;
+    d.in = L.inPad;
+    d.out = L.outPad;
+    d.threads = dt.threads;
+    d.split = codegen::denseTrellisSplit(L.inPad, L.outPad, sms,
+                                         dt.warpsPerSm, dt.minRows);
+    return d;
+  }
   codegen::KernelSpec hadSpec() const {
     return spec("hadamard128", {{"vt", "f32"}, {"threads", "256"}});
   }
@@ -379,7 +408,16 @@ struct CudaForward::Impl {
     maxOutPad = std::max(maxOutPad, std::max(L.outPad, L.out));
     for (int B = 1; B <= opt.maxBatch; ++B) {
       if (L.format == WeightFormat::Trellis) {
-        need(trellisSpec(L, B));
+        if (legacyDense) {
+          need(trellisSpec(L, B));
+        } else {
+          need(denseTrellisSpec(L, B));
+          const codegen::DenseTrellisDims d = denseTrellisDims(L, B);
+          check(d.valid(), "cuda executor: ", L.name, " [", L.outPad, ", ",
+                L.inPad, "] has no dense_trellis launch (internal)");
+          dtMaxScratch = std::max<int64_t>(dtMaxScratch,
+                                           (int64_t)d.scratchFloats());
+        }
         need(hadSpec());
       } else if (L.format == WeightFormat::F32) {
         need(spec("dense_gemv_f32", {{"out", "f32"}, {"threads", "256"}}));
@@ -417,6 +455,18 @@ struct CudaForward::Impl {
         src = xpad.ptr();
       }
       hadamard(src, L.suh.ptr(), 0, xrot.ptr(), B, L.inPad);
+      if (!legacyDense) {
+        // One launch: split-k partials, the fixed-order reduction and the
+        // output Hadamard * svh, written straight to y's rows.
+        const codegen::DenseTrellisDims d = denseTrellisDims(L, B);
+        launchFn(genFn(denseTrellisSpec(L, B)), d.grid(), 1, 1,
+                 (unsigned)d.threads, 0,
+                 KArgs() << xrot.ptr() << L.data.ptr() << L.svh.ptr()
+                         << dtScratch.ptr() << dtCounters.ptr() << y << B
+                         << (int)L.inPad << (int)L.outPad << (int)ys << out
+                         << L.sI << L.sI8 << L.sJ8 << d.split);
+        return;
+      }
       const int ns = splitK(L, B);
       if (ns == 1) {
         launchFn(
@@ -1029,6 +1079,29 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
             "GLM_TRELLIS_SPLIT_BLOCKS='", e, "' is not 1..64");
       m.maxSplit = Impl::kMaxSplit;
     }
+    if (const char *e = std::getenv("GLM_DENSE_KERNEL")) {
+      const std::string dk = e;
+      check(dk.empty() || dk == "dense_trellis" || dk == "legacy",
+            "cuda executor: dense kernel '", dk,
+            "' (GLM_DENSE_KERNEL) is not dense_trellis or legacy");
+      m.legacyDense = dk == "legacy";
+    }
+    // Tuning: GLM_DENSE_TRELLIS_CONFIG=warpsPerSm:minRows:threads:pipe:minb.
+    if (const char *e = std::getenv("GLM_DENSE_TRELLIS_CONFIG")) {
+      int v[5];
+      check(std::sscanf(e, "%d:%d:%d:%d:%d", &v[0], &v[1], &v[2], &v[3],
+                        &v[4]) == 5 &&
+                v[0] >= 1 && v[1] >= 1 && v[2] >= 32 && v[2] <= 256 &&
+                v[2] % 32 == 0 && (v[3] == 0 || (v[3] >= 2 && v[3] <= 6)),
+            "GLM_DENSE_TRELLIS_CONFIG='", e,
+            "' is not warpsPerSm:minRows:threads:pipe:minblocks (threads "
+            "32..256, pipe 0 or 2..6)");
+      m.dt.warpsPerSm = v[0];
+      m.dt.minRows = v[1];
+      m.dt.threads = v[2];
+      m.dt.pipe = v[3];
+      m.dt.minBlocks = v[4];
+    }
     const char *mla = std::getenv("GLM_MLA_KERNEL");
     m.legacyMla = mla && std::string(mla) == "legacy";
     // gate/up k-chunks: at least 8 tile rows each (24 at GLM-5.3's 6144,
@@ -1351,6 +1424,8 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
   m.xrot = f32(MB * m.maxInPad);
   m.z = f32(std::max<int64_t>(8, MB) * m.maxOutPad);
   m.zparts = f32(Impl::kMaxSplit * m.maxOutPad);
+  m.dtScratch = f32(m.dtMaxScratch);
+  m.dtCounters = f32(m.maxOutPad / 128 + 1); // zeros, kept zero
   m.logitsLocal = f32(MB * m.maxCount);
   m.gathered = f32((int64_t)m.N * MB * m.maxCount);
   m.logits = f32(MB * V);
