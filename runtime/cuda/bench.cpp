@@ -725,8 +725,10 @@ void benchMoeLayer(Ctx &c) {
 
 BenchResult runBench(const BenchOptions &opt, std::ostream &log) {
   const std::string &s = opt.suite;
-  check(s == "all" || s == "copy" || s == "expert" || s == "moe-layer",
-        "bench: unknown suite '", s, "' (use copy, expert, moe-layer or all)");
+  check(s == "all" || s == "copy" || s == "expert" || s == "moe-layer" ||
+            s == "dense",
+        "bench: unknown suite '", s,
+        "' (use copy, expert, moe-layer, dense or all)");
   CudaDevice dev(opt.device);
   Ctx c{opt, log, nullptr, KernelSet(dev.arch()), nullptr, {}, 1};
   c.res.device = dev.name() + " (" + dev.arch() + ", " +
@@ -745,6 +747,8 @@ BenchResult runBench(const BenchOptions &opt, std::ostream &log) {
     benchExpert(c);
   if (s == "all" || s == "moe-layer")
     benchMoeLayer(c);
+  if (s == "dense")
+    runDenseBench(opt, c.res, log); // bench_dense.cpp
   return c.res;
 }
 

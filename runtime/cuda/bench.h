@@ -67,4 +67,10 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log);
 /// launches vs graph). Rows are appended to `r`.
 void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
 
+/// `--suite dense` (bench_dense.cpp): the GLM-5.3 trellis dense projections
+/// at K2/K3/K4 MCG E4M3, batch 1 and 8, legacy dense_gemv_trellis vs
+/// dense_trellis (default tuning and the best of a sweep), µs and ratio to
+/// r.copyGBs; rows are appended to `r`.
+void runDenseBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
+
 } // namespace glm::rt::cuda

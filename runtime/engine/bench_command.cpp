@@ -35,9 +35,9 @@ void addBenchCommand(CLI::App &app, int &rc) {
                "decode step; each printed as a ratio to the measured copy "
                "bandwidth");
   cmd->add_option("--suite", o->suite,
-                  "copy | expert | moe-layer | all | prefill | step")
+                  "copy | expert | moe-layer | all | prefill | step | dense")
       ->check(CLI::IsMember({"copy", "expert", "moe-layer", "all",
-                             "prefill", "step"}));
+                             "prefill", "step", "dense"}));
   cmd->add_option("--table", o->table, "Also write the result table to FILE");
   cmd->add_option("--device", o->device, "CUDA device ordinal");
   cmd->add_option("--reps", o->reps, "Timed repetitions at most (median)");
