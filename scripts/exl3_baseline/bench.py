@@ -342,11 +342,15 @@ def main():
                "(ours from glm-engine bench in the same run; - = not in it)")
     hdr = (f"{'K':<3}{'cb':<6}{'MB24':>7}{'coop routed us':>16}{'frac':>7}"
            f"{'coop layer us':>15}{'frac':>7}{'mgemm us':>10}"
-           f"{'ours routed':>13}{'x':>6}{'ours layer':>12}{'x':>6}")
+           f"{'ours routed':>13}{'x':>6}{'ours exp+sh':>12}{'x':>6}")
     out.append(hdr)
     for K, cb, mb24, mb27, tr, tl, tm in rows:
         ours_r = ours.get(("expert", f"glm53 8x(g+u+d) 6144<->2048 K{K} {cb} b1"))
-        ours_l = ours.get(("moe-layer", f"glm53 K{K} {cb} b1 experts only"))
+        # moe-layer's experts row (routed + shared, 2 launches, no routing):
+        # "experts only" or "experts CONFIG xSPEEDUP", by glm-engine version.
+        pre = f"glm53 K{K} {cb} b1 experts"
+        ours_l = next((v for (su, n), v in ours.items()
+                       if su == "moe-layer" and n.startswith(pre)), None)
         fmt = lambda v: "-" if v is None else f"{v:.1f}"
         sp = lambda o, t: "-" if o is None else f"{t / o[0]:.2f}"
         out.append(f"K{K:<2}{cb:<6}{mb24:>7.1f}{tr:>16.1f}{frac(mb24, tr):>7.3f}"
@@ -358,6 +362,8 @@ def main():
                f"2 x torch.bmm {t_b * 1e3:.1f} us (frac {frac(mbd, t_b * 1e3):.3f})")
     out.append("coop routed = exl3_moe_coop, 2 launches (run_bszN); coop layer = + shared expert "
                "coop launch, 4 launches, MB27 = MB24 * 27/24; mgemm = 3 x exl3_mgemm + silu_mul")
+    out.append("ours routed = expert suite b1 (8 experts x gate/up/down); ours exp+sh = moe-layer "
+               "experts row (routed + shared, 2 launches); neither side includes the router")
     out += ["check: " + c for c in checks]
     text = "\n".join(out) + "\n"
     print("\n== exl3 baseline\n" + text, end="", flush=True)
