@@ -17,65 +17,70 @@ namespace glm::codegen {
 struct DenseTrellisDims {
   int batch = 1;
   int64_t in = 6144, out = 2048; // out padded to 128 (DeviceLinear.outPad)
-  int split = 1;                 // k-chunks per 128-output block
-  int threads = 128;             // block size
+  int split = 4;                 // k-chunks per 128-output block
+  int threads = 128;             // block size (warps = threads / 32)
 
+  int warps() const { return threads / 32; }
   int64_t rows() const { return in / 16; }
   int64_t blocks() const { return out / 128; }
-  /// f32 elements of the scratch buffer (partials [blk][s][b][128]).
+  /// f32 elements of the scratch buffer (block partials [blk][sb][b][128]).
   size_t scratchFloats() const {
-    return size_t(out) * size_t(split) * size_t(batch);
+    return size_t(out) * size_t(split / warps()) * size_t(batch);
   }
   /// int elements of the counter buffer (zero before the first launch).
   size_t counterInts() const { return size_t(blocks()); }
-  unsigned grid() const {
-    const int64_t items = blocks() * split, w = threads / 32;
-    return unsigned((items + w - 1) / w);
-  }
+  unsigned grid() const { return unsigned(blocks() * (split / warps())); }
   /// The kernel traps on anything else.
   bool valid() const {
     return batch >= 1 && batch <= 8 && in > 0 && in % 16 == 0 &&
-           out > 0 && out % 128 == 0 && split >= 1 && split <= rows() &&
-           threads % 32 == 0 && threads >= 32 && threads <= 512;
+           out > 0 && out % 128 == 0 && threads % 32 == 0 && threads >= 32 &&
+           threads <= 256 && split >= warps() && split % warps() == 0 &&
+           split <= rows();
   }
 };
 
 /// Launch tuning shared by the executor, the bench and the compiler's plans.
 struct DenseTrellisTuning {
-  int warpsPerSm = 24; // split target: about this many warps per SM
-  int minRows = 8;     // tile rows per warp at least
+  int warpsPerSm = 16; // split target: warps per SM resident at once
+  int minRows = 4;     // tile rows per warp at least
+  int maxSplit = 128;  // chunks per output block at most
   int threads = 128;   // block size
-  int pipe = 4;        // 0 registers, 2..6 cp.async ring rows
+  int pipe = 0;        // batch 1: 0 registers, 2..6 cp.async ring rows
+  int pipeBatched = 2; // batch > 1
   int minBlocks = 4;   // __launch_bounds__ min blocks (0 = none)
 };
 inline DenseTrellisTuning defaultDenseTrellisTuning() { return {}; }
 
 /// Template batch of a runtime batch 1..8: only the number of mma batch
-/// groups (1 up to 4 rows, 2 above) depends on it, so three instances serve
-/// every batch.
+/// groups (1 up to 4 rows, 2 above) and the shared rows depend on it, so
+/// three instances serve every batch.
 inline int denseTrellisBatch(int b) { return b <= 1 ? 1 : b <= 4 ? 4 : 8; }
 
-/// The tuning's pipe stages for width K, lowered until the per-block
-/// cp.async ring fits 32 KB (the family's allowed values 0, 2, 3, 4, 6).
-inline int denseTrellisPipe(const DenseTrellisTuning &t, int K) {
-  int p = t.pipe;
+/// The tuning's pipe stages for width K and batch b, lowered until the
+/// per-block cp.async ring fits 32 KB (the family's values 0, 2, 3, 4, 6).
+inline int denseTrellisPipe(const DenseTrellisTuning &t, int K, int b) {
+  int p = b <= 1 ? t.pipe : t.pipeBatched;
   while (p > 0 && (t.threads / 32) * p * 256 * K > 32768)
     p = p == 6 ? 4 : p == 2 ? 0 : p - 1;
   return p;
 }
 
-/// Split-k count that puts about `warpsPerSm` * sms warps on the device while
-/// every warp keeps at least `minRows` tile rows (more in flight per warp
-/// amortises its pipeline ramp; more warps hide latency), at most maxSplit
-/// (the last warp of a block sums `split` partials serially).
+/// Split-k count: about one wave of sms * warpsPerSm warps over the
+/// out/128 output blocks (a second, partial wave costs more than it
+/// hides), each warp with at least minRows tile rows, at most maxSplit; a
+/// multiple of the block's warps (the kernel's rule).
 inline int denseTrellisSplit(int64_t in, int64_t out, int sms,
-                             int warpsPerSm = 24, int minRows = 8,
-                             int maxSplit = 64) {
-  const int64_t rows = in / 16, blocks = std::max<int64_t>(1, out / 128);
-  const int64_t want = (int64_t(sms) * warpsPerSm + blocks - 1) / blocks;
-  const int64_t cap =
-      std::max<int64_t>(1, std::min<int64_t>(maxSplit, rows / minRows));
-  return int(std::max<int64_t>(1, std::min(want, cap)));
+                             const DenseTrellisTuning &t) {
+  const int64_t nw = t.threads / 32, rows = in / 16;
+  const int64_t blocks = std::max<int64_t>(1, out / 128);
+  int64_t s = int64_t(sms) * t.warpsPerSm / blocks;
+  s = std::min<int64_t>(s, rows / std::max(1, t.minRows));
+  s = std::min<int64_t>(s, t.maxSplit);
+  s = s / nw * nw;
+  s = std::max<int64_t>(s, nw);
+  while (s > rows) // tiny inputs: fewer warps than rows
+    s -= nw;
+  return int(std::max<int64_t>(s, nw));
 }
 
 } // namespace glm::codegen

@@ -6,14 +6,17 @@
 // decoded by one warp straight into an mma.sync m16n8k16 A fragment
 // (trellis_tile.cuh: weights as A, activations as B, fp32 accumulation).
 //
-//   item = (128-output block blk = 8 tile columns, k-chunk s of tile rows).
-//     z_s = xh[rows of chunk s] . T[:, 128 blk ..]   stored as a partial.
-//   The last item of blk to finish (integer arrival counter) sums the
-//   partials in fixed order s = 0, 1, ... and writes
+//   warp item = (128-output block blk = 8 tile columns, k-chunk s of tile
+//     rows): z_s = xh[rows of chunk s] . T[:, 128 blk ..].
+//   A block's NW = THREADS/32 warps take NW consecutive chunks of one blk
+//   and add their z_s in warp order in shared memory; with several blocks
+//   per blk, each stores that sum as a partial and the last block of blk to
+//   arrive (integer counter) adds the partials (warp w a contiguous range
+//   in order, then the NW range sums in warp order) and writes
 //     y[b][128 blk + j] = (svh ? H(z)[j] * svh[128 blk + j] / sqrt128 : z[j])
 //   for j < out_valid - 128 blk (the padded tail is not written).
-//   The order is fixed and the counters are integers, so results are
-//   bit-reproducible run to run whichever warp finishes last.
+//   The tree is fixed and the counters are integers, so results are
+//   bit-reproducible run to run whichever block finishes last.
 //
 // Activations enter the tensor cores as fp16 hi + lo pairs (x = hi + lo,
 // |x| < 65504), so products carry ~22 bits of x; weights are exact fp16
@@ -41,8 +44,9 @@
 //   svh       f32 [out] or null: null = y is z (the rotated domain, a
 //             hadamard128 with svh follows outside); else the output
 //             Hadamard and svh are applied in the kernel
-//   scratch   f32, DenseTrellisDims::scratchFloats() = out*split*batch
-//             (codegen/dense_trellis_abi.h): partials [blk][s][b][128]
+//   scratch   f32, DenseTrellisDims::scratchFloats() = out*batch*split/NW
+//             (codegen/dense_trellis_abi.h): block partials
+//             [blk][split/NW][b][128] (unused when split == NW)
 //   counters  int, out/128 of them, zero before the first launch; every
 //             completed launch leaves them zero again
 //   y         f32 [batch][y_stride]
@@ -51,9 +55,10 @@
 //   y_stride  elements between rows of y (>= out_valid)
 //   out_valid columns written (<= out): the unpadded output width
 //   sI, sI8, sJ8   tile strides (above)
-//   split     k-chunks per 128-output block, 1..in/16; chunk s covers tile
-//             rows [s*R/split, (s+1)*R/split), R = in/16
-// Grid (x only): ceil(out/128 * split / (THREADS/32)); block THREADS.
+//   split     k-chunks per 128-output block, a multiple of NW in NW..in/16;
+//             chunk s covers tile rows [s*R/split, (s+1)*R/split), R = in/16
+// Grid (x only): out/128 * split/NW blocks of THREADS (<= 256) threads.
+// Shared memory: static, max(NW * PIPE * 256K, NW * BATCH * 512) bytes.
 // A violated precondition traps (never wrong numbers).
 // -------------------------------------------------------------------------
 #pragma once
@@ -72,22 +77,40 @@
 
 namespace glm {
 
-/// Integer arrival counter of dense_trellis (the moe_trellis protocol): true
-/// in the one warp that arrives last; it then owns the reduction and resets
-/// the counter for the next launch.
-__device__ __forceinline__ bool denseArriveLast(int *counter, int expected) {
-  __threadfence();
-  __syncwarp();
-  int old = 0;
-  if ((threadIdx.x & 31) == 0)
-    old = atomicAdd(counter, 1);
-  old = __shfl_sync(0xFFFFFFFFu, old, 0);
-  if (old != expected - 1)
-    return false;
-  __threadfence();
-  if ((threadIdx.x & 31) == 0)
-    *counter = 0;
-  return true;
+/// y[b][128 blk + 4 lane + t] = v[t] (after the optional H * svh), the
+/// padded tail not written.
+template <int BATCH>
+__device__ __forceinline__ void denseStore(float (&v)[4], int b, int blk,
+                                           const float *svh, float *y,
+                                           int y_stride, int out_valid) {
+  const int lane = threadIdx.x & 31;
+  if (svh) {
+    hadamard128Warp(v, lane);
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+      v[t] *= kInvSqrt128 * svh[128 * blk + 4 * lane + t];
+  }
+  const int col = 128 * blk + 4 * lane;
+  float *dst = y + (long long)b * y_stride + col;
+#pragma unroll
+  for (int t = 0; t < 4; ++t)
+    if (col + t < out_valid)
+      dst[t] = v[t];
+}
+
+/// Sum of the NW per-warp rows zs[w][b][4 lane ..] in warp order.
+template <int NW, int BATCH>
+__device__ __forceinline__ void denseWarpSum(const float *zs, int b,
+                                             float (&v)[4]) {
+  const int lane = threadIdx.x & 31;
+  float4 a = *reinterpret_cast<const float4 *>(zs + b * 128 + 4 * lane);
+#pragma unroll
+  for (int w = 1; w < NW; ++w) {
+    const float4 c = *reinterpret_cast<const float4 *>(
+        zs + (w * BATCH + b) * 128 + 4 * lane);
+    a.x += c.x, a.y += c.y, a.z += c.z, a.w += c.w;
+  }
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
 }
 
 template <int K, int CB, bool E4M3, int BATCH, int PIPE, int MINBLOCKS,
@@ -98,23 +121,31 @@ __device__ __forceinline__ void denseTrellis(GLM_DENSE_TRELLIS_PARAMS) {
   static_assert(CB >= 0 && CB <= 2, "codebook: 3inst, mcg or mul1");
   static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");
   static_assert(PIPE == 0 || (PIPE >= 2 && PIPE <= 8), "pipe: 0 or 2..8");
-  static_assert(THREADS % 32 == 0 && THREADS >= 32 && THREADS <= 512,
-                "THREADS: 1..16 warps");
+  static_assert(THREADS % 32 == 0 && THREADS >= 32 && THREADS <= 256,
+                "THREADS: 1..8 warps");
   constexpr int NB = kNB(BATCH), W = TileLane<K>::kWords;
-  constexpr int kRing = PIPE ? PIPE * 8 * W : 1;
-  static_assert(THREADS / 32 * kRing * 4 <= 32768,
+  constexpr int NW = THREADS / 32;
+  constexpr int kRing = PIPE ? PIPE * 8 * W : 1; // words per warp
+  static_assert(NW * kRing * 4 <= 32768,
                 "cp.async ring over 32 KB: fewer stages or threads");
-  __shared__ __align__(16) u32 ring[THREADS / 32][kRing];
+  // One buffer: the warps' cp.async rings while streaming, then their
+  // output rows zs[w][b][128] (<= 8 * 8 * 512 B = 32 KB).
+  constexpr int kZs = NW * BATCH * 128;
+  constexpr int kSmem = NW * kRing > kZs ? NW * kRing : kZs;
+  __shared__ __align__(16) u32 smem[kSmem];
+  __shared__ int lastBlock;
   const int nRows = in >> 4, nBlk = out >> 7;
   if (batch < 1 || batch > BATCH || (in & 15) || (out & 127) || in <= 0 ||
-      split < 1 || split > nRows || out_valid > out || y_stride < out_valid)
+      split < NW || split > nRows || split % NW != 0 || out_valid > out ||
+      y_stride < out_valid)
     __trap();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int j4 = lane & 3, g = lane >> 2;
-  const long long item = (long long)blockIdx.x * (THREADS / 32) + warp;
-  if (item >= (long long)nBlk * split)
-    return;
-  const int blk = int(item / split), s = int(item % split);
+  const int nSB = split / NW; // blocks per 128-output block
+  const int blk = int(blockIdx.x / nSB), sb = int(blockIdx.x % nSB);
+  if (blk >= nBlk)
+    return; // whole block: no barrier below is left waiting
+  const int s = sb * NW + warp;
   const int r0 = int((long long)s * nRows / split);
   const int r1 = int((long long)(s + 1) * nRows / split);
 
@@ -151,59 +182,82 @@ __device__ __forceinline__ void denseTrellis(GLM_DENSE_TRELLIS_PARAMS) {
           b[nb][1] = splitHiLo(r[nb][2], r[nb][3], lo);
         }
       },
-      ring[warp], acc);
+      smem + warp * kRing, acc);
+  __syncthreads(); // every ring drained: the buffer becomes zs
 
   // D fragment: batch row j4 (+4), columns 16c + g (+8): hi + lo parts.
-  float *part = scratch + ((long long)blk * split + s) * batch * 128;
+  float *zs = reinterpret_cast<float *>(smem);
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
     const int b = j4 + 4 * nb;
     if (b >= batch)
       continue;
+    float *row = zs + (warp * BATCH + b) * 128;
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
-      part[b * 128 + 16 * c + g] = acc[nb][c][0] + acc[nb][c][1];
-      part[b * 128 + 16 * c + g + 8] = acc[nb][c][2] + acc[nb][c][3];
+      row[16 * c + g] = acc[nb][c][0] + acc[nb][c][1];
+      row[16 * c + g + 8] = acc[nb][c][2] + acc[nb][c][3];
     }
   }
-  if (split > 1) {
-    if (!denseArriveLast(&counters[blk], split))
-      return;
-  } else {
-    __syncwarp(); // this warp's own partial, read back below
-  }
+  __syncthreads();
 
-  // Last item of blk: partials summed in order s = 0, 1, ...; loads issued
-  // eight at a time (the sum order does not change).
-  const float *src0 = scratch + (long long)blk * split * batch * 128;
+  // The block's sum over its NW chunks (warp order); batch rows spread
+  // over the warps. One block per output block: that is the result.
+  float *part = scratch + ((long long)blk * nSB + sb) * batch * 128;
+  for (int b = warp; b < batch; b += NW) {
+    float v[4];
+    denseWarpSum<NW, BATCH>(zs, b, v);
+    if (nSB == 1)
+      denseStore<BATCH>(v, b, blk, svh, y, y_stride, out_valid);
+    else
+      __stcg(reinterpret_cast<float4 *>(part + b * 128 + 4 * lane),
+             make_float4(v[0], v[1], v[2], v[3]));
+  }
+  if (nSB == 1)
+    return;
+
+  // Integer arrival counter per output block (the moe_trellis protocol,
+  // per block): the last block to arrive reduces and resets it.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int old = atomicAdd(&counters[blk], 1);
+    lastBlock = old == nSB - 1;
+    if (lastBlock)
+      counters[blk] = 0;
+  }
+  __syncthreads();
+  if (!lastBlock)
+    return;
+  __threadfence();
+
+  // Last block: warp w sums the block partials sb in [w nSB/NW,
+  // (w+1) nSB/NW) in order (loads eight at a time), then the NW range sums
+  // are added in warp order: a fixed tree, so results are bit-reproducible.
+  const float *p0 = scratch + (long long)blk * nSB * batch * 128 + 4 * lane;
+  const int q0 = warp * nSB / NW, q1 = (warp + 1) * nSB / NW;
   for (int b = 0; b < batch; ++b) {
-    const float *src = src0 + b * 128 + 4 * lane;
-    float4 sum = __ldcg(reinterpret_cast<const float4 *>(src));
-    for (int s0 = 1; s0 < split; s0 += 8) {
+    float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int q = q0; q < q1; q += 8) {
       float4 v[8];
 #pragma unroll
       for (int u = 0; u < 8; ++u)
-        if (s0 + u < split)
+        if (q + u < q1)
           v[u] = __ldcg(reinterpret_cast<const float4 *>(
-              src + (long long)(s0 + u) * batch * 128));
+              p0 + ((long long)(q + u) * batch + b) * 128));
 #pragma unroll
       for (int u = 0; u < 8; ++u)
-        if (s0 + u < split)
+        if (q + u < q1)
           sum.x += v[u].x, sum.y += v[u].y, sum.z += v[u].z, sum.w += v[u].w;
     }
-    float v[4] = {sum.x, sum.y, sum.z, sum.w};
-    if (svh) {
-      hadamard128Warp(v, lane);
-#pragma unroll
-      for (int t = 0; t < 4; ++t)
-        v[t] *= kInvSqrt128 * svh[128 * blk + 4 * lane + t];
-    }
-    const int col = 128 * blk + 4 * lane;
-    float *dst = y + (long long)b * y_stride + col;
-#pragma unroll
-    for (int t = 0; t < 4; ++t)
-      if (col + t < out_valid)
-        dst[t] = v[t];
+    *reinterpret_cast<float4 *>(zs + (warp * BATCH + b) * 128 + 4 * lane) =
+        sum;
+  }
+  __syncthreads();
+  for (int b = warp; b < batch; b += NW) {
+    float v[4];
+    denseWarpSum<NW, BATCH>(zs, b, v);
+    denseStore<BATCH>(v, b, blk, svh, y, y_stride, out_valid);
   }
 }
 

@@ -84,7 +84,7 @@ KernelSpec newSpec(int K, int b, const codegen::DenseTrellisTuning &t) {
              {"codebook", "mcg"},
              {"e4m3", "1"},
              {"batch", std::to_string(codegen::denseTrellisBatch(b))},
-             {"pipe", std::to_string(codegen::denseTrellisPipe(t, K))},
+             {"pipe", std::to_string(codegen::denseTrellisPipe(t, K, b))},
              {"minblocks", std::to_string(t.minBlocks)},
              {"threads", std::to_string(t.threads)}});
 }
@@ -161,15 +161,23 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
       {"lm_head 6144->154880", 6144, 154880}};
   const int widths[] = {2, 3, 4}, batches[] = {1, 8};
   const codegen::DenseTrellisTuning def = codegen::defaultDenseTrellisTuning();
-  // Sweep: split target (warps per SM, min rows per warp) x pipeline.
+  // Sweep: split target (warps per SM, min rows per warp) x pipeline, and
+  // 8-warp blocks.
   std::vector<codegen::DenseTrellisTuning> sweep;
-  for (int wps : {12, 24, 48, 96})
+  for (int wps : {8, 16, 32})
     for (int minRows : {2, 8})
       for (int pipe : {0, 2, 4}) {
         codegen::DenseTrellisTuning t = def;
-        t.warpsPerSm = wps, t.minRows = minRows, t.pipe = pipe;
+        t.warpsPerSm = wps, t.minRows = minRows;
+        t.pipe = t.pipeBatched = pipe;
         sweep.push_back(t);
       }
+  for (int pipe : {0, 2}) {
+    codegen::DenseTrellisTuning t = def;
+    t.threads = 256, t.minBlocks = 2;
+    t.pipe = t.pipeBatched = pipe;
+    sweep.push_back(t);
+  }
 
   // Kernels: compiled in parallel by NVRTC, loaded here.
   std::map<std::string, std::string> src;
@@ -258,15 +266,10 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
         x.upload(xv.data(), xv.size() * 4);
         svh.upload(sv.data(), sv.size() * 4);
       }
-      int maxSplit = 1;
+      int maxSplit = codegen::denseTrellisSplit(sh.in, sh.out, sms, def);
       for (const auto &t : sweep)
-        maxSplit = std::max(maxSplit, codegen::denseTrellisSplit(
-                                          sh.in, sh.out, sms, t.warpsPerSm,
-                                          t.minRows));
-      maxSplit = std::max(maxSplit,
-                          codegen::denseTrellisSplit(sh.in, sh.out, sms,
-                                                     def.warpsPerSm,
-                                                     def.minRows));
+        maxSplit = std::max(maxSplit,
+                            codegen::denseTrellisSplit(sh.in, sh.out, sms, t));
       DeviceBuffer scratch(size_t(sh.out) * maxSplit * 8 * 4 + 256);
       DeviceBuffer counters(size_t(sh.out / 128) * 4 + 256);
       counters.zero();
@@ -323,8 +326,7 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
         auto runNew = [&](const codegen::DenseTrellisTuning &t) {
           codegen::DenseTrellisDims d;
           d.batch = B, d.in = sh.in, d.out = sh.out, d.threads = t.threads;
-          d.split = codegen::denseTrellisSplit(sh.in, sh.out, sms,
-                                               t.warpsPerSm, t.minRows);
+          d.split = codegen::denseTrellisSplit(sh.in, sh.out, sms, t);
           check(d.valid(), "bench dense: invalid geometry");
           CUfunction f = fn(newSpec(K, B, t));
           return std::make_pair(
@@ -339,7 +341,8 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
         };
         auto cfg = [&](const codegen::DenseTrellisTuning &t, int split) {
           return "s" + std::to_string(split) + " p" +
-                 std::to_string(codegen::denseTrellisPipe(t, K)) + " (" +
+                 std::to_string(codegen::denseTrellisPipe(t, K, B)) + " t" +
+                 std::to_string(t.threads) + " (" +
                  std::to_string(t.warpsPerSm) + ":" +
                  std::to_string(t.minRows) + ")";
         };

@@ -384,7 +384,8 @@ struct CudaForward::Impl {
                  {"codebook", cbName(L.codebook)},
                  {"e4m3", L.e4m3 ? "1" : "0"},
                  {"batch", std::to_string(codegen::denseTrellisBatch(B))},
-                 {"pipe", std::to_string(codegen::denseTrellisPipe(dt, L.K))},
+                 {"pipe",
+                  std::to_string(codegen::denseTrellisPipe(dt, L.K, B))},
                  {"minblocks", std::to_string(dt.minBlocks)},
                  {"threads", std::to_string(dt.threads)}});
   }
@@ -395,8 +396,7 @@ struct CudaForward::Impl {
     d.in = L.inPad;
     d.out = L.outPad;
     d.threads = dt.threads;
-    d.split = codegen::denseTrellisSplit(L.inPad, L.outPad, sms,
-                                         dt.warpsPerSm, dt.minRows);
+    d.split = codegen::denseTrellisSplit(L.inPad, L.outPad, sms, dt);
     return d;
   }
   codegen::KernelSpec hadSpec() const {
@@ -1086,21 +1086,24 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
             "' (GLM_DENSE_KERNEL) is not dense_trellis or legacy");
       m.legacyDense = dk == "legacy";
     }
-    // Tuning: GLM_DENSE_TRELLIS_CONFIG=warpsPerSm:minRows:threads:pipe:minb.
+    // Tuning: GLM_DENSE_TRELLIS_CONFIG=
+    //   warpsPerSm:minRows:threads:pipe(batch 1):pipe(batch > 1):minblocks.
     if (const char *e = std::getenv("GLM_DENSE_TRELLIS_CONFIG")) {
-      int v[5];
-      check(std::sscanf(e, "%d:%d:%d:%d:%d", &v[0], &v[1], &v[2], &v[3],
-                        &v[4]) == 5 &&
+      int v[6];
+      auto pipeOk = [](int p) { return p == 0 || (p >= 2 && p <= 6); };
+      check(std::sscanf(e, "%d:%d:%d:%d:%d:%d", &v[0], &v[1], &v[2], &v[3],
+                        &v[4], &v[5]) == 6 &&
                 v[0] >= 1 && v[1] >= 1 && v[2] >= 32 && v[2] <= 256 &&
-                v[2] % 32 == 0 && (v[3] == 0 || (v[3] >= 2 && v[3] <= 6)),
+                v[2] % 32 == 0 && pipeOk(v[3]) && pipeOk(v[4]),
             "GLM_DENSE_TRELLIS_CONFIG='", e,
-            "' is not warpsPerSm:minRows:threads:pipe:minblocks (threads "
-            "32..256, pipe 0 or 2..6)");
+            "' is not warpsPerSm:minRows:threads:pipe:pipeBatched:minblocks "
+            "(threads 32..256, pipes 0 or 2..6)");
       m.dt.warpsPerSm = v[0];
       m.dt.minRows = v[1];
       m.dt.threads = v[2];
       m.dt.pipe = v[3];
-      m.dt.minBlocks = v[4];
+      m.dt.pipeBatched = v[4];
+      m.dt.minBlocks = v[5];
     }
     const char *mla = std::getenv("GLM_MLA_KERNEL");
     m.legacyMla = mla && std::string(mla) == "legacy";

@@ -143,7 +143,7 @@ TEST_P(DenseTrellisDecodeGpu, OneHotRowsEqualCodecDecode) {
   Launch L;
   L.spec = denseSpec(c.K, c.cb, c.e4m3, 8, c.pipe, 128);
   L.d.batch = B, L.d.in = in, L.d.out = out, L.d.threads = 128;
-  L.d.split = 5; // uneven chunks of 32 tile rows
+  L.d.split = 12; // uneven chunks of 32 tile rows, 3 blocks per output
   L.outValid = out, L.yStride = out;
   cuda::DeviceBuffer dCounters(L.d.counterInts() * 4);
   GLM_CU(cuMemsetD8(dCounters.ptr(), 0, dCounters.size()));
@@ -218,8 +218,10 @@ TEST_P(DenseTrellisGemvGpu, MatchesFloat64AndIsReproducible) {
   Launch L;
   L.spec = denseSpec(c.K, c.cb, c.e4m3, c.batchT, c.pipe, c.threads);
   L.d.batch = B, L.d.in = c.in, L.d.out = c.out, L.d.threads = c.threads;
+  glm::codegen::DenseTrellisTuning t = glm::codegen::defaultDenseTrellisTuning();
+  t.threads = c.threads;
   L.d.split = c.split ? c.split
-                      : glm::codegen::denseTrellisSplit(c.in, c.out, 132);
+                      : glm::codegen::denseTrellisSplit(c.in, c.out, 132, t);
   ASSERT_TRUE(L.d.valid());
   L.svh = c.svh;
   L.outValid = c.outValid;
@@ -266,12 +268,14 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         //       K cb e4m3 bT  B lay pipe thr   in    out  valid split svh
         GemvCase{2, 1, true, 1, 1, 0, 4, 128, 1024, 768, 768, 0, false},
-        GemvCase{3, 2, false, 8, 8, 0, 0, 256, 1024, 768, 768, 7, false},
-        GemvCase{4, 0, false, 8, 6, 1, 4, 128, 1024, 768, 768, 1, false},
+        GemvCase{3, 2, false, 8, 8, 0, 0, 256, 1024, 768, 768, 8, false},
+        GemvCase{4, 0, false, 8, 6, 1, 4, 32, 1024, 768, 768, 1, false},
         GemvCase{4, 1, true, 1, 1, 1, 2, 64, 1024, 768, 768, 64, true},
-        GemvCase{3, 1, true, 8, 8, 2, 4, 128, 1024, 768, 700, 3, true},
+        GemvCase{3, 1, true, 8, 8, 2, 4, 128, 1024, 768, 700, 12, true},
+        GemvCase{2, 1, true, 8, 5, 1, 4, 128, 1024, 768, 768, 8, false},
         GemvCase{5, 2, false, 4, 3, 2, 0, 128, 1024, 640, 576, 0, true},
         GemvCase{8, 1, false, 2, 2, 0, 3, 128, 2048, 384, 384, 0, true},
+        GemvCase{6, 0, true, 4, 4, 0, 2, 256, 2048, 256, 200, 0, true},
         // GLM-5.3 shapes: q_a (6144 -> 2048), o_proj-like (4096 -> 6144).
         GemvCase{4, 1, true, 1, 1, 2, 4, 128, 6144, 2048, 2048, 0, true},
         GemvCase{2, 1, true, 8, 8, 1, 4, 128, 6144, 2048, 2048, 0, false},
