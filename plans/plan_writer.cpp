@@ -14,6 +14,7 @@
 #include <cmath>
 #include <fstream>
 #include <tuple>
+#include <unordered_map>
 
 namespace glm::plan {
 
@@ -280,13 +281,41 @@ void finalizePlan(Plan &plan) {
 
 namespace {
 
+/// Bytes the flatbuffer of `p` will about take, so the builder allocates
+/// once instead of doubling (and copying) its way up to ~150 MB.
+static size_t estimateBytes(const Plan &p) {
+  size_t n = 1 << 20;
+  for (const KernelDef &k : p.kernels) {
+    n += k.source.size() + 1024;
+    for (const KernelBinary &kb : k.binaries)
+      n += kb.ptx.size() + kb.cubin.size() + 64;
+  }
+  for (const RankPlan &r : p.ranks) {
+    n += r.weights.size() * 96; // a table of 14 scalars and two offsets
+    for (const GraphDef &g : r.graphs)
+      for (const OpDef &o : g.ops)
+        n += 160 + o.args.size() * 64 + o.name.size();
+    n += r.buffers.size() * 96 + r.layers.size() * 512;
+  }
+  return n;
+}
+
 class Writer {
 public:
-  flatbuffers::FlatBufferBuilder b{1 << 16};
+  explicit Writer(size_t initialBytes) : b(initialBytes) {}
+  flatbuffers::FlatBufferBuilder b;
 
+  /// Each distinct string once (as CreateSharedString, whose lookup
+  /// compares strings in the buffer: a hash map is faster for the ~10^6
+  /// file and tensor names of a full-size plan). Same offsets, same bytes.
   flatbuffers::Offset<flatbuffers::String> str(const std::string &s) {
-    return b.CreateSharedString(s);
+    auto [it, fresh] = shared.try_emplace(s);
+    if (fresh)
+      it->second = b.CreateString(s);
+    return it->second;
   }
+  std::unordered_map<std::string, flatbuffers::Offset<flatbuffers::String>>
+      shared;
 
   flatbuffers::Offset<
       flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>>
@@ -429,19 +458,24 @@ public:
 
 } // namespace
 
-std::vector<uint8_t> serializePlan(const Plan &plan) {
-  Writer w;
+static void build(Writer &w, const Plan &plan) {
   w.b.ForceDefaults(true); // every field present: simpler to diff and read
   w.plan(plan);
+}
+
+std::vector<uint8_t> serializePlan(const Plan &plan) {
+  Writer w(estimateBytes(plan));
+  build(w, plan);
   return {w.b.GetBufferPointer(), w.b.GetBufferPointer() + w.b.GetSize()};
 }
 
 void writePlan(const Plan &plan, const std::string &path) {
-  std::vector<uint8_t> bytes = serializePlan(plan);
+  Writer w(estimateBytes(plan)); // written from the builder: no copy
+  build(w, plan);
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   rt::check(bool(f), path, ": cannot open the plan for writing");
-  f.write(reinterpret_cast<const char *>(bytes.data()),
-          std::streamsize(bytes.size()));
+  f.write(reinterpret_cast<const char *>(w.b.GetBufferPointer()),
+          std::streamsize(w.b.GetSize()));
   f.close();
   rt::check(bool(f), path, ": writing the plan failed (disk full?)");
 }

@@ -18,6 +18,7 @@
 #include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
@@ -48,6 +49,7 @@ struct CompileArgs {
   std::string dumpIrAfter;
   std::string output;
   bool noKernelCompile = false;
+  bool timing = false;
   std::string decodeBatches = "1,2,4,8";
   std::string prefillChunks = "512,2048";
 };
@@ -115,7 +117,14 @@ static int runCompile(const CompileArgs &a) {
   ImportOptions io;
   io.manifest = a.manifest;
   io.width = a.width;
+  io.buryPack = true; // the process ends after the compile
+  // --timing: wall time per pass (and the import) on stderr.
+  mlir::DefaultTimingManager tm;
+  tm.setEnabled(a.timing);
+  mlir::TimingScope root = tm.getRootScope();
+  mlir::TimingScope importTimer = root.nest("import");
   mlir::OwningOpRef<mlir::ModuleOp> module = importPack(ctx, a.pack, io);
+  importTimer.stop();
   progress.advance();
   if (!module)
     return 1;
@@ -146,6 +155,8 @@ static int runCompile(const CompileArgs &a) {
   mlir::PassManager pm(&ctx);
   buildPipeline(pm, opt, stop);
   pm.addInstrumentation(std::make_unique<ProgressInstrumentation>(progress));
+  if (a.timing)
+    pm.enableTiming(root);
   if (!a.dumpIrAfter.empty()) {
     std::string want = a.dumpIrAfter;
     if (want.rfind("glm-", 0) != 0)
@@ -256,6 +267,8 @@ void addCompileCommand(CLI::App &app, int &rc) {
       ->capture_default_str();
   cmd->add_flag("--no-nvrtc", args->noKernelCompile,
                 "generate kernel sources but do not compile them");
+  cmd->add_flag("--timing", args->timing,
+                "print the wall time of the import and of every pass");
   cmd->add_option("-o,--output", args->output,
                   "plan file (--emit=plan), else IR/source output (default "
                   "stdout)");

@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/mlir/Bindings.h"
+#include "compiler/mlir/KernelBuilds.h"
 #include "compiler/mlir/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -35,6 +36,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -489,11 +491,13 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
           b.getNamedAttr("batch", b.getI64IntegerAttr(bk.batch)),
       }));
     module->setAttr("glm.buckets", b.getArrayAttr(bucketAttrs));
-    // Kernel attributes do not change who binds which weight bytes.
-    markAnalysesPreserved<glmc::BindingAnalysis>();
+    // Kernel attributes do not change who binds which weight bytes; the
+    // builds left running are glm-emit-plan's to collect.
+    markAnalysesPreserved<glmc::BindingAnalysis, glmc::KernelBuilds>();
 
     SmallVector<Attribute> specs;
-    std::vector<BuiltKernel> built = buildAll(byName, archList);
+    std::vector<BuiltKernel> built = buildAll(
+        byName, archList, async ? &getAnalysis<glmc::KernelBuilds>() : nullptr);
     size_t index = 0;
     for (auto &[name, s] : byName) {
       SmallVector<NamedAttribute> args;
@@ -568,9 +572,11 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
   /// Generates the sources (codegen) and, with `compile`, PTX/CUBIN for every
   /// arch through NVRTC. NVRTC dominates the compile time, so the distinct
   /// kernels are built on all cores; results keep byName's order, so plans
-  /// stay byte-identical.
+  /// stay byte-identical. With `background`, only the sources are made here
+  /// and NVRTC runs on background threads for glm-emit-plan to collect.
   std::vector<BuiltKernel> buildAll(const std::map<std::string, Spec> &byName,
-                                    const std::vector<std::string> &archList) {
+                                    const std::vector<std::string> &archList,
+                                    glmc::KernelBuilds *background) {
     std::vector<BuiltKernel> out(byName.size());
 #ifdef GLM_CODEGEN_AVAILABLE
     std::vector<::glm::codegen::KernelSpec> specs;
@@ -590,6 +596,31 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
     });
     const bool doCompile = compile && ::glm::codegen::nvrtcAvailable();
     const std::string cache = doCompile ? kernelCacheDir() : "";
+    if (background && doCompile) {
+      // Sources now (string work), NVRTC in the background, big kernels
+      // first; emit-plan puts each result back by kernel name.
+      std::vector<std::function<void(glmc::KernelBuildResult &)>> jobs;
+      for (size_t i : order) {
+        try {
+          out[i].kernel = ::glm::codegen::buildKernel(specs[i], false);
+        } catch (const std::exception &ex) {
+          out[i].error = ex.what();
+          continue;
+        }
+        jobs.push_back([k = out[i].kernel, archList,
+                        cache](glmc::KernelBuildResult &r) {
+          r.name = k.name;
+          for (const std::string &arch : archList) {
+            ::glm::plan::KernelBinary bin = compileCached(k, arch, cache);
+            r.archs.push_back(arch);
+            r.ptx.push_back(std::move(bin.ptx));
+            r.cubin.emplace_back(bin.cubin.begin(), bin.cubin.end());
+          }
+        });
+      }
+      background->start({}, std::move(jobs), ::glm::rt::hardwareThreads());
+      return out;
+    }
     // Big kernels first (order), one kernel per task on every core.
     ::glm::rt::parallelFor(
         int64_t(specs.size()), 1, 0, [&](int64_t b, int64_t e, int) {

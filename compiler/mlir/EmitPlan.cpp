@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/mlir/Bindings.h"
+#include "compiler/mlir/KernelBuilds.h"
 #include "compiler/mlir/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -783,6 +784,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       return signalPassFailure();
     try {
       gp::Plan plan = buildPlan(module, pack, step, *table);
+      collectKernelBuilds(plan);
       gp::finalizePlan(plan);
 #ifdef GLM_CODEGEN_AVAILABLE
       glmc::checkKernelArgs(plan, output.empty() ? std::string("plan")
@@ -800,6 +802,31 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
   }
 
 #ifdef GLM_PLANS_AVAILABLE
+  /// The binaries of glm-emit-kernels{async}: NVRTC ran while the plan was
+  /// built; wait for it and put each kernel's PTX/CUBIN in place.
+  void collectKernelBuilds(gp::Plan &plan) {
+    auto builds = getCachedAnalysis<glmc::KernelBuilds>();
+    if (!builds || !builds->get().started())
+      return;
+    builds->get().wait();
+    std::map<std::string, const glmc::KernelBuildResult *> byName;
+    for (const glmc::KernelBuildResult &r : builds->get().results())
+      byName[r.name] = &r;
+    for (gp::KernelDef &k : plan.kernels) {
+      auto it = byName.find(k.name);
+      if (it == byName.end())
+        continue;
+      const glmc::KernelBuildResult &r = *it->second;
+      if (!r.error.empty())
+        ::glm::rt::fail("glm-emit-kernels: ", r.error);
+      k.binaries.clear();
+      for (size_t a = 0; a < r.archs.size(); ++a)
+        k.binaries.push_back({r.archs[a], r.ptx[a],
+                              std::vector<uint8_t>(r.cubin[a].begin(),
+                                                   r.cubin[a].end())});
+    }
+  }
+
   gp::Plan buildPlan(ModuleOp module, PackOp pack, func::FuncOp step,
                      const glmc::BindingTable &table) {
     gp::Plan plan;
@@ -902,6 +929,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       wbuf.name = "weights";
       wbuf.kind = gp::BufferKind::Weight;
       uint64_t woff = 0;
+      rp.weights.reserve(use.bindings.size());
       for (const glmc::RankBinding &b : use.bindings) {
         gp::WeightBinding wb;
         wb.file = cast<StringAttr>(files[b.file]).str();

@@ -12,6 +12,7 @@
 #include "runtime/base/error.h"
 #include "runtime/formats/pack.h"
 
+#include "llvm/Support/BuryPointer.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
@@ -489,7 +490,10 @@ OwningOpRef<ModuleOp> importPack(MLIRContext &ctx, const std::string &dir,
                    << "` and the --manifest name or path";
     return nullptr;
   }
-  return importModel(ctx, *pack, opt.manifest);
+  OwningOpRef<ModuleOp> module = importModel(ctx, *pack, opt.manifest);
+  if (opt.buryPack)
+    llvm::BuryPointer(std::move(pack));
+  return module;
 }
 
 } // namespace glmc

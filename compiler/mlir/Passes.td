@@ -83,6 +83,10 @@ def GlmEmitKernels : Pass<"glm-emit-kernels", "::mlir::ModuleOp"> {
     ListOption<"archs", "arch", "std::string", "target archs (sm_121, sm_90)">,
     Option<"compile", "compile", "bool", "false",
            "compile every kernel with NVRTC (needs codegen)">,
+    Option<"async", "async", "bool", "false",
+           "with compile: leave the NVRTC builds running in the background "
+           "for glm-emit-plan, which must come next, to collect (the "
+           "kernels compile while the plan is built)">,
     ListOption<"decodeBatches", "decode-batches", "int64_t",
                "decode graph batch sizes, 1..8 (default: 1,2,...,8)">,
     ListOption<"prefillChunks", "prefill-chunks", "int64_t",

@@ -45,6 +45,9 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opt,
   GlmEmitKernelsOptions kernels;
   kernels.archs.assign(opt.archs.begin(), opt.archs.end());
   kernels.compile = opt.compileKernels;
+  // glm-emit-plan follows and collects the builds: NVRTC runs on the other
+  // cores while the plan is built.
+  kernels.async = opt.compileKernels && stop == Stage::Plan;
   kernels.decodeBatches.assign(opt.decodeBatches.begin(),
                                opt.decodeBatches.end());
   kernels.prefillChunks.assign(opt.prefillChunks.begin(),
