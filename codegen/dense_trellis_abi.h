@@ -41,11 +41,14 @@ struct DenseTrellisDims {
 
 /// Launch tuning shared by the executor, the bench and the compiler's plans.
 struct DenseTrellisTuning {
+  // Defaults from bench --suite dense on the H200 (docs/perf.md, "Dense
+  // trellis decode kernel (session 3)"): pipe 2 and minRows 2 were the
+  // fastest or within noise on every GLM-5.3 shape at batch 1 and 8.
   int warpsPerSm = 16; // split target: warps per SM resident at once
-  int minRows = 4;     // tile rows per warp at least
+  int minRows = 2;     // tile rows per warp at least
   int maxSplit = 128;  // chunks per output block at most
   int threads = 128;   // block size
-  int pipe = 0;        // batch 1: 0 registers, 2..6 cp.async ring rows
+  int pipe = 2;        // batch 1: 0 registers, 2..6 cp.async ring rows
   int pipeBatched = 2; // batch > 1
   int minBlocks = 4;   // __launch_bounds__ min blocks (0 = none)
 };
