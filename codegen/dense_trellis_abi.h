@@ -42,8 +42,9 @@ struct DenseTrellisDims {
 /// Launch tuning shared by the executor, the bench and the compiler's plans.
 struct DenseTrellisTuning {
   // Defaults from bench --suite dense on the H200 (docs/perf.md, "Dense
-  // trellis decode kernel (session 3)"): pipe 2 and minRows 2 were the
-  // fastest or within noise on every GLM-5.3 shape at batch 1 and 8.
+  // trellis decode kernel (session 3)"): at batch 1, pipe 2 + minRows 2
+  // beat pipe 0 + minRows 4 by 2-10 % on every GLM-5.3 shape; at batch 8
+  // minRows 2 is within -1..+6 % of minRows 4.
   int warpsPerSm = 16; // split target: warps per SM resident at once
   int minRows = 2;     // tile rows per warp at least
   int maxSplit = 128;  // chunks per output block at most
