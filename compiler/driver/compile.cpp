@@ -12,6 +12,7 @@
 #include "compiler/mlir/Passes.h"
 #include "runtime/base/error.h"
 #include "runtime/base/progress.h"
+#include "runtime/formats/pack.h"
 
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
@@ -32,6 +33,7 @@
 #include <cstdlib>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 namespace glmc {
 namespace {
@@ -117,7 +119,8 @@ static int runCompile(const CompileArgs &a) {
   ImportOptions io;
   io.manifest = a.manifest;
   io.width = a.width;
-  io.buryPack = true; // the process ends after the compile
+  std::unique_ptr<glm::rt::Pack> pack;
+  io.keepPack = &pack;
   // --timing: wall time per pass (and the import) on stderr.
   mlir::DefaultTimingManager tm;
   tm.setEnabled(a.timing);
@@ -126,6 +129,13 @@ static int runCompile(const CompileArgs &a) {
   mlir::OwningOpRef<mlir::ModuleOp> module = importPack(ctx, a.pack, io);
   importTimer.stop();
   progress.advance();
+  // The passes need the module only: free the pack's index on the other
+  // core meanwhile (NVRTC starts later, in glm-emit-kernels).
+  std::thread freePack([p = std::move(pack)]() mutable { p.reset(); });
+  struct Join {
+    std::thread &t;
+    ~Join() { t.join(); }
+  } joinFreePack{freePack};
   if (!module)
     return 1;
 

@@ -12,7 +12,6 @@
 #include "runtime/base/error.h"
 #include "runtime/formats/pack.h"
 
-#include "llvm/Support/BuryPointer.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
@@ -491,8 +490,8 @@ OwningOpRef<ModuleOp> importPack(MLIRContext &ctx, const std::string &dir,
     return nullptr;
   }
   OwningOpRef<ModuleOp> module = importModel(ctx, *pack, opt.manifest);
-  if (opt.buryPack)
-    llvm::BuryPointer(std::move(pack));
+  if (opt.keepPack)
+    *opt.keepPack = std::move(pack);
   return module;
 }
 

@@ -12,6 +12,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
+#include <memory>
 #include <string>
 
 namespace glm::rt {
@@ -23,10 +24,10 @@ namespace glmc {
 struct ImportOptions {
   std::string manifest; // exlr8 manifest name or path ("" = the pack's only)
   int width = 0;        // exlr8: one width for every half (0 = manifest)
-  /// Never free the opened pack's index (a full-size one is ~10^6 small
-  /// allocations, ~0.5 s to free): for a process that exits after the
-  /// compile, as `glmc compile` does (LLVM's BuryPointer idiom).
-  bool buryPack = false;
+  /// When set, the opened pack is handed here instead of freed: a
+  /// full-size index is ~10^6 small allocations, ~0.5 s to free, which
+  /// `glmc compile` does on another thread while the passes run.
+  std::unique_ptr<::glm::rt::Pack> *keepPack = nullptr;
 };
 
 /// Opens `dir` index-only and imports it. On bad input emits a diagnostic
