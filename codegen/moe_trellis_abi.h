@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace glm::codegen {
 
@@ -49,5 +50,83 @@ struct MoeTrellisDims {
            16 % downGroup == 0 && threads % 32 == 0;
   }
 };
+
+/// Template BATCH of a runtime batch: moe_trellis is instantiated for 1, 2,
+/// 4 and 8 rows (a batch of 3 runs the 4-row kernel).
+inline int moeTrellisBatch(int batch) {
+  return batch <= 1 ? 1 : batch <= 2 ? 2 : batch <= 4 ? 4 : 8;
+}
+
+/// Launch tuning every moe_trellis layer of a model shares: the executor's
+/// default (GLM_MOE_TRELLIS_CONFIG overrides it there) and what the
+/// compiler writes into a plan, so both launch the same kernels.
+struct MoeTrellisTuning {
+  int guSplit = 1;   // gate/up k-chunks
+  int downGroup = 2; // halves per down item
+  int threads = 128;
+  int pipe = 4;      // cp.async ring depth (template PIPE)
+  int minBlocks = 4; // __launch_bounds__ minimum blocks per SM
+};
+
+/// The default tuning for `hidden`: gate/up k-chunks of at least 8 tile
+/// rows each (24 chunks at GLM-5.3's 6144, measured fastest by bench
+/// --suite moe).
+inline MoeTrellisTuning defaultMoeTrellisTuning(int64_t hidden) {
+  MoeTrellisTuning t;
+  const int64_t rows16 = hidden / 16;
+  for (int sp : {24, 16, 12, 8, 6, 4, 3, 2, 1})
+    if (rows16 > 0 && rows16 % sp == 0 && (rows16 / sp >= 8 || sp == 1)) {
+      t.guSplit = sp;
+      break;
+    }
+  return t;
+}
+
+/// The dims of one layer's launches at `batch` rows under `t`.
+inline MoeTrellisDims moeTrellisDims(const MoeTrellisTuning &t, int batch,
+                                     int topk, int nRouted, int nShared,
+                                     int hidden) {
+  MoeTrellisDims d;
+  d.batch = batch;
+  d.topk = topk;
+  d.nRouted = nRouted;
+  d.nShared = nShared;
+  d.hidden = hidden;
+  d.inter = 16 * 128;
+  d.guSplit = t.guSplit;
+  d.downGroup = t.downGroup;
+  d.threads = t.threads;
+  return d;
+}
+
+/// What decides whether a MoE layer's trellis experts run through
+/// moe_trellis (else expert_gemv_trellis + moe_reduce per group).
+struct MoeTrellisLayer {
+  bool routedTrellis = true; // routed experts are trellis tiles
+  bool exl3 = false;         // EXL3 experts (else exlr8 halves)
+  int64_t inter = 2048, halves = 16; // routed intermediate width, halves
+  int64_t topk = 8;
+  int maxBatch = 1;           // largest decode batch the layer runs
+  bool hasShared = false;     // a shared expert exists
+  bool sharedSameFormat = true; // trellis, same layout/codebook/E4M3/hidden
+  int64_t sharedInter = 2048;
+};
+
+/// "" when moe_trellis runs the layer, else why not (the executor and the
+/// compiler both decide with this).
+inline std::string moeTrellisRefusal(const MoeTrellisLayer &l) {
+  if (!l.routedTrellis)
+    return "experts are not trellis";
+  if (l.inter > 2048 || l.halves > 16)
+    return "intermediate width over 16 halves of 128";
+  if (int64_t(l.maxBatch) * l.topk > 64)
+    return "batch x experts per token over 64";
+  if (l.hasShared && (!l.sharedSameFormat || l.sharedInter > 2048 ||
+                      (l.exl3 && l.sharedInter != l.inter)))
+    return "the shared expert differs from the routed ones in format";
+  if (l.exl3 && l.inter % 128 != 0)
+    return "EXL3 intermediate width not a multiple of 128";
+  return "";
+}
 
 } // namespace glm::codegen
