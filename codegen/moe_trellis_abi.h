@@ -20,6 +20,13 @@ struct MoeTrellisDims {
   int guSplit = 16;  // k-chunks per gate/up half (divides hidden/16)
   int downGroup = 4; // halves per down item (divides 16)
   int threads = 128; // block size of both launches
+  /// > 0: grids of at most this many blocks. A grid smaller than the
+  /// one-item-per-warp grid takes the kernel's persistent path (warp w
+  /// streams items w, w + W, ... through one cp.async ring; same scratch
+  /// slots and results as the full grid; needs downGroup 1, template pipe
+  /// >= 2 and maxUnits() <= 72). E.g. SMs x resident blocks per SM.
+  /// 0: one item per warp.
+  int persistBlocks = 0;
 
   int maxUnits() const { return batch * topk + nShared; }
   int slots() const { return batch * (topk + nShared); }
@@ -35,19 +42,25 @@ struct MoeTrellisDims {
   }
   unsigned gridGateUp() const {
     const size_t items = size_t(maxUnits()) * 16 * 2 * guSplit;
-    return unsigned((items + threads / 32 - 1) / (threads / 32));
+    return capped((items + threads / 32 - 1) / (threads / 32));
   }
   unsigned gridDown() const {
     const size_t items =
         size_t(maxUnits()) * (hidden / 128) * (16 / downGroup);
-    return unsigned((items + threads / 32 - 1) / (threads / 32));
+    return capped((items + threads / 32 - 1) / (threads / 32));
+  }
+  unsigned capped(size_t full) const {
+    return unsigned(persistBlocks > 0 && size_t(persistBlocks) < full
+                        ? size_t(persistBlocks)
+                        : full);
   }
   /// The kernel traps on anything else.
   bool valid() const {
     return inter == 16 * 128 && hidden % 128 == 0 && batch >= 1 &&
            batch <= 8 && batch * topk <= 64 && guSplit >= 1 &&
            (hidden / 16) % guSplit == 0 && downGroup >= 1 &&
-           16 % downGroup == 0 && threads % 32 == 0;
+           16 % downGroup == 0 && threads % 32 == 0 &&
+           (persistBlocks <= 0 || (downGroup == 1 && maxUnits() <= 72));
   }
 };
 

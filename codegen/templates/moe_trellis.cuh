@@ -81,9 +81,16 @@
 //   accumulate
 // Launch stage 0 then stage 1 on one stream (graph-capturable; nothing
 // depends on host-side routing). batch*topk <= 64.
-// Grid (x only, THREADS/32 items per block), Umax = batch*topk + n_shared:
+// Grid (x only), Umax = batch*topk + n_shared. The full grid (one item per
+// warp, THREADS/32 items per block; MoeTrellisDims with persistBlocks 0):
 //   stage 0: ceil(Umax*16*2*gu_split / (THREADS/32))
 //   stage 1: ceil(Umax*(hidden/128)*(16/down_group) / (THREADS/32))
+// Any smaller grid takes the PERSISTENT path (see "persistent path" below;
+// e.g. SMs x resident blocks per SM): warp w streams items w, w + W, ...
+// of the owned halves through one cp.async ring. It needs PIPE >= 2,
+// down_group == 1 and Umax <= 72 (else it traps); scratch slots, counters
+// and the reduction order are those of the full grid (at down_group 1), so
+// results do not depend on the grid.
 // Scratch, Q = batch*(topk + n_shared) slots, q = b*(topk+n_shared) + k:
 //   [0, A)  gate/up partials [q][p][h][s][128],   A = Q*2*16*gu_split*128
 //   [A, B)  act [q][h][128],                       B = A + Q*16*128
@@ -262,11 +269,11 @@ template <int WMASK, int PIPE, int THREADS> struct MoeRing {
 
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
           int THREADS>
-__device__ __forceinline__ void moeGateUp(GLM_MOE_TRELLIS_PARAMS) {
+__device__ __forceinline__ void
+moeGateUp(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
+          GLM_MOE_TRELLIS_PARAMS) {
   typedef typename StorageOf<SVT>::type SV;
   constexpr int NB = kNB(BATCH);
-  constexpr int kRing = MoeRing<WMASK, PIPE, THREADS>::kWords;
-  __shared__ __align__(16) u32 ring[THREADS / 32][kRing];
   const int lane = threadIdx.x & 31, j4 = lane & 3, g = lane >> 2;
   const long long item =
       (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -419,12 +426,11 @@ downHalf(const u8 *half, TileStrides st, int blk,
 
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
           int THREADS>
-__device__ __forceinline__ void moeDown(GLM_MOE_TRELLIS_PARAMS) {
+__device__ __forceinline__ void
+moeDown(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
+        float (*zs)[BATCH][128], GLM_MOE_TRELLIS_PARAMS) {
   typedef typename StorageOf<SVT>::type SV;
   constexpr int NB = kNB(BATCH);
-  constexpr int kRing = MoeRing<WMASK, PIPE, THREADS>::kWords;
-  __shared__ __align__(16) u32 ring[THREADS / 32][kRing];
-  __shared__ float zs[THREADS / 32][BATCH][128]; // EXL3 output Hadamard
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31, j4 = lane & 3, g = lane >> 2;
   const int nBlk = hidden / 128, nGroup = 16 / down_group;
@@ -565,6 +571,562 @@ __device__ __forceinline__ void moeDown(GLM_MOE_TRELLIS_PARAMS) {
   }
 }
 
+// ------------------------------------------------- persistent path ----
+//
+// Taken when the grid is smaller than the one-item-per-warp grid: warp w of
+// W = gridDim.x * THREADS/32 takes items w, w + W, w + 2W, ... of the N
+// items of the stage, counted over the units' OWNED halves only (so a TP
+// rank's warps all have work), and streams their tile rows through one
+// cp.async ring that runs across item boundaries (the next item's first
+// rows are in flight while the current one decodes; no per-item prologue).
+// Concurrent warps work on neighbouring items, as in the one-item-per-warp
+// grid. Every item stores its own partial in the same slots as the full
+// grid; the stage tails sum them in the same fixed order, so the results
+// do not depend on the grid (and are bit-reproducible). The unit table
+// (routing dedupe, owned halves) is built once per block.
+
+/// Units of the launch as one block sees them (built once per block).
+constexpr int kMoeMaxUnits = 72; // batch*topk <= 64, n_shared <= 8
+template <int BATCH> struct MoeUnitTable {
+  int n;                          // units
+  int e[kMoeMaxUnits];            // expert index
+  int mask[kMoeMaxUnits];         // owned halves (gate, up and down present)
+  int before[kMoeMaxUnits + 1];   // owned halves of the units before u
+  signed char k[kMoeMaxUnits][BATCH]; // slot of row b in its row, -1 none
+  float w[kMoeMaxUnits][BATCH];
+};
+
+template <int BATCH>
+__device__ __forceinline__ void
+buildUnitTable(MoeUnitTable<BATCH> &T, const int *ids, const float *routeW,
+               const u8 *const *tiles, int batch, int topk, int nRouted,
+               int nShared) {
+  const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int lane = threadIdx.x & 31, nSlot = topk + nShared;
+  int nU = 0;
+  for (int u = warp;; u += nw) {
+    MoeUnit<BATCH> un;
+    const bool ok =
+        findUnit<BATCH>(u, ids, routeW, batch, topk, nRouted, nShared, un);
+    nU = un.nUnits;
+    if (!ok)
+      break;
+    bool own = false;
+    if (lane < 16)
+      own = tiles[(un.e * 3 + 0) * 16 + lane] &&
+            tiles[(un.e * 3 + 1) * 16 + lane] &&
+            tiles[(un.e * 3 + 2) * 16 + lane];
+    const u32 m = __ballot_sync(0xFFFFFFFFu, own) & 0xFFFFu;
+    if (lane == 0) {
+      T.e[u] = un.e;
+      T.mask[u] = int(m);
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b) {
+        T.k[u][b] = (signed char)(un.slot[b] < 0 ? -1 : un.slot[b] - b * nSlot);
+        T.w[u][b] = un.w[b];
+      }
+    }
+  }
+  if (threadIdx.x == 0)
+    T.n = nU;
+  __syncthreads();
+  if (warp == 0) {
+    int run = 0;
+    for (int u0 = 0; u0 < nU; u0 += 32) {
+      const int u = u0 + lane;
+      const int c = u < nU ? __popc(T.mask[u]) : 0;
+      int incl = c;
+#pragma unroll
+      for (int d = 1; d < 32; d <<= 1) {
+        const int o = __shfl_up_sync(0xFFFFFFFFu, incl, d);
+        if (lane >= d)
+          incl += o;
+      }
+      if (u < nU)
+        T.before[u] = run + incl - c;
+      run += __shfl_sync(0xFFFFFFFFu, incl, 31);
+    }
+    if (lane == 0)
+      T.before[nU] = run;
+  }
+  __syncthreads();
+}
+
+/// The unit whose owned halves (times `scale` items each) hold item c.
+template <int BATCH>
+__device__ __forceinline__ int unitOf(const MoeUnitTable<BATCH> &T,
+                                      long long c, int scale) {
+  int lo = 0, hi = T.n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if ((long long)T.before[mid] * scale <= c)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/// Index of the r-th set bit of m.
+__device__ __forceinline__ int nthBit(u32 m, int r) {
+  for (; r > 0; --r)
+    m &= m - 1;
+  return __ffs(m) - 1;
+}
+
+/// Issue side of one item: the half's words, its width and first tile.
+struct MoeDesc {
+  const u32 *half;
+  int K, i0, j0;
+};
+
+/// acc[nb] += B . T over one ring row of width K.
+template <int K, int CB, bool E4M3, int NB>
+__device__ __forceinline__ void ringRowMma(const u32 *src,
+                                           const u32 (&b)[NB][2],
+                                           float (&acc)[NB][8][4]) {
+  constexpr int NL = TileLane<K>::kLoad, W = TileLane<K>::kWords;
+  const LaneMap<K> map(threadIdx.x & 31);
+  u32 v[8][NL];
+#pragma unroll
+  for (int c = 0; c < 8; ++c)
+#pragma unroll
+    for (int l = 0; l < NL; ++l)
+      v[c][l] = src[c * W + map.off[l]];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    u32 a[4];
+    decodeFragA<K, CB, E4M3>(v[c], map.shift, a);
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+      mma16816(acc[nb][c], a, b[nb][0], b[nb][1]);
+  }
+}
+
+/// Streams the tile rows of items c0, c0 + step, ... (count items, R rows
+/// each) through the warp's ring (PIPE rows; PIPE - 1 in flight across item
+/// boundaries, so an item starts with its first rows already loaded).
+///   info(c)           item description (shared-memory lookups only)
+///   desc(info)        MoeDesc of the item (global table loads; called one
+///                     item ahead of its first issue)
+///   loadX(info, r, x) this lane's activations of row r (scaled)
+///   flush(c, acc)     stores item c's partial and arrives
+template <int WMASK, int CB, bool E4M3, int NB, int PIPE, class InfoFn,
+          class DescFn, class XFn, class FlushFn>
+__device__ __forceinline__ void
+moeStream(long long c0, long long step, int count, int R, TileStrides st,
+          InfoFn info, DescFn desc, XFn loadX, FlushFn flush, u32 *ring,
+          int *ringK) {
+  constexpr int kSlot = 64 * kMaxWidth(WMASK); // words of a row at Kmax
+  constexpr int D = PIPE < 2 ? 2 : PIPE;
+  const int lane = threadIdx.x & 31, g = lane >> 2;
+  const bool lo = g & 1;
+  const int nRows = count * R;
+  if (nRows <= 0)
+    return;
+  float acc[NB][8][4];
+  auto zero = [&] {
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int c = 0; c < 8; ++c)
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+          acc[nb][c][t] = 0.0f;
+  };
+  zero();
+  // Issue side.
+  int iItem = 0, iRow = 0, iSlot = 0, issued = 0;
+  MoeDesc dCur = desc(info(c0));
+  MoeDesc dNext = dCur;
+  if (count > 1)
+    dNext = desc(info(c0 + step));
+  auto issue = [&] {
+    if (issued < nRows) {
+      const int K = dCur.K, chunks = 16 * K; // 8 tiles * 8K words / 4
+      const u32 *row =
+          dCur.half + tileIndex(dCur.i0 + iRow, dCur.j0, st) * (8 * K);
+      u32 *dst = ring + iSlot * kSlot;
+      for (int q = lane; q < chunks; q += 32) {
+        const unsigned sa =
+            static_cast<unsigned>(__cvta_generic_to_shared(dst + 4 * q));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa),
+                     "l"(row + 4 * q));
+      }
+      if (lane == 0)
+        ringK[iSlot] = K;
+      ++issued;
+      iSlot = iSlot + 1 == D ? 0 : iSlot + 1;
+      if (++iRow == R) {
+        iRow = 0;
+        ++iItem;
+        dCur = dNext;
+        if (iItem + 1 < count)
+          dNext = desc(info(c0 + (iItem + 1) * step));
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+#pragma unroll
+  for (int i = 0; i < D - 1; ++i)
+    issue();
+  // Compute side.
+  int cItem = 0, cRow = 0, cSlot = 0;
+  auto xInfo = info(c0);
+  float xCur[NB][4], xNext[NB][4];
+  loadX(xInfo, 0, xCur);
+  for (int t = 0; t < nRows; ++t) {
+    issue();
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(D - 1));
+    __syncwarp();
+    const int K = ringK[cSlot];
+    const u32 *src = ring + cSlot * kSlot;
+    u32 b[NB][2];
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      b[nb][0] = splitHiLo(xCur[nb][0], xCur[nb][1], lo);
+      b[nb][1] = splitHiLo(xCur[nb][2], xCur[nb][3], lo);
+    }
+    const auto rowInfo = xInfo; // the item of row t
+    if (t + 1 < nRows) {
+      if (cRow + 1 == R) {
+        xInfo = info(c0 + (cItem + 1) * step);
+        loadX(xInfo, 0, xNext);
+      } else {
+        loadX(xInfo, cRow + 1, xNext);
+      }
+    }
+#define GLM_ROW(KK) ringRowMma<KK, CB, E4M3, NB>(src, b, acc)
+    GLM_MOE_DISPATCH_K(WMASK, K, GLM_ROW)
+#undef GLM_ROW
+    __syncwarp(); // the slot is refilled by the next issue
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        xCur[nb][i] = xNext[nb][i];
+    cSlot = cSlot + 1 == D ? 0 : cSlot + 1;
+    if (++cRow == R) {
+      cRow = 0;
+      flush(rowInfo, acc);
+      zero();
+      ++cItem;
+    }
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+/// Adds n items to an arrival counter; true in the warp that completes it
+/// (it then owns the reduction and resets the counter).
+__device__ __forceinline__ bool arriveItems(int *counter, int n,
+                                            int expected) {
+  __threadfence();
+  __syncwarp();
+  int old = 0;
+  if ((threadIdx.x & 31) == 0)
+    old = atomicAdd(counter, n);
+  old = __shfl_sync(0xFFFFFFFFu, old, 0);
+  if (old + n != expected)
+    return false;
+  __threadfence();
+  if ((threadIdx.x & 31) == 0)
+    *counter = 0;
+  return true;
+}
+
+/// Last item of (u, h): sums the valid split-k partials of gate and up in
+/// slot order, output Hadamard * svh, SwiGLU * down.suh, input Hadamard of
+/// down -> act[q][h].
+template <int BATCH, int SVT, class ValidFn>
+__device__ __forceinline__ void
+guFinish(const int (&q)[BATCH], int e, int h, int split, int eTot, int inter,
+         const float *guPart, float *act, const void *gu_svh,
+         const void *down_suh, ValidFn valid) {
+  typedef typename StorageOf<SVT>::type SV;
+  const int lane = threadIdx.x & 31;
+  const SV *svh = static_cast<const SV *>(gu_svh);
+  const SV *dsuh = static_cast<const SV *>(down_suh);
+#pragma unroll
+  for (int b = 0; b < BATCH; ++b) {
+    if (q[b] < 0)
+      continue;
+    float gu[2][4];
+#pragma unroll
+    for (int pp = 0; pp < 2; ++pp) {
+      const float *src = guPart + (((long long)q[b] * 2 + pp) * 16 + h) *
+                                      split * 128 + 4 * lane;
+      float4 sum = __ldcg(reinterpret_cast<const float4 *>(src));
+      for (int ss = 1; ss < split; ++ss) {
+        if (!valid(pp, ss))
+          continue;
+        const float4 v =
+            __ldcg(reinterpret_cast<const float4 *>(src + ss * 128));
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+      }
+      float v[4] = {sum.x, sum.y, sum.z, sum.w};
+      hadamard128Warp(v, lane);
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        gu[pp][t] = v[t] * kInvSqrt128 *
+                    optAt(svh, (long long)(pp * eTot + e) * inter + 128 * h +
+                                   4 * lane + t);
+    }
+    float a[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const float gg = gu[0][t];
+      a[t] = gg / (1.0f + expf(-gg)) * gu[1][t] *
+             optAt(dsuh, (long long)e * inter + 128 * h + 4 * lane + t);
+    }
+    hadamard128Warp(a, lane);
+    float4 o = make_float4(a[0] * kInvSqrt128, a[1] * kInvSqrt128,
+                           a[2] * kInvSqrt128, a[3] * kInvSqrt128);
+    *reinterpret_cast<float4 *>(act + ((long long)q[b] * 16 + h) * 128 +
+                                4 * lane) = o;
+  }
+}
+
+template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
+          int THREADS>
+__device__ __forceinline__ void
+moeGateUpPersistent(u32 *ring, int *ringK, MoeUnitTable<BATCH> &T,
+                    GLM_MOE_TRELLIS_PARAMS) {
+  typedef typename StorageOf<SVT>::type SV;
+  constexpr int NB = kNB(BATCH);
+  const int lane = threadIdx.x & 31, j4 = lane & 3, g = lane >> 2;
+  const int eTot = n_routed + n_shared, nBlk = hidden / 128;
+  const int nSlot = topk + n_shared, Q = batch * nSlot;
+  const int rowsPer = hidden / 16 / gu_split;
+  float *guPart = scratch;
+  float *act = scratch + (long long)Q * 32 * gu_split * 128;
+  const int nItems = T.before[T.n] * 2 * gu_split;
+  struct Info {
+    int u, h, p, s;
+  };
+  auto info = [&](long long c) {
+    Info f;
+    const int o = int(c) / (2 * gu_split), seg = int(c) / gu_split;
+    f.p = seg & 1;
+    f.s = int(c) - seg * gu_split;
+    f.u = unitOf(T, o, 1);
+    f.h = nthBit(T.mask[f.u], int(o - T.before[f.u]));
+    return f;
+  };
+  auto desc = [&](const Info &f) {
+    const int e = T.e[f.u], i = (e * 3 + f.p) * 16 + f.h;
+    return MoeDesc{reinterpret_cast<const u32 *>(tiles[i]), int(widths[i]),
+                   f.s * rowsPer, 0};
+  };
+  const SV *suAll = static_cast<const SV *>(gu_su_block);
+  auto loadX = [&](const Info &f, int r, float (&x)[NB][4]) {
+    const int i = f.s * rowsPer + r, e = T.e[f.u];
+    const float su =
+        suAll ? toFloat<SV>(suAll[(long long)(f.p * eTot + e) * nBlk + (i >> 3)])
+              : 1.0f;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      const int b = (g >> 1) + 4 * nb;
+      const int k = b < BATCH && b < batch ? T.k[f.u][b < BATCH ? b : 0] : -1;
+      const float *p =
+          k < 0 ? nullptr
+                : xh + (long long)b * xh_row_stride +
+                      (long long)k * xh_slot_stride +
+                      (long long)f.p * xh_proj_stride + 2 * j4 + 16 * i;
+      loadX4(p, x[nb]);
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        x[nb][t] *= su;
+    }
+  };
+  auto flush = [&](const Info &f, const float (&acc)[NB][8][4]) {
+    const int sFirst = f.s;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      const int b = j4 + 4 * nb;
+      if (b >= BATCH || b >= batch)
+        continue;
+      const int k = T.k[f.u][b < BATCH ? b : 0];
+      if (k < 0)
+        continue;
+      float *dst = guPart + ((((long long)(b * nSlot + k) * 2 + f.p) * 16 +
+                              f.h) * gu_split + sFirst) * 128;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        dst[16 * c + g] = acc[nb][c][0] + acc[nb][c][1];
+        dst[16 * c + g + 8] = acc[nb][c][2] + acc[nb][c][3];
+      }
+    }
+    if (!arriveItems(&counters[f.u * 16 + f.h], 1, 2 * gu_split))
+      return;
+    int q[BATCH];
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b)
+      q[b] = b < batch && T.k[f.u][b] >= 0 ? b * nSlot + T.k[f.u][b] : -1;
+    guFinish<BATCH, SVT>(q, T.e[f.u], f.h, gu_split, eTot, inter, guPart, act,
+                         gu_svh, down_suh, [](int, int) { return true; });
+  };
+  const TileStrides st{gu_sI, gu_sI8, 0};
+  const int W = gridDim.x * (THREADS / 32);
+  const int w = blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
+  moeStream<WMASK, CB, E4M3, NB, PIPE>(w, W, w < nItems ? (nItems - 1 - w) / W + 1 : 0,
+                                       rowsPer, st, info, desc, loadX, flush,
+                                       ring, ringK);
+}
+
+template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
+          int THREADS>
+__device__ __forceinline__ void
+moeDownPersistent(u32 *ring, int *ringK, float (*zs)[128],
+                  MoeUnitTable<BATCH> &T, GLM_MOE_TRELLIS_PARAMS) {
+  typedef typename StorageOf<SVT>::type SV;
+  constexpr int NB = kNB(BATCH);
+  const int lane = threadIdx.x & 31, j4 = lane & 3, g = lane >> 2;
+  const int nBlk = hidden / 128, nSlot = topk + n_shared, Q = batch * nSlot;
+  const float *act = scratch + (long long)Q * 32 * gu_split * 128;
+  float *downPart = const_cast<float *>(act) + (long long)Q * 16 * 128;
+  const int owned = T.before[T.n];
+  const int nItems = owned * nBlk;
+  struct Info {
+    int u, blk, h;
+  };
+  auto info = [&](long long c) {
+    Info f;
+    f.u = unitOf(T, c, nBlk);
+    const long long rel = c - (long long)T.before[f.u] * nBlk;
+    // Column blocks fastest: neighbouring warps read neighbouring 8-row
+    // blocks of one half (contiguous in exlr8 halves).
+    const int rank = int(rel) / nBlk;
+    f.blk = int(rel) - rank * nBlk;
+    f.h = nthBit(T.mask[f.u], rank);
+    return f;
+  };
+  auto desc = [&](const Info &f) {
+    const int i = (T.e[f.u] * 3 + 2) * 16 + f.h;
+    return MoeDesc{reinterpret_cast<const u32 *>(tiles[i]), int(widths[i]), 0,
+                   8 * f.blk};
+  };
+  auto loadX = [&](const Info &f, int r, float (&x)[NB][4]) {
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      const int b = (g >> 1) + 4 * nb;
+      const int k = b < BATCH && b < batch ? T.k[f.u][b < BATCH ? b : 0] : -1;
+      loadX4(k < 0 ? nullptr
+                   : act + ((long long)(b * nSlot + k) * 16 + f.h) * 128 +
+                         2 * j4 + 16 * r,
+             x[nb]);
+    }
+  };
+  const SV *svb = static_cast<const SV *>(down_sv_block);
+  const SV *svh = static_cast<const SV *>(down_svh);
+  auto flush = [&](const Info &f, const float (&acc)[NB][8][4]) {
+    const int u = f.u, e = T.e[u], blk = f.blk, hFirst = f.h;
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      const int b = j4 + 4 * nb;
+      if (b >= BATCH || b >= batch)
+        continue;
+      const int k = T.k[u][b < BATCH ? b : 0];
+      if (k < 0)
+        continue;
+      if (svh) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          zs[b][16 * c + g] = acc[nb][c][0] + acc[nb][c][1];
+          zs[b][16 * c + g + 8] = acc[nb][c][2] + acc[nb][c][3];
+        }
+      } else {
+        const float sc = optAt(svb, (long long)e * nBlk + blk) *
+                         T.w[u][b < BATCH ? b : 0];
+        float *dst = downPart +
+                     (((long long)blk * Q + b * nSlot + k) * 16 + hFirst) * 128;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          dst[16 * c + g] = (acc[nb][c][0] + acc[nb][c][1]) * sc;
+          dst[16 * c + g + 8] = (acc[nb][c][2] + acc[nb][c][3]) * sc;
+        }
+      }
+    }
+    if (svh) {
+      __syncwarp();
+      for (int b = 0; b < batch && b < BATCH; ++b) {
+        const int k = T.k[u][b];
+        if (k < 0)
+          continue;
+        float v[4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+          v[t] = zs[b][4 * lane + t];
+        hadamard128Warp(v, lane);
+        float *dst = downPart +
+                     (((long long)blk * Q + b * nSlot + k) * 16 + hFirst) * 128;
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+          dst[4 * lane + t] =
+              v[t] * kInvSqrt128 *
+              toFloat<SV>(
+                  svh[(long long)e * hidden + 128 * blk + 4 * lane + t]) *
+              T.w[u][b];
+      }
+      __syncwarp(); // zs is reused by the next flush
+    }
+    if (!arriveItems(&counters[(batch * topk + n_shared) * 16 + blk],
+                     1, owned))
+      return;
+    // Last item of blk: rows, then slots, then owned halves ascending.
+    for (int b = 0; b < batch; ++b) {
+      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int k = 0; k < nSlot; ++k) {
+        int uu = -1;
+        for (int x = 0; x < T.n; ++x)
+          if (T.k[x][b < BATCH ? b : 0] == k)
+            uu = x;
+        if (uu < 0) // empty slot or a repeat of an earlier slot's id
+          continue;
+        const float *src = downPart +
+                           ((long long)blk * Q + b * nSlot + k) * 16 * 128 +
+                           4 * lane;
+        for (u32 mm = T.mask[uu]; mm; mm &= mm - 1) {
+          const int hh = __ffs(mm) - 1;
+          const float4 x =
+              __ldcg(reinterpret_cast<const float4 *>(src + hh * 128));
+          v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+        }
+      }
+      if (signs_out) {
+        hadamard128Warp(v, lane);
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+          v[t] *= kInvSqrt128 * signs_out[128 * blk + 4 * lane + t];
+      }
+      float4 *o = reinterpret_cast<float4 *>(out + (long long)b * hidden +
+                                             128 * blk + 4 * lane);
+      float4 r = make_float4(v[0], v[1], v[2], v[3]);
+      if (accumulate) {
+        const float4 old = *o;
+        r.x += old.x, r.y += old.y, r.z += old.z, r.w += old.w;
+      }
+      *o = r;
+    }
+  };
+  const TileStrides st{down_sI, 0, down_sJ8};
+  const int W = gridDim.x * (THREADS / 32);
+  const int w = blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
+  moeStream<WMASK, CB, E4M3, NB, PIPE>(w, W, w < nItems ? (nItems - 1 - w) / W + 1 : 0,
+                                       8, st, info, desc, loadX, flush, ring,
+                                       ringK);
+}
+
+/// One-item-per-warp grids (the original path); smaller grids take the
+/// persistent path.
+__device__ __forceinline__ long long moeFullGrid(int stage, int units,
+                                                 int hidden, int gu_split,
+                                                 int down_group, int warps) {
+  const long long items =
+      stage == 0 ? (long long)units * 32 * gu_split
+                 : (long long)units * (hidden / 128) * (16 / down_group);
+  return (items + warps - 1) / warps;
+}
+
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int STAGE,
           int PIPE, int MINBLOCKS, int THREADS>
 __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
@@ -582,11 +1144,43 @@ __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
       batch * topk > 64 || gu_split < 1 || (hidden / 16) % gu_split != 0 ||
       down_group < 1 || 16 % down_group != 0)
     __trap();
+  constexpr int kRing = MoeRing<WMASK, PIPE, THREADS>::kWords;
+  constexpr int kWarps = THREADS / 32;
+  __shared__ __align__(16) u32 ring[kWarps][kRing];
+  // EXL3 output Hadamard of the down stage (one float per stage 0).
+  __shared__ float zs[STAGE == 1 ? kWarps : 1][STAGE == 1 ? BATCH : 1][128];
+  const int units = batch * topk + n_shared;
+  if ((long long)gridDim.x >=
+      moeFullGrid(STAGE, units, hidden, gu_split, down_group, kWarps)) {
+    if (STAGE == 0)
+      moeGateUp<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
+          ring, GLM_MOE_TRELLIS_ARGS);
+    else
+      moeDown<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
+          ring, reinterpret_cast<float(*)[BATCH][128]>(zs),
+          GLM_MOE_TRELLIS_ARGS);
+    return;
+  }
+  // Persistent path: more units than the table holds, or down groups of
+  // more than one half, trap (the launcher guarantees both).
+  // It needs a cp.async ring (pipe >= 2).
+  if (PIPE < 2 || units > kMoeMaxUnits || down_group != 1)
+    __trap();
+  if constexpr (PIPE >= 2) {
+  __shared__ MoeUnitTable<BATCH> table;
+  __shared__ int ringK[kWarps][8];
+  buildUnitTable<BATCH>(table, expert_ids, route_w, tiles, batch, topk,
+                        n_routed, n_shared);
+  const int warp = threadIdx.x >> 5;
   if (STAGE == 0)
-    moeGateUp<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
-        GLM_MOE_TRELLIS_ARGS);
+    moeGateUpPersistent<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
+        ring[warp], ringK[warp], table, GLM_MOE_TRELLIS_ARGS);
   else
-    moeDown<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(GLM_MOE_TRELLIS_ARGS);
+    moeDownPersistent<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
+        ring[warp], ringK[warp],
+        reinterpret_cast<float(*)[128]>(&zs[STAGE == 1 ? warp : 0][0][0]),
+        table, GLM_MOE_TRELLIS_ARGS);
+  }
 }
 
 } // namespace glm

@@ -172,6 +172,7 @@ struct Ctx {
   CUfunction fill = nullptr;
   BenchResult res;
   uint64_t seed = 1;
+  int sms = 0; // streaming multiprocessors (persistent moe_trellis grids)
 };
 
 void addRow(Ctx &c, const std::string &suite, const std::string &name,
@@ -213,19 +214,24 @@ std::string fmtRatio(double r) {
   return b;
 }
 
-/// moe_trellis launch configuration (runtime split factors, block size).
+/// moe_trellis launch configuration (runtime split factors, block size;
+/// blocksPerSm > 0: persistent grids of SMs x blocksPerSm blocks, capped
+/// by the kernel's occupancy).
 struct MoeConfig {
-  int split, group, threads, pipe, minBlocks;
+  int split, group, threads, pipe, minBlocks, blocksPerSm = 0;
   std::string str() const {
     return "s" + std::to_string(split) + "g" + std::to_string(group) + "t" +
            std::to_string(threads) + "p" + std::to_string(pipe) + "m" +
-           std::to_string(minBlocks);
+           std::to_string(minBlocks) +
+           (blocksPerSm ? "P" + std::to_string(blocksPerSm) : "");
   }
 };
 
-/// GLM_BENCH_MOE_CONFIGS="16:4:128:0:0,24:2:128:4:4"
-/// (split:group:threads:pipe:minblocks; the first is the one used for the
-/// full-layer and expert rows); default 24:2:128:4:4.
+/// GLM_BENCH_MOE_CONFIGS="24:2:128:4:4,48:1:128:4:4:4"
+/// (split:group:threads:pipe:minblocks[:blocksPerSm]; the first is the one
+/// used for the full-layer and expert rows); default 24:2:128:4:4 (one
+/// item per warp, the executor's default), then 24:1:128:4:4:4 (the
+/// persistent path, 4 blocks per SM) as a comparison row.
 std::vector<MoeConfig> moeConfigs() {
   std::vector<MoeConfig> v;
   if (const char *env = std::getenv("GLM_BENCH_MOE_CONFIGS")) {
@@ -233,15 +239,18 @@ std::vector<MoeConfig> moeConfigs() {
     std::string item;
     while (std::getline(ss, item, ',')) {
       MoeConfig m{};
-      check(std::sscanf(item.c_str(), "%d:%d:%d:%d:%d", &m.split, &m.group,
-                        &m.threads, &m.pipe, &m.minBlocks) == 5,
-            "bench: GLM_BENCH_MOE_CONFIGS item '", item,
-            "' is not split:group:threads:pipe:minblocks");
+      const int n = std::sscanf(item.c_str(), "%d:%d:%d:%d:%d:%d", &m.split,
+                                &m.group, &m.threads, &m.pipe, &m.minBlocks,
+                                &m.blocksPerSm);
+      check(n == 5 || n == 6, "bench: GLM_BENCH_MOE_CONFIGS item '", item,
+            "' is not split:group:threads:pipe:minblocks[:blocksPerSm]");
       v.push_back(m);
     }
   }
-  if (v.empty())
-    v.push_back({24, 2, 128, 4, 4});
+  if (v.empty()) { // one item per warp (the default), the persistent path
+    v.push_back({24, 2, 128, 4, 4, 0});
+    v.push_back({24, 1, 128, 4, 4, 4});
+  }
   return v;
 }
 
@@ -274,10 +283,12 @@ struct MoeWorld {
   std::vector<DeviceBuffer> tables;
   size_t halfBytes = 0;
 
+  int sms = 0;
+
   MoeWorld(Ctx &c, int H_, int E_, int topk_, int nShared_, int batch_,
            int K_, int L_, int maxSplit)
       : H(H_), E(E_), topk(topk_), nShared(nShared_), batch(batch_), K(K_),
-        L(L_) {
+        L(L_), sms(c.sms) {
     const int I = 2048, halves = 16, nBlk = H / 128, eTot = E + nShared;
     const int slots = topk + nShared;
     halfBytes = size_t(128) * H * K / 8;
@@ -323,7 +334,7 @@ struct MoeWorld {
     rw = DeviceBuffer(wt.size() * 4);
     rw.upload(wt.data(), wt.size() * 4);
     out = DeviceBuffer(size_t(batch) * H * 4);
-    glm::codegen::MoeTrellisDims d = dims({maxSplit, 1, 128, 0, 0});
+    glm::codegen::MoeTrellisDims d = dims({maxSplit, 1, 128, 0, 0, 0});
     scratch = DeviceBuffer(d.scratchFloats() * 4);
     counters = DeviceBuffer(d.counterInts() * 4);
     counters.zero();
@@ -355,12 +366,25 @@ struct MoeWorld {
     d.batch = batch, d.topk = topk, d.nRouted = E, d.nShared = nShared;
     d.hidden = H, d.guSplit = m.split, d.downGroup = m.group;
     d.threads = m.threads;
+    d.persistBlocks = m.blocksPerSm * sms;
     return d;
   }
+  /// m with blocksPerSm capped by what both kernels keep resident.
+  static MoeConfig resident(MoeConfig m, CUfunction gu, CUfunction down) {
+    if (m.blocksPerSm <= 0)
+      return m;
+    for (CUfunction f : {gu, down}) {
+      int n = 0;
+      GLM_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, m.threads, 0));
+      m.blocksPerSm = std::max(1, std::min(m.blocksPerSm, n));
+    }
+    return m;
+  }
   /// Both launches of layer l (ids/rw: the router's output buffers).
-  void launch(Ctx &c, int l, const MoeConfig &m, CUfunction gu,
+  void launch(Ctx &c, int l, const MoeConfig &m0, CUfunction gu,
               CUfunction down, CUdeviceptr x, CUdeviceptr idsP,
               CUdeviceptr rwP) const {
+    const MoeConfig m = resident(m0, gu, down);
     const glm::codegen::MoeTrellisDims d = dims(m);
     check(d.valid(), "bench: invalid moe_trellis config ", m.str());
     const CUdeviceptr null = 0;
@@ -633,6 +657,13 @@ void benchMoeLayer(Ctx &c) {
         continue;
       CUfunction gu = c.kernels.get(moeSpec(lc.K, lc.cb, lc.e4m3, 1, 0, m));
       CUfunction dn = c.kernels.get(moeSpec(lc.K, lc.cb, lc.e4m3, 1, 1, m));
+      if (m.blocksPerSm > 0) {
+        const glm::codegen::MoeTrellisDims d =
+            w.dims(MoeWorld::resident(m, gu, dn));
+        c.log << "moe-layer " << m.str() << ": grids " << d.gridGateUp()
+              << " / " << d.gridDown() << " blocks (resident on "
+              << c.sms << " SMs)\n";
+      }
       auto newStep = [&](int l) {
         Params a; // xh = H(x * signs.in) / sqrt(128)
         a << dX.ptr() << dSigns.ptr() << null << dXh.ptr() << 1 << H << 0
@@ -666,7 +697,8 @@ void benchMoeLayer(Ctx &c) {
         Graph one;
         one.capture(c.stream, [&] {
           for (int l = 0; l < L; ++l) {
-            const glm::codegen::MoeTrellisDims d = w.dims(m);
+            const glm::codegen::MoeTrellisDims d =
+                w.dims(MoeWorld::resident(m, gu, dn));
             Params p;
             p << dXh.ptr() << dIds.ptr() << dW.ptr() << w.tables[l].ptr()
               << w.widths.ptr() << w.guSvh.ptr() << w.guSu.ptr()
@@ -730,7 +762,8 @@ BenchResult runBench(const BenchOptions &opt, std::ostream &log) {
         "bench: unknown suite '", s,
         "' (use copy, expert, moe-layer, dense or all)");
   CudaDevice dev(opt.device);
-  Ctx c{opt, log, nullptr, KernelSet(dev.arch()), nullptr, {}, 1};
+  Ctx c{opt, log, nullptr, KernelSet(dev.arch()), nullptr, {}, 1,
+        dev.smCount()};
   c.res.device = dev.name() + " (" + dev.arch() + ", " +
                  std::to_string(dev.smCount()) + " SMs)";
   log << "bench on " << c.res.device << "\n" << std::flush;

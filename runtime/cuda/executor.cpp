@@ -162,6 +162,8 @@ struct CudaForward::Impl {
   bool legacyExperts = false;
   bool legacyMla = false; // GLM_MLA_KERNEL=legacy: one-thread fp64 kernel
   int mtSplit = 1, mtGroup = 2, mtThreads = 128, mtPipe = 4, mtMinBlocks = 4;
+  int mtBlocksPerSm = 0; // > 0: persistent grids (capped by occupancy)
+  std::map<CUfunction, int> mtResident; // blocks per SM of a kernel
   int64_t mtMaxShared = 0;
   DeviceBuffer mtScratch, mtCounters;
   std::map<int, CUgraphExec> graphs;
@@ -883,10 +885,26 @@ void CudaForward::Impl::moeTrellis(DevLayer &L, int B) {
   } else {
     hadamard(h.ptr(), L.signsIn.ptr(), 0, xh.ptr(), B, d);
   }
-  const codegen::MoeTrellisDims dm = mtDims(T, B);
+  codegen::MoeTrellisDims dm = mtDims(T, B);
+  const CUfunction fn[2] = {genFn(mtSpec(T, B, 0)), genFn(mtSpec(T, B, 1))};
+  if (mtBlocksPerSm > 0 && dm.maxUnits() <= 72) { // persistent grids of
+    // blocks that all stay resident
+    int bps = mtBlocksPerSm;
+    for (CUfunction f : fn) {
+      auto it = mtResident.find(f);
+      if (it == mtResident.end()) {
+        int n = 0;
+        GLM_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, mtThreads,
+                                                           0));
+        it = mtResident.emplace(f, std::max(1, n)).first;
+      }
+      bps = std::min(bps, it->second);
+    }
+    dm.persistBlocks = bps * sms;
+  }
   const CUdeviceptr null = 0;
   for (int st = 0; st < 2; ++st)
-    launchFn(genFn(mtSpec(T, B, st)), st == 0 ? dm.gridGateUp() : dm.gridDown(),
+    launchFn(fn[st], st == 0 ? dm.gridGateUp() : dm.gridDown(),
              1, 1, (unsigned)mtThreads, 0,
              KArgs() << xh.ptr() << ids.ptr() << rw.ptr() << T.tiles.ptr()
                      << T.widthTable.ptr() << T.guSvh.ptr()
@@ -1115,21 +1133,26 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
         m.mtSplit = sp;
         break;
       }
-    // Tuning: GLM_MOE_TRELLIS_CONFIG=split:group:threads:pipe:minblocks.
+    // Tuning: GLM_MOE_TRELLIS_CONFIG=split:group:threads:pipe:minblocks
+    // [:blocksPerSm] (blocksPerSm > 0: the persistent path, which needs
+    // group 1 and pipe >= 2).
     if (const char *e = std::getenv("GLM_MOE_TRELLIS_CONFIG")) {
-      int v[5];
-      check(std::sscanf(e, "%d:%d:%d:%d:%d", &v[0], &v[1], &v[2], &v[3],
-                        &v[4]) == 5 &&
-                v[0] >= 1 && rows16 % v[0] == 0 && v[1] >= 1 &&
-                16 % v[1] == 0 && v[2] >= 32 && v[2] % 32 == 0,
+      int v[6] = {0, 0, 0, 0, 0, 0};
+      const int n = std::sscanf(e, "%d:%d:%d:%d:%d:%d", &v[0], &v[1], &v[2],
+                                &v[3], &v[4], &v[5]);
+      check((n == 5 || n == 6) && v[0] >= 1 && rows16 % v[0] == 0 &&
+                v[1] >= 1 && 16 % v[1] == 0 && v[2] >= 32 && v[2] % 32 == 0 &&
+                (v[5] <= 0 || (v[1] == 1 && v[3] >= 2)),
             "GLM_MOE_TRELLIS_CONFIG='", e,
-            "' is not split:group:threads:pipe:minblocks with split dividing "
-            "hidden/16 and group dividing 16");
+            "' is not split:group:threads:pipe:minblocks[:blocksPerSm] with "
+            "split dividing hidden/16, group dividing 16 (1 when "
+            "blocksPerSm > 0) and pipe >= 2 when blocksPerSm > 0");
       m.mtSplit = v[0];
       m.mtGroup = v[1];
       m.mtThreads = v[2];
       m.mtPipe = v[3];
       m.mtMinBlocks = v[4];
+      m.mtBlocksPerSm = v[5];
     }
   }
 

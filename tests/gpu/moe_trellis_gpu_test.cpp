@@ -252,6 +252,7 @@ struct LayerCase {
   double owned;
   bool shareRows; // rows pick overlapping experts
   int split, group, threads, pipe;
+  int blocks = 0; // > 0: grid of this many blocks (the persistent path)
 };
 
 std::vector<LayerCase> layerCases() {
@@ -274,6 +275,22 @@ std::vector<LayerCase> layerCases() {
        1.0, false, 16, 4, 128, 4},
       {"glm53_k234_mcg_e4m3_b1_tp", false, "234", 1, true, 1, 1, 1, 6144, 256,
        8, 1, 0.5, false, 16, 4, 128, 4},
+      // Persistent path: grids below one item per warp, so warps stream
+      // item ranges that cross segments, units and widths.
+      {"persist_exlr8_k234_mcg_e4m3_b1_g5", false, "234", 1, true, 1, 1, 1,
+       1536, 12, 3, 1, 0.75, false, 16, 1, 128, 4, 5},
+      {"persist_exlr8_k234_mcg_e4m3_b8_shared_rows_g7", false, "234", 1, true,
+       8, 8, 1, 1536, 6, 3, 1, 0.8, true, 8, 1, 128, 3, 7},
+      {"persist_exlr8_k15678_mcg_e4m3_b3_t64_g4", false, "15678", 1, true, 4,
+       3, 0, 1024, 8, 2, 1, 0.9, true, 8, 1, 64, 2, 4},
+      {"persist_exl3_k3_mcg_b4_g9", true, "3", 1, false, 4, 4, 1, 1024, 8, 3,
+       1, 0.8, true, 16, 1, 128, 4, 9},
+      {"persist_exl3_k234_mul1_b8_svf32_g3", true, "234", 2, false, 8, 8, 0,
+       1024, 10, 2, 1, 0.7, true, 8, 1, 128, 2, 3},
+      {"persist_glm53_k4_mcg_e4m3_b1_g528", false, "4", 1, true, 1, 1, 1, 6144,
+       256, 8, 1, 1.0, false, 48, 1, 128, 4, 528},
+      {"persist_glm53_k234_mcg_e4m3_b1_tp_g264", false, "234", 1, true, 1, 1,
+       1, 6144, 256, 8, 1, 0.5, false, 48, 1, 128, 4, 264},
   };
 }
 
@@ -299,7 +316,14 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
   MoeTrellisDims d;
   d.batch = B, d.topk = topk, d.nRouted = E, d.nShared = nS, d.hidden = H;
   d.guSplit = c.split, d.downGroup = c.group, d.threads = c.threads;
+  d.persistBlocks = c.blocks;
   ASSERT_TRUE(d.valid()) << c.name;
+  if (c.blocks > 0) { // both launches must take the persistent path
+    MoeTrellisDims full = d;
+    full.persistBlocks = 0;
+    ASSERT_LT(d.gridGateUp(), full.gridGateUp()) << c.name;
+    ASSERT_LT(d.gridDown(), full.gridDown()) << c.name;
+  }
   std::mt19937 rng(std::hash<std::string>()(c.name) & 0xFFFFFFF);
   std::uniform_real_distribution<float> uni(0.5f, 1.5f);
   auto sgnScale = [&](int dt) {
@@ -504,7 +528,10 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
   auto dOut = poisoned<float>(size_t(B) * H);
   const int guSI = c.exl3 ? I / 16 : 8, guSI8 = c.exl3 ? I / 2 : 64;
   const int dSI = c.exl3 ? H / 16 : 8, dSJ8 = c.exl3 ? 8 : 64;
-  auto run = [&](int accumulate) {
+  auto run = [&](int accumulate, bool fullGrid = false) {
+    MoeTrellisDims g = d;
+    if (fullGrid)
+      g.persistBlocks = 0;
     for (int st = 0; st < 2; ++st) {
       Args a;
       a.ptr(dXh).ptr(dIds).ptr(dRw).ptr(dTiles).ptr(dWidths).ptr(dGuSvh);
@@ -523,7 +550,7 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
           << accumulate;
       a.launch(kernel(moeSpec(c.widths, c.cb, c.e4m3, c.batchT, c.sv, st,
                               c.threads, c.pipe)),
-               st == 0 ? d.gridGateUp() : d.gridDown(), 1,
+               st == 0 ? g.gridGateUp() : g.gridDown(), 1,
                unsigned(c.threads));
     }
     return download<float>(dOut, size_t(B) * H);
@@ -540,6 +567,18 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
     diff += std::memcmp(&out1[i], &out2[i], 4) != 0;
   reportExact("moe_trellis " + c.name + " rerun_bit_identical", diff,
               out1.size());
+  if (c.blocks > 0) {
+    // Same slots and reduction order as one item per warp: identical bits
+    // (up to the sign of a zero: the full grid also adds the zero partials
+    // of halves the rank does not own).
+    const std::vector<float> outF = run(0, true);
+    diff = 0;
+    for (size_t i = 0; i < out1.size(); ++i)
+      diff += out1[i] != outF[i] ||
+              (out1[i] != 0.0f && std::memcmp(&out1[i], &outF[i], 4) != 0);
+    reportExact("moe_trellis " + c.name + " equals_full_grid", diff,
+                out1.size());
+  }
   const std::vector<float> out3 = run(1);
   diff = 0;
   for (size_t i = 0; i < out1.size(); ++i)

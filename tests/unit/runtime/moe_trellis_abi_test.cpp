@@ -51,6 +51,30 @@ TEST(MoeTrellisAbi, BatchEightFlashAndRejectedShapes) {
   EXPECT_FALSE(bad.valid());
 }
 
+TEST(MoeTrellisAbi, PersistentGridsAreCapped) {
+  MoeTrellisDims d; // GLM-5.3 batch 1, split 48, one half per down item
+  d.guSplit = 48, d.downGroup = 1, d.threads = 128;
+  d.persistBlocks = 132 * 4; // SMs x resident blocks
+  ASSERT_TRUE(d.valid());
+  EXPECT_EQ(d.gridGateUp(), 528u); // < 9*16*2*48/4 = 3456 items/4
+  EXPECT_EQ(d.gridDown(), 528u);   // < 9*48*16/4 = 1728
+  // Partials per (unit slot, half) at group 1: [blk][q][16][128].
+  EXPECT_EQ(d.scratchFloats(), size_t(9) * 32 * 48 * 128 +
+                                   size_t(9) * 16 * 128 +
+                                   size_t(9) * 6144 * 16);
+  d.persistBlocks = 100000; // larger than one item per warp: not capped
+  EXPECT_EQ(d.gridGateUp(), unsigned(9 * 16 * 2 * 48 / 4));
+  EXPECT_EQ(d.gridDown(), unsigned(9 * 48 * 16 / 4));
+  MoeTrellisDims bad = d;
+  bad.downGroup = 2; // the persistent path stores one partial per half
+  EXPECT_FALSE(bad.valid());
+  bad = d;
+  bad.batch = 8, bad.topk = 8, bad.nShared = 9; // 73 units > 72
+  EXPECT_FALSE(bad.valid());
+  bad.nShared = 8;
+  EXPECT_TRUE(bad.valid());
+}
+
 TEST(MoeTrellisAbi, FamilyNamesAndLaunchBounds) {
   glm::codegen::KernelSpec s{"moe_trellis",
                              {{"widths", "234"},
