@@ -22,8 +22,13 @@ namespace glm::plan {
 /// Schema version of plans this build writes. A reader accepts any minor of
 /// its own major (minor versions only append fields).
 constexpr uint32_t kPlanSchemaMajor = 1;
-constexpr uint32_t kPlanSchemaMinor = 1; // 1.1: decoded_weights, repeat,
-                                          // rows_per_launch, row_bytes
+constexpr uint32_t kPlanSchemaMinor = 2; // 1.1: decoded_weights, repeat,
+                                          // rows_per_launch, row_bytes;
+                                          // 1.2: decode graphs list the
+                                          // CUDA executor's codegen
+                                          // launches (moe_trellis, trellis
+                                          // rotations, router/indexer/MLP
+                                          // GEMVs)
 /// Kernel-argument and buffer conventions between the plan's kernels and the
 /// runtime; bump when a template's parameter list or meaning changes.
 constexpr uint32_t kRuntimeAbi = 1;

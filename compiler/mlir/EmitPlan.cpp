@@ -11,10 +11,13 @@
 #include "compiler/mlir/Bindings.h"
 #include "compiler/mlir/KernelBuilds.h"
 #include "compiler/mlir/Passes.h"
+#include "codegen/dense_trellis_abi.h"
+#include "codegen/moe_trellis_abi.h"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -251,6 +254,44 @@ static uint64_t elemBytes(Type t) {
 struct LaunchInfo {
   std::vector<gp::ArgDef> args;
   gp::LaunchDims dims;
+  /// The one weight this launch reads (an op's k-th GEMV); empty = the
+  /// op's weights not claimed by another launch.
+  std::string weightSym;
+};
+
+static bool isTrellisGemv(const std::string &family) {
+  return family == "dense_trellis" || family == "dense_gemv_trellis" ||
+         family == "gemm_trellis";
+}
+/// SMs of the first target arch: dense_trellis's split-k (and so its grid)
+/// follows the device's SM count, which a plan fixes per target (the
+/// executor uses the device's own count: the same on the target).
+static int smsOfArch(const std::string &arch) {
+  if (arch == "sm_121")
+    return 48; // GB10 (DGX Spark)
+  if (arch == "sm_100")
+    return 148;
+  return 132; // sm_90: H100/H200 SXM
+}
+static bool isGemv(const std::string &family) {
+  return isTrellisGemv(family) || family == "dense_gemv" ||
+         family == "dense_gemv_f32";
+}
+/// Is launch `i` of `seq` the input or output rotation of a trellis GEMV?
+static bool trellisNeighbour(const std::vector<std::string> &seq, size_t i) {
+  return (i + 1 < seq.size() && isTrellisGemv(seq[i + 1])) ||
+         (i > 0 && isTrellisGemv(seq[i - 1]));
+}
+
+/// One GEMV of an op: its weight, input and output and the rows this rank
+/// computes.
+struct GemvUse {
+  StringRef sym;
+  gp::ArgDef x, y;
+  int64_t in = 0, out = 0;  // the weight's [out, in]
+  int64_t rowBegin = 0;     // first output row of this rank
+  int64_t outRows = 0;      // output rows of this rank
+  int64_t outStride = 0;    // floats between the output's token rows
 };
 
 class ArgBuilder {
@@ -260,8 +301,9 @@ public:
       : module(module), symbols(symbols), st(st), rank(rank), ranks(ranks),
         layout(layout) {}
 
+  /// Launch `launch` of `op`, whose launches run the families `seq`.
   LaunchInfo build(const gp::KernelDef &k, Operation &op, int64_t rows,
-                   size_t launch);
+                   size_t launch, const std::vector<std::string> &seq);
 
 private:
   ModuleOp module;
@@ -309,10 +351,81 @@ private:
   int64_t hiddenOf(Value v) {
     return cast<RankedTensorType>(v.getType()).getShape().back();
   }
+  /// The op's `ordinal`-th GEMV, in the order glm-emit-kernels lists them.
+  GemvUse gemvUse(Operation &op, size_t ordinal);
+  /// SMs of the plan's first target arch.
+  int sms() {
+    if (auto archs = module->getAttrOfType<ArrayAttr>("glm.archs"))
+      if (!archs.empty())
+        return smsOfArch(cast<StringAttr>(archs[0]).str());
+    return smsOfArch("sm_121");
+  }
 };
 
+GemvUse ArgBuilder::gemvUse(Operation &op, size_t ordinal) {
+  GemvUse g;
+  auto shape = [&](StringRef sym) {
+    if (WeightOp w = weightOp(sym)) {
+      ArrayRef<int64_t> s = w.getShape();
+      g.out = s.size() == 2 ? s[0] : 0;
+      g.in = s.size() == 2 ? s[1] : 0;
+    }
+    g.outRows = g.outStride = g.out;
+    g.sym = sym;
+  };
+  auto toScratch = [&](const std::string &name) {
+    g.y = scratchRows(name, g.out * 4, "y");
+  };
+  if (auto d = dyn_cast<DenseGemvOp>(op)) {
+    g.sym = d.getWeight();
+    g.out = g.outRows = g.outStride = d.getOut();
+    g.in = d.getIn();
+    if (d.getShard() && d.getSplitOut() && d.getShard()->getRanks() > 1) {
+      auto [ub, ue] = d.getShard()->rangeOf(rank);
+      int64_t per = g.out / std::max<int64_t>(1, d.getShard()->getUnits());
+      g.rowBegin = ub * per;
+      g.outRows = (ue - ub) * per;
+    }
+    g.x = in(op, 0, "x");
+    g.y = out(op, 0, "y", uint64_t(g.rowBegin) * 4);
+  } else if (auto m = dyn_cast<MlpOp>(op)) {
+    // gate and up of the SwiGLU into scratch rows; down from the
+    // activation (an executor helper kernel computes it in between).
+    StringRef syms[3] = {m.getGate(), m.getUp(), m.getDown()};
+    shape(syms[std::min<size_t>(ordinal, 2)]);
+    if (ordinal < 2) {
+      g.x = in(op, 0, "x");
+      toScratch(ordinal ? "mlp_up" : "mlp_gate");
+    } else {
+      g.x = scratchRows("mlp_act", g.in * 4, "x");
+      g.y = out(op, 0, "y");
+    }
+  } else if (auto r = dyn_cast<RouterOp>(op)) {
+    shape(r.getWeight());
+    g.x = in(op, 0, "x");
+    toScratch("router_logits");
+  } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
+    // wq_b from q_a (operand 0); wk and weights_proj from x (operand 1).
+    static const unsigned slot[3] = {0, 1, 4};
+    static const char *const dst[3] = {"indexer_q", "indexer_k", "indexer_w"};
+    unsigned i = unsigned(std::min<size_t>(ordinal, 2));
+    ArrayAttr w = ix.getWeights();
+    if (w && slot[i] < w.size())
+      shape(cast<FlatSymbolRefAttr>(w[slot[i]]).getValue());
+    g.x = in(op, i == 0 ? 0 : 1, "x");
+    toScratch(dst[i]);
+  } else {
+    // Dense (non-trellis) experts: listed for their bytes only.
+    g.x = in(op, 0, "x");
+    g.y = out(op, 0, "y");
+    g.in = g.out = g.outRows = g.outStride = hiddenOf(op.getOperand(0));
+  }
+  return g;
+}
+
 LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
-                             int64_t rows, size_t launch) {
+                             int64_t rows, size_t launch,
+                             const std::vector<std::string> &seq) {
   LaunchInfo li;
   auto &a = li.args;
   gp::LaunchDims &d = li.dims;
@@ -359,113 +472,228 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
                        f32Arg(eps, "eps")});
     d.gridX = rows;
   } else if (f == "dense_gemv" || f == "dense_gemv_f32" ||
-             f == "dense_gemv_trellis" || f == "gemm_trellis") {
-    // Dense GEMV ops, the LM head and the dense SwiGLU's GEMVs.
-    StringRef sym;
-    int64_t outDim = 0, inDim = 0, rowBegin = 0, outRows = 0;
-    if (auto g = dyn_cast<DenseGemvOp>(op)) {
-      sym = g.getWeight();
-      outDim = g.getOut();
-      inDim = g.getIn();
-      outRows = outDim;
-      if (g.getShard() && g.getSplitOut() && g.getShard()->getRanks() > 1) {
-        auto [ub, ue] = g.getShard()->rangeOf(rank);
-        int64_t per = outDim / std::max<int64_t>(1, g.getShard()->getUnits());
-        rowBegin = ub * per;
-        outRows = (ue - ub) * per;
-      }
-    }
-    const bool trellisIn = f == "dense_gemv_trellis" || f == "gemm_trellis";
-    const bool plainOut = f == "dense_gemv" || f == "dense_gemv_f32";
-    gp::ArgDef x = in(op, 0, trellisIn ? "xh" : "x");
-    gp::ArgDef y = out(op, 0, plainOut ? "y" : "z", uint64_t(rowBegin) * 4);
-    if (auto m = dyn_cast<MlpOp>(op)) {
-      // Launch 0: gate (+up) into the SwiGLU activation; launch 1: down.
-      int64_t hidden = hiddenOf(m.getInput()), inter = m.getInter();
-      gp::ArgDef act = scratchRows(
-          "mlp_act", inter * 4,
-          launch ? (trellisIn ? "xh" : "x") : (plainOut ? "y" : "z"));
-      sym = launch ? m.getDown() : m.getGate();
-      inDim = launch ? inter : hidden;
-      outDim = outRows = launch ? hidden : inter;
-      (launch ? x : y) = act;
-    }
-    WeightOp w = weightOp(sym);
-    uint64_t rowStart = rowBegin * inDim * elemBytes(w ? w.getType() : Type());
-    gp::ArgDef wt = weight(sym, f == "dense_gemv" || f == "dense_gemv_f32"
-                                    ? "w" : "tiles", rowStart);
-    if (f == "dense_gemv") {
-      a = {x, wt,
-           runtimeArg(targ("scale") == "none" ? "null" : "weight_scale"), y,
-           batch, i32Arg(inDim, "in"), i32Arg(outRows, "out"),
-           i32Arg(outDim, "out_stride"), i32Arg(0, "accumulate")};
-      d.gridX = ceilDiv(outRows, warps);
-    } else if (f == "dense_gemv_f32") {
-      a = {x, wt, y, i32Arg(inDim, "in"), i32Arg(outRows, "out")};
-      d.gridX = ceilDiv(outRows, warps);
+             f == "dense_gemv_trellis" || f == "gemm_trellis" ||
+             f == "dense_trellis" ||
+             (f == "hadamard128" && trellisNeighbour(seq, launch))) {
+    // A GEMV launch (or a trellis GEMV's input/output rotation): which
+    // weight, input and output the op's k-th GEMV has.
+    const bool hadIn = f == "hadamard128" &&
+                       launch + 1 < seq.size() && isTrellisGemv(seq[launch + 1]);
+    const bool hadOut = f == "hadamard128" && !hadIn;
+    const size_t gemvAt = hadIn ? launch + 1 : hadOut ? launch - 1 : launch;
+    size_t ordinal = 0;
+    for (size_t i = 0; i < gemvAt; ++i)
+      ordinal += isGemv(seq[i]);
+    GemvUse g = gemvUse(op, ordinal);
+    const std::string &gf = seq[gemvAt];
+    li.weightSym = g.sym.str();
+    const bool trellis = isTrellisGemv(gf);
+    // A trellis GEMV reads the rotated input and writes its raw output to
+    // scratch rows; the rotations connect them to the op's values.
+    // Trellis tensors are padded to 128 (EXL3) or 128-aligned (exlr8).
+    const int64_t inPad = trellis ? ceilDiv(g.in, 128) * 128 : g.in;
+    // This rank's output rows (padded), and the stored tensor's (strides).
+    const int64_t outPad = trellis ? ceilDiv(g.outRows, 128) * 128 : g.outRows;
+    const int64_t fullOutPad = ceilDiv(g.out, 128) * 128;
+    gp::ArgDef xh = scratchRows("trellis_xh." + std::to_string(inPad),
+                                inPad * 4, "xh");
+    gp::ArgDef z = scratchRows("trellis_z." + std::to_string(g.outRows),
+                               g.outRows * 4, "z");
+    if (hadIn || hadOut) {
+      gp::ArgDef x = hadIn ? g.x : z, y = hadIn ? xh : g.y;
+      x.name = "x";
+      y.name = "y";
+      int64_t n = hadIn ? inPad : g.outRows;
+      a = {x, runtimeArg(hadIn ? "trellis_suh" : "null"),
+           runtimeArg(hadIn ? "null" : "trellis_svh"), y, batch,
+           i32Arg(n, "n"), i32Arg(0, "pre_stride"), i32Arg(0, "post_stride")};
+      li.weightSym.clear(); // the GEMV launch carries the bytes
+      d.gridX = ceilDiv(rows * n / 128, warps);
     } else {
-      // EXL3 row-major tiles of an [in, out] trellis matrix.
-      gp::ArgDef sI = i32Arg(outDim / 16, "sI");
-      gp::ArgDef sI8 = i32Arg(outDim / 2, "sI8"), sJ8 = i32Arg(8, "sJ8");
-      if (f == "dense_gemv_trellis") {
-        a = {x, wt, y, batch, i32Arg(inDim, "in"), i32Arg(outRows, "out"),
-             sI, sI8, sJ8};
-        d.gridX = ceilDiv(ceilDiv(outRows, 16), warps);
+      WeightOp w = weightOp(g.sym);
+      uint64_t rowStart =
+          g.rowBegin * g.in * elemBytes(w ? w.getType() : Type());
+      gp::ArgDef wt = weight(g.sym, trellis ? "tiles" : "w", rowStart);
+      gp::ArgDef x = trellis ? xh : g.x,
+                 y = trellis && f != "dense_trellis" ? z : g.y;
+      x.name = trellis ? "xh" : "x";
+      y.name = trellis && f != "dense_trellis" ? "z" : "y";
+      if (f == "dense_gemv") {
+        a = {x, wt,
+             runtimeArg(targ("scale") == "none" ? "null" : "weight_scale"), y,
+             batch, i32Arg(g.in, "in"), i32Arg(g.outRows, "out"),
+             i32Arg(g.outStride, "out_stride"), i32Arg(0, "accumulate")};
+        d.gridX = ceilDiv(g.outRows, warps);
+      } else if (f == "dense_gemv_f32") {
+        a = {x, wt, y, i32Arg(g.in, "in"), i32Arg(g.outRows, "out")};
+        d.gridX = ceilDiv(g.outRows, warps);
       } else {
-        int64_t bm = std::stoll(targ("bm").empty() ? "64" : targ("bm"));
-        a = {x, wt, y, runtimeArg("batch"), i32Arg(inDim, "in"),
-             i32Arg(outRows, "out"), i32Arg(inDim, "x_stride"),
-             i32Arg(outDim, "z_stride"), i32Arg(0, "accumulate"), sI, sI8,
-             sJ8};
-        // Block tile bm tokens x `threads` outputs (BN = THREADS).
-        d.gridX = ceilDiv(outRows, threads);
-        d.gridY = ceilDiv(rows, bm);
+        // Tile strides: EXL3 row-major tiles of the padded [in, out]
+        // matrix; exlr8 records of 128-channel slices (in_major128: input
+        // slices, else output slices), as runtime/cuda/device_weights.cpp.
+        WeightOp wop = weightOp(g.sym);
+        auto tt = wop ? dyn_cast<TrellisType>(wop.getType()) : TrellisType();
+        const bool inMajor = tt && tt.getOrder() == TileOrder::InMajor128;
+        gp::ArgDef sI = i32Arg(exlr8 ? 8 : fullOutPad / 16, "sI");
+        gp::ArgDef sI8 = i32Arg(exlr8 ? (inMajor ? g.out / 2 : 64)
+                                      : fullOutPad / 2,
+                                "sI8");
+        gp::ArgDef sJ8 = i32Arg(exlr8 ? (inMajor ? 64 : g.in / 2) : 8, "sJ8");
+        if (f == "dense_trellis") {
+          // One launch: split-k partials, their fixed-order sum and the
+          // output rotation (H * svh) into y's rows.
+          const ::glm::codegen::DenseTrellisTuning t =
+              ::glm::codegen::defaultDenseTrellisTuning();
+          ::glm::codegen::DenseTrellisDims dd;
+          dd.batch = int(rows);
+          dd.in = inPad;
+          dd.out = outPad;
+          dd.threads = t.threads;
+          dd.split = ::glm::codegen::denseTrellisSplit(inPad, outPad, sms(),
+                                                       t);
+          // Scratch and counters by size (shared by the GEMVs of that
+          // size; the counters return to zero after each launch).
+          const uint64_t sb = dd.scratchFloats() * 4;
+          const uint64_t cb = dd.counterInts() * 4;
+          a = {x, wt, runtimeArg("trellis_svh"),
+               bufferArg(st.scratchBuffer("dense_trellis." +
+                                              std::to_string(alignUp(sb)),
+                                          sb),
+                         "scratch"),
+               bufferArg(st.scratchBuffer("dense_trellis_counters." +
+                                              std::to_string(alignUp(cb)),
+                                          cb),
+                         "counters"),
+               g.y, batch, i32Arg(inPad, "in"), i32Arg(outPad, "out"),
+               i32Arg(g.outStride, "y_stride"), i32Arg(g.outRows, "out_valid"),
+               sI, sI8, sJ8, i32Arg(dd.split, "split")};
+          a[5].name = "y";
+          d.gridX = dd.grid();
+          d.blockX = uint32_t(dd.threads);
+        } else if (f == "dense_gemv_trellis") {
+          a = {x, wt, y, batch, i32Arg(g.in, "in"), i32Arg(g.outRows, "out"),
+               sI, sI8, sJ8};
+          d.gridX = ceilDiv(ceilDiv(g.outRows, 16), warps);
+        } else {
+          int64_t bm = std::stoll(targ("bm").empty() ? "64" : targ("bm"));
+          a = {x, wt, y, runtimeArg("batch"), i32Arg(g.in, "in"),
+               i32Arg(g.outRows, "out"), i32Arg(g.in, "x_stride"),
+               i32Arg(g.outRows, "z_stride"), i32Arg(0, "accumulate"), sI,
+               sI8, sJ8};
+          // Block tile bm tokens x `threads` outputs (BN = THREADS).
+          d.gridX = ceilDiv(g.outRows, threads);
+          d.gridY = ceilDiv(rows, bm);
+        }
       }
     }
-  } else if (f == "hadamard128") {
-    int64_t hidden = hiddenOf(op.getOperand(0));
-    a = {in(op, 0, "x"),
-         runtimeArg(exlr8 ? "expert_signs_in" : "expert_suh"),
-         runtimeArg("null"), scratchRows("expert_xh", hidden * 4, "y"), batch,
-         i32Arg(hidden, "n"), i32Arg(0, "pre_stride"),
-         i32Arg(0, "post_stride")};
-    d.gridX = ceilDiv(rows * hidden / 128, warps);
-  } else if (f == "expert_gemv_trellis" || f == "moe_reduce") {
+  } else if (f == "hadamard128" || f == "moe_trellis" ||
+             f == "expert_gemv_trellis" || f == "moe_reduce") {
+    // The trellis experts of a MoE layer, as the executor runs them
+    // (runtime/cuda/executor.cpp: moeTrellis, or the legacy groups).
     auto e = cast<FusedExpertGemvOp>(op);
-    int64_t hidden = e.getHidden(), slots = e.getTopK() + e.getShared();
-    // (row, slot, half) partials of one launch; reused by every launch.
-    uint32_t partial = st.scratchBuffer(
-        "expert_partial", uint64_t(8) * slots * 16 * hidden * 4);
-    // The kernels index ids and weights by (row, slot) over the routed and
-    // the shared slots; the router writes top_k per row, so these rows
-    // (router output with the shared experts appended) are their own
-    // buffers.
-    gp::ArgDef ids = scratchRows("expert_ids", slots * 4, "expert_ids");
-    if (f == "moe_reduce") {
-      a = {bufferArg(partial, "partial"), ids,
-           runtimeArg("expert_tiles"), out(op, 0, "out"), batch,
-           i32Arg(slots, "topk"), i32Arg(hidden, "hidden"),
-           i32Arg(0, "accumulate")};
-      d.gridX = ceilDiv(hidden, threads);
-      d.gridY = rows;
+    const int64_t hidden = e.getHidden(), topk = e.getTopK(),
+                  shared = e.getShared();
+    const bool mt = std::find(seq.begin(), seq.end(), "moe_trellis") !=
+                    seq.end();
+    // exlr8: one H(x * signs.in) row per token; EXL3: one rotated row per
+    // (token, slot, projection), routed slots then the shared ones.
+    const int64_t xhRow = exlr8 ? hidden : 2 * (topk + shared) * hidden;
+    gp::ArgDef xh = scratchRows("expert_xh", xhRow * 4, "xh");
+    // Which group a legacy launch serves: the routed experts, then the
+    // shared one (its ids and weights are scratch rows the executor fills).
+    size_t group = 0;
+    for (size_t i = 0; i < launch; ++i)
+      group += seq[i] == "moe_reduce";
+    const bool sharedGroup = !mt && group > 0;
+    const int64_t gTopk = sharedGroup ? 1 : topk;
+    gp::ArgDef ids = sharedGroup
+                         ? scratchRows("shared_ids", 4, "expert_ids")
+                         : in(op, 1, "expert_ids");
+    gp::ArgDef rw = sharedGroup ? scratchRows("shared_w", 4, "route_w")
+                                : in(op, 2, "route_w");
+    ids.name = "expert_ids";
+    rw.name = "route_w";
+    if (f == "hadamard128") {
+      const bool last = launch + 1 == seq.size();
+      gp::ArgDef x = last ? out(op, 0, "x") : exlr8 ? in(op, 0, "x") : xh;
+      gp::ArgDef y = last ? out(op, 0, "y") : xh;
+      x.name = "x";
+      y.name = "y";
+      // EXL3: the executor's glmx_*_in helper wrote x * suh per slot and
+      // projection; the rotation runs over those rows in place.
+      const int64_t hrows = exlr8 || last ? rows : 2 * rows * (mt ? topk + shared
+                                                             : gTopk);
+      a = {x, runtimeArg(last || !exlr8 ? "null" : "expert_signs_in"),
+           runtimeArg(last ? "expert_signs_out" : "null"), y,
+           exlr8 || last ? batch : i32Arg(hrows, "rows"), i32Arg(hidden, "n"),
+           i32Arg(0, "pre_stride"), i32Arg(0, "post_stride")};
+      d.gridX = ceilDiv(hrows * hidden / 128, warps);
+    } else if (f == "moe_trellis") {
+      const ::glm::codegen::MoeTrellisTuning t =
+          ::glm::codegen::defaultMoeTrellisTuning(hidden);
+      const ::glm::codegen::MoeTrellisDims dm = ::glm::codegen::moeTrellisDims(
+          t, int(rows), int(topk), int(e.getExperts()), int(shared),
+          int(hidden));
+      // Scratch and counters sized for the largest template batch, shared
+      // by every bucket and layer (the counters return to zero after each
+      // layer's down launch).
+      const ::glm::codegen::MoeTrellisDims big = ::glm::codegen::moeTrellisDims(
+          t, 8, int(topk), int(e.getExperts()), int(shared), int(hidden));
+      const bool exl3 = !exlr8;
+      a = {xh, ids, rw, runtimeArg("moe_tiles"), runtimeArg("moe_widths"),
+           runtimeArg("moe_gu_svh"),
+           runtimeArg(exl3 ? "null" : "moe_gu_su_block"),
+           runtimeArg("moe_down_suh"),
+           runtimeArg(exl3 ? "null" : "moe_down_sv_block"),
+           runtimeArg(exl3 ? "moe_down_svh" : "null"),
+           runtimeArg(exl3 ? "null" : "expert_signs_out"),
+           bufferArg(st.scratchBuffer("moe_scratch", big.scratchFloats() * 4),
+                     "scratch"),
+           bufferArg(st.scratchBuffer("moe_counters", big.counterInts() * 4),
+                     "counters"),
+           out(op, 0, "out"), batch, i32Arg(topk, "topk"),
+           i32Arg(e.getExperts(), "n_routed"), i32Arg(shared, "n_shared"),
+           i32Arg(hidden, "hidden"), i32Arg(dm.inter, "inter"),
+           i32Arg(xhRow, "xh_row_stride"),
+           i32Arg(exl3 ? 2 * hidden : 0, "xh_slot_stride"),
+           i32Arg(exl3 ? hidden : 0, "xh_proj_stride"),
+           i32Arg(exl3 ? e.getInter() / 16 : 8, "gu_sI"),
+           i32Arg(exl3 ? e.getInter() / 2 : 64, "gu_sI8"),
+           i32Arg(exl3 ? hidden / 16 : 8, "down_sI"),
+           i32Arg(exl3 ? 8 : 64, "down_sJ8"), i32Arg(t.guSplit, "gu_split"),
+           i32Arg(t.downGroup, "down_group"), i32Arg(0, "accumulate")};
+      d.gridX = targ("stage") == "gu" ? dm.gridGateUp() : dm.gridDown();
     } else {
       int64_t inter = e.getInter();
-      a = {scratchRows("expert_xh", hidden * 4, "xh"), ids,
-           scratchRows("expert_route_w", slots * 4, "route_w"),
-           runtimeArg("expert_tiles"), runtimeArg("expert_widths"),
-           runtimeArg("expert_gu_svh"), runtimeArg("expert_gu_su_block"),
-           runtimeArg("expert_down_suh"), runtimeArg("expert_down_sv_block"),
-           runtimeArg(exlr8 ? "null" : "expert_down_svh"),
-           bufferArg(partial, "partial"), batch, i32Arg(slots, "topk"),
-           i32Arg(hidden, "hidden"), i32Arg(inter, "inter"),
-           i32Arg(hidden, "xh_row_stride"), i32Arg(0, "xh_slot_stride"),
-           i32Arg(0, "xh_proj_stride"),
-           i32Arg(exlr8 ? 8 : inter / 16, "gu_sI"),
-           i32Arg(exlr8 ? 64 : inter / 2, "gu_sI8"),
-           i32Arg(exlr8 ? 8 : hidden / 16, "down_sI"),
-           i32Arg(exlr8 ? 64 : 8, "down_sJ8")};
-      d.gridX = 16;
-      d.gridY = e.getExperts() + e.getShared();
+      // (row, slot, half) partials of one group's launch.
+      uint32_t partial = st.scratchBuffer(
+          sharedGroup ? "expert_partial_shared" : "expert_partial",
+          uint64_t(8) * gTopk * 16 * hidden * 4);
+      if (f == "moe_reduce") {
+        a = {bufferArg(partial, "partial"), ids, runtimeArg("expert_tiles"),
+             out(op, 0, "out"), batch, i32Arg(gTopk, "topk"),
+             i32Arg(hidden, "hidden"), i32Arg(sharedGroup ? 1 : 0,
+                                              "accumulate")};
+        d.gridX = ceilDiv(hidden, threads);
+        d.gridY = rows;
+      } else {
+        a = {xh, ids, rw, runtimeArg("expert_tiles"),
+             runtimeArg("expert_widths"), runtimeArg("expert_gu_svh"),
+             runtimeArg("expert_gu_su_block"), runtimeArg("expert_down_suh"),
+             runtimeArg("expert_down_sv_block"),
+             runtimeArg(exlr8 ? "null" : "expert_down_svh"),
+             bufferArg(partial, "partial"), batch, i32Arg(gTopk, "topk"),
+             i32Arg(hidden, "hidden"), i32Arg(inter, "inter"),
+             i32Arg(exlr8 ? hidden : gTopk * hidden, "xh_row_stride"),
+             i32Arg(exlr8 ? 0 : hidden, "xh_slot_stride"),
+             i32Arg(exlr8 ? 0 : rows * gTopk * hidden, "xh_proj_stride"),
+             i32Arg(exlr8 ? 8 : inter / 16, "gu_sI"),
+             i32Arg(exlr8 ? 64 : inter / 2, "gu_sI8"),
+             i32Arg(exlr8 ? 8 : hidden / 16, "down_sI"),
+             i32Arg(exlr8 ? 64 : 8, "down_sJ8")};
+        d.gridX = e.getHalves();
+        d.gridY = sharedGroup ? shared : e.getExperts();
+      }
     }
   } else if (f == "rope" || f == "mla_decode") {
     if (auto at = dyn_cast<AttentionDecodeOp>(op)) {
@@ -581,7 +809,9 @@ struct Cost {
 /// routing); for one token exactly the apportioned bytes of the bindings.
 static Cost costOf(SymbolTable &symbols, Operation &op,
                    const glmc::RankUsage &use,
-                   std::set<std::string> &charged, int64_t tokens) {
+                   std::set<std::string> &charged, int64_t tokens,
+                   const std::set<std::string> *skip = nullptr,
+                   const std::set<std::string> *only = nullptr) {
   Cost c;
   for (NamedAttribute attr : op.getAttrs()) {
     SmallVector<FlatSymbolRefAttr> refs;
@@ -593,6 +823,8 @@ static Cost costOf(SymbolTable &symbols, Operation &op,
           refs.push_back(sym);
     for (FlatSymbolRefAttr sym : refs) {
       std::string name = sym.getValue().str();
+      if ((skip && skip->count(name)) || (only && !only->count(name)))
+        continue;
       auto it = use.bySymbol.find(name);
       if (it == use.bySymbol.end() || !charged.insert(name).second)
         continue;
@@ -622,7 +854,8 @@ static Cost costOf(SymbolTable &symbols, Operation &op,
 
 /// Does `family` read the op's weights (and so carry its bytes)?
 static bool readsWeights(const std::string &family) {
-  return family == "expert_gemv_trellis" || family == "dense_gemv" ||
+  return family == "expert_gemv_trellis" || family == "moe_trellis" ||
+         family == "dense_trellis" || family == "dense_gemv" ||
          family == "dense_gemv_f32" || family == "dense_gemv_trellis" ||
          family == "gemm_trellis" || family == "mla_decode" ||
          family == "indexer_scores" || family == "router" ||
@@ -718,13 +951,51 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
         l.rows = 0;
       launches.push_back(l);
     }
-    size_t reader = 0; // the launch that carries the op's weight bytes
+    std::vector<std::string> seq;
+    for (const Launch &l : launches)
+      seq.push_back(l.kernel ? l.kernel->templateName : std::string());
+    // Arguments first: a launch that reads one weight of the op (its k-th
+    // GEMV) is charged that weight; the first other weight-reading launch
+    // is charged the rest.
+    std::vector<LaunchInfo> infos(launches.size());
+    std::set<std::string> own;
     for (size_t i = 0; i < launches.size(); ++i)
-      if (launches[i].kernel &&
+      if (launches[i].kernel) {
+        int64_t rows = launches[i].rows ? launches[i].rows : bk.size;
+        infos[i] = args.build(*launches[i].kernel, op, rows, i, seq);
+        if (!infos[i].weightSym.empty())
+          own.insert(infos[i].weightSym);
+      }
+    size_t reader = launches.size(); // carries the unclaimed weight bytes
+    for (size_t i = 0; i < launches.size(); ++i)
+      if (launches[i].kernel && infos[i].weightSym.empty() &&
           readsWeights(launches[i].kernel->templateName)) {
         reader = i;
         break;
       }
+    std::vector<Cost> costs(launches.size());
+    for (size_t i = 0; i < launches.size(); ++i) {
+      const std::string &mine = infos[i].weightSym;
+      if (i != reader && mine.empty())
+        continue;
+      std::set<std::string> only;
+      if (!mine.empty())
+        only.insert(mine);
+      int64_t rows = launches[i].rows ? launches[i].rows : bk.size;
+      costs[i] = costOf(symbols, op, use, charged, rows,
+                        mine.empty() ? &own : nullptr,
+                        mine.empty() ? nullptr : &only);
+    }
+    // moe_trellis: gate/up read two of each half's three matrices, down
+    // the third (exact when a half's projections share a width).
+    if (reader < launches.size() && seq[reader] == "moe_trellis")
+      for (size_t j = reader + 1; j < launches.size(); ++j)
+        if (seq[j] == "moe_trellis") {
+          costs[j] = {costs[reader].bytes / 3, costs[reader].weights / 3};
+          costs[reader].bytes -= costs[j].bytes;
+          costs[reader].weights -= costs[j].weights;
+          break;
+        }
     for (size_t i = 0; i < launches.size(); ++i) {
       const Launch &l = launches[i];
       gp::OpDef launch = od;
@@ -733,24 +1004,19 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
       launch.kernel = l.index;
       launch.repeat = l.rows ? uint32_t(ceilDiv(bk.size, l.rows)) : 1;
       launch.rowsPerLaunch = uint32_t(l.rows);
-      int64_t rows = l.rows ? l.rows : bk.size;
-      if (i == reader) {
-        Cost c = costOf(symbols, op, use, charged, rows);
-        launch.bytesRead = c.bytes * launch.repeat;
-        launch.decodedWeights = c.weights * launch.repeat;
-        // A tensor-core GEMM reads its weights once per step but decodes
-        // each tile once per block row of tokens.
-        if (l.kernel && l.kernel->templateName == "gemm_trellis") {
-          auto bm = l.kernel->templateArgs.find("bm");
-          int64_t m = bm == l.kernel->templateArgs.end()
-                          ? 64 : std::stoll(bm->second);
-          launch.decodedWeights *= ceilDiv(bk.size, m);
-        }
+      launch.bytesRead = costs[i].bytes * launch.repeat;
+      launch.decodedWeights = costs[i].weights * launch.repeat;
+      // A tensor-core GEMM reads its weights once per step but decodes
+      // each tile once per block row of tokens.
+      if (l.kernel && l.kernel->templateName == "gemm_trellis") {
+        auto bm = l.kernel->templateArgs.find("bm");
+        int64_t m = bm == l.kernel->templateArgs.end()
+                        ? 64 : std::stoll(bm->second);
+        launch.decodedWeights *= ceilDiv(bk.size, m);
       }
       if (l.kernel) {
-        LaunchInfo li = args.build(*l.kernel, op, rows, i);
-        launch.args = std::move(li.args);
-        launch.launch = li.dims;
+        launch.args = std::move(infos[i].args);
+        launch.launch = infos[i].dims;
       }
       graph.ops.push_back(std::move(launch));
     }

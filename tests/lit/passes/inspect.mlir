@@ -6,7 +6,7 @@
 // RUN: glmc inspect %t.plan --rank 0 --measured %S/Inputs/measured.json | FileCheck %s --check-prefix=MEAS
 // RUN: glmc inspect %t.plan --rank 1 --layer head | FileCheck %s --check-prefix=HEAD
 // RUN: glmc inspect %t.plan --format json --measured %S/Inputs/measured.json > %t.json
-// RUN: python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['ranks'][0]; print('head', [l['kind'] for l in r['layers'] if l['layer']==2]); k={c['name']:c for c in r['kernel_costs']}; e=k['glm_expert_gemv_trellis_k34_mcg_e4m3_b1_svf16_t256']; print('expert', e['launches'], e['measured_us'], round(e['ratio'],6)==round(e['measured_us']/e['predicted_us'],6), e['decoded_weights']>0); print('measured', d['measured'])" %t.json | FileCheck %s --check-prefix=JSON
+// RUN: python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['ranks'][0]; print('head', [l['kind'] for l in r['layers'] if l['layer']==2]); k={c['name']:c for c in r['kernel_costs']}; e=k['glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128']; print('expert', e['launches'], e['measured_us'], round(e['ratio'],6)==round(e['measured_us']/e['predicted_us'],6), e['decoded_weights']>0); print('measured', d['measured'])" %t.json | FileCheck %s --check-prefix=JSON
 // RUN: glmc inspect %t.plan --format dot | FileCheck %s --check-prefix=DOT
 // RUN: glmc inspect %t.plan --format html --measured %S/Inputs/measured.json | FileCheck %s --check-prefix=HTML
 // RUN: echo '{"kernels": {"glm_x": -1}}' > %t.neg.json
@@ -18,24 +18,27 @@
 // RUN: not glmc inspect %t.plan --measured %t.missing.json 2>&1 | FileCheck %s --check-prefix=MISSING
 // RUN: not glmc inspect %t.plan --int-rate 0 2>&1 | FileCheck %s --check-prefix=RATE
 
-// TEXT: schema 1.1
+// TEXT: schema 1.2
 // TEXT: layer  kind
 // TEXT-NEXT: embed  embed {{.*}}glm_embed_bf16_t256
 // TEXT-NEXT: 0      dense
-// TEXT-NEXT: 1      moe {{.*}}glm_expert_gemv_trellis
+// TEXT-NEXT: 1      moe {{.*}}glm_router_e4_k2_t256, glm_hadamard128_vf32_t256, glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128, glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_t128
 // TEXT-NEXT: head   head {{.*}}glm_rms_norm_wbf16_t256, glm_dense_gemv_fp8_block_sf32_b1_t256, all_gather, glm_argmax_t256
 // TEXT: kernels (decode batch 1; predicted = max(bytes / 273 GB/s, decoded weights x 8 ops / 15.0 Tops/s) per launch)
 // TEXT-NEXT: kernel {{ *}}launches {{ *}}bytes predicted us bound
 // TEXT-NOT: measured us
-// TEXT: glm_expert_gemv_trellis_k34_mcg_e4m3_b1_svf16_t256 {{ *}}1 {{ *}}[[#%u,]] {{ *}}[[#%u,]].{{[0-9]+}} {{ *}}bw
+// TEXT: glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128 {{ *}}1 {{ *}}[[#%u,]] {{ *}}[[#%u,]].{{[0-9]+}} {{ *}}bw
+// TEXT-NEXT: glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_t128 {{ *}}1 {{ *}}[[#%u,]] {{ *}}[[#%u,]].{{[0-9]+}} {{ *}}bw
 
 // MEAS: kernel {{ *}}launches {{ *}}bytes predicted us bound {{ *}}measured us {{ *}}ratio
-// Two q/kv/o-style fp8 GEMVs per layer share one kernel: measured per
-// launch times launches.
-// MEAS: glm_dense_gemv_fp8_block_sf32_b1_t256 {{ *}}[[N:[0-9]+]] {{.*}} bw {{ *}}{{[0-9]+}}.50 {{ *}}{{[0-9]+}}.{{[0-9]+}}
-// MEAS: glm_expert_gemv_trellis_k34_mcg_e4m3_b1_svf16_t256 {{ *}}1 {{.*}} bw {{ *}}4.00 {{ *}}{{[0-9]+}}.{{[0-9]+}}
-// MEAS: glm_moe_reduce_t256 1 0 0.00 - - -
-// MEAS: measured kernels not in this plan (ignored): glm_not_in_this_plan_t256
+// The q/kv/o-style fp8 GEMVs share one kernel: measured per launch times
+// launches (14 x 2.5 us).
+// MEAS: glm_dense_gemv_fp8_block_sf32_b1_t256 {{ *}}14 {{.*}} bw {{ *}}35.00 {{ *}}{{[0-9]+}}.{{[0-9]+}}
+// MEAS: glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128 {{ *}}1 {{.*}} bw {{ *}}4.00 {{ *}}{{[0-9]+}}.{{[0-9]+}}
+// MEAS-NEXT: glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_t128 {{ *}}1 {{.*}} bw {{ *}}2.00 {{ *}}{{[0-9]+}}.{{[0-9]+}}
+// MEAS-NEXT: glm_argmax_t256 1 0 0.00 - - -
+// Executor helper kernels the plan does not name are listed apart.
+// MEAS: measured kernels not in this plan (ignored): glmx_rms_norm
 
 // HEAD: layer  kind
 // HEAD-NEXT: head   head
@@ -49,7 +52,7 @@
 // DOT-NEXT: label="layer head";
 
 // HTML: <th>measured us</th><th>ratio</th>
-// HTML: <td>glm_expert_gemv_trellis_k34_mcg_e4m3_b1_svf16_t256</td><td class=num>1</td>
+// HTML: <td>glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128</td><td class=num>1</td>
 // HTML-SAME: <td class=num>4.00</td>
 
 // NEG: neg.json: kernel 'glm_x' has a negative time (-1 us)

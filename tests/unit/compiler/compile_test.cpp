@@ -276,6 +276,8 @@ TEST(Compile, ImportErrorNamesConfigAndSaysWhatToDo) {
 // Graph buckets, kernel arguments, head layer, plan fields 1.1
 //===----------------------------------------------------------------------===//
 
+#include "codegen/dense_trellis_abi.h"
+#include "codegen/moe_trellis_abi.h"
 #include "compiler/mlir/KernelArgs.h"
 
 namespace {
@@ -321,10 +323,25 @@ TEST(Compile, DecodeAndPrefillGraphsPerBucket) {
     EXPECT_EQ(r.graphs[8].kind, GraphKind::Prefill);
     EXPECT_EQ(r.graphs[8].size, 512u);
     EXPECT_EQ(r.graphs[9].size, 2048u);
-    // Every graph runs the same ops; decode B launches batch-B kernels.
+    // Every graph runs the same ops (an op's launches, "NAME.i", may differ:
+    // a prefill GEMM rotates its own output, dense_trellis does that
+    // inside); decode B launches batch-B kernels.
     const GraphDef &d1 = r.graphs[0];
+    auto opNames = [](const GraphDef &g) {
+      std::vector<std::string> names;
+      for (const OpDef &op : g.ops) {
+        std::string n = op.name;
+        size_t dot = n.find_last_of('.');
+        if (dot != std::string::npos &&
+            n.find_first_not_of("0123456789", dot + 1) == std::string::npos)
+          n.resize(dot);
+        if (names.empty() || names.back() != n)
+          names.push_back(n);
+      }
+      return names;
+    };
     for (const GraphDef &g : r.graphs) {
-      ASSERT_EQ(g.ops.size(), d1.ops.size());
+      ASSERT_EQ(opNames(g), opNames(d1)) << g.size;
       for (const OpDef &op : g.ops) {
         if (op.kernel < 0)
           continue;
@@ -333,6 +350,12 @@ TEST(Compile, DecodeAndPrefillGraphsPerBucket) {
         if (b == k.templateArgs.end())
           continue;
         uint32_t want = g.kind == GraphKind::Decode ? g.size : 8;
+        // moe_trellis is instantiated for 1, 2, 4 and 8 rows, dense_trellis
+        // for 1, 4 and 8 (the executor's rule).
+        if (k.templateName == "moe_trellis")
+          want = uint32_t(glm::codegen::moeTrellisBatch(int(want)));
+        if (k.templateName == "dense_trellis")
+          want = uint32_t(glm::codegen::denseTrellisBatch(int(want)));
         EXPECT_EQ(b->second, std::to_string(want)) << op.name;
         // Prefill through an 8-token kernel: ceil(chunk / 8) launches.
         if (g.kind == GraphKind::Prefill) {
@@ -381,6 +404,51 @@ TEST(Compile, HeadOpsAreTheHeadLayer) {
     EXPECT_EQ(r.layers.front().layer, -1);
     EXPECT_EQ(r.layers.front().ops.size(), 1u); // the embedding alone
   }
+}
+
+TEST(Compile, TrellisExpertsLaunchLikeTheCudaExecutor) {
+  // The executor's moe_trellis path (runtime/cuda/executor.cpp): one input
+  // rotation, gate/up, down; grids and split from codegen's shared rule.
+  using namespace glm::plan;
+  Compiled c = compile(exlr8Pack("tiny"), 1, 3);
+  const auto tuning =
+      glm::codegen::defaultMoeTrellisTuning(c.plan.model.hiddenSize);
+  size_t seen = 0;
+  for (const GraphDef &g : c.plan.ranks[0].graphs) {
+    if (g.kind != GraphKind::Decode)
+      continue;
+    for (size_t i = 0; i < g.ops.size(); ++i) {
+      const OpDef &op = g.ops[i];
+      if (op.kernel < 0 ||
+          c.plan.kernels[op.kernel].templateName != "moe_trellis")
+        continue;
+      const KernelDef &k = c.plan.kernels[op.kernel];
+      auto arg = [&](const std::string &n) -> int64_t {
+        for (const ArgDef &a : op.args)
+          if (a.name == n && a.kind == ArgKind::I32)
+            return a.i;
+        ADD_FAILURE() << op.name << ": no int argument " << n;
+        return -1;
+      };
+      const bool gu = k.templateArgs.at("stage") == "gu";
+      // gate/up follows the rotation; down follows gate/up.
+      ASSERT_GT(i, 0u);
+      const KernelDef &prev = c.plan.kernels[g.ops[i - 1].kernel];
+      EXPECT_EQ(prev.templateName, gu ? "hadamard128" : "moe_trellis");
+      const glm::codegen::MoeTrellisDims d = glm::codegen::moeTrellisDims(
+          tuning, int(g.size), int(arg("topk")), int(arg("n_routed")),
+          int(arg("n_shared")), int(arg("hidden")));
+      EXPECT_TRUE(d.valid()) << op.name;
+      EXPECT_EQ(op.launch.gridX, gu ? d.gridGateUp() : d.gridDown())
+          << op.name << " batch " << g.size;
+      EXPECT_EQ(op.launch.blockX, uint32_t(tuning.threads));
+      EXPECT_EQ(arg("gu_split"), tuning.guSplit);
+      EXPECT_EQ(arg("down_group"), tuning.downGroup);
+      EXPECT_EQ(k.templateArgs.at("pipe"), std::to_string(tuning.pipe));
+      ++seen;
+    }
+  }
+  EXPECT_GT(seen, 0u);
 }
 
 TEST(Compile, KernelArgumentsFollowTheFamilyParameterLists) {
