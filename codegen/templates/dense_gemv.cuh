@@ -21,13 +21,61 @@ namespace glm {
 
 constexpr int kFmtBf16 = 0, kFmtFp8Block = 1, kFmtFp8Row = 2, kFmtMxfp8 = 3;
 
-/// Grid (ceil(out / (THREADS/32)), 1): warp-per-row.
+/// acc[b] += W[o, i0 .. i0 + kElems) . x[b, same] for one 16-byte load q.
+template <int FMT, int SCT, int BATCH>
+__device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
+                                           int in, const void *scale,
+                                           const float *__restrict__ x,
+                                           int batch, float (&acc)[BATCH]) {
+  typedef typename StorageOf<SCT>::type SC;
+  constexpr int kElems = FMT == kFmtBf16 ? 8 : 16;
+  const SC *sc = static_cast<const SC *>(scale);
+  float wv[kElems];
+  if (FMT == kFmtBf16) {
+    const __nv_bfloat16 *p = reinterpret_cast<const __nv_bfloat16 *>(&q);
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+      wv[t] = __bfloat162float(p[t]);
+  } else {
+    const u8 *p = reinterpret_cast<const u8 *>(&q);
+    float s = 1.0f;
+    if (FMT == kFmtFp8Block)
+      s = toFloat<SC>(sc[(long long)(o >> 7) * ((in + 127) >> 7) + (i0 >> 7)]);
+    else if (FMT == kFmtFp8Row)
+      s = toFloat<SC>(sc[o]);
+    else if (FMT == kFmtMxfp8) // the 16 inputs share one 32-input exponent
+      s = exp2f(float(int(static_cast<const u8 *>(
+                              scale)[(long long)o * (in / 32) + (i0 >> 5)]) -
+                      127));
+#pragma unroll
+    for (int t = 0; t < 16; ++t)
+      wv[t] = e4m3ToFloat(p[t]) * s;
+  }
+#pragma unroll
+  for (int b = 0; b < BATCH; ++b) {
+    if (b >= batch)
+      break;
+    const float4 *xp =
+        reinterpret_cast<const float4 *>(x + (long long)b * in + i0);
+#pragma unroll
+    for (int t = 0; t < kElems / 4; ++t) {
+      const float4 xv = xp[t];
+      acc[b] += wv[4 * t] * xv.x + wv[4 * t + 1] * xv.y +
+                wv[4 * t + 2] * xv.z + wv[4 * t + 3] * xv.w;
+    }
+  }
+}
+
+/// Grid (ceil(out / (THREADS/32)), 1): warp-per-row. A lane issues
+/// kDenseLoads 16-byte loads before using them (a row of a short matrix
+/// is otherwise a chain of dependent-latency loads); chunks are added in
+/// the same order either way.
+constexpr int kDenseLoads = 4;
 template <int FMT, int SCT, int BATCH, int THREADS>
 __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
   static_assert(FMT >= 0 && FMT <= 3, "format");
   static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
-  typedef typename StorageOf<SCT>::type SC;
   constexpr int kElems = FMT == kFmtBf16 ? 8 : 16; // per 16-byte load
   const int lane = threadIdx.x & 31;
   const int o = blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
@@ -37,49 +85,24 @@ __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
 #pragma unroll
   for (int b = 0; b < BATCH; ++b)
     acc[b] = 0.0f;
-  const SC *sc = static_cast<const SC *>(scale);
   const int rowBytes = FMT == kFmtBf16 ? 2 * in : in;
   const uint4 *row = reinterpret_cast<const uint4 *>(
       static_cast<const u8 *>(w) + (long long)o * rowBytes);
-  for (int v = lane; v < in / kElems; v += 32) {
-    const uint4 q = row[v];
-    const int i0 = v * kElems;
-    float wv[kElems];
-    if (FMT == kFmtBf16) {
-      const __nv_bfloat16 *p = reinterpret_cast<const __nv_bfloat16 *>(&q);
+  const int nv = in / kElems;
+  int v = lane;
+  for (; v + 32 * (kDenseLoads - 1) < nv; v += 32 * kDenseLoads) {
+    uint4 q[kDenseLoads];
 #pragma unroll
-      for (int t = 0; t < 8; ++t)
-        wv[t] = __bfloat162float(p[t]);
-    } else {
-      const u8 *p = reinterpret_cast<const u8 *>(&q);
-      float s = 1.0f;
-      if (FMT == kFmtFp8Block)
-        s = toFloat<SC>(sc[(long long)(o >> 7) * ((in + 127) >> 7) + (i0 >> 7)]);
-      else if (FMT == kFmtFp8Row)
-        s = toFloat<SC>(sc[o]);
+    for (int u = 0; u < kDenseLoads; ++u)
+      q[u] = row[v + 32 * u];
 #pragma unroll
-      for (int t = 0; t < 16; ++t) {
-        if (FMT == kFmtMxfp8 && (t & 31) == 0) {
-          const u8 ex = static_cast<const u8 *>(scale)[(long long)o * (in / 32) +
-                                                      ((i0 + t) >> 5)];
-          s = exp2f(float(int(ex) - 127));
-        }
-        wv[t] = e4m3ToFloat(p[t]) * s;
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < BATCH; ++b) {
-      if (b >= batch)
-        break;
-      const float4 *xp = reinterpret_cast<const float4 *>(x + (long long)b * in + i0);
-#pragma unroll
-      for (int t = 0; t < kElems / 4; ++t) {
-        const float4 xv = xp[t];
-        acc[b] += wv[4 * t] * xv.x + wv[4 * t + 1] * xv.y +
-                  wv[4 * t + 2] * xv.z + wv[4 * t + 3] * xv.w;
-      }
-    }
+    for (int u = 0; u < kDenseLoads; ++u)
+      denseChunk<FMT, SCT, BATCH>(q[u], (v + 32 * u) * kElems, o, in, scale,
+                                  x, batch, acc);
   }
+  for (; v < nv; v += 32)
+    denseChunk<FMT, SCT, BATCH>(row[v], v * kElems, o, in, scale, x, batch,
+                                acc);
 #pragma unroll
   for (int b = 0; b < BATCH; ++b) {
     if (b >= batch)
