@@ -26,6 +26,9 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 
+#include "codegen/dense_trellis_abi.h"
+#include "codegen/moe_trellis_abi.h"
+
 #ifdef GLM_CODEGEN_AVAILABLE
 #include "codegen/codegen.h"
 #include "runtime/base/error.h"
@@ -108,10 +111,13 @@ static std::string storage(Type t) {
   return "bf16";
 }
 
-/// Context the specs need: weight types and the KV dtype.
+/// Context the specs need: weight types, the KV dtype, the pack layout and
+/// the largest decode batch (whether moe_trellis runs a MoE layer).
 struct SpecContext {
   SymbolTable &symbols;
   std::string kvDtype; // "bf16" | "fp8"
+  std::string layout = "exlr8";
+  int64_t maxDecode = 1;
   Type typeOf(StringRef sym) {
     if (auto w = symbols.lookup<WeightOp>(sym))
       return w.getType();
@@ -158,6 +164,23 @@ static FailureOr<Spec> gemvSpec(Type format, const Bucket &b,
                    {"xt", "f32"},
                    {"bm", b.size >= 128 ? "128" : "64"},
                    {"threads", "256"}}};
+    // Decode: dense_trellis, as the CUDA executor runs trellis GEMVs (its
+    // tuning, codegen/dense_trellis_abi.h).
+    if (haveFamily("dense_trellis")) {
+      const ::glm::codegen::DenseTrellisTuning dt =
+          ::glm::codegen::defaultDenseTrellisTuning();
+      const int batch = int(b.batch);
+      return Spec{
+          "dense_trellis",
+          {{"K", k},
+           {"codebook", cbName(t.getCodebook())},
+           {"e4m3", t.getE4m3() ? "1" : "0"},
+           {"batch", str(::glm::codegen::denseTrellisBatch(batch))},
+           {"pipe", str(::glm::codegen::denseTrellisPipe(
+                        dt, t.getTwiceBits() / 2, batch))},
+           {"minblocks", str(dt.minBlocks)},
+           {"threads", str(dt.threads)}}};
+    }
     return Spec{"dense_gemv_trellis",
                 {{"K", k},
                  {"codebook", cbName(t.getCodebook())},
@@ -199,17 +222,48 @@ static FailureOr<Spec> gemvSpec(Type format, const Bucket &b,
                {"threads", "256"}}};
 }
 
+/// Whether the executor runs this layer's trellis experts through
+/// moe_trellis: codegen's rule (moe_trellis_abi.h), the one the executor
+/// applies, at the largest decode batch of the plan.
+static bool moeTrellisRuns(FusedExpertGemvOp f, const SpecContext &ctx) {
+  ::glm::codegen::MoeTrellisLayer l;
+  l.exl3 = ctx.layout != "exlr8";
+  l.inter = f.getInter();
+  l.halves = f.getHalves();
+  l.topk = f.getTopK();
+  l.maxBatch = int(ctx.maxDecode);
+  l.hasShared = f.getShared() > 0;
+  l.sharedInter = f.getInter();
+  if (!::glm::codegen::moeTrellisRefusal(l).empty())
+    return false;
+  return ::glm::codegen::moeTrellisDims(
+             ::glm::codegen::defaultMoeTrellisTuning(f.getHidden()),
+             int(ctx.maxDecode), int(f.getTopK()), int(f.getExperts()),
+             int(f.getShared()), int(f.getHidden()))
+      .valid();
+}
+
 /// The kernels one op launches in bucket `b`, in order; empty for
 /// collectives (NCCL). Fails with `why` when no GPU template runs the op.
 static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                                              const Bucket &b, NoKernel &why) {
   SmallVector<Spec> out;
   std::string kv = ctx.kvDtype == "fp8" ? "e4m3" : "bf16";
+  // A trellis GEMV runs as the executor runs it: rotate the input
+  // (H(x * suh)), multiply, rotate the output (H(z) * svh).
+  const Spec had{"hadamard128", {{"vt", "f32"}, {"threads", "256"}}};
   auto gemv = [&](Type t) {
     FailureOr<Spec> s = gemvSpec(t, b, why);
-    if (succeeded(s))
-      out.push_back(*s);
-    return succeeded(s);
+    if (failed(s))
+      return false;
+    // dense_trellis applies the output rotation itself.
+    const bool trellis = isa<TrellisType>(t);
+    if (trellis)
+      out.push_back(had);
+    out.push_back(*s);
+    if (trellis && s->family != "dense_trellis")
+      out.push_back(had);
+    return true;
   };
   if (auto f = dyn_cast<FusedExpertGemvOp>(op)) {
     if (f.getCodebook()) {
@@ -227,14 +281,48 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                      "integer widths 1..8 only";
         return failure();
       }
-      out.push_back({"hadamard128", {{"vt", "f32"}, {"threads", "128"}}});
-      out.push_back({"expert_gemv_trellis",
-                     {{"widths", digits},
-                      {"codebook", cbName(*f.getCodebook())},
-                      {"e4m3", f.getE4m3() ? "1" : "0"},
-                      {"batch", str(b.batch)},
-                      {"sv", "f16"},
-                      {"threads", "256"}}});
+      const bool exl3 = ctx.layout != "exlr8";
+      if (moeTrellisRuns(f, ctx)) {
+        // The executor's moe_trellis path: one rotation of the input
+        // (exlr8: H(x * signs.in); EXL3: the per-slot H(x * suh) rows),
+        // then gate/up and down over every routed and shared expert.
+        out.push_back(had);
+        const ::glm::codegen::MoeTrellisTuning t =
+            ::glm::codegen::defaultMoeTrellisTuning(f.getHidden());
+        for (const char *stage : {"gu", "down"})
+          out.push_back(
+              {"moe_trellis",
+               {{"widths", digits},
+                {"codebook", cbName(*f.getCodebook())},
+                {"e4m3", f.getE4m3() ? "1" : "0"},
+                {"batch", str(::glm::codegen::moeTrellisBatch(int(b.batch)))},
+                {"sv", "f32"},
+                {"stage", stage},
+                {"pipe", str(t.pipe)},
+                {"minblocks", str(t.minBlocks)},
+                {"threads", str(t.threads)}}});
+        return out;
+      }
+      // expert_gemv_trellis + moe_reduce for the routed experts, then for
+      // the shared expert; exlr8 rotates the input once and the output
+      // (H(delta) * signs.out) at the end.
+      Spec expert{"expert_gemv_trellis",
+                  {{"widths", digits},
+                   {"codebook", cbName(*f.getCodebook())},
+                   {"e4m3", f.getE4m3() ? "1" : "0"},
+                   {"batch", str(b.batch)},
+                   {"sv", "f32"},
+                   {"threads", "256"}}};
+      Spec reduce{"moe_reduce", {{"threads", "256"}}};
+      for (int64_t g = 0; g < (f.getShared() > 0 ? 2 : 1); ++g) {
+        if (exl3 || g == 0)
+          out.push_back(had);
+        out.push_back(expert);
+        out.push_back(reduce);
+      }
+      if (!exl3)
+        out.push_back(had);
+      return out;
     } else if (!gemv(*f.getDenseFormat())) {
       return failure();
     }
@@ -243,10 +331,11 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     if (!gemv(g.getFormat()))
       return failure();
   } else if (auto m = dyn_cast<MlpOp>(op)) {
-    // Gate/up and down GEMVs of the dense SwiGLU.
-    Type t = ctx.typeOf(m.getGate());
-    if (t && (!gemv(t) || !gemv(t)))
-      return failure();
+    // Gate, up and down GEMVs of the dense SwiGLU (the SwiGLU itself is an
+    // executor helper kernel, not a codegen family).
+    for (StringRef sym : {m.getGate(), m.getUp(), m.getDown()})
+      if (Type t = ctx.typeOf(sym); t && !gemv(t))
+        return failure();
   } else if (auto a = dyn_cast<AttentionDecodeOp>(op)) {
     int64_t perRank = a.getHeads() / a.getShard().getRanks();
     int64_t tile = 1;
@@ -260,7 +349,21 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                     {"heads", str(tile)},
                     {"threads", "256"}}});
   } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
+    // The executor's order: q = wq_b(q_a), its RoPE, the key wk(x), the
+    // head weights weights_proj(x), scores, top-k. (The key's norm, RoPE
+    // and cache store is an executor helper kernel.)
+    ArrayAttr w = ix.getWeights();
+    auto proj = [&](unsigned i) -> Type {
+      return w && i < w.size()
+                 ? ctx.typeOf(cast<FlatSymbolRefAttr>(w[i]).getValue())
+                 : Type();
+    };
+    if (Type t = proj(0); t && !gemv(t))
+      return failure();
     out.push_back({"rope", {{"rope_dim", str(ix.getRope())}}});
+    for (unsigned i : {1u, 4u})
+      if (Type t = proj(i); t && !gemv(t))
+        return failure();
     out.push_back({"indexer_scores",
                    {{"head_dim", str(ix.getHeadDim())},
                     {"n_heads", str(ix.getHeads())},
@@ -283,6 +386,9 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                                                  : storage(t);
     out.push_back({"embed", {{"format", fmt}, {"threads", "256"}}});
   } else if (auto r = dyn_cast<RouterOp>(op)) {
+    // The gate GEMV (router logits), then the selection.
+    if (Type t = ctx.typeOf(r.getWeight()); t && !gemv(t))
+      return failure();
     out.push_back({"router",
                    {{"experts", str(r.getExperts())},
                     {"topk", str(r.getTopK())},
@@ -405,6 +511,11 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
     if (auto kv = module->getAttrOfType<DictionaryAttr>("glm.kv"))
       if (auto d = kv.getAs<StringAttr>("dtype"))
         sctx.kvDtype = d.str();
+    for (PackOp pack : module.getOps<PackOp>())
+      sctx.layout = pack.getLayout().str();
+    for (const Bucket &bk : *buckets)
+      if (!bk.prefill)
+        sctx.maxDecode = std::max(sctx.maxDecode, bk.size);
     std::map<Spec, std::string> names; // distinct specs → kernel name
     std::map<std::string, Spec> byName;
     // Why ops get no kernel: cause → first op and the layers it covers.
