@@ -94,14 +94,14 @@ fi
 grep -q 'out of range (the decode kernels take 1..8)' "$T/bad.txt"
 
 # Measured kernel times next to the predictions.
-kname=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print([k['name'] for k in d['kernels'] if k['template']=='expert_gemv_trellis' and k['args']['batch']=='1'][0])" "$T/kernels.json")
+kname=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print([k['name'] for k in d['kernels'] if k['template']=='moe_trellis' and k['args']['batch']=='1' and k['args']['stage']=='gu'][0])" "$T/kernels.json")
 printf '{"device": "hand-written", "kernels": {"%s": 25.0}}\n' "$kname" > "$T/measured.json"
 glmc inspect "$T/glm53.4.plan" --rank 0 --measured "$T/measured.json" > "$T/measured.txt"
 grep -q "measured us" "$T/measured.txt"
 grep -E "^ +$kname " "$T/measured.txt"
 
 # Every launched op of the plan names its kernel: the inspector lists the
-# fused expert kernel on MoE layers and no op is left without one.
+# executor's expert kernel (moe_trellis) on MoE layers.
 glmc inspect "$T/tiny.2.plan" --format json > "$T/inspect.json"
 python3 - "$T/inspect.json" <<'PY'
 import json, sys
@@ -109,7 +109,7 @@ d = json.load(open(sys.argv[1]))
 moe = [l for r in d["ranks"] for l in r["layers"] if l["kind"] == "moe"]
 assert moe, "no MoE layer in the inspector output"
 for l in moe:
-    assert any("expert_gemv" in k for k in l["kernels"]), l
+    assert any("moe_trellis" in k for k in l["kernels"]), l
 print("inspect: MoE layers list", sorted({k for l in moe for k in l["kernels"]}))
 PY
 echo "compile_plans: ok"
