@@ -596,45 +596,84 @@ template <int BATCH> struct MoeUnitTable {
   float w[kMoeMaxUnits][BATCH];
 };
 
+/// Fills T in three dependent global round trips (the routing ids; the
+/// routing weights and the half tables; nothing else), all threads of the
+/// block in parallel: the same units, order and slots as findUnit.
 template <int BATCH>
 __device__ __forceinline__ void
 buildUnitTable(MoeUnitTable<BATCH> &T, const int *ids, const float *routeW,
                const u8 *const *tiles, int batch, int topk, int nRouted,
                int nShared) {
-  const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  const int lane = threadIdx.x & 31, nSlot = topk + nShared;
-  int nU = 0;
-  for (int u = warp;; u += nw) {
-    MoeUnit<BATCH> un;
-    const bool ok =
-        findUnit<BATCH>(u, ids, routeW, batch, topk, nRouted, nShared, un);
-    nU = un.nUnits;
-    if (!ok)
-      break;
-    bool own = false;
-    if (lane < 16)
-      own = tiles[(un.e * 3 + 0) * 16 + lane] &&
-            tiles[(un.e * 3 + 1) * 16 + lane] &&
-            tiles[(un.e * 3 + 2) * 16 + lane];
-    const u32 m = __ballot_sync(0xFFFFFFFFu, own) & 0xFFFFu;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __shared__ int nRoutedUnits;
+  if (warp == 0) { // distinct routed experts in first-appearance order
+    const int ne = batch * topk;
+    auto valid = [&](int id) { return id >= 0 && id < nRouted ? id : -1; };
+    const int id0 = lane < ne ? valid(ids[lane]) : -1;
+    const int id1 = lane + 32 < ne ? valid(ids[lane + 32]) : -1;
+    bool f0 = id0 >= 0, f1 = id1 >= 0;
+    for (int t = 0; t < 32 && t < ne; ++t) {
+      const int o = __shfl_sync(0xFFFFFFFFu, id0, t);
+      f0 &= !(t < lane && o == id0);
+      f1 &= o != id1;
+    }
+    for (int t = 0; t + 32 < ne; ++t) {
+      const int o = __shfl_sync(0xFFFFFFFFu, id1, t);
+      f1 &= !(t < lane && o == id1);
+    }
+    const u32 m0 = __ballot_sync(0xFFFFFFFFu, f0);
+    const u32 m1 = __ballot_sync(0xFFFFFFFFu, f1);
+    const u32 below = (1u << lane) - 1u;
+    const int n0 = __popc(m0), nr = n0 + __popc(m1);
+    if (f0)
+      T.e[__popc(m0 & below)] = id0;
+    if (f1)
+      T.e[n0 + __popc(m1 & below)] = id1;
+    for (int j = lane; j < nShared; j += 32)
+      T.e[nr + j] = nRouted + j;
     if (lane == 0) {
-      T.e[u] = un.e;
-      T.mask[u] = int(m);
-#pragma unroll
-      for (int b = 0; b < BATCH; ++b) {
-        T.k[u][b] = (signed char)(un.slot[b] < 0 ? -1 : un.slot[b] - b * nSlot);
-        T.w[u][b] = un.w[b];
-      }
+      nRoutedUnits = nr;
+      T.n = nr + nShared;
     }
   }
-  if (threadIdx.x == 0)
-    T.n = nU;
+  __syncthreads();
+  const int n = T.n, nr = nRoutedUnits;
+  for (int i = threadIdx.x; i < n * BATCH; i += blockDim.x) {
+    const int u = i / BATCH, b = i - u * BATCH;
+    int k = -1;
+    float w = 0.0f;
+    if (b < batch) {
+      if (u >= nr) {
+        k = topk + (u - nr), w = 1.0f;
+      } else {
+        for (int kk = 0; kk < topk; ++kk)
+          if (ids[b * topk + kk] == T.e[u]) { // first slot of the row
+            k = kk, w = routeW[b * topk + kk];
+            break;
+          }
+      }
+    }
+    T.k[u][b] = (signed char)k;
+    T.w[u][b] = w;
+  }
+  for (int i = threadIdx.x; i < n * 16; i += blockDim.x) {
+    const int u = i >> 4, h = i & 15, e = T.e[u];
+    const bool own = (tiles[(e * 3 + 0) * 16 + h] != nullptr) &
+                     (tiles[(e * 3 + 1) * 16 + h] != nullptr) &
+                     (tiles[(e * 3 + 2) * 16 + h] != nullptr);
+    // The 16 lanes of a half warp share u (n * 16 items: a last, partial
+    // warp has exactly its low half).
+    const u32 bal = __ballot_sync(
+        i - lane + 32 <= n * 16 ? 0xFFFFFFFFu : 0x0000FFFFu, own);
+    if (h == 0)
+      T.mask[u] = int((bal >> (lane & 16)) & 0xFFFFu);
+  }
   __syncthreads();
   if (warp == 0) {
     int run = 0;
-    for (int u0 = 0; u0 < nU; u0 += 32) {
+    for (int u0 = 0; u0 < n; u0 += 32) {
       const int u = u0 + lane;
-      const int c = u < nU ? __popc(T.mask[u]) : 0;
+      const int c = u < n ? __popc(T.mask[u]) : 0;
       int incl = c;
 #pragma unroll
       for (int d = 1; d < 32; d <<= 1) {
@@ -642,12 +681,12 @@ buildUnitTable(MoeUnitTable<BATCH> &T, const int *ids, const float *routeW,
         if (lane >= d)
           incl += o;
       }
-      if (u < nU)
+      if (u < n)
         T.before[u] = run + incl - c;
       run += __shfl_sync(0xFFFFFFFFu, incl, 31);
     }
     if (lane == 0)
-      T.before[nU] = run;
+      T.before[n] = run;
   }
   __syncthreads();
 }
