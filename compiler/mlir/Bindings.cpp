@@ -19,14 +19,16 @@ using namespace mlir::glm;
 
 namespace glmc {
 
-std::vector<uint64_t> apportion(uint64_t total,
-                                const std::vector<uint64_t> &weights) {
-  std::vector<uint64_t> out(weights.size(), 0);
+/// apportion() into `out` (resized to weights.size()): no allocation in the
+/// loop over a full-size model's ~10^6 expert parts.
+static void apportionInto(uint64_t total, const std::vector<uint64_t> &weights,
+                          std::vector<uint64_t> &out) {
+  out.assign(weights.size(), 0);
   unsigned __int128 sum = 0, cum = 0;
   for (uint64_t w : weights)
     sum += w;
   if (sum == 0)
-    return out;
+    return;
   uint64_t prev = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
     cum += weights[i];
@@ -34,6 +36,12 @@ std::vector<uint64_t> apportion(uint64_t total,
     out[i] = upTo - prev;
     prev = upTo;
   }
+}
+
+std::vector<uint64_t> apportion(uint64_t total,
+                                const std::vector<uint64_t> &weights) {
+  std::vector<uint64_t> out;
+  apportionInto(total, weights, out);
   return out;
 }
 
@@ -179,6 +187,21 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
           cast<RankedTensorType>(m.getIndices().getType()).getShape().back();
   });
 
+  // Room for every rank's bindings up front (expert parts are most of
+  // them; a part is bound on about one rank, a side vector on a few).
+  {
+    size_t ranges = 0;
+    for (Operation &op : module.getBody()->getOperations())
+      if (auto w = dyn_cast<WeightOp>(op))
+        ranges += w.getRanges().size() / 4 * n;
+      else if (auto bank = dyn_cast<ExpertsOp>(op))
+        ranges += bank.getParts().size() / ExpertsOp::kPartFields +
+                  bank.getSides().size() / 4 * n;
+    for (RankUsage &u : t.perRank)
+      u.bindings.reserve(ranges / n + ranges / (8 * n) + 16);
+  }
+  std::vector<uint64_t> owned(n, 0), share; // per expert part, reused
+
   for (Operation &op : module.getBody()->getOperations()) {
     if (auto w = dyn_cast<WeightOp>(op)) {
       const Use &u = uses.lookup(w.getSymName());
@@ -252,14 +275,14 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
           int64_t idx = bank.partIndex(e, p, h);
           const int64_t *row = &parts[idx * ExpertsOp::kPartFields];
           // Halves this part covers and how many each rank owns.
-          std::vector<uint64_t> owned(n, 0);
+          owned.assign(n, 0);
           if (P == H)
             ++owned[rule.ownerOf(e, h)];
           else
             for (int64_t hh = 0; hh < H; ++hh)
               ++owned[rule.ownerOf(e, hh)];
           int64_t owners = llvm::count_if(owned, [](uint64_t c) { return c; });
-          std::vector<uint64_t> share = apportion(row[2], owned);
+          apportionInto(row[2], owned, share);
           t.packBytes += row[2];
           for (int64_t rank = 0; rank < n; ++rank) {
             if (!owned[rank])
@@ -319,7 +342,7 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
         b.sideVector = true;
         bind(rank, b);
       }
-      std::vector<uint64_t> share = apportion(q[2], readers);
+      apportionInto(q[2], readers, share);
       for (int64_t rank = 0; rank < n; ++rank)
         (side.shared ? shared : routed)[rank] += share[rank];
       if (!side.shared)

@@ -115,6 +115,12 @@ std::vector<KernelParam> kernelParams(const std::string &family) {
 }
 
 void checkKernelArgs(const glm::plan::Plan &plan, const std::string &source) {
+  // Parameter lists once per kernel, and a message only for a failure: a
+  // full-size plan has ~10^5 launches.
+  std::vector<std::vector<KernelParam>> paramsOf;
+  paramsOf.reserve(plan.kernels.size());
+  for (const glm::plan::KernelDef &k : plan.kernels)
+    paramsOf.push_back(kernelParams(k.templateName));
   for (const glm::plan::RankPlan &r : plan.ranks)
     for (const glm::plan::GraphDef &g : r.graphs)
       for (const glm::plan::OpDef &op : g.ops) {
@@ -128,26 +134,29 @@ void checkKernelArgs(const glm::plan::Plan &plan, const std::string &source) {
              << op.name << "' (kernel " << k.name << ")";
           return os.str();
         };
-        const std::vector<KernelParam> params = kernelParams(k.templateName);
-        glm::rt::check(op.args.size() == params.size(), where(), " has ",
-                       op.args.size(), " arguments but family ",
-                       k.templateName, " takes ", params.size(),
-                       ": the compiler's argument rule and the template "
-                       "disagree (compiler/mlir/EmitPlan.cpp)");
+        const std::vector<KernelParam> &params = paramsOf[op.kernel];
+        if (op.args.size() != params.size())
+          glm::rt::fail(where(), " has ", op.args.size(),
+                        " arguments but family ", k.templateName, " takes ",
+                        params.size(),
+                        ": the compiler's argument rule and the template "
+                        "disagree (compiler/mlir/EmitPlan.cpp)");
         for (size_t i = 0; i < params.size(); ++i) {
           const glm::plan::ArgDef &a = op.args[i];
-          glm::rt::check(accepts(params[i].kind, a.kind), where(),
-                         ": argument ", i, " ('", a.name, "') is ",
-                         glm::plan::argKindName(a.kind), " but parameter '",
-                         params[i].name, "' is a ", kindName(params[i].kind));
-          glm::rt::check(a.kind == glm::plan::ArgKind::Runtime ||
-                             a.name == params[i].name,
-                         where(), ": argument ", i, " is labelled '", a.name,
-                         "' but parameter ", i, " is '", params[i].name, "'");
+          if (!accepts(params[i].kind, a.kind))
+            glm::rt::fail(where(), ": argument ", i, " ('", a.name, "') is ",
+                          glm::plan::argKindName(a.kind), " but parameter '",
+                          params[i].name, "' is a ",
+                          kindName(params[i].kind));
+          if (a.kind != glm::plan::ArgKind::Runtime &&
+              a.name != params[i].name)
+            glm::rt::fail(where(), ": argument ", i, " is labelled '", a.name,
+                          "' but parameter ", i, " is '", params[i].name,
+                          "'");
         }
-        glm::rt::check(op.launch.gridX > 0 && op.launch.blockX > 0, where(),
-                       ": launch shape is missing (grid ", op.launch.gridX,
-                       ", block ", op.launch.blockX, ")");
+        if (op.launch.gridX == 0 || op.launch.blockX == 0)
+          glm::rt::fail(where(), ": launch shape is missing (grid ",
+                        op.launch.gridX, ", block ", op.launch.blockX, ")");
       }
 }
 
