@@ -1025,6 +1025,13 @@ moeDownPersistent(u32 *ring, int *ringK, float (*zs)[128],
   float *downPart = const_cast<float *>(act) + (long long)Q * 16 * 128;
   const int owned = T.before[T.n];
   const int nItems = owned * nBlk;
+  if (owned == 0) { // no half on this rank: no tail runs, out = 0 (+ out)
+    if (!accumulate)
+      for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+           i < (long long)batch * hidden; i += (long long)gridDim.x * blockDim.x)
+        out[i] = 0.0f;
+    return;
+  }
   struct Info {
     int u, blk, h;
   };

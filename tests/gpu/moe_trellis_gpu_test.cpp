@@ -291,6 +291,9 @@ std::vector<LayerCase> layerCases() {
        256, 8, 1, 1.0, false, 48, 1, 128, 4, 528},
       {"persist_glm53_k234_mcg_e4m3_b1_tp_g264", false, "234", 1, true, 1, 1,
        1, 6144, 256, 8, 1, 0.5, false, 48, 1, 128, 4, 264},
+      // No half of the chosen experts on this rank: out must still be 0.
+      {"persist_exlr8_k2_none_owned_b2_g5", false, "2", 1, true, 2, 2, 1,
+       1536, 12, 3, 1, 0.0, false, 16, 1, 128, 4, 5},
   };
 }
 
