@@ -31,6 +31,9 @@ struct BenchOptions {
   // as fit the device) and the position the step runs at.
   std::string stepPack, stepManifest = "mixed";
   int stepLayers = -1, stepPosition = 64;
+  // --plan (bench_plan.cpp): a 1-Spark plan of stepPack and where the
+  // measured µs per launch by kernel name go.
+  std::string planPath, measuredOut;
 };
 
 struct BenchRow {
@@ -66,6 +69,13 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log);
 /// the launch-gap share (graph time vs the sum of kernel times, and stream
 /// launches vs graph). Rows are appended to `r`.
 void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
+
+/// `--plan PLAN` (bench_plan.cpp): the batch-1 decode step of the executor
+/// over opt.stepPack with the plan's kernels, profiled per launch; writes
+/// {"kernels": {NAME: µs per launch}, "launches": {NAME: count}, ...} to
+/// opt.measuredOut for `glmc inspect PLAN --measured`. Throws Error when the
+/// plan is not the pack's (naming both hashes) or has more than one rank.
+void runPlanBench(const BenchOptions &opt, std::ostream &log);
 
 /// `--suite dense` (bench_dense.cpp): the GLM-5.3 trellis dense projections
 /// at K2/K3/K4 MCG E4M3, batch 1 and 8, legacy dense_gemv_trellis vs

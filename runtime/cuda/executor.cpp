@@ -532,7 +532,7 @@ struct CudaForward::Impl {
   // --- moe_trellis ------------------------------------------------------
 
   /// Template batch of a runtime batch (the template bounds it).
-  static int mtBatch(int B) { return B <= 1 ? 1 : B <= 2 ? 2 : B <= 4 ? 4 : 8; }
+  static int mtBatch(int B) { return codegen::moeTrellisBatch(B); }
   codegen::KernelSpec mtSpec(const MoeTables &T, int B, int stage) const {
     return spec("moe_trellis", {{"widths", T.widths},
                                 {"codebook", cbName(T.codebook)},
@@ -545,17 +545,12 @@ struct CudaForward::Impl {
                                 {"threads", std::to_string(mtThreads)}});
   }
   codegen::MoeTrellisDims mtDims(const MoeTables &T, int B) const {
-    codegen::MoeTrellisDims dm;
-    dm.batch = B;
-    dm.topk = (int)cfg.numExpertsPerTok;
-    dm.nRouted = T.nRouted;
-    dm.nShared = T.nShared;
-    dm.hidden = (int)cfg.hiddenSize;
-    dm.inter = 2048;
-    dm.guSplit = mtSplit;
-    dm.downGroup = mtGroup;
-    dm.threads = mtThreads;
-    return dm;
+    codegen::MoeTrellisTuning t;
+    t.guSplit = mtSplit;
+    t.downGroup = mtGroup;
+    t.threads = mtThreads;
+    return codegen::moeTrellisDims(t, B, (int)cfg.numExpertsPerTok, T.nRouted,
+                                   T.nShared, (int)cfg.hiddenSize);
   }
   void moeTrellis(DevLayer &L, int B);
 
@@ -950,23 +945,23 @@ DeviceBuffer zeroedBuf(size_t bytes) {
   return b;
 }
 
-/// Whether moe_trellis can run the layer's experts (else the reason).
+/// Whether moe_trellis can run the layer's experts (else the reason); the
+/// rule is codegen's, which the compiler's plans follow too.
 std::string moeTrellisRefusal(const DevLayer &D, int64_t topk, int maxBatch) {
   const ExpertGroup &R = D.routed, &S = D.shared;
-  if (R.kind != ExpertGroup::Trellis)
-    return "experts are not trellis";
-  if (R.inter > 2048 || R.halves > 16)
-    return "intermediate width over 16 halves of 128";
-  if (maxBatch * topk > 64)
-    return "batch x experts per token over 64";
-  if (S.kind != ExpertGroup::None &&
-      (S.kind != ExpertGroup::Trellis || S.exl3 != R.exl3 ||
-       S.codebook != R.codebook || S.e4m3 != R.e4m3 || S.inter > 2048 ||
-       S.hidden != R.hidden || (R.exl3 && S.inter != R.inter)))
-    return "the shared expert differs from the routed ones in format";
-  if (R.exl3 && R.inter % 128 != 0)
-    return "EXL3 intermediate width not a multiple of 128";
-  return "";
+  codegen::MoeTrellisLayer l;
+  l.routedTrellis = R.kind == ExpertGroup::Trellis;
+  l.exl3 = R.exl3;
+  l.inter = R.inter;
+  l.halves = R.halves;
+  l.topk = topk;
+  l.maxBatch = maxBatch;
+  l.hasShared = S.kind != ExpertGroup::None;
+  l.sharedSameFormat = S.kind == ExpertGroup::Trellis && S.exl3 == R.exl3 &&
+                       S.codebook == R.codebook && S.e4m3 == R.e4m3 &&
+                       S.hidden == R.hidden;
+  l.sharedInter = S.inter;
+  return codegen::moeTrellisRefusal(l);
 }
 
 /// The kernel parameters of the merged tables (before any upload).
@@ -1125,14 +1120,16 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
     }
     const char *mla = std::getenv("GLM_MLA_KERNEL");
     m.legacyMla = mla && std::string(mla) == "legacy";
-    // gate/up k-chunks: at least 8 tile rows each (24 at GLM-5.3's 6144,
-    // the configuration measured fastest by bench --suite moe).
+    // The default launch tuning, shared with the compiler's plans
+    // (codegen/moe_trellis_abi.h).
     const int64_t rows16 = c.hiddenSize / 16;
-    for (int sp : {24, 16, 12, 8, 6, 4, 3, 2, 1})
-      if (rows16 % sp == 0 && (rows16 / sp >= 8 || sp == 1)) {
-        m.mtSplit = sp;
-        break;
-      }
+    const codegen::MoeTrellisTuning mt =
+        codegen::defaultMoeTrellisTuning(c.hiddenSize);
+    m.mtSplit = mt.guSplit;
+    m.mtGroup = mt.downGroup;
+    m.mtThreads = mt.threads;
+    m.mtPipe = mt.pipe;
+    m.mtMinBlocks = mt.minBlocks;
     // Tuning: GLM_MOE_TRELLIS_CONFIG=split:group:threads:pipe:minblocks
     // [:blocksPerSm] (blocksPerSm > 0: the persistent path, which needs
     // group 1 and pipe >= 2).
@@ -1614,7 +1611,8 @@ void CudaForward::runStepOnly(int batch, bool graph) {
 }
 
 double CudaForward::kernelTimeSumMs(
-    int batch, std::vector<std::pair<std::string, double>> *perKernel) {
+    int batch, std::vector<std::pair<std::string, double>> *perKernel,
+    std::map<std::string, int> *launchCount) {
   Impl &m = *impl_;
   GLM_CU(cuCtxSetCurrent(m.ctx));
   m.profiling = true;
@@ -1633,12 +1631,16 @@ double CudaForward::kernelTimeSumMs(
   for (auto &kv : m.gen)
     names[kv.second] = kv.first;
   std::map<std::string, double> byName;
+  if (launchCount)
+    launchCount->clear();
   double sum = 0;
   for (size_t i = 0; i < m.eventUsed; ++i) {
     float ms = 0;
     GLM_CU(cuEventElapsedTime(&ms, m.events[i].first, m.events[i].second));
     sum += ms;
     byName[names[m.eventFn[i]]] += ms;
+    if (launchCount)
+      ++(*launchCount)[names[m.eventFn[i]]];
   }
   if (perKernel) {
     perKernel->assign(byName.begin(), byName.end());

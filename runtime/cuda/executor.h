@@ -39,6 +39,7 @@
 #include "runtime/cpu/generator.h"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -115,10 +116,12 @@ public:
   /// or plain stream launches; returns after synchronising.
   void runStepOnly(int batch, bool graph);
   /// Sum of the step's kernel durations (events around every launch), ms;
-  /// `perKernel` (optional) gets the time per kernel name, largest first.
+  /// `perKernel` (optional) gets the time per kernel name, largest first;
+  /// `launchCount` (optional) the launches per kernel name.
   double kernelTimeSumMs(
       int batch,
-      std::vector<std::pair<std::string, double>> *perKernel = nullptr);
+      std::vector<std::pair<std::string, double>> *perKernel = nullptr,
+      std::map<std::string, int> *launchCount = nullptr);
   /// Launches per step of `batch` rows (kernels, copies, collectives).
   int launchesPerStep(int batch);
 

@@ -27,6 +27,7 @@ void addBenchCommand(CLI::App &app, int &rc) {
     double copyGiB = 2.0;
     std::string stepPack, stepManifest = "mixed";
     int stepLayers = -1, stepPosition = 64;
+    std::string plan, measuredOut;
   };
   auto o = std::make_shared<Opts>();
   CLI::App *cmd = app.add_subcommand(
@@ -55,6 +56,12 @@ void addBenchCommand(CLI::App &app, int &rc) {
                   "step: layers to build (default: as many as fit)");
   cmd->add_option("--position", o->stepPosition,
                   "step: decode position the step runs at (default 64)");
+  cmd->add_option("--plan", o->plan,
+                  "time the executor's decode step per kernel for this "
+                  "1-Spark plan of --pack (writes --measured-out)");
+  cmd->add_option("--measured-out", o->measuredOut,
+                  "with --plan: JSON of us per launch by kernel name, for "
+                  "glmc inspect PLAN --measured FILE");
   cmd->callback([o, &rc] {
 #ifdef GLM_HAVE_CUDA_BENCH
     cuda::BenchOptions bo;
@@ -68,6 +75,13 @@ void addBenchCommand(CLI::App &app, int &rc) {
     bo.stepManifest = o->stepManifest;
     bo.stepLayers = o->stepLayers;
     bo.stepPosition = o->stepPosition;
+    bo.planPath = o->plan;
+    bo.measuredOut = o->measuredOut;
+    if (!bo.planPath.empty()) { // bench_plan.cpp
+      cuda::runPlanBench(bo, std::cout);
+      rc = 0;
+      return;
+    }
     std::string table;
     if (bo.suite == "step") {
       // The copy bandwidth is the step's roofline (bench_step.cpp).
