@@ -64,10 +64,12 @@ struct MoeTrellisDims {
   }
 };
 
-/// Template BATCH of a runtime batch: moe_trellis is instantiated for 1, 2,
-/// 4 and 8 rows (a batch of 3 runs the 4-row kernel).
+/// Template BATCH of a runtime batch: moe_trellis is instantiated for 1, 4
+/// and 8 rows (batches 2..4 run the 4-row kernel: the same one mma per tile
+/// as 1 or 2 rows, kNB; one instance less to compile per stage, ~4 NVRTC
+/// CPU-seconds each at full size).
 inline int moeTrellisBatch(int batch) {
-  return batch <= 1 ? 1 : batch <= 2 ? 2 : batch <= 4 ? 4 : 8;
+  return batch <= 1 ? 1 : batch <= 4 ? 4 : 8;
 }
 
 /// Launch tuning every moe_trellis layer of a model shares: the executor's
