@@ -36,7 +36,11 @@
 //   CB      0 3inst, 1 mcg, 2 mul1;  E4M3 exlr8 rounding on/off
 //   BATCH   1..8 (template bound on the runtime batch)
 //   SVT     side-vector storage 0 f32, 1 f16, 2 bf16
-//   STAGE   0 gate/up, 1 down (same parameter list for both launches)
+//   STAGE   0 gate/up, 1 down (same parameter list for both launches);
+//           2 / 3: the same stages with the persistent path compiled in
+//           (spec stage gu_persist / down_persist). Without it a grid
+//           below the full one traps: the persistent path more than
+//           doubles NVRTC time and is not the default (docs/perf.md)
 //   PIPE    0: next tile row prefetched into registers; 2..8: per-warp
 //           shared-memory ring of PIPE rows filled by cp.async (static
 //           smem PIPE * 256 * Kmax bytes per warp, <= 32 KB per block)
@@ -85,7 +89,7 @@
 // warp, THREADS/32 items per block; MoeTrellisDims with persistBlocks 0):
 //   stage 0: ceil(Umax*16*2*gu_split / (THREADS/32))
 //   stage 1: ceil(Umax*(hidden/128)*(16/down_group) / (THREADS/32))
-// Any smaller grid takes the PERSISTENT path (see "persistent path" below;
+// Any smaller grid takes the PERSISTENT path (STAGE 2/3 only; see "persistent path" below;
 // e.g. SMs x resident blocks per SM): warp w streams items w, w + W, ...
 // of the owned halves through one cp.async ring. It needs PIPE >= 2,
 // down_group == 1 and Umax <= 72 (else it traps); scratch slots, counters
@@ -1180,7 +1184,10 @@ __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
   static_assert(WMASK != 0 && (WMASK & ~0x1FE) == 0, "widths: K in 1..8");
   static_assert(CB >= 0 && CB <= 2, "codebook: 3inst, mcg or mul1");
   static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");
-  static_assert(STAGE == 0 || STAGE == 1, "stage: 0 gate/up, 1 down");
+  static_assert(STAGE >= 0 && STAGE <= 3,
+                "stage: 0 gate/up, 1 down (+2: persistent path compiled in)");
+  constexpr int kStage = STAGE & 1;
+  constexpr bool kPersist = (STAGE & 2) != 0;
   static_assert(PIPE == 0 || (PIPE >= 2 && PIPE <= 8), "pipe: 0 or 2..8");
   static_assert(THREADS % 32 == 0 && THREADS >= 32 && THREADS <= 512,
                 "THREADS: 1..16 warps");
@@ -1194,11 +1201,11 @@ __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
   constexpr int kWarps = THREADS / 32;
   __shared__ __align__(16) u32 ring[kWarps][kRing];
   // EXL3 output Hadamard of the down stage (one float per stage 0).
-  __shared__ float zs[STAGE == 1 ? kWarps : 1][STAGE == 1 ? BATCH : 1][128];
+  __shared__ float zs[kStage == 1 ? kWarps : 1][kStage == 1 ? BATCH : 1][128];
   const int units = batch * topk + n_shared;
   if ((long long)gridDim.x >=
-      moeFullGrid(STAGE, units, hidden, gu_split, down_group, kWarps)) {
-    if (STAGE == 0)
+      moeFullGrid(kStage, units, hidden, gu_split, down_group, kWarps)) {
+    if (kStage == 0)
       moeGateUp<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
           ring, GLM_MOE_TRELLIS_ARGS);
     else
@@ -1209,22 +1216,22 @@ __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
   }
   // Persistent path: more units than the table holds, or down groups of
   // more than one half, trap (the launcher guarantees both).
-  // It needs a cp.async ring (pipe >= 2).
-  if (PIPE < 2 || units > kMoeMaxUnits || down_group != 1)
+  // It needs a cp.async ring (pipe >= 2) and a STAGE 2/3 build.
+  if (!kPersist || PIPE < 2 || units > kMoeMaxUnits || down_group != 1)
     __trap();
-  if constexpr (PIPE >= 2) {
+  if constexpr (kPersist && PIPE >= 2) {
   __shared__ MoeUnitTable<BATCH> table;
   __shared__ int ringK[kWarps][8];
   buildUnitTable<BATCH>(table, expert_ids, route_w, tiles, batch, topk,
                         n_routed, n_shared);
   const int warp = threadIdx.x >> 5;
-  if (STAGE == 0)
+  if (kStage == 0)
     moeGateUpPersistent<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
         ring[warp], ringK[warp], table, GLM_MOE_TRELLIS_ARGS);
   else
     moeDownPersistent<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
         ring[warp], ringK[warp],
-        reinterpret_cast<float(*)[128]>(&zs[STAGE == 1 ? warp : 0][0][0]),
+        reinterpret_cast<float(*)[128]>(&zs[kStage == 1 ? warp : 0][0][0]),
         table, GLM_MOE_TRELLIS_ARGS);
   }
 }

@@ -266,7 +266,8 @@ KernelSpec moeSpec(int K, int cb, int e4m3, int batch, int stage,
                                 {"e4m3", std::to_string(e4m3)},
                                 {"batch", std::to_string(batch)},
                                 {"sv", "f16"},
-                                {"stage", stage == 0 ? "gu" : "down"},
+                                {"stage", std::string(stage == 0 ? "gu" : "down") +
+                                              (m.blocksPerSm > 0 ? "_persist" : "")},
                                 {"pipe", std::to_string(m.pipe)},
                                 {"minblocks", std::to_string(m.minBlocks)},
                                 {"threads", std::to_string(m.threads)}});

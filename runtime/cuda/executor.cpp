@@ -539,7 +539,8 @@ struct CudaForward::Impl {
                                 {"e4m3", T.e4m3 ? "1" : "0"},
                                 {"batch", std::to_string(mtBatch(B))},
                                 {"sv", "f32"},
-                                {"stage", stage == 0 ? "gu" : "down"},
+                                {"stage", std::string(stage == 0 ? "gu" : "down") +
+                                              (mtBlocksPerSm > 0 ? "_persist" : "")},
                                 {"pipe", std::to_string(mtPipe)},
                                 {"minblocks", std::to_string(mtMinBlocks)},
                                 {"threads", std::to_string(mtThreads)}});

@@ -30,13 +30,15 @@ namespace {
 const char *cbName(int cb) { return cb == 0 ? "3inst" : cb == 1 ? "mcg" : "mul1"; }
 
 KernelSpec moeSpec(const std::string &widths, int cb, bool e4m3, int batchT,
-                   int sv, int stage, int threads, int pipe) {
+                   int sv, int stage, int threads, int pipe,
+                   bool persist = false) {
   return spec("moe_trellis", {{"widths", widths},
                               {"codebook", cbName(cb)},
                               {"e4m3", e4m3 ? "1" : "0"},
                               {"batch", std::to_string(batchT)},
                               {"sv", dtName(sv)},
-                              {"stage", stage == 0 ? "gu" : "down"},
+                              {"stage", std::string(stage == 0 ? "gu" : "down") +
+                                            (persist ? "_persist" : "")},
                               {"pipe", std::to_string(pipe)},
                               {"minblocks", pipe == 3 ? "4" : "0"},
                               {"threads", std::to_string(threads)}});
@@ -311,7 +313,7 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
     for (const LayerCase &x : layerCases())
       for (int st = 0; st < 2; ++st)
         all.push_back(moeSpec(x.widths, x.cb, x.e4m3, x.batchT, x.sv, st,
-                              x.threads, x.pipe));
+                              x.threads, x.pipe, x.blocks > 0));
     KernelCache::get().prefetch(all);
   }
   const int H = c.H, I = 2048, E = c.E, nS = c.nShared, eTot = E + nS,
@@ -552,7 +554,7 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
           << guSI << guSI8 << dSI << dSJ8 << d.guSplit << d.downGroup
           << accumulate;
       a.launch(kernel(moeSpec(c.widths, c.cb, c.e4m3, c.batchT, c.sv, st,
-                              c.threads, c.pipe)),
+                              c.threads, c.pipe, c.blocks > 0)),
                st == 0 ? g.gridGateUp() : g.gridDown(), 1,
                unsigned(c.threads));
     }
