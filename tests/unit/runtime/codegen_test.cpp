@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/codegen.h"
 #include "runtime/base/error.h"
+#include "runtime/cuda/executor.h"
 
 #include <gtest/gtest.h>
 
@@ -224,6 +225,26 @@ TEST(Codegen, EveryFamilyCompilesWithNvrtcForSm90AndSm121) {
       EXPECT_EQ(b.cubin[0], 0x7F); // ELF
       EXPECT_EQ(b.cubin[1], 'E');
     }
+  }
+}
+
+// The CUDA executor's helper kernels (norms, MLA, routing, stores) are not a
+// codegen family but are NVRTC-compiled at engine start: check them too.
+TEST(Codegen, ExecutorHelperKernelsCompileWithNvrtcForSm90AndSm121) {
+  if (!cg::nvrtcAvailable())
+    GTEST_SKIP() << "built without NVRTC";
+  const std::string src = glm::rt::cuda::executorKernelSource();
+  for (const std::string &arch : kArchs) {
+    cg::CompiledKernel k;
+    ASSERT_NO_THROW(k = cg::compileWithNvrtc(src, "glmx_executor_kernels",
+                                             arch))
+        << arch;
+    for (const char *entry : {"glmx_rms_norm", "glmx_mla_qabs", "glmx_mla_core",
+                              "glmx_mla_out", "glmx_route", "glmx_kv_store"})
+      EXPECT_NE(k.ptx.find(std::string(".entry ") + entry), std::string::npos)
+          << entry << " " << arch;
+    ASSERT_GE(k.cubin.size(), 4u) << arch;
+    EXPECT_EQ(k.cubin[0], 0x7F) << arch; // ELF
   }
 }
 
