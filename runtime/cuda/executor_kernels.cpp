@@ -393,6 +393,51 @@ __device__ __forceinline__ float ldWT(const void *w, int dt, const void *scale,
   else if (dt == 3 && sk == 3) BODY<3, 3>(__VA_ARGS__);                        \
   else BODY<-1, -1>(__VA_ARGS__)
 
+// 16-byte weight chunks: N consecutive elements of row o from column c0 (a
+// multiple of N) with their scale (one scale covers the chunk: 128-column
+// blocks, rows, or 32-column MXFP8 groups). Needs a 16-byte aligned W and
+// rows of a multiple of 16 bytes (vecOk).
+template <int DT> struct VecOf { static constexpr int N = DT == 3 ? 16 : DT == 0 ? 4 : 8; };
+__device__ __forceinline__ bool vecOk(const void *W, int dt, int sk, int in) {
+  const int eb = dt == 0 ? 4 : dt == 3 ? 1 : 2;
+  // Exactly the forms GLM_MLA_DISPATCH instantiates (else: the scalar path).
+  return dt >= 0 && dt <= 3 && (dt < 3 ? sk == 0 : sk >= 1 && sk <= 3) &&
+         ((unsigned long long)W & 15) == 0 && (in * eb) % 16 == 0 && in % 32 == 0;
+}
+template <int DT, int SK>
+__device__ __forceinline__ void ldVec(const void *w, const void *scale,
+                                      long long o, int c0, int in,
+                                      float (&v)[VecOf<DT>::N]) {
+  constexpr int N = VecOf<DT>::N;
+  constexpr int kBytes = DT == 0 ? 4 : DT == 3 ? 1 : 2;
+  const uint4 q = *reinterpret_cast<const uint4 *>(
+      static_cast<const unsigned char *>(w) + (o * in + c0) * kBytes);
+  const unsigned u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int t = 0; t < N; ++t) {
+    if (DT == 0)
+      v[t] = __uint_as_float(u[t]);
+    else if (DT == 1)
+      v[t] = halfBits((unsigned short)(u[t / 2] >> (16 * (t & 1))));
+    else if (DT == 2)
+      v[t] = __uint_as_float((u[t / 2] >> (16 * (t & 1))) << 16);
+    else
+      v[t] = e4m3Bits((unsigned char)(u[t / 4] >> (8 * (t & 3))));
+  }
+  float s = 1.0f;
+  if (SK == 1)
+    s = ((const float *)scale)[(o >> 7) * ((in + 127) >> 7) + (c0 >> 7)];
+  else if (SK == 2)
+    s = ((const float *)scale)[o];
+  else if (SK == 3)
+    s = exp2f(float(int(((const unsigned char *)scale)[o * (in / 32) +
+                                                        (c0 >> 5)]) - 127));
+  if (SK != 0)
+#pragma unroll
+    for (int t = 0; t < N; ++t)
+      v[t] *= s;
+}
+
 // Loads issued together per thread in the MLA loops below; the products
 // are then added in the same order as one at a time (same bits).
 #define kMlaBatch 8
@@ -434,6 +479,55 @@ __device__ __forceinline__ void mlaQabsRun(float &a, const void *W, int dt,
                                            int w, int c, int dn, int kvr) {
   a = mlaQabsDot<DT, SK>(W, dt, scale, sk, qn, o0, w, c, dn, kvr);
 }
+template <int DT, int SK>
+__device__ __forceinline__ void
+mlaQabsVec(const void *W, const void *scale, const float *qn, float *qabsAll,
+           float (*part)[32], int b, int h, int H, long long o0, int dn,
+           int kvr) {
+  if (DT < 0 || (SK != 0 && DT != 3))
+    return; // vecOk admits only the forms instantiated below
+  constexpr int N = VecOf<DT < 0 ? 0 : DT>::N, P = 32 / N, R = 256 / P;
+  const int t = threadIdx.x, lane = t & 31, w = t >> 5;
+  const int chunk = t % P, rl = t / P;
+  const int chunks = kvr / 32;
+  const int c0 = (blockIdx.x % chunks) * 32 + chunk * N;
+  float acc[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k)
+    acc[k] = 0.0f;
+  for (int i = rl; i < dn; i += 2 * R) {
+    float v0[N], v1[N];
+    const bool two = i + R < dn;
+    ldVec<DT < 0 ? 0 : DT, SK>(W, scale, o0 + i, c0, kvr, v0);
+    if (two)
+      ldVec<DT < 0 ? 0 : DT, SK>(W, scale, o0 + i + R, c0, kvr, v1);
+    const float q0 = qn[i], q1 = two ? qn[i + R] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      acc[k] += v0[k] * q0;
+    if (two)
+#pragma unroll
+      for (int k = 0; k < N; ++k)
+        acc[k] += v1[k] * q1;
+  }
+  // Row lanes of one chunk in a warp are lanes chunk + P*m: fold them.
+#pragma unroll
+  for (int off = P; off < 32; off <<= 1)
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], off);
+  if (lane < P)
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      part[w][lane * N + k] = acc[k];
+  __syncthreads();
+  if (w == 0) {
+    float s = 0.0f;
+    for (int k = 0; k < 8; ++k)
+      s += part[k][lane];
+    qabsAll[((long long)b * H + h) * kvr + (blockIdx.x % chunks) * 32 + lane] = s;
+  }
+}
 GLM_X glmx_mla_qabs(const float *qAll, const void *W, int dt,
                     const void *scale, int sk, const int *heads,
                     float *qabsAll, int H, int dn, int dr, int dv, int kvr) {
@@ -443,6 +537,13 @@ GLM_X glmx_mla_qabs(const float *qAll, const void *W, int dt,
   const int w = threadIdx.x >> 5, b = blockIdx.y;
   const float *qn = qAll + (long long)b * H * (dn + dr) + (long long)h * (dn + dr);
   const long long o0 = (long long)h * (dn + dv);
+  if (vecOk(W, dt, sk, kvr)) {
+    // 16-byte chunks: the block's 32 columns in P = 32/N chunks per row,
+    // 256/P row lanes; sums over row lanes by shuffles, then over warps.
+    GLM_MLA_DISPATCH(dt, sk, mlaQabsVec, W, scale, qn, qabsAll, part, b, h, H,
+                     o0, dn, kvr);
+    return;
+  }
   float a = 0.0f;
   if (c < kvr) {
     GLM_MLA_DISPATCH(dt, sk, mlaQabsRun, a, W, dt, scale, sk, qn, o0, w, c, dn,
@@ -591,6 +692,35 @@ __device__ __forceinline__ void mlaOutRun(float &a, const void *W, int dt,
   for (; c < kvr; c += 32)
     a += ldWT<DT, SK>(W, dt, scale, sk, o, c, kvr) * ctx[c];
 }
+template <int DT, int SK>
+__device__ __forceinline__ void mlaOutVec(float &a, const void *W,
+                                          const void *scale, const float *ctx,
+                                          long long o, int lane, int kvr) {
+  if (DT < 0 || (SK != 0 && DT != 3))
+    return;
+  constexpr int D = DT < 0 ? 0 : DT, N = VecOf<D>::N;
+  a = 0.0f;
+  // A lane's chunks c0 = N*(lane + 32m): loads first, then in order.
+  int c0 = N * lane;
+  for (; c0 + 32 * N < kvr; c0 += 64 * N) {
+    float v0[N], v1[N];
+    ldVec<D, SK>(W, scale, o, c0, kvr, v0);
+    ldVec<D, SK>(W, scale, o, c0 + 32 * N, kvr, v1);
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      a += v0[k] * ctx[c0 + k];
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      a += v1[k] * ctx[c0 + 32 * N + k];
+  }
+  if (c0 < kvr) {
+    float v0[N];
+    ldVec<D, SK>(W, scale, o, c0, kvr, v0);
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      a += v0[k] * ctx[c0 + k];
+  }
+}
 GLM_X glmx_mla_out(const void *W, int dt, const void *scale, int sk,
                    const float *ctxAll, const int *heads, float *ovAll, int H,
                    int dn, int dv, int kvr) {
@@ -602,7 +732,11 @@ GLM_X glmx_mla_out(const void *W, int dt, const void *scale, int sk,
   const long long o = (long long)h * (dn + dv) + dn + j;
   const float *ctx = ctxAll + ((long long)b * H + h) * kvr;
   float a = 0.0f;
-  GLM_MLA_DISPATCH(dt, sk, mlaOutRun, a, W, dt, scale, sk, ctx, o, lane, kvr);
+  if (vecOk(W, dt, sk, kvr)) {
+    GLM_MLA_DISPATCH(dt, sk, mlaOutVec, a, W, scale, ctx, o, lane, kvr);
+  } else {
+    GLM_MLA_DISPATCH(dt, sk, mlaOutRun, a, W, dt, scale, sk, ctx, o, lane, kvr);
+  }
   a = warpSumF(a);
   if (lane == 0)
     ovAll[(long long)b * H * dv + (long long)h * dv + j] = a;
