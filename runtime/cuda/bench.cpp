@@ -756,6 +756,8 @@ void benchMoeLayer(Ctx &c) {
 
 } // namespace
 
+const char *benchFillSource() { return kFillSource; }
+
 BenchResult runBench(const BenchOptions &opt, std::ostream &log) {
   const std::string &s = opt.suite;
   check(s == "all" || s == "copy" || s == "expert" || s == "moe-layer" ||

@@ -37,18 +37,6 @@ namespace {
 using glm::codegen::KernelSpec;
 
 const char *kDenseHelpers = R"(
-extern "C" __global__ void glm_bench_dense_fill(unsigned *p,
-                                                unsigned long long n,
-                                                unsigned long long seed) {
-  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x +
-                              threadIdx.x;
-       i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
-    unsigned long long z = (i + seed) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    p[i] = (unsigned)(z ^ (z >> 31));
-  }
-}
 // The executor's ordered slice sum (glmx_sum_parts).
 extern "C" __global__ void glm_bench_dense_sum(const float *parts, int np,
                                                int n, float *out) {
@@ -220,8 +208,9 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
   auto fn = [&](const KernelSpec &s) {
     return mods.at(codegen::kernelName(s))->function(codegen::kernelName(s));
   };
-  Module helpers(compileCubin(kDenseHelpers, arch));
-  CUfunction fill = helpers.function("glm_bench_dense_fill");
+  // The random fill is the bench's (benchFillSource), the slice sum ours.
+  Module helpers(compileCubin(std::string(benchFillSource()) + kDenseHelpers, arch));
+  CUfunction fill = helpers.function("glm_bench_fill");
   CUfunction sum = helpers.function("glm_bench_dense_sum");
 
   auto row = [&](const std::string &name, double ms, double bytes) {
