@@ -15,6 +15,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/parallel.h"
 #include "runtime/base/numeric.h"
+#include "runtime/cuda/bench_util.h"
 #include "runtime/cuda/cuda_api.h"
 
 #include <algorithm>
@@ -111,58 +112,12 @@ private:
   std::map<std::string, std::unique_ptr<Module>> mods_;
 };
 
-/// Kernel parameters by value.
-class Params {
-public:
-  template <class T> Params &operator<<(T v) {
-    static_assert(sizeof(T) <= 8, "scalar parameters");
-    uint64_t s = 0;
-    std::memcpy(&s, &v, sizeof v);
-    slots_.push_back(s);
-    return *this;
-  }
-  void launch(CUfunction f, unsigned gx, unsigned gy, unsigned bx,
-              CUstream stream) {
-    std::vector<void *> p;
-    for (auto &s : slots_)
-      p.push_back(&s);
-    cuda::launch(f, gx, gy, 1, bx, 0, stream, p.data());
-  }
-
-private:
-  std::vector<uint64_t> slots_;
-};
-
 void fillRandom(CUfunction fill, CUdeviceptr p, size_t bytes, uint64_t seed,
                 CUstream s) {
   Params a;
   a << p << (unsigned long long)(bytes / 4) << (unsigned long long)seed;
   a.launch(fill, 1024, 1, 256, s);
 }
-
-class Graph {
-public:
-  Graph() = default;
-  ~Graph() {
-    if (exec_)
-      cuGraphExecDestroy(exec_);
-    if (graph_)
-      cuGraphDestroy(graph_);
-  }
-  Graph(const Graph &) = delete;
-  Graph &operator=(const Graph &) = delete;
-  template <class F> void capture(CUstream s, F body) {
-    GLM_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-    body();
-    GLM_CU(cuStreamEndCapture(s, &graph_));
-    GLM_CU(cuGraphInstantiateWithFlags(&exec_, graph_, 0));
-  }
-  void launch(CUstream s) { GLM_CU(cuGraphLaunch(exec_, s)); }
-
-private:
-  CUgraph graph_ = nullptr;
-  CUgraphExec exec_ = nullptr;
-};
 
 struct Ctx {
   const BenchOptions &opt;

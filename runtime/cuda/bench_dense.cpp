@@ -21,6 +21,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/parallel.h"
 #include "runtime/cuda/bench.h"
+#include "runtime/cuda/bench_util.h"
 #include "runtime/cuda/cuda_api.h"
 
 #include <algorithm>
@@ -79,37 +80,6 @@ KernelSpec newSpec(int K, int b, const codegen::DenseTrellisTuning &t) {
 KernelSpec hadSpec() {
   return mk("hadamard128", {{"vt", "f32"}, {"threads", "256"}});
 }
-
-class Args {
-public:
-  template <class T> Args &operator<<(T v) {
-    static_assert(sizeof(T) <= 8, "scalar parameters");
-    uint64_t s = 0;
-    std::memcpy(&s, &v, sizeof v);
-    slots_.push_back(s);
-    return *this;
-  }
-  void launch(CUfunction f, unsigned gx, unsigned bx, CUstream st) {
-    std::vector<void *> p;
-    for (auto &s : slots_)
-      p.push_back(&s);
-    cuda::launch(f, gx, 1, 1, bx, 0, st, p.data());
-  }
-
-private:
-  std::vector<uint64_t> slots_;
-};
-
-struct GraphExec {
-  CUgraph g = nullptr;
-  CUgraphExec e = nullptr;
-  ~GraphExec() {
-    if (e)
-      cuGraphExecDestroy(e);
-    if (g)
-      cuGraphDestroy(g);
-  }
-};
 
 struct Shape {
   const char *name;
@@ -238,10 +208,10 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
       const size_t matBytes = size_t(bytes);
       DeviceBuffer w(matBytes * copies);
       {
-        Args a;
+        Params a;
         a << w.ptr() << (unsigned long long)(w.size() / 4)
           << (unsigned long long)seed++;
-        a.launch(fill, 2048, 256, st);
+        a.launch(fill, 2048, 1, 256, st);
       }
       DeviceBuffer x(size_t(8) * sh.in * 4), y(size_t(8) * sh.out * 4),
           z(size_t(8) * sh.out * 4), svh(size_t(sh.out) * 4),
@@ -266,15 +236,13 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
       const uint64_t tileBytes = 32ull * K;
 
       auto timeGraph = [&](auto body) {
-        GraphExec ge;
-        GLM_CU(cuStreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-        for (int c = 0; c < copies; ++c)
-          body(w.ptr() + CUdeviceptr(c) * matBytes);
-        GLM_CU(cuStreamEndCapture(st, &ge.g));
-        GLM_CU(cuGraphInstantiateWithFlags(&ge.e, ge.g, 0));
-        const double ms = timeMedianMs(st, opt.reps, 200.0, [&] {
-          GLM_CU(cuGraphLaunch(ge.e, st));
+        Graph ge;
+        ge.capture(st, [&] {
+          for (int c = 0; c < copies; ++c)
+            body(w.ptr() + CUdeviceptr(c) * matBytes);
         });
+        const double ms =
+            timeMedianMs(st, opt.reps, 200.0, [&] { ge.launch(st); });
         return ms / copies;
       };
       for (int B : batches) {
@@ -285,29 +253,29 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
         CUfunction fl = fn(legacySpec(K, B)), fh = fn(hadSpec());
         const double msOld = timeGraph([&](CUdeviceptr tiles) {
           if (ns == 1) {
-            Args a;
+            Params a;
             a << x.ptr() << tiles << z.ptr() << B << sh.in << sh.out << sI
               << sI8 << sJ8;
-            a.launch(fl, (sh.out / 16 + 7) / 8, 256, st);
+            a.launch(fl, (sh.out / 16 + 7) / 8, 1, 256, st);
           } else {
             const int S = sh.in / ns;
             for (int sl = 0; sl < ns; ++sl) {
               const int64_t i0 = int64_t(sl) * S / 16;
-              Args a;
+              Params a;
               a << (x.ptr() + CUdeviceptr(sl) * S * 4)
                 << (tiles + CUdeviceptr(uint64_t(i0 / 8) * sI8 * tileBytes))
                 << (zparts.ptr() + CUdeviceptr(sl) * sh.out * 4) << 1 << S
                 << sh.out << sI << sI8 << sJ8;
-              a.launch(fl, (sh.out / 16 + 7) / 8, 256, st);
+              a.launch(fl, (sh.out / 16 + 7) / 8, 1, 256, st);
             }
-            Args s;
+            Params s;
             s << zparts.ptr() << ns << sh.out << z.ptr();
-            s.launch(sum, (sh.out + 255) / 256, 256, st);
+            s.launch(sum, (sh.out + 255) / 256, 1, 256, st);
           }
-          Args h;
+          Params h;
           h << z.ptr() << CUdeviceptr(0) << svh.ptr() << y.ptr() << B
             << sh.out << 0 << 0;
-          h.launch(fh, (B * sh.out / 128 + 7) / 8, 256, st);
+          h.launch(fh, (B * sh.out / 128 + 7) / 8, 1, 256, st);
         });
         r.rows.push_back(row(base + " legacy (" + std::to_string(ns) +
                                  " slice" + (ns > 1 ? "s)" : ")"),
@@ -320,11 +288,11 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
           CUfunction f = fn(newSpec(K, B, t));
           return std::make_pair(
               timeGraph([&](CUdeviceptr tiles) {
-                Args a;
+                Params a;
                 a << x.ptr() << tiles << svh.ptr() << scratch.ptr()
                   << counters.ptr() << y.ptr() << B << sh.in << sh.out
                   << sh.out << sh.out << sI << sI8 << sJ8 << d.split;
-                a.launch(f, d.grid(), unsigned(d.threads), st);
+                a.launch(f, d.grid(), 1, unsigned(d.threads), st);
               }),
               d.split);
         };
