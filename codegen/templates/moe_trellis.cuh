@@ -736,14 +736,7 @@ __device__ __forceinline__ void ringRowMma(const u32 *src,
 #pragma unroll
     for (int l = 0; l < NL; ++l)
       v[c][l] = src[c * W + map.off[l]];
-#pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    u32 a[4];
-    decodeFragA<K, CB, E4M3>(v[c], map.shift, a);
-#pragma unroll
-    for (int nb = 0; nb < NB; ++nb)
-      mma16816(acc[nb][c], a, b[nb][0], b[nb][1]);
-  }
+  mmaRow<K, CB, E4M3, NB>(v, map.shift, b, acc);
 }
 
 /// Streams the tile rows of items c0, c0 + step, ... (count items, R rows

@@ -198,6 +198,23 @@ __device__ __forceinline__ u32 splitHiLo(float x0, float x1, bool lo) {
   return h2u(lo ? l : h);
 }
 
+/// acc[nb][c] += B . T(c) for the 8 tiles of one row whose words this lane
+/// holds in v[c] (TileLane layout): decode to A fragments, one mma per
+/// batch group.
+template <int K, int CB, bool E4M3, int NB>
+__device__ __forceinline__ void mmaRow(const u32 (&v)[8][TileLane<K>::kLoad],
+                                       int shift, const u32 (&b)[NB][2],
+                                       float (&acc)[NB][8][4]) {
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    u32 a[4];
+    decodeFragA<K, CB, E4M3>(v[c], shift, a);
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb)
+      mma16816(acc[nb][c], a, b[nb][0], b[nb][1]);
+  }
+}
+
 // ------------------------------------------------------ row stream ----
 
 /// Activation batch groups of one mma (n = 8 rows each).
@@ -233,14 +250,7 @@ __device__ __forceinline__ void decodeRows(int nRows, RowFn rowTile,
 #pragma unroll
       for (int t = 0; t < 4; ++t)
         xCur[nb][t] = xNext[nb][t];
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      u32 a[4];
-      decodeFragA<K, CB, E4M3>(src[c], map.shift, a);
-#pragma unroll
-      for (int nb = 0; nb < NB; ++nb)
-        mma16816(acc[nb][c], a, b[nb][0], b[nb][1]);
-    }
+    mmaRow<K, CB, E4M3, NB>(src, map.shift, b, acc);
   };
   if constexpr (PIPE == 0) {
     u32 buf[2][8][NL];
