@@ -11,6 +11,7 @@
 #include "runtime/base/hash.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <sstream>
 
@@ -382,7 +383,16 @@ std::string generateSource(const KernelSpec &spec) {
 }
 
 std::vector<std::string> nvrtcOptions() {
-  return {"--std=c++17", "-DGLM_NVRTC=1"};
+  std::vector<std::string> o = {"--std=c++17", "-DGLM_NVRTC=1"};
+  // Experiments only (e.g. --Ofast-compile=min measured against the
+  // default): space-separated options appended to every build. They are
+  // part of the cache key and of the plan's recorded options.
+  if (const char *extra = std::getenv("GLM_NVRTC_EXTRA_OPTIONS")) {
+    std::istringstream is(extra);
+    for (std::string w; is >> w;)
+      o.push_back(w);
+  }
+  return o;
 }
 
 std::string cacheKey(const std::string &source,
