@@ -264,7 +264,7 @@ void addCompileCommand(CLI::App &app, int &rc) {
       ->check(CLI::IsMember({"model", "kernel", "cuda", "plan"}));
   cmd->add_option("--dump-ir-after", args->dumpIrAfter,
                   "print the IR after a pass (shard-tp, select-width, fuse, "
-                  "plan-memory, emit-kernels, emit-plan) to stderr");
+                  "emit-kernels, plan-memory, emit-plan) to stderr");
   cmd->add_option("--decode-batches", args->decodeBatches,
                   "decode graph buckets: batch sizes 1..8, comma-separated "
                   "(kernels are instantiated per batch; a step of a batch "

@@ -507,7 +507,7 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
       return signalPassFailure();
     OpBuilder b(&getContext());
     SymbolTable symbols(module);
-    SpecContext sctx{symbols, "bf16"};
+    SpecContext sctx{symbols, kvDtype.empty() ? "bf16" : kvDtype.getValue()};
     if (auto kv = module->getAttrOfType<DictionaryAttr>("glm.kv"))
       if (auto d = kv.getAs<StringAttr>("dtype"))
         sctx.kvDtype = d.str();

@@ -85,8 +85,12 @@ def GlmEmitKernels : Pass<"glm-emit-kernels", "::mlir::ModuleOp"> {
            "compile every kernel with NVRTC (needs codegen)">,
     Option<"async", "async", "bool", "false",
            "with compile: leave the NVRTC builds running in the background "
-           "for glm-emit-plan, which must come next, to collect (the "
-           "kernels compile while the plan is built)">,
+           "for glm-emit-plan to collect (the kernels compile while "
+           "glm-plan-memory and glm-emit-plan run; passes in between must "
+           "preserve the glmc::KernelBuilds analysis)">,
+    Option<"kvDtype", "kv-dtype", "std::string", "\"\"",
+           "KV cache element type (bf16|fp8) when glm-plan-memory has not "
+           "run yet (its glm.kv attribute wins)">,
     ListOption<"decodeBatches", "decode-batches", "int64_t",
                "decode graph batch sizes, 1..8 (default: 1,2,...,8)">,
     ListOption<"prefillChunks", "prefill-chunks", "int64_t",

@@ -39,20 +39,25 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opt,
   if (opt.prefillChunks.empty())
     tokens = std::max<int64_t>(tokens, 2048);
   mem.maxTokens = tokens;
-  pm.addPass(createGlmPlanMemory(mem));
-  if (stop == Stage::Kernel)
+  if (stop == Stage::Kernel) {
+    pm.addPass(createGlmPlanMemory(mem));
     return;
+  }
+  // Kernels are chosen from the fused ops alone, so glm-emit-kernels runs
+  // before glm-plan-memory: NVRTC (most of a cold compile's CPU time) then
+  // runs on the other cores while the memory plan, the bindings and the
+  // plan itself are built.
   GlmEmitKernelsOptions kernels;
   kernels.archs.assign(opt.archs.begin(), opt.archs.end());
   kernels.compile = opt.compileKernels;
-  // glm-emit-plan follows and collects the builds: NVRTC runs on the other
-  // cores while the plan is built.
   kernels.async = opt.compileKernels && stop == Stage::Plan;
+  kernels.kvDtype = opt.kvDtype;
   kernels.decodeBatches.assign(opt.decodeBatches.begin(),
                                opt.decodeBatches.end());
   kernels.prefillChunks.assign(opt.prefillChunks.begin(),
                                opt.prefillChunks.end());
   pm.addPass(createGlmEmitKernels(kernels));
+  pm.addPass(createGlmPlanMemory(mem));
   if (stop == Stage::Cuda)
     return;
   pm.addPass(createGlmEmitPlan(GlmEmitPlanOptions{opt.output}));

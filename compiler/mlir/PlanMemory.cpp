@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/mlir/Bindings.h"
+#include "compiler/mlir/KernelBuilds.h"
 #include "compiler/mlir/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -219,7 +220,9 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
       return signalPassFailure();
     }
     // Attributes only: who binds which bytes is unchanged.
-    markAnalysesPreserved<glmc::BindingAnalysis>();
+    // The memory plan changes no kernel: NVRTC builds glm-emit-kernels
+    // started before this pass keep running for glm-emit-plan.
+    markAnalysesPreserved<glmc::BindingAnalysis, glmc::KernelBuilds>();
     module->setAttr("glm.memory", b.getArrayAttr(perRank));
     module->setAttr("glm.kv", b.getDictionaryAttr({
         b.getNamedAttr("max_context", b.getI64IntegerAttr(maxContext)),
