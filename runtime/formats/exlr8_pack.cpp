@@ -13,6 +13,7 @@
 #include "runtime/base/strings.h"
 #include "runtime/base/hash.h"
 #include "runtime/base/numeric.h"
+#include "runtime/base/parallel.h"
 #include "runtime/codec/trellis.h"
 #include "runtime/formats/exlr8_layout.h"
 #include "runtime/formats/pack_impl.h"
@@ -224,7 +225,7 @@ private:
   void chooseWidths();
   void applyManifest(const Manifest &m, const std::string &file);
   void buildWeights();
-  void addExpertWeight(size_t li, int64_t row, int p);
+  void makeExpertWeight(size_t li, int64_t row, int p, WeightInfo &w) const;
   void addRecordWeight(size_t ri);
   void computeIndexHash();
 
@@ -785,15 +786,29 @@ void Exlr8Pack::applyManifest(const Manifest &m, const std::string &file) {
 //===----------------------------------------------------------------------===//
 
 void Exlr8Pack::buildWeights() {
+  // Expert weights (~10^6 trellis halves at full size) are most of the
+  // time a pack takes to open. They are independent, so they are built on
+  // every core into slots assigned up front: the same vector, in the same
+  // order, as one thread would build.
+  std::vector<std::tuple<size_t, int64_t, int>> experts;
   for (size_t li = 0; li < layers_.size(); ++li) {
     const ExpertLayer &L = layers_[li];
-    for (int64_t r = 0; r < L.rows; ++r)
+    int64_t rows = L.rows + (L.hasSeparateShared() ? 1 : 0);
+    for (int64_t r = 0; r < rows; ++r)
       for (int p = 0; p < 3; ++p)
-        addExpertWeight(li, r, p);
-    if (L.hasSeparateShared())
-      for (int p = 0; p < 3; ++p)
-        addExpertWeight(li, L.rows, p);
+        experts.emplace_back(li, r, p);
   }
+  size_t base = weights_.size();
+  weights_.resize(base + experts.size());
+  locs_.resize(base + experts.size());
+  parallelFor((int64_t)experts.size(), 256, 0,
+              [&](int64_t begin, int64_t end, int) {
+                for (int64_t i = begin; i < end; ++i) {
+                  auto [li, r, p] = experts[i];
+                  makeExpertWeight(li, r, p, weights_[base + i]);
+                  locs_[base + i] = Locator{Kind::Expert, li, r, p};
+                }
+              });
   for (size_t ri = 0; ri < records_.size(); ++ri)
     addRecordWeight(ri);
   std::regex lre(R"(exlr8-dense-(\d+)\.safetensors)");
@@ -843,12 +858,12 @@ void Exlr8Pack::buildWeights() {
   }
 }
 
-void Exlr8Pack::addExpertWeight(size_t li, int64_t row, int p) {
+void Exlr8Pack::makeExpertWeight(size_t li, int64_t row, int p,
+                                 WeightInfo &w) const {
   const ExpertLayer &L = layers_[li];
   bool sep = row == L.rows;
   bool isShared = sep || (L.sharedRow && row == L.experts);
   int64_t trow = sep ? 0 : row; // row inside the width tensors
-  WeightInfo w;
   w.name = isShared ? sharedWeightName(L.layer, p)
                     : expertWeightName(L.layer, row, p);
   w.shape = p < 2 ? std::vector<int64_t>{L.inter, L.hidden}
@@ -901,8 +916,6 @@ void Exlr8Pack::addExpertWeight(size_t li, int64_t row, int p) {
     w.parts.push_back(std::move(part));
   }
   w.ranges.insert(w.ranges.end(), sides.begin(), sides.end());
-  weights_.push_back(std::move(w));
-  locs_.push_back(Locator{Kind::Expert, li, row, p});
 }
 
 void Exlr8Pack::addRecordWeight(size_t ri) {
