@@ -15,6 +15,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringMap.h"
 
 #include <filesystem>
 #include <map>
@@ -88,17 +89,22 @@ public:
   OwningOpRef<ModuleOp> run();
 
 private:
+  // Called ~4 times per expert half (~10^6 halves at full size): a hash
+  // lookup that allocates only for a new name.
+  static int64_t intern(llvm::StringMap<int64_t> &ids,
+                        std::vector<std::string> &order, StringRef name) {
+    auto it = ids.find(name);
+    if (it != ids.end())
+      return it->second;
+    ids[name] = int64_t(order.size());
+    order.push_back(name.str());
+    return int64_t(order.size()) - 1;
+  }
   int64_t fileIndex(const std::string &f) {
-    auto [it, inserted] = files.emplace(f, files.size());
-    if (inserted)
-      fileOrder.push_back(f);
-    return it->second;
+    return intern(files, fileOrder, f);
   }
   int64_t roleIndex(const std::string &r) {
-    auto [it, inserted] = roles.emplace(r.empty() ? "data" : r, roles.size());
-    if (inserted)
-      roleOrder.push_back(it->first);
-    return it->second;
+    return intern(roles, roleOrder, r.empty() ? StringRef("data") : r);
   }
   void pushRange(SmallVectorImpl<int64_t> &out, const ::glm::rt::ByteRange &r) {
     out.append({fileIndex(r.file), static_cast<int64_t>(r.offset),
@@ -118,7 +124,7 @@ private:
   const ::glm::rt::ModelConfig &cfg;
   OpBuilder b;
   std::string manifestName;
-  std::map<std::string, int64_t> files, roles;
+  llvm::StringMap<int64_t> files, roles;
   std::vector<std::string> fileOrder, roleOrder;
   std::set<std::string> weightNames;
   std::map<int64_t, std::string> bankOfLayer;
