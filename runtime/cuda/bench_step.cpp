@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 namespace glm::rt::cuda {
 
@@ -78,7 +79,12 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
       << " layers (" << moeLayers << " MoE) with random weights on "
       << dev.name() << "\n";
 
+  // GLM_CUDA_GRAPHS=0: stream launches only, no capture (ncu cannot profile
+  // kernels inside a graph); the "graph" figures are then stream launches.
+  const char *ge = std::getenv("GLM_CUDA_GRAPHS");
+  const bool useGraph = !(ge && std::string(ge) == "0");
   CudaOptions o;
+  o.useGraphs = useGraph;
   o.device = opt.device;
   o.maxContext = std::max(opt.stepPosition + 2, 8);
   o.maxBatch = 1;
@@ -95,8 +101,11 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   // stepPosition + 1 keys; every replay rewrites that position).
   for (int i = 0; i < opt.stepPosition; ++i)
     fwd.stepBatch({0}, {(int64_t)(i % 100)});
+  if (!useGraph)
+    log << "step: GLM_CUDA_GRAPHS=0: no graph capture; the graph row is "
+           "stream launches\n";
   for (int i = 0; i < 3; ++i) // capture + warm-up
-    fwd.runStepOnly(1, true);
+    fwd.runStepOnly(1, useGraph);
   auto timeIt = [&](bool graph) {
     std::vector<double> ms;
     for (int i = 0; i < std::max(3, opt.reps); ++i) {
@@ -108,7 +117,7 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
     }
     return median(ms);
   };
-  const double graphMs = timeIt(true);
+  const double graphMs = timeIt(useGraph);
   const double streamMs = timeIt(false);
   std::vector<double> ks;
   std::vector<std::pair<std::string, double>> perKernel;

@@ -161,6 +161,7 @@ struct CudaForward::Impl {
   // (zero between launches), xh slots (routed + shared per row).
   bool legacyExperts = false;
   bool legacyMla = false; // GLM_MLA_KERNEL=legacy: one-thread fp64 kernel
+  int mlaQabsThreads = 64; // GLM_MLA_QABS_THREADS: 32..256, multiple of 32
   int mtSplit = 1, mtGroup = 2, mtThreads = 128, mtPipe = 4, mtMinBlocks = 4;
   int mtBlocksPerSm = 0; // > 0: persistent grids (capped by occupancy)
   std::map<CUfunction, int> mtResident; // blocks per SM of a kernel
@@ -314,6 +315,22 @@ struct CudaForward::Impl {
     auto it = fx.find(name);
     check(it != fx.end(), "cuda executor: no kernel ", name);
     launchFn(it->second, gx, gy, gz, bx, smem, std::move(a));
+  }
+  /// glmx_rms_norm of B rows: G = ceil(n/1024) blocks per row (each sums
+  /// the whole row in the same order), one when y aliases x or the row is
+  /// too long for the kernel's registers (more than 8 values a thread).
+  void rmsNorm(CUdeviceptr x, CUdeviceptr w, CUdeviceptr y, int n, double eps,
+               int xs, int ys, int B) {
+    constexpr int kThreads = 1024, kPer = 8;
+    const int K = (n + kThreads - 1) / kThreads;
+    const unsigned G = x == y || K > kPer ? 1u : (unsigned)K;
+    call("glmx_rms_norm", G, (unsigned)B, 1, kThreads, 0,
+         KArgs() << x << w << y << n << eps << xs << ys);
+  }
+  /// Dynamic shared memory of glmx_mla_core (see the kernel): q_abs, q_pe,
+  /// a tile of p and of selected rows, the row-group partial sums.
+  static unsigned mlaCoreShared(int kvr, int dr) {
+    return (unsigned)(kvr + dr + 2 * 1024 + 4 * 1024) * 4;
   }
   void memsetZero(CUdeviceptr p, size_t words) {
     ++launches;
@@ -647,21 +664,19 @@ void CudaForward::Impl::enqueueStep(int B) {
   }
   for (int64_t l = 0; l < numLayers; ++l) {
     DevLayer &L = layers[l];
-    call("glmx_rms_norm", 1, (unsigned)B, 1, kBlock, 0,
-         KArgs() << x.ptr() << L.inputNorm.ptr() << h.ptr() << d << eps << d
-                 << d);
+    rmsNorm(x.ptr(), L.inputNorm.ptr(), h.ptr(), d, eps, d, d, B);
     gemv(L.qA, h.ptr(), d, qa.ptr(), qlr, B);
-    call("glmx_rms_norm", 1, (unsigned)B, 1, kBlock, 0,
-         KArgs() << qa.ptr() << L.qANorm.ptr() << qa.ptr() << qlr << eps << qlr
-                 << qlr);
-    gemv(L.qB, qa.ptr(), qlr, q.ptr(), (int64_t)H * (dn + dr), B);
+    // The normed q_a goes to qa's second half (no aliasing: several blocks).
+    const CUdeviceptr qaN = qa.ptr() + (CUdeviceptr)MB * qlr * 4;
+    rmsNorm(qa.ptr(), L.qANorm.ptr(), qaN, qlr, eps, qlr, qlr, B);
+    gemv(L.qB, qaN, qlr, q.ptr(), (int64_t)H * (dn + dr), B);
     gemv(L.kvA, h.ptr(), d, kva.ptr(), lat, B);
     call("glmx_kv_store", 1, (unsigned)B, 1, kBlock, 0,
          KArgs() << kva.ptr() << L.kvANorm.ptr() << L.latent.ptr() << seq << pos
                  << kvr << dr << ctxN << eps << theta);
     if (L.fullIndexer) {
       const int nh = (int)c.indexNHeads, hd = (int)c.indexHeadDim;
-      gemv(L.wqB, qa.ptr(), qlr, qi.ptr(), (int64_t)nh * hd, B);
+      gemv(L.wqB, qaN, qlr, qi.ptr(), (int64_t)nh * hd, B);
       call("glmx_rope", (unsigned)nh, (unsigned)B, 1, rb, 0,
            KArgs() << qi.ptr() << dr << hd << nh * hd << pos << theta);
       gemv(L.wk, h.ptr(), d, kk.ptr(), hd, B);
@@ -699,10 +714,11 @@ void CudaForward::Impl::enqueueStep(int B) {
       const CUdeviceptr W = L.kvDirect ? L.kvB.data.ptr() : L.kvBT.ptr();
       const CUdeviceptr Ws = L.kvDirect ? L.kvB.scale.ptr() : 0;
       call("glmx_mla_qabs", nh * (unsigned)((kvr + 31) / 32), (unsigned)B, 1,
-           256, 0,
+           (unsigned)mlaQabsThreads, 0,
            KArgs() << q.ptr() << W << L.kvDt << Ws << L.kvSk << L.heads.ptr()
                    << qabs.ptr() << H << dn << dr << dv << kvr);
-      call("glmx_mla_core", nh, (unsigned)B, 1, 256, 0,
+      call("glmx_mla_core", nh, (unsigned)B, 1, 1024,
+           mlaCoreShared(kvr, dr),
            KArgs() << q.ptr() << qabs.ptr() << L.latent.ptr() << seq
                    << sel.ptr() << nsel.ptr() << p.ptr() << ctxN << ctxv.ptr()
                    << L.heads.ptr() << H << dn << dr << kvr << scale);
@@ -716,9 +732,7 @@ void CudaForward::Impl::enqueueStep(int B) {
     call("glmx_add", blocksFor(d), (unsigned)B, 1, kBlock, 0,
          KArgs() << x.ptr() << delta.ptr() << d);
 
-    call("glmx_rms_norm", 1, (unsigned)B, 1, kBlock, 0,
-         KArgs() << x.ptr() << L.postNorm.ptr() << h.ptr() << d << eps << d
-                 << d);
+    rmsNorm(x.ptr(), L.postNorm.ptr(), h.ptr(), d, eps, d, d, B);
     if (L.moe)
       moe(L, (int)l, B);
     else
@@ -727,8 +741,7 @@ void CudaForward::Impl::enqueueStep(int B) {
     call("glmx_add", blocksFor(d), (unsigned)B, 1, kBlock, 0,
          KArgs() << x.ptr() << delta.ptr() << d);
   }
-  call("glmx_rms_norm", 1, (unsigned)B, 1, kBlock, 0,
-       KArgs() << x.ptr() << finalNorm.ptr() << h.ptr() << d << eps << d << d);
+  rmsNorm(x.ptr(), finalNorm.ptr(), h.ptr(), d, eps, d, d, B);
   // LM head: this rank's vocabulary rows, then the gather.
   const int64_t V = c.vocabSize;
   const int64_t vb = tp.vocabBegin[rank], cnt = tp.vocabBegin[rank + 1] - vb;
@@ -1121,6 +1134,20 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
     }
     const char *mla = std::getenv("GLM_MLA_KERNEL");
     m.legacyMla = mla && std::string(mla) == "legacy";
+    // glmx_mla_core reads latent rows as float4 over 1024 threads.
+    check(m.legacyMla ||
+              (c.kvLoraRank % 4 == 0 && c.qkRopeHeadDim % 4 == 0 &&
+               c.kvLoraRank <= 4096),
+          "cuda executor: kv_lora_rank ", c.kvLoraRank,
+          " and qk_rope_head_dim ", c.qkRopeHeadDim,
+          " must be multiples of 4 (kv_lora_rank at most 4096) for "
+          "glmx_mla_core; GLM_MLA_KERNEL=legacy runs any shape");
+    if (const char *e = std::getenv("GLM_MLA_QABS_THREADS")) {
+      m.mlaQabsThreads = std::atoi(e);
+      check(m.mlaQabsThreads >= 32 && m.mlaQabsThreads <= 256 &&
+                m.mlaQabsThreads % 32 == 0,
+            "GLM_MLA_QABS_THREADS='", e, "' is not 32..256 (a multiple of 32)");
+    }
     // The default launch tuning, shared with the compiler's plans
     // (codegen/moe_trellis_abi.h).
     const int64_t rows16 = c.hiddenSize / 16;
@@ -1405,7 +1432,7 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
   m.x = f32(MB * d);
   m.h = f32(MB * d);
   m.delta = f32(MB * d);
-  m.qa = f32(MB * c.qLoraRank);
+  m.qa = f32(2 * MB * c.qLoraRank); // q_a, then the normed q_a
   m.q = f32(MB * qk);
   m.kva = f32(MB * lat);
   m.qi = f32(MB * nh * hd);

@@ -28,27 +28,22 @@ const char *executorKernelSource() {
 
 // Stored element -> float, by bits (NVRTC here has no CUDA include path).
 // dt: 0 f32, 1 f16, 2 bf16, 3 e4m3.
+// Both decoders place the magnitude bits in an fp32's exponent/mantissa and
+// rescale by the bias difference (2^112, 2^120): exact for normals and
+// subnormals (no ftz), a handful of integer ops instead of ldexpf.
 __device__ __forceinline__ float halfBits(unsigned short h) {
-  const unsigned s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
-  float v;
-  if (e == 0)
-    v = ldexpf((float)m, -24);
-  else if (e == 31)
-    v = m ? __int_as_float(0x7fc00000) : __int_as_float(0x7f800000);
-  else
-    v = ldexpf((float)(m | 1024), (int)e - 25);
-  return s ? -v : v;
+  const unsigned mag = h & 0x7fffu;
+  float v = __uint_as_float(mag << 13) * __uint_as_float(0x77800000u);
+  if (mag >= 0x7c00u) // inf / NaN
+    v = __int_as_float(mag > 0x7c00u ? 0x7fc00000 : 0x7f800000);
+  return (h & 0x8000u) ? -v : v;
 }
 __device__ __forceinline__ float e4m3Bits(unsigned char b) {
-  const unsigned s = (b >> 7) & 1, e = (b >> 3) & 15, m = b & 7;
-  float v;
-  if (e == 15 && m == 7)
+  const unsigned mag = b & 0x7fu;
+  float v = __uint_as_float(mag << 20) * __uint_as_float(0x7b800000u);
+  if (mag == 0x7fu) // E4M3 has NaN only (S.1111.111)
     v = __int_as_float(0x7fc00000);
-  else if (e == 0)
-    v = ldexpf((float)m, -9);
-  else
-    v = ldexpf((float)(m | 8), (int)e - 10);
-  return s ? -v : v;
+  return (b & 0x80u) ? -v : v;
 }
 __device__ __forceinline__ float ldAny(const void *p, long long i, int dt) {
   switch (dt) {
@@ -89,40 +84,69 @@ __device__ double blockSumD(double v) {
   return r;
 }
 
-// y = w * x / sqrt(mean(x^2) + eps) per row b (strides in elements); y may
-// alias x. Grid (1, B). A thread's values (up to kRmsPer per thread) are
-// loaded together before any arithmetic: one serial load per element cost
-// ~15 us per 6144-wide row at batch 1 (one block, latency bound).
-#define kRmsPer 32
-GLM_X glmx_rms_norm(const float *x, const float *w, float *y, int n,
+// Sum of every thread's v over the block in fp64 by shuffles: a butterfly
+// in each warp, then the warp sums (in warp order) by a second butterfly.
+// Every lane of a butterfly adds the same pairs, so every thread gets the
+// same bits, run to run and block to block. blockDim.x a multiple of 32.
+__device__ double blockSumFixedD(double v) {
+  __shared__ double wsum[32];
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0)
+    wsum[w] = v;
+  __syncthreads();
+  double s = lane < (int)(blockDim.x >> 5) ? wsum[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1)
+    s += __shfl_xor_sync(0xffffffffu, s, o);
+  __syncthreads(); // wsum is reused by the next call
+  return s;
+}
+
+// y = w * x / sqrt(mean(x^2) + eps) per row b (strides in elements).
+// Grid (G, B), blockDim.x a multiple of 32: every block sums the whole row
+// (thread t: x[t + k*nt] for k = 0, 1, .. in order, then blockSumFixedD -
+// the same bits in every block, so no second pass) and writes the elements
+// t + k*nt with k % G == blockIdx.x. A single block is latency bound (~10
+// us per 6144-wide row on the H200); G blocks of nt threads cut each
+// thread's chain to K = ceil(n/nt) loads, all issued before any arithmetic.
+// y may alias x only with G == 1 (blocks read the whole row).
+#define kRmsPer 8
+extern "C" __global__ void __launch_bounds__(1024)
+glmx_rms_norm(const float *x, const float *w, float *y, int n,
                     double eps, int xs, int ys) {
   const int b = blockIdx.y, t = threadIdx.x, nt = blockDim.x;
+  const int G = gridDim.x, g = blockIdx.x;
   const float *xr = x + (long long)b * xs;
   float *yr = y + (long long)b * ys;
-  double ss = 0;
-  if (n <= kRmsPer * nt) {
-    float xv[kRmsPer];
+  const int K = (n + nt - 1) / nt;
+  if (K <= kRmsPer) {
+    float xv[kRmsPer], wv[kRmsPer];
 #pragma unroll
-    for (int k = 0; k < kRmsPer; ++k)
-      xv[k] = t + k * nt < n ? xr[t + k * nt] : 0.0f;
+    for (int k = 0; k < kRmsPer; ++k) {
+      const int i = t + k * nt;
+      const bool in = k < K && i < n;
+      xv[k] = in ? xr[i] : 0.0f;
+      wv[k] = in && k % G == g ? w[i] : 0.0f;
+    }
+    double ss = 0;
 #pragma unroll
     for (int k = 0; k < kRmsPer; ++k)
       ss += (double)xv[k] * (double)xv[k];
-    const double inv = 1.0 / sqrt(blockSumD(ss) / (double)n + eps);
-    float wv[kRmsPer];
+    const double inv = 1.0 / sqrt(blockSumFixedD(ss) / (double)n + eps);
 #pragma unroll
-    for (int k = 0; k < kRmsPer; ++k)
-      wv[k] = t + k * nt < n ? w[t + k * nt] : 0.0f;
-#pragma unroll
-    for (int k = 0; k < kRmsPer; ++k)
-      if (t + k * nt < n)
-        yr[t + k * nt] = (float)((double)wv[k] * ((double)xv[k] * inv));
+    for (int k = 0; k < kRmsPer; ++k) {
+      const int i = t + k * nt;
+      if (k < K && i < n && k % G == g)
+        yr[i] = (float)((double)wv[k] * ((double)xv[k] * inv));
+    }
     return;
   }
+  double ss = 0;
   for (int i = t; i < n; i += nt)
     ss += (double)xr[i] * (double)xr[i];
-  const double inv = 1.0 / sqrt(blockSumD(ss) / (double)n + eps);
-  for (int i = t; i < n; i += nt)
+  const double inv = 1.0 / sqrt(blockSumFixedD(ss) / (double)n + eps);
+  for (int i = t + g * nt; i < n; i += G * nt)
     yr[i] = (float)((double)w[i] * ((double)xr[i] * inv));
 }
 
@@ -447,28 +471,30 @@ __device__ __forceinline__ void ldVec(const void *w, const void *scale,
 // see ldWT) or an fp32 expansion (trellis), fp32 products (warp and block
 // sums in a fixed order), the softmax in fp64.
 // 1. qabs[b][h][c] = sum_i W[h*(dn+dv) + i][c] * q_nope[i]: block = (head
-//    heads[blockIdx.x / ceil(kvr/32)], 32 columns), warp w sums rows i =
-//    w, w+8, ..; the 8 warps' sums are added in warp order. Grid
-//    (nHeads * ceil(kvr/32), B), 256 threads.
+//    heads[blockIdx.x / ceil(kvr/32)], 32 columns), nw = blockDim.x / 32
+//    warps (1..8; the executor's GLM_MLA_QABS_THREADS); warp w sums rows i
+//    = w, w+nw, ..; the warps' sums are added in warp order. Grid
+//    (nHeads * ceil(kvr/32), B).
 template <int DT, int SK>
 __device__ __forceinline__ float mlaQabsDot(const void *W, int dt,
                                             const void *scale, int sk,
                                             const float *qn, long long o0,
-                                            int w, int c, int dn, int kvr) {
+                                            int w, int nw, int c, int dn,
+                                            int kvr) {
   float a = 0.0f;
   int i = w;
-  for (; i + 8 * (kMlaBatch - 1) < dn; i += 8 * kMlaBatch) {
+  for (; i + nw * (kMlaBatch - 1) < dn; i += nw * kMlaBatch) {
     float v[kMlaBatch], q[kMlaBatch];
 #pragma unroll
     for (int k = 0; k < kMlaBatch; ++k) {
-      v[k] = ldWT<DT, SK>(W, dt, scale, sk, o0 + i + 8 * k, c, kvr);
-      q[k] = qn[i + 8 * k];
+      v[k] = ldWT<DT, SK>(W, dt, scale, sk, o0 + i + nw * k, c, kvr);
+      q[k] = qn[i + nw * k];
     }
 #pragma unroll
     for (int k = 0; k < kMlaBatch; ++k)
       a += v[k] * q[k];
   }
-  for (; i < dn; i += 8)
+  for (; i < dn; i += nw)
     a += ldWT<DT, SK>(W, dt, scale, sk, o0 + i, c, kvr) * qn[i];
   return a;
 }
@@ -476,9 +502,13 @@ template <int DT, int SK>
 __device__ __forceinline__ void mlaQabsRun(float &a, const void *W, int dt,
                                            const void *scale, int sk,
                                            const float *qn, long long o0,
-                                           int w, int c, int dn, int kvr) {
-  a = mlaQabsDot<DT, SK>(W, dt, scale, sk, qn, o0, w, c, dn, kvr);
+                                           int w, int nw, int c, int dn,
+                                           int kvr) {
+  a = mlaQabsDot<DT, SK>(W, dt, scale, sk, qn, o0, w, nw, c, dn, kvr);
 }
+// 16-byte chunks: the block's 32 columns in P = 32/N chunks per row, R =
+// blockDim.x/P row lanes (rows rl, rl+R, .. in order, 4 loads in flight);
+// sums over a warp's row lanes by shuffles, then over warps in order.
 template <int DT, int SK>
 __device__ __forceinline__ void
 mlaQabsVec(const void *W, const void *scale, const float *qn, float *qabsAll,
@@ -486,8 +516,9 @@ mlaQabsVec(const void *W, const void *scale, const float *qn, float *qabsAll,
            int kvr) {
   if (DT < 0 || (SK != 0 && DT != 3))
     return; // vecOk admits only the forms instantiated below
-  constexpr int N = VecOf<DT < 0 ? 0 : DT>::N, P = 32 / N, R = 256 / P;
+  constexpr int D = DT < 0 ? 0 : DT, N = VecOf<D>::N, P = 32 / N;
   const int t = threadIdx.x, lane = t & 31, w = t >> 5;
+  const int nw = blockDim.x >> 5, R = blockDim.x / P;
   const int chunk = t % P, rl = t / P;
   const int chunks = kvr / 32;
   const int c0 = (blockIdx.x % chunks) * 32 + chunk * N;
@@ -495,20 +526,21 @@ mlaQabsVec(const void *W, const void *scale, const float *qn, float *qabsAll,
 #pragma unroll
   for (int k = 0; k < N; ++k)
     acc[k] = 0.0f;
-  for (int i = rl; i < dn; i += 2 * R) {
-    float v0[N], v1[N];
-    const bool two = i + R < dn;
-    ldVec<DT < 0 ? 0 : DT, SK>(W, scale, o0 + i, c0, kvr, v0);
-    if (two)
-      ldVec<DT < 0 ? 0 : DT, SK>(W, scale, o0 + i + R, c0, kvr, v1);
-    const float q0 = qn[i], q1 = two ? qn[i + R] : 0.0f;
+  for (int i = rl; i < dn; i += 4 * R) {
+    float v[4][N], q[4];
 #pragma unroll
-    for (int k = 0; k < N; ++k)
-      acc[k] += v0[k] * q0;
-    if (two)
+    for (int m = 0; m < 4; ++m) {
+      const int r = i + m * R;
+      q[m] = r < dn ? qn[r] : 0.0f;
+      if (r < dn)
+        ldVec<D, SK>(W, scale, o0 + r, c0, kvr, v[m]);
+    }
 #pragma unroll
-      for (int k = 0; k < N; ++k)
-        acc[k] += v1[k] * q1;
+    for (int m = 0; m < 4; ++m)
+      if (i + m * R < dn)
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+          acc[k] += v[m][k] * q[m];
   }
   // Row lanes of one chunk in a warp are lanes chunk + P*m: fold them.
 #pragma unroll
@@ -523,7 +555,7 @@ mlaQabsVec(const void *W, const void *scale, const float *qn, float *qabsAll,
   __syncthreads();
   if (w == 0) {
     float s = 0.0f;
-    for (int k = 0; k < 8; ++k)
+    for (int k = 0; k < nw; ++k)
       s += part[k][lane];
     qabsAll[((long long)b * H + h) * kvr + (blockIdx.x % chunks) * 32 + lane] = s;
   }
@@ -534,26 +566,24 @@ GLM_X glmx_mla_qabs(const float *qAll, const void *W, int dt,
   __shared__ float part[8][32];
   const int chunks = (kvr + 31) / 32, h = heads[blockIdx.x / chunks];
   const int c = (blockIdx.x % chunks) * 32 + (threadIdx.x & 31);
-  const int w = threadIdx.x >> 5, b = blockIdx.y;
+  const int w = threadIdx.x >> 5, nw = blockDim.x >> 5, b = blockIdx.y;
   const float *qn = qAll + (long long)b * H * (dn + dr) + (long long)h * (dn + dr);
   const long long o0 = (long long)h * (dn + dv);
   if (vecOk(W, dt, sk, kvr)) {
-    // 16-byte chunks: the block's 32 columns in P = 32/N chunks per row,
-    // 256/P row lanes; sums over row lanes by shuffles, then over warps.
     GLM_MLA_DISPATCH(dt, sk, mlaQabsVec, W, scale, qn, qabsAll, part, b, h, H,
                      o0, dn, kvr);
     return;
   }
   float a = 0.0f;
   if (c < kvr) {
-    GLM_MLA_DISPATCH(dt, sk, mlaQabsRun, a, W, dt, scale, sk, qn, o0, w, c, dn,
-                     kvr);
+    GLM_MLA_DISPATCH(dt, sk, mlaQabsRun, a, W, dt, scale, sk, qn, o0, w, nw,
+                     c, dn, kvr);
   }
   part[w][threadIdx.x & 31] = a;
   __syncthreads();
   if (w == 0 && c < kvr) {
     float s = 0.0f;
-    for (int k = 0; k < 8; ++k)
+    for (int k = 0; k < nw; ++k)
       s += part[k][threadIdx.x];
     qabsAll[((long long)b * H + h) * kvr + c] = s;
   }
@@ -586,20 +616,33 @@ __device__ __forceinline__ float laneDot(const float *a, const float *b,
   return s;
 }
 
-// 2. Per (head heads[blockIdx.x], row b): scores of the selected latent rows
-//    (one warp per row: c.qabs + kpe.q_pe, lanes over channels), softmax
-//    (fp64, fixed-order block sums), ctx[c] = sum_j p_j c_j[c] (threads
-//    over channels, rows in order). p: global scratch float
-//    [B, H, maxCtx]. Grid (nHeads, B), 256 threads.
-GLM_X glmx_mla_core(const float *qAll, const float *qabsAll,
+// 2. Per (head heads[blockIdx.x], row b), blockDim.x threads (1024 from the
+//    executor): scores of the selected latent rows (one warp per row, lanes
+//    over channels c = lane + 32k in order, q_abs and q_pe from shared
+//    memory), softmax (fp64, fixed-order block reductions), then ctx[c] =
+//    inv * sum_j p_j c_j[c] with threads over (float4 column, row group
+//    g): rows j = g, g + G, .. in order, then the G partial sums in group
+//    order. Selected row ids and p are staged in shared memory in tiles of
+//    kMlaTile so no load waits on another (one block was ~29 us per layer
+//    with dependent sel -> cache loads in its loops). p: global scratch
+//    float [B, H, maxCtx]. kvr and dr multiples of 4, kvr/4 <= blockDim.x
+//    (checked by the executor). Dynamic shared memory: mlaCoreShared().
+//    Grid (nHeads, B).
+#define kMlaTile 1024
+extern "C" __global__ void __launch_bounds__(1024)
+glmx_mla_core(const float *qAll, const float *qabsAll,
                     const float *cache, const int *seq, const int *selAll,
                     const int *nselp, float *pAll, int maxCtx, float *ctxAll,
                     const int *heads, int H, int dn, int dr, int kvr,
                     double scale) {
-  __shared__ double red[256];
-  __shared__ double mx, sum;
+  extern __shared__ float msh[];
+  float *qs = msh, *qps = msh + kvr, *ps = qps + dr;
+  int *ss = (int *)(ps + kMlaTile);
+  float *part = (float *)(ss + kMlaTile);
+  __shared__ double red[32];
   const int h = heads[blockIdx.x], b = blockIdx.y, lat = kvr + dr;
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int t = threadIdx.x, nt = blockDim.x, lane = t & 31, w = t >> 5,
+            nw = nt >> 5;
   const int n = nselp[b];
   const float *qp = qAll + (long long)b * H * (dn + dr) +
                     (long long)h * (dn + dr) + dn;
@@ -607,63 +650,113 @@ GLM_X glmx_mla_core(const float *qAll, const float *qabsAll,
   const float *cb = cache + (long long)seq[b] * maxCtx * lat;
   const int *sel = selAll + (long long)b * maxCtx;
   float *p = pAll + ((long long)b * H + h) * maxCtx;
-  for (int j = w; j < n; j += 8) {
-    const float *ent = cb + (long long)sel[j] * lat;
-    float a = laneDot(ent, qabs, kvr, lane);
-    float r = laneDot(ent + kvr, qp, dr, lane);
-    a = warpSumF(a);
-    r = warpSumF(r);
-    if (lane == 0)
-      p[j] = (float)(((double)a + (double)r) * scale);
-  }
-  __syncthreads();
-  double m = -1e300;
-  for (int j = threadIdx.x; j < n; j += blockDim.x)
-    m = fmax(m, (double)p[j]);
-  red[threadIdx.x] = m;
-  __syncthreads();
-  for (int o = 128; o > 0; o >>= 1) {
-    if (threadIdx.x < o)
-      red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + o]);
+  for (int c = t; c < kvr; c += nt)
+    qs[c] = qabs[c];
+  for (int c = t; c < dr; c += nt)
+    qps[c] = qp[c];
+  for (int j0 = 0; j0 < n; j0 += kMlaTile) {
+    const int m = n - j0 < kMlaTile ? n - j0 : kMlaTile;
     __syncthreads();
+    for (int j = t; j < m; j += nt)
+      ss[j] = sel[j0 + j];
+    __syncthreads();
+    for (int j = w; j < m; j += nw) {
+      const float *ent = cb + (long long)ss[j] * lat;
+      float a = 0.0f, r = 0.0f;
+      int c = lane;
+      for (; c + 32 * 15 < kvr; c += 32 * 16) {
+        float e[16];
+#pragma unroll
+        for (int k = 0; k < 16; ++k)
+          e[k] = ent[c + 32 * k];
+#pragma unroll
+        for (int k = 0; k < 16; ++k)
+          a += e[k] * qs[c + 32 * k];
+      }
+      for (; c < kvr; c += 32)
+        a += ent[c] * qs[c];
+      for (c = lane; c < dr; c += 32)
+        r += ent[kvr + c] * qps[c];
+      a = warpSumF(a);
+      r = warpSumF(r);
+      if (lane == 0)
+        p[j0 + j] = (float)(((double)a + (double)r) * scale);
+    }
   }
-  if (threadIdx.x == 0)
-    mx = red[0];
   __syncthreads();
+  double mx = -1e300;
+  for (int j = t; j < n; j += nt)
+    mx = fmax(mx, (double)p[j]);
+  for (int o = 16; o > 0; o >>= 1)
+    mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (lane == 0)
+    red[w] = mx;
+  __syncthreads();
+  mx = lane < nw ? red[lane] : -1e300;
+  for (int o = 16; o > 0; o >>= 1)
+    mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   double s = 0.0;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+  for (int j = t; j < n; j += nt) {
     const double e = exp((double)p[j] - mx);
     p[j] = (float)e;
+    if (j < kMlaTile)
+      ps[j] = (float)e;
     s += e;
   }
-  red[threadIdx.x] = s;
-  __syncthreads();
-  for (int o = 128; o > 0; o >>= 1) {
-    if (threadIdx.x < o)
-      red[threadIdx.x] += red[threadIdx.x + o];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0)
-    sum = red[0];
-  __syncthreads();
-  const float inv = (float)(1.0 / sum);
-  float *ctx = ctxAll + ((long long)b * H + h) * kvr;
-  for (int c = threadIdx.x; c < kvr; c += blockDim.x) {
-    float a = 0.0f;
-    int j = 0;
-    for (; j + kMlaBatch <= n; j += kMlaBatch) {
-      float pv[kMlaBatch], cv[kMlaBatch];
+  const float inv = (float)(1.0 / blockSumFixedD(s)); // syncs: p, ps seen
+  const int cv = kvr >> 2, G = nt / cv, col = t % cv, grp = t / cv;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int j0 = 0; j0 < n; j0 += kMlaTile) {
+    const int m = n - j0 < kMlaTile ? n - j0 : kMlaTile;
+    if (n > kMlaTile) { // tile 0 is still staged when n fits one tile
+      __syncthreads();
+      for (int j = t; j < m; j += nt) {
+        ss[j] = sel[j0 + j];
+        ps[j] = p[j0 + j];
+      }
+      __syncthreads();
+    }
+    if (grp >= G)
+      continue;
+    int j = grp;
+    for (; j + 7 * G < m; j += 8 * G) {
+      float4 v[8];
+      float pv[8];
 #pragma unroll
-      for (int k = 0; k < kMlaBatch; ++k) {
-        pv[k] = p[j + k];
-        cv[k] = cb[(long long)sel[j + k] * lat + c];
+      for (int k = 0; k < 8; ++k) {
+        v[k] = *(const float4 *)(cb + (long long)ss[j + k * G] * lat + 4 * col);
+        pv[k] = ps[j + k * G];
       }
 #pragma unroll
-      for (int k = 0; k < kMlaBatch; ++k)
-        a += pv[k] * cv[k];
+      for (int k = 0; k < 8; ++k) {
+        acc.x += pv[k] * v[k].x;
+        acc.y += pv[k] * v[k].y;
+        acc.z += pv[k] * v[k].z;
+        acc.w += pv[k] * v[k].w;
+      }
     }
-    for (; j < n; ++j)
-      a += p[j] * cb[(long long)sel[j] * lat + c];
+    for (; j < m; j += G) {
+      const float4 v = *(const float4 *)(cb + (long long)ss[j] * lat + 4 * col);
+      const float pv = ps[j];
+      acc.x += pv * v.x;
+      acc.y += pv * v.y;
+      acc.z += pv * v.z;
+      acc.w += pv * v.w;
+    }
+  }
+  if (grp < G) {
+    float *pp = part + grp * kvr + 4 * col;
+    pp[0] = acc.x;
+    pp[1] = acc.y;
+    pp[2] = acc.z;
+    pp[3] = acc.w;
+  }
+  __syncthreads();
+  float *ctx = ctxAll + ((long long)b * H + h) * kvr;
+  for (int c = t; c < kvr; c += nt) {
+    float a = 0.0f;
+    for (int g = 0; g < G; ++g)
+      a += part[g * kvr + c];
     ctx[c] = a * inv;
   }
 }
@@ -692,33 +785,79 @@ __device__ __forceinline__ void mlaOutRun(float &a, const void *W, int dt,
   for (; c < kvr; c += 32)
     a += ldWT<DT, SK>(W, dt, scale, sk, o, c, kvr) * ctx[c];
 }
+// Four consecutive elements of row o from column c (a multiple of 4) with
+// their scale (a 4-group never straddles a scale group). Alignment as
+// ldVec (vecOk).
+template <int DT, int SK>
+__device__ __forceinline__ void ld4(const void *w, const void *scale,
+                                    long long o, int c, int in,
+                                    float (&v)[4]) {
+  constexpr int kBytes = DT == 0 ? 4 : DT == 3 ? 1 : 2;
+  const unsigned char *base =
+      static_cast<const unsigned char *>(w) + (o * in + c) * kBytes;
+  if (DT == 0) {
+    const float4 f = *reinterpret_cast<const float4 *>(base);
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
+  } else if (DT == 3) {
+    const unsigned u = *reinterpret_cast<const unsigned *>(base);
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+      v[t] = e4m3Bits((unsigned char)(u >> (8 * t)));
+  } else {
+    const uint2 q = *reinterpret_cast<const uint2 *>(base);
+    const unsigned u[2] = {q.x, q.y};
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const unsigned short hb = (unsigned short)(u[t / 2] >> (16 * (t & 1)));
+      v[t] = DT == 1 ? halfBits(hb) : __uint_as_float((unsigned)hb << 16);
+    }
+  }
+  float s = 1.0f;
+  if (SK == 1)
+    s = ((const float *)scale)[(o >> 7) * ((in + 127) >> 7) + (c >> 7)];
+  else if (SK == 2)
+    s = ((const float *)scale)[o];
+  else if (SK == 3)
+    s = exp2f(float(int(((const unsigned char *)scale)[o * (in / 32) +
+                                                        (c >> 5)]) - 127));
+  if (SK != 0)
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+      v[t] *= s;
+}
+// Lane l takes columns c = 4l + 128m (m in order): 4-element weight loads
+// and float4 ctx loads, both contiguous across the warp. (Lanes over
+// 16-column chunks read ctx with a 64-byte lane stride: ~16 L1 wavefronts
+// per load, which was most of this kernel's ~36 us per layer.)
 template <int DT, int SK>
 __device__ __forceinline__ void mlaOutVec(float &a, const void *W,
                                           const void *scale, const float *ctx,
                                           long long o, int lane, int kvr) {
   if (DT < 0 || (SK != 0 && DT != 3))
     return;
-  constexpr int D = DT < 0 ? 0 : DT, N = VecOf<D>::N;
+  constexpr int D = DT < 0 ? 0 : DT;
   a = 0.0f;
-  // A lane's chunks c0 = N*(lane + 32m): loads first, then in order.
-  int c0 = N * lane;
-  for (; c0 + 32 * N < kvr; c0 += 64 * N) {
-    float v0[N], v1[N];
-    ldVec<D, SK>(W, scale, o, c0, kvr, v0);
-    ldVec<D, SK>(W, scale, o, c0 + 32 * N, kvr, v1);
+  for (int c0 = 4 * lane; c0 < kvr; c0 += 4 * 128) {
+    float v[4][4];
+    float4 x[4];
 #pragma unroll
-    for (int k = 0; k < N; ++k)
-      a += v0[k] * ctx[c0 + k];
+    for (int m = 0; m < 4; ++m) {
+      const int c = c0 + 128 * m;
+      if (c < kvr) {
+        ld4<D, SK>(W, scale, o, c, kvr, v[m]);
+        x[m] = *reinterpret_cast<const float4 *>(ctx + c);
+      } else {
+        v[m][0] = v[m][1] = v[m][2] = v[m][3] = 0.0f;
+        x[m] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
 #pragma unroll
-    for (int k = 0; k < N; ++k)
-      a += v1[k] * ctx[c0 + 32 * N + k];
-  }
-  if (c0 < kvr) {
-    float v0[N];
-    ldVec<D, SK>(W, scale, o, c0, kvr, v0);
-#pragma unroll
-    for (int k = 0; k < N; ++k)
-      a += v0[k] * ctx[c0 + k];
+    for (int m = 0; m < 4; ++m)
+      a += v[m][0] * x[m].x + v[m][1] * x[m].y + v[m][2] * x[m].z +
+           v[m][3] * x[m].w;
   }
 }
 GLM_X glmx_mla_out(const void *W, int dt, const void *scale, int sk,
