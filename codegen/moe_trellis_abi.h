@@ -64,6 +64,16 @@ struct MoeTrellisDims {
   }
 };
 
+/// Dynamic shared memory (bytes) a moe_trellis launch must pass: the E4M3
+/// instances of 256+ thread blocks on the one-item-per-warp stages (gu,
+/// down; not the *_persist ones) decode part of every tile through a 64 KB
+/// state -> E4M3 byte table in shared memory (+ its 16-byte mbarrier;
+/// moe_trellis.cuh, moeTablePairs) and trap without it. Above 48 KB the
+/// launcher must also raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES.
+inline unsigned moeTrellisDynSmem(bool e4m3, int threads, bool persist) {
+  return e4m3 && threads >= 256 && !persist ? 65536u + 16u : 0u;
+}
+
 /// Template BATCH of a runtime batch: moe_trellis is instantiated for 1, 4
 /// and 8 rows (batches 2..4 run the 4-row kernel: the same one mma per tile
 /// as 1 or 2 rows, kNB; one instance less to compile per stage, ~4 NVRTC

@@ -46,6 +46,11 @@
 //           smem PIPE * 256 * Kmax bytes per warp, <= 32 KB per block)
 //   MINBLOCKS  min resident blocks per SM in the entry's __launch_bounds__
 //           (0 = none): caps registers for occupancy
+// Dynamic shared memory: E4M3 instances with THREADS >= 256 on stages 0/1
+// decode part of every tile through a 64 KB table and need
+// moeTrellisDynSmem() bytes (codegen/moe_trellis_abi.h; the launcher raises
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES); every other instance
+// needs none. See "E4M3 byte table" below.
 // Runtime parameters (GLM_MOE_TRELLIS_PARAMS, in order):
 //   xh        f32 rotated input: x(b, slot k, proj p) at
 //             xh + b*xh_row_stride + k*xh_slot_stride + p*xh_proj_stride
@@ -214,10 +219,103 @@ __device__ __forceinline__ bool arriveLast(int *counter, int expected) {
   return true;
 }
 
+// ------------------------------------------------- E4M3 byte table ----
+// E4M3 instances of 256+ thread blocks (full grid) decode
+// GLM_MOE_TRELLIS_TABLE_PAIRS of every lane's 4 state pairs per tile through
+// the 64 KB state -> E4M3 byte table of trellis_tile.cuh (glmTrellisTable,
+// dynamic shared memory, followed by the table's mbarrier: the launcher
+// passes moeTrellisDynSmem() bytes; less traps). Two such blocks share an SM
+// (16 warps, as the register cap allows). The table is computed once per
+// module and codebook into global memory by the first launch's block 0 (the
+// ALU decode itself, so the table equals it bit for bit); later blocks copy
+// it with cp.async, which arrive on the mbarrier, so a warp waits only
+// before its first decode. Measured on the H200 (docs/perf.md, "moe_trellis
+// decode table"): 2 pairs is the best split at 256 threads (random-bank
+// LDS.U8 make more pairs LSU-bound), ~3 % faster than the ALU decode at 256
+// threads but not faster than the 128-thread default, which stays ALU.
+#ifndef GLM_MOE_TRELLIS_TABLE_PAIRS
+#define GLM_MOE_TRELLIS_TABLE_PAIRS 2
+#endif
+/// Dynamic shared memory of a table instance: table + mbarrier.
+constexpr unsigned kMoeTableSmem = 65536 + 16;
+
+__host__ __device__ constexpr int moeTablePairs(bool e4m3, int threads,
+                                                int stage) {
+  return e4m3 && threads >= 256 && stage < 2 ? GLM_MOE_TRELLIS_TABLE_PAIRS : 0;
+}
+
+__device__ __align__(16) u32 glmMoeE4m3Table[3][16384];
+__device__ int glmMoeE4m3Ready[3];
+
+__device__ __forceinline__ void moeTableWait(u64 *bar) {
+  const u32 a = static_cast<u32>(__cvta_generic_to_shared(bar));
+  u32 done = 0;
+  while (!done)
+    asm volatile("{\n.reg .pred p;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
+                 "selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done)
+                 : "r"(a)
+                 : "memory");
+}
+
+/// Fills glmTrellisTable: every thread copies (or, before the table exists
+/// in global memory, computes) its 16-byte chunks and arrives once on bar.
+template <int CB, int THREADS>
+__device__ __forceinline__ void moeTableSetup(u64 *bar) {
+  u32 dyn;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+  if (dyn < kMoeTableSmem)
+    __trap(); // launched without the table's shared memory
+  const int tid = threadIdx.x;
+  int ready;
+  asm volatile("ld.acquire.gpu.b32 %0, [%1];"
+               : "=r"(ready)
+               : "l"(&glmMoeE4m3Ready[CB])
+               : "memory");
+  const u32 barA = static_cast<u32>(__cvta_generic_to_shared(bar));
+  if (tid == 0)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(barA),
+                 "r"(THREADS)
+                 : "memory");
+  __syncthreads();
+  u32 *tab = reinterpret_cast<u32 *>(glmTrellisTable);
+  u32 *glob = glmMoeE4m3Table[CB];
+  if (ready) {
+    for (int c = tid; c < 4096; c += THREADS) {
+      const u32 sa = static_cast<u32>(__cvta_generic_to_shared(tab + 4 * c));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa),
+                   "l"(glob + 4 * c)
+                   : "memory");
+    }
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+                     barA)
+                 : "memory");
+  } else {
+    for (int c = tid; c < 4096; c += THREADS) {
+      const uint4 q = make_uint4(
+          e4m3TableWord<CB>(4 * c), e4m3TableWord<CB>(4 * c + 1),
+          e4m3TableWord<CB>(4 * c + 2), e4m3TableWord<CB>(4 * c + 3));
+      *reinterpret_cast<uint4 *>(tab + 4 * c) = q;
+      if (blockIdx.x == 0)
+        *reinterpret_cast<uint4 *>(glob + 4 * c) = q;
+    }
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(barA)
+                 : "memory");
+  }
+  if (blockIdx.x == 0) { // publish the table this block computed
+    __threadfence();
+    if (__syncthreads_and(!ready) && tid == 0)
+      asm volatile("st.release.gpu.b32 [%0], %1;" ::"l"(&glmMoeE4m3Ready[CB]),
+                   "r"(1)
+                   : "memory");
+  }
+}
+
 // -------------------------------------------------------- gate / up ----
 
 /// acc[nb][c] += x . T over tile rows [i0, i0 + nRows) of one gate/up half.
-template <int K, int CB, bool E4M3, int BATCH, int SVT, int PIPE>
+template <int K, int CB, bool E4M3, int BATCH, int SVT, int PIPE, int TP>
 __device__ __forceinline__ void
 guRows(const u8 *half, TileStrides st, int i0, int nRows,
        const float *const (&xp)[kNB(BATCH)], const void *suBlock, bool lo,
@@ -226,7 +324,7 @@ guRows(const u8 *half, TileStrides st, int i0, int nRows,
   constexpr int NB = kNB(BATCH), W = TileLane<K>::kWords;
   const u32 *base = reinterpret_cast<const u32 *>(half);
   const SV *su = static_cast<const SV *>(suBlock);
-  decodeRows<K, CB, E4M3, NB, PIPE>(
+  decodeRows<K, CB, E4M3, NB, PIPE, TP>(
       nRows, [&](int i) { return base + tileIndex(i0 + i, 0, st) * W; },
       [&](int i, float (&r)[NB][4]) {
 #pragma unroll
@@ -272,9 +370,9 @@ template <int WMASK, int PIPE, int THREADS> struct MoeRing {
 };
 
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
-          int THREADS>
+          int THREADS, int TP>
 __device__ __forceinline__ void
-moeGateUp(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
+moeGateUp(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords], u64 *tabBar,
           GLM_MOE_TRELLIS_PARAMS) {
   typedef typename StorageOf<SVT>::type SV;
   constexpr int NB = kNB(BATCH);
@@ -332,8 +430,10 @@ moeGateUp(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
   const TileStrides st{gu_sI, gu_sI8, 0};
   const int k = widths[(e * 3 + p) * 16 + h];
 #define GLM_GU(KK)                                                             \
-  guRows<KK, CB, E4M3, BATCH, SVT, PIPE>(half, st, s * rowsPer, rowsPer, xp, \
-                                         su, lo, ring[threadIdx.x >> 5], acc)
+  guRows<KK, CB, E4M3, BATCH, SVT, PIPE, TP>(                                  \
+      half, st, s * rowsPer, rowsPer, xp, su, lo, ring[threadIdx.x >> 5], acc)
+  if (TP > 0)
+    moeTableWait(tabBar);
   GLM_MOE_DISPATCH_K(WMASK, k, GLM_GU)
 #undef GLM_GU
 
@@ -404,14 +504,14 @@ moeGateUp(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
 
 /// acc[nb][c] += act . T over the 8 tile rows of one down half, output
 /// columns 128*blk .. +128.
-template <int K, int CB, bool E4M3, int BATCH, int PIPE>
+template <int K, int CB, bool E4M3, int BATCH, int PIPE, int TP>
 __device__ __forceinline__ void
 downHalf(const u8 *half, TileStrides st, int blk,
          const float *const (&ap)[kNB(BATCH)], bool lo, u32 *ring,
          float (&acc)[kNB(BATCH)][8][4]) {
   constexpr int NB = kNB(BATCH), W = TileLane<K>::kWords;
   const u32 *base = reinterpret_cast<const u32 *>(half);
-  decodeRows<K, CB, E4M3, NB, PIPE>(
+  decodeRows<K, CB, E4M3, NB, PIPE, TP>(
       8, [&](int r) { return base + tileIndex(r, 8 * blk, st) * W; },
       [&](int r, float (&x)[NB][4]) {
 #pragma unroll
@@ -429,10 +529,10 @@ downHalf(const u8 *half, TileStrides st, int blk,
 }
 
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
-          int THREADS>
+          int THREADS, int TP>
 __device__ __forceinline__ void
 moeDown(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
-        float (*zs)[BATCH][128], GLM_MOE_TRELLIS_PARAMS) {
+        float (*zs)[BATCH][128], u64 *tabBar, GLM_MOE_TRELLIS_PARAMS) {
   typedef typename StorageOf<SVT>::type SV;
   constexpr int NB = kNB(BATCH);
   const int warp = threadIdx.x >> 5;
@@ -479,7 +579,10 @@ moeDown(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
     }
     const int k = widths[(e * 3 + 2) * 16 + h];
 #define GLM_DN(KK)                                                             \
-  downHalf<KK, CB, E4M3, BATCH, PIPE>(half, st, blk, ap, lo, ring[warp], acc)
+  downHalf<KK, CB, E4M3, BATCH, PIPE, TP>(half, st, blk, ap, lo, ring[warp],   \
+                                          acc)
+    if (TP > 0)
+      moeTableWait(tabBar);
     GLM_MOE_DISPATCH_K(WMASK, k, GLM_DN)
 #undef GLM_DN
   }
@@ -1198,13 +1301,20 @@ __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
   const int units = batch * topk + n_shared;
   if ((long long)gridDim.x >=
       moeFullGrid(kStage, units, hidden, gu_split, down_group, kWarps)) {
+    constexpr int TP = moeTablePairs(E4M3, THREADS, STAGE);
+    // The table's mbarrier sits after the table (no static shared memory).
+    u64 *tabBar = reinterpret_cast<u64 *>(glmTrellisTable + 65536);
+    if (TP > 0)
+      moeTableSetup<CB, THREADS>(tabBar);
     if (kStage == 0)
-      moeGateUp<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
-          ring, GLM_MOE_TRELLIS_ARGS);
+      moeGateUp<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS, TP>(
+          ring, tabBar, GLM_MOE_TRELLIS_ARGS);
     else
-      moeDown<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
-          ring, reinterpret_cast<float(*)[BATCH][128]>(zs),
+      moeDown<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS, TP>(
+          ring, reinterpret_cast<float(*)[BATCH][128]>(zs), tabBar,
           GLM_MOE_TRELLIS_ARGS);
+    if (TP > 0) // no warp leaves while table copies into its block land
+      moeTableWait(tabBar);
     return;
   }
   // Persistent path: more units than the table holds, or down groups of

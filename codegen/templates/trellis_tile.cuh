@@ -58,10 +58,10 @@ __device__ __forceinline__ u32 lop3Mcg(u32 y) {
   return r;
 }
 
-/// Codebook values of two states as one half2 (element-wise identical to
-/// decodeState: fp16 add / fused fp16 FMA round exactly as RN16 does).
-template <int CB, bool E4M3>
-__device__ __forceinline__ u32 decodePair(u32 sa, u32 sb) {
+/// Codebook values of two states as one half2, before any E4M3 step
+/// (element-wise identical to decodeState: fp16 add / fused fp16 FMA round
+/// exactly as RN16 does).
+template <int CB> __device__ __forceinline__ u32 codebookPair(u32 sa, u32 sb) {
   __half2 v;
   if (CB == kCbMul1) {
     // 0x6400 + bytesum = fp16 bits of 1024 + b; one fused RN16 FMA.
@@ -78,13 +78,49 @@ __device__ __forceinline__ u32 decodePair(u32 sa, u32 sb) {
     v = __halves2half2(__hadd(__low2half(a), __high2half(a)),
                        __hadd(__low2half(b), __high2half(b)));
   }
-  if (E4M3) {
-    __half2_raw raw = v;
-    const __nv_fp8x2_storage_t q =
-        __nv_cvt_halfraw2_to_fp8x2(raw, __NV_SATFINITE, __NV_E4M3);
-    v = __half2(__nv_cvt_fp8x2_to_halfraw2(q, __NV_E4M3));
-  }
   return h2u(v);
+}
+
+/// The E4M3 bytes (low byte = low half) of an fp16 pair, and back.
+__device__ __forceinline__ u32 toE4m3x2(u32 h) {
+  __half2_raw raw = u2h(h);
+  return __nv_cvt_halfraw2_to_fp8x2(raw, __NV_SATFINITE, __NV_E4M3);
+}
+__device__ __forceinline__ u32 fromE4m3x2(u32 q) {
+  return h2u(__half2(__nv_cvt_fp8x2_to_halfraw2(
+      static_cast<__nv_fp8x2_storage_t>(q), __NV_E4M3)));
+}
+
+/// Decoded values of two states as one half2.
+template <int CB, bool E4M3>
+__device__ __forceinline__ u32 decodePair(u32 sa, u32 sb) {
+  const u32 v = codebookPair<CB>(sa, sb);
+  return E4M3 ? fromE4m3x2(toE4m3x2(v)) : v;
+}
+
+// --------------------------------------------------- E4M3 byte table ----
+// E4M3 packs: every decoded weight is an E4M3 value, so the map 16-bit
+// state -> E4M3 byte is a 64 KB table. A kernel that opts in keeps it in
+// dynamic shared memory (this symbol, offset 0) and decodes TP of a lane's
+// 4 state pairs per tile by two LDS.U8 + one E4M3x2 -> f16x2 instead of the
+// ALU hash, which moves that work from the integer pipes to the LSU (the
+// table's random bank conflicts make a full table decode LSU-bound, so the
+// split balances the two).
+extern __shared__ __align__(16) unsigned char glmTrellisTable[];
+
+/// Table word w (states 4w .. 4w+3, byte i = state 4w + i) computed by the
+/// ALU decode, so table decode equals it bit for bit by construction.
+template <int CB> __device__ __forceinline__ u32 e4m3TableWord(u32 w) {
+  const u32 s = 4 * w;
+  const u32 lo = toE4m3x2(codebookPair<CB>(s, s + 1));
+  const u32 hi = toE4m3x2(codebookPair<CB>(s + 2, s + 3));
+  return (lo & 0xFFFFu) | (hi << 16);
+}
+
+/// One state pair through the table.
+__device__ __forceinline__ u32 tablePair(u32 sa, u32 sb) {
+  const u32 a = glmTrellisTable[sa], b = glmTrellisTable[sb];
+  return fromE4m3x2(__byte_perm(a, b, 0x0040) & 0xFFFFu);
 }
 
 /// 16-bit fields of a word: top-offset 0 (bits 31..16), 8 (23..8) and 16
@@ -143,9 +179,12 @@ __device__ __forceinline__ void laneStates(const u32 (&v)[TileLane<K>::kLoad],
 /// Decodes one lane's 8 positions from its loaded words into the A fragment
 /// of mma m16n8k16 with A[m][k] = W[k][m] (m = tile column, k = tile row):
 /// {(e0,e1), (e4,e5), (e2,e3), (e6,e7)} (exl3-format.md §2.3).
-template <int K, int CB, bool E4M3>
+/// TP (E4M3 only) of the 4 pairs come from glmTrellisTable.
+template <int K, int CB, bool E4M3, int TP = 0>
 __device__ __forceinline__ void decodeFragA(const u32 (&v)[TileLane<K>::kLoad],
                                             int shift, u32 a[4]) {
+  static_assert(TP >= 0 && TP <= 4 && (TP == 0 || E4M3),
+                "table decode: E4M3 packs, 0..4 pairs");
 #ifdef GLM_MOE_TRELLIS_DIAG_NODECODE
   // Bench diagnostic only (wrong numbers): the loaded words go straight to
   // the tensor cores, which leaves the memory + mma skeleton of the kernel.
@@ -155,10 +194,10 @@ __device__ __forceinline__ void decodeFragA(const u32 (&v)[TileLane<K>::kLoad],
 #endif
   u32 s[8];
   laneStates<K>(v, shift, s);
-  a[0] = decodePair<CB, E4M3>(s[0], s[1]);
-  a[2] = decodePair<CB, E4M3>(s[2], s[3]);
-  a[1] = decodePair<CB, E4M3>(s[4], s[5]);
-  a[3] = decodePair<CB, E4M3>(s[6], s[7]);
+  a[0] = TP > 0 ? tablePair(s[0], s[1]) : decodePair<CB, E4M3>(s[0], s[1]);
+  a[2] = TP > 1 ? tablePair(s[2], s[3]) : decodePair<CB, E4M3>(s[2], s[3]);
+  a[1] = TP > 2 ? tablePair(s[4], s[5]) : decodePair<CB, E4M3>(s[4], s[5]);
+  a[3] = TP > 3 ? tablePair(s[6], s[7]) : decodePair<CB, E4M3>(s[6], s[7]);
 }
 
 template <int K>
@@ -201,14 +240,14 @@ __device__ __forceinline__ u32 splitHiLo(float x0, float x1, bool lo) {
 /// acc[nb][c] += B . T(c) for the 8 tiles of one row whose words this lane
 /// holds in v[c] (TileLane layout): decode to A fragments, one mma per
 /// batch group.
-template <int K, int CB, bool E4M3, int NB>
+template <int K, int CB, bool E4M3, int NB, int TP = 0>
 __device__ __forceinline__ void mmaRow(const u32 (&v)[8][TileLane<K>::kLoad],
                                        int shift, const u32 (&b)[NB][2],
                                        float (&acc)[NB][8][4]) {
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
     u32 a[4];
-    decodeFragA<K, CB, E4M3>(v[c], shift, a);
+    decodeFragA<K, CB, E4M3, TP>(v[c], shift, a);
 #pragma unroll
     for (int nb = 0; nb < NB; ++nb)
       mma16816(acc[nb][c], a, b[nb][0], b[nb][1]);
@@ -230,8 +269,8 @@ __host__ __device__ constexpr int kNB(int batch) { return batch > 4 ? 2 : 1; }
 /// The activations of row i are loaded one row ahead too (loadX(i, raw)
 /// fills this lane's 4 floats per batch group, toB(i, raw, b) makes the B
 /// fragment), so no row waits on an L2 round trip for them.
-template <int K, int CB, bool E4M3, int NB, int PIPE, class RowFn, class XFn,
-          class BFn>
+template <int K, int CB, bool E4M3, int NB, int PIPE, int TP = 0,
+          class RowFn, class XFn, class BFn>
 __device__ __forceinline__ void decodeRows(int nRows, RowFn rowTile,
                                            XFn loadX, BFn toB, u32 *ring,
                                            float (&acc)[NB][8][4]) {
@@ -250,7 +289,7 @@ __device__ __forceinline__ void decodeRows(int nRows, RowFn rowTile,
 #pragma unroll
       for (int t = 0; t < 4; ++t)
         xCur[nb][t] = xNext[nb][t];
-    mmaRow<K, CB, E4M3, NB>(src, map.shift, b, acc);
+    mmaRow<K, CB, E4M3, NB, TP>(src, map.shift, b, acc);
   };
   if constexpr (PIPE == 0) {
     u32 buf[2][8][NL];

@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -186,7 +187,9 @@ struct MoeConfig {
 /// (split:group:threads:pipe:minblocks[:blocksPerSm]; the first is the one
 /// used for the full-layer and expert rows); default 24:2:128:4:4 (one
 /// item per warp, the executor's default), then 24:1:128:4:4:4 (the
-/// persistent path, 4 blocks per SM) as a comparison row.
+/// persistent path, 4 blocks per SM) and 24:2:256:4:2 (E4M3: the decode
+/// table in shared memory) as comparison rows. GLM_BENCH_MOE_E4M3_ONLY=1
+/// runs only the E4M3 layer cases.
 std::vector<MoeConfig> moeConfigs() {
   std::vector<MoeConfig> v;
   if (const char *env = std::getenv("GLM_BENCH_MOE_CONFIGS")) {
@@ -202,9 +205,11 @@ std::vector<MoeConfig> moeConfigs() {
       v.push_back(m);
     }
   }
-  if (v.empty()) { // one item per warp (the default), the persistent path
+  if (v.empty()) { // one item per warp (the default), the persistent path,
+    // 256-thread blocks (E4M3: the shared-memory decode table)
     v.push_back({24, 2, 128, 4, 4, 0});
     v.push_back({24, 1, 128, 4, 4, 4});
+    v.push_back({24, 2, 256, 4, 2, 0});
   }
   return v;
 }
@@ -343,17 +348,34 @@ struct MoeWorld {
     const MoeConfig m = resident(m0, gu, down);
     const glm::codegen::MoeTrellisDims d = dims(m);
     check(d.valid(), "bench: invalid moe_trellis config ", m.str());
+    for (int st = 0; st < 2; ++st)
+      launchStage(c, l, m, st == 0 ? gu : down, st, x, idsP, rwP);
+  }
+  /// One launch (stage st) of layer l. Passes the E4M3 table's shared
+  /// memory (moeTrellisDynSmem) to the non-E4M3 kernels of such a config
+  /// too (unused there).
+  void launchStage(Ctx &c, int l, const MoeConfig &m, CUfunction f, int st,
+                   CUdeviceptr x, CUdeviceptr idsP, CUdeviceptr rwP) const {
+    const glm::codegen::MoeTrellisDims d = dims(m);
+    const unsigned smem = glm::codegen::moeTrellisDynSmem(
+        true, m.threads, m.blocksPerSm > 0);
+    static std::set<CUfunction> raised;
+    if (smem && raised.insert(f).second)
+      GLM_CU(cuFuncSetAttribute(
+          f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)));
     const CUdeviceptr null = 0;
-    for (int st = 0; st < 2; ++st) {
-      Params p;
-      p << x << idsP << rwP << tables[l].ptr() << widths.ptr() << guSvh.ptr()
-        << guSu.ptr() << dSuh.ptr() << dSvB.ptr() << null << signs.ptr()
-        << scratch.ptr() << counters.ptr() << out.ptr() << batch << topk << E
-        << nShared << H << 2048 << H << 0 << 0 << 8 << 64 << 8 << 64
-        << m.split << m.group << 0;
-      p.launch(st == 0 ? gu : down, st == 0 ? d.gridGateUp() : d.gridDown(),
-               1, unsigned(m.threads), c.stream);
-    }
+    uint64_t a[] = {x, idsP, rwP, tables[l].ptr(), widths.ptr(),
+                    guSvh.ptr(), guSu.ptr(), dSuh.ptr(), dSvB.ptr(), null,
+                    signs.ptr(), scratch.ptr(), counters.ptr(), out.ptr()};
+    const int n[] = {batch, topk, E, nShared, H, 2048, H, 0, 0,
+                     8, 64, 8, 64, m.split, m.group, 0};
+    std::vector<void *> ptrs;
+    for (uint64_t &v : a)
+      ptrs.push_back(&v);
+    for (const int &v : n)
+      ptrs.push_back(const_cast<int *>(&v));
+    cuda::launch(f, st == 0 ? d.gridGateUp() : d.gridDown(), 1, 1,
+                 unsigned(m.threads), smem, c.stream, ptrs.data());
   }
   double weightBytes() const {
     return double(topk + nShared) * 3 * 2048.0 * H * K / 8;
@@ -508,7 +530,11 @@ void benchMoeLayer(Ctx &c) {
   DeviceBuffer routerW(size_t(L) * E * H * 2);
   fillRandom(c.fill, routerW.ptr(), routerW.size(), c.seed++, c.stream);
 
+  // GLM_BENCH_MOE_E4M3_ONLY=1: only the exlr8 (E4M3) cases (quick runs).
+  const bool e4m3Only = std::getenv("GLM_BENCH_MOE_E4M3_ONLY") != nullptr;
   for (const LayerCase &lc : cases) {
+    if (e4m3Only && !lc.e4m3)
+      continue;
     const size_t halfBytes = size_t(128) * H * lc.K / 8;
     const int slots = topk + 1; // 8 routed + shared, per layer
     DeviceBuffer pool(size_t(L) * slots * 3 * halves * halfBytes);
@@ -652,20 +678,10 @@ void benchMoeLayer(Ctx &c) {
       for (int st = 0; st < 2; ++st) {
         Graph one;
         one.capture(c.stream, [&] {
-          for (int l = 0; l < L; ++l) {
-            const glm::codegen::MoeTrellisDims d =
-                w.dims(MoeWorld::resident(m, gu, dn));
-            Params p;
-            p << dXh.ptr() << dIds.ptr() << dW.ptr() << w.tables[l].ptr()
-              << w.widths.ptr() << w.guSvh.ptr() << w.guSu.ptr()
-              << w.dSuh.ptr() << w.dSvB.ptr() << null << w.signs.ptr()
-              << w.scratch.ptr() << w.counters.ptr() << w.out.ptr() << 1
-              << topk << E << 1 << H << 2048 << H << 0 << 0 << 8 << 64 << 8
-              << 64 << m.split << m.group << 0;
-            p.launch(st == 0 ? gu : dn,
-                     st == 0 ? d.gridGateUp() : d.gridDown(), 1,
-                     unsigned(m.threads), c.stream);
-          }
+          for (int l = 0; l < L; ++l)
+            w.launchStage(c, l, MoeWorld::resident(m, gu, dn),
+                          st == 0 ? gu : dn, st, dXh.ptr(), dIds.ptr(),
+                          dW.ptr());
         });
         double ms = timeMedianMs(c.stream, c.opt.reps, 300.0,
                                  [&] { one.launch(c.stream); });

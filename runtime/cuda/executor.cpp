@@ -165,6 +165,7 @@ struct CudaForward::Impl {
   int mtSplit = 1, mtGroup = 2, mtThreads = 128, mtPipe = 4, mtMinBlocks = 4;
   int mtBlocksPerSm = 0; // > 0: persistent grids (capped by occupancy)
   std::map<CUfunction, int> mtResident; // blocks per SM of a kernel
+  std::set<CUfunction> mtSmemSet; // table smem attribute raised (E4M3, t256)
   int64_t mtMaxShared = 0;
   DeviceBuffer mtScratch, mtCounters;
   std::map<int, CUgraphExec> graphs;
@@ -912,9 +913,16 @@ void CudaForward::Impl::moeTrellis(DevLayer &L, int B) {
     dm.persistBlocks = bps * sms;
   }
   const CUdeviceptr null = 0;
-  for (int st = 0; st < 2; ++st)
+  // E4M3 decode table of 256+ thread blocks (moeTrellisDynSmem).
+  const unsigned mtSmem =
+      codegen::moeTrellisDynSmem(T.e4m3, mtThreads, mtBlocksPerSm > 0);
+  for (int st = 0; st < 2; ++st) {
+    if (mtSmem && mtSmemSet.insert(fn[st]).second)
+      GLM_CU(cuFuncSetAttribute(
+          fn[st], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+          (int)mtSmem));
     launchFn(fn[st], st == 0 ? dm.gridGateUp() : dm.gridDown(),
-             1, 1, (unsigned)mtThreads, 0,
+             1, 1, (unsigned)mtThreads, mtSmem,
              KArgs() << xh.ptr() << ids.ptr() << rw.ptr() << T.tiles.ptr()
                      << T.widthTable.ptr() << T.guSvh.ptr()
                      << (T.exl3 ? null : T.guSuBlock.ptr()) << T.downSuh.ptr()
@@ -925,6 +933,7 @@ void CudaForward::Impl::moeTrellis(DevLayer &L, int B) {
                      << T.nRouted << T.nShared << d << 2048 << rowStride
                      << slotStride << projStride << T.guSI << T.guSI8 << T.dSI
                      << T.dSJ8 << mtSplit << mtGroup << 0);
+  }
 }
 
 namespace {

@@ -3,13 +3,16 @@
 // moe_trellis (codegen/templates/moe_trellis.cuh) against the CPU codec:
 // - Decode: one-hot inputs make every gate/up split-k partial a row of the
 //   decoded half, which must equal trellis::decodeMatrix bit for bit, for
-//   K = 1..8 in one launch (per-half widths), every codebook, E4M3 on/off.
+//   K = 1..8 in one launch (per-half widths), every codebook, E4M3 on/off,
+//   and the E4M3 shared-memory decode table of 256-thread blocks (every
+//   codebook, both row streams; MCG without E4M3 there stays ALU).
 // - Layer: the whole step (routed experts + shared expert, SwiGLU, down,
 //   routing weights, reduction, exlr8's H * signs.out) against a float64
 //   evaluation with Q from the codec, on small and GLM-5.3 shapes, exlr8 and
 //   EXL3 layouts, mixed widths, batches 1..8 with experts shared by rows,
-//   halves not owned by the rank. Two runs must be bit-identical (fixed
-//   reduction order; the arrival counters return to zero), and an
+//   halves not owned by the rank, the decode table (table_* cases: the first
+//   launch computes it, later ones copy it). Two runs must be bit-identical
+//   (fixed reduction order; the arrival counters return to zero), and an
 //   accumulating run must add exactly.
 //
 //===----------------------------------------------------------------------===//
@@ -132,6 +135,7 @@ struct DecodeCase {
   int cb;
   bool e4m3;
   int pipe;
+  int threads = 128; // 256 + E4M3: the shared-memory table decode
 };
 
 class MoeTrellisDecodeGpu : public ::testing::TestWithParam<DecodeCase> {
@@ -145,6 +149,12 @@ std::vector<DecodeCase> decodeCases() {
     for (bool e : {false, true})
       v.push_back({cb, e, cb == 1 ? 4 : 0});
   v.push_back({1, true, 0});
+  // E4M3 byte table (moeTrellisDynSmem) for every codebook, both row
+  // streams; MCG without E4M3 at 256 threads keeps the ALU decode.
+  for (int cb = 0; cb < 3; ++cb)
+    v.push_back({cb, true, 2, 256});
+  v.push_back({1, true, 0, 256});
+  v.push_back({1, false, 2, 256});
   return v;
 }
 
@@ -153,13 +163,15 @@ TEST_P(MoeTrellisDecodeGpu, OneHotRowsEqualCodec) {
   {
     std::vector<KernelSpec> all;
     for (const DecodeCase &c : decodeCases())
-      all.push_back(moeSpec("12345678", c.cb, c.e4m3, 8, 0, 0, 128, c.pipe));
+      all.push_back(
+          moeSpec("12345678", c.cb, c.e4m3, 8, 0, 0, c.threads, c.pipe));
     KernelCache::get().prefetch(all);
   }
   const int H = 256, B = 8;
   MoeTrellisDims d;
   d.batch = B, d.topk = 1, d.nRouted = 1, d.nShared = 0, d.hidden = H;
   d.guSplit = H / 16; // one tile row per split: partial s = row of x
+  d.threads = dc.threads;
   ASSERT_TRUE(d.valid());
   std::mt19937 rng(77 + dc.cb * 2 + dc.e4m3);
   Weights w;
@@ -189,7 +201,7 @@ TEST_P(MoeTrellisDecodeGpu, OneHotRowsEqualCodec) {
   Err err;
   size_t zeroBad = 0;
   const CUfunction f =
-      kernel(moeSpec("12345678", dc.cb, dc.e4m3, 8, 0, 0, 128, dc.pipe));
+      kernel(moeSpec("12345678", dc.cb, dc.e4m3, 8, 0, 0, dc.threads, dc.pipe));
   for (int k0 = 0; k0 < H; k0 += B) {
     std::vector<float> xh(size_t(B) * H, 0.0f);
     for (int b = 0; b < B; ++b)
@@ -200,7 +212,8 @@ TEST_P(MoeTrellisDecodeGpu, OneHotRowsEqualCodec) {
     a.ptr(ones).null().null().null().ptr(dScratch).ptr(dCounters).ptr(dOut);
     a << B << 1 << 1 << 0 << H << 2048 << H << 0 << 0 << 8 << 64 << 8 << 64
       << d.guSplit << d.downGroup << 0;
-    a.launch(f, d.gridGateUp(), 1, 128);
+    a.launch(f, d.gridGateUp(), 1, unsigned(dc.threads),
+             glm::codegen::moeTrellisDynSmem(dc.e4m3, dc.threads, false));
     // partials [q = b][p][h][s][128]
     auto part = download<float>(dScratch, size_t(B) * 32 * d.guSplit * 128);
     for (int b = 0; b < B; ++b) {
@@ -223,7 +236,10 @@ TEST_P(MoeTrellisDecodeGpu, OneHotRowsEqualCodec) {
   auto counters = download<int>(dCounters, d.counterInts());
   const std::string name = std::string("moe_trellis_decode_k1-8_") +
                            cbName(dc.cb) + (dc.e4m3 ? "_e4m3" : "") + "_p" +
-                           std::to_string(dc.pipe);
+                           std::to_string(dc.pipe) +
+                           (dc.threads != 128
+                                ? "_t" + std::to_string(dc.threads)
+                                : "");
   report(name, err, 0.0, "one-hot rows vs codec decodeMatrix");
   reportExact(name + " other_chunks_zero", zeroBad, size_t(1));
   reportExact(name + " counters_reset",
@@ -237,7 +253,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, MoeTrellisDecodeGpu,
                          [](const auto &info) {
                            return std::string(cbName(info.param.cb)) +
                                   (info.param.e4m3 ? "_e4m3" : "") + "_p" +
-                                  std::to_string(info.param.pipe);
+                                  std::to_string(info.param.pipe) +
+                                  (info.param.threads != 128
+                                       ? "_t" +
+                                             std::to_string(info.param.threads)
+                                       : "");
                          });
 
 // ------------------------------------------------------------ layer ----
@@ -277,6 +297,16 @@ std::vector<LayerCase> layerCases() {
        1.0, false, 16, 4, 128, 4},
       {"glm53_k234_mcg_e4m3_b1_tp", false, "234", 1, true, 1, 1, 1, 6144, 256,
        8, 1, 0.5, false, 16, 4, 128, 4},
+      // E4M3 byte table in shared memory (256-thread blocks): every
+      // codebook, batch groups of 1 and 2 mma columns, both row streams.
+      {"table_exlr8_k234_mcg_e4m3_b1_t256", false, "234", 1, true, 1, 1, 1,
+       1536, 12, 3, 1, 0.75, false, 16, 2, 256, 4},
+      {"table_exlr8_k15678_3inst_e4m3_b1_t256", false, "15678", 0, true, 1, 1,
+       0, 1024, 8, 2, 1, 0.9, false, 8, 4, 256, 2},
+      {"table_exlr8_k4_mul1_e4m3_b8_shared_rows_t256", false, "4", 2, true, 8,
+       8, 1, 1536, 6, 3, 1, 0.8, true, 8, 2, 256, 0},
+      {"table_glm53_k234_mcg_e4m3_b1_tp_t256", false, "234", 1, true, 1, 1, 1,
+       6144, 256, 8, 1, 0.5, false, 24, 2, 256, 4},
       // Persistent path: grids below one item per warp, so warps stream
       // item ranges that cross segments, units and widths.
       {"persist_exlr8_k234_mcg_e4m3_b1_g5", false, "234", 1, true, 1, 1, 1,
@@ -556,7 +586,9 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
       a.launch(kernel(moeSpec(c.widths, c.cb, c.e4m3, c.batchT, c.sv, st,
                               c.threads, c.pipe, c.blocks > 0)),
                st == 0 ? g.gridGateUp() : g.gridDown(), 1,
-               unsigned(c.threads));
+               unsigned(c.threads),
+               glm::codegen::moeTrellisDynSmem(c.e4m3, c.threads,
+                                               c.blocks > 0));
     }
     return download<float>(dOut, size_t(B) * H);
   };
