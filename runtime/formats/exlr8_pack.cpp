@@ -877,6 +877,12 @@ void Exlr8Pack::makeExpertWeight(size_t li, int64_t row, int p,
   // Side ranges all lie in the index file: dedupe on (offset, length).
   std::vector<std::pair<uint64_t, uint64_t>> seen;
   std::vector<ByteRange> sides;
+  // Sized up front: ~10^6 halves at full size, so reallocation is most of
+  // the cost of opening a pack.
+  w.parts.reserve(L.halves);
+  w.ranges.reserve(L.halves);
+  sides.reserve(3 * L.halves);
+  seen.reserve(3 * L.halves);
   for (int64_t h = 0; h < L.halves; ++h) {
     int k = L.choice[row][p][h];
     const WidthSet &ws = L.set(sep, k);
@@ -898,6 +904,7 @@ void Exlr8Pack::makeExpertWeight(size_t li, int64_t row, int p,
                                   (uint64_t)intAt(*ws.index, at + 1),
                                   "trellis"};
     const TensorView &chan = *ws.chan[p], &blk = *ws.block[p];
+    part.sideBytes.reserve(3);
     part.sideBytes.push_back(rangeOf(L.indexRel, chan, trow * L.inter + h * kBlock,
                                      kBlock, p < 2 ? "svh" : "suh"));
     part.sideBytes.push_back(rangeOf(L.indexRel, blk, trow * hb, hb,
