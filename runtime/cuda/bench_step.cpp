@@ -125,7 +125,7 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
     ks.push_back(fwd.kernelTimeSumMs(1, &perKernel));
   const double kernelMs = median(ks);
   // Where the step's time goes (last profiled step), largest first.
-  for (size_t i = 0; i < perKernel.size() && i < 10; ++i) {
+  for (size_t i = 0; i < perKernel.size() && i < 16; ++i) {
     char row[256];
     std::snprintf(row, sizeof row, "step:   %-58s %9.3f ms  %5.1f%%\n",
                   perKernel[i].first.c_str(), perKernel[i].second,

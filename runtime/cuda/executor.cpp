@@ -723,7 +723,8 @@ void CudaForward::Impl::enqueueStep(int B) {
            KArgs() << q.ptr() << qabs.ptr() << L.latent.ptr() << seq
                    << sel.ptr() << nsel.ptr() << p.ptr() << ctxN << ctxv.ptr()
                    << L.heads.ptr() << H << dn << dr << kvr << scale);
-      call("glmx_mla_out", nh * (unsigned)((dv + 7) / 8), (unsigned)B, 1, 256,
+      // 8 warps of kMlaOutRows (4) outputs per block.
+      call("glmx_mla_out", nh * (unsigned)((dv + 31) / 32), (unsigned)B, 1, 256,
            0,
            KArgs() << W << L.kvDt << Ws << L.kvSk << ctxv.ptr()
                    << L.heads.ptr() << ov.ptr() << H << dn << dv << kvr);

@@ -1,12 +1,11 @@
 //===- executor_kernels.cpp - the executor's batched helper kernels -------===//
 //
 // The CUDA executor's small kernels that have no codegen family (fp32
-// activations, fp64 sums where the CPU reference sums in fp64; norms sum
-// over the block in a fixed tree order): embedding of
+// activations, fp64 sums where the CPU reference sums in fp64; block sums
+// in a fixed order, so results are the same bits run to run): embedding of
 // any stored dtype, norms, the latent/index-key cache stores with RoPE, DSA
 // scores and selection, absorbed MLA attention over the selected rows
-// (per-head products one warp per row or 32-column block, fp32 products,
-// fp64 softmax),
+// (fp32 products with lanes over contiguous columns, fp64 softmax),
 // routing, SwiGLU of dense MLPs and of unquantized (HF) experts, and the
 // glue of batching and tensor parallelism (adds, one-hot columns, vocab
 // gather, random fill for the synthetic benchmark).
@@ -121,13 +120,17 @@ glmx_rms_norm(const float *x, const float *w, float *y, int n,
   float *yr = y + (long long)b * ys;
   const int K = (n + nt - 1) / nt;
   if (K <= kRmsPer) {
+    // Bit k: this block writes element t + k*nt (k % G == g, no division).
+    unsigned own = 0;
+    for (int k = g; k < K; k += G)
+      own |= 1u << k;
     float xv[kRmsPer], wv[kRmsPer];
 #pragma unroll
     for (int k = 0; k < kRmsPer; ++k) {
       const int i = t + k * nt;
       const bool in = k < K && i < n;
       xv[k] = in ? xr[i] : 0.0f;
-      wv[k] = in && k % G == g ? w[i] : 0.0f;
+      wv[k] = in && ((own >> k) & 1u) ? w[i] : 0.0f;
     }
     double ss = 0;
 #pragma unroll
@@ -137,7 +140,7 @@ glmx_rms_norm(const float *x, const float *w, float *y, int n,
 #pragma unroll
     for (int k = 0; k < kRmsPer; ++k) {
       const int i = t + k * nt;
-      if (k < K && i < n && k % G == g)
+      if (i < n && ((own >> k) & 1u))
         yr[i] = (float)((double)wv[k] * ((double)xv[k] * inv));
     }
     return;
@@ -761,9 +764,12 @@ glmx_mla_core(const float *qAll, const float *qabsAll,
   }
 }
 
-// 3. ov[b][h*dv + j] = sum_c W[h*(dn+dv) + dn + j][c] * ctx[b][h][c]: one
-//    warp per output, lanes over channels. Grid (nHeads * ceil(dv/8), B),
-//    256 threads.
+// 3. ov[b][h*dv + j] = sum_c W[h*(dn+dv) + dn + j][c] * ctx[b][h][c]: a
+//    warp per kMlaOutRows consecutive outputs (its ctx loads shared, the
+//    rows' weight loads in flight together; one row per warp left ~0.5 KB
+//    in flight per warp and ran in ~4 waves), lanes over channels. Grid
+//    (nHeads * ceil(dv / (8 * kMlaOutRows)), B), 256 threads.
+#define kMlaOutRows 4
 template <int DT, int SK>
 __device__ __forceinline__ void mlaOutRun(float &a, const void *W, int dt,
                                           const void *scale, int sk,
@@ -831,54 +837,149 @@ __device__ __forceinline__ void ld4(const void *w, const void *scale,
 // Lane l takes columns c = 4l + 128m (m in order): 4-element weight loads
 // and float4 ctx loads, both contiguous across the warp. (Lanes over
 // 16-column chunks read ctx with a 64-byte lane stride: ~16 L1 wavefronts
-// per load, which was most of this kernel's ~36 us per layer.)
+// per load, which was most of this kernel's ~36 us per layer.) Rows o0 ..
+// o0 + nr - 1 (nr <= kMlaOutRows), each summed in the same order.
+// Raw 4-element weight words (loaded first, decoded at the products, so a
+// warp's loads are all in flight without holding decoded floats).
+template <int D> struct RawOf { typedef uint2 T; };
+template <> struct RawOf<0> { typedef uint4 T; };
+template <> struct RawOf<3> { typedef unsigned T; };
+template <int D>
+__device__ __forceinline__ void dec4(const typename RawOf<D>::T &q,
+                                     float (&v)[4]);
+template <>
+__device__ __forceinline__ void dec4<0>(const uint4 &q, float (&v)[4]) {
+  v[0] = __uint_as_float(q.x);
+  v[1] = __uint_as_float(q.y);
+  v[2] = __uint_as_float(q.z);
+  v[3] = __uint_as_float(q.w);
+}
+template <>
+__device__ __forceinline__ void dec4<1>(const uint2 &q, float (&v)[4]) {
+  v[0] = halfBits((unsigned short)q.x);
+  v[1] = halfBits((unsigned short)(q.x >> 16));
+  v[2] = halfBits((unsigned short)q.y);
+  v[3] = halfBits((unsigned short)(q.y >> 16));
+}
+template <>
+__device__ __forceinline__ void dec4<2>(const uint2 &q, float (&v)[4]) {
+  v[0] = __uint_as_float(q.x << 16);
+  v[1] = __uint_as_float(q.x & 0xffff0000u);
+  v[2] = __uint_as_float(q.y << 16);
+  v[3] = __uint_as_float(q.y & 0xffff0000u);
+}
+template <>
+__device__ __forceinline__ void dec4<3>(const unsigned &q, float (&v)[4]) {
+#pragma unroll
+  for (int t = 0; t < 4; ++t)
+    v[t] = e4m3Bits((unsigned char)(q >> (8 * t)));
+}
+// The scale of elements (o, c..c+3), as ld4.
+template <int SK>
+__device__ __forceinline__ float scale4(const void *scale, long long o, int c,
+                                        int in) {
+  if (SK == 1)
+    return ((const float *)scale)[(o >> 7) * ((in + 127) >> 7) + (c >> 7)];
+  if (SK == 2)
+    return ((const float *)scale)[o];
+  if (SK == 3)
+    return exp2f(float(int(((const unsigned char *)scale)[o * (in / 32) +
+                                                         (c >> 5)]) - 127));
+  return 1.0f;
+}
+// Lane l takes columns c = 4l + 128m (m in order): 4-element weight loads
+// and float4 ctx loads, both contiguous across the warp. (Lanes over
+// 16-column chunks read ctx with a 64-byte lane stride: ~16 L1 wavefronts
+// per load, which was most of this kernel's ~36 us per layer.) Rows o0 ..
+// o0 + nr - 1 (nr <= kMlaOutRows), each summed in the same order as ld4
+// one column group at a time; MB column groups per row in flight.
 template <int DT, int SK>
-__device__ __forceinline__ void mlaOutVec(float &a, const void *W,
-                                          const void *scale, const float *ctx,
-                                          long long o, int lane, int kvr) {
+__device__ __forceinline__ void mlaOutVec(float (&a)[kMlaOutRows],
+                                          const void *W, const void *scale,
+                                          const float *ctx, long long o0,
+                                          int nr, int lane, int kvr) {
   if (DT < 0 || (SK != 0 && DT != 3))
     return;
-  constexpr int D = DT < 0 ? 0 : DT;
-  a = 0.0f;
-  for (int c0 = 4 * lane; c0 < kvr; c0 += 4 * 128) {
-    float v[4][4];
-    float4 x[4];
+  constexpr int D = DT < 0 ? 0 : DT, MB = D == 0 ? 2 : 4;
+  constexpr int kBytes = D == 0 ? 4 : D == 3 ? 1 : 2;
+  typedef typename RawOf<D>::T Raw;
+  const unsigned char *wb = static_cast<const unsigned char *>(W);
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
+  for (int r = 0; r < kMlaOutRows; ++r)
+    a[r] = 0.0f;
+  for (int c0 = 4 * lane; c0 < kvr; c0 += 128 * MB) {
+    Raw q[kMlaOutRows][MB];
+    float sc[kMlaOutRows][MB];
+    float4 x[MB];
+#pragma unroll
+    for (int m = 0; m < MB; ++m) {
       const int c = c0 + 128 * m;
-      if (c < kvr) {
-        ld4<D, SK>(W, scale, o, c, kvr, v[m]);
-        x[m] = *reinterpret_cast<const float4 *>(ctx + c);
-      } else {
-        v[m][0] = v[m][1] = v[m][2] = v[m][3] = 0.0f;
-        x[m] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      x[m] = c < kvr ? *reinterpret_cast<const float4 *>(ctx + c)
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int r = 0; r < kMlaOutRows; ++r) {
+        q[r][m] = Raw();
+        sc[r][m] = 0.0f;
+        if (c < kvr && r < nr) {
+          q[r][m] = *reinterpret_cast<const Raw *>(
+              wb + ((o0 + r) * kvr + c) * kBytes);
+          sc[r][m] = scale4<SK>(scale, o0 + r, c, kvr);
+        }
       }
     }
 #pragma unroll
-    for (int m = 0; m < 4; ++m)
-      a += v[m][0] * x[m].x + v[m][1] * x[m].y + v[m][2] * x[m].z +
-           v[m][3] * x[m].w;
+    for (int r = 0; r < kMlaOutRows; ++r)
+#pragma unroll
+      for (int m = 0; m < MB; ++m) {
+        float v[4];
+        dec4<D>(q[r][m], v);
+        if (SK != 0)
+#pragma unroll
+          for (int t = 0; t < 4; ++t)
+            v[t] *= sc[r][m];
+        a[r] += v[0] * x[m].x + v[1] * x[m].y + v[2] * x[m].z +
+                v[3] * x[m].w;
+      }
+  }
+}
+template <int DT, int SK>
+__device__ __forceinline__ void mlaOutRows(float (&a)[kMlaOutRows],
+                                           const void *W, int dt,
+                                           const void *scale, int sk,
+                                           const float *ctx, long long o0,
+                                           int nr, int lane, int kvr) {
+#pragma unroll
+  for (int r = 0; r < kMlaOutRows; ++r) {
+    a[r] = 0.0f;
+    if (r < nr)
+      mlaOutRun<DT, SK>(a[r], W, dt, scale, sk, ctx, o0 + r, lane, kvr);
   }
 }
 GLM_X glmx_mla_out(const void *W, int dt, const void *scale, int sk,
                    const float *ctxAll, const int *heads, float *ovAll, int H,
                    int dn, int dv, int kvr) {
-  const int per = (dv + 7) / 8, h = heads[blockIdx.x / per];
-  const int j = (blockIdx.x % per) * 8 + (threadIdx.x >> 5);
+  const int rowsB = 8 * kMlaOutRows, per = (dv + rowsB - 1) / rowsB;
+  const int h = heads[blockIdx.x / per];
+  const int j0 = (blockIdx.x % per) * rowsB + (threadIdx.x >> 5) * kMlaOutRows;
   const int lane = threadIdx.x & 31, b = blockIdx.y;
-  if (j >= dv) // the whole warp
+  if (j0 >= dv) // the whole warp
     return;
-  const long long o = (long long)h * (dn + dv) + dn + j;
+  const int nr = dv - j0 < kMlaOutRows ? dv - j0 : kMlaOutRows;
+  const long long o0 = (long long)h * (dn + dv) + dn + j0;
   const float *ctx = ctxAll + ((long long)b * H + h) * kvr;
-  float a = 0.0f;
+  float a[kMlaOutRows] = {};
   if (vecOk(W, dt, sk, kvr)) {
-    GLM_MLA_DISPATCH(dt, sk, mlaOutVec, a, W, scale, ctx, o, lane, kvr);
+    GLM_MLA_DISPATCH(dt, sk, mlaOutVec, a, W, scale, ctx, o0, nr, lane, kvr);
   } else {
-    GLM_MLA_DISPATCH(dt, sk, mlaOutRun, a, W, dt, scale, sk, ctx, o, lane, kvr);
+    GLM_MLA_DISPATCH(dt, sk, mlaOutRows, a, W, dt, scale, sk, ctx, o0, nr,
+                     lane, kvr);
   }
-  a = warpSumF(a);
-  if (lane == 0)
-    ovAll[(long long)b * H * dv + (long long)h * dv + j] = a;
+#pragma unroll
+  for (int r = 0; r < kMlaOutRows; ++r) {
+    const float v = warpSumF(a[r]);
+    if (lane == 0 && r < nr)
+      ovAll[(long long)b * H * dv + (long long)h * dv + j0 + r] = v;
+  }
 }
 
 // Load time: dst[r][c] = src[c][r] for a rows x cols source ([cols][rows]

@@ -269,8 +269,8 @@ TEST_F(ExecutorHelpersGpu, MlaKernelsMatchReference) {
     Args a;
     a << dW.ptr() << dt << sp << sk << dCtx.ptr() << dHeads.ptr() << ov.ptr()
       << H << dn << dv << kvr;
-    a.launch(fn("glmx_mla_out"), (unsigned)(H * ((dv + 7) / 8)), (unsigned)B,
-             256);
+    a.launch(fn("glmx_mla_out"), (unsigned)(H * ((dv + 31) / 32)),
+             (unsigned)B, 256); // as the executor: 8 warps x 4 rows
     auto got = download<float>(ov, (size_t)B * H * dv);
     Err eo;
     for (int b = 0; b < B; ++b)
