@@ -7,8 +7,8 @@
 set -euo pipefail
 T=${GLM_TEST_TMP:-$(mktemp -d)}
 rm -rf "$T" && mkdir -p "$T"
-# A kernel cache of this run only: the first compile of each model runs
-# NVRTC on every kernel (cold), the later ones reuse it (warm).
+# A kernel cache of this run only: a kernel runs through NVRTC the first
+# time any plan of this run needs it, later plans reuse it.
 export GLMC_KERNEL_CACHE="$T/kernel-cache"
 if ! glmc compile --help >/dev/null 2>&1; then
   echo "glmc was built without MLIR (GLM_WITH_MLIR=OFF): compile tests skipped"
