@@ -142,7 +142,7 @@ struct CudaForward::Impl {
   DeviceBuffer rows;
   std::vector<int64_t> lengths;
   // Scratch.
-  DeviceBuffer x, h, delta, qa, q, kva, qi, kk, wts, score, flags, sel, nsel, p,
+  DeviceBuffer x, x2, h, delta, qa, q, kva, qi, kk, wts, score, flags, sel, nsel, p,
       ov, rlog, ids, rw, qabs, ctxv, sIds, sW, xh, partial, partialS, g, u, act, actD, part,
       xpad, xrot, z, logitsLocal, gathered, logits, vocabBegin;
   int64_t maxInPad = 1, maxOutPad = 1, maxCount = 1, maxInter = 1;
@@ -327,6 +327,15 @@ struct CudaForward::Impl {
     const unsigned G = x == y || K > kPer ? 1u : (unsigned)K;
     call("glmx_rms_norm", G, (unsigned)B, 1, kThreads, 0,
          KArgs() << x << w << y << n << eps << xs << ys);
+  }
+  /// xout = x + delta and y = rms_norm(xout) * w for B rows of n (stride n)
+  /// in one launch (glmx_add_rms_norm; xout must not alias x).
+  void addRmsNorm(CUdeviceptr x, CUdeviceptr delta, CUdeviceptr xout,
+                  CUdeviceptr w, CUdeviceptr y, int n, double eps, int B) {
+    constexpr int kThreads = 1024;
+    const unsigned G = (unsigned)std::max(1, (n + kThreads - 1) / kThreads);
+    call("glmx_add_rms_norm", G, (unsigned)B, 1, kThreads, 0,
+         KArgs() << x << delta << xout << w << y << n << eps);
   }
   /// Dynamic shared memory of glmx_mla_core (see the kernel): q_abs, q_pe,
   /// a tile of p and of selected rows, the row-group partial sums.
@@ -663,9 +672,19 @@ void CudaForward::Impl::enqueueStep(int B) {
          KArgs() << embed.data.ptr() << dt << embed.scale.ptr() << tok
                  << x.ptr() << d);
   }
+  // The residual stream: each add is fused with the norm after it and
+  // writes the other buffer (glmx_add_rms_norm), so xc ping-pongs between
+  // x and x2; a step makes an even number of swaps, so a captured graph
+  // always starts from x.
+  CUdeviceptr xc = x.ptr(), xn = x2.ptr();
+  auto addNorm = [&](const DeviceBuffer &w) {
+    addRmsNorm(xc, delta.ptr(), xn, w.ptr(), h.ptr(), d, eps, B);
+    std::swap(xc, xn);
+  };
+  if (numLayers > 0)
+    rmsNorm(xc, layers[0].inputNorm.ptr(), h.ptr(), d, eps, d, d, B);
   for (int64_t l = 0; l < numLayers; ++l) {
     DevLayer &L = layers[l];
-    rmsNorm(x.ptr(), L.inputNorm.ptr(), h.ptr(), d, eps, d, d, B);
     gemv(L.qA, h.ptr(), d, qa.ptr(), qlr, B);
     // The normed q_a goes to qa's second half (no aliasing: several blocks).
     const CUdeviceptr qaN = qa.ptr() + (CUdeviceptr)MB * qlr * 4;
@@ -731,19 +750,16 @@ void CudaForward::Impl::enqueueStep(int B) {
     }
     gemv(L.o, ov.ptr(), (int64_t)H * dv, delta.ptr(), d, B);
     allReduce(delta.ptr(), (size_t)B * d);
-    call("glmx_add", blocksFor(d), (unsigned)B, 1, kBlock, 0,
-         KArgs() << x.ptr() << delta.ptr() << d);
-
-    rmsNorm(x.ptr(), L.postNorm.ptr(), h.ptr(), d, eps, d, d, B);
+    addNorm(L.postNorm);
     if (L.moe)
       moe(L, (int)l, B);
     else
       denseMlp(L, B);
     allReduce(delta.ptr(), (size_t)B * d);
-    call("glmx_add", blocksFor(d), (unsigned)B, 1, kBlock, 0,
-         KArgs() << x.ptr() << delta.ptr() << d);
+    addNorm(l + 1 < numLayers ? layers[l + 1].inputNorm : finalNorm);
   }
-  rmsNorm(x.ptr(), finalNorm.ptr(), h.ptr(), d, eps, d, d, B);
+  if (numLayers == 0)
+    rmsNorm(xc, finalNorm.ptr(), h.ptr(), d, eps, d, d, B);
   // LM head: this rank's vocabulary rows, then the gather.
   const int64_t V = c.vocabSize;
   const int64_t vb = tp.vocabBegin[rank], cnt = tp.vocabBegin[rank + 1] - vb;
@@ -1197,6 +1213,7 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
   m.modules.push_back(std::make_unique<Module>(helpers));
   for (const char *n : {"glmx_embed",
                         "glmx_rms_norm",
+                        "glmx_add_rms_norm",
                         "glmx_rope",
                         "glmx_kv_store",
                         "glmx_index_key_store",
@@ -1209,7 +1226,6 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
                         "glmx_mla_out",
                         "glmx_transpose",
                         "glmx_gemv_any",
-                        "glmx_add",
                         "glmx_reduce_units",
                         "glmx_route",
                         "glmx_swiglu",
@@ -1440,6 +1456,7 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
   };
   const int64_t qk = H * (dn + dr);
   m.x = f32(MB * d);
+  m.x2 = f32(MB * d); // the residual ping-pongs between x and x2
   m.h = f32(MB * d);
   m.delta = f32(MB * d);
   m.qa = f32(2 * MB * c.qLoraRank); // q_a, then the normed q_a

@@ -111,13 +111,15 @@ __device__ double blockSumFixedD(double v) {
 // thread's chain to K = ceil(n/nt) loads, all issued before any arithmetic.
 // y may alias x only with G == 1 (blocks read the whole row).
 #define kRmsPer 8
-extern "C" __global__ void __launch_bounds__(1024)
-glmx_rms_norm(const float *x, const float *w, float *y, int n,
-                    double eps, int xs, int ys) {
-  const int b = blockIdx.y, t = threadIdx.x, nt = blockDim.x;
+// One row of glmx_rms_norm / glmx_add_rms_norm. With `delta`, the row is
+// x + delta (one float add per element) and each block also
+// writes its elements of that sum to xout; xout must not alias x then
+// (every block reads the whole row).
+__device__ __forceinline__ void rmsNormRow(const float *xr, const float *dr,
+                                           float *xo, const float *w,
+                                           float *yr, int n, double eps) {
+  const int t = threadIdx.x, nt = blockDim.x;
   const int G = gridDim.x, g = blockIdx.x;
-  const float *xr = x + (long long)b * xs;
-  float *yr = y + (long long)b * ys;
   const int K = (n + nt - 1) / nt;
   if (K <= kRmsPer) {
     // Bit k: this block writes element t + k*nt (k % G == g, no division).
@@ -129,7 +131,7 @@ glmx_rms_norm(const float *x, const float *w, float *y, int n,
     for (int k = 0; k < kRmsPer; ++k) {
       const int i = t + k * nt;
       const bool in = k < K && i < n;
-      xv[k] = in ? xr[i] : 0.0f;
+      xv[k] = in ? (dr ? xr[i] + dr[i] : xr[i]) : 0.0f;
       wv[k] = in && ((own >> k) & 1u) ? w[i] : 0.0f;
     }
     double ss = 0;
@@ -140,17 +142,44 @@ glmx_rms_norm(const float *x, const float *w, float *y, int n,
 #pragma unroll
     for (int k = 0; k < kRmsPer; ++k) {
       const int i = t + k * nt;
-      if (i < n && ((own >> k) & 1u))
+      if (i < n && ((own >> k) & 1u)) {
         yr[i] = (float)((double)wv[k] * ((double)xv[k] * inv));
+        if (dr)
+          xo[i] = xv[k];
+      }
     }
     return;
   }
   double ss = 0;
-  for (int i = t; i < n; i += nt)
-    ss += (double)xr[i] * (double)xr[i];
+  for (int i = t; i < n; i += nt) {
+    const float v = dr ? xr[i] + dr[i] : xr[i];
+    ss += (double)v * (double)v;
+  }
   const double inv = 1.0 / sqrt(blockSumFixedD(ss) / (double)n + eps);
-  for (int i = t + g * nt; i < n; i += G * nt)
-    yr[i] = (float)((double)w[i] * ((double)xr[i] * inv));
+  for (int i = t + g * nt; i < n; i += G * nt) {
+    const float v = dr ? xr[i] + dr[i] : xr[i];
+    yr[i] = (float)((double)w[i] * ((double)v * inv));
+    if (dr)
+      xo[i] = v;
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+glmx_rms_norm(const float *x, const float *w, float *y, int n,
+                    double eps, int xs, int ys) {
+  const int b = blockIdx.y;
+  rmsNormRow(x + (long long)b * xs, nullptr, nullptr, w,
+             y + (long long)b * ys, n, eps);
+}
+
+// The residual add and the next norm in one launch: xout = x + delta and
+// y = rms_norm(xout) * w per row b (rows of n, stride n), bit for bit what
+// x += delta followed by glmx_rms_norm gives. Grid (G, B) as glmx_rms_norm.
+extern "C" __global__ void __launch_bounds__(1024)
+glmx_add_rms_norm(const float *x, const float *delta, float *xout,
+                  const float *w, float *y, int n, double eps) {
+  const long long o = (long long)blockIdx.y * n;
+  rmsNormRow(x + o, delta + o, xout + o, w, y + o, n, eps);
 }
 
 __device__ __forceinline__ void ropePair(float *p, int i, int dim, int pos,
@@ -1021,15 +1050,6 @@ GLM_X glmx_gemv_any(const float *x, int xs, const void *w, int dt,
     acc += __shfl_xor_sync(0xFFFFFFFFu, acc, s);
   if (lane == 0)
     y[(long long)b * ys + o] = acc;
-}
-
-// x[b, i] += delta[b, i]. Grid (ceil(n/256), B).
-GLM_X glmx_add(float *x, const float *delta, int n) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n)
-    return;
-  const long long o = (long long)blockIdx.y * n + i;
-  x[o] = x[o] + delta[o];
 }
 
 // out[b, i] = (float)(sum over units u in order of part[(b*units+u)*n+i]).

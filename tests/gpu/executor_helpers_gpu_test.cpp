@@ -7,7 +7,8 @@
 //    glmx_embed, bit for bit against runtime/base/numeric.h;
 //  - glmx_rms_norm with several blocks per row: the same bits as one block
 //    (every block sums the whole row in one fixed order), in place with one
-//    block, rows longer than the register path;
+//    block, rows longer than the register path; glmx_add_rms_norm: the bits
+//    of the residual add followed by the norm;
 //  - the absorbed MLA kernels glmx_mla_qabs / core / out with kv_b as FP8
 //    (row and block-128 scales), BF16 and F32, DSA selections of 65 rows
 //    and of more than one shared-memory tile; run twice, the same bits.
@@ -121,6 +122,43 @@ TEST_F(ExecutorHelpersGpu, RmsNormBlocksAgreeAndMatchReference) {
       for (int i = 0; i < n; ++i)
         differ += !sameBits(in[(size_t)b * xs + i], one[(size_t)b * ys + i]);
     reportExact(tag + " in place == out of place", differ, (size_t)B * n);
+  }
+}
+
+TEST_F(ExecutorHelpersGpu, AddRmsNormEqualsAddThenNorm) {
+  // The executor's fused residual add + norm: xout = x + delta and y =
+  // norm(xout) must be the bits of x += delta (one float add per element)
+  // followed by glmx_rms_norm on one block.
+  ensureContext();
+  std::mt19937 rng(12);
+  for (int n : {6144, 2048, 100, 12000}) {
+    const int B = 3;
+    std::vector<float> x = randn(rng, (size_t)B * n, 2.0f);
+    std::vector<float> delta = randn(rng, (size_t)B * n, 0.5f);
+    std::vector<float> w = randn(rng, n, 1.0f);
+    std::vector<float> sum(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      sum[i] = x[i] + delta[i];
+    auto want = rmsNormGpu(sum, w, n, B, n, n, 1, false);
+    auto dx = upload(x), dd = upload(delta), dw = upload(w);
+    auto dxo = poisoned<float>((size_t)B * n);
+    auto dy = poisoned<float>((size_t)B * n);
+    const unsigned G = (unsigned)((n + 1023) / 1024); // as the executor
+    Args a;
+    a << dx.ptr() << dd.ptr() << dxo.ptr() << dw.ptr() << dy.ptr() << n
+      << 1e-5;
+    a.launch(fn("glmx_add_rms_norm"), G, (unsigned)B, 1024);
+    auto y = download<float>(dy, (size_t)B * n);
+    auto xo = download<float>(dxo, (size_t)B * n);
+    size_t badY = 0, badX = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      badY += !sameBits(y[i], want[i]);
+      badX += !sameBits(xo[i], sum[i]);
+    }
+    const std::string tag = "glmx_add_rms_norm n=" + std::to_string(n) +
+                            " (" + std::to_string(G) + " blocks)";
+    reportExact(tag + " y == add then norm", badY, y.size());
+    reportExact(tag + " xout == x + delta", badX, xo.size());
   }
 }
 
