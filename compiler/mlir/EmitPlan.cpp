@@ -20,12 +20,14 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 
 #ifdef GLM_PLANS_AVAILABLE
 #include "compiler/mlir/KernelArgs.h"
 #include "plans/plan.h"
 #include "runtime/base/error.h"
+#include "runtime/base/progress.h"
 #endif
 
 using namespace mlir;
@@ -1074,7 +1076,17 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
     auto builds = getCachedAnalysis<glmc::KernelBuilds>();
     if (!builds || !builds->get().started())
       return;
-    builds->get().wait();
+    {
+      // A cold compile waits here for NVRTC (seconds): show the builds.
+      std::unique_ptr<::glm::rt::Progress> bar;
+      builds->get().wait([&](size_t done, size_t total) {
+        if (!bar && done < total)
+          bar = std::make_unique<::glm::rt::Progress>("kernels", total,
+                                                      "NVRTC builds");
+        if (bar)
+          bar->update(done);
+      });
+    }
     std::map<std::string, const glmc::KernelBuildResult *> byName;
     for (const glmc::KernelBuildResult &r : builds->get().results())
       byName[r.name] = &r;

@@ -43,13 +43,25 @@ void KernelBuilds::start(
     });
 }
 
-void KernelBuilds::wait() {
+void KernelBuilds::wait(const std::function<void(size_t, size_t)> &progress) {
   if (!state)
     return;
   {
     std::unique_lock<std::mutex> lock(state->mu);
-    state->done.wait(lock,
-                     [&] { return state->finished == state->jobs.size(); });
+    const size_t total = state->jobs.size();
+    size_t shown = size_t(-1);
+    while (state->finished != total) {
+      if (progress && state->finished != shown) {
+        shown = state->finished;
+        lock.unlock();
+        progress(shown, total);
+        lock.lock();
+        continue;
+      }
+      state->done.wait(lock);
+    }
+    if (progress)
+      progress(total, total);
   }
   for (std::thread &t : pool)
     t.join();

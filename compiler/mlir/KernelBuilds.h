@@ -52,7 +52,8 @@ public:
   /// True once start() ran.
   bool started() const { return state != nullptr; }
   /// Blocks until every job has finished; then results() is complete.
-  void wait();
+  /// `progress` (if set) is called with (finished, total) as builds finish.
+  void wait(const std::function<void(size_t, size_t)> &progress = {});
   const std::vector<KernelBuildResult> &results() const;
 
 private:
