@@ -13,10 +13,16 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
+
+namespace glm::rt {
+class Pack;
+struct ModelConfig;
+} // namespace glm::rt
 
 namespace glm::rt::cuda {
 
@@ -74,6 +80,13 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log);
 /// the launch-gap share (graph time vs the sum of kernel times, and stream
 /// launches vs graph). Rows are appended to `r`.
 void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
+
+/// Layers of `pack` (at least 1) whose weights fit `freeBytes` with 10 % and
+/// 4 GiB to spare: weight bytes per layer from the index (its manifest's
+/// widths) plus the fp32 kv_b copy the attention reads when kv_b is trellis
+/// or GLM_MLA_KERNEL is set. The step and plan benches build this many.
+int64_t benchLayersThatFit(const Pack &pack, const ModelConfig &c,
+                           size_t freeBytes);
 
 /// `--plan PLAN` (bench_plan.cpp): the batch-1 decode step of the executor
 /// over opt.stepPack with the plan's kernels, profiled per launch; writes

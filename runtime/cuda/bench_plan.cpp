@@ -29,39 +29,6 @@
 
 namespace glm::rt::cuda {
 
-namespace {
-
-/// Layers of `pack` whose weights (plus an fp32 kv_b copy each when kv_b is
-/// trellis) fit `freeBytes` with 4 GiB to spare.
-int64_t layersThatFit(const Pack &pack, const ModelConfig &c,
-                      size_t freeBytes) {
-  std::vector<double> layerBytes(c.numLayers, 0.0);
-  double fixed = 0;
-  for (const WeightInfo &w : pack.weights()) {
-    if (w.layer >= 0 && w.layer < c.numLayers)
-      layerBytes[w.layer] += (double)w.bytes();
-    else if (w.layer < 0)
-      fixed += (double)w.bytes();
-  }
-  double kvbt =
-      (double)c.kvLoraRank * c.numHeads * (c.qkNopeHeadDim + c.vHeadDim) * 4.0;
-  if (const WeightInfo *kvb =
-          pack.find("model.layers.0.self_attn.kv_b_proj.weight"))
-    if (kvb->format != WeightFormat::Trellis)
-      kvbt = 0;
-  double budget = (double)freeBytes * 0.90 - fixed - 4.0 * (1 << 30);
-  int64_t layers = 0;
-  for (int64_t l = 0; l < c.numLayers; ++l) {
-    budget -= layerBytes[l] + kvbt;
-    if (budget < 0)
-      break;
-    ++layers;
-  }
-  return std::max<int64_t>(1, layers);
-}
-
-} // namespace
-
 void runPlanBench(const BenchOptions &opt, std::ostream &log) {
   check(!opt.planPath.empty(), "bench --plan: no plan file given");
   check(!opt.stepPack.empty(),
@@ -102,7 +69,7 @@ void runPlanBench(const BenchOptions &opt, std::ostream &log) {
   GLM_CU(cuMemGetInfo(&freeB, &totalB));
   int64_t layers = opt.stepLayers >= 0
                        ? std::min<int64_t>(opt.stepLayers, c.numLayers)
-                       : layersThatFit(*pack, c, freeB);
+                       : benchLayersThatFit(*pack, c, freeB);
   layers = std::max<int64_t>(1, std::min<int64_t>(layers, c.numLayers));
   log << "plan-bench: " << opt.planPath << " on " << opt.stepPack << " ("
       << c.numLayers << " layers, manifest " << p.model.manifest

@@ -22,8 +22,44 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace glm::rt::cuda {
+
+/// Bytes of the fp32 kv_b copy the attention reads per layer: BF16/F16/
+/// F32/FP8 kv_b is read as stored (0), trellis kv_b or the legacy MLA
+/// kernel (GLM_MLA_KERNEL) gets a copy.
+static double kvbCopyBytes(const Pack &pack, const ModelConfig &c) {
+  if (const WeightInfo *kvb =
+          pack.find("model.layers.0.self_attn.kv_b_proj.weight"))
+    if (kvb->format != WeightFormat::Trellis &&
+        std::getenv("GLM_MLA_KERNEL") == nullptr)
+      return 0;
+  return (double)c.kvLoraRank * c.numHeads *
+         (c.qkNopeHeadDim + c.vHeadDim) * 4.0;
+}
+
+int64_t benchLayersThatFit(const Pack &pack, const ModelConfig &c,
+                           size_t freeBytes) {
+  std::vector<double> layerBytes(c.numLayers, 0.0);
+  double fixed = 0;
+  for (const WeightInfo &w : pack.weights()) {
+    if (w.layer >= 0 && w.layer < c.numLayers)
+      layerBytes[w.layer] += (double)w.bytes();
+    else if (w.layer < 0)
+      fixed += (double)w.bytes();
+  }
+  const double kvbt = kvbCopyBytes(pack, c);
+  double budget = (double)freeBytes * 0.90 - fixed - (4.0 * (1 << 30));
+  int64_t layers = 0;
+  for (int64_t l = 0; l < c.numLayers; ++l) {
+    budget -= layerBytes[l] + kvbt;
+    if (budget < 0)
+      break;
+    ++layers;
+  }
+  return std::max<int64_t>(1, layers);
+}
 
 void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   check(!opt.stepPack.empty(),
@@ -39,37 +75,11 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   if (r.device.empty())
     r.device = dev.name();
 
-  // Layers that fit: weight bytes per layer from the index (this manifest's
-  // widths), plus the fp32 kv_b copy the attention reads when kv_b is
-  // trellis (BF16/F16/F32/FP8 kv_b is read as stored).
-  std::vector<double> layerBytes(c.numLayers, 0.0);
-  double fixed = 0;
-  for (const WeightInfo &w : pack->weights()) {
-    if (w.layer >= 0 && w.layer < c.numLayers)
-      layerBytes[w.layer] += (double)w.bytes();
-    else if (w.layer < 0)
-      fixed += (double)w.bytes();
-  }
-  double kvbt =
-      (double)c.kvLoraRank * c.numHeads * (c.qkNopeHeadDim + c.vHeadDim) * 4.0;
-  if (const WeightInfo *kvb =
-          pack->find("model.layers.0.self_attn.kv_b_proj.weight"))
-    if (kvb->format != WeightFormat::Trellis &&
-        std::getenv("GLM_MLA_KERNEL") == nullptr)
-      kvbt = 0;
   size_t freeB = 0, totalB = 0;
   GLM_CU(cuMemGetInfo(&freeB, &totalB));
-  int64_t layers = opt.stepLayers;
-  if (layers < 0) {
-    double budget = (double)freeB * 0.90 - fixed - (4.0 * (1 << 30));
-    layers = 0;
-    for (int64_t l = 0; l < c.numLayers; ++l) {
-      budget -= layerBytes[l] + kvbt;
-      if (budget < 0)
-        break;
-      ++layers;
-    }
-  }
+  int64_t layers = opt.stepLayers >= 0 ? opt.stepLayers
+                                       : benchLayersThatFit(*pack, c, freeB);
+  const double kvbt = kvbCopyBytes(*pack, c);
   layers = std::max<int64_t>(1, std::min<int64_t>(layers, c.numLayers));
   int64_t moeLayers = 0;
   for (int64_t l = 0; l < layers; ++l)
