@@ -460,6 +460,21 @@ __device__ __forceinline__ bool vecOk(const void *W, int dt, int sk, int in) {
   return dt >= 0 && dt <= 3 && (dt < 3 ? sk == 0 : sk >= 1 && sk <= 3) &&
          ((unsigned long long)W & 15) == 0 && (in * eb) % 16 == 0 && in % 32 == 0;
 }
+// The scale of element (o, c) of a stored [out, in] weight (SK as ldWT,
+// 0 = none); the same for the aligned 4..16-element groups ldVec / ld4
+// read (a group never straddles a scale block).
+template <int SK>
+__device__ __forceinline__ float scaleAt(const void *scale, long long o, int c,
+                                         int in) {
+  if (SK == 1)
+    return ((const float *)scale)[(o >> 7) * ((in + 127) >> 7) + (c >> 7)];
+  if (SK == 2)
+    return ((const float *)scale)[o];
+  if (SK == 3)
+    return exp2f(float(int(((const unsigned char *)scale)[o * (in / 32) +
+                                                         (c >> 5)]) - 127));
+  return 1.0f;
+}
 template <int DT, int SK>
 __device__ __forceinline__ void ldVec(const void *w, const void *scale,
                                       long long o, int c0, int in,
@@ -480,18 +495,12 @@ __device__ __forceinline__ void ldVec(const void *w, const void *scale,
     else
       v[t] = e4m3Bits((unsigned char)(u[t / 4] >> (8 * (t & 3))));
   }
-  float s = 1.0f;
-  if (SK == 1)
-    s = ((const float *)scale)[(o >> 7) * ((in + 127) >> 7) + (c0 >> 7)];
-  else if (SK == 2)
-    s = ((const float *)scale)[o];
-  else if (SK == 3)
-    s = exp2f(float(int(((const unsigned char *)scale)[o * (in / 32) +
-                                                        (c0 >> 5)]) - 127));
-  if (SK != 0)
+  if (SK != 0) {
+    const float s = scaleAt<SK>(scale, o, c0, in);
 #pragma unroll
     for (int t = 0; t < N; ++t)
       v[t] *= s;
+  }
 }
 
 // Loads issued together per thread in the MLA loops below; the products
@@ -850,18 +859,12 @@ __device__ __forceinline__ void ld4(const void *w, const void *scale,
       v[t] = DT == 1 ? halfBits(hb) : __uint_as_float((unsigned)hb << 16);
     }
   }
-  float s = 1.0f;
-  if (SK == 1)
-    s = ((const float *)scale)[(o >> 7) * ((in + 127) >> 7) + (c >> 7)];
-  else if (SK == 2)
-    s = ((const float *)scale)[o];
-  else if (SK == 3)
-    s = exp2f(float(int(((const unsigned char *)scale)[o * (in / 32) +
-                                                        (c >> 5)]) - 127));
-  if (SK != 0)
+  if (SK != 0) {
+    const float s = scaleAt<SK>(scale, o, c, in);
 #pragma unroll
     for (int t = 0; t < 4; ++t)
       v[t] *= s;
+  }
 }
 // Lane l takes columns c = 4l + 128m (m in order): 4-element weight loads
 // and float4 ctx loads, both contiguous across the warp. (Lanes over
@@ -903,19 +906,6 @@ __device__ __forceinline__ void dec4<3>(const unsigned &q, float (&v)[4]) {
   for (int t = 0; t < 4; ++t)
     v[t] = e4m3Bits((unsigned char)(q >> (8 * t)));
 }
-// The scale of elements (o, c..c+3), as ld4.
-template <int SK>
-__device__ __forceinline__ float scale4(const void *scale, long long o, int c,
-                                        int in) {
-  if (SK == 1)
-    return ((const float *)scale)[(o >> 7) * ((in + 127) >> 7) + (c >> 7)];
-  if (SK == 2)
-    return ((const float *)scale)[o];
-  if (SK == 3)
-    return exp2f(float(int(((const unsigned char *)scale)[o * (in / 32) +
-                                                         (c >> 5)]) - 127));
-  return 1.0f;
-}
 // Lane l takes columns c = 4l + 128m (m in order): 4-element weight loads
 // and float4 ctx loads, both contiguous across the warp. (Lanes over
 // 16-column chunks read ctx with a 64-byte lane stride: ~16 L1 wavefronts
@@ -952,7 +942,7 @@ __device__ __forceinline__ void mlaOutVec(float (&a)[kMlaOutRows],
         if (c < kvr && r < nr) {
           q[r][m] = *reinterpret_cast<const Raw *>(
               wb + ((o0 + r) * kvr + c) * kBytes);
-          sc[r][m] = scale4<SK>(scale, o0 + r, c, kvr);
+          sc[r][m] = scaleAt<SK>(scale, o0 + r, c, kvr);
         }
       }
     }
