@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "codegen/kernel_batch.h"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -55,10 +57,10 @@ struct DenseTrellisTuning {
 };
 inline DenseTrellisTuning defaultDenseTrellisTuning() { return {}; }
 
-/// Template batch of a runtime batch 1..8: only the number of mma batch
-/// groups (1 up to 4 rows, 2 above) and the shared rows depend on it, so
-/// three instances serve every batch.
-inline int denseTrellisBatch(int b) { return b <= 1 ? 1 : b <= 4 ? 4 : 8; }
+/// Template batch of a runtime batch 1..8 (decodeKernelBatch): only the
+/// number of mma batch groups (1 up to 4 rows, 2 above) and the shared rows
+/// depend on it.
+inline int denseTrellisBatch(int b) { return decodeKernelBatch(b); }
 
 /// The tuning's pipe stages for width K and batch b, lowered until the
 /// per-block cp.async ring fits 32 KB (the family's values 0, 2, 3, 4, 6).

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "codegen/kernel_batch.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -74,13 +76,8 @@ inline unsigned moeTrellisDynSmem(bool e4m3, int threads, bool persist) {
   return e4m3 && threads >= 256 && !persist ? 65536u + 16u : 0u;
 }
 
-/// Template BATCH of a runtime batch: moe_trellis is instantiated for 1, 4
-/// and 8 rows (batches 2..4 run the 4-row kernel: the same one mma per tile
-/// as 1 or 2 rows, kNB; one instance less to compile per stage, ~4 NVRTC
-/// CPU-seconds each at full size).
-inline int moeTrellisBatch(int batch) {
-  return batch <= 1 ? 1 : batch <= 4 ? 4 : 8;
-}
+/// Template BATCH of a runtime batch (decodeKernelBatch).
+inline int moeTrellisBatch(int batch) { return decodeKernelBatch(batch); }
 
 /// Launch tuning every moe_trellis layer of a model shares: the executor's
 /// default (GLM_MOE_TRELLIS_CONFIG overrides it there) and what the

@@ -462,7 +462,7 @@ moeGateUp(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords], u64 *tabBar,
   // Hadamard * svh, SwiGLU * down.suh, input Hadamard of down.
   const SV *svh = static_cast<const SV *>(gu_svh);
   const SV *dsuh = static_cast<const SV *>(down_suh);
-#pragma unroll
+#pragma unroll 1
   for (int b = 0; b < BATCH; ++b) {
     const int q = un.slot[b];
     if (q < 0)
@@ -618,7 +618,7 @@ moeDown(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
   }
   if (svh) {
     __syncwarp();
-#pragma unroll
+#pragma unroll 1
     for (int b = 0; b < BATCH; ++b) {
       if (un.slot[b] < 0)
         continue;

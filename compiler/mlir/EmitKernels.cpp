@@ -218,7 +218,7 @@ static FailureOr<Spec> gemvSpec(Type format, const Bucket &b,
   return Spec{"dense_gemv",
               {{"format", fmt},
                {"scale", scale},
-               {"batch", str(b.batch)},
+               {"batch", str(::glm::codegen::decodeKernelBatch(int(b.batch)))},
                {"threads", "256"}}};
 }
 

@@ -405,6 +405,11 @@ void benchExpert(Ctx &c) {
         for (int e4m3 : {0, 1})
           for (int st = 0; st < 2; ++st)
             c.kernels.add(moeSpec(K, cb, e4m3, batch, st, m));
+  // Rows 2 and 4 on the 4-row instance plans no longer carry (the
+  // comparison rows below; codegen/kernel_batch.h).
+  for (int K = 2; K <= 4; ++K)
+    for (int st = 0; st < 2; ++st)
+      c.kernels.add(moeSpec(K, 1, 1, 4, st, m));
   c.log << "expert: compiling kernels...\n" << std::flush;
   c.kernels.build();
   const int L = std::max(1, c.opt.layers);
@@ -430,6 +435,27 @@ void benchExpert(Ctx &c) {
             addRow(c, "expert", name.str(), ms / L, w.weightBytes());
           }
       }
+  // A step of 2 or 4 rows runs the 8-row kernel (decodeKernelBatch): what
+  // that costs against a 4-row instance, GLM-5.3 shapes, MCG E4M3.
+  for (int K = 2; K <= 4; ++K)
+    for (int rows : {2, 4}) {
+      MoeWorld w(c, 6144, 256, 8, 0, rows, K, L, 48);
+      for (int kb : {4, glm::codegen::decodeKernelBatch(rows)}) {
+        CUfunction gu = c.kernels.get(moeSpec(K, 1, 1, kb, 0, m));
+        CUfunction dn = c.kernels.get(moeSpec(K, 1, 1, kb, 1, m));
+        Graph g;
+        g.capture(c.stream, [&] {
+          for (int l = 0; l < L; ++l)
+            w.launch(c, l, m, gu, dn, w.xh.ptr(), w.ids.ptr(), w.rw.ptr());
+        });
+        double ms = timeMedianMs(c.stream, c.opt.reps, 300.0,
+                                 [&] { g.launch(c.stream); });
+        std::ostringstream name;
+        name << "glm53 8x(g+u+d) K" << K << " mcg e4m3 rows" << rows
+             << " on b" << kb << " kernel";
+        addRow(c, "expert", name.str(), ms / L, w.weightBytes());
+      }
+    }
 }
 
 /// One MoE layer decode step at batch 1, GLM-5.3 shapes.

@@ -397,7 +397,8 @@ struct CudaForward::Impl {
         L.format == WeightFormat::Fp8Block || L.format == WeightFormat::Fp8Row;
     return spec("dense_gemv", {{"format", fmt},
                                {"scale", scaled ? "f32" : "none"},
-                               {"batch", std::to_string(B)},
+                               {"batch", std::to_string(
+                                             codegen::decodeKernelBatch(B))},
                                {"threads", "256"}});
   }
   codegen::KernelSpec trellisSpec(const DeviceLinear &L, int B) const {

@@ -287,6 +287,12 @@ std::vector<LayerCase> layerCases() {
        4, 1, 1.0, false, 24, 4, 256, 3},
       {"exlr8_k2_3inst_b5", false, "2", 0, false, 8, 5, 1, 1024, 10, 3, 0,
        1.0, true, 16, 8, 128, 4},
+      // Rows 2 and 4 on the 8-row instance, as plans run them
+      // (codegen/kernel_batch.h): the second mma column group is idle.
+      {"exlr8_k234_mcg_e4m3_b2_on_b8", false, "234", 1, true, 8, 2, 1, 1536,
+       12, 3, 1, 0.8, true, 8, 2, 128, 4},
+      {"exl3_k234_mcg_b4_on_b8", true, "234", 1, false, 8, 4, 1, 1024, 10,
+       3, 1, 0.8, false, 16, 4, 128, 4},
       {"exlr8_k15678_mcg_e4m3_b3", false, "15678", 1, true, 4, 3, 0, 1024, 8,
        2, 1, 0.9, true, 8, 16, 64, 2},
       {"exl3_k3_mcg_b4", true, "3", 1, false, 4, 4, 1, 1024, 8, 3, 1, 0.8,

@@ -18,7 +18,7 @@
 // the first bucket's.
 // CHECK: glm.fused_expert_gemv
 // CHECK-SAME: glm.bucket_kernels = {{.}}["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_t128"],
-// CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b4_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b4_svf32_down_p4_m4_t128"],
+// CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_down_p4_m4_t128"],
 // CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_down_p4_m4_t128"]{{.}},
 // CHECK-SAME: glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_t128"]
 

@@ -350,12 +350,12 @@ TEST(Compile, DecodeAndPrefillGraphsPerBucket) {
         if (b == k.templateArgs.end())
           continue;
         uint32_t want = g.kind == GraphKind::Decode ? g.size : 8;
-        // moe_trellis is instantiated for 1, 2, 4 and 8 rows, dense_trellis
-        // for 1, 4 and 8 (the executor's rule).
-        if (k.templateName == "moe_trellis")
-          want = uint32_t(glm::codegen::moeTrellisBatch(int(want)));
-        if (k.templateName == "dense_trellis")
-          want = uint32_t(glm::codegen::denseTrellisBatch(int(want)));
+        // The batched decode families are instantiated for 1 and 8 rows
+        // (decodeKernelBatch, the executor's rule).
+        if (k.templateName == "moe_trellis" ||
+            k.templateName == "dense_trellis" ||
+            k.templateName == "dense_gemv")
+          want = uint32_t(glm::codegen::decodeKernelBatch(int(want)));
         EXPECT_EQ(b->second, std::to_string(want)) << op.name;
         // Prefill through an 8-token kernel: ceil(chunk / 8) launches.
         if (g.kind == GraphKind::Prefill) {
