@@ -71,7 +71,7 @@ __device__ __forceinline__ void mlaDecode(GLM_MLA_DECODE_PARAMS) {
       c[t] = 32 * t + lane < kRow
                  ? cacheAt<KVT, LORA, ROPE>(cache, cache_scale, s, 32 * t + lane)
                  : 0.0f;
-#pragma unroll
+#pragma unroll 4
     for (int hh = 0; hh < HEADS; ++hh) {
       float dot = 0.0f;
 #pragma unroll
