@@ -110,7 +110,9 @@ struct CompileOptions {
   std::string reproducerDir;
   /// CUDA include dir for cuda_fp16.h etc. ("" = found at build time).
   std::string cudaInclude;
-  bool cubin = true; // also produce CUBIN (nvrtcGetCUBIN)
+  /// Also produce CUBIN (ptxas for the real arch). false: PTX for the
+  /// virtual arch only (compute_NN), which the runtime JITs at load.
+  bool cubin = true;
 };
 
 /// Compiles `source` for `arch` ("sm_90", "sm_121"); `name` names the kernel

@@ -68,7 +68,12 @@ CompiledKernel compileWithNvrtc(const std::string &source,
     hdrSrc.push_back(text.c_str());
   }
   std::vector<std::string> options = nvrtcOptions();
-  options.push_back("--gpu-architecture=" + arch);
+  // PTX only: the virtual arch (compute_NN), so NVRTC skips ptxas, about
+  // half its time on the big templates; the runtime JITs the PTX.
+  options.push_back("--gpu-architecture=" +
+                    (opt.cubin || arch.rfind("sm_", 0) != 0
+                         ? arch
+                         : "compute_" + arch.substr(3)));
   const std::string inc =
       opt.cudaInclude.empty() ? std::string(GLM_CUDA_INCLUDE_DIR)
                               : opt.cudaInclude;

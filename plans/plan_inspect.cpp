@@ -80,6 +80,24 @@ std::string joinNames(const std::vector<std::string> &v) {
   return s;
 }
 
+/// What the plan carries for its kernels: "PTX + CUBIN", "PTX only: JIT
+/// at the engine's first start", "no binaries: compiled with --no-nvrtc"
+/// (mixed plans name both counts).
+std::string kernelBinariesLabel(const Plan &plan) {
+  size_t withCubin = 0, ptxOnly = 0;
+  for (const KernelDef &k : plan.kernels)
+    for (const KernelBinary &b : k.binaries)
+      ++(b.cubin.empty() ? ptxOnly : withCubin);
+  if (!withCubin && !ptxOnly)
+    return "no binaries: compiled with --no-nvrtc";
+  if (!ptxOnly)
+    return "PTX + CUBIN";
+  if (!withCubin)
+    return "PTX only: JIT at the engine's first start";
+  return std::to_string(withCubin) + " binaries with CUBIN, " +
+         std::to_string(ptxOnly) + " PTX only";
+}
+
 /// The names of a layer's kernels with repeats folded: "a, b x2".
 std::string foldNames(const std::vector<std::string> &v) {
   std::vector<std::pair<std::string, int>> runs;
@@ -271,8 +289,9 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
      << ", context " << plan.model.maxContext << " (kv "
      << dtypeName(plan.model.kvDtype) << ")\n";
   os << plan.numRanks << " rank(s), archs " << joinNames(plan.targetArchs)
-     << ", " << plan.kernels.size() << " distinct kernels, times at "
-     << fixed(bw, 0) << " GB/s\n";
+     << ", " << plan.kernels.size() << " distinct kernels ("
+     << kernelBinariesLabel(plan) << "), times at " << fixed(bw, 0)
+     << " GB/s\n";
 
   for (const RankPlan *r : selectedRanks(plan, opt)) {
     os << "\nrank " << r->rank << "\n";
@@ -357,14 +376,19 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
                 {"active_weight_bytes", plan.model.activeWeightBytes}};
   json kernels = json::array();
   for (const KernelDef &k : plan.kernels) {
-    json archs = json::array();
-    for (const KernelBinary &b : k.binaries)
+    json archs = json::array(), binaries = json::array();
+    for (const KernelBinary &b : k.binaries) {
       archs.push_back(b.arch);
+      binaries.push_back({{"arch", b.arch},
+                          {"ptx_bytes", b.ptx.size()},
+                          {"cubin_bytes", b.cubin.size()}});
+    }
     kernels.push_back({{"name", k.name},
                        {"template", k.templateName},
                        {"args", k.templateArgs},
                        {"source_hash", k.sourceHash},
-                       {"archs", archs}});
+                       {"archs", archs},
+                       {"binaries", binaries}});
   }
   j["kernels"] = kernels;
   json ranks = json::array();

@@ -50,6 +50,7 @@ struct CompileArgs {
   std::string dumpIrAfter;
   std::string output;
   bool noKernelCompile = false;
+  std::string kernelBinaries = "ptx";
   bool timing = false;
   std::string decodeBatches = "1,2,4,8";
   std::string prefillChunks = "512,2048";
@@ -146,6 +147,10 @@ static int runCompile(const CompileArgs &a) {
 #ifdef GLM_CODEGEN_AVAILABLE
   opt.compileKernels = !a.noKernelCompile && glm::codegen::nvrtcAvailable();
 #endif
+  glm::rt::check(a.kernelBinaries == "cubin" || a.kernelBinaries == "ptx",
+                 "glmc compile: --kernel-binaries must be cubin or ptx, not '",
+                 a.kernelBinaries, "'");
+  opt.cubin = a.kernelBinaries == "cubin";
   opt.output = stop == Stage::Plan ? a.output : "";
   opt.decodeBatches = intList(a.decodeBatches, "--decode-batches");
   for (int64_t b : opt.decodeBatches)
@@ -274,6 +279,14 @@ void addCompileCommand(CLI::App &app, int &rc) {
       ->capture_default_str();
   cmd->add_flag("--no-nvrtc", args->noKernelCompile,
                 "generate kernel sources but do not compile them");
+  cmd->add_option("--kernel-binaries", args->kernelBinaries,
+                  "what NVRTC puts in the plan per arch: ptx = PTX only "
+                  "(no ptxas: about half the NVRTC time of a cold compile), "
+                  "which glm-engine JITs on all its cores at its first start "
+                  "and keeps in its kernel cache; cubin = PTX and SASS, "
+                  "launched as is (no JIT at any start)")
+      ->check(CLI::IsMember({"cubin", "ptx"}))
+      ->capture_default_str();
   cmd->add_flag("--timing", args->timing,
                 "print the wall time of the import and of every pass");
   cmd->add_option("-o,--output", args->output,

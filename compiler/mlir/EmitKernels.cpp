@@ -456,32 +456,39 @@ static void writeFileAtomic(const std::string &path, const std::string &data) {
     fs::remove(tmp.str(), ec);
 }
 
-/// PTX and CUBIN of `k` for `arch`, from the cache or NVRTC.
+/// PTX (and with `cubin` CUBIN) of `k` for `arch`, from the cache or
+/// NVRTC. A PTX-only entry is keyed apart ("+ptx"): its PTX targets the
+/// virtual arch.
 static ::glm::plan::KernelBinary
 compileCached(const ::glm::plan::KernelDef &k, const std::string &arch,
-              const std::string &cache) {
+              const std::string &cache, bool cubin) {
   ::glm::plan::KernelBinary bin;
   bin.arch = arch;
   std::string base;
   if (!cache.empty()) {
     base = cache + "/" +
-           ::glm::codegen::cacheKey(k.source, k.nvrtcOptions, arch,
+           ::glm::codegen::cacheKey(k.source, k.nvrtcOptions,
+                                    cubin ? arch : arch + "+ptx",
                                     ::glm::codegen::nvrtcVersion());
-    std::string ptx, cubin;
+    std::string ptx, bytes;
     // The PTX is written last: its presence means the entry is complete.
-    if (readFile(base + ".ptx", ptx) && readFile(base + ".cubin", cubin)) {
+    if (readFile(base + ".ptx", ptx) &&
+        (!cubin || readFile(base + ".cubin", bytes))) {
       bin.ptx = std::move(ptx);
-      bin.cubin.assign(cubin.begin(), cubin.end());
+      bin.cubin.assign(bytes.begin(), bytes.end());
       return bin;
     }
   }
+  ::glm::codegen::CompileOptions opt;
+  opt.cubin = cubin;
   ::glm::codegen::CompiledKernel c =
-      ::glm::codegen::compileWithNvrtc(k.source, k.name, arch);
+      ::glm::codegen::compileWithNvrtc(k.source, k.name, arch, opt);
   bin.ptx = std::move(c.ptx);
   bin.cubin = std::move(c.cubin);
   if (!base.empty()) {
-    writeFileAtomic(base + ".cubin",
-                    std::string(bin.cubin.begin(), bin.cubin.end()));
+    if (cubin)
+      writeFileAtomic(base + ".cubin",
+                      std::string(bin.cubin.begin(), bin.cubin.end()));
     writeFileAtomic(base + ".ptx", bin.ptx);
   }
   return bin;
@@ -732,11 +739,12 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
           out[i].error = ex.what();
           continue;
         }
-        jobs.push_back([k = out[i].kernel, archList,
-                        cache](glmc::KernelBuildResult &r) {
+        jobs.push_back([k = out[i].kernel, archList, cache,
+                        withCubin = bool(cubin)](glmc::KernelBuildResult &r) {
           r.name = k.name;
           for (const std::string &arch : archList) {
-            ::glm::plan::KernelBinary bin = compileCached(k, arch, cache);
+            ::glm::plan::KernelBinary bin =
+                compileCached(k, arch, cache, withCubin);
             r.archs.push_back(arch);
             r.ptx.push_back(std::move(bin.ptx));
             r.cubin.emplace_back(bin.cubin.begin(), bin.cubin.end());
@@ -756,7 +764,7 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
               if (doCompile)
                 for (const std::string &arch : archList)
                   out[i].kernel.binaries.push_back(
-                      compileCached(out[i].kernel, arch, cache));
+                      compileCached(out[i].kernel, arch, cache, cubin));
             } catch (const std::exception &ex) {
               out[i].error = ex.what();
             }

@@ -32,6 +32,7 @@ struct PipelineOptions {
   double memoryPerSpark = 0; // GiB; 0 = no limit
   std::vector<std::string> archs = {"sm_121"};
   bool compileKernels = false;
+  bool cubin = true; // with compileKernels: CUBIN beside the PTX
   /// Graph buckets: decode batch sizes (1..8) and prefill chunk sizes in
   /// tokens ({0} = no prefill graphs); empty = the defaults (1..8; 512,
   /// 2048). The activation arena is sized for the largest.

@@ -83,6 +83,10 @@ def GlmEmitKernels : Pass<"glm-emit-kernels", "::mlir::ModuleOp"> {
     ListOption<"archs", "arch", "std::string", "target archs (sm_121, sm_90)">,
     Option<"compile", "compile", "bool", "false",
            "compile every kernel with NVRTC (needs codegen)">,
+    Option<"cubin", "cubin", "bool", "true",
+           "with compile: also run ptxas and carry CUBIN (SASS) for every "
+           "arch; false: PTX only (about half the NVRTC time), which the "
+           "runtime JITs once at load">,
     Option<"async", "async", "bool", "false",
            "with compile: leave the NVRTC builds running in the background "
            "for glm-emit-plan to collect (the kernels compile while "

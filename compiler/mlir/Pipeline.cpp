@@ -50,6 +50,7 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opt,
   GlmEmitKernelsOptions kernels;
   kernels.archs.assign(opt.archs.begin(), opt.archs.end());
   kernels.compile = opt.compileKernels;
+  kernels.cubin = opt.cubin;
   kernels.async = opt.compileKernels && stop == Stage::Plan;
   kernels.kvDtype = opt.kvDtype;
   kernels.decodeBatches.assign(opt.decodeBatches.begin(),

@@ -90,7 +90,8 @@ void runPlanBench(const BenchOptions &opt, std::ostream &log) {
   CudaForward fwd(*pack, cpu::tpLayoutFromPlan(c, p), o);
   log << "plan-bench: experts through " << fwd.expertKernelUsed() << "; "
       << fwd.planKernelsUsed() << " of the executor's codegen kernels came "
-      << "from the plan (same name and source)\n";
+      << "from the plan (same name and source)\n"
+      << "plan-bench: " << fwd.kernelBuildSummary() << "\n";
   for (int i = 0; i < opt.stepPosition; ++i)
     fwd.stepBatch({0}, {(int64_t)(i % 100)});
   for (int i = 0; i < 3; ++i) // warm-up

@@ -113,6 +113,35 @@ void DeviceBuffer::zero() {
     GLM_CU(cuMemsetD8(ptr_, 0, size_));
 }
 
+std::vector<char> jitPtx(CUcontext ctx, const std::string &ptx,
+                         const std::string &name) {
+  GLM_CU(cuCtxSetCurrent(ctx));
+  char log[4096] = {0};
+  CUjit_option keys[] = {CU_JIT_ERROR_LOG_BUFFER,
+                         CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *values[] = {log, reinterpret_cast<void *>(sizeof log - 1)};
+  CUlinkState link = nullptr;
+  GLM_CU(cuLinkCreate(2, keys, values, &link));
+  struct Guard {
+    CUlinkState s;
+    ~Guard() { cuLinkDestroy(s); }
+  } guard{link};
+  // The JIT reads PTX as a C string.
+  CUresult r = cuLinkAddData(link, CU_JIT_INPUT_PTX,
+                             const_cast<char *>(ptx.c_str()), ptx.size() + 1,
+                             name.c_str(), 0, nullptr, nullptr);
+  void *cubin = nullptr;
+  size_t size = 0;
+  if (r == CUDA_SUCCESS)
+    r = cuLinkComplete(link, &cubin, &size);
+  check(r == CUDA_SUCCESS, "the driver could not JIT the plan's PTX of kernel ",
+        name, " (", static_cast<int>(r), "): ", log,
+        "; recompile the plan with --kernel-binaries cubin, or update the "
+        "driver");
+  const char *p = static_cast<const char *>(cubin);
+  return std::vector<char>(p, p + size); // the link state owns `cubin`
+}
+
 Module::Module(const std::vector<char> &image) {
   GLM_CU(cuModuleLoadData(&mod_, image.data()));
 }

@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iomanip>
+#include <sstream>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -131,6 +133,9 @@ struct CudaForward::Impl {
   int64_t numLayers = 0;
   std::string arch;
   int planUsed = 0;
+  // Where the kernels of buildKernels came from, and its wall time.
+  int fromPlanCubin = 0, fromPlanPtx = 0, fromCache = 0, fromNvrtc = 0;
+  double buildSeconds = 0;
   std::vector<std::unique_ptr<Module>> modules;
   std::map<std::string, CUfunction> fx;  // helper kernels
   std::map<std::string, CUfunction> gen; // codegen kernels by name
@@ -204,11 +209,13 @@ struct CudaForward::Impl {
   }
 
   /// Every wanted kernel: from the plan when it carries a CUBIN for this
-  /// arch with the same source, else the on-disk cache, else NVRTC (in
-  /// parallel).
+  /// arch with the same source, else the on-disk cache, else the plan's
+  /// PTX through the driver's JIT or, without one, NVRTC (both in
+  /// parallel, results kept in the cache).
   void buildKernels(const std::vector<plan::KernelDef> &planKernels) {
+    const auto t0 = std::chrono::steady_clock::now();
     struct Todo {
-      std::string name, source, key;
+      std::string name, source, key, ptx;
       std::vector<char> image;
       std::string error;
     };
@@ -225,15 +232,19 @@ struct CudaForward::Impl {
           for (const auto &b : k.binaries)
             if (b.arch == arch && !b.cubin.empty() && t.image.empty()) {
               t.image.assign(b.cubin.begin(), b.cubin.end());
-              ++planUsed;
+              ++planUsed, ++fromPlanCubin;
+            } else if (b.arch == arch && b.cubin.empty() && !b.ptx.empty()) {
+              t.ptx = b.ptx; // a --kernel-binaries ptx plan
             }
       if (t.image.empty()) {
         t.key = codegen::cacheKey(t.source, codegen::nvrtcOptions(), arch,
                                   codegen::nvrtcVersion());
         std::ifstream in(dir + "/" + t.key + ".cubin", std::ios::binary);
-        if (in)
+        if (in) {
           t.image.assign(std::istreambuf_iterator<char>(in),
                          std::istreambuf_iterator<char>());
+          ++fromCache;
+        }
       }
       todo.push_back(std::move(t));
     }
@@ -258,9 +269,13 @@ struct CudaForward::Impl {
             t = compile[next++];
           }
           try {
-            codegen::CompiledKernel c =
-                codegen::compileWithNvrtc(t->source, t->name, arch);
-            t->image.assign(c.cubin.begin(), c.cubin.end());
+            if (!t->ptx.empty()) {
+              t->image = jitPtx(ctx, t->ptx, t->name);
+            } else {
+              codegen::CompiledKernel c =
+                  codegen::compileWithNvrtc(t->source, t->name, arch);
+              t->image.assign(c.cubin.begin(), c.cubin.end());
+            }
           } catch (const std::exception &e) {
             t->error = e.what();
           }
@@ -272,6 +287,8 @@ struct CudaForward::Impl {
     std::filesystem::create_directories(dir, ec);
     for (Todo *t : compile) {
       check(t->error.empty(), t->error);
+      planUsed += !t->ptx.empty();
+      ++(t->ptx.empty() ? fromNvrtc : fromPlanPtx);
       std::ofstream out(dir + "/" + t->key + ".cubin", std::ios::binary);
       out.write(t->image.data(), (std::streamsize)t->image.size());
     }
@@ -279,6 +296,9 @@ struct CudaForward::Impl {
       modules.push_back(std::make_unique<Module>(t.image));
       gen[t.name] = modules.back()->function(t.name);
     }
+    buildSeconds += std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - t0)
+                        .count();
   }
 
   CUfunction genFn(codegen::KernelSpec s) {
@@ -1558,6 +1578,15 @@ int64_t CudaForward::length(int seq) const { return impl_->lengths.at(seq); }
 int CudaForward::maxBatch() const { return impl_->opt.maxBatch; }
 const ModelConfig &CudaForward::config() const { return impl_->cfg; }
 int CudaForward::planKernelsUsed() const { return impl_->planUsed; }
+std::string CudaForward::kernelBuildSummary() const {
+  const Impl &m = *impl_;
+  std::ostringstream os;
+  os << "codegen kernels: " << m.fromPlanCubin << " plan CUBIN, "
+     << m.fromPlanPtx << " plan PTX through the driver JIT, " << m.fromCache
+     << " kernel cache, " << m.fromNvrtc << " NVRTC; "
+     << std::fixed << std::setprecision(2) << m.buildSeconds << " s";
+  return os.str();
+}
 std::string CudaForward::expertKernelUsed() const {
   bool mt = false, legacy = false;
   for (const DevLayer &L : impl_->layers) {

@@ -101,6 +101,9 @@ public:
   std::string deviceName() const;
   /// Kernels that came from the plan (for reports).
   int planKernelsUsed() const;
+  /// Where the codegen kernels came from (plan CUBIN, plan PTX JIT, kernel
+  /// cache, NVRTC) and the seconds that took, one line.
+  std::string kernelBuildSummary() const;
   /// The expert path of the trellis MoE layers: "moe_trellis", "legacy",
   /// "moe_trellis+legacy" (mixed layers) or "none" (no trellis experts).
   std::string expertKernelUsed() const;

@@ -17,13 +17,25 @@ fi
 
 glmc synth --preset tiny --layout exlr8 -o "$T/tiny" > /dev/null
 manifest=$(ls "$T/tiny/manifests" | head -1 | sed 's/^exlr8-manifest-//; s/\.json$//')
+# CUBIN as well as PTX (--kernel-binaries cubin): ptxas checks every kernel
+# for both archs here; the default (PTX only) is checked further down.
 for n in 1 2 3 4; do
   glmc compile "$T/tiny" --sparks "$n" --manifest "$manifest" --arch sm_121,sm_90 \
-    -o "$T/tiny.$n.plan"
+    --kernel-binaries cubin -o "$T/tiny.$n.plan"
   test -s "$T/tiny.$n.plan"
 done
-glmc compile "$T/tiny" --sparks 3 --manifest "$manifest" --arch sm_121,sm_90 -o "$T/tiny.3b.plan"
+glmc compile "$T/tiny" --sparks 3 --manifest "$manifest" --arch sm_121,sm_90 \
+  --kernel-binaries cubin -o "$T/tiny.3b.plan"
 cmp "$T/tiny.3.plan" "$T/tiny.3b.plan"
+# The default plan carries PTX only, and is as deterministic.
+glmc compile "$T/tiny" --sparks 3 --manifest "$manifest" --arch sm_121,sm_90 -o "$T/tiny.3p.plan"
+glmc compile "$T/tiny" --sparks 3 --manifest "$manifest" --arch sm_121,sm_90 -o "$T/tiny.3q.plan"
+cmp "$T/tiny.3p.plan" "$T/tiny.3q.plan"
+if glmc compile "$T/tiny" --sparks 1 --manifest "$manifest" --kernel-binaries sass \
+     -o "$T/bad.plan" 2> "$T/bad.txt"; then
+  echo "--kernel-binaries sass was not refused" >&2; exit 1
+fi
+grep -q "kernel-binaries" "$T/bad.txt"
 
 # Stages: model-level IR, kernel-level IR, kernel sources.
 # (Output goes to files first: `cmd | grep -q` fails under pipefail when grep
@@ -57,32 +69,38 @@ fm=$(ls "$T/glm53/manifests" | head -1 | sed 's/^exlr8-manifest-//; s/\.json$//'
 for n in 1 2 3 4; do
   start=$(date +%s%N)
   glmc compile "$T/glm53" --sparks "$n" --manifest "$fm" --memory-per-spark 0 \
-    --arch sm_121,sm_90 -o "$T/glm53.$n.plan"
+    --arch sm_121,sm_90 --kernel-binaries cubin -o "$T/glm53.$n.plan"
   ms=$(( ($(date +%s%N) - start) / 1000000 ))
   # A benchmark, not a timed assertion: the ratio to the 10 s target is
   # printed. The kernel cache is shared with the tiny plans above, whose
   # kernels the full-size plan partly reuses, so even N = 1 is not a cold
   # NVRTC run: scripts/bench-compile measures cold and warm separately.
   cache=$([ "$n" = 1 ] && echo "first compile, cache shared with the tiny plans" || echo "warm kernel cache")
-  echo "glm53 exlr8 index-only, $n Sparks, sm_121+sm_90, $cache: ${ms} ms (target 10000 ms; ratio $(( ms / 100 ))%)"
+  echo "glm53 exlr8 index-only, $n Sparks, sm_121+sm_90 PTX+CUBIN, $cache: ${ms} ms (target 10000 ms; ratio $(( ms / 100 ))%)"
 done
 
 # Every kernel of the tiny and the full-size plans has PTX and CUBIN for
-# both archs (when this build links NVRTC), and the full-size plan's kernel
-# count does not grow with its 78 layers.
-for p in "$T/tiny.2.plan" "$T/glm53.4.plan"; do
+# both archs (when this build links NVRTC), the default tiny plan PTX only,
+# and the full-size plan's kernel count does not grow with its 78 layers.
+for p in "$T/tiny.2.plan" "$T/tiny.3p.plan" "$T/glm53.4.plan"; do
   glmc inspect "$p" --format json > "$T/kernels.json"
   python3 - "$T/kernels.json" "$p" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 ks = d["kernels"]
 assert len(ks) < 64, f"{len(ks)} kernels"
+ptx_only = sys.argv[2].endswith(".3p.plan")
 compiled = [k for k in ks if k["archs"]]
 if compiled:
     for k in ks:
         assert sorted(k["archs"]) == ["sm_121", "sm_90"], k
+        for b in k["binaries"]:
+            assert b["ptx_bytes"] > 0, (k["name"], b)
+            assert (b["cubin_bytes"] == 0) == ptx_only, (k["name"], b)
+what = "PTX only" if ptx_only else "PTX + CUBIN"
 print(f"{sys.argv[2]}: {len(ks)} kernels, "
-      f"{'all' if compiled else 'none (no NVRTC in this build)'} compiled for sm_121 and sm_90")
+      f"{'all' if compiled else 'none (no NVRTC in this build)'} compiled for sm_121 and sm_90"
+      + (f" ({what})" if compiled else ""))
 PY
 done
 
