@@ -4,8 +4,14 @@
 // y is fp32: y[b*out_stride + o] (= or += when accumulate). Formats
 // (exlr8-format.md §6): 0 BF16; 1 FP8 block-128 (E4M3 * scale[o/128][i/128]);
 // 2 FP8 per row (E4M3 * scale[o]); 3 MXFP8 (E4M3 * 2^(e8m0 - 127) per 32
-// inputs). One warp per output row, 16-byte weight loads. Requires
-// in % 128 == 0 and 16-byte aligned rows (the planner pads and aligns).
+// inputs). 16-byte weight loads. Requires in % 128 == 0 and 16-byte
+// aligned rows (the planner pads and aligns).
+// Grid: R rows per block, R = the power of two >= ceil(out / gridDim.x),
+// at most one per warp; the block's warps split each row's inputs into
+// S = warps / R interleaved slices, summed in slice order. A grid of
+// ceil(out / warps) blocks is the plain warp-per-row GEMV (S = 1, the same
+// sums); a launcher gives a short-output matrix (kv_a 576 rows, the
+// indexer's 128) a larger grid so it still spreads over every SM.
 #pragma once
 
 #include "glm_common.cuh"
@@ -66,10 +72,9 @@ __device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
   }
 }
 
-/// Grid (ceil(out / (THREADS/32)), 1): warp-per-row. A lane issues
-/// kDenseLoads 16-byte loads before using them (a row of a short matrix
-/// is otherwise a chain of dependent-latency loads); chunks are added in
-/// the same order either way.
+/// A lane issues kDenseLoads 16-byte loads before using them (a row of a
+/// short matrix is otherwise a chain of dependent-latency loads); chunks
+/// are added in the same order either way.
 constexpr int kDenseLoads = 4;
 template <int FMT, int SCT, int BATCH, int THREADS>
 __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
@@ -77,41 +82,67 @@ __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
   static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
   constexpr int kElems = FMT == kFmtBf16 ? 8 : 16; // per 16-byte load
-  const int lane = threadIdx.x & 31;
-  const int o = blockIdx.x * (THREADS / 32) + (threadIdx.x >> 5);
-  if (o >= out)
-    return;
+  constexpr int kWarps = THREADS / 32;
+  __shared__ float part[kWarps][BATCH]; // slice sums (S > 1)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int need = (out + gridDim.x - 1) / gridDim.x;
+  int R = 1;
+  while (R < need && R < kWarps)
+    R *= 2;
+  const int S = kWarps / R; // slices per row (a power of two)
+  const int o = blockIdx.x * R + warp / S, slice = warp % S;
+  const bool valid = o < out;
+  if (S == 1 && !valid)
+    return; // no barrier below when every row has one warp
   float acc[BATCH];
 #pragma unroll
   for (int b = 0; b < BATCH; ++b)
     acc[b] = 0.0f;
-  const int rowBytes = FMT == kFmtBf16 ? 2 * in : in;
-  const uint4 *row = reinterpret_cast<const uint4 *>(
-      static_cast<const u8 *>(w) + (long long)o * rowBytes);
-  const int nv = in / kElems;
-  int v = lane;
-  for (; v + 32 * (kDenseLoads - 1) < nv; v += 32 * kDenseLoads) {
-    uint4 q[kDenseLoads];
+  if (valid) {
+    const int rowBytes = FMT == kFmtBf16 ? 2 * in : in;
+    const uint4 *row = reinterpret_cast<const uint4 *>(
+        static_cast<const u8 *>(w) + (long long)o * rowBytes);
+    const int nv = in / kElems, step = 32 * S;
+    int v = 32 * slice + lane;
+    for (; v + step * (kDenseLoads - 1) < nv; v += step * kDenseLoads) {
+      uint4 q[kDenseLoads];
 #pragma unroll
-    for (int u = 0; u < kDenseLoads; ++u)
-      q[u] = row[v + 32 * u];
+      for (int u = 0; u < kDenseLoads; ++u)
+        q[u] = row[v + step * u];
 #pragma unroll
-    for (int u = 0; u < kDenseLoads; ++u)
-      denseChunk<FMT, SCT, BATCH>(q[u], (v + 32 * u) * kElems, o, in, scale,
-                                  x, batch, acc);
+      for (int u = 0; u < kDenseLoads; ++u)
+        denseChunk<FMT, SCT, BATCH>(q[u], (v + step * u) * kElems, o, in,
+                                    scale, x, batch, acc);
+    }
+    for (; v < nv; v += step)
+      denseChunk<FMT, SCT, BATCH>(row[v], v * kElems, o, in, scale, x, batch,
+                                  acc);
   }
-  for (; v < nv; v += 32)
-    denseChunk<FMT, SCT, BATCH>(row[v], v * kElems, o, in, scale, x, batch,
-                                acc);
 #pragma unroll
   for (int b = 0; b < BATCH; ++b) {
     if (b >= batch)
       break;
     const float s = warpSum(acc[b]);
-    if (lane == 0) {
-      float *dst = y + (long long)b * out_stride + o;
-      *dst = accumulate ? *dst + s : s;
+    if (S == 1) {
+      if (lane == 0) {
+        float *dst = y + (long long)b * out_stride + o;
+        *dst = accumulate ? *dst + s : s;
+      }
+    } else if (lane == 0) {
+      part[warp][b] = s;
     }
+  }
+  if (S == 1)
+    return;
+  __syncthreads();
+  if (slice != 0 || !valid)
+    return;
+  for (int b = lane; b < batch && b < BATCH; b += 32) {
+    float s = part[warp][b];
+    for (int j = 1; j < S; ++j)
+      s += part[warp + j][b];
+    float *dst = y + (long long)b * out_stride + o;
+    *dst = accumulate ? *dst + s : s;
   }
 }
 

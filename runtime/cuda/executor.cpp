@@ -3,6 +3,7 @@
 #include "runtime/cuda/executor.h"
 
 #include "codegen/codegen.h"
+#include "codegen/dense_gemv_abi.h"
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/moe_trellis_abi.h"
 #include "plans/plan.h"
@@ -136,6 +137,7 @@ struct CudaForward::Impl {
   // Where the kernels of buildKernels came from, and its wall time.
   int fromPlanCubin = 0, fromPlanPtx = 0, fromCache = 0, fromNvrtc = 0;
   double buildSeconds = 0;
+  bool denseGemvSplit = true; // codegen::denseGemvBlocks grids
   std::vector<std::unique_ptr<Module>> modules;
   std::map<std::string, CUfunction> fx;  // helper kernels
   std::map<std::string, CUfunction> gen; // codegen kernels by name
@@ -559,7 +561,10 @@ struct CudaForward::Impl {
         copy2d(xpad.ptr(), in, xin, xs, B, in);
         src = xpad.ptr();
       }
-      launchFn(genFn(denseSpec(L, B)), blocksFor(out, 8), 1, 1, 256, 0,
+      launchFn(genFn(denseSpec(L, B)),
+               denseGemvSplit ? codegen::denseGemvBlocks(out, sms)
+                              : blocksFor(out, 8),
+               1, 1, 256, 0,
                KArgs() << src << L.data.ptr() << L.scale.ptr() << y << B << in
                        << out << (int)ys << 0);
       return;
@@ -1153,6 +1158,10 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
             "GLM_TRELLIS_SPLIT_BLOCKS='", e, "' is not 1..64");
       m.maxSplit = Impl::kMaxSplit;
     }
+    // GLM_DENSE_GEMV_SPLIT=0: dense_gemv a warp a row on every matrix (the
+    // grid before input slices; for A/B runs).
+    if (const char *e = std::getenv("GLM_DENSE_GEMV_SPLIT"))
+      m.denseGemvSplit = std::string(e) != "0";
     if (const char *e = std::getenv("GLM_DENSE_KERNEL")) {
       const std::string dk = e;
       check(dk.empty() || dk == "dense_trellis" || dk == "legacy",

@@ -91,28 +91,34 @@ TEST_P(DenseGemvGpu, MatchesFloat64Reference) {
   auto dW = upload(wBytes);
   auto dS = upload(scaleBytes);
   auto dX = upload(x);
-  auto dY = c.accumulate ? upload(y0) : poisoned<float>(y0.size());
   KernelSpec s = spec("dense_gemv", {{"format", c.format},
                                      {"scale", c.scale},
                                      {"batch", std::to_string(c.batchT)},
                                      {"threads", "256"}});
-  Args a;
-  a.ptr(dX).ptr(dW);
-  if (scaleBytes.empty())
-    a.null();
-  else
-    a.ptr(dS);
-  a.ptr(dY) << B << in << out << outStride << c.accumulate;
-  a.launch(kernel(s), (out + 7) / 8, 1, 256);
-  auto y = download<float>(dY, y0.size());
-  Err e;
-  for (int b = 0; b < B; ++b)
-    for (int o = 0; o < out; ++o)
-      e.add(y[size_t(b) * outStride + o], ref[size_t(b) * outStride + o]);
-  report("dense_gemv " + c.format + " s" + c.scale + " b" +
-             std::to_string(c.batchT) + "/" + std::to_string(B) +
-             (c.accumulate ? " acc" : ""),
-         e, 1e-5, "fp32 accumulation vs float64");
+  // Rows per block 8 (a warp a row) down to 1 (8 input slices a row), the
+  // grids denseGemvBlocks picks for short outputs, each against the
+  // float64 reference.
+  for (int r : {8, 4, 2, 1}) {
+    auto dY = c.accumulate ? upload(y0) : poisoned<float>(y0.size());
+    Args a;
+    a.ptr(dX).ptr(dW);
+    if (scaleBytes.empty())
+      a.null();
+    else
+      a.ptr(dS);
+    a.ptr(dY) << B << in << out << outStride << c.accumulate;
+    a.launch(kernel(s), (out + r - 1) / r, 1, 256);
+    auto y = download<float>(dY, y0.size());
+    Err e;
+    for (int b = 0; b < B; ++b)
+      for (int o = 0; o < out; ++o)
+        e.add(y[size_t(b) * outStride + o], ref[size_t(b) * outStride + o]);
+    report("dense_gemv " + c.format + " s" + c.scale + " b" +
+               std::to_string(c.batchT) + "/" + std::to_string(B) +
+               (c.accumulate ? " acc" : "") + " rows/block " +
+               std::to_string(r),
+           e, 1e-5, "fp32 accumulation vs float64");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/codegen.h"
+#include "codegen/dense_gemv_abi.h"
 #include "codegen/moe_trellis_abi.h"
 
 #include <gtest/gtest.h>
@@ -101,4 +102,17 @@ TEST(MoeTrellisAbi, FamilyNamesAndLaunchBounds) {
   ASSERT_FALSE(f.kernelParams.empty());
   EXPECT_EQ(f.kernelParams.front(), "xh");
   EXPECT_EQ(f.kernelParams.back(), "accumulate");
+}
+
+// dense_gemv grids (codegen/dense_gemv_abi.h): a warp a row while that
+// leaves two blocks an SM, else fewer rows a block (input slices a row).
+TEST(DenseGemvAbi, BlocksSpreadShortOutputsOverTheSms) {
+  using glm::codegen::denseGemvBlocks;
+  EXPECT_EQ(denseGemvBlocks(154880, 132), 154880u / 8); // lm_head: 8 rows
+  EXPECT_EQ(denseGemvBlocks(4096, 132), 512u);          // wq_b: 8 rows
+  EXPECT_EQ(denseGemvBlocks(2048, 132), 512u);          // q_a: 4 rows
+  EXPECT_EQ(denseGemvBlocks(576, 132), 288u);           // kv_a: 2 rows
+  EXPECT_EQ(denseGemvBlocks(128, 132), 128u);           // wk: 1 row
+  EXPECT_EQ(denseGemvBlocks(2048, 48), 256u);           // a Spark: 8 rows
+  EXPECT_EQ(denseGemvBlocks(3, 132), 3u);
 }
