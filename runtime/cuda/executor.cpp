@@ -824,7 +824,10 @@ void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
   const int d = (int)c.hiddenSize, E = (int)c.numRoutedExperts,
             K = (int)c.numExpertsPerTok;
   gemv(L.router, h.ptr(), d, rlog.ptr(), E, B);
-  call("glmx_route", 1, (unsigned)B, 1, 32, 0,
+  check(E >= 1 && E <= 1024 && K >= 1 && K <= 64, "cuda executor: router of ",
+        E, " experts, top ", K, " (glmx_route takes 1..1024 experts, top "
+        "1..64)");
+  call("glmx_route", 1, (unsigned)B, 1, (unsigned)(E + 31) / 32 * 32, 0,
        KArgs() << rlog.ptr() << L.routerBias.ptr() << E << K
                << (int)c.normTopkProb << c.routedScalingFactor << ids.ptr()
                << rw.ptr());

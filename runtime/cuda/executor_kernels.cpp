@@ -1055,72 +1055,60 @@ GLM_X glmx_reduce_units(const double *part, int units, int n, float *out) {
 }
 
 // Sigmoid router of row b: top k of sigmoid(l) + bias (ties: lower id),
-// sorted by expert id, weights renormalised and scaled. Grid (1, B), 32
-// threads; E <= 1024, k <= 64.
+// sorted by expert id, weights renormalised and scaled. Grid (1, B), a
+// thread per expert (blockDim a multiple of 32, >= E; E <= 1024), k <= 64.
+// Expert t is picked when fewer than k experts come before it in (score
+// descending, id ascending) order: the set k rounds of "take the best
+// untaken" would pick, found in one parallel pass instead of k serial warp
+// argmaxes; its place among the picks is the count of picks with lower id.
 GLM_X glmx_route(const float *logitsAll, const float *bias, int E, int k,
                  int normalize, double scale, int *expertsAll,
                  float *weightsAll) {
-  // One warp: lanes score experts e = lane, lane+32, ..; each pick is a
-  // warp argmax (ties: lower expert id, as a serial first-maximum scan).
   __shared__ double s[1024], ch[1024];
-  __shared__ unsigned char taken[1024];
-  __shared__ int pickS[64];
-  const int lane = threadIdx.x;
-  if (lane >= 32)
-    return;
+  __shared__ int pickS[64], warpPicks[32];
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const int b = blockIdx.y;
   const float *logits = logitsAll + (long long)b * E;
-  for (int e = lane; e < E; e += 32) {
-    s[e] = 1.0 / (1.0 + exp(-(double)logits[e]));
-    ch[e] = s[e] + (bias ? (double)bias[e] : 0.0);
-    taken[e] = 0;
+  if (t < E) {
+    s[t] = 1.0 / (1.0 + exp(-(double)logits[t]));
+    ch[t] = s[t] + (bias ? (double)bias[t] : 0.0);
   }
-  __syncwarp();
+  __syncthreads();
   const int kk0 = k;
   if (k > E)
     k = E;
-  for (int kk = 0; kk < k; ++kk) {
-    int bi = -1;
-    double bv = 0.0;
-    for (int e = lane; e < E; e += 32)
-      if (!taken[e] && (bi < 0 || ch[e] > bv)) {
-        bi = e;
-        bv = ch[e];
-      }
-    for (int o = 16; o > 0; o >>= 1) {
-      const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) {
-        bi = oi;
-        bv = ov;
-      }
+  bool picked = false;
+  if (t < E) {
+    const double v = ch[t];
+    int before = 0;
+    for (int e = 0; e < E; ++e) {
+      const double o = ch[e];
+      before += o > v || (o == v && e < t);
     }
-    if (lane == 0) {
-      taken[bi] = 1;
-      pickS[kk] = bi;
-    }
-    __syncwarp();
+    picked = before < k;
   }
-  if (lane != 0)
+  const unsigned m = __ballot_sync(0xffffffffu, picked);
+  if (lane == 0)
+    warpPicks[warp] = __popc(m);
+  __syncthreads();
+  if (picked) {
+    int pos = __popc(m & ((1u << lane) - 1u));
+    for (int w = 0; w < warp; ++w)
+      pos += warpPicks[w];
+    pickS[pos] = t;
+  }
+  __syncthreads();
+  if (t != 0)
     return;
-  int pick[64];
+  double sum = 0; // ascending expert id, as the serial reference adds
   for (int kk = 0; kk < k; ++kk)
-    pick[kk] = pickS[kk];
-  for (int a = 1; a < k; ++a) // ascending expert id
-    for (int c = a; c > 0 && pick[c - 1] > pick[c]; --c) {
-      int t = pick[c];
-      pick[c] = pick[c - 1];
-      pick[c - 1] = t;
-    }
-  double sum = 0;
-  for (int kk = 0; kk < k; ++kk)
-    sum += s[pick[kk]];
+    sum += s[pickS[kk]];
   for (int kk = 0; kk < kk0; ++kk) {
     const bool ok = kk < k;
-    expertsAll[b * kk0 + kk] = ok ? pick[kk] : -1;
+    const int e = ok ? pickS[kk] : 0;
+    expertsAll[b * kk0 + kk] = ok ? e : -1;
     weightsAll[b * kk0 + kk] =
-        ok ? (float)((normalize ? s[pick[kk]] / (sum + 1e-20) : s[pick[kk]]) *
-                     scale)
+        ok ? (float)((normalize ? s[e] / (sum + 1e-20) : s[e]) * scale)
            : 0.0f;
   }
 }

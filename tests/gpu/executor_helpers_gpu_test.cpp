@@ -324,5 +324,84 @@ TEST_F(ExecutorHelpersGpu, MlaKernelsMatchReference) {
   }
 }
 
+/// The router's selection as k serial rounds of "the best untaken expert,
+/// ties to the lower id" (the CPU executor's rule), sorted by id, weights
+/// renormalised over the picks in ascending id and scaled, in float64.
+void routeReference(const std::vector<float> &logits,
+                    const std::vector<float> &bias, int E, int k,
+                    bool normalize, double scale, int b, std::vector<int> &ids,
+                    std::vector<double> &w) {
+  std::vector<double> s(E), ch(E);
+  for (int e = 0; e < E; ++e) {
+    s[e] = 1.0 / (1.0 + std::exp(-(double)logits[size_t(b) * E + e]));
+    ch[e] = s[e] + bias[e];
+  }
+  std::vector<bool> taken(E, false);
+  ids.clear();
+  for (int r = 0; r < k; ++r) {
+    int best = -1;
+    for (int e = 0; e < E; ++e)
+      if (!taken[e] && (best < 0 || ch[e] > ch[best]))
+        best = e;
+    taken[best] = true;
+    ids.push_back(best);
+  }
+  std::sort(ids.begin(), ids.end());
+  double sum = 0;
+  for (int e : ids)
+    sum += s[e];
+  w.clear();
+  for (int e : ids)
+    w.push_back((normalize ? s[e] / (sum + 1e-20) : s[e]) * scale);
+}
+
+TEST_F(ExecutorHelpersGpu, RouteMatchesSerialTopK) {
+  ensureContext();
+  struct Case {
+    int E, k, B;
+    bool normalize, ties;
+  };
+  for (const Case c : {Case{256, 8, 3, true, false}, Case{256, 8, 2, true, true},
+                       Case{160, 6, 2, false, true}, Case{33, 4, 1, true, false},
+                       Case{1024, 64, 1, true, true}}) {
+    std::mt19937 rng(40 + c.E + c.k);
+    std::vector<float> logits = randn(rng, size_t(c.B) * c.E), bias(c.E);
+    for (auto &v : bias)
+      v = std::uniform_real_distribution<float>(-0.1f, 0.1f)(rng);
+    if (c.ties) { // a few distinct values: many exact ties to break by id
+      for (auto &v : logits)
+        v = float(int(v * 2.0f)) / 2.0f;
+      for (auto &v : bias)
+        v = 0.0f;
+    }
+    auto dl = upload(logits), db = upload(bias);
+    auto dIds = poisoned<int>(size_t(c.B) * c.k);
+    auto dW = poisoned<float>(size_t(c.B) * c.k);
+    const double scale = 2.5;
+    Args a;
+    a << dl.ptr() << db.ptr() << c.E << c.k << int(c.normalize) << scale
+      << dIds.ptr() << dW.ptr();
+    a.launch(fn("glmx_route"), 1, c.B, (c.E + 31) / 32 * 32);
+    auto ids = download<int>(dIds, size_t(c.B) * c.k);
+    auto w = download<float>(dW, size_t(c.B) * c.k);
+    size_t bad = 0;
+    Err e;
+    std::vector<int> wantIds;
+    std::vector<double> wantW;
+    for (int b = 0; b < c.B; ++b) {
+      routeReference(logits, bias, c.E, c.k, c.normalize, scale, b, wantIds,
+                     wantW);
+      for (int kk = 0; kk < c.k; ++kk) {
+        bad += ids[size_t(b) * c.k + kk] != wantIds[kk];
+        e.add(w[size_t(b) * c.k + kk], wantW[kk]);
+      }
+    }
+    const std::string name = "glmx_route E" + std::to_string(c.E) + " k" +
+                             std::to_string(c.k) + (c.ties ? " ties" : "");
+    reportExact(name + " ids", bad, ids.size());
+    report(name + " weights", e, 1e-6, "fp64 sigmoid, fp32 store");
+  }
+}
+
 } // namespace
 } // namespace glm::gputest
