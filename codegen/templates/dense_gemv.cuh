@@ -53,9 +53,19 @@ __device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
       s = exp2f(float(int(static_cast<const u8 *>(
                               scale)[(long long)o * (in / 32) + (i0 >> 5)]) -
                       127));
+    // Two bytes per conversion (E4M3x2 -> f16x2 is exact, f16 -> f32 too):
+    // the same values as e4m3ToFloat byte by byte, in fewer instructions.
+    const u32 *p32 = reinterpret_cast<const u32 *>(p);
 #pragma unroll
-    for (int t = 0; t < 16; ++t)
-      wv[t] = e4m3ToFloat(p[t]) * s;
+    for (int t = 0; t < 8; ++t) {
+      const u32 word = p32[t >> 1];
+      const __half2 h(__nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>((t & 1) ? word >> 16 : word),
+          __NV_E4M3));
+      const float2 f = __half22float2(h);
+      wv[2 * t] = f.x * s;
+      wv[2 * t + 1] = f.y * s;
+    }
   }
 #pragma unroll
   for (int b = 0; b < BATCH; ++b) {
