@@ -395,6 +395,13 @@ std::vector<std::string> nvrtcOptions() {
   return o;
 }
 
+bool builtByThisCodegen(const glm::plan::KernelDef &k) {
+  std::string archs;
+  for (const glm::plan::KernelBinary &b : k.binaries)
+    archs += (archs.empty() ? "" : ",") + b.arch;
+  return k.cacheKey == cacheKey(k.source, k.nvrtcOptions, archs, nvrtcVersion());
+}
+
 std::string cacheKey(const std::string &source,
                      const std::vector<std::string> &options,
                      const std::string &arch, const std::string &nvrtcVer) {

@@ -124,6 +124,13 @@ CompiledKernel compileWithNvrtc(const std::string &source,
                                 const std::string &arch,
                                 const CompileOptions &opt = {});
 
+/// Whether plan kernel `k` was built from the templates, NVRTC options and
+/// NVRTC version of this binary (its recorded cache key, over the archs of
+/// its binaries, is the one this codegen computes): a runtime reuses a
+/// plan's PTX/CUBIN only then, since a kernel's source names its template
+/// but does not contain it.
+bool builtByThisCodegen(const glm::plan::KernelDef &k);
+
 /// Spec -> plan kernel: name, template args, source, hashes, options and,
 /// when `compile` (and NVRTC is present), PTX/CUBIN for every spec arch.
 /// launch.blockX is set from the threads parameter; the grid is per op.

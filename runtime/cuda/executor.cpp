@@ -135,7 +135,8 @@ struct CudaForward::Impl {
   std::string arch;
   int planUsed = 0;
   // Where the kernels of buildKernels came from, and its wall time.
-  int fromPlanCubin = 0, fromPlanPtx = 0, fromCache = 0, fromNvrtc = 0;
+  int fromPlanCubin = 0, fromPlanPtx = 0, fromCache = 0, fromNvrtc = 0,
+      fromStalePlan = 0;
   double buildSeconds = 0;
   bool denseGemvSplit = true; // codegen::denseGemvBlocks grids
   std::vector<std::unique_ptr<Module>> modules;
@@ -229,15 +230,21 @@ struct CudaForward::Impl {
       Todo t;
       t.name = kv.first;
       t.source = codegen::generateSource(kv.second);
-      for (const plan::KernelDef &k : planKernels)
-        if (k.name == t.name && k.source == t.source)
-          for (const auto &b : k.binaries)
-            if (b.arch == arch && !b.cubin.empty() && t.image.empty()) {
-              t.image.assign(b.cubin.begin(), b.cubin.end());
-              ++planUsed, ++fromPlanCubin;
-            } else if (b.arch == arch && b.cubin.empty() && !b.ptx.empty()) {
-              t.ptx = b.ptx; // a --kernel-binaries ptx plan
-            }
+      for (const plan::KernelDef &k : planKernels) {
+        if (k.name != t.name || k.source != t.source || k.binaries.empty())
+          continue;
+        if (!codegen::builtByThisCodegen(k)) {
+          ++fromStalePlan; // other templates or NVRTC: built here instead
+          continue;
+        }
+        for (const auto &b : k.binaries)
+          if (b.arch == arch && !b.cubin.empty() && t.image.empty()) {
+            t.image.assign(b.cubin.begin(), b.cubin.end());
+            ++planUsed, ++fromPlanCubin;
+          } else if (b.arch == arch && b.cubin.empty() && !b.ptx.empty()) {
+            t.ptx = b.ptx; // a --kernel-binaries ptx plan
+          }
+      }
       if (t.image.empty()) {
         t.key = codegen::cacheKey(t.source, codegen::nvrtcOptions(), arch,
                                   codegen::nvrtcVersion());
@@ -1595,7 +1602,12 @@ std::string CudaForward::kernelBuildSummary() const {
   std::ostringstream os;
   os << "codegen kernels: " << m.fromPlanCubin << " plan CUBIN, "
      << m.fromPlanPtx << " plan PTX through the driver JIT, " << m.fromCache
-     << " kernel cache, " << m.fromNvrtc << " NVRTC; "
+     << " kernel cache, " << m.fromNvrtc << " NVRTC";
+  if (m.fromStalePlan)
+    os << " (" << m.fromStalePlan
+       << " plan kernels were built from other templates or another NVRTC "
+          "and were not used: recompile the plan with this glmc)";
+  os << "; "
      << std::fixed << std::setprecision(2) << m.buildSeconds << " s";
   return os.str();
 }

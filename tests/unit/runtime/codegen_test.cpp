@@ -209,6 +209,26 @@ TEST(Codegen, CacheKeyCoversSourceOptionsArchAndNvrtc) {
   EXPECT_NE(k, cg::cacheKey("src", o, "sm_90", "13.1"));
 }
 
+// A runtime reuses a plan kernel's binaries only when it was built by the
+// same templates, options and NVRTC (its recorded cache key).
+TEST(Codegen, BuiltByThisCodegenChecksTheRecordedKey) {
+  KernelSpec s = representativeSpecs().front();
+  s.archs = {"sm_121", "sm_90"};
+  glm::plan::KernelDef k = cg::buildKernel(s, false);
+  for (const std::string &a : s.archs)
+    k.binaries.push_back({a, "// ptx", {}});
+  EXPECT_TRUE(cg::builtByThisCodegen(k));
+  glm::plan::KernelDef other = k;
+  other.cacheKey = "0123456789abcdef"; // another glmc's templates
+  EXPECT_FALSE(cg::builtByThisCodegen(other));
+  other = k;
+  other.nvrtcOptions.push_back("-G");
+  EXPECT_FALSE(cg::builtByThisCodegen(other));
+  other = k;
+  other.binaries.pop_back(); // binaries for other archs than the key's
+  EXPECT_FALSE(cg::builtByThisCodegen(other));
+}
+
 TEST(Codegen, EveryFamilyCompilesWithNvrtcForSm90AndSm121) {
   if (!cg::nvrtcAvailable())
     GTEST_SKIP() << "built without NVRTC";
