@@ -209,6 +209,26 @@ TEST(Codegen, CacheKeyCoversSourceOptionsArchAndNvrtc) {
   EXPECT_NE(k, cg::cacheKey("src", o, "sm_90", "13.1"));
 }
 
+// --kernel-binaries ptx: NVRTC for the virtual arch, PTX only (no ptxas),
+// which still names the real target for the driver's JIT.
+TEST(Codegen, PtxOnlyCompileSkipsCubin) {
+  if (!cg::nvrtcAvailable())
+    GTEST_SKIP() << "built without NVRTC";
+  KernelSpec s = representativeSpecs().front();
+  s.archs = {"sm_121"};
+  const glm::plan::KernelDef k = cg::buildKernel(s, false);
+  cg::CompileOptions opt;
+  opt.cubin = false;
+  for (const char *arch : {"sm_121", "sm_90"}) {
+    const cg::CompiledKernel c =
+        cg::compileWithNvrtc(k.source, k.name, arch, opt);
+    EXPECT_TRUE(c.cubin.empty()) << arch;
+    EXPECT_NE(c.ptx.find(".entry " + k.name), std::string::npos) << arch;
+    EXPECT_NE(c.ptx.find(std::string(".target ") + arch), std::string::npos)
+        << arch;
+  }
+}
+
 // A runtime reuses a plan kernel's binaries only when it was built by the
 // same templates, options and NVRTC (its recorded cache key).
 TEST(Codegen, BuiltByThisCodegenChecksTheRecordedKey) {
