@@ -29,6 +29,8 @@
 #include <sstream>
 #include <thread>
 
+#include <unistd.h>
+
 namespace glm::rt::cuda {
 namespace {
 
@@ -298,8 +300,18 @@ struct CudaForward::Impl {
       check(t->error.empty(), t->error);
       planUsed += !t->ptx.empty();
       ++(t->ptx.empty() ? fromNvrtc : fromPlanPtx);
-      std::ofstream out(dir + "/" + t->key + ".cubin", std::ios::binary);
-      out.write(t->image.data(), (std::streamsize)t->image.size());
+      // Through a name of this process and a rename: the ranks of a first
+      // multi-rank start fill the same cache at once, and a reader must
+      // never see half a CUBIN.
+      const std::string path = dir + "/" + t->key + ".cubin";
+      const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+      {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        out.write(t->image.data(), (std::streamsize)t->image.size());
+      }
+      std::filesystem::rename(tmp, path, ec);
+      if (ec)
+        std::filesystem::remove(tmp, ec); // a cache not written is no error
     }
     for (Todo &t : todo) {
       modules.push_back(std::make_unique<Module>(t.image));
