@@ -32,6 +32,7 @@
 #ifdef GLM_CODEGEN_AVAILABLE
 #include "codegen/codegen.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/base/parallel.h"
 #endif
 
@@ -44,11 +45,7 @@
 #include <iterator>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
-#include <thread>
-
-#include <unistd.h>
 
 using namespace mlir;
 using namespace mlir::glm;
@@ -175,7 +172,7 @@ static FailureOr<Spec> gemvSpec(Type format, const Bucket &b,
           {{"K", k},
            {"codebook", cbName(t.getCodebook())},
            {"e4m3", t.getE4m3() ? "1" : "0"},
-           {"batch", str(::glm::codegen::denseTrellisBatch(batch))},
+           {"batch", str(::glm::codegen::decodeKernelBatch(batch))},
            {"pipe", str(::glm::codegen::denseTrellisPipe(
                         dt, t.getTwiceBits() / 2, batch))},
            {"minblocks", str(dt.minBlocks)},
@@ -295,7 +292,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                {{"widths", digits},
                 {"codebook", cbName(*f.getCodebook())},
                 {"e4m3", f.getE4m3() ? "1" : "0"},
-                {"batch", str(::glm::codegen::moeTrellisBatch(int(b.batch)))},
+                {"batch", str(::glm::codegen::decodeKernelBatch(int(b.batch)))},
                 {"sv", "f32"},
                 {"stage", stage},
                 {"pipe", str(t.pipe)},
@@ -438,24 +435,6 @@ static bool readFile(const std::string &path, std::string &out) {
   return bool(f) || f.eof();
 }
 
-/// Writes through a temporary name and renames, so a concurrent compile
-/// never reads half a file.
-static void writeFileAtomic(const std::string &path, const std::string &data) {
-  namespace fs = std::filesystem;
-  std::ostringstream tmp;
-  tmp << path << ".tmp." << ::getpid() << "." << std::this_thread::get_id();
-  {
-    std::ofstream f(tmp.str(), std::ios::binary | std::ios::trunc);
-    f.write(data.data(), std::streamsize(data.size()));
-    if (!f)
-      return; // a cache that cannot be written is no error
-  }
-  std::error_code ec;
-  fs::rename(tmp.str(), path, ec);
-  if (ec)
-    fs::remove(tmp.str(), ec);
-}
-
 /// PTX (and with `cubin` CUBIN) of `k` for `arch`, from the cache or
 /// NVRTC. A PTX-only entry is keyed apart ("+ptx"): its PTX targets the
 /// virtual arch.
@@ -486,10 +465,11 @@ compileCached(const ::glm::plan::KernelDef &k, const std::string &arch,
   bin.ptx = std::move(c.ptx);
   bin.cubin = std::move(c.cubin);
   if (!base.empty()) {
+    // The PTX last: its presence means the entry is complete.
     if (cubin)
-      writeFileAtomic(base + ".cubin",
-                      std::string(bin.cubin.begin(), bin.cubin.end()));
-    writeFileAtomic(base + ".ptx", bin.ptx);
+      ::glm::rt::writeFileAtomic(base + ".cubin", bin.cubin.data(),
+                                 bin.cubin.size());
+    ::glm::rt::writeFileAtomic(base + ".ptx", bin.ptx.data(), bin.ptx.size());
   }
   return bin;
 }

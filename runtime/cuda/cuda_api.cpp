@@ -1,6 +1,7 @@
 //===- cuda_api.cpp -------------------------------------------------------===//
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/base/hash.h"
 
 #include <nvrtc.h>
@@ -214,12 +215,8 @@ std::vector<char> compileCubin(const std::string &source,
   nvrtcDestroyProgram(&prog);
   std::error_code ec;
   fs::create_directories(cacheDir(), ec);
-  if (!ec) {
-    fs::path tmp = cached;
-    tmp += ".tmp";
-    std::ofstream(tmp, std::ios::binary).write(cubin.data(), cubin.size());
-    fs::rename(tmp, cached, ec);
-  }
+  if (!ec)
+    writeFileAtomic(cached.string(), cubin.data(), cubin.size());
   return cubin;
 }
 

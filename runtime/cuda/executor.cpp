@@ -8,6 +8,7 @@
 #include "codegen/moe_trellis_abi.h"
 #include "plans/plan.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/cpu/tp.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/device_weights.h"
@@ -28,8 +29,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-
-#include <unistd.h>
 
 namespace glm::rt::cuda {
 namespace {
@@ -300,18 +299,8 @@ struct CudaForward::Impl {
       check(t->error.empty(), t->error);
       planUsed += !t->ptx.empty();
       ++(t->ptx.empty() ? fromNvrtc : fromPlanPtx);
-      // Through a name of this process and a rename: the ranks of a first
-      // multi-rank start fill the same cache at once, and a reader must
-      // never see half a CUBIN.
-      const std::string path = dir + "/" + t->key + ".cubin";
-      const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-      {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out.write(t->image.data(), (std::streamsize)t->image.size());
-      }
-      std::filesystem::rename(tmp, path, ec);
-      if (ec)
-        std::filesystem::remove(tmp, ec); // a cache not written is no error
+      writeFileAtomic(dir + "/" + t->key + ".cubin", t->image.data(),
+                      t->image.size());
     }
     for (Todo &t : todo) {
       modules.push_back(std::make_unique<Module>(t.image));
@@ -454,7 +443,7 @@ struct CudaForward::Impl {
                 {{"K", std::to_string(L.K)},
                  {"codebook", cbName(L.codebook)},
                  {"e4m3", L.e4m3 ? "1" : "0"},
-                 {"batch", std::to_string(codegen::denseTrellisBatch(B))},
+                 {"batch", std::to_string(codegen::decodeKernelBatch(B))},
                  {"pipe",
                   std::to_string(codegen::denseTrellisPipe(dt, L.K, B))},
                  {"minblocks", std::to_string(dt.minBlocks)},
@@ -603,13 +592,11 @@ struct CudaForward::Impl {
 
   // --- moe_trellis ------------------------------------------------------
 
-  /// Template batch of a runtime batch (the template bounds it).
-  static int mtBatch(int B) { return codegen::moeTrellisBatch(B); }
   codegen::KernelSpec mtSpec(const MoeTables &T, int B, int stage) const {
     return spec("moe_trellis", {{"widths", T.widths},
                                 {"codebook", cbName(T.codebook)},
                                 {"e4m3", T.e4m3 ? "1" : "0"},
-                                {"batch", std::to_string(mtBatch(B))},
+                                {"batch", std::to_string(codegen::decodeKernelBatch(B))},
                                 {"sv", "f32"},
                                 {"stage", std::string(stage == 0 ? "gu" : "down") +
                                               (mtBlocksPerSm > 0 ? "_persist" : "")},
