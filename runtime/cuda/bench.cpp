@@ -364,18 +364,14 @@ struct MoeWorld {
       GLM_CU(cuFuncSetAttribute(
           f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)));
     const CUdeviceptr null = 0;
-    uint64_t a[] = {x, idsP, rwP, tables[l].ptr(), widths.ptr(),
-                    guSvh.ptr(), guSu.ptr(), dSuh.ptr(), dSvB.ptr(), null,
-                    signs.ptr(), scratch.ptr(), counters.ptr(), out.ptr()};
-    const int n[] = {batch, topk, E, nShared, H, 2048, H, 0, 0,
-                     8, 64, 8, 64, m.split, m.group, 0};
-    std::vector<void *> ptrs;
-    for (uint64_t &v : a)
-      ptrs.push_back(&v);
-    for (const int &v : n)
-      ptrs.push_back(const_cast<int *>(&v));
-    cuda::launch(f, st == 0 ? d.gridGateUp() : d.gridDown(), 1, 1,
-                 unsigned(m.threads), smem, c.stream, ptrs.data());
+    Params p;
+    p << x << idsP << rwP << tables[l].ptr() << widths.ptr() << guSvh.ptr()
+      << guSu.ptr() << dSuh.ptr() << dSvB.ptr() << null << signs.ptr()
+      << scratch.ptr() << counters.ptr() << out.ptr() << batch << topk << E
+      << nShared << H << 2048 << H << 0 << 0 << 8 << 64 << 8 << 64 << m.split
+      << m.group << 0;
+    p.launch(f, st == 0 ? d.gridGateUp() : d.gridDown(), 1,
+             unsigned(m.threads), c.stream, smem);
   }
   double weightBytes() const {
     return double(topk + nShared) * 3 * 2048.0 * H * K / 8;

@@ -26,11 +26,11 @@ public:
     return *this;
   }
   void launch(CUfunction f, unsigned gx, unsigned gy, unsigned bx,
-              CUstream stream) {
+              CUstream stream, unsigned smem = 0) {
     std::vector<void *> p;
     for (auto &s : slots_)
       p.push_back(&s);
-    cuda::launch(f, gx, gy, 1, bx, 0, stream, p.data());
+    cuda::launch(f, gx, gy, 1, bx, smem, stream, p.data());
   }
 
 private:
