@@ -57,11 +57,6 @@ struct DenseTrellisTuning {
 };
 inline DenseTrellisTuning defaultDenseTrellisTuning() { return {}; }
 
-/// Template batch of a runtime batch 1..8 (decodeKernelBatch): only the
-/// number of mma batch groups (1 up to 4 rows, 2 above) and the shared rows
-/// depend on it.
-inline int denseTrellisBatch(int b) { return decodeKernelBatch(b); }
-
 /// The tuning's pipe stages for width K and batch b, lowered until the
 /// per-block cp.async ring fits 32 KB (the family's values 0, 2, 3, 4, 6).
 inline int denseTrellisPipe(const DenseTrellisTuning &t, int K, int b) {

@@ -76,9 +76,6 @@ inline unsigned moeTrellisDynSmem(bool e4m3, int threads, bool persist) {
   return e4m3 && threads >= 256 && !persist ? 65536u + 16u : 0u;
 }
 
-/// Template BATCH of a runtime batch (decodeKernelBatch).
-inline int moeTrellisBatch(int batch) { return decodeKernelBatch(batch); }
-
 /// Launch tuning every moe_trellis layer of a model shares: the executor's
 /// default (GLM_MOE_TRELLIS_CONFIG overrides it there) and what the
 /// compiler writes into a plan, so both launch the same kernels.

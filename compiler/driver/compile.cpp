@@ -147,9 +147,6 @@ static int runCompile(const CompileArgs &a) {
 #ifdef GLM_CODEGEN_AVAILABLE
   opt.compileKernels = !a.noKernelCompile && glm::codegen::nvrtcAvailable();
 #endif
-  glm::rt::check(a.kernelBinaries == "cubin" || a.kernelBinaries == "ptx",
-                 "glmc compile: --kernel-binaries must be cubin or ptx, not '",
-                 a.kernelBinaries, "'");
   opt.cubin = a.kernelBinaries == "cubin";
   opt.output = stop == Stage::Plan ? a.output : "";
   opt.decodeBatches = intList(a.decodeBatches, "--decode-batches");

@@ -72,7 +72,7 @@ KernelSpec newSpec(int K, int b, const codegen::DenseTrellisTuning &t) {
             {{"K", std::to_string(K)},
              {"codebook", "mcg"},
              {"e4m3", "1"},
-             {"batch", std::to_string(codegen::denseTrellisBatch(b))},
+             {"batch", std::to_string(codegen::decodeKernelBatch(b))},
              {"pipe", std::to_string(codegen::denseTrellisPipe(t, K, b))},
              {"minblocks", std::to_string(t.minBlocks)},
              {"threads", std::to_string(t.threads)}});
