@@ -86,9 +86,17 @@ bool readFull(int fd, void *buf, size_t n, int64_t deadlineNs) {
 /// Writes all bytes; gives up (false) when no byte moves for `stallNs` or
 /// `abandon()` says so. With `skipIfFull` nothing is written (false) when
 /// the socket cannot take the first byte right now.
+/// How a write ended: a peer that died shows up here as a reset or broken
+/// pipe, often before its reader sees the end of the stream, and must be named
+/// as such rather than as a stall.
+enum class WriteEnd { Sent, Closed, Stalled };
+
+constexpr const char *kConnectionClosed =
+    ": its connection closed (the process exited or was killed); exiting";
+
 template <class Abandon>
-bool writeFull(int fd, const char *p, size_t n, int64_t stallNs,
-               bool skipIfFull, Abandon abandon) {
+WriteEnd writeFull(int fd, const char *p, size_t n, int64_t stallNs,
+                   bool skipIfFull, Abandon abandon) {
   int64_t last = nowNs();
   bool started = false;
   while (n > 0) {
@@ -101,15 +109,15 @@ bool writeFull(int fd, const char *p, size_t n, int64_t stallNs,
       continue;
     }
     if (put < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      return false;
+      return WriteEnd::Closed;
     if (!started && skipIfFull)
-      return false;
+      return WriteEnd::Stalled;
     if (nowNs() - last > stallNs || abandon())
-      return false;
+      return WriteEnd::Stalled;
     pollfd pfd{fd, POLLOUT, 0};
     poll(&pfd, 1, 100);
   }
-  return true;
+  return WriteEnd::Sent;
 }
 
 std::vector<char> frame(uint32_t type, uint32_t aux, const void *data,
@@ -127,7 +135,7 @@ bool sendFrame(int fd, uint32_t type, const std::string &payload,
                double timeout) {
   std::vector<char> f = frame(type, 0, payload.data(), payload.size());
   return writeFull(fd, f.data(), f.size(), secondsToNs(timeout), false,
-                   [] { return false; });
+                   [] { return false; }) == WriteEnd::Sent;
 }
 
 bool readFrame(int fd, Header &h, std::string &payload, int64_t deadlineNs) {
@@ -474,8 +482,7 @@ void TcpHostComm::readerLoop(int r) {
       if (!p.left && !stop_)
         failWith(describe(r) + " stopped responding during " +
                      stepText(p.step) +
-                     ": its connection closed (the process exited or was "
-                     "killed); exiting",
+                     kConnectionClosed,
                  r);
       return;
     }
@@ -558,7 +565,7 @@ bool TcpHostComm::trySendMsg(int r, uint32_t type, uint32_t aux,
     return false;
   std::vector<char> f = frame(type, aux, data, len, step_);
   return writeFull(p.fd, f.data(), f.size(), secondsToNs(cfg_.timeout),
-                   type == kHeartbeat, [] { return false; });
+                   type == kHeartbeat, [] { return false; }) == WriteEnd::Sent;
 }
 
 void TcpHostComm::sendMsg(int r, uint32_t type, uint32_t aux,
@@ -566,17 +573,21 @@ void TcpHostComm::sendMsg(int r, uint32_t type, uint32_t aux,
   Peer &p = peers_[r];
   std::unique_lock<std::timed_mutex> lk(p.writeMu);
   std::vector<char> f = frame(type, aux, data, len, step_);
-  bool ok = writeFull(p.fd, f.data(), f.size(), secondsToNs(cfg_.timeout),
-                      false, [this] { return failing_.load(); });
+  WriteEnd end = writeFull(p.fd, f.data(), f.size(),
+                           secondsToNs(cfg_.timeout), false,
+                           [this] { return failing_.load(); });
   lk.unlock();
-  if (!ok && !failing_) {
+  if (end != WriteEnd::Sent && !failing_) {
     std::ostringstream os;
-    os << describe(r) << " stopped responding during " << stepText(p.step)
-       << ": it took no data for " << cfg_.timeout
-       << " s (--rank-timeout); exiting";
+    os << describe(r) << " stopped responding during " << stepText(p.step);
+    if (end == WriteEnd::Closed)
+      os << kConnectionClosed;
+    else
+      os << ": it took no data for " << cfg_.timeout
+         << " s (--rank-timeout); exiting";
     failWith(os.str(), r);
   }
-  if (!ok)
+  if (end != WriteEnd::Sent)
     throwError();
 }
 
