@@ -291,6 +291,7 @@ struct Common {
   bool includeUsage = true;
   std::vector<std::string> stops;
   bool maxTokensGiven = false;
+  std::string model; // echoed in replies: the request's, else the served name
 };
 
 double getNumber(const ojson &body, const char *key, double lo, double hi) {
@@ -315,6 +316,10 @@ Common parseCommon(const ojson &body, const ServerOptions &opt) {
   if (body.contains("model") && !body["model"].is_string() &&
       !body["model"].is_null())
     badRequest("'model' must be a string", "model");
+  c.model = opt.modelName;
+  if (body.contains("model") && body["model"].is_string() &&
+      !body["model"].get<std::string>().empty())
+    c.model = body["model"].get<std::string>();
   for (const char *k : {"max_tokens", "max_completion_tokens"}) {
     if (!body.contains(k) || body[k].is_null())
       continue;
@@ -697,9 +702,7 @@ private:
 
     std::string id = "chatcmpl-" + randomHex(24);
     int64_t created = unixNow();
-    std::string model = body.value("model", opt_.modelName);
-    if (model.empty())
-      model = opt_.modelName;
+    const std::string &model = c.model;
     auto chunk = [&](const ojson &delta, const ojson &finish) {
       return ojson{{"id", id},
                    {"object", "chat.completion.chunk"},
@@ -831,7 +834,7 @@ private:
       badRequest("'prompt' must not be empty", "prompt");
     std::string id = "cmpl-" + randomHex(24);
     int64_t created = unixNow();
-    std::string model = body.value("model", opt_.modelName);
+    const std::string &model = c.model;
     auto chunk = [&](const std::string &text, const ojson &finish) {
       return ojson{{"id", id},
                    {"object", "text_completion"},

@@ -191,6 +191,21 @@ def test_completions_endpoint(client):
     assert text == "Hello! I am a fake engine. 😀 Ünïcode works."
 
 
+@pytest.mark.parametrize("path,extra", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+    ("/v1/completions", {"prompt": "hello"}),
+])
+@pytest.mark.parametrize("model", ["", None])
+def test_replies_name_the_served_model_when_none_is_asked(server, path, extra,
+                                                           model):
+    # Clients that send "model": "" or null get the served name back, on
+    # both endpoints (not an empty name, not a server error).
+    body = dict(extra, model=model, max_tokens=4)
+    status, reply = post_raw(server, path, json.dumps(body).encode())
+    assert status == 200, reply
+    assert reply["model"] == "glm-fake"
+
+
 def test_twenty_concurrent_requests(server, client):
     before = metric(server, "glm_requests_total",
                     '{endpoint="/v1/chat/completions",status="200"}')
@@ -235,6 +250,8 @@ def test_disconnect_cancels_generation(server):
 
 BAD = [
     (b"{not json", "malformed json"),
+    (json.dumps({"model": 5, "messages": [{"role": "user", "content": "x"}]})
+     .encode(), "model type"),
     (b"[1, 2]", "not an object"),
     (json.dumps({"messages": "hi"}).encode(), "messages not a list"),
     (json.dumps({"messages": []}).encode(), "empty messages"),

@@ -66,16 +66,21 @@ TEST(KernelBuilds, AnExceptionIsThatKernelsError) {
 
 TEST(KernelBuilds, DestroyingSkipsJobsNotStarted) {
   std::atomic<int> runs{0};
+  std::atomic<bool> firstStarted{false};
   {
     KernelBuilds builds(nullptr);
     std::vector<Job> jobs;
     for (int i = 0; i < 50; ++i)
-      jobs.push_back([&runs](KernelBuildResult &) {
+      jobs.push_back([&runs, &firstStarted](KernelBuildResult &) {
+        firstStarted = true;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         ++runs;
       });
     builds.start({}, std::move(jobs), 1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    // Wait for the worker to be inside a job (a loaded CI machine may take
+    // longer than any fixed nap to start the thread), then drop the queue.
+    while (!firstStarted)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   } // a failed pipeline drops the analysis without waiting for all 50
   EXPECT_GE(runs.load(), 1);
   EXPECT_LT(runs.load(), 50);
