@@ -22,19 +22,26 @@ namespace glm::plan {
 /// Schema version of plans this build writes. A reader accepts any minor of
 /// its own major (minor versions only append fields).
 constexpr uint32_t kPlanSchemaMajor = 1;
-constexpr uint32_t kPlanSchemaMinor = 2; // 1.1: decoded_weights, repeat,
+constexpr uint32_t kPlanSchemaMinor = 3; // 1.1: decoded_weights, repeat,
                                           // rows_per_launch, row_bytes;
                                           // 1.2: decode graphs list the
                                           // CUDA executor's codegen
                                           // launches (moe_trellis, trellis
                                           // rotations, router/indexer/MLP
-                                          // GEMVs)
+                                          // GEMVs); 1.3: checksum trailer
 /// Kernel-argument and buffer conventions between the plan's kernels and the
 /// runtime; bump when a template's parameter list or meaning changes.
 constexpr uint32_t kRuntimeAbi = 1;
 /// The flatbuffer file_identifier and file extension.
 constexpr const char *kPlanFileIdentifier = "GLMP";
 constexpr const char *kPlanFileExtension = "glmplan";
+/// Since schema 1.3 a plan file is the flatbuffer followed by a 16-byte
+/// trailer: this magic, then the xxh64 (seed 0, little-endian) of every byte
+/// before the trailer. The flatbuffer Verifier only proves offsets in bounds;
+/// the checksum catches a flipped byte in a value (a binding offset, an eps,
+/// a kernel's PTX) that would otherwise run with wrong numbers.
+constexpr const char *kPlanChecksumMagic = "GLMPXH64";
+constexpr size_t kPlanTrailerBytes = 16;
 
 // Enums mirror plan.fbs value for value (checked by static_assert in
 // plan_writer.cpp). Append only.

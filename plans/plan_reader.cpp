@@ -1,6 +1,7 @@
 //===- plan_reader.cpp - verify a plan once, then hand out plain structs --===//
 //
-// Order of checks: file identifier, flatbuffer Verifier (every offset and
+// Order of checks: file identifier, checksum trailer (a flipped byte
+// anywhere), flatbuffer Verifier (every offset and
 // length in bounds), schema major, runtime ABI, pack hashes, then indices and
 // extents (validatePlan). Each refusal names the file, expected vs found and
 // the re-plan command. After this nothing in the runtime re-checks the bytes.
@@ -9,7 +10,9 @@
 #include "plans/plan.h"
 #include "plans/plan_generated.h"
 #include "runtime/base/error.h"
+#include "runtime/base/hash.h"
 
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -280,6 +283,24 @@ Plan parsePlan(const uint8_t *data, size_t size, const std::string &source,
     rt::fail(source, ": not a glmc plan (file identifier '", found,
              "', expected '", kPlanFileIdentifier, "'); ", hint);
   }
+  // Schema 1.3+: the last 16 bytes are the checksum trailer (plan.h). A
+  // missing trailer is a cut-off file or a plan from before 1.3.
+  const bool hasTrailer =
+      size >= 8 + kPlanTrailerBytes &&
+      std::memcmp(data + size - kPlanTrailerBytes, kPlanChecksumMagic, 8) == 0;
+  rt::check(hasTrailer, source,
+            ": corrupt or truncated plan (its checksum trailer is missing: "
+            "the file was cut short, or written by a glmc older than plan "
+            "schema 1.3); ",
+            hint);
+  size -= kPlanTrailerBytes;
+  uint64_t recorded = 0;
+  for (int i = 0; i < 8; ++i)
+    recorded |= uint64_t(data[size + 8 + i]) << (8 * i);
+  const uint64_t actual = rt::xxh64(data, size);
+  rt::check(actual == recorded, source, ": corrupt plan (its bytes hash to ",
+            rt::hex64(actual), " but glmc recorded ", rt::hex64(recorded),
+            ": the file changed after it was written); ", hint);
   flatbuffers::Verifier verifier(data, size, /*max_depth=*/64,
                                  /*max_tables=*/1u << 30);
   if (!fbs::VerifyPlanDefBuffer(verifier))

@@ -9,9 +9,12 @@
 #include "plans/plan.h"
 #include "plans/plan_generated.h"
 #include "runtime/base/error.h"
+#include "runtime/base/hash.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <tuple>
 #include <unordered_map>
@@ -463,19 +466,36 @@ static void build(Writer &w, const Plan &plan) {
   w.plan(plan);
 }
 
+/// The checksum trailer of a finished flatbuffer (plan.h).
+static std::array<uint8_t, kPlanTrailerBytes>
+trailerOf(const uint8_t *data, size_t size) {
+  std::array<uint8_t, kPlanTrailerBytes> t{};
+  std::memcpy(t.data(), kPlanChecksumMagic, 8);
+  const uint64_t h = rt::xxh64(data, size);
+  for (int i = 0; i < 8; ++i)
+    t[8 + i] = uint8_t(h >> (8 * i));
+  return t;
+}
+
 std::vector<uint8_t> serializePlan(const Plan &plan) {
   Writer w(estimateBytes(plan));
   build(w, plan);
-  return {w.b.GetBufferPointer(), w.b.GetBufferPointer() + w.b.GetSize()};
+  const uint8_t *b = w.b.GetBufferPointer();
+  std::vector<uint8_t> out(b, b + w.b.GetSize());
+  const auto t = trailerOf(b, w.b.GetSize());
+  out.insert(out.end(), t.begin(), t.end());
+  return out;
 }
 
 void writePlan(const Plan &plan, const std::string &path) {
   Writer w(estimateBytes(plan)); // written from the builder: no copy
   build(w, plan);
+  const auto t = trailerOf(w.b.GetBufferPointer(), w.b.GetSize());
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   rt::check(bool(f), path, ": cannot open the plan for writing");
   f.write(reinterpret_cast<const char *>(w.b.GetBufferPointer()),
           std::streamsize(w.b.GetSize()));
+  f.write(reinterpret_cast<const char *>(t.data()), std::streamsize(t.size()));
   f.close();
   rt::check(bool(f), path, ": writing the plan failed (disk full?)");
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -251,6 +252,41 @@ TEST(Plan, RefusesCorruptBytes) {
     parsePlan(bytes.data(), bytes.size(), "cut.glmplan");
   });
   EXPECT_NE(m.find("corrupt or truncated"), std::string::npos) << m;
+}
+
+TEST(Plan, ChecksumTrailerCatchesAFlippedValue) {
+  const std::vector<uint8_t> good = serializePlan(smallPlan());
+  ASSERT_GT(good.size(), kPlanTrailerBytes + 8);
+  EXPECT_EQ(std::string(good.end() - 16, good.end() - 8), "GLMPXH64");
+  // An eps of 1e-5 becomes another float: the flatbuffer still verifies
+  // (offsets are intact), only the checksum can tell.
+  const float eps = 1e-5f;
+  uint8_t pattern[4];
+  std::memcpy(pattern, &eps, 4);
+  auto at = std::search(good.begin(), good.end(), pattern, pattern + 4);
+  ASSERT_NE(at, good.end());
+  std::vector<uint8_t> flipped = good;
+  flipped[size_t(at - good.begin()) + 3] ^= 0x01;
+  const std::string m = errorOf([&] {
+    parsePlan(flipped.data(), flipped.size(), "flip.glmplan");
+  });
+  EXPECT_NE(m.find("flip.glmplan: corrupt plan (its bytes hash to "),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("the file changed after it was written); re-plan with"),
+            std::string::npos)
+      << m;
+  // A plan written before schema 1.3 (no trailer) is refused, not misread.
+  std::vector<uint8_t> old(good.begin(), good.end() - kPlanTrailerBytes);
+  const std::string o = errorOf([&] {
+    parsePlan(old.data(), old.size(), "old.glmplan");
+  });
+  EXPECT_NE(o.find("old.glmplan: corrupt or truncated plan (its checksum "
+                   "trailer is missing: the file was cut short, or written "
+                   "by a glmc older than plan schema 1.3)"),
+            std::string::npos)
+      << o;
+  EXPECT_NO_THROW(parsePlan(good.data(), good.size(), "good.glmplan"));
 }
 
 TEST(Plan, RefusesANewerMajorAndAcceptsANewerMinor) {
