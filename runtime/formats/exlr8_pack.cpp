@@ -130,6 +130,40 @@ struct ExpertLayer {
   }
 };
 
+/// xxh64 of expert half (row, p, h) of width set `ws` as exlr8-format.md §3
+/// states it (the half's bytes, its intermediate-side slice, its block-scale
+/// row) and the value the index stores for it. `off`/`len` are the half's
+/// bytes in ws.data (already checked against the file).
+struct HalfChecksum {
+  uint64_t stored = 0, computed = 0;
+  bool ok() const { return stored == computed; }
+};
+HalfChecksum halfChecksum(const ExpertLayer &L, const WidthSet &ws,
+                          int64_t row, int p, int64_t h, uint64_t off,
+                          uint64_t len) {
+  const int64_t I = L.inter, hb = L.hidden / kBlock;
+  Xxh64 x;
+  x.update(ws.data->bytes(off, len), len);
+  const TensorView &chan = *ws.chan[p], &blk = *ws.block[p];
+  const uint64_t cs = dtypeSize(chan.dtype), bs = dtypeSize(blk.dtype);
+  x.update(chan.data + (row * I + h * kBlock) * cs, kBlock * cs);
+  x.update(blk.data + row * hb * bs, hb * bs);
+  return {(uint64_t)intAt(*ws.checksum, (row * 3 + p) * L.halves + h),
+          x.digest()};
+}
+
+/// The message of a half whose checksum does not match.
+std::string halfDamage(const ExpertLayer &L, const WidthSet &ws, int p,
+                       uint64_t off, uint64_t len, const HalfChecksum &c) {
+  return "xxh64 mismatch (stored " + hex64(c.stored) + ", computed " +
+         hex64(c.computed) + ") over the half's " + std::to_string(len) +
+         " bytes and its " +
+         (p < 2 ? "svh slice and su_block row" : "suh slice and sv_block row") +
+         " in " + L.indexRel + "; re-download " + ws.dataRel + " bytes [" +
+         std::to_string(off) + ", " + std::to_string(off + len) +
+         ") or the index file";
+}
+
 struct DenseRecord {
   std::shared_ptr<SafetensorsFile> file;
   std::string rel, prefix, name, object;
@@ -1071,6 +1105,16 @@ std::vector<float> Exlr8Pack::dequantizeExpert(const Locator &loc) const {
     check(len == halfBytes(H, k), L.indexRel, ": ", obj, " has length ", len,
           ", expected ", halfBytes(H, k), " (", H / 2,
           " tiles x 32K bytes); the index is damaged");
+    check(off >= ws.data->headerSize() && off + len <= ws.data->fileSize(),
+          ws.dataRel, ": ", obj, " at bytes [", off, ", ", off + len,
+          ") lies outside the file (size ", ws.data->fileSize(),
+          "); the file is truncated or the index is damaged (glmc verify ",
+          dir_, " lists every damaged part)");
+    // The checksum is checked on every load: a damaged half is refused, not
+    // decoded into wrong weights (hashing costs little next to decoding).
+    const HalfChecksum c = halfChecksum(L, ws, trow, p, h, off, len);
+    check(c.ok(), ws.dataRel, ": ", obj, ": ", halfDamage(L, ws, p, off, len, c),
+          " (glmc verify ", dir_, " lists every damaged part)");
     std::vector<uint16_t> words = wordsOf(ws.data->bytes(off, len), len);
     const TensorView &chan = *ws.chan[p], &blk = *ws.block[p];
     if (p < 2) {
@@ -1112,6 +1156,14 @@ std::vector<float> Exlr8Pack::dequantizeRecord(const DenseRecord &r) const {
   for (auto &kv : r.fields)
     check(kv.second->data != nullptr,
           indexOnlyMessage(r.name + " (" + kv.second->name + ")", r.rel));
+  // Block checksums on every load, as for expert halves.
+  VerifyReport rep;
+  verifyRecord(r, rep, [] {});
+  if (!rep.issues.empty()) {
+    const VerifyIssue &i = rep.issues.front();
+    fail(i.file, ": ", i.object, " at offset ", i.offset, ": ", i.message,
+         " (glmc verify ", dir_, " lists every damaged part)");
+  }
   const int64_t O = r.out, N = r.in;
   std::vector<float> w((size_t)(O * N));
   switch (r.code) {
@@ -1388,7 +1440,7 @@ Exlr8Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
   }
 
   for (auto &L : layers_) {
-    int64_t H = L.hidden, I = L.inter, hb = H / kBlock;
+    const int64_t H = L.hidden;
     for (bool sep : {false, true}) {
       for (auto &kv : sep ? L.shared : L.main) {
         const WidthSet &ws = kv.second;
@@ -1430,27 +1482,13 @@ Exlr8Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
                 tick();
                 continue;
               }
-              Xxh64 x;
-              x.update(ws.data->bytes(off, want), want);
-              const TensorView &chan = *ws.chan[p], &blk = *ws.block[p];
-              uint64_t cs = dtypeSize(chan.dtype), bs = dtypeSize(blk.dtype);
-              x.update(chan.data + (row * I + h * kBlock) * cs, kBlock * cs);
-              x.update(blk.data + row * hb * bs, hb * bs);
-              uint64_t stored =
-                  (uint64_t)intAt(*ws.checksum, (row * 3 + p) * L.halves + h);
-              uint64_t got = x.digest();
+              const HalfChecksum c =
+                  halfChecksum(L, ws, row, p, h, (uint64_t)off, want);
               rep.checkedBytes += want;
-              if (stored != got)
-                rep.issues.push_back(
-                    {ws.dataRel, obj, (uint64_t)off,
-                     "xxh64 mismatch (stored " + hex64(stored) +
-                         ", computed " + hex64(got) + ") over the half's " +
-                         std::to_string(want) + " bytes and its " +
-                         (p < 2 ? "svh slice and su_block row"
-                                : "suh slice and sv_block row") +
-                         " in " + L.indexRel + "; re-download " + ws.dataRel +
-                         " bytes [" + std::to_string(off) + ", " +
-                         std::to_string(off + len) + ") or the index file"});
+              if (!c.ok())
+                rep.issues.push_back({ws.dataRel, obj, (uint64_t)off,
+                                      halfDamage(L, ws, p, (uint64_t)off,
+                                                 want, c)});
               tick();
             }
       }

@@ -606,6 +606,24 @@ TEST_F(Exlr8Expert, FlippedByteNamesTheHalf) {
   EXPECT_EQ(rep.issues[0].file, pack.kfile(3));
   EXPECT_EQ(rep.issues[0].object, "layer 3 expert 1 up half 1 (K3)");
   EXPECT_EQ(rep.issues[0].offset, off);
+  // Loading the damaged half (what the CPU backend and glmc dequant do)
+  // refuses it by name instead of decoding wrong weights; others still load.
+  PackOpenOptions k3;
+  k3.width = 3;
+  auto p3 = Pack::open(dir, k3);
+  const std::string e = errorOf(
+      [&] { p3->dequantize("model.layers.3.mlp.experts.1.up_proj.weight"); });
+  EXPECT_NE(e.find(pack.kfile(3) +
+                   ": model.layers.3.mlp.experts.1.up_proj.weight half 1 "
+                   "(K3): xxh64 mismatch"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("glmc verify " + dir + " lists every damaged part"),
+            std::string::npos)
+      << e;
+  EXPECT_NO_THROW(
+      p3->dequantize("model.layers.3.mlp.experts.0.up_proj.weight"));
+  p3.reset();
 
   // A damaged side vector is caught by the same half's checksum.
   flipByte(dir + "/" + pack.kfile(3), off + 1000); // repair
@@ -977,6 +995,15 @@ TEST(Exlr8Dense, AllFormatsDecodePerTable) {
   EXPECT_TRUE(objs.count("layer 0 self_attn.kv_b_proj block 1"));
   EXPECT_TRUE(objs.count("layer 0 self_attn.o_proj block 1"));
   EXPECT_EQ(rep.issues[0].file, "dense/exlr8-dense-000.safetensors");
+  // Loading a damaged record refuses it, naming the block.
+  const std::string d = errorOf(
+      [&] { p->dequantize("model.layers.0.self_attn.kv_b_proj.weight"); });
+  EXPECT_NE(d.find("dense/exlr8-dense-000.safetensors: layer 0 "
+                   "self_attn.kv_b_proj block 1 at offset "),
+            std::string::npos)
+      << d;
+  EXPECT_NE(d.find("xxh64 mismatch"), std::string::npos) << d;
+  expectClose(p->dequantize("lm_head.weight"), head.expected, 1e-6, "lm_head");
 
   // Header-only copies (index-only packs) still list every record.
   std::string io = scratch("dense_io");
