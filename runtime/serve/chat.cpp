@@ -9,12 +9,43 @@
 
 #include "runtime/base/error.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <sys/stat.h>
 
 namespace glm::rt {
+
+int jsonNestingDepth(const std::string &text) {
+  int depth = 0, deepest = 0;
+  bool inString = false, escaped = false;
+  for (char c : text) {
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    if (c == '"')
+      inString = true;
+    else if (c == '[' || c == '{')
+      deepest = std::max(deepest, ++depth);
+    else if ((c == ']' || c == '}') && depth > 0)
+      --depth;
+  }
+  return deepest;
+}
+
+ojson parseJsonBounded(const std::string &text, const std::string &what) {
+  const int depth = jsonNestingDepth(text);
+  check(depth <= kMaxJsonDepth, what, " nests ", depth,
+        " levels deep (at most ", kMaxJsonDepth, ")");
+  return ojson::parse(text);
+}
 
 static const char kThinkOpen[] = "<think>";
 static const char kThinkClose[] = "</think>";
@@ -67,7 +98,8 @@ std::string ChatTemplate::render(const Request &req) const {
       if (fn->is_object() && fn->contains("arguments") &&
           (*fn)["arguments"].is_string()) {
         try {
-          ojson a = ojson::parse((*fn)["arguments"].get<std::string>());
+          ojson a = parseJsonBounded((*fn)["arguments"].get<std::string>(),
+                                     "tool-call arguments");
           if (a.is_object())
             (*fn)["arguments"] = a;
         } catch (const std::exception &) {
@@ -201,7 +233,7 @@ bool OutputParser::parseCall(const std::string &body, ToolCall &out) const {
     }
     if (!asString) {
       try {
-        out.arguments[key] = ojson::parse(val);
+        out.arguments[key] = parseJsonBounded(val, "tool-call argument");
         continue;
       } catch (const std::exception &) {
         // Not JSON: keep the text.

@@ -218,6 +218,11 @@ static std::vector<Chunk> chunkSource(std::string src, const std::string &name,
 //===----------------------------------------------------------------------===//
 // Expression tokens
 //===----------------------------------------------------------------------===//
+/// Limits that keep the recursive parser and evaluator inside the stack.
+constexpr size_t kMaxExprTokens = 2048;
+constexpr int kMaxExprNesting = 300; // parse recursion: ~3 per bracket level
+constexpr int kMaxBlocks = 100;       // nested {% if/for/macro ... %} blocks
+
 static std::vector<ExprTok> lexExpr(const std::string &s,
                                     const std::string &where) {
   std::vector<ExprTok> toks;
@@ -343,6 +348,14 @@ static std::vector<ExprTok> lexExpr(const std::string &s,
     }
     fail(where, ": unexpected character '", c, "' in expression");
   }
+  // Parsing, evaluating and freeing an expression recurse once per level of
+  // its tree; left-associative chains (a + b + c ..., x|f|f ...) are built
+  // by loops, so their depth is bounded only here. Real templates stay far
+  // below this; a damaged or hostile chat template must not overflow the
+  // stack of the server.
+  if (toks.size() > kMaxExprTokens)
+    fail(where, ": expression of ", toks.size(), " tokens (at most ",
+         kMaxExprTokens, " in one tag)");
   toks.push_back({ExprTok::End, ""});
   return toks;
 }
@@ -418,6 +431,19 @@ struct ExprParser {
   std::vector<ExprTok> t;
   size_t p = 0;
   std::string where;
+  int nest = 0; // recursion depth of the parse functions below
+
+  /// Entered by every parse function that recurses on itself.
+  struct Nest {
+    ExprParser &ep;
+    explicit Nest(ExprParser &e) : ep(e) {
+      if (++ep.nest > kMaxExprNesting) {
+        ep.nest = 0;
+        ep.error("expression nests too deeply (brackets, 'not' or signs)");
+      }
+    }
+    ~Nest() { --ep.nest; }
+  };
 
   const ExprTok &peek(size_t k = 0) const {
     return t[std::min(p + k, t.size() - 1)];
@@ -463,6 +489,7 @@ struct ExprParser {
   }
 
   ExprP parseExpr(bool withCond = true) {
+    Nest guard(*this);
     ExprP e = parseOr();
     if (withCond && eatName("if")) {
       auto c = mk(Expr::Cond);
@@ -496,6 +523,7 @@ struct ExprParser {
     return e;
   }
   ExprP parseNot() {
+    Nest guard(*this);
     if (eatName("not")) {
       auto n = mk(Expr::Not);
       n->kids.push_back(parseNot());
@@ -565,6 +593,7 @@ struct ExprParser {
     return e;
   }
   ExprP parseUnary(bool withFilter) {
+    Nest guard(*this);
     ExprP e;
     if (eatOp("-")) {
       e = mk(Expr::Neg);
@@ -755,6 +784,7 @@ struct StmtParser {
   std::vector<Chunk> chunks;
   size_t p = 0;
   std::string name;
+  int blocks = 0; // open blocks (parseBody recursion)
 
   std::string where(int line) const {
     return name + ":" + std::to_string(line);
@@ -764,6 +794,13 @@ struct StmtParser {
   // that word (and leaves the chunk's parser at the rest), or "" at the end.
   std::string parseBody(Body &body, const std::vector<std::string> &ends,
                         ExprParser *restOut, int openLine) {
+    if (blocks >= kMaxBlocks)
+      fail(where(openLine), ": blocks nest deeper than ", kMaxBlocks,
+           " levels");
+    struct Open {
+      int &n;
+      ~Open() { --n; }
+    } open{++blocks};
     while (p < chunks.size()) {
       Chunk &c = chunks[p++];
       if (c.kind == Chunk::Text) {

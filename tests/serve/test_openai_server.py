@@ -252,6 +252,9 @@ BAD = [
     (b"{not json", "malformed json"),
     (json.dumps({"model": 5, "messages": [{"role": "user", "content": "x"}]})
      .encode(), "model type"),
+    # One request nested 100,000 deep used to overflow the server's stack.
+    (b'{"messages": [{"role": "user", "content": "x"}], "tools": '
+     + b"[" * 100000 + b"]" * 100000 + b"}", "nesting too deep"),
     (b"[1, 2]", "not an object"),
     (json.dumps({"messages": "hi"}).encode(), "messages not a list"),
     (json.dumps({"messages": []}).encode(), "empty messages"),

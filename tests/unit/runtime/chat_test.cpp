@@ -105,3 +105,24 @@ TEST(ChatTemplate, RendersStringArgumentsAsObjects) {
   r.enableThinking = false;
   EXPECT_EQ(t.render(r), "OsloTrue");
 }
+
+TEST(ChatJson, NestingDepthIgnoresBracketsInStringsAndBoundsParsing) {
+  EXPECT_EQ(jsonNestingDepth("1"), 0);
+  EXPECT_EQ(jsonNestingDepth(R"({"a": [1, {"b": []}]})"), 4);
+  // Brackets inside strings, escaped quotes and backslashes do not count.
+  EXPECT_EQ(jsonNestingDepth(R"({"a": "[[[{{{", "b": "\"[[[", "c": "\\"})"),
+            1);
+  std::string deep(100000, '[');
+  deep += std::string(100000, ']');
+  EXPECT_EQ(jsonNestingDepth(deep), 100000);
+  try {
+    parseJsonBounded(deep, "tool-call arguments");
+    FAIL() << "parsed JSON nested 100000 deep";
+  } catch (const Error &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "tool-call arguments nests 100000 levels deep (at most 64)");
+  }
+  std::string ok(kMaxJsonDepth, '[');
+  ok += std::string(kMaxJsonDepth, ']');
+  EXPECT_TRUE(parseJsonBounded(ok, "x").is_array());
+}

@@ -71,3 +71,45 @@ TEST(Jinja, ErrorsNameTemplateAndLine) {
   EXPECT_THROW(render("{{ a.b }}"), Error); // attribute of undefined
   EXPECT_EQ(render("{{ a }}|{{ a is defined }}"), "|False");
 }
+
+// Chat templates come from the pack: a damaged or hostile one must be refused
+// with a message, not overflow the stack of the parser or the evaluator.
+TEST(Jinja, DeepNestingAndLongChainsAreRefused) {
+  auto rep = [](const std::string &s, int n) {
+    std::string o;
+    for (int i = 0; i < n; ++i)
+      o += s;
+    return o;
+  };
+  auto errorOf = [&](const std::string &tpl) -> std::string {
+    try {
+      render(tpl);
+    } catch (const Error &e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  // Within the limits: what real templates never come near.
+  EXPECT_EQ(render("{{ " + rep("(", 99) + "1" + rep(")", 99) + " }}"), "1");
+  EXPECT_EQ(render("{{ 1" + rep(" + 1", 1000) + " }}"), "1001");
+  EXPECT_EQ(render(rep("{% if true %}", 99) + "x" + rep("{% endif %}", 99)),
+            "x");
+  // Past them (each of these overflowed the stack before).
+  EXPECT_NE(errorOf("{{ " + rep("(", 20000) + "1 }}")
+                .find("test.jinja:1: expression of 20001 tokens (at most "
+                      "2048 in one tag)"),
+            std::string::npos);
+  EXPECT_NE(errorOf("{{ 1" + rep("+1", 200000) + " }}").find("tokens"),
+            std::string::npos);
+  EXPECT_NE(errorOf("{{ x" + rep("|trim", 100000) + " }}").find("tokens"),
+            std::string::npos);
+  EXPECT_NE(errorOf("{{ " + rep("(", 500) + "1" + rep(")", 500) + " }}")
+                .find("expression nests too deeply"),
+            std::string::npos);
+  EXPECT_NE(errorOf("{{ " + rep("not ", 1000) + "1 }}")
+                .find("expression nests too deeply"),
+            std::string::npos);
+  EXPECT_NE(errorOf(rep("{% if x %}", 50000)).find("test.jinja:1: blocks "
+                                                    "nest deeper than 100"),
+            std::string::npos);
+}
