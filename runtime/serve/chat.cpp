@@ -17,36 +17,6 @@
 
 namespace glm::rt {
 
-int jsonNestingDepth(const std::string &text) {
-  int depth = 0, deepest = 0;
-  bool inString = false, escaped = false;
-  for (char c : text) {
-    if (inString) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        inString = false;
-      continue;
-    }
-    if (c == '"')
-      inString = true;
-    else if (c == '[' || c == '{')
-      deepest = std::max(deepest, ++depth);
-    else if ((c == ']' || c == '}') && depth > 0)
-      --depth;
-  }
-  return deepest;
-}
-
-ojson parseJsonBounded(const std::string &text, const std::string &what) {
-  const int depth = jsonNestingDepth(text);
-  check(depth <= kMaxJsonDepth, what, " nests ", depth,
-        " levels deep (at most ", kMaxJsonDepth, ")");
-  return ojson::parse(text);
-}
-
 static const char kThinkOpen[] = "<think>";
 static const char kThinkClose[] = "</think>";
 static const char kCallOpen[] = "<tool_call>";

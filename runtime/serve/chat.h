@@ -14,6 +14,7 @@
 #pragma once
 
 #include "runtime/serve/jinja.h"
+#include "runtime/serve/json_bounds.h"
 
 #include <nlohmann/json.hpp>
 
@@ -25,18 +26,6 @@
 namespace glm::rt {
 
 using ojson = nlohmann::ordered_json;
-
-/// Deepest nesting of JSON the server accepts (request bodies, tool-call
-/// arguments): everything downstream (template values, tojson, replies)
-/// recurses per level, so one request nested 100,000 deep must not crash
-/// the server. Real tool schemas nest a few levels.
-constexpr int kMaxJsonDepth = 64;
-/// Brackets/braces open at the deepest point of `text` outside strings (a
-/// scan, no recursion; malformed text is left to the parser).
-int jsonNestingDepth(const std::string &text);
-/// ojson::parse after the depth check; throws Error naming `what` when the
-/// text nests deeper than kMaxJsonDepth, else whatever parse throws.
-ojson parseJsonBounded(const std::string &text, const std::string &what);
 
 class ChatTemplate {
 public:

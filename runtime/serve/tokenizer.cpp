@@ -8,6 +8,7 @@
 #include "runtime/serve/tokenizer.h"
 
 #include "runtime/base/error.h"
+#include "runtime/serve/json_bounds.h"
 #include "runtime/serve/unicode.h"
 
 #include <nlohmann/json.hpp>
@@ -71,6 +72,10 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string &text,
   auto t = std::unique_ptr<Tokenizer>(new Tokenizer());
   t->name_ = name;
   json j;
+  const int depth = jsonNestingDepth(text);
+  check(depth <= kMaxJsonDepth, name, ": nests ", depth,
+        " levels deep (at most ", kMaxJsonDepth,
+        "); the tokenizer file is damaged");
   try {
     j = json::parse(text);
   } catch (const std::exception &e) {

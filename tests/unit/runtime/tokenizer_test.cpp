@@ -122,6 +122,20 @@ TEST(Tokenizer, GlmStyleRoundTripAndSpecials) {
 
 TEST(Tokenizer, BadFilesGiveClearErrors) {
   EXPECT_THROW(Tokenizer::fromJson("{", "t.json"), Error);
+  // A damaged file nested 100,000 deep used to overflow the stack.
+  std::string deep;
+  for (int i = 0; i < 50000; ++i)
+    deep += R"({"type": "Sequence", "normalizers": [)";
+  deep += std::string(50000 * 2, ' ');
+  for (int i = 0; i < 50000; ++i)
+    deep += "]}";
+  try {
+    Tokenizer::fromJson(R"({"normalizer": )" + deep + "}", "t.json");
+    FAIL();
+  } catch (const Error &e) {
+    EXPECT_EQ(std::string(e.what()), "t.json: nests 100001 levels deep (at "
+                                     "most 64); the tokenizer file is damaged");
+  }
   EXPECT_THROW(
       Tokenizer::fromJson("{\"model\": {\"type\": \"Unigram\"}}", "t.json"),
       Error);

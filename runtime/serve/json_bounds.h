@@ -1,0 +1,28 @@
+//===- json_bounds.h - JSON nesting limits for untrusted text -------------===//
+//
+// nlohmann's parser and destructor do not recurse, but everything that walks
+// the result does (template values, tojson, replies, tokenizer configs). So
+// text from a client or a pack is refused past kMaxJsonDepth levels before
+// it is parsed: one request nested 100,000 deep must not crash the server.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace glm::rt {
+
+/// Deepest nesting accepted. Real tool schemas and tokenizer configs nest a
+/// few levels.
+constexpr int kMaxJsonDepth = 64;
+/// Brackets/braces open at the deepest point of `text` outside strings (a
+/// scan, no recursion; malformed text is left to the parser).
+int jsonNestingDepth(const std::string &text);
+/// ordered_json::parse after the depth check; throws Error naming `what`
+/// when the text nests deeper than kMaxJsonDepth, else whatever parse throws.
+nlohmann::ordered_json parseJsonBounded(const std::string &text,
+                                        const std::string &what);
+
+} // namespace glm::rt
