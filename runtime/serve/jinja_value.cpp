@@ -126,7 +126,27 @@ Value fromJson(const nlohmann::ordered_json &j) {
   }
 }
 
+namespace {
+/// Values a template builds at run time can nest arbitrarily deep (a loop
+/// that wraps a list in a list); the printers below recurse once per level,
+/// so they refuse past kMaxValueDepth instead of overflowing the stack.
+constexpr int kMaxValueDepth = 512;
+thread_local int valueDepth = 0;
+struct ValueNest {
+  explicit ValueNest(const char *what) {
+    if (++valueDepth > kMaxValueDepth) {
+      --valueDepth; // no destructor runs for a throwing constructor
+      fail(what, ": value nests deeper than ", kMaxValueDepth, " levels");
+    }
+  }
+  ~ValueNest() { --valueDepth; }
+  ValueNest(const ValueNest &) = delete;
+  ValueNest &operator=(const ValueNest &) = delete;
+};
+} // namespace
+
 nlohmann::ordered_json toJsonValue(const Value &v) {
+  ValueNest nest("tojson");
   switch (v.kind()) {
   case Value::Undefined:
   case Value::None:
@@ -254,6 +274,7 @@ static void jsonString(std::string &out, const std::string &s,
 
 static void dumpTo(std::string &out, const Value &v, int indent, int depth,
                    bool ensureAscii, bool sortKeys) {
+  ValueNest nest("tojson");
   auto newline = [&](int d) {
     out += '\n';
     out.append(size_t(indent * d), ' ');
@@ -382,6 +403,7 @@ static std::string strRepr(const std::string &s) {
 }
 
 std::string toPyRepr(const Value &v) {
+  ValueNest nest("string conversion");
   switch (v.kind()) {
   case Value::String:
     return strRepr(v.str());

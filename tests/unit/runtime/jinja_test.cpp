@@ -112,4 +112,17 @@ TEST(Jinja, DeepNestingAndLongChainsAreRefused) {
   EXPECT_NE(errorOf(rep("{% if x %}", 50000)).find("test.jinja:1: blocks "
                                                     "nest deeper than 100"),
             std::string::npos);
+  // Values a template nests at run time: printing them is bounded too.
+  const std::string wrap = "{% set ns = namespace(x=[]) %}{% for i in "
+                           "range(2000) %}{% set ns.x = [ns.x] %}{% endfor %}";
+  EXPECT_NE(errorOf(wrap + "{{ ns.x|tojson }}")
+                .find("tojson: value nests deeper than 512 levels"),
+            std::string::npos);
+  EXPECT_NE(errorOf(wrap + "{{ ns.x }}")
+                .find("string conversion: value nests deeper than 512 levels"),
+            std::string::npos);
+  EXPECT_EQ(render("{% set ns = namespace(x=[]) %}{% for i in range(500) %}"
+                   "{% set ns.x = [ns.x] %}{% endfor %}"
+                   "{{ (ns.x|tojson)|length }}"),
+            "1002");
 }
