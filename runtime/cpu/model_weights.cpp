@@ -38,6 +38,9 @@ struct Loader {
   const WeightSource &src;
   int64_t done = 0, total = 0;
   const std::function<void(int64_t, int64_t)> &progress;
+  /// Count mode: check names and shapes, sum the fp32 bytes, load nothing.
+  bool countOnly = false;
+  uint64_t bytes = 0;
 
   std::vector<float> get(const std::string &name,
                          const std::vector<int64_t> &want) {
@@ -47,10 +50,13 @@ struct Loader {
     auto got = src.shape(name);
     check(got == want, src.describe(), ": tensor ", name, " has shape ",
           shapeStr(got), ", config.json implies ", shapeStr(want));
-    std::vector<float> v = src.load(name);
     int64_t n = 1;
     for (int64_t d : want)
       n *= d;
+    bytes += uint64_t(n) * sizeof(float);
+    if (countOnly)
+      return {};
+    std::vector<float> v = src.load(name);
     check((int64_t)v.size() == n, src.describe(), ": tensor ", name,
           " dequantized to ", v.size(), " values, expected ", n);
     ++done;
@@ -162,15 +168,15 @@ void checkSupportedConfig(const ModelConfig &c) {
   }
 }
 
-std::shared_ptr<const ModelWeights>
-ModelWeights::load(const ModelConfig &c, const WeightSource &src,
-                   const std::function<void(int64_t, int64_t)> &progress) {
+/// The one walk over the weights the forward needs: loads them, or in count
+/// mode only checks them and sums their fp32 bytes.
+static std::shared_ptr<ModelWeights> walkWeights(const ModelConfig &c,
+                                                Loader &ld) {
   checkSupportedConfig(c);
   auto w = std::make_shared<ModelWeights>();
   w->config = c;
   const int64_t d = c.hiddenSize, H = c.numHeads;
   const int64_t dn = c.qkNopeHeadDim, dr = c.qkRopeHeadDim, dv = c.vHeadDim;
-  Loader ld{src, 0, 0, progress};
   // Tensor count, for the progress callback only.
   ld.total = 3;
   for (int64_t l = 0; l < c.numLayers; ++l) {
@@ -225,11 +231,29 @@ ModelWeights::load(const ModelConfig &c, const WeightSource &src,
     w->layers.push_back(std::move(L));
   }
   w->finalNorm = ld.vec("model.norm.weight", d);
-  if (c.tieWordEmbeddings && !src.has("lm_head.weight"))
-    w->lmHead = w->embed;
-  else
+  if (c.tieWordEmbeddings && !ld.src.has("lm_head.weight")) {
+    w->lmHead = w->embed; // a copy: count it
+    ld.bytes += uint64_t(c.vocabSize) * uint64_t(d) * sizeof(float);
+  } else {
     w->lmHead = ld.mat("lm_head.weight", c.vocabSize, d);
+  }
   return w;
+}
+
+std::shared_ptr<const ModelWeights>
+ModelWeights::load(const ModelConfig &c, const WeightSource &src,
+                   const std::function<void(int64_t, int64_t)> &progress) {
+  Loader ld{src, 0, 0, progress};
+  return walkWeights(c, ld);
+}
+
+uint64_t ModelWeights::fp32Bytes(const ModelConfig &c,
+                                 const WeightSource &src) {
+  const std::function<void(int64_t, int64_t)> none;
+  Loader ld{src, 0, 0, none};
+  ld.countOnly = true;
+  walkWeights(c, ld);
+  return ld.bytes;
 }
 
 } // namespace glm::rt::cpu

@@ -105,6 +105,10 @@ struct ModelWeights {
   static std::shared_ptr<const ModelWeights>
   load(const ModelConfig &config, const WeightSource &src,
        const std::function<void(int64_t, int64_t)> &progress = {});
+  /// Host bytes load() would hold (every weight as fp32, a tied LM head
+  /// twice); checks names and shapes like load() but reads no weight bytes.
+  static uint64_t fp32Bytes(const ModelConfig &config,
+                            const WeightSource &src);
 };
 
 /// Checks the parts of config.json the reference forward relies on (MLA

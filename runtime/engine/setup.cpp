@@ -2,6 +2,7 @@
 #include "runtime/engine/setup.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/host_memory.h"
 #include "runtime/base/progress.h"
 #include "runtime/cpu/model_weights.h"
 #include "runtime/cpu/tp.h"
@@ -132,6 +133,17 @@ LoadedEngine loadEngine(const EngineOptions &o) {
   auto src = cpu::packWeightSource(*le.pack);
   std::shared_ptr<const cpu::ModelWeights> weights;
   if (o.backend != "cuda") {
+    // Refuse before allocating: the fp32 copy of a real pack is several
+    // times the machine's memory, and a Spark freezes rather than fails.
+    const uint64_t need = cpu::ModelWeights::fp32Bytes(cfg, *src);
+    const uint64_t avail = availableHostMemory();
+    check(avail == 0 || need <= avail, "--backend cpu dequantizes every "
+          "weight of ", o.pack, " to fp32: that needs ", gibText(need),
+          " of host memory and ", gibText(avail), " are available (",
+          availableHostMemorySource(), "); loading it would exhaust the "
+          "machine's memory. Run it on the GPU with --backend cuda (glmc "
+          "compile sizes each Spark's memory), or use the cpu backend with a "
+          "smaller pack");
     std::unique_ptr<Progress> bar;
     weights = cpu::ModelWeights::load(cfg, *src, [&](int64_t d, int64_t n) {
       if (!bar)

@@ -67,6 +67,15 @@ for layout in exl3 exlr8; do
   echo "$layout: $(head -1 "$T/$layout.out")"
 done
 
+# 3b. A pack whose fp32 copy does not fit the machine is refused before any
+# allocation (a Spark freezes instead of failing): pretend 1 MiB is left.
+if GLM_HOST_MEMORY_GIB=0.001 glm-engine run - --pack "$T/tiny-exlr8" \
+    --manifest mixed --tokens $TOK --max-new 1 2> "$T/memory.err"; then
+  echo "the cpu backend loaded a pack larger than the memory left"; exit 1
+fi
+grep -q "^glm-engine: error: --backend cpu dequantizes every weight of .* to fp32: that needs [0-9.]* MiB of host memory and 1.0 MiB are available (GLM_HOST_MEMORY_GIB)" "$T/memory.err"
+echo "cpu backend: refused a pack larger than the memory left"
+
 # 4. A compiled plan (only where glmc has the compiler).
 # (glmc without MLIR answers `compile --help` with its own help and exit 0.)
 glmc compile --help > "$T/compile-help.txt" 2>&1 || true

@@ -363,3 +363,50 @@ TEST(CpuGenerator, LogitRowsAndStopIds) {
   EXPECT_EQ(r3.tokens.size(), 1u);
   EXPECT_THROW(gen->generate({}, p), Error);
 }
+
+TEST(CpuWeights, Fp32BytesIsWhatLoadHolds) {
+  // The memory check before loading (engine setup) relies on this count.
+  ModelConfig c = cputest::tinyConfig();
+  MapWeightSource src = cputest::tinyWeights(c, 5);
+  auto w = ModelWeights::load(c, src);
+  uint64_t held = (w->embed.data.size() + w->lmHead.data.size() +
+                   w->finalNorm.size()) * sizeof(float);
+  auto mat = [&](const Matrix &m) { held += m.data.size() * sizeof(float); };
+  auto vec = [&](const std::vector<float> &v) {
+    held += v.size() * sizeof(float);
+  };
+  auto mlp = [&](const MlpWeights &m) {
+    mat(m.gate);
+    mat(m.up);
+    mat(m.down);
+  };
+  for (const LayerWeights &L : w->layers) {
+    vec(L.inputNorm);
+    vec(L.postNorm);
+    mat(L.qA);
+    vec(L.qANorm);
+    mat(L.qB);
+    mat(L.kvA);
+    vec(L.kvANorm);
+    mat(L.kvB);
+    mat(L.o);
+    if (L.fullIndexer) {
+      mat(L.indexer.wqB);
+      mat(L.indexer.wk);
+      vec(L.indexer.kNormW);
+      vec(L.indexer.kNormB);
+      mat(L.indexer.weightsProj);
+    }
+    if (L.moe) {
+      mat(L.router);
+      vec(L.routerBias);
+      for (const MlpWeights &e : L.experts)
+        mlp(e);
+      mlp(L.shared);
+    } else {
+      mlp(L.dense);
+    }
+  }
+  EXPECT_GT(held, 0u);
+  EXPECT_EQ(ModelWeights::fp32Bytes(c, src), held);
+}

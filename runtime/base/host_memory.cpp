@@ -1,0 +1,48 @@
+//===- host_memory.cpp - how much host memory is left to allocate ---------===//
+#include "runtime/base/host_memory.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace glm::rt {
+
+static const char *overrideText() {
+  const char *v = std::getenv("GLM_HOST_MEMORY_GIB");
+  return v && *v ? v : nullptr;
+}
+
+uint64_t availableHostMemory() {
+  if (const char *v = overrideText()) {
+    char *end = nullptr;
+    const double gib = std::strtod(v, &end);
+    if (end != v && gib >= 0)
+      return uint64_t(gib * double(1ull << 30));
+  }
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (f >> key >> kib) {
+    std::getline(f, unit);
+    if (key == "MemAvailable:")
+      return kib * 1024;
+  }
+  return 0;
+}
+
+std::string availableHostMemorySource() {
+  return overrideText() ? "GLM_HOST_MEMORY_GIB" : "MemAvailable in /proc/meminfo";
+}
+
+std::string gibText(uint64_t bytes) {
+  char buf[64];
+  if (bytes >= (1ull << 30))
+    std::snprintf(buf, sizeof buf, "%.1f GiB", double(bytes) / double(1ull << 30));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / double(1ull << 20));
+  return buf;
+}
+
+} // namespace glm::rt
