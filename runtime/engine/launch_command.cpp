@@ -14,6 +14,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/dist/tcp_comm.h"
+#include "runtime/engine/setup.h"
 
 #include <CLI/CLI.hpp>
 
@@ -144,6 +145,25 @@ int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
     devices = parseDevices(o.devices, n);
   else
     check(o.devices.empty(), "--devices needs --backend cuda");
+  if (backend == "cpu") {
+    // Every rank holds its own fp32 copy: check all n of them before any
+    // starts (ranks checking one by one could each fit and together not).
+    // A pack this cannot open is left to the ranks to report.
+    std::unique_ptr<Pack> pack;
+    try {
+      PackOpenOptions po;
+      po.manifest = findOption(fwd, "--manifest", "");
+      pack = Pack::open(findOption(fwd, "--pack", ""), po);
+      if (!pack->config())
+        pack.reset();
+      else
+        pack->weights(); // throws when the manifest choice is the plan's
+    } catch (const Error &) {
+      pack.reset();
+    }
+    if (pack)
+      checkCpuBackendMemory(*pack, n);
+  }
   const std::string exe = selfExe();
   const int port = o.port > 0 ? o.port : dist::pickFreePort();
   const std::string coord = "127.0.0.1:" + std::to_string(port);

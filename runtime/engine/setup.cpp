@@ -19,6 +19,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <filesystem>
 
 namespace glm::rt {
@@ -49,6 +50,25 @@ void addEngineOptions(CLI::App &sub, EngineOptions &o) {
                  "Longest prompt + generation in tokens (default: the plan's "
                  "max context, else 4096)")
       ->check(CLI::PositiveNumber);
+}
+
+void checkCpuBackendMemory(const Pack &pack, int localRanks) {
+  // The fp32 copy of a real pack is several times the machine's memory.
+  const uint64_t one =
+      cpu::ModelWeights::fp32Bytes(*pack.config(), *cpu::packWeightSource(pack));
+  const uint64_t need = one * uint64_t(std::max(localRanks, 1));
+  const uint64_t avail = availableHostMemory();
+  std::string ranks;
+  if (localRanks > 1)
+    ranks = " (" + gibText(one) + " for each of the " +
+            std::to_string(localRanks) + " ranks of this host)";
+  check(avail == 0 || need <= avail, "--backend cpu dequantizes every "
+        "weight of ", pack.dir(), " to fp32: that needs ", gibText(need),
+        ranks, " of host memory and ", gibText(avail), " are available (",
+        availableHostMemorySource(), "); loading it would exhaust the "
+        "machine's memory. Run it on the GPU with --backend cuda (glmc "
+        "compile sizes each Spark's memory), or use the cpu backend with a "
+        "smaller pack");
 }
 
 LoadedEngine loadEngine(const EngineOptions &o) {
@@ -133,17 +153,7 @@ LoadedEngine loadEngine(const EngineOptions &o) {
   auto src = cpu::packWeightSource(*le.pack);
   std::shared_ptr<const cpu::ModelWeights> weights;
   if (o.backend != "cuda") {
-    // Refuse before allocating: the fp32 copy of a real pack is several
-    // times the machine's memory, and a Spark freezes rather than fails.
-    const uint64_t need = cpu::ModelWeights::fp32Bytes(cfg, *src);
-    const uint64_t avail = availableHostMemory();
-    check(avail == 0 || need <= avail, "--backend cpu dequantizes every "
-          "weight of ", o.pack, " to fp32: that needs ", gibText(need),
-          " of host memory and ", gibText(avail), " are available (",
-          availableHostMemorySource(), "); loading it would exhaust the "
-          "machine's memory. Run it on the GPU with --backend cuda (glmc "
-          "compile sizes each Spark's memory), or use the cpu backend with a "
-          "smaller pack");
+    checkCpuBackendMemory(*le.pack, 1);
     std::unique_ptr<Progress> bar;
     weights = cpu::ModelWeights::load(cfg, *src, [&](int64_t d, int64_t n) {
       if (!bar)

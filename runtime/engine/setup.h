@@ -56,4 +56,10 @@ struct LoadedEngine {
 
 LoadedEngine loadEngine(const EngineOptions &o);
 
+/// The cpu backend holds every weight as fp32: refuses (Error) when
+/// `localRanks` such copies exceed the host memory left, before anything is
+/// allocated (a Spark freezes rather than fails). loadEngine checks one copy;
+/// glm-engine launch checks all of its ranks before starting them.
+void checkCpuBackendMemory(const Pack &pack, int localRanks);
+
 } // namespace glm::rt

@@ -44,6 +44,16 @@ done
 glmc synth --preset tiny --layout hf --seed 7 -o "$T/tiny" > /dev/null
 same_as_tp1 tiny "$T/tiny" 1,5,9,13,17,21,25,29,33,37,41,45 6
 
+# Every rank holds an fp32 copy: launch refuses before starting any rank when
+# the copies of all ranks exceed the memory left (pretend 1 MiB).
+if GLM_HOST_MEMORY_GIB=0.001 glm-engine launch --sparks 3 - --pack "$T/tiny" \
+    --backend cpu --tokens 1,5,9 --max-new 2 > /dev/null 2> "$T/mem.err"; then
+  echo "launch started ranks whose fp32 copies exceed the memory left"; exit 1
+fi
+grep -q "for each of the 3 ranks of this host) of host memory and 1.0 MiB are available" "$T/mem.err"
+if grep -q "^\[rank" "$T/mem.err"; then echo "a rank started"; exit 1; fi
+echo "launch: refused 3 cpu ranks whose fp32 copies exceed the memory left"
+
 # A pack that never stops early: the tiny one without eos ids, so a run of
 # 3000 tokens lasts seconds and a rank can be killed mid-generation.
 cp -r "$T/tiny" "$T/long"
