@@ -280,8 +280,21 @@ Plan parsePlan(const uint8_t *data, size_t size, const std::string &source,
     for (char &c : found)
       if (c < 32 || c > 126)
         c = '?';
+    // A file that is not named like a plan is more likely the wrong
+    // argument (a config, a pack file) than a damaged plan: do not suggest
+    // writing a plan over it.
+    const std::string ext = std::string(".") + kPlanFileExtension;
+    const bool namedLikePlan =
+        source.size() >= ext.size() &&
+        source.compare(source.size() - ext.size(), ext.size(), ext) == 0;
     rt::fail(source, ": not a glmc plan (file identifier '", found,
-             "', expected '", kPlanFileIdentifier, "'); ", hint);
+             "', expected '", kPlanFileIdentifier, "'); ",
+             namedLikePlan
+                 ? hint
+                 : "give the ." + std::string(kPlanFileExtension) +
+                       " file that glmc compile wrote (glmc compile PACK "
+                       "--sparks N -o PLAN." +
+                       kPlanFileExtension + ")");
   }
   // Schema 1.3+: the last 16 bytes are the checksum trailer (plan.h). A
   // missing trailer is a cut-off file or a plan from before 1.3.

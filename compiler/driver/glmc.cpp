@@ -11,6 +11,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
 
 int main(int argc, char **argv) {
   CLI::App app{"glmc: ahead-of-time compiler and pack tools for quantized "
@@ -31,6 +32,11 @@ int main(int argc, char **argv) {
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   } catch (const glm::rt::Error &e) {
+    std::fprintf(stderr, "glmc: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception &e) {
+    // Library errors (filesystem, JSON, allocation) end as a message too,
+    // never as std::terminate.
     std::fprintf(stderr, "glmc: error: %s\n", e.what());
     return 1;
   }

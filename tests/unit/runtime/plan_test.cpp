@@ -239,6 +239,17 @@ TEST(Plan, RefusesAnotherFileIdentifier) {
                    "model.glmplan"),
             std::string::npos)
       << m;
+  // A file not named like a plan is likely the wrong argument: no advice to
+  // write a plan over it.
+  const std::string c = errorOf([&] {
+    parsePlan(bytes.data(), bytes.size(), "pack/config.json");
+  });
+  EXPECT_NE(c.find("pack/config.json: not a glmc plan (file identifier "
+                   "'XXXX', expected 'GLMP'); give the .glmplan file that "
+                   "glmc compile wrote"),
+            std::string::npos)
+      << c;
+  EXPECT_EQ(c.find("-o pack/config.json"), std::string::npos) << c;
   const std::string t = errorOf([&] {
     parsePlan(bytes.data(), 3, "short.glmplan");
   });
