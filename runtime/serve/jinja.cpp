@@ -11,6 +11,7 @@
 #include "runtime/serve/jinja_builtins.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/recursion_guard.h"
 #include "runtime/serve/unicode.h"
 
 #include <cstring>
@@ -433,17 +434,12 @@ struct ExprParser {
   std::string where;
   int nest = 0; // recursion depth of the parse functions below
 
-  /// Entered by every parse function that recurses on itself.
-  struct Nest {
-    ExprParser &ep;
-    explicit Nest(ExprParser &e) : ep(e) {
-      if (++ep.nest > kMaxExprNesting) {
-        ep.nest = 0;
-        ep.error("expression nests too deeply (brackets, 'not' or signs)");
-      }
-    }
-    ~Nest() { --ep.nest; }
-  };
+  /// Taken by every parse function that recurses on itself.
+  RecursionGuard nestGuard() {
+    return RecursionGuard(nest, kMaxExprNesting, [&] {
+      error("expression nests too deeply (brackets, 'not' or signs)");
+    });
+  }
 
   const ExprTok &peek(size_t k = 0) const {
     return t[std::min(p + k, t.size() - 1)];
@@ -489,7 +485,7 @@ struct ExprParser {
   }
 
   ExprP parseExpr(bool withCond = true) {
-    Nest guard(*this);
+    RecursionGuard guard = nestGuard();
     ExprP e = parseOr();
     if (withCond && eatName("if")) {
       auto c = mk(Expr::Cond);
@@ -523,7 +519,7 @@ struct ExprParser {
     return e;
   }
   ExprP parseNot() {
-    Nest guard(*this);
+    RecursionGuard guard = nestGuard();
     if (eatName("not")) {
       auto n = mk(Expr::Not);
       n->kids.push_back(parseNot());
@@ -593,7 +589,7 @@ struct ExprParser {
     return e;
   }
   ExprP parseUnary(bool withFilter) {
-    Nest guard(*this);
+    RecursionGuard guard = nestGuard();
     ExprP e;
     if (eatOp("-")) {
       e = mk(Expr::Neg);
@@ -794,13 +790,10 @@ struct StmtParser {
   // that word (and leaves the chunk's parser at the rest), or "" at the end.
   std::string parseBody(Body &body, const std::vector<std::string> &ends,
                         ExprParser *restOut, int openLine) {
-    if (blocks >= kMaxBlocks)
+    RecursionGuard open(blocks, kMaxBlocks, [&] {
       fail(where(openLine), ": blocks nest deeper than ", kMaxBlocks,
            " levels");
-    struct Open {
-      int &n;
-      ~Open() { --n; }
-    } open{++blocks};
+    });
     while (p < chunks.size()) {
       Chunk &c = chunks[p++];
       if (c.kind == Chunk::Text) {
@@ -1104,8 +1097,8 @@ struct Interp : Builtins {
   }
 
   Value callMacro(const Stmt &m, std::vector<Value> &args, Kwargs &kw) {
-    if (++depth > 200)
-      error(m.line, "macro recursion too deep");
+    RecursionGuard guard(depth, 200,
+                         [&] { error(m.line, "macro recursion too deep"); });
     auto frame = std::make_shared<Value::DictData>();
     for (size_t i = 0; i < m.params.size(); ++i) {
       Value v;
@@ -1134,13 +1127,11 @@ struct Interp : Builtins {
     } catch (...) {
       scopes = std::move(saved);
       out = std::move(savedOut);
-      --depth;
       throw;
     }
     std::string result = std::move(out);
     out = std::move(savedOut);
     scopes = std::move(saved);
-    --depth;
     return Value(result);
   }
 

@@ -8,6 +8,7 @@
 #include "runtime/serve/jinja.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/recursion_guard.h"
 #include "runtime/serve/unicode.h"
 
 #include <algorithm>
@@ -132,21 +133,15 @@ namespace {
 /// so they refuse past kMaxValueDepth instead of overflowing the stack.
 constexpr int kMaxValueDepth = 512;
 thread_local int valueDepth = 0;
-struct ValueNest {
-  explicit ValueNest(const char *what) {
-    if (++valueDepth > kMaxValueDepth) {
-      --valueDepth; // no destructor runs for a throwing constructor
-      fail(what, ": value nests deeper than ", kMaxValueDepth, " levels");
-    }
-  }
-  ~ValueNest() { --valueDepth; }
-  ValueNest(const ValueNest &) = delete;
-  ValueNest &operator=(const ValueNest &) = delete;
-};
+RecursionGuard valueNest(const char *what) {
+  return RecursionGuard(valueDepth, kMaxValueDepth, [&] {
+    fail(what, ": value nests deeper than ", kMaxValueDepth, " levels");
+  });
+}
 } // namespace
 
 nlohmann::ordered_json toJsonValue(const Value &v) {
-  ValueNest nest("tojson");
+  RecursionGuard nest = valueNest("tojson");
   switch (v.kind()) {
   case Value::Undefined:
   case Value::None:
@@ -274,7 +269,7 @@ static void jsonString(std::string &out, const std::string &s,
 
 static void dumpTo(std::string &out, const Value &v, int indent, int depth,
                    bool ensureAscii, bool sortKeys) {
-  ValueNest nest("tojson");
+  RecursionGuard nest = valueNest("tojson");
   auto newline = [&](int d) {
     out += '\n';
     out.append(size_t(indent * d), ' ');
@@ -403,7 +398,7 @@ static std::string strRepr(const std::string &s) {
 }
 
 std::string toPyRepr(const Value &v) {
-  ValueNest nest("string conversion");
+  RecursionGuard nest = valueNest("string conversion");
   switch (v.kind()) {
   case Value::String:
     return strRepr(v.str());
