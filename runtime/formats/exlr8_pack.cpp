@@ -152,6 +152,12 @@ HalfChecksum halfChecksum(const ExpertLayer &L, const WidthSet &ws,
           x.digest()};
 }
 
+/// Whether a half's bytes [off, off + len) lie in the data section of its
+/// file (an index pointing elsewhere, or a truncated file, is damage).
+bool halfInDataSection(const WidthSet &ws, uint64_t off, uint64_t len) {
+  return off >= ws.data->headerSize() && off + len <= ws.data->fileSize();
+}
+
 /// The message of a half whose checksum does not match.
 std::string halfDamage(const ExpertLayer &L, const WidthSet &ws, int p,
                        uint64_t off, uint64_t len, const HalfChecksum &c) {
@@ -269,6 +275,10 @@ private:
                     const std::function<void()> &tick) const;
   std::string indexOnlyMessage(const std::string &what,
                                const std::string &file) const;
+  /// Ends a load-time damage error: where to see all of it.
+  std::string verifyHint() const {
+    return " (glmc verify " + dir_ + " lists every damaged part)";
+  }
 
   PackOpenOptions opt_;
   std::vector<ExpertLayer> layers_;
@@ -1105,16 +1115,15 @@ std::vector<float> Exlr8Pack::dequantizeExpert(const Locator &loc) const {
     check(len == halfBytes(H, k), L.indexRel, ": ", obj, " has length ", len,
           ", expected ", halfBytes(H, k), " (", H / 2,
           " tiles x 32K bytes); the index is damaged");
-    check(off >= ws.data->headerSize() && off + len <= ws.data->fileSize(),
-          ws.dataRel, ": ", obj, " at bytes [", off, ", ", off + len,
-          ") lies outside the file (size ", ws.data->fileSize(),
-          "); the file is truncated or the index is damaged (glmc verify ",
-          dir_, " lists every damaged part)");
+    check(halfInDataSection(ws, off, len), ws.dataRel, ": ", obj,
+          " at bytes [", off, ", ", off + len, ") lies outside the file (size ",
+          ws.data->fileSize(), "); the file is truncated or the index is "
+          "damaged", verifyHint());
     // The checksum is checked on every load: a damaged half is refused, not
     // decoded into wrong weights (hashing costs little next to decoding).
     const HalfChecksum c = halfChecksum(L, ws, trow, p, h, off, len);
     check(c.ok(), ws.dataRel, ": ", obj, ": ", halfDamage(L, ws, p, off, len, c),
-          " (glmc verify ", dir_, " lists every damaged part)");
+          verifyHint());
     std::vector<uint16_t> words = wordsOf(ws.data->bytes(off, len), len);
     const TensorView &chan = *ws.chan[p], &blk = *ws.block[p];
     if (p < 2) {
@@ -1162,7 +1171,7 @@ std::vector<float> Exlr8Pack::dequantizeRecord(const DenseRecord &r) const {
   if (!rep.issues.empty()) {
     const VerifyIssue &i = rep.issues.front();
     fail(i.file, ": ", i.object, " at offset ", i.offset, ": ", i.message,
-         " (glmc verify ", dir_, " lists every damaged part)");
+         verifyHint());
   }
   const int64_t O = r.out, N = r.in;
   std::vector<float> w((size_t)(O * N));
@@ -1470,8 +1479,8 @@ Exlr8Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
                 tick();
                 continue;
               }
-              if (off < (int64_t)ws.data->headerSize() ||
-                  (uint64_t)off + want > ws.data->fileSize()) {
+              if (off < 0 ||
+                  !halfInDataSection(ws, (uint64_t)off, want)) {
                 rep.issues.push_back(
                     {ws.dataRel, obj, (uint64_t)off,
                      "byte range [" + std::to_string(off) + ", " +
