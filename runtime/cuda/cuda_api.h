@@ -60,13 +60,13 @@ private:
   size_t size_ = 0;
 };
 
-/// A loaded module (CUBIN or PTX image) and lookups of its kernels.
 /// PTX -> CUBIN for the device of `ctx` through the driver's JIT linker;
 /// callable from any thread (makes `ctx` current there). `name` names the
 /// kernel in errors, with the JIT's log.
 std::vector<char> jitPtx(CUcontext ctx, const std::string &ptx,
                          const std::string &name);
 
+/// A loaded module (CUBIN or PTX image) and lookups of its kernels.
 class Module {
 public:
   explicit Module(const std::vector<char> &image);

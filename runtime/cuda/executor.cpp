@@ -134,7 +134,6 @@ struct CudaForward::Impl {
   int rank = 0, N = 1;
   int64_t numLayers = 0;
   std::string arch;
-  int planUsed = 0;
   // Where the kernels of buildKernels came from, and its wall time.
   int fromPlanCubin = 0, fromPlanPtx = 0, fromCache = 0, fromNvrtc = 0,
       fromStalePlan = 0;
@@ -241,7 +240,7 @@ struct CudaForward::Impl {
         for (const auto &b : k.binaries)
           if (b.arch == arch && !b.cubin.empty() && t.image.empty()) {
             t.image.assign(b.cubin.begin(), b.cubin.end());
-            ++planUsed, ++fromPlanCubin;
+            ++fromPlanCubin;
           } else if (b.arch == arch && b.cubin.empty() && !b.ptx.empty()) {
             t.ptx = b.ptx; // a --kernel-binaries ptx plan
           }
@@ -297,7 +296,6 @@ struct CudaForward::Impl {
     std::filesystem::create_directories(dir, ec);
     for (Todo *t : compile) {
       check(t->error.empty(), t->error);
-      planUsed += !t->ptx.empty();
       ++(t->ptx.empty() ? fromNvrtc : fromPlanPtx);
       writeFileAtomic(dir + "/" + t->key + ".cubin", t->image.data(),
                       t->image.size());
@@ -1595,7 +1593,9 @@ void CudaForward::reset(int seq) {
 int64_t CudaForward::length(int seq) const { return impl_->lengths.at(seq); }
 int CudaForward::maxBatch() const { return impl_->opt.maxBatch; }
 const ModelConfig &CudaForward::config() const { return impl_->cfg; }
-int CudaForward::planKernelsUsed() const { return impl_->planUsed; }
+int CudaForward::planKernelsUsed() const {
+  return impl_->fromPlanCubin + impl_->fromPlanPtx;
+}
 std::string CudaForward::kernelBuildSummary() const {
   const Impl &m = *impl_;
   std::ostringstream os;
