@@ -30,11 +30,16 @@ int jsonNestingDepth(const std::string &text) {
   return deepest;
 }
 
-nlohmann::ordered_json parseJsonBounded(const std::string &text,
-                                        const std::string &what) {
+void checkJsonDepth(const std::string &text, const std::string &what,
+                    const std::string &advice) {
   const int depth = jsonNestingDepth(text);
   check(depth <= kMaxJsonDepth, what, " nests ", depth,
-        " levels deep (at most ", kMaxJsonDepth, ")");
+        " levels deep (at most ", kMaxJsonDepth, ")", advice);
+}
+
+nlohmann::ordered_json parseJsonBounded(const std::string &text,
+                                        const std::string &what) {
+  checkJsonDepth(text, what);
   return nlohmann::ordered_json::parse(text);
 }
 

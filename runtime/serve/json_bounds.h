@@ -20,8 +20,11 @@ constexpr int kMaxJsonDepth = 64;
 /// Brackets/braces open at the deepest point of `text` outside strings (a
 /// scan, no recursion; malformed text is left to the parser).
 int jsonNestingDepth(const std::string &text);
-/// ordered_json::parse after the depth check; throws Error naming `what`
-/// when the text nests deeper than kMaxJsonDepth, else whatever parse throws.
+/// Throws Error "<what> nests N levels deep (at most 64)<advice>" when `text`
+/// nests deeper than kMaxJsonDepth.
+void checkJsonDepth(const std::string &text, const std::string &what,
+                    const std::string &advice = "");
+/// ordered_json::parse after checkJsonDepth; else whatever parse throws.
 nlohmann::ordered_json parseJsonBounded(const std::string &text,
                                         const std::string &what);
 

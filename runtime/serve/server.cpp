@@ -540,12 +540,10 @@ private:
     if (p == "/v1/chat/completions" || p == "/v1/completions") {
       need("POST");
       ojson body;
-      if (jsonNestingDepth(req.body) > kMaxJsonDepth)
-        badRequest("request body nests deeper than " +
-                       std::to_string(kMaxJsonDepth) + " levels",
-                   "");
       try {
-        body = ojson::parse(req.body);
+        body = parseJsonBounded(req.body, "request body");
+      } catch (const Error &e) { // nested too deeply
+        badRequest(e.what(), "");
       } catch (const std::exception &e) {
         badRequest(std::string("request body is not valid JSON: ") + e.what(),
                    "");

@@ -72,10 +72,7 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string &text,
   auto t = std::unique_ptr<Tokenizer>(new Tokenizer());
   t->name_ = name;
   json j;
-  const int depth = jsonNestingDepth(text);
-  check(depth <= kMaxJsonDepth, name, ": nests ", depth,
-        " levels deep (at most ", kMaxJsonDepth,
-        "); the tokenizer file is damaged");
+  checkJsonDepth(text, name + ":", "; the tokenizer file is damaged");
   try {
     j = json::parse(text);
   } catch (const std::exception &e) {
