@@ -1,0 +1,36 @@
+//===- twin.cpp - finding a family's twin ---------------------------------===//
+#include "runtime/twins/twin.h"
+
+#include "runtime/base/error.h"
+
+#include <cstdlib>
+
+namespace glm::rt::twins {
+
+const std::string &Launch::targ(const std::string &key) const {
+  check(templateArgs != nullptr, "twin of ", family,
+        ": launch carries no template arguments");
+  auto it = templateArgs->find(key);
+  check(it != templateArgs->end(), "twin of ", family,
+        ": kernel has no template argument '", key, "'");
+  return it->second;
+}
+
+int Launch::targInt(const std::string &key) const {
+  const std::string &v = targ(key);
+  char *end = nullptr;
+  long n = std::strtol(v.c_str(), &end, 10);
+  check(!v.empty() && end && *end == '\0', "twin of ", family,
+        ": template argument ", key, "='", v, "' is not an integer");
+  return static_cast<int>(n);
+}
+
+TwinFn findTwin(const std::string &family) {
+  for (const TwinEntry *table : {kCodegenTwins, kHelperTwins})
+    for (const TwinEntry *e = table; e->family; ++e)
+      if (family == e->family)
+        return e->fn;
+  return nullptr;
+}
+
+} // namespace glm::rt::twins
