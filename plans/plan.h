@@ -22,13 +22,15 @@ namespace glm::plan {
 /// Schema version of plans this build writes. A reader accepts any minor of
 /// its own major (minor versions only append fields).
 constexpr uint32_t kPlanSchemaMajor = 1;
-constexpr uint32_t kPlanSchemaMinor = 3; // 1.1: decoded_weights, repeat,
+constexpr uint32_t kPlanSchemaMinor = 4; // 1.1: decoded_weights, repeat,
                                           // rows_per_launch, row_bytes;
                                           // 1.2: decode graphs list the
                                           // CUDA executor's codegen
                                           // launches (moe_trellis, trellis
                                           // rotations, router/indexer/MLP
-                                          // GEMVs); 1.3: checksum trailer
+                                          // GEMVs); 1.3: checksum trailer;
+                                          // 1.4: Load graphs, buffer init
+                                          // bytes and relocations
 /// Kernel-argument and buffer conventions between the plan's kernels and the
 /// runtime; bump when a template's parameter list or meaning changes.
 constexpr uint32_t kRuntimeAbi = 1;
@@ -46,7 +48,9 @@ constexpr size_t kPlanTrailerBytes = 16;
 // Enums mirror plan.fbs value for value (checked by static_assert in
 // plan_writer.cpp). Append only.
 enum class BufferKind : uint8_t { Weight, Activation, KvCache, Scratch, Io };
-enum class WeightTransform : uint8_t { RawCopy };
+enum class WeightTransform : uint8_t { RawCopy, Bf16ToF32, F16ToF32 };
+/// Bytes a binding of `length` source bytes writes into its buffer.
+uint64_t transformedBytes(WeightTransform t, uint64_t length);
 enum class WeightTag : uint8_t {
   TrellisHalf, SideVector, Dense, TrellisTensor, Norm, Other
 };
@@ -54,7 +58,7 @@ enum class Projection : uint8_t {
   None, Gate, Up, Down, QA, QB, KvA, KvB, O, IndexerQB, IndexerK,
   IndexerWeights, Router, Embed, LmHead
 };
-enum class GraphKind : uint8_t { Decode, Prefill };
+enum class GraphKind : uint8_t { Decode, Prefill, Load };
 enum class OpKind : uint16_t {
   Embed, RmsNorm, Rope, Hadamard, DenseGemv, ExpertGemv, Router,
   MlaAttention, IndexerTopk, AllReduce, AllGather, LmHead, Argmax, Copy, Add,
@@ -63,7 +67,7 @@ enum class OpKind : uint16_t {
 enum class DType : uint8_t { F32, F16, BF16, E4M3, I32, I64, U8 };
 enum class CollectiveKind : uint8_t { AllReduce, AllGather, Broadcast };
 enum class LayerKind : uint8_t { Dense, Moe, Head };
-enum class ArgKind : uint8_t { Buffer, I32, I64, F32, Runtime };
+enum class ArgKind : uint8_t { Buffer, I32, I64, F32, Runtime, F64 };
 
 const char *bufferKindName(BufferKind k);   // "weight", "activation", ...
 const char *weightTagName(WeightTag t);     // "trellis_half", ...
@@ -108,6 +112,15 @@ struct ModelMeta {
   bool operator==(const ModelMeta &o) const;
 };
 
+/// A device address patched into a buffer at load (schema 1.4): the
+/// address of buffers[buffer] + offset, as 8 little-endian bytes at `at`.
+struct Relocation {
+  uint64_t at = 0;
+  uint32_t buffer = 0;
+  uint64_t offset = 0;
+  bool operator==(const Relocation &o) const;
+};
+
 struct BufferDef {
   std::string name;          // unique per rank
   uint64_t bytes = 0;        // size
@@ -115,6 +128,10 @@ struct BufferDef {
   BufferKind kind = BufferKind::Activation;
   DType dtype = DType::U8;
   int32_t layer = -1;
+  /// Contents at load (1.4): copied to the buffer's start, rest zero; then
+  /// the relocations are patched in. Empty = no initial contents.
+  std::vector<uint8_t> init;
+  std::vector<Relocation> relocations;
   bool operator==(const BufferDef &o) const;
 };
 
@@ -161,6 +178,7 @@ struct ArgDef {
   uint64_t offset = 0;       // Buffer: bytes inside the buffer
   int64_t i = 0;             // I32/I64 immediate
   float f = 0.0f;            // F32 immediate
+  double d = 0.0;            // F64 immediate (1.4)
   std::string name;          // Runtime: "position", "batch", ...; else label
   /// Buffer: bytes per token row; launch j of a repeated op reads
   /// offset + j * rowsPerLaunch * rowBytes (0 = same pointer every launch).
@@ -196,7 +214,7 @@ struct GraphDef {
 struct CollectiveDef {
   CollectiveKind kind = CollectiveKind::AllReduce;
   DType dtype = DType::F32;
-  uint64_t elements = 0;     // per rank contribution
+  uint64_t elements = 0;     // per token row of a rank's contribution
   int32_t layer = -1;
   std::string order = "rank-order fp32 sum";
   int32_t buffer = -1;       // in-place buffer (RankPlan::buffers)
@@ -246,6 +264,10 @@ struct Plan {
   KeyValues compileOptions;
   bool operator==(const Plan &o) const;
 };
+
+/// A graph's name in traces and in `glmc inspect`: "decode.B",
+/// "prefill.T", "load".
+std::string graphName(const GraphDef &g);
 
 /// Time to read `bytes` at `gbps` (1e9 bytes/s), in ns (rounded up).
 uint64_t predictNs(uint64_t bytes, double gbps);

@@ -423,7 +423,39 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
       }
       kcost.push_back(k);
     }
+    // Every graph op for op, with the kernel names `glm-engine run
+    // --trace` prints for what actually ran.
+    json graphs = json::array();
+    for (const GraphDef &g : r->graphs) {
+      json ops = json::array();
+      for (const OpDef &o : g.ops) {
+        if (!layerSelected(opt, o.layer))
+          continue;
+        const LaunchDims &d =
+            o.launch.gridX || o.kernel < 0 ? o.launch
+                                           : plan.kernels[o.kernel].launch;
+        json op = {{"name", o.name},
+                   {"kernel", o.kernel >= 0
+                                  ? plan.kernels[o.kernel].name
+                                  : o.collective >= 0
+                                        ? std::string(collectiveKindName(
+                                              r->collectives[o.collective]
+                                                  .kind))
+                                        : std::string()},
+                   {"layer", o.layer},
+                   {"repeat", o.repeat},
+                   {"grid", {d.gridX, d.gridY, d.gridZ}},
+                   {"block", {d.blockX, d.blockY, d.blockZ}},
+                   {"bytes", o.bytesRead}};
+        ops.push_back(op);
+      }
+      graphs.push_back({{"name", graphName(g)},
+                        {"kind", graphKindName(g.kind)},
+                        {"size", g.size},
+                        {"ops", ops}});
+    }
     ranks.push_back({{"rank", r->rank},
+                     {"graphs", graphs},
                      {"kernel_costs", kcost},
                      {"memory",
                       {{"weights", r->weightBytes},

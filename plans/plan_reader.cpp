@@ -133,6 +133,7 @@ OpDef op(const fbs::OpDef *x) {
       d.f = a->f();
       d.name = s(a->name());
       d.rowBytes = a->row_bytes();
+      d.d = a->d();
       o.args.push_back(std::move(d));
     }
   o.decodedWeights = x->decoded_weights();
@@ -150,10 +151,17 @@ RankPlan rank(const fbs::RankPlanDef *r) {
   o.kvBytes = r->kv_bytes();
   o.bytesPerToken = r->bytes_per_token();
   if (r->buffers())
-    for (const fbs::BufferDef *b : *r->buffers())
-      o.buffers.push_back(BufferDef{s(b->name()), b->bytes(),
-                                    b->arena_offset(), BufferKind(b->kind()),
-                                    DType(b->dtype()), b->layer()});
+    for (const fbs::BufferDef *b : *r->buffers()) {
+      BufferDef d{s(b->name()), b->bytes(),        b->arena_offset(),
+                  BufferKind(b->kind()), DType(b->dtype()), b->layer(),
+                  {},          {}};
+      if (b->init())
+        d.init.assign(b->init()->begin(), b->init()->end());
+      if (b->relocations())
+        for (const fbs::RelocationDef *rl : *b->relocations())
+          d.relocations.push_back({rl->at(), rl->buffer(), rl->offset()});
+      o.buffers.push_back(std::move(d));
+    }
   if (r->weights()) {
     o.weights.reserve(r->weights()->size());
     for (const fbs::WeightBindingDef *w : *r->weights()) {
@@ -218,13 +226,32 @@ void validatePlan(const Plan &plan, const std::string &source) {
           b.arenaOffset + b.bytes > r.arenaBytes)
         bad("rank ", ri, " buffer '", b.name, "' [", b.arenaOffset, ", +",
             b.bytes, ") lies outside the arena of ", r.arenaBytes, " bytes");
+    for (const BufferDef &b : r.buffers) {
+      if (b.init.size() > b.bytes)
+        bad("rank ", ri, " buffer '", b.name, "' has ", b.init.size(),
+            " init bytes but holds ", b.bytes);
+      for (const Relocation &rl : b.relocations) {
+        if (rl.at % 8 != 0 || rl.at + 8 > b.init.size())
+          bad("rank ", ri, " buffer '", b.name, "' relocation at byte ",
+              rl.at, " is unaligned or outside its ", b.init.size(),
+              " init bytes");
+        if (rl.buffer >= nbuf || rl.offset > r.buffers[rl.buffer].bytes)
+          bad("rank ", ri, " buffer '", b.name, "' relocation at byte ",
+              rl.at, " points to buffer ", rl.buffer, " + ", rl.offset,
+              " outside the rank's ", nbuf, " buffers");
+      }
+    }
     for (const WeightBinding &w : r.weights) {
       if (w.buffer >= nbuf)
         bad("rank ", ri, " binding of ", w.file, " @", w.offset,
             " targets buffer ", w.buffer, " of ", nbuf);
       const BufferDef &b = r.buffers[w.buffer];
-      if (w.bufferOffset + w.length < w.bufferOffset ||
-          w.bufferOffset + w.length > b.bytes)
+      if (w.transform > WeightTransform::F16ToF32)
+        bad("rank ", ri, " binding of ", w.file, " @", w.offset,
+            " has an unknown transform ", int(w.transform));
+      const uint64_t dst = transformedBytes(w.transform, w.length);
+      if (dst < w.length || w.bufferOffset + dst < w.bufferOffset ||
+          w.bufferOffset + dst > b.bytes)
         bad("rank ", ri, " binding of ", w.file, " @", w.offset, " (",
             w.length, " bytes) overflows buffer '", b.name, "' (", b.bytes,
             " bytes) at offset ", w.bufferOffset);

@@ -28,6 +28,7 @@ static_assert(int(BufferKind::Io) == int(fbs::BufferKind::Io));
 static_assert(int(WeightTag::Other) == int(fbs::WeightTag::Other));
 static_assert(int(Projection::LmHead) == int(fbs::Projection::LmHead));
 static_assert(int(GraphKind::Prefill) == int(fbs::GraphKind::Prefill));
+static_assert(int(GraphKind::Load) == int(fbs::GraphKind::Load));
 static_assert(int(OpKind::Other) == int(fbs::OpKind::Other));
 static_assert(int(OpKind::ExpertGemv) == int(fbs::OpKind::ExpertGemv));
 static_assert(int(DType::U8) == int(fbs::DType::U8));
@@ -63,8 +64,13 @@ const char *projectionName(Projection p) {
   return nameOf(n, unsigned(p));
 }
 const char *graphKindName(GraphKind k) {
-  static const char *const n[] = {"decode", "prefill"};
+  static const char *const n[] = {"decode", "prefill", "load"};
   return nameOf(n, unsigned(k));
+}
+std::string graphName(const GraphDef &g) {
+  if (g.kind == GraphKind::Load)
+    return "load";
+  return std::string(graphKindName(g.kind)) + "." + std::to_string(g.size);
 }
 const char *opKindName(OpKind k) {
   static const char *const n[] = {
@@ -89,8 +95,12 @@ const char *layerKindName(LayerKind k) {
   return nameOf(n, unsigned(k));
 }
 const char *argKindName(ArgKind k) {
-  static const char *const n[] = {"buffer", "i32", "i64", "f32", "runtime"};
+  static const char *const n[] = {"buffer", "i32",     "i64",
+                                  "f32",    "runtime", "f64"};
   return nameOf(n, unsigned(k));
+}
+uint64_t transformedBytes(WeightTransform t, uint64_t length) {
+  return t == WeightTransform::RawCopy ? length : 2 * length;
 }
 uint32_t dtypeBytes(DType t) {
   switch (t) {
@@ -122,9 +132,14 @@ bool ModelMeta::operator==(const ModelMeta &o) const {
                   o.temperature, o.topP, o.maxContext, o.kvDtype,
                   o.activeWeightBytes);
 }
+bool Relocation::operator==(const Relocation &o) const {
+  return std::tie(at, buffer, offset) == std::tie(o.at, o.buffer, o.offset);
+}
 bool BufferDef::operator==(const BufferDef &o) const {
-  return std::tie(name, bytes, arenaOffset, kind, dtype, layer) ==
-         std::tie(o.name, o.bytes, o.arenaOffset, o.kind, o.dtype, o.layer);
+  return std::tie(name, bytes, arenaOffset, kind, dtype, layer, init,
+                  relocations) == std::tie(o.name, o.bytes, o.arenaOffset,
+                                           o.kind, o.dtype, o.layer, o.init,
+                                           o.relocations);
 }
 bool WeightBinding::operator==(const WeightBinding &o) const {
   return std::tie(file, offset, length, buffer, bufferOffset, transform, tag,
@@ -144,8 +159,9 @@ bool KernelDef::operator==(const KernelDef &o) const {
                   o.launch);
 }
 bool ArgDef::operator==(const ArgDef &o) const {
-  return std::tie(kind, buffer, offset, i, f, name, rowBytes) ==
-         std::tie(o.kind, o.buffer, o.offset, o.i, o.f, o.name, o.rowBytes);
+  return std::tie(kind, buffer, offset, i, f, name, rowBytes, d) ==
+         std::tie(o.kind, o.buffer, o.offset, o.i, o.f, o.name, o.rowBytes,
+                  o.d);
 }
 bool OpDef::operator==(const OpDef &o) const {
   return std::tie(kind, name, kernel, collective, inputs, outputs, layer,
@@ -381,7 +397,7 @@ public:
     for (const ArgDef &a : o.args)
       args.push_back(fbs::CreateArgDef(b, fbs::ArgKind(a.kind), a.buffer,
                                        a.offset, a.i, a.f, str(a.name),
-                                       a.rowBytes));
+                                       a.rowBytes, a.d));
     auto argsV = b.CreateVector(args);
     fbs::LaunchDef l = launch(o.launch);
     return fbs::CreateOpDef(b, fbs::OpKind(o.kind), name, o.kernel,
@@ -392,10 +408,21 @@ public:
 
   flatbuffers::Offset<fbs::RankPlanDef> rank(const RankPlan &r) {
     std::vector<flatbuffers::Offset<fbs::BufferDef>> bufs;
-    for (const BufferDef &x : r.buffers)
+    for (const BufferDef &x : r.buffers) {
+      auto init = x.init.empty() ? 0 : b.CreateVector(x.init);
+      flatbuffers::Offset<flatbuffers::Vector<const fbs::RelocationDef *>>
+          relocs = 0;
+      if (!x.relocations.empty()) {
+        std::vector<fbs::RelocationDef> rs;
+        for (const Relocation &rl : x.relocations)
+          rs.emplace_back(rl.at, rl.buffer, rl.offset);
+        relocs = b.CreateVectorOfStructs(rs);
+      }
       bufs.push_back(fbs::CreateBufferDef(b, str(x.name), x.bytes,
                                           x.arenaOffset, fbs::BufferKind(x.kind),
-                                          fbs::DType(x.dtype), x.layer));
+                                          fbs::DType(x.dtype), x.layer, init,
+                                          relocs));
+    }
     auto bufsV = b.CreateVector(bufs);
     std::vector<flatbuffers::Offset<fbs::WeightBindingDef>> ws;
     ws.reserve(r.weights.size());

@@ -186,6 +186,21 @@ static FailureOr<Spec> gemvSpec(Type format, const Bucket &b,
                  {"threads", "256"}}};
   }
   auto d = cast<DenseType>(format);
+  // Row-major dense weights of any stored dtype (f32, f16, bf16; E4M3 with
+  // block, row or MX scales) run on gemv_any: fp64 sums in a fixed order,
+  // the arithmetic of the CPU reference, one launch for every row of the
+  // bucket.
+  switch (d.getFormat()) {
+  case DenseFormat::F32:
+  case DenseFormat::F16:
+  case DenseFormat::BF16:
+  case DenseFormat::Fp8Block128:
+  case DenseFormat::Fp8Row:
+  case DenseFormat::Mxfp8:
+    return Spec{"gemv_any", {{"threads", "256"}}};
+  default:
+    break;
+  }
   std::string fmt = "?", scale = "none";
   switch (d.getFormat()) {
   case DenseFormat::BF16:
@@ -320,35 +335,63 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
       if (!exl3)
         out.push_back(had);
       return out;
-    } else if (!gemv(*f.getDenseFormat())) {
+    }
+    // Unquantized experts: each (row, slot, 128-channel unit) contribution
+    // in fp64 into its own slot, routed then shared, then one fixed-order
+    // sum of the slots (the CPU reference's order).
+    auto d = dyn_cast<DenseType>(*f.getDenseFormat());
+    if (!d || (d.getFormat() != DenseFormat::F32 &&
+               d.getFormat() != DenseFormat::F16 &&
+               d.getFormat() != DenseFormat::BF16)) {
+      why.reason = "experts stored as " +
+                   (d ? stringifyDenseFormat(d.getFormat()).str()
+                      : std::string("?")) +
+                   " have no GPU kernel: hf_expert_act/down read f32, f16 "
+                   "and bf16";
       return failure();
     }
-    out.push_back({"moe_reduce", {{"threads", "256"}}});
+    for (int64_t g = 0; g < (f.getShared() > 0 ? 2 : 1); ++g) {
+      out.push_back({"hf_expert_act", {{"threads", "256"}}});
+      out.push_back({"hf_expert_down", {{"threads", "256"}}});
+    }
+    out.push_back({"reduce_units", {{"threads", "256"}}});
   } else if (auto g = dyn_cast<DenseGemvOp>(op)) {
     if (!gemv(g.getFormat()))
       return failure();
   } else if (auto m = dyn_cast<MlpOp>(op)) {
     // Gate, up and down GEMVs of the dense SwiGLU (the SwiGLU itself is an
     // executor helper kernel, not a codegen family).
-    for (StringRef sym : {m.getGate(), m.getUp(), m.getDown()})
+    for (StringRef sym : {m.getGate(), m.getUp(), m.getDown()}) {
+      if (sym == m.getDown())
+        out.push_back({"swiglu", {{"threads", "256"}}});
       if (Type t = ctx.typeOf(sym); t && !gemv(t))
         return failure();
+    }
   } else if (auto a = dyn_cast<AttentionDecodeOp>(op)) {
-    int64_t perRank = a.getHeads() / a.getShard().getRanks();
-    int64_t tile = 1;
-    while (tile * 2 <= 16 && perRank % (tile * 2) == 0)
-      tile *= 2;
-    out.push_back({"rope", {{"rope_dim", str(a.getQkRope())}}});
-    out.push_back({"mla_decode",
-                   {{"lora", str(a.getKvLora())},
-                    {"rope", str(a.getQkRope())},
-                    {"kv", kv},
-                    {"heads", str(tile)},
-                    {"threads", "256"}}});
+    // The latent cache store (kv_a norm + RoPE), RoPE of q's rope part,
+    // then absorbed MLA over this rank's heads (q·W_uk, softmax over the
+    // selection, ·W_uv); with heads split across ranks the output rows of
+    // the other ranks' heads are zeroed first (o_proj sums all heads).
+    Type kvb = ctx.typeOf(a.getKvB());
+    auto kd = dyn_cast_or_null<DenseType>(kvb);
+    if (!kd || kd.getFormat() == DenseFormat::Int4) {
+      why.reason = "kv_b in a trellis or int4 format has no GPU kernel yet: "
+                   "mla_qabs/mla_out read dense kv_b rows (f32, f16, bf16, "
+                   "fp8)";
+      return failure();
+    }
+    out.push_back({"kv_store", {{"threads", "256"}}});
+    out.push_back({"rope_rows",
+                   {{"threads", str(std::max<int64_t>(32, (a.getQkRope() / 2 + 31) / 32 * 32))}}});
+    if (a.getShard().getRanks() > 1)
+      out.push_back({"fill_f32", {{"threads", "256"}}});
+    out.push_back({"mla_qabs", {{"threads", "64"}}});
+    out.push_back({"mla_core", {{"threads", "1024"}}});
+    out.push_back({"mla_out", {{"threads", "256"}}});
   } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
-    // The executor's order: q = wq_b(q_a), its RoPE, the key wk(x), the
-    // head weights weights_proj(x), scores, top-k. (The key's norm, RoPE
-    // and cache store is an executor helper kernel.)
+    // q = wq_b(q_a) and its RoPE, the key wk(x) normed, roped and stored,
+    // the head weights weights_proj(x), the scores over the cache, the
+    // top-k selection.
     ArrayAttr w = ix.getWeights();
     auto proj = [&](unsigned i) -> Type {
       return w && i < w.size()
@@ -357,41 +400,43 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     };
     if (Type t = proj(0); t && !gemv(t))
       return failure();
-    out.push_back({"rope", {{"rope_dim", str(ix.getRope())}}});
-    for (unsigned i : {1u, 4u})
-      if (Type t = proj(i); t && !gemv(t))
-        return failure();
-    out.push_back({"indexer_scores",
-                   {{"head_dim", str(ix.getHeadDim())},
-                    {"n_heads", str(ix.getHeads())},
-                    {"kt", "bf16"},
-                    {"threads", "256"}}});
-    out.push_back({"topk", {{"threads", "256"}}});
-  } else if (auto n = dyn_cast<RmsNormOp>(op)) {
-    out.push_back({"rms_norm",
-                   {{"wt", storage(ctx.typeOf(n.getWeight()))},
-                    {"threads", "256"}}});
-  } else if (auto n = dyn_cast<AddRmsNormOp>(op)) {
-    out.push_back({"rms_norm",
-                   {{"wt", storage(ctx.typeOf(n.getWeight()))},
-                    {"threads", "256"}}});
+    out.push_back({"rope_rows",
+                   {{"threads", str(std::max<int64_t>(32, (ix.getRope() / 2 + 31) / 32 * 32))}}});
+    if (Type t = proj(1); t && !gemv(t))
+      return failure();
+    out.push_back({"index_key_store", {{"threads", "256"}}});
+    if (Type t = proj(4); t && !gemv(t))
+      return failure();
+    out.push_back({"indexer_scores_ctx", {{"threads", "256"}}});
+    out.push_back({"dsa_select", {{"threads", "1024"}}});
+  } else if (isa<RmsNormOp>(op)) {
+    out.push_back({"rms_norm_rows", {{"threads", "1024"}}});
+  } else if (isa<AddRmsNormOp>(op)) {
+    out.push_back({"add_rms_norm", {{"threads", "1024"}}});
   } else if (auto e = dyn_cast<EmbedOp>(op)) {
-    Type t = ctx.typeOf(e.getWeight());
-    std::string fmt = "bf16";
-    if (auto d = dyn_cast_or_null<DenseType>(t))
-      fmt = d.getFormat() == DenseFormat::Fp8Row ? "fp8_row"
-                                                 : storage(t);
-    out.push_back({"embed", {{"format", fmt}, {"threads", "256"}}});
+    auto d = dyn_cast_or_null<DenseType>(ctx.typeOf(e.getWeight()));
+    if (!d || (d.getFormat() != DenseFormat::F32 &&
+               d.getFormat() != DenseFormat::F16 &&
+               d.getFormat() != DenseFormat::BF16 &&
+               d.getFormat() != DenseFormat::Fp8Row)) {
+      why.reason = "an embedding that is not f32, f16, bf16 or fp8_row has "
+                   "no GPU kernel (embed_tokens reads whole rows)";
+      return failure();
+    }
+    out.push_back({"embed_tokens", {{"threads", "256"}}});
   } else if (auto r = dyn_cast<RouterOp>(op)) {
     // The gate GEMV (router logits), then the selection.
     if (Type t = ctx.typeOf(r.getWeight()); t && !gemv(t))
       return failure();
-    out.push_back({"router",
-                   {{"experts", str(r.getExperts())},
-                    {"topk", str(r.getTopK())},
-                    {"threads", "256"}}});
+    if (r.getExperts() > 1024 || r.getTopK() > 64) {
+      why.reason = "route takes 1..1024 experts and top 1..64";
+      return failure();
+    }
+    out.push_back({"route",
+                   {{"threads", str((r.getExperts() + 31) / 32 * 32)}}});
   } else if (isa<SampleOp>(op)) {
-    out.push_back({"argmax", {{"threads", "256"}}});
+    // Sampling is the host's: it reads the logits the graph leaves in
+    // io.logits (glm-engine's sampler).
   }
   return out;
 }

@@ -174,6 +174,30 @@ struct RankState {
   int64_t maxContext = 0;
   std::map<std::string, uint32_t> scratch;
   llvm::DenseMap<Operation *, int32_t> collectiveOf; // op → collective
+  /// (tensor, role) → offset in the weight buffer: a weight's byte ranges
+  /// by role ("data", "scale", "suh", ...).
+  std::map<std::pair<std::string, std::string>, uint64_t> roleOffset;
+  /// HF expert banks laid out [experts][rows][cols] per projection:
+  /// (layer, shared?, projection 0 gate / 1 up / 2 down) → offset of expert
+  /// 0 and bytes per expert.
+  using BankMap = std::map<std::tuple<int64_t, bool, int32_t>,
+                           std::pair<uint64_t, uint64_t>>;
+  BankMap expertBank;
+  /// The Io rows the runtime writes before a step (plan_executor.h).
+  uint32_t ioTokens = 0, ioPositions = 0, ioSlots = 0;
+  int64_t kvSlots = 1; // sequences the KV buffers hold
+
+  /// A Scratch buffer whose contents are `init` at load (a table of ints
+  /// or bytes, created once per name).
+  uint32_t tableBuffer(const std::string &name, std::vector<uint8_t> init) {
+    auto it = scratch.find("table." + name);
+    if (it != scratch.end())
+      return it->second;
+    uint32_t index = scratchBuffer("table." + name, init.size());
+    rp.buffers[index].dtype = gp::DType::U8;
+    rp.buffers[index].init = std::move(init);
+    return index;
+  }
 
   /// A Scratch buffer of `bytes` (created once per name, at the arena end).
   uint32_t scratchBuffer(const std::string &name, uint64_t bytes) {
@@ -277,7 +301,7 @@ static int smsOfArch(const std::string &arch) {
 }
 static bool isGemv(const std::string &family) {
   return isTrellisGemv(family) || family == "dense_gemv" ||
-         family == "dense_gemv_f32";
+         family == "dense_gemv_f32" || family == "gemv_any";
 }
 /// Is launch `i` of `seq` the input or output rotation of a trellis GEMV?
 static bool trellisNeighbour(const std::vector<std::string> &seq, size_t i) {
@@ -355,6 +379,43 @@ private:
   }
   /// The op's `ordinal`-th GEMV, in the order glm-emit-kernels lists them.
   GemvUse gemvUse(Operation &op, size_t ordinal);
+  /// The launches of the executor's helper families (embed_tokens, norms,
+  /// cache stores, DSA, absorbed MLA, routing, HF experts, gemv_any):
+  /// false when `family` is none of them.
+  bool buildHelperLaunch(const std::string &family, Operation &op,
+                         int64_t rows, size_t launch,
+                         const std::vector<std::string> &seq,
+                         LaunchInfo &li);
+  /// The weight buffer at byte range `role` of weight `sym` (null when the
+  /// weight has no such range on this rank).
+  gp::ArgDef roleArg(StringRef sym, const std::string &role,
+                     const std::string &label, uint64_t extra = 0) {
+    WeightOp w = weightOp(sym);
+    auto it = w ? st.roleOffset.find({w.getName().str(), role})
+                : st.roleOffset.end();
+    if (it == st.roleOffset.end()) {
+      gp::ArgDef a = runtimeArg("null");
+      return a;
+    }
+    return bufferArg(0, label, 0, it->second + extra);
+  }
+  /// A per-token row buffer of the Io rows (tokens, positions, slots).
+  gp::ArgDef io(uint32_t buffer, const std::string &label) {
+    return bufferArg(buffer, label, 4);
+  }
+  /// A table of int32 values (heads of this rank, ...).
+  gp::ArgDef intTable(const std::string &name, const std::vector<int32_t> &v,
+                      const std::string &label) {
+    std::vector<uint8_t> b(std::max<size_t>(v.size(), 1) * 4, 0);
+    std::memcpy(b.data(), v.data(), v.size() * 4);
+    return bufferArg(st.tableBuffer(name, std::move(b)), label);
+  }
+  gp::ArgDef byteTable(const std::string &name, std::vector<uint8_t> v,
+                       const std::string &label) {
+    if (v.empty())
+      v.push_back(0);
+    return bufferArg(st.tableBuffer(name, std::move(v)), label);
+  }
   /// SMs of the plan's first target arch.
   int sms() {
     if (auto archs = module->getAttrOfType<ArrayAttr>("glm.archs"))
@@ -425,6 +486,372 @@ GemvUse ArgBuilder::gemvUse(Operation &op, size_t ordinal) {
   return g;
 }
 
+/// Storage code of the helper kernels' `dt` (0 f32, 1 f16, 2 bf16, 3 E4M3)
+/// and of their FP8 scales' `sk` (0 none, 1 block-128, 2 row, 3 MX).
+static int dtOf(Type t) {
+  auto d = dyn_cast_or_null<DenseType>(t);
+  if (!d)
+    return 2;
+  switch (d.getFormat()) {
+  case DenseFormat::F32:
+    return 0;
+  case DenseFormat::F16:
+    return 1;
+  case DenseFormat::Fp8Block128:
+  case DenseFormat::Fp8Row:
+  case DenseFormat::Mxfp8:
+    return 3;
+  default:
+    return 2;
+  }
+}
+static int skOf(Type t) {
+  auto d = dyn_cast_or_null<DenseType>(t);
+  if (!d)
+    return 0;
+  switch (d.getFormat()) {
+  case DenseFormat::Fp8Block128:
+    return 1;
+  case DenseFormat::Fp8Row:
+    return 2;
+  case DenseFormat::Mxfp8:
+    return 3;
+  default:
+    return 0;
+  }
+}
+static gp::ArgDef f64Arg(double v, const std::string &label) {
+  gp::ArgDef a;
+  a.kind = gp::ArgKind::F64;
+  a.d = v;
+  a.name = label;
+  return a;
+}
+static gp::ArgDef i64Arg(int64_t v, const std::string &label) {
+  gp::ArgDef a;
+  a.kind = gp::ArgKind::I64;
+  a.i = v;
+  a.name = label;
+  return a;
+}
+static gp::ArgDef named(gp::ArgDef a, const std::string &label) {
+  a.name = label;
+  return a;
+}
+
+bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
+                                   int64_t rows, size_t launch,
+                                   const std::vector<std::string> &seq,
+                                   LaunchInfo &li) {
+  auto &a = li.args;
+  gp::LaunchDims &d = li.dims;
+  const uint32_t R = uint32_t(rows);
+  const int64_t ctx = std::max<int64_t>(st.maxContext, 1);
+  const gp::ArgDef seqA = io(st.ioSlots, "seq"), posA = io(st.ioPositions, "pos");
+  auto grid = [&](uint64_t x, uint32_t y, uint32_t z, uint32_t block,
+                  uint32_t smem = 0) {
+    d.gridX = uint32_t(std::max<uint64_t>(x, 1));
+    d.gridY = y;
+    d.gridZ = z;
+    d.blockX = block;
+    d.smemBytes = smem;
+  };
+  // DSA selections live in one scratch pair (rows of max_context ints and
+  // a count per row), written by a full layer's indexer and read by its
+  // attention and by the shared layers after it.
+  auto sel = [&](const char *label) {
+    return scratchRows("dsa_sel", ctx * 4, label);
+  };
+  auto nsel = [&](const char *label) {
+    return scratchRows("dsa_nsel", 4, label);
+  };
+  if (f == "gemv_any") {
+    size_t ordinal = 0;
+    for (size_t i = 0; i < launch; ++i)
+      ordinal += isGemv(seq[i]);
+    GemvUse g = gemvUse(op, ordinal);
+    WeightOp w = weightOp(g.sym);
+    Type t = w ? w.getType() : Type();
+    li.weightSym = g.sym.str();
+    const uint64_t rowStart = g.rowBegin * g.in * elemBytes(t);
+    // Scales of this rank's rows: one per row (fp8_row), one per 128x128
+    // block (fp8_block128: the row begin is a multiple of 128), one per 32
+    // columns (mxfp8).
+    uint64_t scaleAt = 0;
+    switch (skOf(t)) {
+    case 1:
+      scaleAt = uint64_t(g.rowBegin / 128) * ceilDiv(g.in, 128) * 4;
+      break;
+    case 2:
+      scaleAt = uint64_t(g.rowBegin) * 4;
+      break;
+    case 3:
+      scaleAt = uint64_t(g.rowBegin) * ceilDiv(g.in, 32);
+      break;
+    }
+    const uint64_t xRow = g.x.rowBytes ? g.x.rowBytes / 4 : g.in;
+    a = {named(g.x, "x"),
+         i32Arg(int64_t(xRow), "xs"),
+         weight(g.sym, "w", rowStart),
+         i32Arg(dtOf(t), "dt"),
+         skOf(t) ? roleArg(g.sym, "scale", "scale", scaleAt)
+                 : runtimeArg("null"),
+         i32Arg(skOf(t), "sk"),
+         named(g.y, "y"),
+         i32Arg(g.outStride, "ys"),
+         i32Arg(g.in, "in"),
+         i32Arg(g.outRows, "out")};
+    grid(ceilDiv(g.outRows, 8), R, 1, 256);
+    return true;
+  }
+  if (f == "embed_tokens") {
+    auto e = cast<EmbedOp>(op);
+    Type t = weightOp(e.getWeight()) ? weightOp(e.getWeight()).getType()
+                                     : Type();
+    const int64_t hidden = hiddenOf(e.getResult());
+    auto dd = dyn_cast_or_null<DenseType>(t);
+    const bool rowScaled = dd && dd.getFormat() == DenseFormat::Fp8Row;
+    a = {weight(e.getWeight(), "table"), i32Arg(dtOf(t), "dt"),
+         rowScaled ? roleArg(e.getWeight(), "scale", "rowScale")
+                   : runtimeArg("null"),
+         in(op, 0, "tok"), out(op, 0, "x"), i32Arg(hidden, "d")};
+    grid(ceilDiv(hidden, 256), R, 1, 256);
+    return true;
+  }
+  if (f == "rms_norm_rows") {
+    auto r = cast<RmsNormOp>(op);
+    const int64_t n = hiddenOf(r.getResult());
+    // G blocks per row when each thread keeps its values in registers
+    // (n <= 8 * 1024); every block sums the whole row in the same order.
+    const int64_t K = ceilDiv(n, 1024);
+    a = {in(op, 0, "x"), weight(r.getWeight(), "w"), out(op, 0, "y"),
+         i32Arg(n, "n"), f64Arg(r.getEps().convertToDouble(), "eps"),
+         i32Arg(n, "xs"), i32Arg(n, "ys")};
+    grid(K > 8 ? 1 : K, R, 1, 1024);
+    return true;
+  }
+  if (f == "add_rms_norm") {
+    auto r = cast<AddRmsNormOp>(op);
+    const int64_t n = hiddenOf(r.getSum());
+    a = {in(op, 0, "x"), in(op, 1, "delta"), out(op, 0, "xout"),
+         weight(r.getWeight(), "w"), out(op, 1, "y"), i32Arg(n, "n"),
+         f64Arg(r.getEps().convertToDouble(), "eps")};
+    grid(ceilDiv(n, 1024), R, 1, 1024);
+    return true;
+  }
+  if (auto at = dyn_cast<AttentionDecodeOp>(op)) {
+    const int64_t H = at.getHeads(), dn = at.getQkNope(), dr = at.getQkRope(),
+                  dv = at.getVHead(), kvr = at.getKvLora();
+    auto [hb, he] = at.getShard().rangeOf(rank);
+    if (ranks == 1) {
+      hb = 0;
+      he = H;
+    }
+    const int64_t nh = he - hb;
+    std::vector<int32_t> heads;
+    for (int64_t h = hb; h < he; ++h)
+      heads.push_back(int32_t(h));
+    const gp::ArgDef headsA = intTable(
+        "heads." + std::to_string(hb) + "-" + std::to_string(he), heads,
+        "heads");
+    const double theta = at.getRopeTheta().convertToDouble();
+    const int32_t layer = int32_t(at.getLayer());
+    const gp::ArgDef cache =
+        bufferArg(st.kvOf.count(layer) ? st.kvOf[layer] : 0, "cache");
+    Type kt = weightOp(at.getKvB()) ? weightOp(at.getKvB()).getType() : Type();
+    const gp::ArgDef W = weight(at.getKvB(), "W");
+    const gp::ArgDef scale =
+        skOf(kt) ? roleArg(at.getKvB(), "scale", "scale") : runtimeArg("null");
+    const gp::ArgDef qabs = scratchRows("mla_qabs", H * kvr * 4, "qabsAll");
+    const gp::ArgDef ctxv = scratchRows("mla_ctx", H * kvr * 4, "ctxAll");
+    if (f == "kv_store") {
+      a = {in(op, 1, "kva"), weight(at.getKvNorm(), "normW"), cache, seqA,
+           posA, i32Arg(kvr, "kvr"), i32Arg(dr, "dr"), i32Arg(ctx, "maxCtx"),
+           f64Arg(at.getEps().convertToDouble(), "eps"),
+           f64Arg(theta, "theta")};
+      grid(1, R, 1, 256);
+    } else if (f == "rope_rows") {
+      gp::ArgDef x = in(op, 0, "x");
+      x.offset += uint64_t(dn) * 4;
+      a = {x, i32Arg(dr, "dim"), i32Arg(dn + dr, "stride"),
+           i32Arg(H * (dn + dr), "rowStride"), posA, f64Arg(theta, "theta")};
+      grid(H, R, 1, uint32_t(std::max<int64_t>(32, (dr / 2 + 31) / 32 * 32)));
+    } else if (f == "fill_f32") {
+      // Other ranks' heads contribute zeros to o_proj's input.
+      a = {out(op, 0, "p"), i64Arg(rows * H * dv, "n"), f32Arg(0.0, "v")};
+      grid(std::min<uint64_t>(ceilDiv(uint64_t(rows * H * dv), 256), 1024), 1,
+           1, 256);
+    } else if (f == "mla_qabs") {
+      a = {in(op, 0, "qAll"), W, i32Arg(dtOf(kt), "dt"), scale,
+           i32Arg(skOf(kt), "sk"), headsA, qabs, i32Arg(H, "H"),
+           i32Arg(dn, "dn"), i32Arg(dr, "dr"), i32Arg(dv, "dv"),
+           i32Arg(kvr, "kvr")};
+      grid(nh * ceilDiv(kvr, 32), R, 1, 64);
+    } else if (f == "mla_core") {
+      a = {in(op, 0, "qAll"), named(qabs, "qabsAll"), cache, seqA,
+           sel("selAll"), nsel("nselp"),
+           scratchRows("mla_p", 2 * H * ctx * 4, "pAll"),
+           i32Arg(ctx, "maxCtx"), ctxv, headsA, i32Arg(H, "H"),
+           i32Arg(dn, "dn"), i32Arg(dr, "dr"), i32Arg(kvr, "kvr"),
+           f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale")};
+      // q_abs, q_pe, a tile of p and of selected rows, partial sums.
+      grid(nh, R, 1, 1024, uint32_t((kvr + dr + 2 * 1024 + 4 * 1024) * 4));
+    } else if (f == "mla_out") {
+      a = {W, i32Arg(dtOf(kt), "dt"), scale, i32Arg(skOf(kt), "sk"), ctxv,
+           headsA, out(op, 0, "ovAll"), i32Arg(H, "H"), i32Arg(dn, "dn"),
+           i32Arg(dv, "dv"), i32Arg(kvr, "kvr")};
+      grid(nh * ceilDiv(dv, 32), R, 1, 256);
+    } else {
+      return false;
+    }
+    return true;
+  }
+  if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
+    const int64_t nh = ix.getHeads(), hd = ix.getHeadDim(), dr = ix.getRope();
+    const int32_t layer = int32_t(ix.getLayer());
+    if (ropeTheta < 0) {
+      ropeTheta = 10000.0;
+      module.walk([&](AttentionDecodeOp at) {
+        ropeTheta = at.getRopeTheta().convertToDouble();
+        return WalkResult::interrupt();
+      });
+    }
+    ArrayAttr ws = ix.getWeights();
+    auto wsym = [&](unsigned i) {
+      return ws && i < ws.size() ? cast<FlatSymbolRefAttr>(ws[i]).getValue()
+                                 : StringRef();
+    };
+    const gp::ArgDef keys =
+        bufferArg(st.keysOf.count(layer) ? st.keysOf[layer] : 0, "keys");
+    const gp::ArgDef qi = scratchRows("indexer_q", nh * hd * 4, "qi");
+    const gp::ArgDef score = scratchRows("dsa_score", ctx * 8, "score");
+    if (f == "rope_rows") {
+      a = {named(qi, "x"), i32Arg(dr, "dim"), i32Arg(hd, "stride"),
+           i32Arg(nh * hd, "rowStride"), posA, f64Arg(ropeTheta, "theta")};
+      grid(nh, R, 1, uint32_t(std::max<int64_t>(32, (dr / 2 + 31) / 32 * 32)));
+    } else if (f == "index_key_store") {
+      a = {scratchRows("indexer_k", hd * 4, "k"), weight(wsym(2), "w"),
+           weight(wsym(3), "bias"), keys, seqA, posA, i32Arg(hd, "hd"),
+           i32Arg(dr, "dr"), i32Arg(ctx, "maxCtx"),
+           f64Arg(ropeTheta, "theta")};
+      grid(1, R, 1, 256);
+    } else if (f == "indexer_scores_ctx") {
+      a = {qi, keys, scratchRows("indexer_w", nh * 4, "wts"), score, seqA,
+           posA, i32Arg(nh, "nh"), i32Arg(hd, "hd"), i32Arg(ctx, "maxCtx"),
+           f64Arg(1.0 / std::sqrt(double(nh)), "headScale"),
+           f64Arg(1.0 / std::sqrt(double(hd)), "dotScale")};
+      grid(64, R, 1, 256);
+    } else if (f == "dsa_select") {
+      a = {named(score, "scoreAll"), posA, i32Arg(ix.getTopk(), "k"),
+           scratchRows("dsa_flags", ctx * 4, "flagsAll"), sel("selAll"),
+           nsel("nsel"), i32Arg(ctx, "maxCtx")};
+      grid(1, R, 1, 1024);
+    } else {
+      return false;
+    }
+    return true;
+  }
+  if (auto r = dyn_cast<RouterOp>(op)) {
+    if (f != "route")
+      return false;
+    const int64_t E = r.getExperts();
+    a = {scratchRows("router_logits", E * 4, "logitsAll"),
+         weight(r.getBias(), "bias"), i32Arg(E, "E"), i32Arg(r.getTopK(), "k"),
+         i32Arg(r.getRenormalize() ? 1 : 0, "normalize"),
+         f64Arg(r.getScale().convertToDouble(), "scale"),
+         out(op, 0, "expertsAll"), out(op, 1, "weightsAll")};
+    grid(1, R, 1, uint32_t((E + 31) / 32 * 32));
+    return true;
+  }
+  if (auto m = dyn_cast<MlpOp>(op)) {
+    if (f != "swiglu")
+      return false;
+    const int64_t I = m.getInter();
+    // 128-channel chunk c of layer L's dense MLP is this rank's when
+    // (c + L) mod N == rank (the halves rule with e = 0).
+    std::vector<uint8_t> own(ceilDiv(I, 128));
+    for (size_t c = 0; c < own.size(); ++c)
+      own[c] = (int64_t(c) + m.getLayer()) % ranks == rank;
+    a = {scratchRows("mlp_gate", I * 4, "g"),
+         scratchRows("mlp_up", I * 4, "u"), i32Arg(I, "gs"),
+         scratchRows("mlp_act", I * 4, "act"), i32Arg(I, "n"),
+         byteTable("mlp_own." + std::to_string(m.getLayer()), own, "own")};
+    grid(ceilDiv(I, 256), R, 1, 256);
+    return true;
+  }
+  if (auto e = dyn_cast<FusedExpertGemvOp>(op)) {
+    if (f != "hf_expert_act" && f != "hf_expert_down" && f != "reduce_units")
+      return false;
+    const int64_t L = e.getLayer(), E = e.getExperts(), K = e.getTopK(),
+                  hidden = e.getHidden(), I = e.getInter();
+    Type t = *e.getDenseFormat();
+    const int dt = dtOf(t);
+    const int64_t elem = std::max<uint64_t>(elemBytes(t), 1);
+    size_t group = 0; // 0 routed, 1 shared
+    for (size_t i = 0; i < launch; ++i)
+      group += seq[i] == "hf_expert_down";
+    const bool shared = group > 0;
+    auto bank = [&](bool sh, int32_t proj) {
+      auto it = st.expertBank.find({L, sh, proj});
+      return it == st.expertBank.end() ? std::pair<uint64_t, uint64_t>{0, 0}
+                                       : it->second;
+    };
+    // Shared experts are one MLP of n_shared * inter channels.
+    const int64_t IS = e.getShared() > 0
+                           ? int64_t(bank(true, 0).second) / elem / hidden
+                           : 0;
+    const int64_t chunks = ceilDiv(I, 128), chunksS = ceilDiv(IS, 128);
+    const int64_t slots = K * chunks + chunksS;
+    const gp::ArgDef act =
+        scratchRows("hf_act", std::max(K * I, IS) * 8, "act");
+    const gp::ArgDef part = scratchRows("hf_part", slots * hidden * 8, "part");
+    // Unit h of expert e (the shared expert is e = E) is this rank's when
+    // the halves rule gives it this rank.
+    auto ownTable = [&](bool sh) {
+      const int64_t n = sh ? 1 : E, halves = sh ? chunksS : chunks;
+      std::vector<uint8_t> own(n * halves);
+      for (int64_t x = 0; x < n; ++x)
+        for (int64_t h = 0; h < halves; ++h)
+          own[x * halves + h] =
+              ranks == 1 ||
+              e.getShard().ownerOf(sh ? E : x, h) == rank;
+      return byteTable("hf_own." + std::to_string(L) + (sh ? ".s" : ".r"),
+                       own, "own");
+    };
+    auto proj = [&](bool sh, int32_t p, const char *label) {
+      auto [off, bytes] = bank(sh, p);
+      (void)bytes;
+      return bufferArg(0, label, 0, off);
+    };
+    const int64_t stride = int64_t(bank(false, 0).second) / elem;
+    if (f == "hf_expert_act") {
+      a = {proj(shared, 0, "gate"), proj(shared, 1, "up"), i32Arg(dt, "dt"),
+           in(op, 0, "x"),
+           shared ? runtimeArg("null") : in(op, 1, "ids"),
+           i64Arg(shared ? 0 : stride, "stride"), i32Arg(shared ? IS : I, "I"),
+           i32Arg(hidden, "d"), ownTable(shared),
+           i32Arg(shared ? chunksS : chunks, "halves"), i32Arg(0, "ownE"),
+           act};
+      grid(ceilDiv(shared ? IS : I, 256), shared ? 1 : uint32_t(K), R, 256);
+    } else if (f == "hf_expert_down") {
+      a = {proj(shared, 2, "down"), i32Arg(dt, "dt"), act,
+           shared ? runtimeArg("null") : in(op, 1, "ids"),
+           shared ? runtimeArg("null") : in(op, 2, "wts"),
+           i64Arg(shared ? 0 : stride, "stride"), i32Arg(shared ? IS : I, "I"),
+           i32Arg(hidden, "d"), i32Arg(shared ? 1 : K, "U"), part,
+           i32Arg(slots, "slots"), i32Arg(shared ? K * chunks : 0, "slotBase")};
+      grid(ceilDiv(hidden, 256), uint32_t(shared ? chunksS : K * chunks), R,
+           256);
+    } else {
+      a = {part, i32Arg(slots, "units"), i32Arg(hidden, "n"),
+           out(op, 0, "out")};
+      grid(ceilDiv(hidden, 256), R, 1, 256);
+    }
+    return true;
+  }
+  return false;
+}
+
 LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
                              int64_t rows, size_t launch,
                              const std::vector<std::string> &seq) {
@@ -442,6 +869,8 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
     return it == k.templateArgs.end() ? std::string() : it->second;
   };
 
+  if (buildHelperLaunch(f, op, rows, launch, seq, li))
+    return li;
   if (f == "embed") {
     auto e = cast<EmbedOp>(op);
     int64_t hidden = hiddenOf(e.getResult());
@@ -861,7 +1290,49 @@ static bool readsWeights(const std::string &family) {
          family == "dense_gemv_f32" || family == "dense_gemv_trellis" ||
          family == "gemm_trellis" || family == "mla_decode" ||
          family == "indexer_scores" || family == "router" ||
-         family == "embed" || family == "rms_norm";
+         family == "embed" || family == "rms_norm" ||
+         family == "embed_tokens" || family == "rms_norm_rows" ||
+         family == "add_rms_norm" || family == "kv_store" ||
+         family == "mla_qabs" || family == "index_key_store" ||
+         family == "route" || family == "hf_expert_act" ||
+         family == "gemv_any";
+}
+
+/// An unquantized routed or shared expert tensor (one whole matrix of an
+/// HF expert bank), which the weight buffer lays out by expert.
+static bool isBankTensor(const glmc::RankBinding &b) {
+  return (b.expert >= 0 || b.shared) && !b.sideVector &&
+         b.widthX2 == 0 && b.projection >= 0 && b.projection <= 2;
+}
+
+/// Routed experts of the bank of `layer` (1 when the module has none).
+static int64_t routedExperts(ModuleOp module, int64_t layer) {
+  int64_t n = 1;
+  module.walk([&](ExpertsOp e) {
+    if (e.getLayer() == layer)
+      n = e.getExperts();
+  });
+  return n;
+}
+
+/// f32 widening of 16-bit vectors (norm weights, biases): the helper
+/// kernels read every vector as fp32.
+static gp::WeightTransform
+widenedTransform(const llvm::StringMap<WeightOp> &byName,
+                 const glmc::RankBinding &b) {
+  if (b.expert >= 0 || b.shared || b.widthX2 || b.sideVector)
+    return gp::WeightTransform::RawCopy;
+  WeightOp w = byName.lookup(b.tensor);
+  if (!w || w.getShape().size() != 1)
+    return gp::WeightTransform::RawCopy;
+  auto d = dyn_cast<DenseType>(w.getType());
+  if (!d)
+    return gp::WeightTransform::RawCopy;
+  if (d.getFormat() == DenseFormat::BF16)
+    return gp::WeightTransform::Bf16ToF32;
+  if (d.getFormat() == DenseFormat::F16)
+    return gp::WeightTransform::F16ToF32;
+  return gp::WeightTransform::RawCopy;
 }
 
 /// One graph bucket of one rank: an OpDef per kernel launch or collective,
@@ -881,7 +1352,8 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
                   plan.numRanks ? plan.numRanks : 1, plan.model.layout);
   std::set<std::string> charged; // symbols whose bytes an op already read
   for (Operation &op : body) {
-    if (isa<func::ReturnOp>(op))
+    // Sampling is the host's (it reads io.logits): nothing to launch.
+    if (isa<func::ReturnOp, SampleOp>(op))
       continue;
     gp::OpDef od;
     od.kind = opKind(&op);
@@ -1141,12 +1613,12 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
     m.maxContext = intAttr(kv, "max_context");
     m.kvDtype = strAttr(kv, "dtype") == "fp8" ? gp::DType::E4M3
                                               : gp::DType::BF16;
-    uint64_t kvElem = m.kvDtype == gp::DType::E4M3 ? 1 : 2;
     plan.compileOptions = {{"ranks", std::to_string(table.ranks)},
                            {"max_context", std::to_string(m.maxContext)},
                            {"kv_dtype", strAttr(kv, "dtype")},
                            {"layout", m.layout},
-                           {"manifest", m.manifest}};
+                           {"manifest", m.manifest},
+                           {"kv_slots", "1"}};
 
     // Kernels shared by every rank.
     std::map<std::string, int32_t> kernelIndex;
@@ -1197,25 +1669,52 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                         maxTokens, " tokens: raise glm-plan-memory's "
                         "max-tokens (glmc compile sizes it for the largest "
                         "bucket)");
+    // Bindings name the HF tensor; its weight op by that name.
+    llvm::StringMap<WeightOp> weightByName;
+    module.walk([&](WeightOp w) { weightByName[w.getName()] = w; });
     for (int64_t r = 0; r < table.ranks; ++r) {
       const glmc::RankUsage &use = table.perRank[r];
       gp::RankPlan rp;
       rp.rank = r;
       uint64_t top = 0;
       // Weights: one buffer, every bound range 256-aligned inside it.
+      // Vectors (norm weights and biases, 1-D tensors) are widened to f32
+      // at load: the kernels read them as fp32. Unquantized expert banks
+      // are laid out [expert][rows][cols] per projection (the HF expert
+      // kernels step from expert to expert by one stride).
       gp::BufferDef wbuf;
       wbuf.name = "weights";
       wbuf.kind = gp::BufferKind::Weight;
       uint64_t woff = 0;
       rp.weights.reserve(use.bindings.size());
+      std::map<std::tuple<int64_t, bool, int32_t>, uint64_t> bankStride;
+      for (const glmc::RankBinding &b : use.bindings)
+        if (isBankTensor(b))
+          bankStride[{b.layer, b.shared, b.projection}] =
+              std::max(bankStride[{b.layer, b.shared, b.projection}],
+                       alignUp(b.length));
+      RankState::BankMap banks;
+      for (auto &[key, stride] : bankStride) {
+        const int64_t n =
+            std::get<1>(key) ? 1 : routedExperts(module, std::get<0>(key));
+        banks[key] = {woff, stride};
+        woff += stride * uint64_t(std::max<int64_t>(n, 1));
+      }
       for (const glmc::RankBinding &b : use.bindings) {
         gp::WeightBinding wb;
         wb.file = cast<StringAttr>(files[b.file]).str();
         wb.offset = b.offset;
         wb.length = b.length;
         wb.buffer = 0;
-        wb.bufferOffset = woff;
-        woff += alignUp(b.length);
+        wb.transform = widenedTransform(weightByName, b);
+        if (isBankTensor(b)) {
+          auto [base, stride] = banks[{b.layer, b.shared, b.projection}];
+          wb.bufferOffset =
+              base + stride * uint64_t(b.shared ? 0 : std::max(b.expert, 0));
+        } else {
+          wb.bufferOffset = woff;
+          woff += alignUp(gp::transformedBytes(wb.transform, b.length));
+        }
         wb.tensor = b.tensor.str();
         wb.layer = b.layer;
         wb.expert = b.shared ? -2 : b.expert;
@@ -1233,7 +1732,10 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       rp.buffers.push_back(wbuf);
       top = alignUp(wbuf.bytes);
 
-      // KV cache and index keys per layer.
+      // KV cache and index keys per layer: fp32 rows (kv_store and
+      // index_key_store write fp32), one max_context row block per KV slot
+      // (sequence).
+      const int64_t kvSlots = 1;
       step.walk([&](Operation *op) {
         int64_t row = 0, layer = layerOf(op);
         std::string name;
@@ -1251,7 +1753,8 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         kb.kind = gp::BufferKind::KvCache;
         kb.dtype = m.kvDtype;
         kb.layer = layer;
-        kb.bytes = alignUp(m.maxContext * row * kvElem);
+        kb.dtype = gp::DType::F32;
+        kb.bytes = alignUp(uint64_t(kvSlots) * m.maxContext * row * 4);
         kb.arenaOffset = top;
         top += kb.bytes;
         rp.buffers.push_back(kb);
@@ -1289,8 +1792,45 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       RankState st{rp, bufferOf, {}, {}, {}, 0, maxTokens, m.maxContext};
       for (const gp::BufferDef &bd : rp.buffers)
         st.top = std::max(st.top, bd.arenaOffset + bd.bytes);
-      for (const gp::WeightBinding &wb : rp.weights)
+      ArrayAttr roles = pack.getRoles();
+      for (auto [wb, b] : llvm::zip(rp.weights, use.bindings)) {
         st.weightOffset.try_emplace(wb.tensor, wb.bufferOffset);
+        const std::string role =
+            b.role >= 0 && size_t(b.role) < roles.size()
+                ? cast<StringAttr>(roles[b.role]).str()
+                : std::string("data");
+        st.roleOffset.try_emplace({wb.tensor, role}, wb.bufferOffset);
+      }
+      for (auto &[key, at] : banks)
+        st.expertBank[key] = at;
+      st.kvSlots = kvSlots;
+      // The Io rows: token ids (the step's argument), positions and KV
+      // slots, which the runtime writes before each step.
+      auto ioRows = [&](const char *name) {
+        gp::BufferDef b;
+        b.name = name;
+        b.kind = gp::BufferKind::Io;
+        b.dtype = gp::DType::I32;
+        b.bytes = alignUp(uint64_t(maxTokens) * 4);
+        b.arenaOffset = alignUp(st.top);
+        st.top = b.arenaOffset + b.bytes;
+        rp.buffers.push_back(b);
+        return uint32_t(rp.buffers.size() - 1);
+      };
+      if (body.getNumArguments() > 0) {
+        st.ioTokens = bufferOf.lookup(body.getArgument(0));
+        rp.buffers[st.ioTokens].name = "io.tokens";
+      }
+      st.ioPositions = ioRows("io.positions");
+      st.ioSlots = ioRows("io.slots");
+      // The logits the step leaves for the host's sampler.
+      step.walk([&](SampleOp sop) {
+        if (bufferOf.count(sop.getLogits())) {
+          gp::BufferDef &lb = rp.buffers[bufferOf.lookup(sop.getLogits())];
+          lb.name = "io.logits";
+          lb.kind = gp::BufferKind::Io;
+        }
+      });
       for (auto [i, bd] : llvm::enumerate(rp.buffers))
         if (bd.kind == gp::BufferKind::KvCache)
           (bd.name.rfind("kv.", 0) == 0 ? st.kvOf : st.keysOf)[bd.layer] =

@@ -33,11 +33,24 @@ KernelParam parseDecl(const std::string &decl, const std::string &family) {
   KernelParam p;
   p.name = trim(nameAt == std::string::npos ? d : d.substr(nameAt + 1));
   std::string type = nameAt == std::string::npos ? "" : d.substr(0, nameAt + 1);
+  // The plan's argument kinds fix each argument's size (the CUDA backend
+  // packs them by kind), so 64-bit integers and doubles are kinds of their
+  // own.
   if (type.find('*') != std::string::npos)
     p.kind = ParamKind::Pointer;
+  else if (type.find("double") != std::string::npos)
+    p.kind = ParamKind::Double;
   else if (type.find("float") != std::string::npos)
     p.kind = ParamKind::Float;
-  else if (type.find("int") != std::string::npos)
+  else if (type.find("long long") != std::string::npos ||
+           type.find("int64") != std::string::npos)
+    p.kind = ParamKind::Int64;
+  else if (type.find("long") != std::string::npos)
+    glm::rt::fail("kernel family ", family, ": parameter '", d,
+                  "' is a long (its size differs by platform): use int or "
+                  "long long");
+  else if (type.find("int") != std::string::npos ||
+           type.find("unsigned") != std::string::npos)
     p.kind = ParamKind::Int;
   else
     glm::rt::fail("kernel family ", family, ": cannot classify parameter '",
@@ -53,6 +66,10 @@ const char *kindName(ParamKind k) {
     return "int";
   case ParamKind::Float:
     return "float";
+  case ParamKind::Int64:
+    return "int64";
+  case ParamKind::Double:
+    return "double";
   }
   return "?";
 }
@@ -68,6 +85,10 @@ bool accepts(ParamKind k, glm::plan::ArgKind a) {
     return a == ArgKind::I32;
   case ParamKind::Float:
     return a == ArgKind::F32;
+  case ParamKind::Int64:
+    return a == ArgKind::I64;
+  case ParamKind::Double:
+    return a == ArgKind::F64;
   }
   return false;
 }

@@ -18,7 +18,7 @@
 namespace glmc {
 
 /// Kind of one runtime kernel parameter.
-enum class ParamKind { Pointer, Int, Float };
+enum class ParamKind { Pointer, Int, Float, Int64, Double };
 
 /// One runtime parameter of a kernel family: its name and kind.
 struct KernelParam {
@@ -31,8 +31,8 @@ struct KernelParam {
 std::vector<KernelParam> kernelParams(const std::string &family);
 
 /// Checks every kernel launch of every graph: as many arguments as the
-/// family has parameters; pointers as Buffer (or Runtime), ints as I32 (or
-/// Runtime), floats as F32 (or Runtime); Buffer and immediate arguments
+/// family has parameters; pointers as Buffer (or Runtime), ints as I32,
+/// long longs as I64, floats as F32, doubles as F64 (each or Runtime); Buffer and immediate arguments
 /// labelled with their parameter's name. Throws glm::rt::Error naming
 /// `source`, the rank, graph, op, argument and parameter.
 void checkKernelArgs(const glm::plan::Plan &plan, const std::string &source);

@@ -112,6 +112,26 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
     OpBuilder b(func.getContext());
     for (Operation &op : body) {
       SmallVector<int64_t> offs;
+      // An all-reduce sums in place (the collective reads and writes one
+      // buffer): its result takes its input's block when that is the
+      // input's last use.
+      // So does an all-gather over one rank (nothing to gather).
+      const bool inPlace =
+          isa<AllReduceOp>(op) ||
+          (isa<AllGatherOp>(op) && cast<AllGatherOp>(op).getRanks() == 1);
+      if (inPlace && lastUse.lookup(op.getOperand(0)) == &op &&
+          offset.count(op.getOperand(0))) {
+        Value in = op.getOperand(0), r = op.getResult(0);
+        offset[r] = offset[in];
+        offset.erase(in);
+        lastUse.erase(in);
+        op.setAttr("glm.arena", b.getDenseI64ArrayAttr({int64_t(offset[r])}));
+        if (r.use_empty()) {
+          arena.release(offset[r], valueBytes(r));
+          offset.erase(r);
+        }
+        continue;
+      }
       for (Value r : op.getResults()) {
         offset[r] = arena.allocate(valueBytes(r));
         offs.push_back(offset[r]);

@@ -9,9 +9,12 @@
 #include "runtime/dist/comm.h"
 #ifdef GLM_HAVE_CUDA_BENCH
 #include "runtime/cuda/executor.h"
+#include "runtime/cuda/plan_backend.h"
 #endif
 #ifdef GLM_HAVE_PLANS
 #include "plans/plan.h"
+#include "runtime/exec/cpu_backend.h"
+#include "runtime/exec/plan_generator.h"
 #endif
 #ifdef GLM_HAVE_TOKENIZER
 #include "runtime/serve/tokenizer.h"
@@ -21,6 +24,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 namespace glm::rt {
 
@@ -34,11 +38,18 @@ void addEngineOptions(CLI::App &sub, EngineOptions &o) {
                  "exlr8 layout)")
       ->required();
   sub.add_option("--backend", o.backend,
-                 "Executor: `cpu` (the fp32/fp64 reference; every rank in "
-                 "this process) or `cuda` (one GPU; needs a build with "
-                 "-DGLM_WITH_CUDA=ON)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+                 "Executor: `cpu` runs the plan's graphs through the C++ twin "
+                 "of each kernel (every rank of the plan in this process); "
+                 "`cuda` runs them on one GPU (a build with "
+                 "-DGLM_WITH_CUDA=ON); `reference` is the hand-written fp32/"
+                 "fp64 forward the plan is checked against (works with PLAN "
+                 "`-`)")
+      ->check(CLI::IsMember({"cpu", "cuda", "reference"}))
       ->capture_default_str();
+  sub.add_option("--trace", o.trace,
+                 "Write one JSON line per kernel launch or collective the "
+                 "plan executor runs ({rank, graph, op, kernel, grid, block, "
+                 "bytes}) to FILE (cpu and cuda backends)");
   sub.add_option("--sparks", o.sparks,
                  "Ranks to emulate when PLAN is `-` (default 1); with a plan "
                  "it must equal the plan's rank count")
@@ -70,6 +81,66 @@ void checkCpuBackendMemory(const Pack &pack, int localRanks) {
         "compile sizes each Spark's memory), or use the cpu backend with a "
         "smaller pack");
 }
+
+#ifdef GLM_HAVE_PLANS
+/// The plan executor for this process's ranks of `plan`: every rank with
+/// the cpu backend unless a HostComm makes this process one rank; one rank
+/// per process on cuda.
+static std::unique_ptr<Generator>
+makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
+               const ModelConfig &cfg, int64_t maxContext) {
+  std::vector<uint32_t> ranks;
+  std::vector<std::unique_ptr<exec::Backend>> backends;
+  std::unique_ptr<exec::Collectives> coll;
+  if (o.backend == "cuda") {
+#ifdef GLM_HAVE_CUDA_BENCH
+    static std::unique_ptr<cuda::CudaDevice> device;
+    device = std::make_unique<cuda::CudaDevice>(o.device >= 0 ? o.device : 0);
+    const uint32_t r = o.deviceComm ? uint32_t(o.deviceComm->rank()) : 0;
+    ranks.push_back(r);
+    backends.push_back(cuda::makeCudaBackend(*plan, *device));
+    coll = cuda::deviceCollectives(o.deviceComm);
+#else
+    fail("--backend cuda: this glm-engine was built without CUDA: rebuild "
+         "with -DGLM_WITH_CUDA=ON");
+#endif
+  } else {
+    if (o.hostComm) {
+      ranks.push_back(uint32_t(o.hostComm->rank()));
+      coll = exec::hostCommCollectives(o.hostComm);
+    } else {
+      for (uint32_t r = 0; r < plan->numRanks; ++r)
+        ranks.push_back(r);
+      coll = exec::inProcessCollectives();
+    }
+    // The arenas live in host memory: refuse before allocating what the
+    // machine does not have (a Spark freezes rather than fails).
+    uint64_t need = 0;
+    for (uint32_t r : ranks)
+      need += plan->ranks[r].arenaBytes;
+    const uint64_t avail = availableHostMemory();
+    check(avail == 0 || need <= avail, "--backend cpu holds the arenas of ",
+          ranks.size(), " rank(s) of ", o.plan, " in host memory: ",
+          gibText(need), " and ", gibText(avail), " are available (",
+          availableHostMemorySource(), "); run it with --backend cuda on a "
+          "GPU, or one rank per process (glm-engine launch)");
+    for (size_t i = 0; i < ranks.size(); ++i)
+      backends.push_back(exec::makeCpuBackend(*plan));
+  }
+  auto ex = std::make_unique<exec::PlanExecutor>(
+      plan, o.pack, std::move(ranks), std::move(backends), std::move(coll));
+  if (!o.trace.empty()) {
+    auto out = std::make_shared<std::ofstream>(o.trace);
+    check(bool(*out), o.trace, ": cannot write the trace file");
+    ex->setTrace([out](const exec::TraceEvent &e) {
+      *out << e.json() << '\n';
+      out->flush();
+    });
+  }
+  ex->load();
+  return exec::makePlanGenerator(std::move(ex), cfg, maxContext, o.backend);
+}
+#endif
 
 LoadedEngine loadEngine(const EngineOptions &o) {
   LoadedEngine le;
@@ -148,11 +219,30 @@ LoadedEngine loadEngine(const EngineOptions &o) {
       le.chatTemplatePath = p.string();
   }
 
-  // The cuda backend reads the pack's bytes itself (quantized on the
-  // device); only the cpu backend dequantizes to fp32 here.
+#ifdef GLM_HAVE_PLANS
+  if (o.backend != "reference") {
+    check(plan.has_value(), "--backend ", o.backend, " runs a plan and "
+          "PLAN is `-`: compile one with `glmc compile ", o.pack,
+          " -o PLAN.glmplan`, or run the reference forward with --backend "
+          "reference");
+    le.generator = makePlanEngine(o, std::make_shared<plan::Plan>(
+                                         std::move(*plan)),
+                                  cfg, maxContext);
+    le.tokenizerPath = (std::filesystem::path(o.pack) / tokFile).string();
+#ifdef GLM_HAVE_TOKENIZER
+    if (std::filesystem::exists(le.tokenizerPath))
+      le.tokenizer = Tokenizer::fromFile(le.tokenizerPath);
+#endif
+    return le;
+  }
+#else
+  check(o.backend == "reference", "--backend ", o.backend, " runs a plan: "
+        "this glm-engine was built without plan support");
+#endif
+  // The reference forward dequantizes every weight to fp32.
   auto src = cpu::packWeightSource(*le.pack);
   std::shared_ptr<const cpu::ModelWeights> weights;
-  if (o.backend != "cuda") {
+  {
     checkCpuBackendMemory(*le.pack, 1);
     std::unique_ptr<Progress> bar;
     weights = cpu::ModelWeights::load(cfg, *src, [&](int64_t d, int64_t n) {
@@ -164,22 +254,8 @@ LoadedEngine loadEngine(const EngineOptions &o) {
     if (bar)
       bar->finish();
   }
-  if (o.backend == "cuda") {
-#ifdef GLM_HAVE_CUDA_BENCH
-    std::vector<plan::KernelDef> planKernels;
-#ifdef GLM_HAVE_PLANS
-    if (plan)
-      planKernels = plan->kernels;
-#endif
-    le.generator = cuda::makeCudaGenerator(
-        *le.pack, tp, maxContext, planKernels,
-        o.deviceComm ? o.deviceComm->rank() : 0, o.deviceComm,
-        o.device >= 0 ? o.device : 0);
-#endif
-  } else {
-    le.generator = makeCpuGenerator(std::move(weights), std::move(tp),
-                                    maxContext, o.hostComm);
-  }
+  le.generator = makeCpuGenerator(std::move(weights), std::move(tp),
+                                  maxContext, o.hostComm);
 
   le.tokenizerPath = (std::filesystem::path(o.pack) / tokFile).string();
 #ifdef GLM_HAVE_TOKENIZER

@@ -28,7 +28,8 @@ class DeviceComm;
 struct EngineOptions {
   std::string plan;    // path, or "-" for no plan (development)
   std::string pack;    // pack directory
-  std::string backend = "cpu";
+  std::string backend = "cpu"; // cpu | cuda (run the plan) | reference
+  std::string trace;            // --trace FILE: one JSON line per launch
   int sparks = 0;      // without a plan: ranks to emulate (default 1)
   std::string manifest; // exlr8 manifest (default: the plan's)
   int64_t maxContext = 0; // 0 = the plan's, else 4096

@@ -501,9 +501,15 @@ TEST(Compile, KernelArgumentsFollowTheFamilyParameterLists) {
   EXPECT_NE(m.find("is f32 but parameter"), std::string::npos) << m;
   EXPECT_NE(m.find("is a pointer"), std::string::npos) << m;
 
+  // Two pointer arguments swapped: the kinds agree, the labels do not.
   Plan swapped = c.plan;
   OpDef &op = firstLaunch(swapped);
-  std::swap(op.args[0], op.args[1]);
+  std::vector<size_t> ptrs;
+  for (size_t i = 0; i < op.args.size(); ++i)
+    if (op.args[i].kind == ArgKind::Buffer)
+      ptrs.push_back(i);
+  ASSERT_GE(ptrs.size(), 2u);
+  std::swap(op.args[ptrs[0]], op.args[ptrs[1]]);
   m = errorOf([&] { glmc::checkKernelArgs(swapped, "p"); });
   EXPECT_NE(m.find("is labelled"), std::string::npos) << m;
 

@@ -1,0 +1,219 @@
+//===- plan_backend.cpp - the plan's kernels on a CUDA device -------------===//
+#include "runtime/cuda/plan_backend.h"
+
+#include "codegen/codegen.h"
+#include "runtime/base/error.h"
+#include "runtime/base/files.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace glm::rt::cuda {
+
+std::string KernelLoadCounts::summary() const {
+  std::ostringstream o;
+  o << planCubin << " plan CUBIN, " << planPtx << " plan PTX (JIT), " << cache
+    << " cached, " << nvrtc << " NVRTC";
+  return o.str();
+}
+
+namespace {
+
+/// The kernel cache glmc and glm-engine share (docs/passes.md, NVRTC).
+std::string cacheDir() {
+  if (const char *e = std::getenv("GLMC_KERNEL_CACHE"))
+    return e;
+  if (const char *x = std::getenv("XDG_CACHE_HOME"))
+    return std::string(x) + "/glmc/kernels";
+  const char *home = std::getenv("HOME");
+  return std::string(home ? home : "/tmp") + "/.cache/glmc/kernels";
+}
+
+class CudaBackend final : public exec::Backend {
+public:
+  CudaBackend(const plan::Plan &p, const CudaDevice &d)
+      : plan_(p), arch_(d.arch()) {
+    GLM_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+  }
+  ~CudaBackend() override {
+    modules_.clear();
+    if (stream_)
+      cuStreamDestroy(stream_);
+  }
+  std::string name() const override { return "cuda"; }
+
+  uint64_t allocateArena(uint64_t bytes) override {
+    arena_ = DeviceBuffer(std::max<uint64_t>(bytes, 256));
+    arena_.zero();
+    return arena_.ptr();
+  }
+  void write(uint64_t address, const void *src, size_t bytes) override {
+    GLM_CU(cuMemcpyHtoDAsync(address, src, bytes, stream_));
+    GLM_CU(cuStreamSynchronize(stream_));
+  }
+  void read(uint64_t address, void *dst, size_t bytes) override {
+    GLM_CU(cuMemcpyDtoHAsync(dst, address, bytes, stream_));
+    GLM_CU(cuStreamSynchronize(stream_));
+  }
+
+  void prepareKernel(uint32_t index, const plan::KernelDef &k) override {
+    if (fns_.size() <= index)
+      fns_.resize(index + 1, nullptr);
+    if (fns_[index])
+      return;
+    std::vector<char> image;
+    std::string ptx;
+    const bool ours = codegen::builtByThisCodegen(k);
+    for (const plan::KernelBinary &b : k.binaries)
+      if (ours && b.arch == arch_) {
+        if (!b.cubin.empty())
+          image.assign(b.cubin.begin(), b.cubin.end());
+        else
+          ptx = b.ptx;
+      }
+    if (!image.empty()) {
+      ++counts_.planCubin;
+    } else if (!ptx.empty()) {
+      image = jitPtx(currentContext(), ptx, k.name);
+      ++counts_.planPtx;
+    } else {
+      const std::string key =
+          codegen::cacheKey(k.source, codegen::nvrtcOptions(), arch_,
+                            codegen::nvrtcVersion());
+      const std::string path = cacheDir() + "/" + key + ".cubin";
+      std::ifstream in(path, std::ios::binary);
+      if (in) {
+        image.assign(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
+        ++counts_.cache;
+      } else {
+        codegen::CompiledKernel c =
+            codegen::compileWithNvrtc(k.source, k.name, arch_);
+        image.assign(c.cubin.begin(), c.cubin.end());
+        std::error_code ec;
+        std::filesystem::create_directories(cacheDir(), ec);
+        writeFileAtomic(path, image.data(), image.size());
+        ++counts_.nvrtc;
+      }
+    }
+    modules_.push_back(std::make_unique<Module>(image));
+    fns_[index] = modules_.back()->function(k.name);
+  }
+
+  void launch(uint32_t kernel, const plan::LaunchDims &dims,
+              const std::vector<exec::ResolvedArg> &args) override {
+    CUfunction f = fns_.at(kernel);
+    check(f != nullptr, "cuda backend: kernel ", plan_.kernels[kernel].name,
+          " launched but not prepared");
+    if (dims.smemBytes > 48 * 1024 && raised_.insert(f).second)
+      GLM_CU(cuFuncSetAttribute(
+          f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+          int(dims.smemBytes)));
+    // Each argument's bytes at its own 8-aligned slot; the kind fixes the
+    // size (glmc checked it against the template's parameter type).
+    storage_.assign(args.size(), 0);
+    params_.resize(args.size());
+    for (size_t i = 0; i < args.size(); ++i) {
+      const exec::ResolvedArg &a = args[i];
+      void *slot = &storage_[i];
+      switch (a.kind) {
+      case plan::ArgKind::Buffer:
+        std::memcpy(slot, &a.address, 8);
+        break;
+      case plan::ArgKind::I32: {
+        int32_t v = int32_t(a.i);
+        std::memcpy(slot, &v, 4);
+        break;
+      }
+      case plan::ArgKind::I64:
+        std::memcpy(slot, &a.i, 8);
+        break;
+      case plan::ArgKind::F32:
+        std::memcpy(slot, &a.f, 4);
+        break;
+      case plan::ArgKind::F64:
+        std::memcpy(slot, &a.d, 8);
+        break;
+      case plan::ArgKind::Runtime:
+        fail("cuda backend: unresolved runtime argument (internal)");
+      }
+      params_[i] = slot;
+    }
+    GLM_CU(cuLaunchKernel(f, dims.gridX, dims.gridY, dims.gridZ, dims.blockX,
+                          dims.blockY, dims.blockZ, dims.smemBytes, stream_,
+                          params_.data(), nullptr));
+  }
+  void synchronize() override { GLM_CU(cuStreamSynchronize(stream_)); }
+
+  KernelLoadCounts counts_;
+  CUstream stream_ = nullptr;
+
+private:
+  static CUcontext currentContext() {
+    CUcontext c = nullptr;
+    GLM_CU(cuCtxGetCurrent(&c));
+    return c;
+  }
+  const plan::Plan &plan_;
+  std::string arch_;
+  DeviceBuffer arena_;
+  std::vector<std::unique_ptr<Module>> modules_;
+  std::vector<CUfunction> fns_;
+  std::set<CUfunction> raised_;
+  std::vector<uint64_t> storage_;
+  std::vector<void *> params_;
+};
+
+class DeviceCollectives final : public exec::Collectives {
+public:
+  explicit DeviceCollectives(dist::DeviceComm *c) : comm_(c) {}
+  void run(const plan::CollectiveDef &c,
+           const std::vector<exec::Backend *> &bs,
+           const std::vector<uint64_t> &at) override {
+    check(bs.size() == 1, "cuda backend: one local rank per process");
+    if (!comm_ || comm_->size() == 1)
+      return;
+    check(c.dtype == plan::DType::F32, "collective of ",
+          plan::dtypeName(c.dtype), " elements: only f32 collectives exist");
+    void *stream = backendStream(*bs[0]);
+    float *p = reinterpret_cast<float *>(at[0]);
+    if (c.kind == plan::CollectiveKind::AllReduce)
+      comm_->allReduceSum(p, c.elements, stream);
+    else if (c.kind == plan::CollectiveKind::AllGather)
+      comm_->allGather(p + size_t(comm_->rank()) * c.elements, p, c.elements,
+                       stream);
+    else
+      fail("collective kind ", plan::collectiveKindName(c.kind),
+           " is not run by this runtime; re-plan with this glmc");
+  }
+
+private:
+  dist::DeviceComm *comm_;
+};
+
+} // namespace
+
+std::unique_ptr<exec::Backend> makeCudaBackend(const plan::Plan &plan,
+                                               const CudaDevice &device) {
+  return std::make_unique<CudaBackend>(plan, device);
+}
+
+KernelLoadCounts kernelLoadCounts(const exec::Backend &b) {
+  return static_cast<const CudaBackend &>(b).counts_;
+}
+
+CUstream backendStream(const exec::Backend &b) {
+  return static_cast<const CudaBackend &>(b).stream_;
+}
+
+std::unique_ptr<exec::Collectives> deviceCollectives(dist::DeviceComm *comm) {
+  return std::make_unique<DeviceCollectives>(comm);
+}
+
+} // namespace glm::rt::cuda

@@ -1,0 +1,428 @@
+//===- plan_executor.cpp - the one executor: runs what the plan says ------===//
+#include "runtime/exec/plan_executor.h"
+
+#include "runtime/base/error.h"
+#include "runtime/base/numeric.h"
+#include "runtime/base/progress.h"
+#include "runtime/dist/comm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace glm::rt::exec {
+
+namespace gp = glm::plan;
+
+std::string TraceEvent::json() const {
+  std::ostringstream o;
+  auto q = [&](const std::string &s) {
+    o << '"';
+    for (char c : s) {
+      if (c == '"' || c == '\\')
+        o << '\\' << c;
+      else if ((unsigned char)c < 0x20)
+        o << ' ';
+      else
+        o << c;
+    }
+    o << '"';
+  };
+  o << "{\"rank\":" << rank << ",\"graph\":";
+  q(graph);
+  o << ",\"op\":";
+  q(op);
+  o << ",\"kernel\":";
+  q(kernel);
+  o << ",\"grid\":[" << dims.gridX << ',' << dims.gridY << ',' << dims.gridZ
+    << "],\"block\":[" << dims.blockX << ',' << dims.blockY << ','
+    << dims.blockZ << "],\"bytes\":" << bytes << '}';
+  return o.str();
+}
+
+namespace {
+
+/// All-reduce and all-gather over ranks of this process, in rank order.
+class InProcess final : public Collectives {
+public:
+  void run(const gp::CollectiveDef &c, const std::vector<Backend *> &bs,
+           const std::vector<uint64_t> &at) override {
+    check(c.dtype == gp::DType::F32, "collective of ",
+          gp::dtypeName(c.dtype), " elements: only f32 collectives exist");
+    const size_t n = c.elements, N = bs.size();
+    if (N <= 1)
+      return;
+    if (c.kind == gp::CollectiveKind::AllReduce) {
+      std::vector<float> sum(n), part(n);
+      bs[0]->read(at[0], sum.data(), n * 4);
+      for (size_t r = 1; r < N; ++r) {
+        bs[r]->read(at[r], part.data(), n * 4);
+        for (size_t i = 0; i < n; ++i)
+          sum[i] += part[i];
+      }
+      for (size_t r = 0; r < N; ++r)
+        bs[r]->write(at[r], sum.data(), n * 4);
+    } else if (c.kind == gp::CollectiveKind::AllGather) {
+      std::vector<float> part(n);
+      for (size_t r = 0; r < N; ++r) {
+        bs[r]->read(at[r] + r * n * 4, part.data(), n * 4);
+        for (size_t o = 0; o < N; ++o)
+          if (o != r)
+            bs[o]->write(at[o] + r * n * 4, part.data(), n * 4);
+      }
+    } else {
+      fail("collective kind ", gp::collectiveKindName(c.kind),
+           " is not run by this runtime; re-plan with this glmc");
+    }
+  }
+};
+
+/// The same collectives with one rank per process, through a HostComm.
+class OverHostComm final : public Collectives {
+public:
+  explicit OverHostComm(dist::HostComm *c) : comm_(c) {}
+  void run(const gp::CollectiveDef &c, const std::vector<Backend *> &bs,
+           const std::vector<uint64_t> &at) override {
+    check(bs.size() == 1, "host-comm collectives: one local rank per "
+          "process");
+    check(c.dtype == gp::DType::F32, "collective of ",
+          gp::dtypeName(c.dtype), " elements: only f32 collectives exist");
+    const size_t n = c.elements, N = size_t(comm_->size());
+    const size_t me = size_t(comm_->rank());
+    if (N <= 1)
+      return;
+    std::vector<float> mine(n), all(n * N);
+    const uint64_t from = c.kind == gp::CollectiveKind::AllGather
+                              ? at[0] + me * n * 4
+                              : at[0];
+    bs[0]->read(from, mine.data(), n * 4);
+    comm_->allGather(mine.data(), all.data(), n * 4);
+    if (c.kind == gp::CollectiveKind::AllReduce) {
+      // Rank order, as InProcess sums: the same bits for any transport.
+      std::vector<float> sum(all.begin(), all.begin() + n);
+      for (size_t r = 1; r < N; ++r)
+        for (size_t i = 0; i < n; ++i)
+          sum[i] += all[r * n + i];
+      bs[0]->write(at[0], sum.data(), n * 4);
+    } else if (c.kind == gp::CollectiveKind::AllGather) {
+      bs[0]->write(at[0], all.data(), n * N * 4);
+    } else {
+      fail("collective kind ", gp::collectiveKindName(c.kind),
+           " is not run by this runtime; re-plan with this glmc");
+    }
+  }
+
+private:
+  dist::HostComm *comm_;
+};
+
+} // namespace
+
+std::unique_ptr<Collectives> inProcessCollectives() {
+  return std::make_unique<InProcess>();
+}
+
+std::unique_ptr<Collectives> hostCommCollectives(dist::HostComm *comm) {
+  return std::make_unique<OverHostComm>(comm);
+}
+
+struct PlanExecutor::RankState {
+  const gp::RankPlan *rp = nullptr;
+  std::unique_ptr<Backend> backend;
+  uint64_t base = 0; // arena address
+  std::map<std::string, uint32_t> io; // Io buffer name -> index
+  uint64_t address(uint32_t buffer, uint64_t offset) const {
+    return base + rp->buffers[buffer].arenaOffset + offset;
+  }
+  const gp::GraphDef *graph(gp::GraphKind kind, uint32_t size) const {
+    for (const gp::GraphDef &g : rp->graphs)
+      if (g.kind == kind && (kind == gp::GraphKind::Load || g.size == size))
+        return &g;
+    return nullptr;
+  }
+  uint32_t ioBuffer(const char *name) const {
+    auto it = io.find(name);
+    check(it != io.end(), "plan rank ", rp->rank, " has no Io buffer '",
+          name, "'; it was written by a glmc whose plans this runtime "
+          "cannot execute: re-plan with this glmc");
+    return it->second;
+  }
+};
+
+PlanExecutor::PlanExecutor(std::shared_ptr<const gp::Plan> plan,
+                           std::string packDir, std::vector<uint32_t> ranks,
+                           std::vector<std::unique_ptr<Backend>> backends,
+                           std::unique_ptr<Collectives> collectives)
+    : plan_(std::move(plan)), packDir_(std::move(packDir)),
+      collectives_(std::move(collectives)) {
+  check(!ranks.empty() && ranks.size() == backends.size(),
+        "plan executor: ", ranks.size(), " ranks but ", backends.size(),
+        " backends");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    check(ranks[i] < plan_->ranks.size(), "plan has ", plan_->ranks.size(),
+          " ranks; rank ", ranks[i], " asked for");
+    auto st = std::make_unique<RankState>();
+    st->rp = &plan_->ranks[ranks[i]];
+    st->backend = std::move(backends[i]);
+    for (uint32_t b = 0; b < st->rp->buffers.size(); ++b)
+      if (st->rp->buffers[b].kind == gp::BufferKind::Io)
+        st->io[st->rp->buffers[b].name] = b;
+    ranks_.push_back(std::move(st));
+  }
+}
+
+PlanExecutor::~PlanExecutor() = default;
+
+void PlanExecutor::load() {
+  check(!loaded_, "plan executor: load() called twice");
+  // Every kernel a graph of these ranks launches must be launchable.
+  for (auto &st : ranks_) {
+    std::vector<bool> used(plan_->kernels.size());
+    for (const gp::GraphDef &g : st->rp->graphs)
+      for (const gp::OpDef &o : g.ops)
+        if (o.kernel >= 0)
+          used[o.kernel] = true;
+    st->base = st->backend->allocateArena(st->rp->arenaBytes);
+    for (uint32_t k = 0; k < used.size(); ++k)
+      if (used[k])
+        st->backend->prepareKernel(k, plan_->kernels[k]);
+    // Initial contents with their relocations patched in.
+    for (const gp::BufferDef &b : st->rp->buffers) {
+      if (b.init.empty())
+        continue;
+      std::vector<uint8_t> bytes = b.init;
+      for (const gp::Relocation &r : b.relocations) {
+        const uint64_t a = st->address(r.buffer, r.offset);
+        for (int i = 0; i < 8; ++i)
+          bytes[r.at + i] = uint8_t(a >> (8 * i));
+      }
+      st->backend->write(st->base + b.arenaOffset, bytes.data(),
+                         bytes.size());
+    }
+  }
+  // Weight bindings: byte ranges of the pack files, file by file.
+  uint64_t total = 0;
+  for (auto &st : ranks_)
+    for (const gp::WeightBinding &w : st->rp->weights)
+      total += w.length;
+  Progress progress("loading weights", total, "B");
+  std::vector<char> buf;
+  std::vector<float> wide;
+  for (auto &st : ranks_) {
+    std::map<std::string, std::vector<const gp::WeightBinding *>> byFile;
+    for (const gp::WeightBinding &w : st->rp->weights)
+      byFile[w.file].push_back(&w);
+    for (auto &[file, ws] : byFile) {
+      const std::string path = packDir_ + "/" + file;
+      std::ifstream in(path, std::ios::binary);
+      check(bool(in), path, ": cannot open the pack file this plan binds (",
+            ws.size(), " ranges); is --pack the pack the plan was compiled "
+            "for?");
+      std::sort(ws.begin(), ws.end(), [](auto *a, auto *b) {
+        return a->offset < b->offset;
+      });
+      for (const gp::WeightBinding *w : ws) {
+        buf.resize(w->length);
+        in.seekg((std::streamoff)w->offset);
+        in.read(buf.data(), (std::streamsize)w->length);
+        check(in.gcount() == (std::streamsize)w->length, path, ": ",
+              w->tensor.empty() ? std::string("a bound range")
+                                : "tensor " + w->tensor,
+              " [", w->offset, ", +", w->length,
+              ") lies past the end of the file: the pack is truncated "
+              "(run glmc verify on it)");
+        const uint64_t dst = st->address(w->buffer, w->bufferOffset);
+        if (w->transform == gp::WeightTransform::RawCopy) {
+          st->backend->write(dst, buf.data(), w->length);
+        } else {
+          // 16-bit floats widened to fp32 on the host (exact).
+          const bool bf16 = w->transform == gp::WeightTransform::Bf16ToF32;
+          check(bf16 || w->transform == gp::WeightTransform::F16ToF32,
+                path, ": binding of ", w->tensor, " asks for transform ",
+                int(w->transform), ", which this runtime does not have; "
+                "re-plan with this glmc");
+          wide.resize(w->length / 2);
+          for (size_t i = 0; i < wide.size(); ++i) {
+            uint16_t h;
+            std::memcpy(&h, buf.data() + 2 * i, 2);
+            wide[i] = bf16 ? bf16ToFloat(h) : halfToFloat(h);
+          }
+          st->backend->write(dst, wide.data(), wide.size() * 4);
+        }
+        progress.advance(w->length);
+      }
+    }
+  }
+  progress.finish();
+  std::vector<const gp::GraphDef *> load;
+  bool any = false;
+  for (auto &st : ranks_) {
+    load.push_back(st->graph(gp::GraphKind::Load, 0));
+    any |= load.back() != nullptr;
+  }
+  if (any) {
+    static const gp::GraphDef empty{gp::GraphKind::Load, 0, {}};
+    for (auto &g : load)
+      if (!g)
+        g = &empty;
+    runGraph(load.data(), 0);
+  }
+  loaded_ = true;
+}
+
+void PlanExecutor::runGraph(const gp::GraphDef *const *graphs, uint32_t rows) {
+  const size_t R = ranks_.size();
+  std::vector<size_t> next(R, 0);
+  std::vector<ResolvedArg> args;
+  // Each rank runs its ops up to its next collective; then the collective
+  // runs over all ranks (the plan lists the same collectives in the same
+  // order on every rank).
+  for (;;) {
+    int32_t pending = -1;
+    for (size_t r = 0; r < R; ++r) {
+      RankState &st = *ranks_[r];
+      const gp::GraphDef &g = *graphs[r];
+      const std::string gname = gp::graphName(g);
+      for (; next[r] < g.ops.size(); ++next[r]) {
+        const gp::OpDef &op = g.ops[next[r]];
+        if (op.collective >= 0)
+          break;
+        check(op.kernel >= 0, "op '", op.name, "' of rank ", st.rp->rank,
+              " (graph ", gname, ") has no kernel: glmc found no kernel "
+              "for it when compiling (see its warnings), so this plan cannot "
+              "be executed; --backend reference runs the pack without a plan");
+        const gp::KernelDef &k = plan_->kernels[op.kernel];
+        gp::LaunchDims dims = op.launch.gridX ? op.launch : k.launch;
+        const uint32_t perLaunch = op.rowsPerLaunch ? op.rowsPerLaunch : rows;
+        for (uint32_t j = 0; j < op.repeat; ++j) {
+          args.clear();
+          for (const gp::ArgDef &a : op.args) {
+            ResolvedArg v;
+            v.kind = a.kind;
+            switch (a.kind) {
+            case gp::ArgKind::Buffer:
+              v.address = a.buffer < 0
+                              ? 0
+                              : st.address(a.buffer, a.offset) +
+                                    uint64_t(j) * perLaunch * a.rowBytes;
+              break;
+            case gp::ArgKind::I32:
+            case gp::ArgKind::I64:
+              v.i = a.i;
+              break;
+            case gp::ArgKind::F32:
+              v.f = a.f;
+              break;
+            case gp::ArgKind::F64:
+              v.d = a.d;
+              break;
+            case gp::ArgKind::Runtime:
+              if (a.name == "batch") {
+                v.kind = gp::ArgKind::I32;
+                v.i = perLaunch;
+              } else if (a.name == "null") {
+                v.kind = gp::ArgKind::Buffer;
+              } else {
+                fail("op '", op.name, "' of rank ", st.rp->rank,
+                     " asks for the runtime value '", a.name,
+                     "', which this runtime does not supply: the plan is "
+                     "from a glmc whose graphs are not executable; re-plan "
+                     "with this glmc");
+              }
+              break;
+            }
+            args.push_back(v);
+          }
+          st.backend->launch(uint32_t(op.kernel), dims, args);
+          ++launches_;
+          if (trace_)
+            trace_({st.rp->rank, gname, op.name, k.name, dims, op.bytesRead});
+        }
+      }
+      if (next[r] < g.ops.size()) {
+        const int32_t c = g.ops[next[r]].collective;
+        check(pending < 0 || pending == c, "plan ranks disagree on the next "
+              "collective (", pending, " vs ", c, "): re-plan");
+        pending = c;
+      } else {
+        check(pending < 0, "rank ", st.rp->rank, " of graph ", gname,
+              " ended while other ranks wait in collective ", pending,
+              ": re-plan");
+      }
+    }
+    if (pending < 0)
+      return;
+    std::vector<Backend *> bs;
+    std::vector<uint64_t> at;
+    // CollectiveDef::elements counts one token row; this step moves `rows`.
+    gp::CollectiveDef c = ranks_[0]->rp->collectives[pending];
+    c.elements *= std::max<uint32_t>(rows, 1);
+    for (size_t r = 0; r < R; ++r) {
+      RankState &st = *ranks_[r];
+      const gp::OpDef &op = graphs[r]->ops[next[r]];
+      const gp::CollectiveDef &cr = st.rp->collectives[op.collective];
+      check(cr.kind == c.kind && cr.elements * std::max<uint32_t>(rows, 1) ==
+                    c.elements && cr.buffer >= 0,
+            "rank ", st.rp->rank, " collective '", op.name,
+            "' differs from rank ", ranks_[0]->rp->rank, "'s: re-plan");
+      st.backend->synchronize();
+      bs.push_back(st.backend.get());
+      at.push_back(st.address(uint32_t(cr.buffer), 0));
+      if (trace_)
+        trace_({st.rp->rank, gp::graphName(*graphs[r]), op.name,
+                gp::collectiveKindName(cr.kind), {}, op.bytesRead});
+      ++launches_;
+      ++next[r];
+    }
+    collectives_->run(c, bs, at);
+  }
+}
+
+std::vector<uint8_t> PlanExecutor::readBuffer(size_t local, uint32_t buffer) {
+  RankState &st = *ranks_.at(local);
+  check(buffer < st.rp->buffers.size(), "rank ", st.rp->rank, " has no buffer ",
+        buffer);
+  st.backend->synchronize();
+  std::vector<uint8_t> out(st.rp->buffers[buffer].bytes);
+  st.backend->read(st.address(buffer, 0), out.data(), out.size());
+  return out;
+}
+
+std::vector<float> PlanExecutor::step(const std::vector<int32_t> &tokens,
+                                      const std::vector<int32_t> &positions,
+                                      const std::vector<int32_t> &slots) {
+  check(loaded_, "plan executor: step() before load()");
+  const uint32_t B = uint32_t(tokens.size());
+  check(B > 0 && positions.size() == B && slots.size() == B,
+        "plan executor: a step needs one position and slot per token");
+  std::vector<const gp::GraphDef *> graphs;
+  for (auto &st : ranks_) {
+    const gp::GraphDef *g = st->graph(gp::GraphKind::Decode, B);
+    check(g != nullptr, "the plan has no decode graph of batch ", B,
+          " (rank ", st->rp->rank, "); re-plan with --decode-batches "
+          "including ", B);
+    graphs.push_back(g);
+    for (auto [name, v] : {std::pair{"io.tokens", &tokens},
+                           std::pair{"io.positions", &positions},
+                           std::pair{"io.slots", &slots}}) {
+      uint32_t b = st->ioBuffer(name);
+      check(st->rp->buffers[b].bytes >= B * 4ull, "Io buffer ", name,
+            " holds fewer than ", B, " rows: re-plan");
+      st->backend->write(st->address(b, 0), v->data(), B * 4ull);
+    }
+  }
+  runGraph(graphs.data(), B);
+  RankState &st = *ranks_[0];
+  st.backend->synchronize();
+  const uint64_t V = uint64_t(plan_->model.vocabSize);
+  const uint32_t lb = st.ioBuffer("io.logits");
+  check(st.rp->buffers[lb].bytes >= B * V * 4, "Io buffer io.logits holds "
+        "fewer than ", B, " rows of ", V, " logits: re-plan");
+  std::vector<float> logits(B * V);
+  st.backend->read(st.address(lb, 0), logits.data(), logits.size() * 4);
+  return logits;
+}
+
+} // namespace glm::rt::exec

@@ -1,0 +1,143 @@
+//===- plan_executor.h - the one executor: runs what the plan says --------===//
+//
+// The runtime half of "the plan is the program" (ARCHITECTURE.md): for each
+// rank of a plan it allocates the arena from the buffer table, writes the
+// buffers' initial contents and patches their relocations, copies the weight
+// bindings' byte ranges from the pack, runs the Load graph once, then runs a
+// decode graph per step, resolving every op's arguments (buffer + offset,
+// immediates, the launch's row count) and handing each launch to a Backend
+// and each collective to the Collectives. It knows no model: no layer, no
+// projection, no kernel family appears in it.
+//
+// Io convention (docs/plan-format.md "Io buffers"): before a step the
+// executor writes the step's rows into the Io buffers "io.tokens",
+// "io.positions" and "io.slots" (int32 per row: token id, position, KV-cache
+// slot) and afterwards reads "io.logits" (fp32 [rows, vocab]).
+//
+// Thread-safety: one thread drives an executor; backends are not shared.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "plans/plan.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace glm::rt::exec {
+
+/// One resolved launch argument (as the kernel receives it).
+struct ResolvedArg {
+  plan::ArgKind kind = plan::ArgKind::Buffer; // Buffer = an address
+  uint64_t address = 0;                       // Buffer (0 = null)
+  int64_t i = 0;                              // I32 / I64
+  float f = 0.0f;                             // F32
+  double d = 0.0;                             // F64
+};
+
+/// The device side of one rank: memory and kernel launches.
+class Backend {
+public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0; // "cpu" | "cuda"
+  /// Allocates the rank's zeroed arena of `bytes`; returns the address the
+  /// kernels see for its byte 0.
+  virtual uint64_t allocateArena(uint64_t bytes) = 0;
+  virtual void write(uint64_t address, const void *src, size_t bytes) = 0;
+  virtual void read(uint64_t address, void *dst, size_t bytes) = 0;
+  /// Makes kernel `index` of the plan launchable (load its code, find its
+  /// twin); throws Error naming the kernel when it cannot.
+  virtual void prepareKernel(uint32_t index, const plan::KernelDef &k) = 0;
+  virtual void launch(uint32_t kernel, const plan::LaunchDims &dims,
+                      const std::vector<ResolvedArg> &args) = 0;
+  /// Waits for everything launched so far.
+  virtual void synchronize() = 0;
+};
+
+/// Collectives between the ranks an executor runs (in this process or
+/// across processes). Called with each rank's arena address of the
+/// collective's buffer.
+class Collectives {
+public:
+  virtual ~Collectives() = default;
+  /// Runs collective `c` over the local ranks' buffers (addresses[i] of
+  /// local rank i, on backends[i]).
+  virtual void run(const plan::CollectiveDef &c,
+                   const std::vector<Backend *> &backends,
+                   const std::vector<uint64_t> &addresses) = 0;
+};
+
+/// Collectives among ranks all run by this process: all-reduce sums the
+/// ranks' fp32 buffers in rank order (the plan's "rank-order fp32 sum");
+/// all-gather copies rank r's slice [r*elements, (r+1)*elements) to every
+/// rank.
+std::unique_ptr<Collectives> inProcessCollectives();
+
+}
+namespace glm::rt::dist {
+class HostComm;
+}
+namespace glm::rt::exec {
+
+/// Collectives for one local rank per process joined by `comm` (not owned;
+/// the cpu backend of `glm-engine launch`): the buffers travel through
+/// HostComm::allGather and all-reduce sums them in rank order, so every
+/// rank holds the bits the in-process run computes.
+std::unique_ptr<Collectives> hostCommCollectives(dist::HostComm *comm);
+
+/// One line of `--trace`: a launch or collective actually executed.
+struct TraceEvent {
+  uint32_t rank = 0;
+  std::string graph; // "decode.1", "load"
+  std::string op;    // OpDef::name
+  std::string kernel; // KernelDef::name, or the collective's kind
+  plan::LaunchDims dims;
+  uint64_t bytes = 0; // weight bytes the op reads (OpDef::bytesRead)
+  /// {"rank":..,"graph":..,"op":..,"kernel":..,"grid":[x,y,z],
+  ///  "block":[x,y,z],"bytes":..}
+  std::string json() const;
+};
+using TraceSink = std::function<void(const TraceEvent &)>;
+
+class PlanExecutor {
+public:
+  /// Runs `ranks` (indices into plan.ranks) of `plan`, one backend each
+  /// (same order). `packDir` holds the files the bindings name.
+  PlanExecutor(std::shared_ptr<const plan::Plan> plan, std::string packDir,
+               std::vector<uint32_t> ranks,
+               std::vector<std::unique_ptr<Backend>> backends,
+               std::unique_ptr<Collectives> collectives);
+  ~PlanExecutor();
+
+  /// Allocates, uploads the bindings, runs the Load graph. Call once.
+  void load();
+  /// One decode step of `tokens.size()` rows (a decode graph of exactly
+  /// that size must exist) at the given positions and KV slots; returns
+  /// logits [rows, vocab] as the first local rank holds them.
+  std::vector<float> step(const std::vector<int32_t> &tokens,
+                          const std::vector<int32_t> &positions,
+                          const std::vector<int32_t> &slots);
+
+  void setTrace(TraceSink sink) { trace_ = std::move(sink); }
+  /// The bytes of buffer `buffer` of local rank `local` (tests, dumps).
+  std::vector<uint8_t> readBuffer(size_t local, uint32_t buffer);
+  const plan::Plan &plan() const { return *plan_; }
+  /// Launches and collectives run so far.
+  uint64_t launches() const { return launches_; }
+
+private:
+  struct RankState;
+  void runGraph(const plan::GraphDef *const *graphs, uint32_t rows);
+  std::shared_ptr<const plan::Plan> plan_;
+  std::string packDir_;
+  std::vector<std::unique_ptr<RankState>> ranks_;
+  std::unique_ptr<Collectives> collectives_;
+  TraceSink trace_;
+  uint64_t launches_ = 0;
+  bool loaded_ = false;
+};
+
+} // namespace glm::rt::exec

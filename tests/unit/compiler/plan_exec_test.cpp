@@ -1,0 +1,182 @@
+//===- plan_exec_test.cpp - the plan run on the CPU against the oracle ----===//
+//
+// "The plan is the program": compiles packs through the whole pipeline and
+// runs the plan's decode graphs through the CPU twins of its kernels
+// (runtime/exec), then holds the result to
+//  - the transformers goldens (tests/oracle/goldens, float64 logits): every
+//    position within 1e-4 relative (max |Δ| ÷ max |logit|) and the same
+//    greedy tokens;
+//  - the hand-written reference forward (runtime/cpu/forward.cpp) on the
+//    same pack, position by position;
+//  - its own plan: the trace of one decode step equals the plan's batch-1
+//    graph op for op.
+//
+//===----------------------------------------------------------------------===//
+#include "compiler/mlir/Import.h"
+#include "compiler/mlir/Passes.h"
+#include "plans/plan.h"
+#include "runtime/base/error.h"
+#include "runtime/cpu/generator.h"
+#include "runtime/cpu/model_weights.h"
+#include "runtime/exec/cpu_backend.h"
+#include "runtime/exec/plan_executor.h"
+#include "runtime/exec/plan_generator.h"
+#include "runtime/formats/pack.h"
+#include "runtime/formats/safetensors.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using namespace glm::rt;
+
+namespace {
+
+const char *kGoldens = GLM_TEST_DATA_DIR "/../oracle/goldens";
+
+/// Compiles the pack in `dir` for `ranks` ranks into a plan (no NVRTC: the
+/// CPU backend runs the twins).
+std::shared_ptr<glm::plan::Plan> compilePlan(const std::string &dir,
+                                             int ranks) {
+  mlir::DialectRegistry registry;
+  glmc::registerGlmDialects(registry);
+  mlir::MLIRContext ctx(registry);
+  ctx.disableMultithreading();
+  glmc::ImportOptions io;
+  auto module = glmc::importPack(ctx, dir, io);
+  if (!module)
+    throw Error("import of " + dir + " failed");
+  fs::path out = fs::temp_directory_path() /
+                 ("glm-plan-exec-" + std::to_string(::getpid()) + "-" +
+                  fs::path(dir).filename().string() + "-" +
+                  std::to_string(ranks) + ".glmplan");
+  glmc::PipelineOptions opt;
+  opt.ranks = ranks;
+  opt.memoryPerSpark = 0;
+  opt.maxContext = 256;
+  opt.decodeBatches = {1};
+  opt.prefillChunks = {0};
+  opt.output = out.string();
+  mlir::PassManager pm(&ctx);
+  glmc::buildPipeline(pm, opt);
+  if (mlir::failed(pm.run(*module)))
+    throw Error("pipeline failed for " + dir);
+  auto p = std::make_shared<glm::plan::Plan>(glm::plan::readPlan(out.string()));
+  fs::remove(out);
+  return p;
+}
+
+/// The plan executor over every rank of `plan`, CPU backends.
+std::unique_ptr<exec::PlanExecutor>
+cpuExecutor(std::shared_ptr<glm::plan::Plan> plan, const std::string &dir) {
+  std::vector<uint32_t> ranks;
+  std::vector<std::unique_ptr<exec::Backend>> backends;
+  for (uint32_t r = 0; r < plan->numRanks; ++r) {
+    ranks.push_back(r);
+    backends.push_back(exec::makeCpuBackend(*plan));
+  }
+  auto e = std::make_unique<exec::PlanExecutor>(
+      plan, dir, std::move(ranks), std::move(backends),
+      exec::inProcessCollectives());
+  e->load();
+  return e;
+}
+
+std::vector<int64_t> readI64(const SafetensorsFile &f, const std::string &n) {
+  const TensorView &t = f.get(n);
+  std::vector<int64_t> v(t.numel());
+  std::memcpy(v.data(), t.data, t.byteSize);
+  return v;
+}
+
+/// Worst per-position relative error of `got` against `want` ([rows, V]).
+double worstRelative(const std::vector<double> &want,
+                     const std::vector<float> &got, int64_t V) {
+  double worst = 0;
+  for (size_t p = 0; p * V < want.size(); ++p) {
+    double maxAbs = 0, maxDiff = 0;
+    for (int64_t v = 0; v < V; ++v) {
+      const double w = want[p * V + v], g = got[p * V + v];
+      maxAbs = std::max(maxAbs, std::fabs(w));
+      maxDiff = std::max(maxDiff, std::fabs(w - g));
+    }
+    worst = std::max(worst, maxDiff / std::max(maxAbs, 1e-30));
+  }
+  return worst;
+}
+
+void checkGolden(const std::string &name, int ranks) {
+  const fs::path dir = fs::path(kGoldens) / name;
+  auto golden = SafetensorsFile::open((dir / "golden.safetensors").string());
+  const std::vector<int64_t> prompt = readI64(*golden, "prompt");
+  const std::vector<int64_t> generated = readI64(*golden, "generated");
+  const TensorView &lt = golden->get("logits");
+  std::vector<double> want(lt.numel());
+  if (lt.dtype == DType::F64) {
+    std::memcpy(want.data(), lt.data, lt.byteSize);
+  } else {
+    std::vector<float> f = lt.toFloat();
+    want.assign(f.begin(), f.end());
+  }
+  auto pack = Pack::open(dir.string());
+  const ModelConfig &cfg = *pack->config();
+
+  auto plan = compilePlan(dir.string(), ranks);
+  auto gen = exec::makePlanGenerator(cpuExecutor(plan, dir.string()), cfg,
+                                     256, "cpu");
+  SamplingParams sp; // greedy
+  sp.maxNew = int64_t(generated.size());
+  sp.stopIds = cfg.eosTokenIds;
+  std::vector<float> rows;
+  GenerationResult r = gen->generate(prompt, sp, {}, &rows);
+  EXPECT_EQ(r.tokens, generated) << name << " at " << ranks << " ranks";
+  ASSERT_EQ(rows.size(), want.size());
+  const double worst = worstRelative(want, rows, cfg.vocabSize);
+  std::printf("[ plan-exec ] %s, %d rank(s): %zu positions, worst relative "
+              "error vs transformers %.2e\n",
+              name.c_str(), ranks, want.size() / cfg.vocabSize, worst);
+  EXPECT_LE(worst, 1e-4) << name;
+}
+
+TEST(PlanExecCpu, GlmDsaAMatchesTransformers) { checkGolden("glm_dsa_a", 1); }
+TEST(PlanExecCpu, GlmDsaBMatchesTransformers) { checkGolden("glm_dsa_b", 1); }
+
+/// One decode step's trace is the plan's batch-1 decode graph, op for op.
+TEST(PlanExecCpu, TraceEqualsPlanGraph) {
+  const fs::path dir = fs::path(kGoldens) / "glm_dsa_a";
+  auto plan = compilePlan(dir.string(), 1);
+  auto e = cpuExecutor(plan, dir.string());
+  std::vector<exec::TraceEvent> trace;
+  e->setTrace([&](const exec::TraceEvent &t) { trace.push_back(t); });
+  e->step({3}, {0}, {0});
+  const glm::plan::GraphDef *g = nullptr;
+  for (const glm::plan::GraphDef &x : plan->ranks[0].graphs)
+    if (x.kind == glm::plan::GraphKind::Decode && x.size == 1)
+      g = &x;
+  ASSERT_NE(g, nullptr);
+  std::vector<std::string> want, got;
+  for (const glm::plan::OpDef &op : g->ops)
+    for (uint32_t j = 0; j < op.repeat; ++j)
+      want.push_back(op.name + " " +
+                     (op.kernel >= 0 ? plan->kernels[op.kernel].name
+                                     : glm::plan::collectiveKindName(
+                                           plan->ranks[0]
+                                               .collectives[op.collective]
+                                               .kind)));
+  for (const exec::TraceEvent &t : trace) {
+    EXPECT_EQ(t.graph, "decode.1");
+    got.push_back(t.op + " " + t.kernel);
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_GT(want.size(), 20u);
+}
+
+} // namespace
+
