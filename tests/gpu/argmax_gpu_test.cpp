@@ -1,5 +1,5 @@
 //===- argmax_gpu_test.cpp - greedy pick, ties to the lower index ---------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 #include "runtime/cpu/ops.h"
 
 using namespace glm::gputest;
@@ -38,6 +38,17 @@ TEST_F(ArgmaxGpu, LogitsAndCandidatesBitExact) {
     a.launch(kernel(spec("argmax", {{"threads", "512"}})), B, 1, 512);
     auto val = download<float>(dVal, size_t(B) * 2);
     auto idx = download<int>(dIdx, size_t(B) * 2);
+    // The twin (runtime/twins/router_topk_argmax_twin.cpp): bit-exact.
+    std::vector<float> tVal(size_t(B) * 2, NAN);
+    std::vector<int> tIdx(size_t(B) * 2, -9);
+    runTwin(spec("argmax", {{"threads", "512"}}), B, 1, 512, 0,
+            {hp(v.data()), hp(mode ? cand.data() : nullptr), hp(tVal.data()),
+             hp(tIdx.data()), hi(B), hi(n), hi(stride), hi(2), hi(offset)});
+    for (int b = 0; b < B; ++b) {
+      total += 2;
+      mism += tIdx[b * 2] != idx[b * 2];
+      mism += std::memcmp(&tVal[b * 2], &val[b * 2], 4) != 0;
+    }
     for (int b = 0; b < B; ++b) {
       // Reference: max value (NaN ignored), ties -> lower reported id.
       float bv = -INFINITY;

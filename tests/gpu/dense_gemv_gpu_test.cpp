@@ -8,7 +8,7 @@
 // stride exercised.
 //
 //===----------------------------------------------------------------------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 #include "runtime/codec/trellis.h"
 
 using namespace glm::gputest;
@@ -118,6 +118,23 @@ TEST_P(DenseGemvGpu, MatchesFloat64Reference) {
                (c.accumulate ? " acc" : "") + " rows/block " +
                std::to_string(r),
            e, 1e-5, "fp32 accumulation vs float64");
+    // The twin (runtime/twins/dense_gemv_twin.cpp): the same decoded
+    // weights, fp64 sums.
+    std::vector<float> tY = c.accumulate ? y0 : std::vector<float>(y0.size(), NAN);
+    runTwin(s, unsigned((out + r - 1) / r), 1, 256, 0,
+            {hp(x.data()), hp(wBytes.data()),
+             hp(scaleBytes.empty() ? nullptr : scaleBytes.data()),
+             hp(tY.data()), hi(B), hi(in), hi(out), hi(outStride),
+             hi(c.accumulate)});
+    Err et;
+    for (int b = 0; b < B; ++b)
+      for (int o = 0; o < out; ++o)
+        et.add(y[size_t(b) * outStride + o], tY[size_t(b) * outStride + o]);
+    report("dense_gemv " + c.format + " s" + c.scale + " b" +
+               std::to_string(c.batchT) + "/" + std::to_string(B) +
+               (c.accumulate ? " acc" : "") + " rows/block " +
+               std::to_string(r) + " vs_twin",
+           et, 1e-5, "fp32 accumulation vs the twin's fp64 sums");
   }
 }
 
@@ -213,6 +230,15 @@ TEST_P(DenseGemvTrellisGpu, MatchesCodecDecode) {
              (c.e4m3 ? " e4m3" : "") + " b" + std::to_string(c.batchT) + "/" +
              std::to_string(B) + " " + lay[c.layout],
          e, 1e-5, "fp32 accumulation vs float64");
+  // The twin (runtime/twins/dense_trellis_twin.cpp): fp64 sums.
+  std::vector<float> tZ(ref.size(), NAN);
+  runTwin(s, unsigned((out / 16 + 3) / 4), 1, 128, 0,
+          {hp(xh.data()), hp(words.data()), hp(tZ.data()), hi(B), hi(in),
+           hi(out), hi(sI), hi(sI8), hi(sJ8)});
+  report(std::string("dense_gemv_trellis k") + std::to_string(c.K) + " " + cbn +
+             (c.e4m3 ? " e4m3" : "") + " b" + std::to_string(c.batchT) + "/" +
+             std::to_string(B) + " " + lay[c.layout] + " vs_twin",
+         vsTwin(z, tZ), 1e-5, "fp32 per-lane sums vs the twin's fp64 sums");
 }
 
 INSTANTIATE_TEST_SUITE_P(

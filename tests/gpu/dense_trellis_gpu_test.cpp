@@ -14,7 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/dense_trellis_abi.h"
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 #include "runtime/codec/trellis.h"
 
 #include <algorithm>
@@ -248,6 +248,24 @@ TEST_P(DenseTrellisGemvGpu, MatchesFloat64AndIsReproducible) {
       (c.svh ? " svh" : "");
   report(name, e, 2e-5, "fp16 hi+lo activations, fp32 accumulation vs "
                         "float64");
+  {
+    // The twin (runtime/twins/dense_trellis_twin.cpp): the same reduction
+    // tree in fp32, fp64 sums of each warp item's exact products.
+    std::vector<float> tScratch(L.d.scratchFloats() + 1, NAN);
+    std::vector<int> tCounters(L.d.counterInts(), 0);
+    std::vector<float> tY(y.size(), NAN);
+    runTwin(L.spec, L.d.grid(), 1, unsigned(L.d.threads), 0,
+            {hp(x.data()), hp(m.words.data()), hp(c.svh ? svh.data() : nullptr),
+             hp(tScratch.data()), hp(tCounters.data()), hp(tY.data()),
+             hi(B), hi(c.in), hi(c.out), hi(L.yStride), hi(L.outValid),
+             hi(m.sI), hi(m.sI8), hi(m.sJ8), hi(L.d.split)});
+    Err et;
+    for (int b = 0; b < B; ++b)
+      for (int o = 0; o < c.outValid; ++o)
+        et.add(y[size_t(b) * L.yStride + o], tY[size_t(b) * L.yStride + o]);
+    report(name + " vs_twin", et, 2e-5,
+           "fp32 mma sums of the twin's exact products");
+  }
   if (c.outValid < c.out)
     reportExact(name + " tail_untouched", tailTouched,
                 size_t(B) * size_t(L.yStride - c.outValid));

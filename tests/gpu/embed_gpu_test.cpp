@@ -1,5 +1,5 @@
 //===- embed_gpu_test.cpp - embedding gather, vocabulary-sharded ----------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 
 using namespace glm::gputest;
 
@@ -54,6 +54,13 @@ TEST_P(EmbedGpu, BitExact) {
             r >= 0 && r < rows ? vals[size_t(r) * hidden + i] : 0.0f);
   }
   report("embed " + fmt, e, 0);
+  // The twin (runtime/twins/embed_rms_norm_rope_twin.cpp): bit-exact.
+  std::vector<float> tOut(out.size(), NAN);
+  runTwin(spec("embed", {{"format", fmt}, {"threads", "128"}}),
+          unsigned((hidden + 127) / 128), unsigned(B), 128, 0,
+          {hp(ids.data()), hp(table.data()), hp(scale.data()),
+           hp(tOut.data()), hi(B), hi(hidden), hi(rowBegin), hi(rows)});
+  report("embed " + fmt + " vs_twin", vsTwin(out, tOut), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, EmbedGpu,

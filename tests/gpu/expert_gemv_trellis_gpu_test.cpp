@@ -11,7 +11,7 @@
 // Hadamard · signs.out for exlr8), are compared.
 //
 //===----------------------------------------------------------------------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 #include "runtime/codec/trellis.h"
 
 #include <algorithm>
@@ -388,11 +388,55 @@ TEST_P(ExpertGemvGpu, MatchesFloat64Reference) {
   report(c.name + " partials", ep, 1e-4,
          "fp32 accumulation over hidden vs float64");
 
+  // The twin's partials (runtime/twins/expert_gemv_trellis_twin.cpp): fp64
+  // dot products rounded where the kernel stores them.
+  std::vector<const unsigned char *> hTiles(tiles.size(), nullptr);
+  for (size_t i = 0; i < tiles.size(); ++i)
+    if (tiles[i])
+      hTiles[i] = blob.data() + (tiles[i] - dBlob.ptr());
+  {
+    const std::vector<uint8_t> hGuSvh = storeAs(c.sv, guSvh),
+                               hDSuh = storeAs(c.sv, downSuh),
+                               hGuSu = storeAs(c.sv, guSuBlock),
+                               hDSvB = storeAs(c.sv, downSvBlock),
+                               hDSvh = storeAs(c.sv, downSvh);
+    std::vector<float> tPartial(partial.size(), NAN);
+    runTwin(expertSpec(c), kHalves, unsigned(E), unsigned(c.threads), 0,
+            {hp(xh.data()), hp(ids.data()), hp(routeW.data()),
+             hp(hTiles.data()), hp(widths.data()), hp(hGuSvh.data()),
+             hp(c.exl3 ? nullptr : hGuSu.data()), hp(hDSuh.data()),
+             hp(c.exl3 ? nullptr : hDSvB.data()),
+             hp(c.exl3 ? hDSvh.data() : nullptr), hp(tPartial.data()), hi(B),
+             hi(kTopk), hi(H), hi(I), hi(xhRow), hi(xhSlot), hi(xhProj),
+             hi(guSI), hi(guSI8), hi(dSI), hi(dSJ8)});
+    Err et;
+    for (int b = 0; b < B; ++b)
+      for (int k = 0; k < kTopk; ++k)
+        for (int h = 0; h < kHalves; ++h) {
+          if (!owned[ids[b * kTopk + k] * kHalves + h])
+            continue;
+          const size_t base = ((size_t(b) * kTopk + k) * kHalves + h) * H;
+          for (int o = 0; o < H; ++o)
+            et.add(partial[base + o], tPartial[base + o]);
+        }
+    report(c.name + " partials_vs_twin", et, 2e-5,
+           "fp32 per-lane sums vs the twin's fp64 dot products");
+  }
+
   // Reduction (+ exlr8's H · signs.out) on the device.
   auto dOut = poisoned<float>(size_t(B) * H);
   Args r;
   r.ptr(dPartial).ptr(dIds).ptr(dTiles).ptr(dOut) << B << kTopk << H << 0;
   r.launch(kernel(reduceSpec()), (H + 255) / 256, B, 256);
+  // moe_reduce's twin on the kernel's own partials: the same fp32 adds in
+  // the same order, bit for bit.
+  const std::vector<float> reduced = download<float>(dOut, size_t(B) * H);
+  std::vector<float> tReduced(reduced.size(), NAN);
+  runTwin(reduceSpec(), (H + 255) / 256, unsigned(B), 256, 0,
+          {hp(partial.data()), hp(ids.data()), hp(hTiles.data()),
+           hp(tReduced.data()), hi(B), hi(kTopk), hi(H), hi(0)});
+  report(c.name + " moe_reduce_vs_twin", vsTwin(reduced, tReduced), 0.0,
+         "fixed-order fp32 sums");
   if (!c.exl3) {
     auto dSigns = upload(signsOut);
     Args hd;
@@ -400,6 +444,15 @@ TEST_P(ExpertGemvGpu, MatchesFloat64Reference) {
     hd.launch(kernel(hadamardSpec()), (B * H / 128 + 7) / 8, 1, 256);
   }
   auto out = download<float>(dOut, refOut.size());
+  if (!c.exl3) {
+    // hadamard128's twin on the kernel's own input.
+    std::vector<float> tOut(reduced.size(), NAN);
+    runTwin(hadamardSpec(), unsigned((B * H / 128 + 7) / 8), 1, 256, 0,
+            {hp(reduced.data()), hp(nullptr), hp(signsOut.data()),
+             hp(tOut.data()), hi(B), hi(H), hi(0), hi(0)});
+    report(c.name + " hadamard128_vs_twin", vsTwin(out, tOut), 1e-6,
+           "fp32 butterfly in warp order");
+  }
   Err eo;
   for (size_t i = 0; i < out.size(); ++i)
     eo.add(out[i], refOut[i]);

@@ -17,7 +17,7 @@
 // codebooks, E4M3 on/off, K 1..5 and 8.
 //
 //===----------------------------------------------------------------------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 #include "runtime/codec/trellis.h"
 
 #include <algorithm>
@@ -205,6 +205,25 @@ TEST_P(GemmTrellisGpu, MatchesCodecReference) {
     for (int o = 0; o < out; ++o)
       e.add(z[size_t(r) * zStride + o], zRef[size_t(r) * out + o]);
   report(name, e, 3e-5, "fp32 accumulation of exact fp16 products");
+  {
+    // The twin (runtime/twins/gemm_trellis_twin.cpp): the same exact
+    // products summed in fp64.
+    const std::vector<uint8_t> x16b = storeAs(1, xh);
+    std::vector<float> tz(size_t(M) * zStride, NAN);
+    runTwin(s, unsigned((out + c.threads - 1) / c.threads),
+            unsigned((M + c.bm - 1) / c.bm), unsigned(c.threads), 0,
+            {hp(c.xt == 1 ? static_cast<const void *>(x16b.data())
+                          : xh.data()),
+             hp(t.words.data()), hp(tz.data()), hi(M), hi(in), hi(out),
+             hi(xStride), hi(zStride), hi(0), hi(t.sI), hi(t.sI8),
+             hi(t.sJ8)});
+    Err et;
+    for (int r = 0; r < M; ++r)
+      for (int o = 0; o < out; ++o)
+        et.add(z[size_t(r) * zStride + o], tz[size_t(r) * zStride + o]);
+    report(name + " vs_twin", et, 3e-5,
+           "fp32 mma sums of the twin's exact products");
+  }
 
   if (c.reconstruct) {
     // y = H(z) * svh against x . W, W = diag(suh) H Q H diag(svh).
@@ -317,6 +336,35 @@ struct GemmItemHost {
 };
 static_assert(sizeof(GemmItemHost) == 32, "GemmItem ABI");
 
+/// CUDA's z against the twin's over a launch of gemm_trellis_grouped: the
+/// same items with host tile pointers; NaN (unbuilt widths) must match.
+void groupedVsTwin(const std::string &name, const KernelSpec &s,
+                   unsigned gy, unsigned threads, const void *xh,
+                   const std::vector<int> *rowIds,
+                   std::vector<GemmItemHost> items, const uint8_t *blob,
+                   uint64_t dBlob, std::vector<float> tz,
+                   const std::vector<float> &z, int in, int out, int xStride,
+                   int zStride, int sI, int sI8, int sJ8) {
+  for (GemmItemHost &it : items)
+    if (it.tiles)
+      it.tiles = uint64_t(reinterpret_cast<uintptr_t>(blob + (it.tiles - dBlob)));
+  runTwin(s, unsigned(items.size()), gy, threads, 0,
+          {hp(xh), hp(rowIds ? rowIds->data() : nullptr), hp(items.data()),
+           hp(tz.data()), hi(int64_t(items.size())), hi(in), hi(out),
+           hi(xStride), hi(zStride), hi(0), hi(sI), hi(sI8), hi(sJ8)});
+  Err et;
+  size_t nanBad = 0;
+  for (size_t i = 0; i < z.size() && i < tz.size(); ++i) {
+    if (std::isnan(z[i]) || std::isnan(tz[i]))
+      nanBad += std::isnan(z[i]) != std::isnan(tz[i]);
+    else
+      et.add(z[i], tz[i]);
+  }
+  report(name + " vs_twin", et, 3e-5,
+         "fp32 mma sums of the twin's exact products");
+  reportExact(name + " vs_twin nan_pattern", nanBad, z.size());
+}
+
 class GemmTrellisGroupedGpu : public ::testing::Test {
 protected:
   GLM_GPU_SUITE_SETUP
@@ -426,6 +474,12 @@ TEST_F(GemmTrellisGroupedGpu, GateUpHalvesWithGatheredRows) {
     }
   report("gemm_trellis_grouped gate/up k234 gathered rows", e, 3e-5,
          "fp32 accumulation of exact fp16 products");
+  {
+    const std::vector<uint8_t> x16b = storeAs(1, xh);
+    groupedVsTwin("gemm_trellis_grouped gate/up k234 gathered rows", s, 1,
+                  threads, x16b.data(), &rowIds, items, blob.data(),
+                  dBlob.ptr(), z0, z, in, out, in, zStride, 8, 64, 8);
+  }
   reportExact("gemm_trellis_grouped skipped half / unbuilt width", bad,
               untouched + nanOk + bad);
   EXPECT_GT(untouched, 0u);
@@ -506,6 +560,11 @@ TEST_F(GemmTrellisGroupedGpu, DownHalvesWithInputSlices) {
     }
   report("gemm_trellis_grouped down k35 input slices", e, 3e-5,
          "fp32 accumulation of exact fp16 products");
+  groupedVsTwin("gemm_trellis_grouped down k35 input slices", s,
+                unsigned((out + 255) / 256), 256, act.data(), nullptr, items,
+                blob.data(), dBlob.ptr(),
+                std::vector<float>(z.size(), NAN), z, 128, out, inter, out, 8,
+                out / 2, 64);
 }
 
 } // namespace

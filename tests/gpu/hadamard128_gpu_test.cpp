@@ -5,7 +5,7 @@
 // shared (stride 0) vectors, in place.
 //
 //===----------------------------------------------------------------------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 #include "runtime/codec/trellis.h"
 
 using namespace glm::gputest;
@@ -55,6 +55,16 @@ TEST_P(Hadamard128Gpu, MatchesFloat64AndCodec) {
          "fp32 butterflies vs float64");
   report(std::string("hadamard128 v") + dtName(vt) + " vs codec", ec, 1e-6,
          "two fp32 butterfly orders");
+  // The twin (runtime/twins/dense_gemv_twin.cpp): the warp's butterfly
+  // order in fp32; CUDA may contract x * pre into the first add (FMA).
+  const std::vector<uint8_t> hPre = storeAs(vt, pre), hPost = storeAs(vt, post);
+  std::vector<float> tY = x;
+  runTwin(spec("hadamard128", {{"vt", dtName(vt)}, {"threads", "128"}}),
+          unsigned((rows * n / 128 + 3) / 4), 1, 128, 0,
+          {hp(tY.data()), hp(hPre.data()), hp(hPost.data()), hp(tY.data()),
+           hi(rows), hi(n), hi(n), hi(0)});
+  report(std::string("hadamard128 v") + dtName(vt) + " vs_twin",
+         vsTwin(y, tY), 1e-6, "same butterfly order, FMA contraction");
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, Hadamard128Gpu, ::testing::Values(0, 1, 2));

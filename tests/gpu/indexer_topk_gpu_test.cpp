@@ -5,7 +5,7 @@
 // scores with many exact ties, then on the device's own indexer scores.
 //
 //===----------------------------------------------------------------------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 #include "runtime/cpu/ops.h"
 
 #include <algorithm>
@@ -47,6 +47,18 @@ void checkTopk(const std::string &name, const std::vector<float> &scores,
       mism += sel[size_t(b) * selStride + i] != ref[i];
   }
   reportExact(name, mism, total);
+  // The twin (runtime/twins/router_topk_argmax_twin.cpp): bit-exact.
+  std::vector<int> tSel(sel.size(), -9), tN(n.size(), -9);
+  runTwin(spec("topk", {{"threads", "512"}}), unsigned(B), 1, 512, 0,
+          {hp(scores.data()), hp(len.data()), hp(tSel.data()), hp(tN.data()),
+           hi(B), hi(stride), hi(selStride), hi(k)});
+  size_t tm = 0;
+  for (int b = 0; b < B; ++b) {
+    tm += tN[b] != n[b];
+    for (int i = 0; i < std::min(n[b], tN[b]); ++i)
+      tm += tSel[size_t(b) * selStride + i] != sel[size_t(b) * selStride + i];
+  }
+  reportExact(name + " vs_twin", tm, size_t(B) + sel.size());
 }
 
 TEST_P(IndexerTopkGpu, ScoresAndSelection) {
@@ -88,6 +100,27 @@ TEST_P(IndexerTopkGpu, ScoresAndSelection) {
   const std::string name = "indexer_scores d" + std::to_string(headDim) + " h" +
                            std::to_string(nHeads) + " k" + dtName(kt);
   report(name, e, 1e-5, "fp32 dots vs float64");
+  {
+    // The twin (runtime/twins/mla_decode_indexer_scores_twin.cpp): fp64
+    // dots rounded once, the kernel's fp32 head loop.
+    const std::vector<uint8_t> hK = storeAs(kt, keys);
+    std::vector<float> tS(s.size(), NAN);
+    TwinArg qkArg;
+    qkArg.f = qkScale;
+    runTwin(spec("indexer_scores", {{"head_dim", std::to_string(headDim)},
+                                    {"n_heads", std::to_string(nHeads)},
+                                    {"kt", dtName(kt)},
+                                    {"threads", "256"}}),
+            unsigned((T + perBlock - 1) / perBlock), unsigned(B), threads, 0,
+            {hp(q.data()), hp(w.data()), hp(hK.data()), hp(len.data()),
+             hp(tS.data()), hi(B), hi(stride), qkArg});
+    Err et;
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < len[b]; ++t)
+        et.add(s[size_t(b) * stride + t], tS[size_t(b) * stride + t]);
+    report(name + " vs_twin", et, 1e-5,
+           "fp32 lane dots vs the twin's fp64 dots");
+  }
   // Top-k on the device's own scores (exact comparison on the same values).
   for (int b = 0; b < B; ++b)
     for (int t = len[b]; t < stride; ++t)

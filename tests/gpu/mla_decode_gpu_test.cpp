@@ -5,7 +5,7 @@
 // scores, softmax and weighted sum of the same cache values.
 //
 //===----------------------------------------------------------------------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 
 #include <algorithm>
 #include <numeric>
@@ -115,6 +115,21 @@ TEST_P(MlaDecodeGpu, MatchesFloat64Reference) {
              (c.kv ? " e4m3" : " bf16") + " h" +
              std::to_string(c.headsPerBlock) + " sel" + std::to_string(c.maxSel),
          e, 1e-5, "fp32 dots/softmax vs float64");
+  // The twin (runtime/twins/mla_decode_indexer_scores_twin.cpp).
+  std::vector<float> tO(o.size(), NAN);
+  TwinArg scaleArg;
+  scaleArg.f = scale;
+  runTwin(s, unsigned(H / c.headsPerBlock), unsigned(B), 256,
+          unsigned(c.headsPerBlock * c.maxSel * 4),
+          {hp(qLat.data()), hp(qPe.data()), hp(cacheBytes.data()),
+           hp(c.kv ? cacheScale.data() : nullptr), hp(sel.data()),
+           hp(nsel.data()), hp(tO.data()), hi(B), hi(H), hi(c.maxSel),
+           scaleArg});
+  report("mla_decode l" + std::to_string(L) + " r" + std::to_string(R) +
+             (c.kv ? " e4m3" : " bf16") + " h" +
+             std::to_string(c.headsPerBlock) + " sel" +
+             std::to_string(c.maxSel) + " vs_twin",
+         vsTwin(o, tO), 1e-5, "fp32 dots/softmax vs the twin's fp64 sums");
 }
 
 INSTANTIATE_TEST_SUITE_P(

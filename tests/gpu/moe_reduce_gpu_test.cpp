@@ -6,7 +6,7 @@
 // same order on the CPU gives the same bits.
 //
 //===----------------------------------------------------------------------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 
 using namespace glm::gputest;
 
@@ -62,6 +62,20 @@ TEST_P(MoeReduceGpu, FixedOrderBitExact) {
     e.add(out[i], ref[i]);
   report(std::string("moe_reduce order") + (accumulate ? " accumulate" : ""), e,
          0);
+  // The twin (runtime/twins/expert_gemv_trellis_twin.cpp): bit-exact. Its
+  // tile table only needs null / non-null entries.
+  std::vector<const unsigned char *> hTiles(tiles.size(), nullptr);
+  static const unsigned char kOwned = 1;
+  for (size_t i = 0; i < tiles.size(); ++i)
+    if (tiles[i])
+      hTiles[i] = &kOwned;
+  std::vector<float> tOut = out0;
+  runTwin(spec("moe_reduce", {{"threads", "128"}}), (H + 127) / 128,
+          unsigned(B), 128, 0,
+          {hp(partial.data()), hp(ids.data()), hp(hTiles.data()),
+           hp(tOut.data()), hi(B), hi(topk), hi(H), hi(accumulate)});
+  report(std::string("moe_reduce vs_twin") + (accumulate ? " accumulate" : ""),
+         vsTwin(out, tOut), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, MoeReduceGpu, ::testing::Values(0, 1));

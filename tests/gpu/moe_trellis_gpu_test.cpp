@@ -17,7 +17,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/moe_trellis_abi.h"
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 #include "runtime/codec/trellis.h"
 
 #include <algorithm>
@@ -604,6 +604,41 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
     err.add(out1[i], ref[i]);
   report("moe_trellis " + c.name, err, 1e-4,
          "fp16 hi+lo activations, fp32 accumulation vs float64");
+  {
+    // The twin (runtime/twins/moe_trellis_twin.cpp) of the same two
+    // launches on the host copies: it differs only in how each warp item's
+    // exact products are summed (fp64 vs the tensor cores' fp32).
+    std::vector<const unsigned char *> hTiles(tiles.size(), nullptr);
+    for (size_t i = 0; i < tiles.size(); ++i)
+      if (tiles[i])
+        hTiles[i] = w.blob.data() + (tiles[i] - dBlob.ptr());
+    const std::vector<uint8_t> hGuSvh = storeAs(c.sv, guSvh),
+                               hDSuh = storeAs(c.sv, dSuh),
+                               hGuSu = storeAs(c.sv, guSu),
+                               hDSvB = storeAs(c.sv, dSvB),
+                               hDSvh = storeAs(c.sv, dSvh);
+    std::vector<float> tScratch(d.scratchFloats(), NAN);
+    std::vector<int> tCounters(d.counterInts(), 0);
+    std::vector<float> tOut(size_t(B) * H, NAN);
+    for (int st = 0; st < 2; ++st)
+      runTwin(moeSpec(c.widths, c.cb, c.e4m3, c.batchT, c.sv, st, c.threads,
+                      c.pipe, c.blocks > 0),
+              st == 0 ? d.gridGateUp() : d.gridDown(), 1,
+              unsigned(c.threads),
+              glm::codegen::moeTrellisDynSmem(c.e4m3, c.threads, c.blocks > 0),
+              {hp(xh.data()), hp(ids.data()), hp(rw.data()),
+               hp(hTiles.data()), hp(w.widths.data()), hp(hGuSvh.data()),
+               hp(c.exl3 ? nullptr : hGuSu.data()), hp(hDSuh.data()),
+               hp(c.exl3 ? nullptr : hDSvB.data()),
+               hp(c.exl3 ? hDSvh.data() : nullptr),
+               hp(c.exl3 ? nullptr : signsOut.data()), hp(tScratch.data()),
+               hp(tCounters.data()), hp(tOut.data()), hi(B), hi(topk), hi(E),
+               hi(nS), hi(H), hi(I), hi(xhRow), hi(xhSlot), hi(xhProj),
+               hi(guSI), hi(guSI8), hi(dSI), hi(dSJ8), hi(d.guSplit),
+               hi(d.downGroup), hi(0)});
+    report("moe_trellis " + c.name + " vs_twin", vsTwin(out1, tOut), 2e-5,
+           "fp32 mma sums of the twin's exact products");
+  }
   const std::vector<float> out2 = run(0);
   size_t diff = 0;
   for (size_t i = 0; i < out1.size(); ++i)

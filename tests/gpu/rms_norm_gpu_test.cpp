@@ -1,5 +1,5 @@
 //===- rms_norm_gpu_test.cpp - RMSNorm with the fused residual add --------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 
 using namespace glm::gputest;
 
@@ -60,6 +60,19 @@ TEST_P(RmsNormGpu, MatchesFloat64Reference) {
     for (int i = 0; i < n; ++i)
       ex.add(xs[size_t(r) * xStride + i], xNew[size_t(r) * xStride + i]);
   report(name + " residual x", ex, 0);
+  // The twin (runtime/twins/embed_rms_norm_rope_twin.cpp): fp64 sum of
+  // squares rounded once, then the kernel's fp32 x * inv * w.
+  std::vector<float> tX = x, tY(ref.size(), NAN);
+  const std::vector<uint8_t> hW = storeAs(wt, w);
+  TwinArg epsArg;
+  epsArg.f = eps;
+  runTwin(spec("rms_norm", {{"wt", dtName(wt)}, {"threads", "512"}}),
+          unsigned(rows), 1, 512, 0,
+          {hp(tX.data()), hp(withAdd ? add.data() : nullptr), hp(hW.data()),
+           hp(tY.data()), hi(rows), hi(n), hi(xStride), epsArg});
+  report(name + " vs_twin", vsTwin(y, tY), 1e-5,
+         "fp32 block sum and rsqrtf vs the twin's fp64 sum");
+  report(name + " residual x vs_twin", vsTwin(xs, tX), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormGpu,

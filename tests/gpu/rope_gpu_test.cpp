@@ -6,7 +6,7 @@
 // the stated tolerance. Values outside the rotated slice must stay bit-equal.
 //
 //===----------------------------------------------------------------------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 #include "runtime/cpu/ops.h"
 
 using namespace glm::gputest;
@@ -52,6 +52,17 @@ TEST_P(RopeGpu, MatchesCpuExecutor) {
   report("rope d" + std::to_string(dim), e, 1e-3,
          "fp32 angle pos*inv_freq (as HF) vs float64, pos < 4096");
   report("rope d" + std::to_string(dim) + " untouched", untouched, 0);
+  // The twin (runtime/twins/embed_rms_norm_rope_twin.cpp): the same fp32
+  // formulas with the host's powf/cosf/sinf.
+  std::vector<float> tX = x;
+  TwinArg thetaArg;
+  thetaArg.f = theta;
+  runTwin(spec("rope", {{"rope_dim", std::to_string(dim)}}), unsigned(heads),
+          unsigned(B), unsigned(dim / 2), 0,
+          {hp(tX.data()), hp(pos.data()), hi(B), hi(heads), hi(rowStride),
+           hi(headStride), hi(offset), thetaArg});
+  report("rope d" + std::to_string(dim) + " vs_twin", vsTwin(y, tX), 1e-3,
+         "powf/cosf/sinf ulps times positions < 4096");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dims, RopeGpu, ::testing::Values(64, 32));

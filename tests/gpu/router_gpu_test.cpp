@@ -6,7 +6,7 @@
 // 1e-6 relative (fp32 sigmoid vs float64).
 //
 //===----------------------------------------------------------------------===//
-#include "gpu_test_util.h"
+#include "gpu_twin_util.h"
 #include "runtime/cpu/ops.h"
 
 #include <algorithm>
@@ -81,6 +81,25 @@ TEST_P(RouterGpu, MatchesCpuRouter) {
                            (c.renorm ? " renorm" : "") + (c.ties ? " ties" : "");
   reportExact(name + " selection", mism, size_t(B) * K);
   report(name + " weights", ew, 1e-6, "fp32 sigmoid vs float64");
+  // The twin (runtime/twins/router_topk_argmax_twin.cpp): the same ids in
+  // the same (selection) order, weights within host/CUDA expf ulps.
+  std::vector<int> tIds(ids.size(), -9);
+  std::vector<float> tW(w.size(), NAN);
+  TwinArg scaleArg;
+  scaleArg.f = c.scale;
+  runTwin(spec("router", {{"experts", std::to_string(c.maxExperts)},
+                          {"topk", std::to_string(K)},
+                          {"threads", "256"}}),
+          B, 1, 256, 0,
+          {hp(logits.data()), hp(c.bias ? bias.data() : nullptr),
+           hp(tIds.data()), hp(tW.data()), hi(B), hi(E), scaleArg,
+           hi(int(c.renorm))});
+  size_t idMism = 0;
+  for (size_t i = 0; i < ids.size(); ++i)
+    idMism += ids[i] != tIds[i];
+  reportExact(name + " selection vs_twin", idMism, ids.size());
+  report(name + " weights vs_twin", vsTwin(w, tW), 1e-6,
+         "host vs CUDA expf");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -1,0 +1,124 @@
+//===- twin_common.h - arithmetic the codegen twins share
+//------------------===//
+//
+// The pieces of codegen/templates/glm_common.cuh and trellis_tile.cuh whose
+// exact rounding the twins must reproduce: the warp Hadamard-128 butterfly
+// (same stage order, fp32), the fp16 hi + lo split of activations that enter
+// the tensor cores, side-vector loads of the three storage types, and one
+// 16x16 trellis tile decoded through the CPU codec (bit-exact with the
+// kernels' decode: tests/gpu/trellis_decode_gpu_test.cpp).
+//
+// Private to runtime/twins. Thread-safety: pure functions.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/base/error.h"
+#include "runtime/base/numeric.h"
+#include "runtime/codec/trellis.h"
+#include "runtime/twins/twin.h"
+
+#include <cstdint>
+#include <cstring>
+
+namespace glm::rt::twins {
+
+/// 1/sqrt(128) as the kernels spell it (kInvSqrt128, a float literal).
+constexpr float kInvSqrt128 = 0.088388347648318f;
+
+/// Unnormalised Sylvester Hadamard of 128 floats in the order of
+/// hadamard128Warp: pair distance 1, then 2, then 4 .. 64, each stage
+/// a + b (lower element) and a - b (upper), in fp32. The same order and
+/// type give the same bits as the warp for the same inputs.
+inline void hadamard128F32(float *v) {
+  for (int d = 1; d < 128; d <<= 1)
+    for (int i = 0; i < 128; ++i)
+      if (!(i & d)) {
+        const float a = v[i], b = v[i + d];
+        v[i] = a + b;
+        v[i + d] = a - b;
+      }
+}
+
+/// Side-vector storage of the templates' SVT/VT/SCT ids: 0 f32, 1 f16,
+/// 2 bf16 (StorageOf in glm_common.cuh).
+inline float storageAt(const void *p, int dt, int64_t i) {
+  if (dt == 1)
+    return halfToFloat(static_cast<const uint16_t *>(p)[i]);
+  if (dt == 2)
+    return bf16ToFloat(static_cast<const uint16_t *>(p)[i]);
+  return static_cast<const float *>(p)[i];
+}
+/// optAt: 1 when the vector is absent.
+inline float optAt(const void *p, int dt, int64_t i) {
+  return p ? storageAt(p, dt, i) : 1.0f;
+}
+/// The storage id of a template argument written "f32" | "f16" | "bf16".
+inline int storageId(const Launch &l, const std::string &key) {
+  const std::string &v = l.targ(key);
+  if (v == "f32")
+    return 0;
+  if (v == "f16")
+    return 1;
+  if (v == "bf16")
+    return 2;
+  fail("twin of ", l.family, ": ", key, "='", v, "' is not f32, f16 or bf16");
+}
+
+/// The codebook template argument ("3inst" | "mcg" | "mul1").
+inline trellis::Codebook codebookArg(const Launch &l) {
+  return trellis::parseCodebook(l.targ("codebook").c_str());
+}
+inline bool boolArg(const Launch &l, const std::string &key) {
+  return l.targInt(key) != 0;
+}
+/// The widths template argument ("234") as a bit mask (bit K = width K).
+inline int widthMaskArg(const Launch &l) {
+  const std::string &v = l.targ("widths");
+  int mask = 0;
+  for (char c : v) {
+    check(c >= '1' && c <= '8', "twin of ", l.family, ": widths='", v,
+          "' is not a set of digits 1..8");
+    mask |= 1 << (c - '0');
+  }
+  check(mask != 0, "twin of ", l.family, ": empty widths");
+  return mask;
+}
+
+/// The fp16 hi + lo parts of an activation as splitHiLo makes them
+/// (trellis_tile.cuh): hi = RN16(x), lo = RN16(x - hi) (x - hi is exact in
+/// fp32). The tensor cores multiply each by an exact fp16 weight.
+inline void splitHiLo(float x, float &hi, float &lo) {
+  hi = roundToHalf(x);
+  lo = roundToHalf(x - hi);
+}
+
+/// Tile index of tile (i, j) under the TileStrides of glm_common.cuh.
+inline int64_t tileIndex(int64_t i, int64_t j, int sI, int sI8, int sJ8) {
+  return (i >> 3) * sI8 + (i & 7) * sI + (j >> 3) * sJ8 + (j & 7);
+}
+
+/// Decodes the tile `idx` (32K bytes each) of a trellis blob of width K to
+/// out[row * 16 + col] (row = input side), as the kernels decode it.
+inline void decodeTileAt(const unsigned char *blob, int64_t idx, int k,
+                         trellis::Codebook cb, bool e4m3, float out[256]) {
+  const float *table = trellis::codebookFloatTable(cb, e4m3);
+  uint16_t words[128];
+  std::memcpy(words, blob + idx * 32 * k, size_t(32) * k);
+  uint16_t states[256];
+  trellis::unpackTileStates(words, trellis::Width::bits(k), states);
+  for (int t = 0; t < 256; ++t)
+    out[trellis::permRow(t) * 16 + trellis::permCol(t)] = table[states[t]];
+}
+
+/// Sums of exact products w * hi and w * lo in fp64: the tensor cores add
+/// the same products in fp32 (hardware order), so a twin's result differs
+/// from CUDA's only by fp32 accumulation (see each family's tolerance).
+struct HiLoSum {
+  double hi = 0, lo = 0;
+  /// What the kernels store: fp32 hi sum + fp32 lo sum (the two mma
+  /// columns of one batch row, added in fp32).
+  float value() const { return float(hi) + float(lo); }
+};
+
+} // namespace glm::rt::twins
