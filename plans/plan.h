@@ -48,8 +48,9 @@ constexpr size_t kPlanTrailerBytes = 16;
 // Enums mirror plan.fbs value for value (checked by static_assert in
 // plan_writer.cpp). Append only.
 enum class BufferKind : uint8_t { Weight, Activation, KvCache, Scratch, Io };
-enum class WeightTransform : uint8_t { RawCopy, Bf16ToF32, F16ToF32 };
-/// Bytes a binding of `length` source bytes writes into its buffer.
+enum class WeightTransform : uint8_t { RawCopy, Bf16ToF32, F16ToF32, ToF32 };
+/// Bytes a binding of `length` source bytes writes into its buffer (ToF32:
+/// the least it writes, from F32 bytes; the runtime checks the rest).
 uint64_t transformedBytes(WeightTransform t, uint64_t length);
 enum class WeightTag : uint8_t {
   TrellisHalf, SideVector, Dense, TrellisTensor, Norm, Other

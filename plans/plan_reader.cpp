@@ -246,7 +246,7 @@ void validatePlan(const Plan &plan, const std::string &source) {
         bad("rank ", ri, " binding of ", w.file, " @", w.offset,
             " targets buffer ", w.buffer, " of ", nbuf);
       const BufferDef &b = r.buffers[w.buffer];
-      if (w.transform > WeightTransform::F16ToF32)
+      if (w.transform > WeightTransform::ToF32)
         bad("rank ", ri, " binding of ", w.file, " @", w.offset,
             " has an unknown transform ", int(w.transform));
       const uint64_t dst = transformedBytes(w.transform, w.length);

@@ -100,7 +100,9 @@ const char *argKindName(ArgKind k) {
   return nameOf(n, unsigned(k));
 }
 uint64_t transformedBytes(WeightTransform t, uint64_t length) {
-  return t == WeightTransform::RawCopy ? length : 2 * length;
+  return t == WeightTransform::RawCopy || t == WeightTransform::ToF32
+             ? length
+             : 2 * length;
 }
 uint32_t dtypeBytes(DType t) {
   switch (t) {

@@ -298,6 +298,8 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
         // The executor's moe_trellis path: one rotation of the input
         // (exlr8: H(x * signs.in); EXL3: the per-slot H(x * suh) rows),
         // then gate/up and down over every routed and shared expert.
+        if (exl3)
+          out.push_back({"moe_exl3_in", {{"threads", "256"}}});
         out.push_back(had);
         const ::glm::codegen::MoeTrellisTuning t =
             ::glm::codegen::defaultMoeTrellisTuning(f.getHidden());
@@ -327,6 +329,8 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                    {"threads", "256"}}};
       Spec reduce{"moe_reduce", {{"threads", "256"}}};
       for (int64_t g = 0; g < (f.getShared() > 0 ? 2 : 1); ++g) {
+        if (exl3)
+          out.push_back({"exl3_expert_in", {{"threads", "256"}}});
         if (exl3 || g == 0)
           out.push_back(had);
         out.push_back(expert);

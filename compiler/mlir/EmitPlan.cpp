@@ -161,6 +161,20 @@ layersOf(SymbolTable &symbols, Block &body, int64_t numLayers) {
   return out;
 }
 
+/// The trellis expert tables of one MoE layer's group of experts on this
+/// rank, as the expert kernels read them (codegen/templates/
+/// expert_gemv_trellis.cuh, moe_trellis.cuh): per (expert, projection, half)
+/// a tile pointer (a relocation into the weight buffer, null for halves of
+/// other ranks) and a width; the side vectors widened to fp32 by bindings of
+/// their pack bytes into the tables (exlr8: svh/suh per half over a pitch of
+/// `pitch` channels, su_block/sv_block per expert, signs.in/out per layer;
+/// EXL3: suh/svh of every projection).
+struct ExpertTables {
+  gp::ArgDef tiles, widths, guSvh, downSuh, guSuBlock, downSvBlock, suhIn,
+      downSvh, signsIn, signsOut;
+  std::string digits; // widths present, ascending ("234")
+};
+
 /// Per-rank state shared by the graphs: buffers of values, where each
 /// weight tensor starts in the weight buffer, KV buffers per layer and the
 /// scratch buffers kernels need between launches.
@@ -185,6 +199,10 @@ struct RankState {
   BankMap expertBank;
   /// The Io rows the runtime writes before a step (plan_executor.h).
   uint32_t ioTokens = 0, ioPositions = 0, ioSlots = 0;
+  /// (pack file, file offset) → offset in the weight buffer of each bound
+  /// range (the expert tables point at their parts' tiles).
+  std::map<std::pair<std::string, uint64_t>, uint64_t> rangeOffset;
+  std::map<std::string, ExpertTables> tables; // by layer, group, pitch
   int64_t kvSlots = 1; // sequences the KV buffers hold
 
   /// A Scratch buffer whose contents are `init` at load (a table of ints
@@ -320,12 +338,17 @@ struct GemvUse {
   int64_t outStride = 0;    // floats between the output's token rows
 };
 
+
+
 class ArgBuilder {
 public:
   ArgBuilder(ModuleOp module, SymbolTable &symbols, RankState &st,
              int64_t rank, int64_t ranks, const std::string &layout)
       : module(module), symbols(symbols), st(st), rank(rank), ranks(ranks),
-        layout(layout) {}
+        layout(layout) {
+    for (PackOp p : module.getOps<PackOp>())
+      packOp = p;
+  }
 
   /// Launch `launch` of `op`, whose launches run the families `seq`.
   LaunchInfo build(const gp::KernelDef &k, Operation &op, int64_t rows,
@@ -379,6 +402,12 @@ private:
   }
   /// The op's `ordinal`-th GEMV, in the order glm-emit-kernels lists them.
   GemvUse gemvUse(Operation &op, size_t ordinal);
+  /// The trellis expert tables of `count` experts of `e`'s bank from
+  /// `first` (routed then shared), side vectors over `pitch` channels;
+  /// built once per rank and group.
+  ExpertTables expertTables(FusedExpertGemvOp e, int64_t first, int64_t count,
+                            int64_t pitch);
+  PackOp packOp;
   /// The launches of the executor's helper families (embed_tokens, norms,
   /// cache stores, DSA, absorbed MLA, routing, HF experts, gemv_any):
   /// false when `family` is none of them.
@@ -539,6 +568,178 @@ static gp::ArgDef named(gp::ArgDef a, const std::string &label) {
   return a;
 }
 
+ExpertTables ArgBuilder::expertTables(FusedExpertGemvOp e, int64_t first,
+                                      int64_t count, int64_t pitch) {
+  const std::string key = std::to_string(e.getLayer()) + "." +
+                          std::to_string(first) + "." +
+                          std::to_string(count) + "." + std::to_string(pitch);
+  auto cached = st.tables.find(key);
+  if (cached != st.tables.end())
+    return cached->second;
+  auto bank = dyn_cast_or_null<ExpertsOp>(symbols.lookup(e.getBank()));
+  ::glm::rt::check(bool(bank), "glm-emit-plan: expert bank ",
+                   e.getBank().str(), " not found");
+  const int64_t E = bank.getExperts(), P = bank.getPartsPerProj(),
+                hidden = bank.getHidden(), hb = hidden / 128;
+  const int64_t H = e.getHalves();
+  const bool exl3 = P == 1;
+  ArrayRef<int64_t> parts = bank.getParts(), sides = bank.getSides();
+  auto widthsAttr = bank.getWidths();
+  auto tt = dyn_cast<TrellisType>(bank.getType());
+  ExpertTables t;
+  std::vector<uint8_t> tiles(count * 48 * 8, 0), widths(count * 48, 0);
+  std::vector<gp::Relocation> relocs;
+  bool seen[9] = {};
+  const uint32_t W = 0; // the weight buffer
+  auto name = [&](const char *what) { return key + "." + what; };
+  // Tables whose contents are bound from the pack at load.
+  auto floats = [&](const char *what, uint64_t n) {
+    return st.scratchBuffer("experts." + name(what), n * 4);
+  };
+  uint32_t guSvh = floats("gu_svh", 2 * count * pitch),
+           downSuh = floats("down_suh", count * pitch);
+  uint32_t guSuBlock = 0, downSvBlock = 0, suhIn = 0, downSvh = 0,
+           signsIn = 0, signsOut = 0;
+  if (exl3) {
+    suhIn = floats("suh_in", 2 * count * hidden);
+    downSvh = floats("down_svh", count * hidden);
+  } else {
+    guSuBlock = floats("gu_su_block", 2 * count * hb);
+    downSvBlock = floats("down_sv_block", count * hb);
+    signsIn = floats("signs_in", hidden);
+    signsOut = floats("signs_out", hidden);
+  }
+  ArrayAttr roles = packOp.getRoles(), files = packOp.getFiles();
+  auto roleName = [&](int64_t r) {
+    return r >= 0 && size_t(r) < roles.size()
+               ? cast<StringAttr>(roles[r]).str()
+               : std::string();
+  };
+  // One side range of a part, by role; nullptr when absent.
+  auto side = [&](const int64_t *row, const char *role) -> const int64_t * {
+    for (int64_t s = row[3]; s < row[4]; ++s)
+      if (roleName(sides[s * 4 + 3]) == role)
+        return &sides[s * 4];
+    return nullptr;
+  };
+  auto bindSide = [&](const int64_t *q, uint32_t buffer, uint64_t at,
+                      const std::string &what) {
+    if (!q)
+      return;
+    gp::WeightBinding b;
+    b.file = cast<StringAttr>(files[q[0]]).str();
+    b.offset = uint64_t(q[1]);
+    b.length = uint64_t(q[2]);
+    b.buffer = buffer;
+    b.bufferOffset = at;
+    b.transform = gp::WeightTransform::ToF32;
+    b.tag = gp::WeightTag::SideVector;
+    b.tensor = bank.getSymName().str() + "." + what;
+    b.layer = int32_t(bank.getLayer());
+    st.rp.weights.push_back(std::move(b));
+  };
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t ex = first + i; // index in the bank (shared after routed)
+    const bool shared = ex >= E;
+    bool anyOwned = false;
+    std::vector<bool> owned(H);
+    for (int64_t h = 0; h < H; ++h) {
+      owned[h] = ranks == 1 || e.getShard().ownerOf(ex, h) == rank;
+      anyOwned |= owned[h];
+    }
+    (void)shared;
+    for (int64_t p = 0; p < 3; ++p) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t idx = bank.partIndex(ex, p, exl3 ? 0 : h);
+        const int64_t *row = &parts[idx * ExpertsOp::kPartFields];
+        const int32_t twice =
+            widthsAttr ? (*widthsAttr)[idx] : (tt ? tt.getTwiceBits() : 0);
+        const int K = twice / 2;
+        if (K >= 1 && K <= 8)
+          seen[K] = true;
+        widths[(i * 3 + p) * 16 + h] = uint8_t(K);
+        if (!owned[h])
+          continue;
+        auto it = st.rangeOffset.find(
+            {cast<StringAttr>(files[row[0]]).str(), uint64_t(row[1])});
+        if (it == st.rangeOffset.end())
+          continue;
+        // EXL3: half h starts at tile column block 8h (gate/up) or tile
+        // row block 8h (down) of the whole tensor.
+        const uint64_t tile =
+            exl3 ? (p < 2 ? 8 * h : 8 * h * (hidden / 16)) : 0;
+        relocs.push_back({uint64_t((i * 3 + p) * 16 + h) * 8, W,
+                          it->second + tile * 32 * uint64_t(K)});
+      }
+      if (!anyOwned)
+        continue;
+      if (exl3) {
+        const int64_t *row =
+            &parts[bank.partIndex(ex, p, 0) * ExpertsOp::kPartFields];
+        const int64_t I = pitch;
+        if (p < 2) {
+          bindSide(side(row, "suh"), suhIn, uint64_t((p * count + i) * hidden) * 4,
+                   "suh");
+          bindSide(side(row, "svh"), guSvh, uint64_t((p * count + i) * I) * 4,
+                   "svh");
+        } else {
+          bindSide(side(row, "suh"), downSuh, uint64_t(i * I) * 4, "suh");
+          bindSide(side(row, "svh"), downSvh, uint64_t(i * hidden) * 4, "svh");
+        }
+        continue;
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        if (!owned[h])
+          continue;
+        const int64_t *row =
+            &parts[bank.partIndex(ex, p, h) * ExpertsOp::kPartFields];
+        if (p < 2)
+          bindSide(side(row, "svh"), guSvh,
+                   uint64_t((p * count + i) * pitch + 128 * h) * 4, "svh");
+        else
+          bindSide(side(row, "suh"), downSuh,
+                   uint64_t(i * pitch + 128 * h) * 4, "suh");
+      }
+      // One hidden-side block scale per expert projection (half 0's).
+      const int64_t *row0 =
+          &parts[bank.partIndex(ex, p, 0) * ExpertsOp::kPartFields];
+      if (p < 2)
+        bindSide(side(row0, "su_block"), guSuBlock,
+                 uint64_t((p * count + i) * hb) * 4, "su_block");
+      else
+        bindSide(side(row0, "sv_block"), downSvBlock, uint64_t(i * hb) * 4,
+                 "sv_block");
+    }
+  }
+  if (!exl3) {
+    // The layer's signs, read by every expert (expert 0's gate and down).
+    const int64_t *g0 = &parts[bank.partIndex(0, 0, 0) * ExpertsOp::kPartFields];
+    const int64_t *d0 = &parts[bank.partIndex(0, 2, 0) * ExpertsOp::kPartFields];
+    bindSide(side(g0, "signs.in"), signsIn, 0, "signs.in");
+    bindSide(side(d0, "signs.out"), signsOut, 0, "signs.out");
+  }
+  for (int k = 1; k <= 8; ++k)
+    if (seen[k])
+      t.digits += std::to_string(k);
+  const uint32_t tb = st.tableBuffer(name("tiles"), std::move(tiles));
+  st.rp.buffers[tb].relocations = std::move(relocs);
+  t.tiles = bufferArg(tb, "tiles");
+  t.widths = bufferArg(st.tableBuffer(name("widths"), std::move(widths)),
+                       "widths");
+  t.guSvh = bufferArg(guSvh, "gu_svh");
+  t.downSuh = bufferArg(downSuh, "down_suh");
+  auto opt = [&](uint32_t b, const char *label) {
+    return b ? bufferArg(b, label) : runtimeArg("null");
+  };
+  t.guSuBlock = opt(guSuBlock, "gu_su_block");
+  t.downSvBlock = opt(downSvBlock, "down_sv_block");
+  t.suhIn = opt(suhIn, "suh");
+  t.downSvh = opt(downSvh, "down_svh");
+  t.signsIn = opt(signsIn, "pre");
+  t.signsOut = opt(signsOut, "post");
+  return st.tables[key] = t;
+}
+
 bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
                                    int64_t rows, size_t launch,
                                    const std::vector<std::string> &seq,
@@ -594,7 +795,8 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
          i32Arg(int64_t(xRow), "xs"),
          weight(g.sym, "w", rowStart),
          i32Arg(dtOf(t), "dt"),
-         skOf(t) ? roleArg(g.sym, "scale", "scale", scaleAt)
+         skOf(t) ? roleArg(g.sym, skOf(t) == 3 ? "e8m0" : "scale", "scale",
+                           scaleAt)
                  : runtimeArg("null"),
          i32Arg(skOf(t), "sk"),
          named(g.y, "y"),
@@ -661,7 +863,9 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     Type kt = weightOp(at.getKvB()) ? weightOp(at.getKvB()).getType() : Type();
     const gp::ArgDef W = weight(at.getKvB(), "W");
     const gp::ArgDef scale =
-        skOf(kt) ? roleArg(at.getKvB(), "scale", "scale") : runtimeArg("null");
+        skOf(kt) ? roleArg(at.getKvB(), skOf(kt) == 3 ? "e8m0" : "scale",
+                           "scale")
+                 : runtimeArg("null");
     const gp::ArgDef qabs = scratchRows("mla_qabs", H * kvr * 4, "qabsAll");
     const gp::ArgDef ctxv = scratchRows("mla_ctx", H * kvr * 4, "ctxAll");
     if (f == "kv_store") {
@@ -935,8 +1139,9 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
       x.name = "x";
       y.name = "y";
       int64_t n = hadIn ? inPad : g.outRows;
-      a = {x, runtimeArg(hadIn ? "trellis_suh" : "null"),
-           runtimeArg(hadIn ? "null" : "trellis_svh"), y, batch,
+      a = {x, hadIn ? roleArg(g.sym, "suh", "pre") : runtimeArg("null"),
+           hadIn ? runtimeArg("null") : roleArg(g.sym, "svh", "post"), y,
+           batch,
            i32Arg(n, "n"), i32Arg(0, "pre_stride"), i32Arg(0, "post_stride")};
       li.weightSym.clear(); // the GEMV launch carries the bytes
       d.gridX = ceilDiv(rows * n / 128, warps);
@@ -944,7 +1149,8 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
       WeightOp w = weightOp(g.sym);
       uint64_t rowStart =
           g.rowBegin * g.in * elemBytes(w ? w.getType() : Type());
-      gp::ArgDef wt = weight(g.sym, trellis ? "tiles" : "w", rowStart);
+      gp::ArgDef wt = trellis ? roleArg(g.sym, "trellis", "tiles", rowStart)
+                              : weight(g.sym, "w", rowStart);
       gp::ArgDef x = trellis ? xh : g.x,
                  y = trellis && f != "dense_trellis" ? z : g.y;
       x.name = trellis ? "xh" : "x";
@@ -986,7 +1192,7 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
           // size; the counters return to zero after each launch).
           const uint64_t sb = dd.scratchFloats() * 4;
           const uint64_t cb = dd.counterInts() * 4;
-          a = {x, wt, runtimeArg("trellis_svh"),
+          a = {x, wt, roleArg(g.sym, "svh", "svh"),
                bufferArg(st.scratchBuffer("dense_trellis." +
                                               std::to_string(alignUp(sb)),
                                           sb),
@@ -1018,101 +1224,130 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
       }
     }
   } else if (f == "hadamard128" || f == "moe_trellis" ||
-             f == "expert_gemv_trellis" || f == "moe_reduce") {
-    // The trellis experts of a MoE layer, as the executor runs them
-    // (runtime/cuda/executor.cpp: moeTrellis, or the legacy groups).
+             f == "expert_gemv_trellis" || f == "moe_reduce" ||
+             f == "exl3_expert_in" || f == "moe_exl3_in") {
+    // The trellis experts of a MoE layer: the routed experts, then the
+    // shared one, either both in moe_trellis's two launches or per group
+    // through expert_gemv_trellis + moe_reduce.
     auto e = cast<FusedExpertGemvOp>(op);
     const int64_t hidden = e.getHidden(), topk = e.getTopK(),
-                  shared = e.getShared();
+                  shared = e.getShared(), E = e.getExperts();
     const bool mt = std::find(seq.begin(), seq.end(), "moe_trellis") !=
                     seq.end();
+    const bool exl3 = !exlr8;
+    const int64_t inter = e.getInter();
     // exlr8: one H(x * signs.in) row per token; EXL3: one rotated row per
-    // (token, slot, projection), routed slots then the shared ones.
-    const int64_t xhRow = exlr8 ? hidden : 2 * (topk + shared) * hidden;
+    // (token, slot, projection).
+    const int64_t slots = mt ? topk + shared : std::max<int64_t>(topk, 1);
+    const int64_t xhRow = exlr8 ? hidden : 2 * slots * hidden;
     gp::ArgDef xh = scratchRows("expert_xh", xhRow * 4, "xh");
-    // Which group a legacy launch serves: the routed experts, then the
-    // shared one (its ids and weights are scratch rows the executor fills).
+    // Which group a per-group launch serves: the routed experts, then the
+    // shared one (id 0 of its own tables, weight 1).
     size_t group = 0;
     for (size_t i = 0; i < launch; ++i)
       group += seq[i] == "moe_reduce";
     const bool sharedGroup = !mt && group > 0;
     const int64_t gTopk = sharedGroup ? 1 : topk;
+    const ExpertTables T =
+        mt ? expertTables(e, 0, E + shared, 2048)
+           : expertTables(e, sharedGroup ? E : 0, sharedGroup ? shared : E,
+                          inter);
+    std::vector<uint8_t> zeros(uint64_t(st.maxTokens) * 4, 0), ones;
+    for (int64_t i = 0; i < st.maxTokens; ++i) {
+      const float one = 1.0f;
+      const uint8_t *b = reinterpret_cast<const uint8_t *>(&one);
+      ones.insert(ones.end(), b, b + 4);
+    }
     gp::ArgDef ids = sharedGroup
-                         ? scratchRows("shared_ids", 4, "expert_ids")
+                         ? named(bufferArg(st.tableBuffer("shared_ids", zeros),
+                                           "", 4),
+                                 "expert_ids")
                          : in(op, 1, "expert_ids");
-    gp::ArgDef rw = sharedGroup ? scratchRows("shared_w", 4, "route_w")
-                                : in(op, 2, "route_w");
-    ids.name = "expert_ids";
-    rw.name = "route_w";
-    if (f == "hadamard128") {
-      const bool last = launch + 1 == seq.size();
+    gp::ArgDef rw = sharedGroup
+                        ? named(bufferArg(st.tableBuffer("shared_w", ones), "",
+                                          4),
+                                "route_w")
+                        : in(op, 2, "route_w");
+    const bool last = launch + 1 == seq.size();
+    if (f == "exl3_expert_in") {
+      a = {in(op, 0, "x"), named(T.suhIn, "suh"), ids, named(xh, "xh"),
+           i32Arg(hidden, "d"), i32Arg(sharedGroup ? shared : E, "E"),
+           i32Arg(rows, "B")};
+      d.gridX = ceilDiv(hidden, threads);
+      d.gridY = uint32_t(gTopk);
+      d.gridZ = uint32_t(2 * rows);
+    } else if (f == "moe_exl3_in") {
+      a = {in(op, 0, "x"), named(T.suhIn, "suh"), in(op, 1, "ids"),
+           named(xh, "xh"), i32Arg(hidden, "d"), i32Arg(E + shared, "eTot"),
+           i32Arg(E, "nRouted"), i32Arg(topk, "topk"), i32Arg(rows, "B")};
+      d.gridX = ceilDiv(hidden, threads);
+      d.gridY = uint32_t(slots);
+      d.gridZ = uint32_t(2 * rows);
+    } else if (f == "hadamard128") {
+      // exlr8: the input H(x * signs.in) once, the output H(out) *
+      // signs.out last; EXL3: in place over the rows x * suh per slot and
+      // projection.
       gp::ArgDef x = last ? out(op, 0, "x") : exlr8 ? in(op, 0, "x") : xh;
       gp::ArgDef y = last ? out(op, 0, "y") : xh;
       x.name = "x";
       y.name = "y";
-      // EXL3: the executor's glmx_*_in helper wrote x * suh per slot and
-      // projection; the rotation runs over those rows in place.
-      const int64_t hrows = exlr8 || last ? rows : 2 * rows * (mt ? topk + shared
-                                                             : gTopk);
-      a = {x, runtimeArg(last || !exlr8 ? "null" : "expert_signs_in"),
-           runtimeArg(last ? "expert_signs_out" : "null"), y,
-           exlr8 || last ? batch : i32Arg(hrows, "rows"), i32Arg(hidden, "n"),
-           i32Arg(0, "pre_stride"), i32Arg(0, "post_stride")};
+      const int64_t hrows =
+          exlr8 || last ? rows : 2 * rows * (mt ? slots : gTopk);
+      a = {x, last || !exlr8 ? runtimeArg("null") : named(T.signsIn, "pre"),
+           last ? named(T.signsOut, "post") : runtimeArg("null"), y,
+           i32Arg(hrows, "rows"), i32Arg(hidden, "n"), i32Arg(0, "pre_stride"),
+           i32Arg(0, "post_stride")};
       d.gridX = ceilDiv(hrows * hidden / 128, warps);
     } else if (f == "moe_trellis") {
       const ::glm::codegen::MoeTrellisTuning t =
           ::glm::codegen::defaultMoeTrellisTuning(hidden);
       const ::glm::codegen::MoeTrellisDims dm = ::glm::codegen::moeTrellisDims(
-          t, int(rows), int(topk), int(e.getExperts()), int(shared),
-          int(hidden));
+          t, int(rows), int(topk), int(E), int(shared), int(hidden));
       // Scratch and counters sized for the largest template batch, shared
       // by every bucket and layer (the counters return to zero after each
       // layer's down launch).
       const ::glm::codegen::MoeTrellisDims big = ::glm::codegen::moeTrellisDims(
-          t, 8, int(topk), int(e.getExperts()), int(shared), int(hidden));
-      const bool exl3 = !exlr8;
-      a = {xh, ids, rw, runtimeArg("moe_tiles"), runtimeArg("moe_widths"),
-           runtimeArg("moe_gu_svh"),
-           runtimeArg(exl3 ? "null" : "moe_gu_su_block"),
-           runtimeArg("moe_down_suh"),
-           runtimeArg(exl3 ? "null" : "moe_down_sv_block"),
-           runtimeArg(exl3 ? "moe_down_svh" : "null"),
-           runtimeArg(exl3 ? "null" : "expert_signs_out"),
+          t, 8, int(topk), int(E), int(shared), int(hidden));
+      a = {named(xh, "xh"), ids, rw, T.tiles, T.widths, T.guSvh,
+           exl3 ? runtimeArg("null") : T.guSuBlock, T.downSuh,
+           exl3 ? runtimeArg("null") : T.downSvBlock,
+           exl3 ? T.downSvh : runtimeArg("null"),
+           exl3 ? runtimeArg("null") : named(T.signsOut, "signs_out"),
            bufferArg(st.scratchBuffer("moe_scratch", big.scratchFloats() * 4),
                      "scratch"),
            bufferArg(st.scratchBuffer("moe_counters", big.counterInts() * 4),
                      "counters"),
            out(op, 0, "out"), batch, i32Arg(topk, "topk"),
-           i32Arg(e.getExperts(), "n_routed"), i32Arg(shared, "n_shared"),
+           i32Arg(E, "n_routed"), i32Arg(shared, "n_shared"),
            i32Arg(hidden, "hidden"), i32Arg(dm.inter, "inter"),
            i32Arg(xhRow, "xh_row_stride"),
            i32Arg(exl3 ? 2 * hidden : 0, "xh_slot_stride"),
            i32Arg(exl3 ? hidden : 0, "xh_proj_stride"),
-           i32Arg(exl3 ? e.getInter() / 16 : 8, "gu_sI"),
-           i32Arg(exl3 ? e.getInter() / 2 : 64, "gu_sI8"),
+           i32Arg(exl3 ? inter / 16 : 8, "gu_sI"),
+           i32Arg(exl3 ? inter / 2 : 64, "gu_sI8"),
            i32Arg(exl3 ? hidden / 16 : 8, "down_sI"),
            i32Arg(exl3 ? 8 : 64, "down_sJ8"), i32Arg(t.guSplit, "gu_split"),
            i32Arg(t.downGroup, "down_group"), i32Arg(0, "accumulate")};
       d.gridX = targ("stage") == "gu" ? dm.gridGateUp() : dm.gridDown();
+      d.blockX = uint32_t(t.threads);
+      d.smemBytes = ::glm::codegen::moeTrellisDynSmem(
+          e.getE4m3(), t.threads, false);
     } else {
-      int64_t inter = e.getInter();
       // (row, slot, half) partials of one group's launch.
       uint32_t partial = st.scratchBuffer(
           sharedGroup ? "expert_partial_shared" : "expert_partial",
-          uint64_t(8) * gTopk * 16 * hidden * 4);
+          uint64_t(8) * std::max<int64_t>(topk, 1) * 16 * hidden * 4);
       if (f == "moe_reduce") {
-        a = {bufferArg(partial, "partial"), ids, runtimeArg("expert_tiles"),
-             out(op, 0, "out"), batch, i32Arg(gTopk, "topk"),
-             i32Arg(hidden, "hidden"), i32Arg(sharedGroup ? 1 : 0,
-                                              "accumulate")};
+        a = {bufferArg(partial, "partial"), ids, T.tiles, out(op, 0, "out"),
+             batch, i32Arg(gTopk, "topk"), i32Arg(hidden, "hidden"),
+             i32Arg(sharedGroup ? 1 : 0, "accumulate")};
         d.gridX = ceilDiv(hidden, threads);
         d.gridY = rows;
       } else {
-        a = {xh, ids, rw, runtimeArg("expert_tiles"),
-             runtimeArg("expert_widths"), runtimeArg("expert_gu_svh"),
-             runtimeArg("expert_gu_su_block"), runtimeArg("expert_down_suh"),
-             runtimeArg("expert_down_sv_block"),
-             runtimeArg(exlr8 ? "null" : "expert_down_svh"),
+        a = {named(xh, "xh"), ids, rw, T.tiles, T.widths, T.guSvh,
+             exl3 ? runtimeArg("null") : T.guSuBlock, T.downSuh,
+             exl3 ? runtimeArg("null") : T.downSvBlock,
+             exl3 ? T.downSvh : runtimeArg("null"),
              bufferArg(partial, "partial"), batch, i32Arg(gTopk, "topk"),
              i32Arg(hidden, "hidden"), i32Arg(inter, "inter"),
              i32Arg(exlr8 ? hidden : gTopk * hidden, "xh_row_stride"),
@@ -1123,7 +1358,7 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
              i32Arg(exlr8 ? 8 : hidden / 16, "down_sI"),
              i32Arg(exlr8 ? 64 : 8, "down_sJ8")};
         d.gridX = e.getHalves();
-        d.gridY = sharedGroup ? shared : e.getExperts();
+        d.gridY = sharedGroup ? shared : E;
       }
     }
   } else if (f == "rope" || f == "mla_decode") {
@@ -1319,9 +1554,18 @@ static int64_t routedExperts(ModuleOp module, int64_t layer) {
 /// kernels read every vector as fp32.
 static gp::WeightTransform
 widenedTransform(const llvm::StringMap<WeightOp> &byName,
-                 const glmc::RankBinding &b) {
-  if (b.expert >= 0 || b.shared || b.widthX2 || b.sideVector)
+                 const glmc::RankBinding &b, ArrayAttr roles) {
+  if (b.expert >= 0 || b.shared || b.sideVector)
     return gp::WeightTransform::RawCopy;
+  // A dense trellis weight's suh/svh: the rotations read fp32 vectors.
+  if (b.widthX2) {
+    const std::string role =
+        b.role >= 0 && size_t(b.role) < roles.size()
+            ? cast<StringAttr>(roles[b.role]).str()
+            : std::string();
+    return role == "suh" || role == "svh" ? gp::WeightTransform::ToF32
+                                          : gp::WeightTransform::RawCopy;
+  }
   WeightOp w = byName.lookup(b.tensor);
   if (!w || w.getShape().size() != 1)
     return gp::WeightTransform::RawCopy;
@@ -1706,14 +1950,17 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         wb.offset = b.offset;
         wb.length = b.length;
         wb.buffer = 0;
-        wb.transform = widenedTransform(weightByName, b);
+        wb.transform = widenedTransform(weightByName, b, pack.getRoles());
         if (isBankTensor(b)) {
           auto [base, stride] = banks[{b.layer, b.shared, b.projection}];
           wb.bufferOffset =
               base + stride * uint64_t(b.shared ? 0 : std::max(b.expert, 0));
         } else {
           wb.bufferOffset = woff;
-          woff += alignUp(gp::transformedBytes(wb.transform, b.length));
+          // ToF32 from 16-bit floats doubles; room for that.
+          woff += alignUp(wb.transform == gp::WeightTransform::ToF32
+                              ? 2 * b.length
+                              : gp::transformedBytes(wb.transform, b.length));
         }
         wb.tensor = b.tensor.str();
         wb.layer = b.layer;
@@ -1800,6 +2047,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                 ? cast<StringAttr>(roles[b.role]).str()
                 : std::string("data");
         st.roleOffset.try_emplace({wb.tensor, role}, wb.bufferOffset);
+        st.rangeOffset.try_emplace({wb.file, wb.offset}, wb.bufferOffset);
       }
       for (auto &[key, at] : banks)
         st.expertBank[key] = at;

@@ -5,6 +5,7 @@
 #include "runtime/base/numeric.h"
 #include "runtime/base/progress.h"
 #include "runtime/dist/comm.h"
+#include "runtime/formats/safetensors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -119,6 +120,29 @@ private:
 };
 
 } // namespace
+
+/// The dtype the safetensors header of `path` gives the tensor holding the
+/// bytes of `w` (F32, F16 or BF16).
+DType PlanExecutor::storedDtype(const std::string &path,
+                                const gp::WeightBinding &w) {
+  auto it = headers_.find(path);
+  if (it == headers_.end())
+    it = headers_
+             .emplace(path, SafetensorsFile::open(path,
+                                                  /*allowTruncatedData=*/true))
+             .first;
+  for (const TensorView &t : it->second->tensors())
+    if (w.offset >= t.fileOffset && w.offset + w.length <= t.fileOffset + t.byteSize) {
+      check(t.dtype == DType::F32 || t.dtype == DType::F16 ||
+                t.dtype == DType::BF16,
+            path, ": tensor ", t.name, " (bound as ", w.tensor, ") is ",
+            dtypeName(t.dtype), "; side vectors must be F32, F16 or BF16");
+      return t.dtype;
+    }
+  fail(path, ": no tensor holds bytes [", w.offset, ", +", w.length,
+       ") bound as ", w.tensor, "; the pack index does not match its files "
+       "(glmc verify PACK)");
+}
 
 std::unique_ptr<Collectives> inProcessCollectives() {
   return std::make_unique<InProcess>();
@@ -237,18 +261,34 @@ void PlanExecutor::load() {
         if (w->transform == gp::WeightTransform::RawCopy) {
           st->backend->write(dst, buf.data(), w->length);
         } else {
-          // 16-bit floats widened to fp32 on the host (exact).
-          const bool bf16 = w->transform == gp::WeightTransform::Bf16ToF32;
-          check(bf16 || w->transform == gp::WeightTransform::F16ToF32,
-                path, ": binding of ", w->tensor, " asks for transform ",
-                int(w->transform), ", which this runtime does not have; "
-                "re-plan with this glmc");
-          wide.resize(w->length / 2);
+          // Stored floats widened to fp32 on the host (exact).
+          DType dt = DType::F32;
+          if (w->transform == gp::WeightTransform::Bf16ToF32)
+            dt = DType::BF16;
+          else if (w->transform == gp::WeightTransform::F16ToF32)
+            dt = DType::F16;
+          else if (w->transform == gp::WeightTransform::ToF32)
+            dt = storedDtype(path, *w);
+          else
+            fail(path, ": binding of ", w->tensor, " asks for transform ",
+                 int(w->transform), ", which this runtime does not have; "
+                 "re-plan with this glmc");
+          const size_t es = dt == DType::F32 ? 4 : 2;
+          wide.resize(w->length / es);
           for (size_t i = 0; i < wide.size(); ++i) {
+            if (es == 4) {
+              std::memcpy(&wide[i], buf.data() + 4 * i, 4);
+              continue;
+            }
             uint16_t h;
             std::memcpy(&h, buf.data() + 2 * i, 2);
-            wide[i] = bf16 ? bf16ToFloat(h) : halfToFloat(h);
+            wide[i] = dt == DType::BF16 ? bf16ToFloat(h) : halfToFloat(h);
           }
+          const gp::BufferDef &bd = st->rp->buffers[w->buffer];
+          check(w->bufferOffset + wide.size() * 4 <= bd.bytes, path,
+                ": binding of ", w->tensor, " widens to ", wide.size() * 4,
+                " bytes, past the end of buffer '", bd.name,
+                "': the pack's dtype differs from the plan's; re-plan");
           st->backend->write(dst, wide.data(), wide.size() * 4);
         }
         progress.advance(w->length);

@@ -20,9 +20,11 @@
 #pragma once
 
 #include "plans/plan.h"
+#include "runtime/formats/safetensors.h"
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -130,6 +132,8 @@ public:
 
 private:
   struct RankState;
+  DType storedDtype(const std::string &path, const plan::WeightBinding &w);
+  std::map<std::string, std::shared_ptr<SafetensorsFile>> headers_;
   void runGraph(const plan::GraphDef *const *graphs, uint32_t rows);
   std::shared_ptr<const plan::Plan> plan_;
   std::string packDir_;

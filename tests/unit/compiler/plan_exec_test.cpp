@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/mlir/Import.h"
 #include "compiler/mlir/Passes.h"
+#include "compiler/packtools/packtools.h"
 #include "plans/plan.h"
 #include "runtime/base/error.h"
 #include "runtime/cpu/generator.h"
@@ -32,6 +33,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -44,12 +46,14 @@ const char *kGoldens = GLM_TEST_DATA_DIR "/../oracle/goldens";
 /// Compiles the pack in `dir` for `ranks` ranks into a plan (no NVRTC: the
 /// CPU backend runs the twins).
 std::shared_ptr<glm::plan::Plan> compilePlan(const std::string &dir,
-                                             int ranks) {
+                                             int ranks,
+                                             const std::string &manifest = "") {
   mlir::DialectRegistry registry;
   glmc::registerGlmDialects(registry);
   mlir::MLIRContext ctx(registry);
   ctx.disableMultithreading();
   glmc::ImportOptions io;
+  io.manifest = manifest;
   auto module = glmc::importPack(ctx, dir, io);
   if (!module)
     throw Error("import of " + dir + " failed");
@@ -178,5 +182,68 @@ TEST(PlanExecCpu, TraceEqualsPlanGraph) {
   EXPECT_GT(want.size(), 20u);
 }
 
-} // namespace
+/// A tiny random GLM-5.3 pack of `layout` (hf, exl3, exlr8), made once.
+std::string tinyPack(const std::string &layout) {
+  static std::map<std::string, std::string> made;
+  auto it = made.find(layout);
+  if (it != made.end())
+    return it->second;
+  const fs::path root = fs::temp_directory_path() /
+                        ("glm-plan-exec-tiny-" + std::to_string(::getpid()));
+  const fs::path hf = root / "hf";
+  if (!fs::exists(hf / "config.json")) {
+    fs::create_directories(hf);
+    glmc::writeRandomHfModel("tiny", 1, hf.string(), /*indexOnly=*/false);
+  }
+  if (layout == "hf")
+    return made[layout] = hf.string();
+  const fs::path dir = root / layout;
+  fs::create_directories(dir);
+  auto src = Pack::open(hf.string());
+  glmc::QuantizeOptions q;
+  if (layout == "exl3")
+    glmc::quantizeToExl3(*src->config(), src.get(), dir.string(), q);
+  else
+    glmc::quantizeToExlr8(*src->config(), src.get(), dir.string(), q);
+  return made[layout] = dir.string();
+}
 
+/// The plan run on the CPU against the reference forward on the same pack:
+/// greedy tokens identical, every position within `tol` relative.
+void checkAgainstReference(const std::string &layout, int ranks, double tol) {
+  const std::string dir = tinyPack(layout);
+  const std::string manifest = layout == "exlr8" ? "mixed" : "";
+  PackOpenOptions po;
+  po.manifest = manifest;
+  auto pack = Pack::open(dir, po);
+  const ModelConfig &cfg = *pack->config();
+  auto weights = cpu::ModelWeights::load(cfg, *cpu::packWeightSource(*pack));
+  auto ref = makeCpuGenerator(weights, cpu::TpLayout::fromRule(cfg, 1), 256);
+  auto plan = compilePlan(dir, ranks, manifest);
+  auto gen =
+      exec::makePlanGenerator(cpuExecutor(plan, dir), cfg, 256, "cpu");
+  const std::vector<int64_t> prompt = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12};
+  SamplingParams sp; // greedy
+  sp.maxNew = 6;
+  std::vector<float> want, got;
+  GenerationResult a = ref->generate(prompt, sp, {}, &want);
+  GenerationResult b = gen->generate(prompt, sp, {}, &got);
+  EXPECT_EQ(b.tokens, a.tokens) << layout << " at " << ranks << " ranks";
+  ASSERT_EQ(got.size(), want.size());
+  const std::vector<double> wantD(want.begin(), want.end());
+  const double worst = worstRelative(wantD, got, cfg.vocabSize);
+  std::printf("[ plan-exec ] tiny %s, %d rank(s): worst relative error vs "
+              "the reference forward %.2e\n",
+              layout.c_str(), ranks, worst);
+  EXPECT_LE(worst, tol) << layout;
+}
+
+TEST(PlanExecCpu, TinyHfMatchesReference) { checkAgainstReference("hf", 1, 1e-4); }
+TEST(PlanExecCpu, TinyExl3MatchesReference) {
+  checkAgainstReference("exl3", 1, 1e-4);
+}
+TEST(PlanExecCpu, TinyExlr8MatchesReference) {
+  checkAgainstReference("exlr8", 1, 1e-4);
+}
+
+} // namespace
