@@ -4,6 +4,17 @@
 // where families share their arithmetic) and listed in kCodegenTwins[]
 // (codegen_twins.cpp). Each takes the launch exactly as twin.h describes.
 //
+// How close CUDA is held to each twin (max|cuda - twin| / max|twin|, the
+// tests/gpu "vs_twin" cases; each twin's file says why):
+//   exact  moe_reduce, dense_gemv_f32, embed, topk, argmax, router ids,
+//          rms_norm's x
+//   1e-6   hadamard128, router weights
+//   1e-5   dense_gemv, dense_gemv_trellis, rms_norm, indexer_scores,
+//          mla_decode
+//   2e-5   moe_trellis, expert_gemv_trellis, dense_trellis
+//   3e-5   gemm_trellis, gemm_trellis_grouped
+//   1e-3   rope (powf/cosf/sinf ulps times positions < 4096)
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 

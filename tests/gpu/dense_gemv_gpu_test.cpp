@@ -120,7 +120,8 @@ TEST_P(DenseGemvGpu, MatchesFloat64Reference) {
            e, 1e-5, "fp32 accumulation vs float64");
     // The twin (runtime/twins/dense_gemv_twin.cpp): the same decoded
     // weights, fp64 sums.
-    std::vector<float> tY = c.accumulate ? y0 : std::vector<float>(y0.size(), NAN);
+    std::vector<float> tY =
+        c.accumulate ? y0 : std::vector<float>(y0.size(), NAN);
     runTwin(s, unsigned((out + r - 1) / r), 1, 256, 0,
             {hp(x.data()), hp(wBytes.data()),
              hp(scaleBytes.empty() ? nullptr : scaleBytes.data()),

@@ -256,9 +256,9 @@ TEST_P(DenseTrellisGemvGpu, MatchesFloat64AndIsReproducible) {
     std::vector<float> tY(y.size(), NAN);
     runTwin(L.spec, L.d.grid(), 1, unsigned(L.d.threads), 0,
             {hp(x.data()), hp(m.words.data()), hp(c.svh ? svh.data() : nullptr),
-             hp(tScratch.data()), hp(tCounters.data()), hp(tY.data()),
-             hi(B), hi(c.in), hi(c.out), hi(L.yStride), hi(L.outValid),
-             hi(m.sI), hi(m.sI8), hi(m.sJ8), hi(L.d.split)});
+             hp(tScratch.data()), hp(tCounters.data()), hp(tY.data()), hi(B),
+             hi(c.in), hi(c.out), hi(L.yStride), hi(L.outValid), hi(m.sI),
+             hi(m.sI8), hi(m.sJ8), hi(L.d.split)});
     Err et;
     for (int b = 0; b < B; ++b)
       for (int o = 0; o < c.outValid; ++o)

@@ -58,8 +58,8 @@ TEST_P(EmbedGpu, BitExact) {
   std::vector<float> tOut(out.size(), NAN);
   runTwin(spec("embed", {{"format", fmt}, {"threads", "128"}}),
           unsigned((hidden + 127) / 128), unsigned(B), 128, 0,
-          {hp(ids.data()), hp(table.data()), hp(scale.data()),
-           hp(tOut.data()), hi(B), hi(hidden), hi(rowBegin), hi(rows)});
+          {hp(ids.data()), hp(table.data()), hp(scale.data()), hp(tOut.data()),
+           hi(B), hi(hidden), hi(rowBegin), hi(rows)});
   report("embed " + fmt + " vs_twin", vsTwin(out, tOut), 0);
 }
 

@@ -402,13 +402,28 @@ TEST_P(ExpertGemvGpu, MatchesFloat64Reference) {
                                hDSvh = storeAs(c.sv, downSvh);
     std::vector<float> tPartial(partial.size(), NAN);
     runTwin(expertSpec(c), kHalves, unsigned(E), unsigned(c.threads), 0,
-            {hp(xh.data()), hp(ids.data()), hp(routeW.data()),
-             hp(hTiles.data()), hp(widths.data()), hp(hGuSvh.data()),
-             hp(c.exl3 ? nullptr : hGuSu.data()), hp(hDSuh.data()),
+            {hp(xh.data()),
+             hp(ids.data()),
+             hp(routeW.data()),
+             hp(hTiles.data()),
+             hp(widths.data()),
+             hp(hGuSvh.data()),
+             hp(c.exl3 ? nullptr : hGuSu.data()),
+             hp(hDSuh.data()),
              hp(c.exl3 ? nullptr : hDSvB.data()),
-             hp(c.exl3 ? hDSvh.data() : nullptr), hp(tPartial.data()), hi(B),
-             hi(kTopk), hi(H), hi(I), hi(xhRow), hi(xhSlot), hi(xhProj),
-             hi(guSI), hi(guSI8), hi(dSI), hi(dSJ8)});
+             hp(c.exl3 ? hDSvh.data() : nullptr),
+             hp(tPartial.data()),
+             hi(B),
+             hi(kTopk),
+             hi(H),
+             hi(I),
+             hi(xhRow),
+             hi(xhSlot),
+             hi(xhProj),
+             hi(guSI),
+             hi(guSI8),
+             hi(dSI),
+             hi(dSJ8)});
     Err et;
     for (int b = 0; b < B; ++b)
       for (int k = 0; k < kTopk; ++k)

@@ -212,11 +212,9 @@ TEST_P(GemmTrellisGpu, MatchesCodecReference) {
     std::vector<float> tz(size_t(M) * zStride, NAN);
     runTwin(s, unsigned((out + c.threads - 1) / c.threads),
             unsigned((M + c.bm - 1) / c.bm), unsigned(c.threads), 0,
-            {hp(c.xt == 1 ? static_cast<const void *>(x16b.data())
-                          : xh.data()),
+            {hp(c.xt == 1 ? static_cast<const void *>(x16b.data()) : xh.data()),
              hp(t.words.data()), hp(tz.data()), hi(M), hi(in), hi(out),
-             hi(xStride), hi(zStride), hi(0), hi(t.sI), hi(t.sI8),
-             hi(t.sJ8)});
+             hi(xStride), hi(zStride), hi(0), hi(t.sI), hi(t.sI8), hi(t.sJ8)});
     Err et;
     for (int r = 0; r < M; ++r)
       for (int o = 0; o < out; ++o)
@@ -338,8 +336,8 @@ static_assert(sizeof(GemmItemHost) == 32, "GemmItem ABI");
 
 /// CUDA's z against the twin's over a launch of gemm_trellis_grouped: the
 /// same items with host tile pointers; NaN (unbuilt widths) must match.
-void groupedVsTwin(const std::string &name, const KernelSpec &s,
-                   unsigned gy, unsigned threads, const void *xh,
+void groupedVsTwin(const std::string &name, const KernelSpec &s, unsigned gy,
+                   unsigned threads, const void *xh,
                    const std::vector<int> *rowIds,
                    std::vector<GemmItemHost> items, const uint8_t *blob,
                    uint64_t dBlob, std::vector<float> tz,
@@ -347,7 +345,8 @@ void groupedVsTwin(const std::string &name, const KernelSpec &s,
                    int zStride, int sI, int sI8, int sJ8) {
   for (GemmItemHost &it : items)
     if (it.tiles)
-      it.tiles = uint64_t(reinterpret_cast<uintptr_t>(blob + (it.tiles - dBlob)));
+      it.tiles =
+          uint64_t(reinterpret_cast<uintptr_t>(blob + (it.tiles - dBlob)));
   runTwin(s, unsigned(items.size()), gy, threads, 0,
           {hp(xh), hp(rowIds ? rowIds->data() : nullptr), hp(items.data()),
            hp(tz.data()), hi(int64_t(items.size())), hi(in), hi(out),
@@ -562,9 +561,8 @@ TEST_F(GemmTrellisGroupedGpu, DownHalvesWithInputSlices) {
          "fp32 accumulation of exact fp16 products");
   groupedVsTwin("gemm_trellis_grouped down k35 input slices", s,
                 unsigned((out + 255) / 256), 256, act.data(), nullptr, items,
-                blob.data(), dBlob.ptr(),
-                std::vector<float>(z.size(), NAN), z, 128, out, inter, out, 8,
-                out / 2, 64);
+                blob.data(), dBlob.ptr(), std::vector<float>(z.size(), NAN), z,
+                128, out, inter, out, 8, out / 2, 64);
 }
 
 } // namespace

@@ -63,8 +63,8 @@ TEST_P(Hadamard128Gpu, MatchesFloat64AndCodec) {
           unsigned((rows * n / 128 + 3) / 4), 1, 128, 0,
           {hp(tY.data()), hp(hPre.data()), hp(hPost.data()), hp(tY.data()),
            hi(rows), hi(n), hi(n), hi(0)});
-  report(std::string("hadamard128 v") + dtName(vt) + " vs_twin",
-         vsTwin(y, tY), 1e-6, "same butterfly order, FMA contraction");
+  report(std::string("hadamard128 v") + dtName(vt) + " vs_twin", vsTwin(y, tY),
+         1e-6, "same butterfly order, FMA contraction");
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, Hadamard128Gpu, ::testing::Values(0, 1, 2));

@@ -98,8 +98,7 @@ TEST_P(RouterGpu, MatchesCpuRouter) {
   for (size_t i = 0; i < ids.size(); ++i)
     idMism += ids[i] != tIds[i];
   reportExact(name + " selection vs_twin", idMism, ids.size());
-  report(name + " weights vs_twin", vsTwin(w, tW), 1e-6,
-         "host vs CUDA expf");
+  report(name + " weights vs_twin", vsTwin(w, tW), 1e-6, "host vs CUDA expf");
 }
 
 INSTANTIATE_TEST_SUITE_P(
