@@ -360,6 +360,11 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     }
     out.push_back({"reduce_units", {{"threads", "256"}}});
   } else if (auto g = dyn_cast<DenseGemvOp>(op)) {
+    // A vocabulary-split LM head zeroes its rows first: the ranks' slices
+    // are gathered by an exact sum.
+    if (g.getShard() && g.getShard()->getKind() == ShardKind::Vocab &&
+        g.getShard()->getRanks() > 1)
+      out.push_back({"fill_f32", {{"threads", "256"}}});
     if (!gemv(g.getFormat()))
       return failure();
   } else if (auto m = dyn_cast<MlpOp>(op)) {

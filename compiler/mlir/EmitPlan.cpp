@@ -472,7 +472,10 @@ GemvUse ArgBuilder::gemvUse(Operation &op, size_t ordinal) {
     g.sym = d.getWeight();
     g.out = g.outRows = g.outStride = d.getOut();
     g.in = d.getIn();
-    if (d.getShard() && d.getSplitOut() && d.getShard()->getRanks() > 1) {
+    // Rows split across ranks when the format stores rows (a trellis
+    // weight's tiles do not split by rows: every rank computes all).
+    if (d.getShard() && d.getSplitOut() && d.getShard()->getRanks() > 1 &&
+        !isa<TrellisType>(d.getFormat())) {
       auto [ub, ue] = d.getShard()->rangeOf(rank);
       int64_t per = g.out / std::max<int64_t>(1, d.getShard()->getUnits());
       g.rowBegin = ub * per;
@@ -839,6 +842,14 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
          weight(r.getWeight(), "w"), out(op, 1, "y"), i32Arg(n, "n"),
          f64Arg(r.getEps().convertToDouble(), "eps")};
     grid(ceilDiv(n, 1024), R, 1, 1024);
+    return true;
+  }
+  if (f == "fill_f32" && isa<DenseGemvOp>(op)) {
+    // The rows of a vocabulary-split LM head outside this rank's slice are
+    // zero for the gather's exact sum.
+    const int64_t n = rows * hiddenOf(op.getResult(0));
+    a = {out(op, 0, "p"), i64Arg(n, "n"), f32Arg(0.0, "v")};
+    grid(std::min<uint64_t>(ceilDiv(uint64_t(n), 256), 1024), 1, 1, 256);
     return true;
   }
   if (auto at = dyn_cast<AttentionDecodeOp>(op)) {
@@ -1616,8 +1627,11 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
       // Collectives are listed once per rank, by the first graph.
       if (bucketIndex == 0) {
         gp::CollectiveDef c;
-        c.kind = isa<AllReduceOp>(op) ? gp::CollectiveKind::AllReduce
-                                      : gp::CollectiveKind::AllGather;
+        // The vocabulary gather runs as a sum of the ranks' rows, each zero
+        // outside its own slice (exact: x + 0 = x), in place.
+        c.kind = gp::CollectiveKind::AllReduce;
+        if (isa<AllGatherOp>(op))
+          c.order = "sum of disjoint vocabulary slices (exact)";
         c.elements = cast<RankedTensorType>(op.getResult(0).getType())
                          .getShape()
                          .back();

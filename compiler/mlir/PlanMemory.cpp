@@ -115,10 +115,12 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
       // An all-reduce sums in place (the collective reads and writes one
       // buffer): its result takes its input's block when that is the
       // input's last use.
-      // So does an all-gather over one rank (nothing to gather).
+      // So does the vocabulary all-gather: each rank wrote its slice of
+      // the full-width rows in place (glm-emit-plan).
       const bool inPlace =
           isa<AllReduceOp>(op) ||
-          (isa<AllGatherOp>(op) && cast<AllGatherOp>(op).getRanks() == 1);
+          (isa<AllGatherOp>(op) &&
+           op.getOperand(0).getType() == op.getResult(0).getType());
       if (inPlace && lastUse.lookup(op.getOperand(0)) == &op &&
           offset.count(op.getOperand(0))) {
         Value in = op.getOperand(0), r = op.getResult(0);

@@ -151,6 +151,11 @@ void checkGolden(const std::string &name, int ranks) {
 
 TEST(PlanExecCpu, GlmDsaAMatchesTransformers) { checkGolden("glm_dsa_a", 1); }
 TEST(PlanExecCpu, GlmDsaBMatchesTransformers) { checkGolden("glm_dsa_b", 1); }
+// Tensor parallelism through the plan: heads, dense chunks, expert halves
+// and vocabulary slices on 2 and 4 ranks, their partial sums reduced in rank
+// order in fp32 (so within rounding of one rank, not bit-identical).
+TEST(PlanExecCpu, GlmDsaAOnTwoRanks) { checkGolden("glm_dsa_a", 2); }
+TEST(PlanExecCpu, GlmDsaBOnFourRanks) { checkGolden("glm_dsa_b", 4); }
 
 /// One decode step's trace is the plan's batch-1 decode graph, op for op.
 TEST(PlanExecCpu, TraceEqualsPlanGraph) {
@@ -245,5 +250,9 @@ TEST(PlanExecCpu, TinyExl3MatchesReference) {
 TEST(PlanExecCpu, TinyExlr8MatchesReference) {
   checkAgainstReference("exlr8", 1, 1e-4);
 }
+TEST(PlanExecCpu, TinyExlr8OnThreeRanks) {
+  checkAgainstReference("exlr8", 3, 1e-4);
+}
+TEST(PlanExecCpu, TinyExl3OnTwoRanks) { checkAgainstReference("exl3", 2, 1e-4); }
 
 } // namespace
