@@ -179,11 +179,11 @@ struct ArgDef {
   uint64_t offset = 0;       // Buffer: bytes inside the buffer
   int64_t i = 0;             // I32/I64 immediate
   float f = 0.0f;            // F32 immediate
-  double d = 0.0;            // F64 immediate (1.4)
   std::string name;          // Runtime: "position", "batch", ...; else label
   /// Buffer: bytes per token row; launch j of a repeated op reads
   /// offset + j * rowsPerLaunch * rowBytes (0 = same pointer every launch).
   uint64_t rowBytes = 0;
+  double d = 0.0;            // F64 immediate (1.4)
   bool operator==(const ArgDef &o) const;
 };
 

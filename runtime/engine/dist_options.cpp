@@ -67,9 +67,10 @@ void planIdentity(const EngineOptions &e, uint64_t &hash, std::string &label) {
     label = "pack " + e.pack + " without a plan (config.json xxh64 " + h +
             ", --sparks " + std::to_string(e.sparks) + ")";
   }
+  const std::string backend = effectiveBackend(e.backend, e.plan);
   content += "|" + std::to_string(e.sparks) + "|" + e.manifest + "|" +
-             e.backend;
-  label += ", --backend " + e.backend;
+             backend;
+  label += ", --backend " + backend;
   if (!e.manifest.empty())
     label += ", --manifest " + e.manifest;
   hash = xxh64(content.data(), content.size());
@@ -111,7 +112,7 @@ int runAsRank(const DistOptions &d, EngineOptions &engine,
   std::unique_ptr<dist::DeviceComm> nccl; // outlives the engine in body()
   int rc = 0;
   try {
-    if (engine.backend == "cuda") {
+    if (effectiveBackend(engine.backend, engine.plan) == "cuda") {
       nccl = dist::makeNcclDeviceComm(*comm, engine.device, d.joinTimeout);
       engine.deviceComm = nccl.get();
     }

@@ -139,13 +139,25 @@ int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
                           "--sparks"})
     check(findOption(fwd, own, "\x01") == "\x01", "launch sets ", own,
           " for each rank itself; leave it out (--sparks N is launch's)");
-  const std::string backend = findOption(fwd, "--backend", "cpu");
+  // PLAN is the first positional argument forwarded to the ranks.
+  std::string plan;
+  for (size_t i = 0; i < fwd.size(); ++i) {
+    if (fwd[i] == "-" || fwd[i].rfind("-", 0) != 0) {
+      plan = fwd[i];
+      break;
+    }
+    if (fwd[i].find('=') == std::string::npos && i + 1 < fwd.size() &&
+        fwd[i] != "--greedy")
+      ++i; // an option's value
+  }
+  const std::string backend =
+      effectiveBackend(findOption(fwd, "--backend", ""), plan);
   std::vector<int> devices;
   if (backend == "cuda")
     devices = parseDevices(o.devices, n);
   else
     check(o.devices.empty(), "--devices needs --backend cuda");
-  if (backend == "cpu") {
+  if (backend == "reference") {
     // Every rank holds its own fp32 copy: check all n of them before any
     // starts (ranks checking one by one could each fit and together not).
     // A pack this cannot open is left to the ranks to report.
@@ -331,9 +343,11 @@ void addLaunchCommand(CLI::App &app, int &rc) {
       "--coordinator 127.0.0.1:PORT [--device d]\n"
       "Rank 0's stdout/stderr are forwarded as they are (it prints the "
       "tokens and writes --dump-logits); the other ranks' stderr lines get a "
-      "\"[rank r]\" prefix and their stdout is discarded. The ranks combine "
-      "their units in a fixed order, so tokens and logits equal a 1-rank "
-      "run's.\n"
+      "\"[rank r]\" prefix and their stdout is discarded. With --backend "
+      "reference the ranks combine their units in a fixed order, so tokens "
+      "and logits equal a 1-rank run's; the plan backends (cpu, cuda) sum the "
+      "ranks' partials in rank order (the same greedy tokens, logits within "
+      "fp32 rounding).\n"
       "When a rank fails or stops responding (--rank-timeout, default 30 s) "
       "the others exit naming it; launch kills what is left after --grace "
       "seconds and exits 1 naming the first rank that failed.\n"

@@ -43,9 +43,8 @@ void addEngineOptions(CLI::App &sub, EngineOptions &o) {
                  "`cuda` runs them on one GPU (a build with "
                  "-DGLM_WITH_CUDA=ON); `reference` is the hand-written fp32/"
                  "fp64 forward the plan is checked against (works with PLAN "
-                 "`-`)")
-      ->check(CLI::IsMember({"cpu", "cuda", "reference"}))
-      ->capture_default_str();
+                 "`-`). Default: cpu with a plan, reference with PLAN `-`")
+      ->check(CLI::IsMember({"cpu", "cuda", "reference"}));
   sub.add_option("--trace", o.trace,
                  "Write one JSON line per kernel launch or collective the "
                  "plan executor runs ({rank, graph, op, kernel, grid, block, "
@@ -73,13 +72,20 @@ void checkCpuBackendMemory(const Pack &pack, int localRanks) {
   if (localRanks > 1)
     ranks = " (" + gibText(one) + " for each of the " +
             std::to_string(localRanks) + " ranks of this host)";
-  check(avail == 0 || need <= avail, "--backend cpu dequantizes every "
+  check(avail == 0 || need <= avail, "--backend reference dequantizes every "
         "weight of ", pack.dir(), " to fp32: that needs ", gibText(need),
         ranks, " of host memory and ", gibText(avail), " are available (",
         availableHostMemorySource(), "); loading it would exhaust the "
         "machine's memory. Run it on the GPU with --backend cuda (glmc "
         "compile sizes each Spark's memory), or use the cpu backend with a "
         "smaller pack");
+}
+
+std::string effectiveBackend(const std::string &backend,
+                             const std::string &plan) {
+  if (!backend.empty())
+    return backend;
+  return plan == "-" ? "reference" : "cpu";
 }
 
 #ifdef GLM_HAVE_PLANS
@@ -142,7 +148,9 @@ makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
 }
 #endif
 
-LoadedEngine loadEngine(const EngineOptions &o) {
+LoadedEngine loadEngine(const EngineOptions &opts) {
+  EngineOptions o = opts;
+  o.backend = effectiveBackend(o.backend, o.plan);
   LoadedEngine le;
   PackOpenOptions po;
   po.manifest = o.manifest;

@@ -28,7 +28,9 @@ class DeviceComm;
 struct EngineOptions {
   std::string plan;    // path, or "-" for no plan (development)
   std::string pack;    // pack directory
-  std::string backend = "cpu"; // cpu | cuda (run the plan) | reference
+  /// cpu | cuda (run the plan) | reference; "" = cpu with a plan,
+  /// reference with PLAN `-`.
+  std::string backend;
   std::string trace;            // --trace FILE: one JSON line per launch
   int sparks = 0;      // without a plan: ranks to emulate (default 1)
   std::string manifest; // exlr8 manifest (default: the plan's)
@@ -41,6 +43,11 @@ struct EngineOptions {
   // owned; glm-engine launch). Its rank() is the executor's rank.
   dist::DeviceComm *deviceComm = nullptr;
 };
+
+/// The backend a run uses: `backend` when given, else cpu with a plan and
+/// reference with PLAN `-` (the one place that default is decided).
+std::string effectiveBackend(const std::string &backend,
+                             const std::string &plan);
 
 /// Adds PLAN, --pack, --backend, --sparks, --manifest, --max-context.
 void addEngineOptions(CLI::App &sub, EngineOptions &o);

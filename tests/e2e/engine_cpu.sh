@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# glm-engine run --backend cpu end to end:
-#  1. the oracle goldens (transformers logits): --dump-logits within 1e-5
-#     relative per position, greedy tokens identical;
+# glm-engine run end to end on the CPU:
+#  1. the oracle goldens (transformers logits) through the reference forward
+#     (PLAN `-`): --dump-logits within 1e-5 relative per position, greedy
+#     tokens identical;
 #  2. the synthesized tiny pack: --sparks 1..4 give byte-identical dumps;
 #  3. EXL3 and exlr8 layouts of the tiny pack run end to end;
-#  4. with `glmc compile` (MLIR builds): a plan for 2 Sparks runs and matches
-#     --sparks 2;
+#  4. with `glmc compile` (MLIR builds): plans run by the plan executor
+#     (--backend cpu, the kernels' C++ twins): a 2-Spark plan of the tiny pack
+#     within 1e-4 of the reference with the same greedy tokens, `--trace`
+#     listing every launch, the goldens through 1- and 3-Spark plans within
+#     1e-5 of transformers;
 #  5. bad input: one line on stderr, exit 1.
 set -euo pipefail
 T=${GLM_TEST_TMP:-/tmp/glm-e2e-engine}
@@ -37,7 +41,7 @@ for g in "$ROOT"/tests/oracle/goldens/*/; do
   [ -f "$g/golden.safetensors" ] || continue
   prompt=$(python3 "$ROOT/tests/oracle/golden_args.py" "$g/golden.safetensors")
   set -- $prompt
-  glm-engine run - --pack "$g" --backend cpu --tokens "$1" --max-new "$2" \
+  glm-engine run - --pack "$g" --backend reference --tokens "$1" --max-new "$2" \
     --greedy --dump-logits "$T/oracle.safetensors" > "$T/oracle.out"
   python3 "$T/compare.py" "$T/oracle.safetensors" "$g/golden.safetensors" "$ROOT/tests/oracle"
 done
@@ -73,7 +77,7 @@ if GLM_HOST_MEMORY_GIB=0.001 glm-engine run - --pack "$T/tiny-exlr8" \
     --manifest mixed --tokens $TOK --max-new 1 2> "$T/memory.err"; then
   echo "the cpu backend loaded a pack larger than the memory left"; exit 1
 fi
-grep -q "^glm-engine: error: --backend cpu dequantizes every weight of .* to fp32: that needs [0-9.]* MiB of host memory and 1.0 MiB are available (GLM_HOST_MEMORY_GIB)" "$T/memory.err"
+grep -q "^glm-engine: error: --backend reference dequantizes every weight of .* to fp32: that needs [0-9.]* MiB of host memory and 1.0 MiB are available (GLM_HOST_MEMORY_GIB)" "$T/memory.err"
 echo "cpu backend: refused a pack larger than the memory left"
 
 # 4. A compiled plan (only where glmc has the compiler).
@@ -82,9 +86,24 @@ glmc compile --help > "$T/compile-help.txt" 2>&1 || true
 if grep -q -- "--sparks" "$T/compile-help.txt"; then
   glmc compile "$T/tiny-hf" --sparks 2 -o "$T/tiny.glmplan" > /dev/null
   glm-engine run "$T/tiny.glmplan" --pack "$T/tiny-hf" --tokens $TOK \
-    --max-new 6 --dump-logits "$T/plan.safetensors" > "$T/plan.out"
-  cmp "$T/tp1.safetensors" "$T/plan.safetensors"
-  echo "plan for 2 Sparks: identical to --sparks 1"
+    --max-new 6 --dump-logits "$T/plan.safetensors" \
+    --trace "$T/plan.trace" > "$T/plan.out"
+  python3 - "$T/plan.safetensors" "$T/tp1.safetensors" "$ROOT/tests/oracle" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+from dumps import read, worst_row_relative
+got, want = read(sys.argv[1]), read(sys.argv[2])
+worst = worst_row_relative(got["logits"], want["logits"])
+print(f"plan for 2 Sparks vs the reference: worst relative error {worst:.2e}")
+if worst > 1e-4:
+    sys.exit("the plan's logits differ from the reference by more than 1e-4")
+if list(got["tokens"][1]) != list(want["tokens"][1]):
+    sys.exit("the plan's greedy tokens differ from the reference's")
+PY
+  # Every line of the trace is one launch or collective of a plan graph.
+  [ "$(grep -c '"graph":"decode.1"' "$T/plan.trace")" -gt 100 ]
+  grep -q '"kernel":"glm_gemv_any_t256"' "$T/plan.trace"
+  grep -q '"kernel":"all_reduce"' "$T/plan.trace"
   if glm-engine run "$T/tiny.glmplan" --pack "$T/tiny-exl3" --tokens 1 \
       2> "$T/mismatch.err"; then
     echo "a plan ran on a pack it was not compiled for"; exit 1

@@ -23,7 +23,7 @@ same_as_tp1() { # NAME PACK TOKENS MAXNEW
   glm-engine run - --pack "$pack" --tokens "$tok" --max-new "$new" --greedy \
     --dump-logits "$T/$name-tp1.safetensors" > "$T/$name-tp1.out"
   for n in 1 2 3 4; do
-    glm-engine launch --sparks $n - --pack "$pack" --backend cpu \
+    glm-engine launch --sparks $n - --pack "$pack" --backend reference \
       --tokens "$tok" --max-new "$new" --greedy \
       --dump-logits "$T/$name-l$n.safetensors" > "$T/$name-l$n.out" \
       2> "$T/$name-l$n.err"
@@ -47,7 +47,7 @@ same_as_tp1 tiny "$T/tiny" 1,5,9,13,17,21,25,29,33,37,41,45 6
 # Every rank holds an fp32 copy: launch refuses before starting any rank when
 # the copies of all ranks exceed the memory left (pretend 1 MiB).
 if GLM_HOST_MEMORY_GIB=0.001 glm-engine launch --sparks 3 - --pack "$T/tiny" \
-    --backend cpu --tokens 1,5,9 --max-new 2 > /dev/null 2> "$T/mem.err"; then
+    --backend reference --tokens 1,5,9 --max-new 2 > /dev/null 2> "$T/mem.err"; then
   echo "launch started ranks whose fp32 copies exceed the memory left"; exit 1
 fi
 grep -q "for each of the 3 ranks of this host) of host memory and 1.0 MiB are available" "$T/mem.err"
