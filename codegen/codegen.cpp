@@ -232,6 +232,52 @@ std::vector<FamilyInfo> buildFamilies() {
                       enumParam("xt", "x", {{"f32", "0"}, {"f16", "1"}}),
                       intParam("bm", "m", {"64", "128"}),
                       threadsParam({"128", "256"})}));
+  // The CUDA executor's helper families (embedding, norms, stores, DSA,
+  // absorbed MLA, routing, MoE glue, fills). Their only template parameter
+  // is the block size; runtime parameters and launch shapes are the
+  // executor's. Compiled with --fmad=false: their fp64 sums and fp32
+  // products round exactly as the CPU twins (runtime/twins/) do.
+  {
+    const std::vector<std::string> any = {"128", "256", "512", "1024"};
+    std::vector<std::string> warps; // 32, 64, .., 1024
+    for (int t = 32; t <= 1024; t += 32)
+      warps.push_back(std::to_string(t));
+    const std::vector<std::string> upTo256(warps.begin(), warps.begin() + 8);
+    const std::vector<std::string> pow2 = {"64", "128", "256", "512", "1024"};
+    auto helper = [&](std::string name, std::string fn,
+                      std::vector<std::string> threads) {
+      f.push_back(family(std::move(name), "glm::" + std::move(fn),
+                         {threadsParam(std::move(threads))}));
+      f.back().nvrtcExtra = {"--fmad=false"};
+    };
+    helper("embed_tokens", "embedTokens", any);
+    helper("rms_norm_rows", "rmsNormRows", {"256", "512", "1024"});
+    helper("add_rms_norm", "addRmsNorm", {"256", "512", "1024"});
+    helper("rope_rows", "ropeRows", warps); // block = max(32, dim/2)
+    helper("kv_store", "kvStore", pow2);
+    helper("index_key_store", "indexKeyStore", pow2);
+    helper("dsa_iota", "dsaIota", any);
+    helper("indexer_scores_ctx", "indexerScoresCtx", any);
+    helper("dsa_select", "dsaSelect", {"256", "512", "1024"});
+    helper("mla_attn", "mlaAttn", any);
+    helper("mla_qabs", "mlaQabs", upTo256);
+    helper("mla_core", "mlaCore", {"256", "512", "1024"});
+    helper("mla_out", "mlaOut", {"128", "256", "512"});
+    helper("transpose", "transpose", any);
+    helper("gemv_any", "gemvAny", any);
+    helper("reduce_units", "reduceUnits", any);
+    helper("route", "route", warps); // block = E rounded up to 32
+    helper("swiglu", "swiglu", any);
+    helper("hf_expert_act", "hfExpertAct", any);
+    helper("hf_expert_down", "hfExpertDown", any);
+    helper("exl3_expert_in", "exl3ExpertIn", any);
+    helper("moe_exl3_in", "moeExl3In", any);
+    helper("onehot", "onehot", any);
+    helper("vocab_gather", "vocabGather", any);
+    helper("sum_parts", "sumParts", any);
+    helper("fill_random", "fillRandom", any);
+    helper("fill_f32", "fillF32", any);
+  }
   const auto &templates = embeddedTemplates();
   for (FamilyInfo &fi : f) {
     auto it = templates.find(fi.header);
@@ -395,6 +441,25 @@ std::vector<std::string> nvrtcOptions() {
   return o;
 }
 
+std::vector<std::string> nvrtcOptionsFor(const std::string &source) {
+  std::vector<std::string> o = nvrtcOptions();
+  // The unit's family: the template named by its first #include.
+  const std::string key = "#include \"";
+  const size_t at = source.find(key);
+  if (at == std::string::npos)
+    return o;
+  const size_t b = at + key.size(), e = source.find('"', b);
+  if (e == std::string::npos)
+    return o;
+  const std::string header = source.substr(b, e - b);
+  for (const FamilyInfo &f : families())
+    if (f.header == header) {
+      o.insert(o.end(), f.nvrtcExtra.begin(), f.nvrtcExtra.end());
+      break;
+    }
+  return o;
+}
+
 bool builtByThisCodegen(const glm::plan::KernelDef &k) {
   std::string archs;
   for (const glm::plan::KernelBinary &b : k.binaries)
@@ -432,7 +497,7 @@ glm::plan::KernelDef buildKernel(const KernelSpec &spec, bool compile,
   k.templateArgs = spec.args;
   k.source = generateSource(spec);
   k.sourceHash = rt::hex64(rt::xxh64(k.source.data(), k.source.size()));
-  k.nvrtcOptions = nvrtcOptions();
+  k.nvrtcOptions = nvrtcOptionsFor(k.source);
   const FamilyInfo &f = familyInfo(spec.family);
   if (!f.threadsParam.empty())
     k.launch.blockX = uint32_t(std::stoul(spec.args.at(f.threadsParam)));

@@ -64,6 +64,10 @@ struct FamilyInfo {
   /// Template param giving __launch_bounds__'s minimum resident blocks per
   /// SM (a register cap); "" = none, value "0" = none.
   std::string minBlocksParam;
+  /// NVRTC options this family needs beyond nvrtcOptions(), e.g.
+  /// "--fmad=false" for the helper families whose CPU twins round every
+  /// product and sum separately (no contracted multiply-add).
+  std::vector<std::string> nvrtcExtra;
 };
 
 /// Every family, in a fixed order.
@@ -88,6 +92,11 @@ const std::map<std::string, std::string> &embeddedTemplates();
 
 /// NVRTC options used for every kernel (arch and include path excluded).
 std::vector<std::string> nvrtcOptions();
+/// The options of the unit `source`: nvrtcOptions() plus the nvrtcExtra of
+/// the family whose template it includes (generateSource's units include
+/// exactly one family header; other sources get nvrtcOptions()). What
+/// buildKernel records, compileWithNvrtc passes and cache keys hash.
+std::vector<std::string> nvrtcOptionsFor(const std::string &source);
 /// Hash of (source, options, arch, NVRTC version), 16 hex digits.
 std::string cacheKey(const std::string &source,
                      const std::vector<std::string> &options,

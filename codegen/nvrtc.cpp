@@ -67,7 +67,7 @@ CompiledKernel compileWithNvrtc(const std::string &source,
     hdrName.push_back(file.c_str());
     hdrSrc.push_back(text.c_str());
   }
-  std::vector<std::string> options = nvrtcOptions();
+  std::vector<std::string> options = nvrtcOptionsFor(source);
   // PTX only: the virtual arch (compute_NN), so NVRTC skips ptxas, about
   // half its time on the big templates; the runtime JITs the PTX.
   options.push_back("--gpu-architecture=" +

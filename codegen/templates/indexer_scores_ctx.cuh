@@ -1,0 +1,53 @@
+// indexer_scores_ctx.cuh - DSA indexer scores over the cached keys:
+// I(t) = sum_h w_h * headScale * ReLU(q_h . k_t * dotScale) for every key
+// t < T = pos[b] + 1 of row b, in fp64 (head dots serial over i, heads added
+// in order, as the CPU reference does).
+#pragma once
+
+#define GLM_INDEXER_SCORES_CTX_PARAMS                                          \
+  const float *qi, const float *keys, const float *wts, double *score,        \
+      const int *seq, const int *pos, int nh, int hd, int maxCtx,             \
+      double headScale, double dotScale
+#define GLM_INDEXER_SCORES_CTX_ARGS                                            \
+  qi, keys, wts, score, seq, pos, nh, hd, maxCtx, headScale, dotScale
+
+namespace glm {
+
+/// Warp w of a block takes keys t = NW*blockIdx.x + w (NW = THREADS/32
+/// warps), then strides by NW*gridDim.x; lane l computes the head dot
+/// products h = l, l+32, .. of each group of 64 heads, lane 0 adds them in
+/// order. Grid (n, B).
+template <int THREADS>
+__device__ __forceinline__ void indexerScoresCtx(GLM_INDEXER_SCORES_CTX_PARAMS) {
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
+  constexpr int NW = THREADS / 32;
+  __shared__ double term[NW][64]; // (NW, 64) a warp's head terms
+  const int b = blockIdx.y, T = pos[b] + 1;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const float *q = qi + (long long)b * nh * hd;                      // (nh, hd)
+  const float *wv = wts + (long long)b * nh;                         // (nh)
+  const float *kb = keys + (long long)seq[b] * maxCtx * hd;  // (maxCtx, hd)
+  for (int t0 = blockIdx.x * NW; t0 < T; t0 += gridDim.x * NW) {
+    const int t = t0 + w;
+    const float *kt = kb + (long long)(t < T ? t : 0) * hd;
+    double acc = 0;
+    for (int h0 = 0; h0 < nh; h0 += 64) {
+      for (int h = h0 + lane; h < h0 + 64 && h < nh; h += 32) {
+        double d = 0;
+        for (int i = 0; i < hd; ++i)
+          d += (double)q[h * hd + i] * (double)kt[i];
+        const double v = d * dotScale;
+        term[w][h - h0] = (double)wv[h] * headScale * (v > 0.0 ? v : 0.0);
+      }
+      __syncwarp();
+      if (lane == 0)
+        for (int h = h0; h < h0 + 64 && h < nh; ++h)
+          acc += term[w][h - h0];
+      __syncwarp();
+    }
+    if (lane == 0 && t < T)
+      score[(long long)b * maxCtx + t] = acc;
+  }
+}
+
+} // namespace glm

@@ -1,0 +1,37 @@
+// kv_store.cuh - the latent cache row of (seq[b], pos[b]):
+// [rmsnorm(kva[:kvr]) * w | rope(kpe)], fp64 norm (tree sum), fp64 RoPE.
+#pragma once
+
+#include "helper_common.cuh"
+
+#define GLM_KV_STORE_PARAMS                                                    \
+  const float *kva, const float *normW, float *cache, const int *seq,         \
+      const int *pos, int kvr, int dr, int maxCtx, double eps, double theta
+#define GLM_KV_STORE_ARGS                                                      \
+  kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta
+
+namespace glm {
+
+/// Grid (1, B); cache [slots, maxCtx, kvr + dr].
+template <int THREADS>
+__device__ __forceinline__ void kvStore(GLM_KV_STORE_PARAMS) {
+  static_assert(THREADS >= 32 && THREADS <= 1024 &&
+                    (THREADS & (THREADS - 1)) == 0,
+                "THREADS: a power of two (hx::blockSumD's tree)");
+  const int b = blockIdx.y, lat = kvr + dr;
+  const float *src = kva + (long long)b * lat;                           // (lat)
+  float *dst = cache + ((long long)seq[b] * maxCtx + pos[b]) * lat;      // (lat)
+  double ss = 0;
+  for (int i = threadIdx.x; i < kvr; i += THREADS)
+    ss += (double)src[i] * (double)src[i];
+  const double inv = 1.0 / sqrt(hx::blockSumD(ss) / (double)kvr + eps);
+  for (int i = threadIdx.x; i < kvr; i += THREADS)
+    dst[i] = (float)((double)normW[i] * ((double)src[i] * inv));
+  for (int i = threadIdx.x; i < dr; i += THREADS)
+    dst[kvr + i] = src[kvr + i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < dr / 2; i += THREADS)
+    hx::ropePair(dst + kvr, i, dr, pos[b], theta);
+}
+
+} // namespace glm
