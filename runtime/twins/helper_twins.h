@@ -1,0 +1,81 @@
+//===- helper_twins.h - twins of the executor's helper families (private) -===//
+//
+// The C++ twins of the helper kernel families (codegen/templates/
+// embed_tokens.cuh .. fill_f32.cuh) and the device helpers they share
+// (helper_common.cuh, mla_common.cuh), written with the same operations in
+// the same order: fp64 sums where the kernel sums in fp64, fp32 products
+// and sums where it uses fp32, the block and warp reductions in the
+// kernel's fixed tree/butterfly order. The CUDA side is compiled with
+// --fmad=false and this library with -ffp-contract=off, so each product and
+// sum rounds separately on both. Results differ only where the kernel calls
+// a libm function (exp, pow, sin, cos in fp64): CUDA's and the host's may
+// differ in the last bit (see each twin).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/twins/twin.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace glm::rt::twins {
+
+namespace hx {
+
+/// Stored element i of p as float: dt 0 f32, 1 f16, 2 bf16, 3 e4m3 (as the
+/// kernels' halfBits / e4m3Bits: exact, NaN canonical).
+float ldAny(const void *p, int64_t i, int dt);
+/// 2^(e - 127) of an MXFP8 e8m0 scale byte.
+float e8m0Scale(uint8_t e);
+/// Element (o, i) of a row-major [out, in] weight times its scale (sk 0
+/// none, 1 FP8 block-128, 2 FP8 row, 3 MXFP8).
+float ldWT(const void *w, int dt, const void *scale, int sk, int64_t o,
+           int64_t i, int64_t in);
+/// The kernels' hx::vecOk: the chunked MLA paths apply (W's address as the
+/// twin sees it: host and device buffers are both at least 16-byte
+/// aligned, so the decision is the same where offsets are).
+bool vecOk(const void *w, int dt, int sk, int in);
+/// hx::blockSumD: red[t] += red[t + s] for s = nt/2 .. 1 over v[0..nt).
+double blockSumD(std::vector<double> v);
+/// hx::blockSumFixedD over v[0..nt) (nt a multiple of 32): a butterfly
+/// (16 .. 1) per warp, then the warp sums (zeros past the last) likewise.
+double blockSumFixedD(const std::vector<double> &v);
+/// hx::warpSumF: fp32 butterfly (16 .. 1) over 32 lanes; lane 0's value.
+float warpSumF(const float *lanes);
+/// hx::ropePair: interleaved RoPE of pair i, fp64 (std::pow/cos/sin).
+void ropePair(float *p, int i, int dim, int pos, double theta);
+
+} // namespace hx
+
+// Area files: twin_norm_rope.cpp, twin_dsa.cpp, twin_mla.cpp,
+// twin_moe.cpp, twin_misc.cpp. Each takes one launch (twin.h).
+void embedTokensTwin(const Launch &l);
+void rmsNormRowsTwin(const Launch &l);
+void addRmsNormTwin(const Launch &l);
+void ropeRowsTwin(const Launch &l);
+void kvStoreTwin(const Launch &l);
+void indexKeyStoreTwin(const Launch &l);
+void dsaIotaTwin(const Launch &l);
+void indexerScoresCtxTwin(const Launch &l);
+void dsaSelectTwin(const Launch &l);
+void mlaAttnTwin(const Launch &l);
+void mlaQabsTwin(const Launch &l);
+void mlaCoreTwin(const Launch &l);
+void mlaOutTwin(const Launch &l);
+void transposeTwin(const Launch &l);
+void gemvAnyTwin(const Launch &l);
+void reduceUnitsTwin(const Launch &l);
+void routeTwin(const Launch &l);
+void swigluTwin(const Launch &l);
+void hfExpertActTwin(const Launch &l);
+void hfExpertDownTwin(const Launch &l);
+void exl3ExpertInTwin(const Launch &l);
+void moeExl3InTwin(const Launch &l);
+void onehotTwin(const Launch &l);
+void vocabGatherTwin(const Launch &l);
+void sumPartsTwin(const Launch &l);
+void fillRandomTwin(const Launch &l);
+void fillF32Twin(const Launch &l);
+
+} // namespace glm::rt::twins

@@ -1,0 +1,89 @@
+//===- twin_dsa.cpp - twins of the DSA families ---------------------------===//
+//
+// dsa_iota, indexer_scores_ctx and dsa_select: integer work and fp64 sums
+// in the kernels' order (head dots serial over i, heads added in order), so
+// the same bits as CUDA.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/twins/helper_twins.h"
+
+namespace glm::rt::twins {
+
+// dsa_iota(sel, nsel, pos, maxCtx); grid (n, B).
+void dsaIotaTwin(const Launch &l) {
+  int *sel = l.ptr<int>(0), *nsel = l.ptr<int>(1);
+  const int *pos = l.ptr<const int>(2);
+  const int maxCtx = l.i32(3);
+  for (uint32_t b = 0; b < l.grid[1]; ++b) {
+    const int T = pos[b] + 1;
+    for (int t = 0; t < T; ++t)
+      sel[(int64_t)b * maxCtx + t] = t;
+    nsel[b] = T;
+  }
+}
+
+// indexer_scores_ctx(qi, keys, wts, score, seq, pos, nh, hd, maxCtx,
+// headScale, dotScale); grid (n, B): every t < pos[b] + 1 once.
+void indexerScoresCtxTwin(const Launch &l) {
+  const float *qi = l.ptr<const float>(0), *keys = l.ptr<const float>(1),
+              *wts = l.ptr<const float>(2);
+  double *score = l.ptr<double>(3);
+  const int *seq = l.ptr<const int>(4), *pos = l.ptr<const int>(5);
+  const int nh = l.i32(6), hd = l.i32(7), maxCtx = l.i32(8);
+  const double headScale = l.args.at(9).f, dotScale = l.args.at(10).f;
+  for (uint32_t b = 0; b < l.grid[1]; ++b) {
+    const int T = pos[b] + 1;
+    const float *q = qi + (int64_t)b * nh * hd;
+    const float *wv = wts + (int64_t)b * nh;
+    const float *kb = keys + (int64_t)seq[b] * maxCtx * hd;
+    for (int t = 0; t < T; ++t) {
+      const float *kt = kb + (int64_t)t * hd;
+      double acc = 0;
+      for (int h = 0; h < nh; ++h) {
+        double d = 0;
+        for (int i = 0; i < hd; ++i)
+          d += (double)q[h * hd + i] * (double)kt[i];
+        const double v = d * dotScale;
+        acc += (double)wv[h] * headScale * (v > 0.0 ? v : 0.0);
+      }
+      score[(int64_t)b * maxCtx + t] = acc;
+    }
+  }
+}
+
+// dsa_select(scoreAll, pos, k, flagsAll, selAll, nsel, maxCtx); grid (1, B).
+void dsaSelectTwin(const Launch &l) {
+  const double *scoreAll = l.ptr<const double>(0);
+  const int *pos = l.ptr<const int>(1);
+  const int k = l.i32(2);
+  int *flagsAll = l.ptr<int>(3), *selAll = l.ptr<int>(4), *nsel = l.ptr<int>(5);
+  const int maxCtx = l.i32(6);
+  for (uint32_t b = 0; b < l.grid[1]; ++b) {
+    const int T = pos[b] + 1;
+    const double *score = scoreAll + (int64_t)b * maxCtx;
+    int *flags = flagsAll + (int64_t)b * maxCtx;
+    int *sel = selAll + (int64_t)b * maxCtx;
+    if (T <= k) {
+      for (int t = 0; t < T; ++t)
+        sel[t] = t;
+      nsel[b] = T;
+      continue;
+    }
+    for (int t = 0; t < T; ++t) {
+      const double st = score[t];
+      int rank = 0;
+      for (int u = 0; u < T && rank < k; ++u) {
+        const double su = score[u];
+        rank += (su > st || (su == st && u < t)) ? 1 : 0;
+      }
+      flags[t] = rank < k;
+    }
+    int n = 0;
+    for (int t = 0; t < T; ++t)
+      if (flags[t])
+        sel[n++] = t;
+    nsel[b] = n;
+  }
+}
+
+} // namespace glm::rt::twins
