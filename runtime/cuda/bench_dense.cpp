@@ -37,7 +37,6 @@ namespace {
 
 using glm::codegen::KernelSpec;
 
-
 KernelSpec mk(const std::string &family,
               std::map<std::string, std::string> args) {
   KernelSpec s;
@@ -198,8 +197,8 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
       DeviceBuffer w(matBytes * copies);
       {
         Params a;
-        a << w.ptr() << (long long)(w.size() / 4)
-          << (unsigned long long)seed++ << 0xFFFFFFFFu;
+        a << w.ptr() << (long long)(w.size() / 4) << (unsigned long long)seed++
+          << 0xFFFFFFFFu;
         a.launch(fill, 2048, 1, 256, st);
       }
       DeviceBuffer x(size_t(8) * sh.in * 4), y(size_t(8) * sh.out * 4),

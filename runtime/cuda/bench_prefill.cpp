@@ -32,7 +32,6 @@ namespace glm::rt::cuda {
 
 namespace {
 
-
 glm::codegen::KernelSpec gemmSpec(int K, int bm, int threads) {
   glm::codegen::KernelSpec s;
   s.family = "gemm_trellis";

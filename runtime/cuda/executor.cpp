@@ -245,8 +245,8 @@ struct CudaForward::Impl {
           }
       }
       if (t.image.empty()) {
-        t.key = codegen::cacheKey(t.source, codegen::nvrtcOptionsFor(t.source), arch,
-                                  codegen::nvrtcVersion());
+        t.key = codegen::cacheKey(t.source, codegen::nvrtcOptionsFor(t.source),
+                                  arch, codegen::nvrtcVersion());
         std::ifstream in(dir + "/" + t.key + ".cubin", std::ios::binary);
         if (in) {
           t.image.assign(std::istreambuf_iterator<char>(in),
@@ -349,8 +349,7 @@ struct CudaForward::Impl {
   /// after needHelper).
   void call(const char *family, unsigned gx, unsigned gy, unsigned gz,
             unsigned bx, unsigned smem, KArgs a) {
-    launchFn(genFn(helperSpec(family, bx)), gx, gy, gz, bx, smem,
-             std::move(a));
+    launchFn(genFn(helperSpec(family, bx)), gx, gy, gz, bx, smem, std::move(a));
   }
   void needHelper(const char *family, unsigned bx) {
     need(helperSpec(family, bx));
@@ -777,16 +776,14 @@ void CudaForward::Impl::enqueueStep(int B) {
            (unsigned)mlaQabsThreads, 0,
            KArgs() << q.ptr() << W << L.kvDt << Ws << L.kvSk << L.heads.ptr()
                    << qabs.ptr() << H << dn << dr << dv << kvr);
-      call("mla_core", nh, (unsigned)B, 1, 1024,
-           mlaCoreShared(kvr, dr),
+      call("mla_core", nh, (unsigned)B, 1, 1024, mlaCoreShared(kvr, dr),
            KArgs() << q.ptr() << qabs.ptr() << L.latent.ptr() << seq
                    << sel.ptr() << nsel.ptr() << p.ptr() << ctxN << ctxv.ptr()
                    << L.heads.ptr() << H << dn << dr << kvr << scale);
       // 8 warps of kMlaOutRows (4) outputs per block.
-      call("mla_out", nh * (unsigned)((dv + 31) / 32), (unsigned)B, 1, 256,
-           0,
-           KArgs() << W << L.kvDt << Ws << L.kvSk << ctxv.ptr()
-                   << L.heads.ptr() << ov.ptr() << H << dn << dv << kvr);
+      call("mla_out", nh * (unsigned)((dv + 31) / 32), (unsigned)B, 1, 256, 0,
+           KArgs() << W << L.kvDt << Ws << L.kvSk << ctxv.ptr() << L.heads.ptr()
+                   << ov.ptr() << H << dn << dv << kvr);
     }
     gemv(L.o, ov.ptr(), (int64_t)H * dv, delta.ptr(), d, B);
     allReduce(delta.ptr(), (size_t)B * d);
@@ -817,8 +814,7 @@ void CudaForward::Impl::enqueueStep(int B) {
   opt.comm->allGather(reinterpret_cast<const float *>(logitsLocal.ptr()),
                       reinterpret_cast<float *>(gathered.ptr()),
                       (size_t)B * maxCount, (void *)stream);
-  call("vocab_gather", blocksFor(maxCount), (unsigned)N, (unsigned)B,
-       kBlock, 0,
+  call("vocab_gather", blocksFor(maxCount), (unsigned)N, (unsigned)B, kBlock, 0,
        KArgs() << gathered.ptr() << vocabBegin.ptr() << B << (int)maxCount
                << logits.ptr() << (int)V);
 }
@@ -839,7 +835,8 @@ void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
             K = (int)c.numExpertsPerTok;
   gemv(L.router, h.ptr(), d, rlog.ptr(), E, B);
   check(E >= 1 && E <= 1024 && K >= 1 && K <= 64, "cuda executor: router of ",
-        E, " experts, top ", K, " (route takes 1..1024 experts, top "
+        E, " experts, top ", K,
+        " (route takes 1..1024 experts, top "
         "1..64)");
   call("route", 1, (unsigned)B, 1, (unsigned)(E + 31) / 32 * 32, 0,
        KArgs() << rlog.ptr() << L.routerBias.ptr() << E << K
@@ -856,13 +853,12 @@ void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
     const int IS = (int)S.inter, chunksS = (int)cpu::numChunks(IS);
     if (S.kind == ExpertGroup::Plain)
       slots += chunksS;
-    call("hf_expert_act", blocksFor(I), (unsigned)K, (unsigned)B, kBlock,
-         0,
+    call("hf_expert_act", blocksFor(I), (unsigned)K, (unsigned)B, kBlock, 0,
          KArgs() << R.gate.ptr() << R.up.ptr() << R.dtype << h.ptr()
                  << ids.ptr() << stride << I << d << R.own.ptr()
                  << (int)R.halves << 0 << actD.ptr());
-    call("hf_expert_down", blocksFor(d), (unsigned)(K * chunks),
-         (unsigned)B, kBlock, 0,
+    call("hf_expert_down", blocksFor(d), (unsigned)(K * chunks), (unsigned)B,
+         kBlock, 0,
          KArgs() << R.down.ptr() << R.dtype << actD.ptr() << ids.ptr()
                  << rw.ptr() << stride << I << d << K << part.ptr() << slots
                  << 0);
@@ -892,8 +888,8 @@ void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
     int rowStride = d, slotStride = 0;
     long long projStride = 0;
     if (G.exl3) {
-      call("exl3_expert_in", blocksFor(d), (unsigned)topk,
-           (unsigned)(2 * B), kBlock, 0,
+      call("exl3_expert_in", blocksFor(d), (unsigned)topk, (unsigned)(2 * B),
+           kBlock, 0,
            KArgs() << h.ptr() << G.suhIn.ptr() << gids << xh.ptr() << d
                    << (int)G.experts << B);
       hadamard(xh.ptr(), 0, 0, xh.ptr(), (int64_t)2 * B * topk, d);
@@ -1208,9 +1204,8 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
     const char *mla = std::getenv("GLM_MLA_KERNEL");
     m.legacyMla = mla && std::string(mla) == "legacy";
     // mla_core reads latent rows as float4 over 1024 threads.
-    check(m.legacyMla ||
-              (c.kvLoraRank % 4 == 0 && c.qkRopeHeadDim % 4 == 0 &&
-               c.kvLoraRank <= 4096),
+    check(m.legacyMla || (c.kvLoraRank % 4 == 0 && c.qkRopeHeadDim % 4 == 0 &&
+                          c.kvLoraRank <= 4096),
           "cuda executor: kv_lora_rank ", c.kvLoraRank,
           " and qk_rope_head_dim ", c.qkRopeHeadDim,
           " must be multiples of 4 (kv_lora_rank at most 4096) for "
@@ -1269,7 +1264,8 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
   m.needHelper("rms_norm_rows", 1024);
   m.needHelper("add_rms_norm", 1024);
   m.needHelper("dsa_select", 1024);
-  m.needHelper("rope_rows", (unsigned)std::max<int64_t>(32, c.qkRopeHeadDim / 2));
+  m.needHelper("rope_rows",
+               (unsigned)std::max<int64_t>(32, c.qkRopeHeadDim / 2));
   m.needHelper("route",
                (unsigned)std::max<int64_t>(1, c.numRoutedExperts)); // E <= 1024
   if (m.legacyMla) {

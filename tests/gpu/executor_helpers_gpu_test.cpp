@@ -53,8 +53,8 @@ public:
     const size_t bytes = std::max<size_t>(1, v.size() * sizeof(T));
     Buf b;
     b.bytes = bytes;
-    b.host.reset(static_cast<uint8_t *>(
-        std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    b.host.reset(
+        static_cast<uint8_t *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
     std::memcpy(b.host.get(), v.data(), v.size() * sizeof(T));
     b.dev = std::make_unique<cuda::DeviceBuffer>(bytes);
     b.dev->upload(b.host.get(), bytes);
@@ -72,9 +72,7 @@ public:
     return *this;
   }
   /// A buffer argument with these initial contents (inputs and outputs).
-  template <class T> Dual &buf(const std::vector<T> &v) {
-    return arg(hold(v));
-  }
+  template <class T> Dual &buf(const std::vector<T> &v) { return arg(hold(v)); }
   /// An output of n elements of T, NaN-poisoned (0xFF bytes) on both sides.
   template <class T> Dual &out(size_t n) {
     std::vector<uint8_t> p(n * sizeof(T), 0xFF);
@@ -149,7 +147,8 @@ public:
       }
       e.add(g[i], h[i]);
     }
-    EXPECT_EQ(nanDiff, 0u) << family_ << " " << name << ": written elements differ";
+    EXPECT_EQ(nanDiff, 0u) << family_ << " " << name
+                           << ": written elements differ";
     report(family_ + " " + name, e, tol, why);
   }
   /// Same for fp64 outputs.
@@ -246,8 +245,12 @@ TEST_F(ExecutorHelpersGpu, EmbedTokensDecodesEveryValueBitForBit) {
   for (auto &s : rs)
     s = std::ldexp(1.0f, (int)(rng() % 5) - 2);
   Dual r("embed_tokens", 256);
-  r.buf(storeAs(2, randn(rng, (size_t)V * d, 1.0f, 2))).i32(2).buf(rs)
-      .buf(std::vector<int>{4, 0, 6}).out<float>((size_t)B * d).i32(d);
+  r.buf(storeAs(2, randn(rng, (size_t)V * d, 1.0f, 2)))
+      .i32(2)
+      .buf(rs)
+      .buf(std::vector<int>{4, 0, 6})
+      .out<float>((size_t)B * d)
+      .i32(d);
   r.run(blocksFor(d), B, 1, 256);
   r.check(4, "bf16 rows, row scales", 0);
 }
@@ -263,7 +266,12 @@ TEST_F(ExecutorHelpersGpu, RmsNormRowsEqualsTwinOnGBlocks) {
     const std::string tag = "n=" + std::to_string(n);
     Dual many("rms_norm_rows", 1024), one("rms_norm_rows", 1024);
     for (Dual *r : {&many, &one})
-      r->buf(x).buf(w).out<float>((size_t)B * ys).i32(n).f64(1e-5).i32(xs)
+      r->buf(x)
+          .buf(w)
+          .out<float>((size_t)B * ys)
+          .i32(n)
+          .f64(1e-5)
+          .i32(xs)
           .i32(ys);
     many.run(G, B, 1, 1024);
     one.run(1, B, 1, 1024);
@@ -289,12 +297,16 @@ TEST_F(ExecutorHelpersGpu, AddRmsNormEqualsTwin) {
     const int B = 3;
     const unsigned G = (unsigned)((n + 1023) / 1024); // as the executor
     Dual r("add_rms_norm", 1024);
-    r.buf(randn(rng, (size_t)B * n, 2.0f)).buf(randn(rng, (size_t)B * n, 0.5f))
-        .out<float>((size_t)B * n).buf(randn(rng, n)).out<float>((size_t)B * n)
-        .i32(n).f64(1e-5);
+    r.buf(randn(rng, (size_t)B * n, 2.0f))
+        .buf(randn(rng, (size_t)B * n, 0.5f))
+        .out<float>((size_t)B * n)
+        .buf(randn(rng, n))
+        .out<float>((size_t)B * n)
+        .i32(n)
+        .f64(1e-5);
     r.run(G, B, 1, 1024);
-    const std::string tag = "n=" + std::to_string(n) + " (" +
-                            std::to_string(G) + " blocks)";
+    const std::string tag =
+        "n=" + std::to_string(n) + " (" + std::to_string(G) + " blocks)";
     r.check(2, tag + " xout", 0);
     r.check(4, tag + " y", 0);
   }
@@ -310,7 +322,11 @@ TEST_F(ExecutorHelpersGpu, RopeAndStoresMatchTwins) {
     // q_nope parts between them must stay as they are.
     Dual r("rope_rows", (rb + 31) / 32 * 32);
     const int qb = r.hold(randn(rng, (size_t)B * row));
-    r.arg(qb, (size_t)dn * 4).i32(dr).i32(dn + dr).i32(row).buf(pos)
+    r.arg(qb, (size_t)dn * 4)
+        .i32(dr)
+        .i32(dn + dr)
+        .i32(row)
+        .buf(pos)
         .f64(10000.0);
     r.run(H, B, 1, rb);
     r.check(0, "q rope", 1e-6, "fp64 pow/sin/cos");
@@ -318,18 +334,32 @@ TEST_F(ExecutorHelpersGpu, RopeAndStoresMatchTwins) {
   const int kvr = 512, lat = kvr + dr, maxCtx = 8200;
   {
     Dual r("kv_store", 256);
-    r.buf(randn(rng, (size_t)B * lat)).buf(randn(rng, kvr))
-        .out<float>((size_t)3 * maxCtx * lat).buf(seq).buf(pos).i32(kvr)
-        .i32(dr).i32(maxCtx).f64(1e-6).f64(10000.0);
+    r.buf(randn(rng, (size_t)B * lat))
+        .buf(randn(rng, kvr))
+        .out<float>((size_t)3 * maxCtx * lat)
+        .buf(seq)
+        .buf(pos)
+        .i32(kvr)
+        .i32(dr)
+        .i32(maxCtx)
+        .f64(1e-6)
+        .f64(10000.0);
     r.run(1, B, 1, 256);
     r.check(2, "latent rows", 1e-6, "fp64 pow/sin/cos of the rope part");
   }
   {
     const int hd = 128;
     Dual r("index_key_store", 256);
-    r.buf(randn(rng, (size_t)B * hd, 3.0f)).buf(randn(rng, hd))
-        .buf(randn(rng, hd)).out<float>((size_t)3 * maxCtx * hd).buf(seq)
-        .buf(pos).i32(hd).i32(dr).i32(maxCtx).f64(10000.0);
+    r.buf(randn(rng, (size_t)B * hd, 3.0f))
+        .buf(randn(rng, hd))
+        .buf(randn(rng, hd))
+        .out<float>((size_t)3 * maxCtx * hd)
+        .buf(seq)
+        .buf(pos)
+        .i32(hd)
+        .i32(dr)
+        .i32(maxCtx)
+        .f64(10000.0);
     r.run(1, B, 1, 256);
     r.check(3, "index keys", 1e-6, "fp64 pow/sin/cos of the rope part");
   }
@@ -340,10 +370,17 @@ TEST_F(ExecutorHelpersGpu, DsaFamiliesMatchTwinsExactly) {
   const int nh = 32, hd = 128, maxCtx = 3000, B = 2, topk = 2048;
   const std::vector<int> seq = {1, 0}, pos = {2999, 700};
   Dual s("indexer_scores_ctx", 256);
-  s.buf(randn(rng, (size_t)B * nh * hd)).buf(randn(rng, (size_t)B * maxCtx * hd))
-      .buf(randn(rng, (size_t)B * nh)).out<double>((size_t)B * maxCtx)
-      .buf(seq).buf(pos).i32(nh).i32(hd).i32(maxCtx)
-      .f64(1.0 / std::sqrt((double)nh)).f64(1.0 / std::sqrt((double)hd));
+  s.buf(randn(rng, (size_t)B * nh * hd))
+      .buf(randn(rng, (size_t)B * maxCtx * hd))
+      .buf(randn(rng, (size_t)B * nh))
+      .out<double>((size_t)B * maxCtx)
+      .buf(seq)
+      .buf(pos)
+      .i32(nh)
+      .i32(hd)
+      .i32(maxCtx)
+      .f64(1.0 / std::sqrt((double)nh))
+      .f64(1.0 / std::sqrt((double)hd));
   s.run(64, B, 1, 256);
   s.checkD(3, "scores", 0);
   // Selection on the twin's scores with ties (rounded values).
@@ -355,8 +392,13 @@ TEST_F(ExecutorHelpersGpu, DsaFamiliesMatchTwinsExactly) {
     if (std::isnan(v))
       v = 0.0;
   Dual sel("dsa_select", 1024);
-  sel.buf(score).buf(pos).i32(topk).out<int>((size_t)B * maxCtx)
-      .out<int>((size_t)B * maxCtx).out<int>(B).i32(maxCtx);
+  sel.buf(score)
+      .buf(pos)
+      .i32(topk)
+      .out<int>((size_t)B * maxCtx)
+      .out<int>((size_t)B * maxCtx)
+      .out<int>(B)
+      .i32(maxCtx);
   sel.run(1, B, 1, 1024);
   sel.checkInts(4, "selected positions (3000 and 701 keys, top 2048)");
   sel.checkInts(5, "counts");
@@ -392,8 +434,8 @@ KvB makeKvB(std::mt19937 &rng, int R, int kvr, int dt, int sk) {
       e = (uint8_t)(119 + rng() % 4);
     return k;
   }
-  const size_t n = sk == 1 ? (size_t)((R + 127) / 128) * ((kvr + 127) / 128)
-                           : (size_t)R;
+  const size_t n =
+      sk == 1 ? (size_t)((R + 127) / 128) * ((kvr + 127) / 128) : (size_t)R;
   std::vector<float> s(n);
   for (auto &x : s)
     x = u(rng) / 64.0f;
@@ -441,8 +483,14 @@ TEST_F(ExecutorHelpersGpu, AbsorbedMlaMatchesTwins) {
           r.null();
         else
           r.buf(kv.scale);
-        r.i32(sk).buf(heads).out<float>((size_t)B * H * kvr).i32(H).i32(dn)
-            .i32(dr).i32(dv).i32(kvr);
+        r.i32(sk)
+            .buf(heads)
+            .out<float>((size_t)B * H * kvr)
+            .i32(H)
+            .i32(dn)
+            .i32(dr)
+            .i32(dv)
+            .i32(kvr);
         r.run(nh * ((kvr + 31) / 32), B, 1, threads);
         r.check(6, tag + " t" + std::to_string(threads), tol, "exp2f");
       }
@@ -452,10 +500,21 @@ TEST_F(ExecutorHelpersGpu, AbsorbedMlaMatchesTwins) {
         std::vector<float> first;
         for (int run = 0; run < 2; ++run) {
           Dual r("mla_core", 1024);
-          r.buf(q).buf(qabs).buf(cache).buf(seq).buf(sel).buf(nsel)
-              .out<float>((size_t)B * H * maxCtx).i32(maxCtx)
-              .out<float>((size_t)B * H * kvr).buf(heads).i32(H).i32(dn)
-              .i32(dr).i32(kvr).f64(scale);
+          r.buf(q)
+              .buf(qabs)
+              .buf(cache)
+              .buf(seq)
+              .buf(sel)
+              .buf(nsel)
+              .out<float>((size_t)B * H * maxCtx)
+              .i32(maxCtx)
+              .out<float>((size_t)B * H * kvr)
+              .buf(heads)
+              .i32(H)
+              .i32(dn)
+              .i32(dr)
+              .i32(kvr)
+              .f64(scale);
           r.run(nh, B, 1, 1024, smem);
           if (run == 0) {
             r.check(8, "kvr" + std::to_string(kvr) + " ctx (65, 1500 rows)",
@@ -476,10 +535,22 @@ TEST_F(ExecutorHelpersGpu, AbsorbedMlaMatchesTwins) {
           for (int c = 0; c < kvr; ++c)
             wt[(size_t)c * R + o] = w[(size_t)o * kvr + c];
         Dual a("mla_attn", 256);
-        a.buf(q).buf(wt).buf(cache).buf(seq).buf(sel).buf(nsel)
-            .out<double>((size_t)B * H * maxCtx).i32(maxCtx)
-            .buf(std::vector<float>((size_t)B * H * dv, 0.0f)).buf(heads)
-            .i32(H).i32(dn).i32(dr).i32(dv).i32(kvr).f64(scale);
+        a.buf(q)
+            .buf(wt)
+            .buf(cache)
+            .buf(seq)
+            .buf(sel)
+            .buf(nsel)
+            .out<double>((size_t)B * H * maxCtx)
+            .i32(maxCtx)
+            .buf(std::vector<float>((size_t)B * H * dv, 0.0f))
+            .buf(heads)
+            .i32(H)
+            .i32(dn)
+            .i32(dr)
+            .i32(dv)
+            .i32(kvr)
+            .f64(scale);
         a.run(nh, B, 1, 256, (unsigned)(2 * kvr * sizeof(double)));
         a.check(8, "kvr" + std::to_string(kvr) + " ov", 1e-6, "fp64 exp");
       }
@@ -489,9 +560,14 @@ TEST_F(ExecutorHelpersGpu, AbsorbedMlaMatchesTwins) {
         o.null();
       else
         o.buf(kv.scale);
-      o.i32(sk).buf(randn(rng, (size_t)B * H * kvr)).buf(heads)
-          .buf(std::vector<float>((size_t)B * H * dv, 0.0f)).i32(H).i32(dn)
-          .i32(dv).i32(kvr);
+      o.i32(sk)
+          .buf(randn(rng, (size_t)B * H * kvr))
+          .buf(heads)
+          .buf(std::vector<float>((size_t)B * H * dv, 0.0f))
+          .i32(H)
+          .i32(dn)
+          .i32(dv)
+          .i32(kvr);
       o.run(nh * ((dv + 31) / 32), B, 1, 256); // 8 warps x 4 rows
       o.check(6, tag, tol, "exp2f");
     }
@@ -536,8 +612,14 @@ TEST_F(ExecutorHelpersGpu, RouteAndSwigluMatchTwins) {
     }
     const unsigned threads = (unsigned)(c.E + 31) / 32 * 32;
     Dual r("route", threads);
-    r.buf(logits).buf(bias).i32(c.E).i32(c.k).i32(c.normalize).f64(2.5)
-        .out<int>((size_t)c.B * c.k).out<float>((size_t)c.B * c.k);
+    r.buf(logits)
+        .buf(bias)
+        .i32(c.E)
+        .i32(c.k)
+        .i32(c.normalize)
+        .f64(2.5)
+        .out<int>((size_t)c.B * c.k)
+        .out<float>((size_t)c.B * c.k);
     r.run(1, c.B, 1, threads);
     const std::string name = "E" + std::to_string(c.E) + " k" +
                              std::to_string(c.k) + (c.ties ? " ties" : "");
@@ -550,8 +632,12 @@ TEST_F(ExecutorHelpersGpu, RouteAndSwigluMatchTwins) {
   for (size_t i = 0; i < own.size(); ++i)
     own[i] = i % 3 != 1;
   Dual s("swiglu", 256);
-  s.buf(randn(rng, (size_t)B * gs)).buf(randn(rng, (size_t)B * gs)).i32(gs)
-      .out<float>((size_t)B * n).i32(n).buf(own);
+  s.buf(randn(rng, (size_t)B * gs))
+      .buf(randn(rng, (size_t)B * gs))
+      .i32(gs)
+      .out<float>((size_t)B * n)
+      .i32(n)
+      .buf(own);
   s.run(blocksFor(n), B, 1, 256);
   s.check(3, "owned chunks", 1e-6, "fp64 exp");
 }
@@ -571,14 +657,33 @@ TEST_F(ExecutorHelpersGpu, HfExpertsMatchTwins) {
     std::vector<uint8_t> own((size_t)E * halves, 1);
     own[1] = 0; // expert 0, channels 128..255: another rank's
     Dual a("hf_expert_act", 256);
-    a.buf(gate).buf(up).i32(dt).buf(x).buf(ids).i64(stride).i32(I).i32(d)
-        .buf(own).i32(halves).i32(0).out<double>((size_t)B * K * I);
+    a.buf(gate)
+        .buf(up)
+        .i32(dt)
+        .buf(x)
+        .buf(ids)
+        .i64(stride)
+        .i32(I)
+        .i32(d)
+        .buf(own)
+        .i32(halves)
+        .i32(0)
+        .out<double>((size_t)B * K * I);
     a.run(blocksFor(I), K, B, 256);
     a.checkD(11, std::string(dtName(dt)) + " act", 1e-12, "fp64 exp (SiLU)");
     // The down half from the twin's act (exact in itself).
     Dual dn("hf_expert_down", 256);
-    dn.buf(down).i32(dt).buf(a.host<double>(11)).buf(ids).buf(wts).i64(stride)
-        .i32(I).i32(d).i32(K).out<double>((size_t)B * slots * d).i32(slots)
+    dn.buf(down)
+        .i32(dt)
+        .buf(a.host<double>(11))
+        .buf(ids)
+        .buf(wts)
+        .i64(stride)
+        .i32(I)
+        .i32(d)
+        .i32(K)
+        .out<double>((size_t)B * slots * d)
+        .i32(slots)
         .i32(0);
     dn.run(blocksFor(d), K * chunks, B, 256);
     dn.checkD(9, std::string(dtName(dt)) + " routed units", 0);
@@ -602,8 +707,13 @@ TEST_F(ExecutorHelpersGpu, GlueFamiliesMatchTwinsExactly) {
   ids[5] = -1;
   {
     Dual r("exl3_expert_in", 256);
-    r.buf(randn(rng, (size_t)B * d)).buf(randn(rng, (size_t)2 * E * d))
-        .buf(ids).out<float>((size_t)2 * B * K * d).i32(d).i32(E).i32(B);
+    r.buf(randn(rng, (size_t)B * d))
+        .buf(randn(rng, (size_t)2 * E * d))
+        .buf(ids)
+        .out<float>((size_t)2 * B * K * d)
+        .i32(d)
+        .i32(E)
+        .i32(B);
     r.run(blocksFor(d), K, 2 * B, 256);
     r.check(3, "xh", 0);
   }
@@ -611,9 +721,14 @@ TEST_F(ExecutorHelpersGpu, GlueFamiliesMatchTwinsExactly) {
     const int slots = K + nShared;
     Dual r("moe_exl3_in", 256);
     r.buf(randn(rng, (size_t)B * d))
-        .buf(randn(rng, (size_t)2 * (E + nShared) * d)).buf(ids)
-        .out<float>((size_t)B * slots * 2 * d).i32(d).i32(E + nShared).i32(E)
-        .i32(K).i32(B);
+        .buf(randn(rng, (size_t)2 * (E + nShared) * d))
+        .buf(ids)
+        .out<float>((size_t)B * slots * 2 * d)
+        .i32(d)
+        .i32(E + nShared)
+        .i32(E)
+        .i32(K)
+        .i32(B);
     r.run(blocksFor(d), slots, 2 * B, 256);
     r.check(3, "xh", 0);
   }
@@ -635,7 +750,9 @@ TEST_F(ExecutorHelpersGpu, GlueFamiliesMatchTwinsExactly) {
     const long long R = 1536;
     const int kvr = 512;
     Dual r("transpose", 256);
-    r.buf(randn(rng, (size_t)R * kvr)).out<float>((size_t)R * kvr).i64(R)
+    r.buf(randn(rng, (size_t)R * kvr))
+        .out<float>((size_t)R * kvr)
+        .i64(R)
         .i32(kvr);
     r.run(blocksFor(R * kvr), 1, 1, 256);
     r.check(1, "kv_b", 0);
@@ -644,8 +761,12 @@ TEST_F(ExecutorHelpersGpu, GlueFamiliesMatchTwinsExactly) {
     const int N = 3, maxCount = 51712, V = 154880;
     const std::vector<long long> vb = {0, 51712, 103296, 154880};
     Dual r("vocab_gather", 256);
-    r.buf(randn(rng, (size_t)N * B * maxCount)).buf(vb).i32(B).i32(maxCount)
-        .out<float>((size_t)B * V).i32(V);
+    r.buf(randn(rng, (size_t)N * B * maxCount))
+        .buf(vb)
+        .i32(B)
+        .i32(maxCount)
+        .out<float>((size_t)B * V)
+        .i32(V);
     r.run(blocksFor(maxCount), N, B, 256);
     r.check(4, "3 ranks", 0);
   }

@@ -108,11 +108,11 @@ std::vector<KernelSpec> helperSpecs() {
   // (rope_rows: max(32, dr/2) rounded up to 32; route: E rounded up to 32;
   // mla_qabs: GLM_MLA_QABS_THREADS, 32..256).
   for (const char *f :
-       {"embed_tokens", "dsa_iota", "indexer_scores_ctx", "mla_attn",
-        "transpose", "gemv_any", "reduce_units", "swiglu", "hf_expert_act",
-        "hf_expert_down", "exl3_expert_in", "moe_exl3_in", "onehot",
-        "vocab_gather", "sum_parts", "fill_random", "fill_f32", "kv_store",
-        "index_key_store", "mla_out"})
+       {"embed_tokens",  "dsa_iota",       "indexer_scores_ctx", "mla_attn",
+        "transpose",     "gemv_any",       "reduce_units",       "swiglu",
+        "hf_expert_act", "hf_expert_down", "exl3_expert_in",     "moe_exl3_in",
+        "onehot",        "vocab_gather",   "sum_parts",          "fill_random",
+        "fill_f32",      "kv_store",       "index_key_store",    "mla_out"})
     add(f, {{"threads", "256"}});
   for (const char *f :
        {"rms_norm_rows", "add_rms_norm", "dsa_select", "mla_core"})
@@ -337,8 +337,8 @@ TEST(Codegen, HelperFamiliesCompileWithNvrtcForSm90AndSm121) {
 // twins round each product and sum separately.
 TEST(Codegen, HelperFamiliesKeepTheirAbiAndCompileWithoutFmad) {
   const cg::FamilyInfo &n = cg::familyInfo("rms_norm_rows");
-  EXPECT_EQ(n.kernelParams, (std::vector<std::string>{"x", "w", "y", "n",
-                                                      "eps", "xs", "ys"}));
+  EXPECT_EQ(n.kernelParams,
+            (std::vector<std::string>{"x", "w", "y", "n", "eps", "xs", "ys"}));
   EXPECT_EQ(cg::familyInfo("mla_core").kernelParams.size(), 15u);
   EXPECT_EQ(cg::familyInfo("route").kernelParams.back(), "weightsAll");
   KernelSpec s{"mla_out", {{"threads", "256"}}, kArchs};
@@ -353,10 +353,8 @@ TEST(Codegen, HelperFamiliesKeepTheirAbiAndCompileWithoutFmad) {
     return b;
   }()));
   // The other families keep the default (contracted multiply-adds).
-  const glm::plan::KernelDef r =
-      cg::buildKernel({"rms_norm", {{"wt", "f32"}, {"threads", "256"}},
-                       kArchs},
-                      false);
+  const glm::plan::KernelDef r = cg::buildKernel(
+      {"rms_norm", {{"wt", "f32"}, {"threads", "256"}}, kArchs}, false);
   EXPECT_EQ(r.nvrtcOptions, cg::nvrtcOptions());
   if (!cg::nvrtcAvailable())
     return;

@@ -147,7 +147,13 @@ TEST(HelperTwins, EmbedDecodesEveryStoredValue) {
   std::vector<int> toks = {3, 1};
   std::vector<float> x(2 * d);
   Call("embed_tokens", blocks(d), 2, 1, 256)
-      .p(bf.data()).i(2).p(rs.data()).p(toks.data()).p(x.data()).i(d).run();
+      .p(bf.data())
+      .i(2)
+      .p(rs.data())
+      .p(toks.data())
+      .p(x.data())
+      .i(d)
+      .run();
   for (int b = 0; b < 2; ++b)
     for (int i = 0; i < d; ++i)
       EXPECT_EQ(x[b * d + i],
@@ -164,7 +170,14 @@ TEST(HelperTwins, RmsNormRowsMatchesCpuRmsNorm) {
     const int K = (n + 1023) / 1024;
     const unsigned G = K > 8 ? 1u : (unsigned)K; // as the executor
     Call("rms_norm_rows", G, B, 1, 1024)
-        .p(x.data()).p(w.data()).p(y.data()).i(n).f(1e-5).i(xs).i(ys).run();
+        .p(x.data())
+        .p(w.data())
+        .p(y.data())
+        .i(n)
+        .f(1e-5)
+        .i(xs)
+        .i(ys)
+        .run();
     Err e;
     std::vector<float> ref(n);
     for (int b = 0; b < B; ++b) {
@@ -176,7 +189,14 @@ TEST(HelperTwins, RmsNormRowsMatchesCpuRmsNorm) {
     // In place (G = 1): the same bits.
     std::vector<float> in = x;
     Call("rms_norm_rows", 1, B, 1, 1024)
-        .p(in.data()).p(w.data()).p(in.data()).i(n).f(1e-5).i(xs).i(xs).run();
+        .p(in.data())
+        .p(w.data())
+        .p(in.data())
+        .i(n)
+        .f(1e-5)
+        .i(xs)
+        .i(xs)
+        .run();
     size_t differ = 0;
     for (int b = 0; b < B; ++b)
       for (int i = 0; i < n; ++i)
@@ -196,10 +216,23 @@ TEST(HelperTwins, AddRmsNormIsTheAddThenTheNorm) {
   for (size_t i = 0; i < x.size(); ++i)
     sum[i] = x[i] + delta[i];
   Call("add_rms_norm", 2, B, 1, 1024)
-      .p(x.data()).p(delta.data()).p(xo.data()).p(w.data()).p(y.data())
-      .i(n).f(1e-5).run();
+      .p(x.data())
+      .p(delta.data())
+      .p(xo.data())
+      .p(w.data())
+      .p(y.data())
+      .i(n)
+      .f(1e-5)
+      .run();
   Call("rms_norm_rows", 1, B, 1, 1024)
-      .p(sum.data()).p(w.data()).p(want.data()).i(n).f(1e-5).i(n).i(n).run();
+      .p(sum.data())
+      .p(w.data())
+      .p(want.data())
+      .i(n)
+      .f(1e-5)
+      .i(n)
+      .i(n)
+      .run();
   for (size_t i = 0; i < y.size(); ++i) {
     ASSERT_TRUE(sameBits(xo[i], sum[i])) << i;
     ASSERT_TRUE(sameBits(y[i], want[i])) << i;
@@ -218,7 +251,12 @@ TEST(HelperTwins, RopeRowsIsCpuRopeBitForBit) {
                           pos[b], 10000.0);
   // The executor's q rope: x = q + dn, stride dn + dr, block max(32, dr/2).
   Call("rope_rows", H, B, 1, 32)
-      .p(q.data() + dn).i(dr).i(dn + dr).i(row).p(pos.data()).f(10000.0)
+      .p(q.data() + dn)
+      .i(dr)
+      .i(dn + dr)
+      .i(row)
+      .p(pos.data())
+      .f(10000.0)
       .run();
   for (size_t i = 0; i < q.size(); ++i)
     ASSERT_TRUE(sameBits(q[i], want[i])) << i;
@@ -231,8 +269,17 @@ TEST(HelperTwins, KvStoreIsNormThenRope) {
   std::vector<float> cache((size_t)3 * maxCtx * lat, -7.0f);
   std::vector<int> seq = {2, 0}, pos = {3, 7};
   Call("kv_store", 1, B, 1, 256)
-      .p(kva.data()).p(w.data()).p(cache.data()).p(seq.data()).p(pos.data())
-      .i(kvr).i(dr).i(maxCtx).f(1e-6).f(10000.0).run();
+      .p(kva.data())
+      .p(w.data())
+      .p(cache.data())
+      .p(seq.data())
+      .p(pos.data())
+      .i(kvr)
+      .i(dr)
+      .i(maxCtx)
+      .f(1e-6)
+      .f(10000.0)
+      .run();
   for (int b = 0; b < B; ++b) {
     std::vector<float> want(lat);
     cpu::rmsNorm(kva.data() + b * lat, w.data(), want.data(), kvr, 1e-6);
@@ -257,8 +304,17 @@ TEST(HelperTwins, IndexKeyStoreIsLayerNormThenRope) {
   std::vector<float> keys((size_t)2 * maxCtx * hd);
   std::vector<int> seq = {1, 0}, pos = {0, 3};
   Call("index_key_store", 1, B, 1, 256)
-      .p(k.data()).p(w.data()).p(bias.data()).p(keys.data()).p(seq.data())
-      .p(pos.data()).i(hd).i(dr).i(maxCtx).f(10000.0).run();
+      .p(k.data())
+      .p(w.data())
+      .p(bias.data())
+      .p(keys.data())
+      .p(seq.data())
+      .p(pos.data())
+      .i(hd)
+      .i(dr)
+      .i(maxCtx)
+      .f(10000.0)
+      .run();
   for (int b = 0; b < B; ++b) {
     std::vector<float> want(hd);
     cpu::layerNorm(k.data() + b * hd, w.data(), bias.data(), want.data(), hd,
@@ -282,15 +338,26 @@ TEST(HelperTwins, IndexerScoresAndDsaSelectFollowTheDsaRule) {
   std::vector<double> score((size_t)B * maxCtx, 0.0);
   const double hs = 1.0 / std::sqrt((double)nh), ds = 1.0 / std::sqrt(16.0);
   Call("indexer_scores_ctx", 64, B, 1, 256)
-      .p(qi.data()).p(keys.data()).p(wts.data()).p(score.data())
-      .p(seq.data()).p(pos.data()).i(nh).i(hd).i(maxCtx).f(hs).f(ds).run();
+      .p(qi.data())
+      .p(keys.data())
+      .p(wts.data())
+      .p(score.data())
+      .p(seq.data())
+      .p(pos.data())
+      .i(nh)
+      .i(hd)
+      .i(maxCtx)
+      .f(hs)
+      .f(ds)
+      .run();
   for (int b = 0; b < B; ++b)
     for (int t = 0; t <= pos[b]; ++t) {
       double want = 0;
       for (int h = 0; h < nh; ++h) {
-        const double d = cpu::dot(qi.data() + (b * nh + h) * hd,
-                                  keys.data() + ((size_t)seq[b] * maxCtx + t) * hd,
-                                  hd) * ds;
+        const double d =
+            cpu::dot(qi.data() + (b * nh + h) * hd,
+                     keys.data() + ((size_t)seq[b] * maxCtx + t) * hd, hd) *
+            ds;
         want += (double)wts[b * nh + h] * hs * (d > 0 ? d : 0.0);
       }
       ASSERT_EQ(score[(size_t)b * maxCtx + t], want) << b << " " << t;
@@ -301,8 +368,14 @@ TEST(HelperTwins, IndexerScoresAndDsaSelectFollowTheDsaRule) {
   std::vector<int> flags((size_t)B * maxCtx), sel((size_t)B * maxCtx, -1),
       nsel(B);
   Call("dsa_select", 1, B, 1, 1024)
-      .p(score.data()).p(pos.data()).i(topk).p(flags.data()).p(sel.data())
-      .p(nsel.data()).i(maxCtx).run();
+      .p(score.data())
+      .p(pos.data())
+      .i(topk)
+      .p(flags.data())
+      .p(sel.data())
+      .p(nsel.data())
+      .i(maxCtx)
+      .run();
   for (int b = 0; b < B; ++b) {
     const int T = pos[b] + 1;
     std::vector<double> s(score.begin() + (size_t)b * maxCtx,
@@ -321,7 +394,11 @@ TEST(HelperTwins, IndexerScoresAndDsaSelectFollowTheDsaRule) {
   }
   std::vector<int> iota((size_t)B * maxCtx, -1), n2(B);
   Call("dsa_iota", 4, B, 1, 256)
-      .p(iota.data()).p(n2.data()).p(pos.data()).i(maxCtx).run();
+      .p(iota.data())
+      .p(n2.data())
+      .p(pos.data())
+      .i(maxCtx)
+      .run();
   for (int b = 0; b < B; ++b) {
     EXPECT_EQ(n2[b], pos[b] + 1);
     for (int t = 0; t <= pos[b]; ++t)
@@ -357,9 +434,10 @@ KvB makeKvB(std::mt19937 &rng, int R, int kvr, int dt, int sk) {
     }
     for (int o = 0; o < R; ++o)
       for (int c = 0; c < kvr; ++c) {
-        const float s = sk == 1   ? k.scale[(size_t)(o / 128) * sc + c / 128]
-                        : sk == 2 ? k.scale[o]
-                                  : std::ldexp(1.0f, e8[(size_t)o * sc + c / 32] - 127);
+        const float s =
+            sk == 1   ? k.scale[(size_t)(o / 128) * sc + c / 128]
+            : sk == 2 ? k.scale[o]
+                      : std::ldexp(1.0f, e8[(size_t)o * sc + c / 32] - 127);
         const size_t i = (size_t)o * kvr + c;
         k.bytes[i] = glm::rt::floatToE4m3(v[i] / s);
         k.wd[i] = glm::rt::e4m3ToFloat(k.bytes[i]) * s;
@@ -372,8 +450,8 @@ KvB makeKvB(std::mt19937 &rng, int R, int kvr, int dt, int sk) {
       k.wd[i] = v[i];
       std::memcpy(k.bytes.data() + 4 * i, &v[i], 4);
     } else {
-      const uint16_t h = dt == 1 ? glm::rt::floatToHalf(v[i])
-                                 : glm::rt::floatToBf16(v[i]);
+      const uint16_t h =
+          dt == 1 ? glm::rt::floatToHalf(v[i]) : glm::rt::floatToBf16(v[i]);
       k.wd[i] = dt == 1 ? glm::rt::halfToFloat(h) : glm::rt::bf16ToFloat(h);
       std::memcpy(k.bytes.data() + 2 * i, &h, 2);
     }
@@ -414,8 +492,19 @@ TEST(HelperTwins, AbsorbedMlaMatchesFp64Attention) {
           ctx((size_t)B * H * kvr), ov((size_t)B * H * dv, 0.0f);
       for (int threads : {64, 256}) {
         Call("mla_qabs", nh * ((kvr + 31) / 32), B, 1, threads)
-            .p(q.data()).p(kv.bytes.data()).i(dt).p(sp).i(sk).p(heads.data())
-            .p(qabs.data()).i(H).i(dn).i(dr).i(dv).i(kvr).run();
+            .p(q.data())
+            .p(kv.bytes.data())
+            .i(dt)
+            .p(sp)
+            .i(sk)
+            .p(heads.data())
+            .p(qabs.data())
+            .i(H)
+            .i(dn)
+            .i(dr)
+            .i(dv)
+            .i(kvr)
+            .run();
         Err e;
         for (int b = 0; b < B; ++b)
           for (int h : heads)
@@ -429,12 +518,35 @@ TEST(HelperTwins, AbsorbedMlaMatchesFp64Attention) {
         EXPECT_LE(e.rel(), 2e-6) << "qabs t" << threads;
       }
       Call("mla_core", nh, B, 1, 1024)
-          .p(q.data()).p(qabs.data()).p(cache.data()).p(seq.data())
-          .p(sel.data()).p(nsel.data()).p(p.data()).i(maxCtx).p(ctx.data())
-          .p(heads.data()).i(H).i(dn).i(dr).i(kvr).f(scale).run();
+          .p(q.data())
+          .p(qabs.data())
+          .p(cache.data())
+          .p(seq.data())
+          .p(sel.data())
+          .p(nsel.data())
+          .p(p.data())
+          .i(maxCtx)
+          .p(ctx.data())
+          .p(heads.data())
+          .i(H)
+          .i(dn)
+          .i(dr)
+          .i(kvr)
+          .f(scale)
+          .run();
       Call("mla_out", nh * ((dv + 31) / 32), B, 1, 256)
-          .p(kv.bytes.data()).i(dt).p(sp).i(sk).p(ctx.data()).p(heads.data())
-          .p(ov.data()).i(H).i(dn).i(dv).i(kvr).run();
+          .p(kv.bytes.data())
+          .i(dt)
+          .p(sp)
+          .i(sk)
+          .p(ctx.data())
+          .p(heads.data())
+          .p(ov.data())
+          .i(H)
+          .i(dn)
+          .i(dv)
+          .i(kvr)
+          .run();
       // fp64 attention from the fp32 q_abs the first launch produced.
       Err e;
       for (int b = 0; b < B; ++b)
@@ -446,13 +558,14 @@ TEST(HelperTwins, AbsorbedMlaMatchesFp64Attention) {
           std::vector<double> pr(n), cx(kvr, 0.0);
           for (int j = 0; j < n; ++j) {
             const float *ent = cb + (size_t)sel[(size_t)b * maxCtx + j] * lat;
-            pr[j] = (cpu::dot(ent, qa, kvr) + cpu::dot(ent + kvr, qp, dr)) *
-                    scale;
+            pr[j] =
+                (cpu::dot(ent, qa, kvr) + cpu::dot(ent + kvr, qp, dr)) * scale;
           }
           cpu::softmax(pr);
           for (int j = 0; j < n; ++j)
             for (int c = 0; c < kvr; ++c)
-              cx[c] += pr[j] * cb[(size_t)sel[(size_t)b * maxCtx + j] * lat + c];
+              cx[c] +=
+                  pr[j] * cb[(size_t)sel[(size_t)b * maxCtx + j] * lat + c];
           for (int j = 0; j < dv; ++j) {
             double s = 0;
             for (int c = 0; c < kvr; ++c)
@@ -472,9 +585,23 @@ TEST(HelperTwins, AbsorbedMlaMatchesFp64Attention) {
       std::vector<double> pd((size_t)B * H * maxCtx);
       std::vector<float> ov2((size_t)B * H * dv, 0.0f);
       Call("mla_attn", nh, B, 1, 256)
-          .p(q.data()).p(kvBT.data()).p(cache.data()).p(seq.data())
-          .p(sel.data()).p(nsel.data()).p(pd.data()).i(maxCtx).p(ov2.data())
-          .p(heads.data()).i(H).i(dn).i(dr).i(dv).i(kvr).f(scale).run();
+          .p(q.data())
+          .p(kvBT.data())
+          .p(cache.data())
+          .p(seq.data())
+          .p(sel.data())
+          .p(nsel.data())
+          .p(pd.data())
+          .i(maxCtx)
+          .p(ov2.data())
+          .p(heads.data())
+          .i(H)
+          .i(dn)
+          .i(dr)
+          .i(dv)
+          .i(kvr)
+          .f(scale)
+          .run();
       Err e2;
       for (size_t i = 0; i < ov.size(); ++i)
         e2.add(ov2[i], ov[i]);
@@ -488,8 +615,9 @@ TEST(HelperTwins, RouteIsTheCpuRouter) {
     int E, k, B;
     bool normalize, ties;
   };
-  for (const Case c : {Case{256, 8, 3, true, false}, Case{256, 8, 2, true, true},
-                       Case{33, 4, 1, false, true}, Case{16, 20, 1, true, false}}) {
+  for (const Case c :
+       {Case{256, 8, 3, true, false}, Case{256, 8, 2, true, true},
+        Case{33, 4, 1, false, true}, Case{16, 20, 1, true, false}}) {
     std::mt19937 rng(40 + c.E + c.k);
     std::vector<float> logits = randn(rng, (size_t)c.B * c.E), bias(c.E);
     for (auto &v : bias)
@@ -502,8 +630,15 @@ TEST(HelperTwins, RouteIsTheCpuRouter) {
     std::vector<int> ids((size_t)c.B * c.k);
     std::vector<float> w((size_t)c.B * c.k);
     Call("route", 1, c.B, 1, (c.E + 31) / 32 * 32)
-        .p(logits.data()).p(bias.data()).i(c.E).i(c.k).i(c.normalize).f(2.5)
-        .p(ids.data()).p(w.data()).run();
+        .p(logits.data())
+        .p(bias.data())
+        .i(c.E)
+        .i(c.k)
+        .i(c.normalize)
+        .f(2.5)
+        .p(ids.data())
+        .p(w.data())
+        .run();
     for (int b = 0; b < c.B; ++b) {
       std::vector<double> l(logits.begin() + (size_t)b * c.E,
                             logits.begin() + (size_t)(b + 1) * c.E);
@@ -523,15 +658,23 @@ TEST(HelperTwins, RouteIsTheCpuRouter) {
 TEST(HelperTwins, SwigluIsSiluTimesUpOnOwnedChunks) {
   std::mt19937 rng(9);
   const int n = 300, B = 2, gs = 320;
-  std::vector<float> g = randn(rng, (size_t)B * gs), u = randn(rng, (size_t)B * gs);
+  std::vector<float> g = randn(rng, (size_t)B * gs),
+                     u = randn(rng, (size_t)B * gs);
   std::vector<uint8_t> own = {1, 0, 1};
   std::vector<float> act((size_t)B * n, -1.0f);
   Call("swiglu", blocks(n), B, 1, 256)
-      .p(g.data()).p(u.data()).i(gs).p(act.data()).i(n).p(own.data()).run();
+      .p(g.data())
+      .p(u.data())
+      .i(gs)
+      .p(act.data())
+      .i(n)
+      .p(own.data())
+      .run();
   for (int b = 0; b < B; ++b)
     for (int j = 0; j < n; ++j) {
-      const float want =
-          own[j / 128] ? (float)(cpu::silu(g[b * gs + j]) * u[b * gs + j]) : 0.0f;
+      const float want = own[j / 128]
+                             ? (float)(cpu::silu(g[b * gs + j]) * u[b * gs + j])
+                             : 0.0f;
       ASSERT_TRUE(sameBits(act[b * n + j], want)) << b << " " << j;
     }
 }
@@ -549,9 +692,17 @@ TEST(HelperTwins, GemvAnyMatchesCpuGemvInEveryStoredForm) {
     m.data = w.wd;
     std::vector<float> y((size_t)B * ys, 0.0f), ref(out);
     Call("gemv_any", blocks(out, 8), B, 1, 256)
-        .p(x.data()).i(xs).p(w.bytes.data()).i(form[0])
-        .p(w.scale.empty() ? nullptr : w.scale.data()).i(form[1]).p(y.data())
-        .i(ys).i(in).i(out).run();
+        .p(x.data())
+        .i(xs)
+        .p(w.bytes.data())
+        .i(form[0])
+        .p(w.scale.empty() ? nullptr : w.scale.data())
+        .i(form[1])
+        .p(y.data())
+        .i(ys)
+        .i(in)
+        .i(out)
+        .run();
     for (int b = 0; b < B; ++b) {
       cpu::gemv(m, x.data() + (size_t)b * xs, ref.data());
       Err e;
@@ -579,13 +730,39 @@ TEST(HelperTwins, HfExpertsMatchFp64Experts) {
   std::vector<double> part((size_t)B * slots * d);
   std::vector<float> y((size_t)B * d);
   Call("hf_expert_act", blocks(I), K, B, 256)
-      .p(gate.bytes.data()).p(up.bytes.data()).i(2).p(x.data()).p(ids.data())
-      .i(stride).i(I).i(d).p(nullptr).i(2).i(0).p(act.data()).run();
+      .p(gate.bytes.data())
+      .p(up.bytes.data())
+      .i(2)
+      .p(x.data())
+      .p(ids.data())
+      .i(stride)
+      .i(I)
+      .i(d)
+      .p(nullptr)
+      .i(2)
+      .i(0)
+      .p(act.data())
+      .run();
   Call("hf_expert_down", blocks(d), K * chunks, B, 256)
-      .p(down.bytes.data()).i(2).p(act.data()).p(ids.data()).p(wts.data())
-      .i(stride).i(I).i(d).i(K).p(part.data()).i(slots).i(0).run();
+      .p(down.bytes.data())
+      .i(2)
+      .p(act.data())
+      .p(ids.data())
+      .p(wts.data())
+      .i(stride)
+      .i(I)
+      .i(d)
+      .i(K)
+      .p(part.data())
+      .i(slots)
+      .i(0)
+      .run();
   Call("reduce_units", blocks(d), B, 1, 256)
-      .p(part.data()).i(slots).i(d).p(y.data()).run();
+      .p(part.data())
+      .i(slots)
+      .i(d)
+      .p(y.data())
+      .run();
   Err e;
   for (int b = 0; b < B; ++b)
     for (int r = 0; r < d; ++r) {
@@ -633,7 +810,13 @@ TEST(HelperTwins, GlueFamiliesMoveTheRightElements) {
   std::vector<float> g(2 * B * maxCount), logits(B * V, -1.0f);
   std::iota(g.begin(), g.end(), 0.0f);
   Call("vocab_gather", 1, 2, B, 256)
-      .p(g.data()).p(vb.data()).i(B).i(maxCount).p(logits.data()).i(V).run();
+      .p(g.data())
+      .p(vb.data())
+      .i(B)
+      .i(maxCount)
+      .p(logits.data())
+      .i(V)
+      .run();
   for (int b = 0; b < B; ++b)
     for (int r = 0; r < 2; ++r)
       for (long long i = 0; i < vb[r + 1] - vb[r]; ++i)
@@ -646,7 +829,13 @@ TEST(HelperTwins, GlueFamiliesMoveTheRightElements) {
   std::vector<int> ids = {2, -1, 0, 1};
   std::vector<float> xh(2 * B * K * d);
   Call("exl3_expert_in", 1, K, 2 * B, 256)
-      .p(x.data()).p(suh.data()).p(ids.data()).p(xh.data()).i(d).i(E).i(B)
+      .p(x.data())
+      .p(suh.data())
+      .p(ids.data())
+      .p(xh.data())
+      .i(d)
+      .i(E)
+      .i(B)
       .run();
   for (int p = 0; p < 2; ++p)
     for (int b = 0; b < B; ++b)
@@ -661,8 +850,16 @@ TEST(HelperTwins, GlueFamiliesMoveTheRightElements) {
   std::vector<float> xm(2 * B * slots * d), suh2(2 * (E + 1) * d);
   std::iota(suh2.begin(), suh2.end(), 0.25f);
   Call("moe_exl3_in", 1, slots, 2 * B, 256)
-      .p(x.data()).p(suh2.data()).p(ids.data()).p(xm.data()).i(d).i(E + 1)
-      .i(E).i(K).i(B).run();
+      .p(x.data())
+      .p(suh2.data())
+      .p(ids.data())
+      .p(xm.data())
+      .i(d)
+      .i(E + 1)
+      .i(E)
+      .i(K)
+      .i(B)
+      .run();
   for (int b = 0; b < B; ++b)
     for (int k = 0; k < slots; ++k)
       for (int p = 0; p < 2; ++p)
@@ -675,7 +872,11 @@ TEST(HelperTwins, GlueFamiliesMoveTheRightElements) {
   // Fills: splitmix64 words under the mask; a constant.
   std::vector<uint32_t> r(100);
   Call("fill_random", 1024, 1, 1, 256)
-      .p(r.data()).i(100).i(77).i(0xBBFFBBFF).run();
+      .p(r.data())
+      .i(100)
+      .i(77)
+      .i(0xBBFFBBFF)
+      .run();
   for (int i = 0; i < 100; ++i) {
     uint64_t z = 77 + 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
