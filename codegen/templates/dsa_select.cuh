@@ -4,7 +4,7 @@
 #pragma once
 
 #define GLM_DSA_SELECT_PARAMS                                                  \
-  const double *scoreAll, const int *pos, int k, int *flagsAll, int *selAll,  \
+  const double *scoreAll, const int *pos, int k, int *flagsAll, int *selAll,   \
       int *nsel, int maxCtx
 #define GLM_DSA_SELECT_ARGS scoreAll, pos, k, flagsAll, selAll, nsel, maxCtx
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #define GLM_EXL3_EXPERT_IN_PARAMS                                              \
-  const float *x, const float *suh, const int *ids, float *xh, int d, int E,  \
+  const float *x, const float *suh, const int *ids, float *xh, int d, int E,   \
       int B
 #define GLM_EXL3_EXPERT_IN_ARGS x, suh, ids, xh, d, E, B
 

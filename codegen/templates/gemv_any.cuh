@@ -8,7 +8,7 @@
 #include "helper_common.cuh"
 
 #define GLM_GEMV_ANY_PARAMS                                                    \
-  const float *x, int xs, const void *w, int dt, const void *scale, int sk,   \
+  const float *x, int xs, const void *w, int dt, const void *scale, int sk,    \
       float *y, int ys, int in, int out
 #define GLM_GEMV_ANY_ARGS x, xs, w, dt, scale, sk, y, ys, in, out
 
@@ -28,8 +28,8 @@ __device__ __forceinline__ void gemvAny(GLM_GEMV_ANY_PARAMS) {
   for (int i = lane; i < in; i += 32) {
     float v = hx::ldAny(w, (long long)o * in + i, dt);
     if (sk == 1)
-      v *= ((const float *)scale)[(long long)(o >> 7) * ((in + 127) >> 7) +
-                                  (i >> 7)];
+      v *= ((const float *)
+                scale)[(long long)(o >> 7) * ((in + 127) >> 7) + (i >> 7)];
     else if (sk == 2)
       v *= ((const float *)scale)[o];
     else if (sk == 3)

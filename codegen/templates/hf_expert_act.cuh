@@ -7,8 +7,8 @@
 #include "helper_common.cuh"
 
 #define GLM_HF_EXPERT_ACT_PARAMS                                               \
-  const void *gate, const void *up, int dt, const float *x, const int *ids,   \
-      long long stride, int I, int d, const unsigned char *own, int halves,   \
+  const void *gate, const void *up, int dt, const float *x, const int *ids,    \
+      long long stride, int I, int d, const unsigned char *own, int halves,    \
       int ownE, double *act
 #define GLM_HF_EXPERT_ACT_ARGS                                                 \
   gate, up, dt, x, ids, stride, I, d, own, halves, ownE, act

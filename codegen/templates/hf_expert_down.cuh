@@ -7,8 +7,8 @@
 #include "helper_common.cuh"
 
 #define GLM_HF_EXPERT_DOWN_PARAMS                                              \
-  const void *down, int dt, const double *act, const int *ids,                \
-      const float *wts, long long stride, int I, int d, int U, double *part,  \
+  const void *down, int dt, const double *act, const int *ids,                 \
+      const float *wts, long long stride, int I, int d, int U, double *part,   \
       int slots, int slotBase
 #define GLM_HF_EXPERT_DOWN_ARGS                                                \
   down, dt, act, ids, wts, stride, I, d, U, part, slots, slotBase
@@ -30,15 +30,15 @@ __device__ __forceinline__ void hfExpertDown(GLM_HF_EXPERT_DOWN_PARAMS) {
   if (e >= 0) {
     const int begin = ch * 128;
     const int count = I - begin < 128 ? I - begin : 128;
-    const long long row = (ids ? (long long)e : 0) * stride +
-                          (long long)r * I + begin;
+    const long long row =
+        (ids ? (long long)e : 0) * stride + (long long)r * I + begin;
     const double *a = act + ((long long)b * U + u) * I + begin; // (count)
     for (int j = 0; j < count; ++j)
       s += (double)hx::ldAny(down, row + j, dt) * a[j];
     s *= wts ? (double)wts[b * U + u] : 1.0;
   }
-  part[((long long)b * slots + slotBase + (long long)u * chunks + ch) * d +
-       r] = s;
+  part[((long long)b * slots + slotBase + (long long)u * chunks + ch) * d + r] =
+      s;
 }
 
 } // namespace glm

@@ -6,7 +6,7 @@
 #include "helper_common.cuh"
 
 #define GLM_INDEX_KEY_STORE_PARAMS                                             \
-  const float *k, const float *w, const float *bias, float *keys,             \
+  const float *k, const float *w, const float *bias, float *keys,              \
       const int *seq, const int *pos, int hd, int dr, int maxCtx, double theta
 #define GLM_INDEX_KEY_STORE_ARGS                                               \
   k, w, bias, keys, seq, pos, hd, dr, maxCtx, theta
@@ -20,8 +20,8 @@ __device__ __forceinline__ void indexKeyStore(GLM_INDEX_KEY_STORE_PARAMS) {
                     (THREADS & (THREADS - 1)) == 0,
                 "THREADS: a power of two (hx::blockSumD's tree)");
   const int b = blockIdx.y;
-  const float *x = k + (long long)b * hd;                              // (hd)
-  float *dst = keys + ((long long)seq[b] * maxCtx + pos[b]) * hd;      // (hd)
+  const float *x = k + (long long)b * hd;                         // (hd)
+  float *dst = keys + ((long long)seq[b] * maxCtx + pos[b]) * hd; // (hd)
   double m = 0;
   for (int i = threadIdx.x; i < hd; i += THREADS)
     m += x[i];
@@ -33,8 +33,8 @@ __device__ __forceinline__ void indexKeyStore(GLM_INDEX_KEY_STORE_PARAMS) {
   }
   const double inv = 1.0 / sqrt(hx::blockSumD(var) / (double)hd + 1e-6);
   for (int i = threadIdx.x; i < hd; i += THREADS)
-    dst[i] = (float)(((double)x[i] - mean) * inv * (double)w[i] +
-                     (double)bias[i]);
+    dst[i] =
+        (float)(((double)x[i] - mean) * inv * (double)w[i] + (double)bias[i]);
   __syncthreads();
   for (int i = threadIdx.x; i < dr / 2; i += THREADS)
     hx::ropePair(dst, i, dr, pos[b], theta);

@@ -5,8 +5,8 @@
 #pragma once
 
 #define GLM_INDEXER_SCORES_CTX_PARAMS                                          \
-  const float *qi, const float *keys, const float *wts, double *score,        \
-      const int *seq, const int *pos, int nh, int hd, int maxCtx,             \
+  const float *qi, const float *keys, const float *wts, double *score,         \
+      const int *seq, const int *pos, int nh, int hd, int maxCtx,              \
       double headScale, double dotScale
 #define GLM_INDEXER_SCORES_CTX_ARGS                                            \
   qi, keys, wts, score, seq, pos, nh, hd, maxCtx, headScale, dotScale
@@ -18,15 +18,16 @@ namespace glm {
 /// products h = l, l+32, .. of each group of 64 heads, lane 0 adds them in
 /// order. Grid (n, B).
 template <int THREADS>
-__device__ __forceinline__ void indexerScoresCtx(GLM_INDEXER_SCORES_CTX_PARAMS) {
+__device__ __forceinline__ void
+indexerScoresCtx(GLM_INDEXER_SCORES_CTX_PARAMS) {
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
   constexpr int NW = THREADS / 32;
   __shared__ double term[NW][64]; // (NW, 64) a warp's head terms
   const int b = blockIdx.y, T = pos[b] + 1;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  const float *q = qi + (long long)b * nh * hd;                      // (nh, hd)
-  const float *wv = wts + (long long)b * nh;                         // (nh)
-  const float *kb = keys + (long long)seq[b] * maxCtx * hd;  // (maxCtx, hd)
+  const float *q = qi + (long long)b * nh * hd;             // (nh, hd)
+  const float *wv = wts + (long long)b * nh;                // (nh)
+  const float *kb = keys + (long long)seq[b] * maxCtx * hd; // (maxCtx, hd)
   for (int t0 = blockIdx.x * NW; t0 < T; t0 += gridDim.x * NW) {
     const int t = t0 + w;
     const float *kt = kb + (long long)(t < T ? t : 0) * hd;

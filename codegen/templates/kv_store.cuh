@@ -5,7 +5,7 @@
 #include "helper_common.cuh"
 
 #define GLM_KV_STORE_PARAMS                                                    \
-  const float *kva, const float *normW, float *cache, const int *seq,         \
+  const float *kva, const float *normW, float *cache, const int *seq,          \
       const int *pos, int kvr, int dr, int maxCtx, double eps, double theta
 #define GLM_KV_STORE_ARGS                                                      \
   kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta
@@ -19,8 +19,8 @@ __device__ __forceinline__ void kvStore(GLM_KV_STORE_PARAMS) {
                     (THREADS & (THREADS - 1)) == 0,
                 "THREADS: a power of two (hx::blockSumD's tree)");
   const int b = blockIdx.y, lat = kvr + dr;
-  const float *src = kva + (long long)b * lat;                           // (lat)
-  float *dst = cache + ((long long)seq[b] * maxCtx + pos[b]) * lat;      // (lat)
+  const float *src = kva + (long long)b * lat;                      // (lat)
+  float *dst = cache + ((long long)seq[b] * maxCtx + pos[b]) * lat; // (lat)
   double ss = 0;
   for (int i = threadIdx.x; i < kvr; i += THREADS)
     ss += (double)src[i] * (double)src[i];

@@ -8,12 +8,12 @@
 #pragma once
 
 #define GLM_MLA_ATTN_PARAMS                                                    \
-  const float *qAll, const float *kvBT, const float *cache, const int *seq,   \
-      const int *selAll, const int *nselp, double *pAll, int maxCtx,          \
-      float *ovAll, const int *heads, int H, int dn, int dr, int dv, int kvr, \
+  const float *qAll, const float *kvBT, const float *cache, const int *seq,    \
+      const int *selAll, const int *nselp, double *pAll, int maxCtx,           \
+      float *ovAll, const int *heads, int H, int dn, int dr, int dv, int kvr,  \
       double scale
 #define GLM_MLA_ATTN_ARGS                                                      \
-  qAll, kvBT, cache, seq, selAll, nselp, pAll, maxCtx, ovAll, heads, H, dn,   \
+  qAll, kvBT, cache, seq, selAll, nselp, pAll, maxCtx, ovAll, heads, H, dn,    \
       dr, dv, kvr, scale
 
 namespace glm {

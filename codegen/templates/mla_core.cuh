@@ -12,12 +12,12 @@
 #include "helper_common.cuh"
 
 #define GLM_MLA_CORE_PARAMS                                                    \
-  const float *qAll, const float *qabsAll, const float *cache,                \
-      const int *seq, const int *selAll, const int *nselp, float *pAll,       \
-      int maxCtx, float *ctxAll, const int *heads, int H, int dn, int dr,     \
-      int kvr, double scale
+  const float *qAll, const float *qabsAll, const float *cache, const int *seq, \
+      const int *selAll, const int *nselp, float *pAll, int maxCtx,            \
+      float *ctxAll, const int *heads, int H, int dn, int dr, int kvr,         \
+      double scale
 #define GLM_MLA_CORE_ARGS                                                      \
-  qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, ctxAll, heads, H,   \
+  qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, ctxAll, heads, H,    \
       dn, dr, kvr, scale
 
 namespace glm {

@@ -9,7 +9,7 @@
 #include "mla_common.cuh"
 
 #define GLM_MLA_OUT_PARAMS                                                     \
-  const void *W, int dt, const void *scale, int sk, const float *ctxAll,      \
+  const void *W, int dt, const void *scale, int sk, const float *ctxAll,       \
       const int *heads, float *ovAll, int H, int dn, int dv, int kvr
 #define GLM_MLA_OUT_ARGS W, dt, scale, sk, ctxAll, heads, ovAll, H, dn, dv, kvr
 
@@ -21,10 +21,9 @@ constexpr int kMlaOutRows = 4;
 
 /// Scalar path: lane sums columns c = lane + 32k of row o in order.
 template <int DT, int SK>
-__device__ __forceinline__ void mlaOutRun(float &a, const void *W, int dt,
-                                          const void *scale, int sk,
-                                          const float *ctx, long long o,
-                                          int lane, int kvr) {
+__device__ __forceinline__ void
+mlaOutRun(float &a, const void *W, int dt, const void *scale, int sk,
+          const float *ctx, long long o, int lane, int kvr) {
   a = 0.0f;
   int c = lane;
   for (; c + 32 * (kMlaBatch - 1) < kvr; c += 32 * kMlaBatch) {
@@ -43,15 +42,9 @@ __device__ __forceinline__ void mlaOutRun(float &a, const void *W, int dt,
 }
 /// Raw 4-element weight words (loaded first, decoded at the products, so a
 /// warp's loads are all in flight without holding decoded floats).
-template <int D> struct RawOf {
-  typedef uint2 T;
-};
-template <> struct RawOf<0> {
-  typedef uint4 T;
-};
-template <> struct RawOf<3> {
-  typedef unsigned T;
-};
+template <int D> struct RawOf { typedef uint2 T; };
+template <> struct RawOf<0> { typedef uint4 T; };
+template <> struct RawOf<3> { typedef unsigned T; };
 template <int D>
 __device__ __forceinline__ void dec4(const typename RawOf<D>::T &q,
                                      float (&v)[4]);
@@ -89,10 +82,9 @@ __device__ __forceinline__ void dec4<3>(const unsigned &q, float (&v)[4]) {
 /// Rows o0 .. o0 + nr - 1 (nr <= kMlaOutRows); per group a[r] +=
 /// ((v0*x0 + v1*x1) + v2*x2) + v3*x3; MB column groups per row in flight.
 template <int DT, int SK>
-__device__ __forceinline__ void mlaOutVec(float (&a)[kMlaOutRows],
-                                          const void *W, const void *scale,
-                                          const float *ctx, long long o0,
-                                          int nr, int lane, int kvr) {
+__device__ __forceinline__ void
+mlaOutVec(float (&a)[kMlaOutRows], const void *W, const void *scale,
+          const float *ctx, long long o0, int nr, int lane, int kvr) {
   if (DT < 0 || (SK != 0 && DT != 3))
     return;
   constexpr int D = DT < 0 ? 0 : DT, MB = D == 0 ? 2 : 4;
@@ -116,8 +108,8 @@ __device__ __forceinline__ void mlaOutVec(float (&a)[kMlaOutRows],
         q[r][m] = Raw();
         sc[r][m] = 0.0f;
         if (c < kvr && r < nr) {
-          q[r][m] = *reinterpret_cast<const Raw *>(
-              wb + ((o0 + r) * kvr + c) * kBytes);
+          q[r][m] = *reinterpret_cast<const Raw *>(wb + ((o0 + r) * kvr + c) *
+                                                            kBytes);
           sc[r][m] = scaleAt<SK>(scale, o0 + r, c, kvr);
         }
       }
@@ -132,17 +124,14 @@ __device__ __forceinline__ void mlaOutVec(float (&a)[kMlaOutRows],
 #pragma unroll
           for (int t = 0; t < 4; ++t)
             v[t] *= sc[r][m];
-        a[r] += v[0] * x[m].x + v[1] * x[m].y + v[2] * x[m].z +
-                v[3] * x[m].w;
+        a[r] += v[0] * x[m].x + v[1] * x[m].y + v[2] * x[m].z + v[3] * x[m].w;
       }
   }
 }
 template <int DT, int SK>
-__device__ __forceinline__ void mlaOutRows(float (&a)[kMlaOutRows],
-                                           const void *W, int dt,
-                                           const void *scale, int sk,
-                                           const float *ctx, long long o0,
-                                           int nr, int lane, int kvr) {
+__device__ __forceinline__ void
+mlaOutRows(float (&a)[kMlaOutRows], const void *W, int dt, const void *scale,
+           int sk, const float *ctx, long long o0, int nr, int lane, int kvr) {
 #pragma unroll
   for (int r = 0; r < kMlaOutRows; ++r) {
     a[r] = 0.0f;

@@ -8,7 +8,7 @@
 #include "mla_common.cuh"
 
 #define GLM_MLA_QABS_PARAMS                                                    \
-  const float *qAll, const void *W, int dt, const void *scale, int sk,        \
+  const float *qAll, const void *W, int dt, const void *scale, int sk,         \
       const int *heads, float *qabsAll, int H, int dn, int dr, int dv, int kvr
 #define GLM_MLA_QABS_ARGS                                                      \
   qAll, W, dt, scale, sk, heads, qabsAll, H, dn, dr, dv, kvr
@@ -18,11 +18,9 @@ namespace hx {
 
 /// Scalar path: warp w of nw sums rows i = w, w+nw, .. of column c in order.
 template <int DT, int SK>
-__device__ __forceinline__ float mlaQabsDot(const void *W, int dt,
-                                            const void *scale, int sk,
-                                            const float *qn, long long o0,
-                                            int w, int nw, int c, int dn,
-                                            int kvr) {
+__device__ __forceinline__ float
+mlaQabsDot(const void *W, int dt, const void *scale, int sk, const float *qn,
+           long long o0, int w, int nw, int c, int dn, int kvr) {
   float a = 0.0f;
   int i = w;
   for (; i + nw * (kMlaBatch - 1) < dn; i += nw * kMlaBatch) {
@@ -43,9 +41,8 @@ __device__ __forceinline__ float mlaQabsDot(const void *W, int dt,
 template <int DT, int SK>
 __device__ __forceinline__ void mlaQabsRun(float &a, const void *W, int dt,
                                            const void *scale, int sk,
-                                           const float *qn, long long o0,
-                                           int w, int nw, int c, int dn,
-                                           int kvr) {
+                                           const float *qn, long long o0, int w,
+                                           int nw, int c, int dn, int kvr) {
   a = mlaQabsDot<DT, SK>(W, dt, scale, sk, qn, o0, w, nw, c, dn, kvr);
 }
 /// 16-byte chunks: the block's 32 columns in P = 32/N chunks per row, R =
@@ -121,14 +118,14 @@ __device__ __forceinline__ void mlaQabs(GLM_MLA_QABS_PARAMS) {
       qAll + (long long)b * H * (dn + dr) + (long long)h * (dn + dr); // (dn)
   const long long o0 = (long long)h * (dn + dv);
   if (hx::vecOk(W, dt, sk, kvr)) {
-    GLM_MLA_DISPATCH(dt, sk, hx::mlaQabsVec, W, scale, qn, qabsAll, part, b,
-                     h, H, o0, dn, kvr);
+    GLM_MLA_DISPATCH(dt, sk, hx::mlaQabsVec, W, scale, qn, qabsAll, part, b, h,
+                     H, o0, dn, kvr);
     return;
   }
   float a = 0.0f;
   if (c < kvr) {
-    GLM_MLA_DISPATCH(dt, sk, hx::mlaQabsRun, a, W, dt, scale, sk, qn, o0, w,
-                     nw, c, dn, kvr);
+    GLM_MLA_DISPATCH(dt, sk, hx::mlaQabsRun, a, W, dt, scale, sk, qn, o0, w, nw,
+                     c, dn, kvr);
   }
   part[w][threadIdx.x & 31] = a;
   __syncthreads();

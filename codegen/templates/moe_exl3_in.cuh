@@ -4,7 +4,7 @@
 #pragma once
 
 #define GLM_MOE_EXL3_IN_PARAMS                                                 \
-  const float *x, const float *suh, const int *ids, float *xh, int d,         \
+  const float *x, const float *suh, const int *ids, float *xh, int d,          \
       int eTot, int nRouted, int topk, int B
 #define GLM_MOE_EXL3_IN_ARGS x, suh, ids, xh, d, eTot, nRouted, topk, B
 

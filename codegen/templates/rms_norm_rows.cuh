@@ -26,8 +26,8 @@ constexpr int kRmsPer = 8;
 /// each block also writes its elements of that sum to xo; xo must not
 /// alias xr then (every block reads the whole row).
 __device__ __forceinline__ void rmsNormRow(const float *xr, const float *dr,
-                                           float *xo, const float *w,
-                                           float *yr, int n, double eps) {
+                                           float *xo, const float *w, float *yr,
+                                           int n, double eps) {
   const int t = threadIdx.x, nt = blockDim.x;
   const int G = gridDim.x, g = blockIdx.x;
   const int K = (n + nt - 1) / nt;

@@ -9,7 +9,7 @@
 #pragma once
 
 #define GLM_ROUTE_PARAMS                                                       \
-  const float *logitsAll, const float *bias, int E, int k, int normalize,     \
+  const float *logitsAll, const float *bias, int E, int k, int normalize,      \
       double scale, int *expertsAll, float *weightsAll
 #define GLM_ROUTE_ARGS                                                         \
   logitsAll, bias, E, k, normalize, scale, expertsAll, weightsAll
@@ -18,8 +18,7 @@ namespace glm {
 
 /// Grid (1, B), a thread per expert: blockDim.x = E rounded up to 32 (<=
 /// THREADS); k <= 64. Slots k >= E get id -1 and weight 0.
-template <int THREADS>
-__device__ __forceinline__ void route(GLM_ROUTE_PARAMS) {
+template <int THREADS> __device__ __forceinline__ void route(GLM_ROUTE_PARAMS) {
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
   __shared__ double s[THREADS], ch[THREADS]; // (E) sigmoid, choice score
   __shared__ int pickS[64], warpPicks[32];
@@ -65,8 +64,7 @@ __device__ __forceinline__ void route(GLM_ROUTE_PARAMS) {
     const int e = ok ? pickS[kk] : 0;
     expertsAll[b * kk0 + kk] = ok ? e : -1;
     weightsAll[b * kk0 + kk] =
-        ok ? (float)((normalize ? s[e] / (sum + 1e-20) : s[e]) * scale)
-           : 0.0f;
+        ok ? (float)((normalize ? s[e] / (sum + 1e-20) : s[e]) * scale) : 0.0f;
   }
 }
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #define GLM_SWIGLU_PARAMS                                                      \
-  const float *g, const float *u, int gs, float *act, int n,                  \
+  const float *g, const float *u, int gs, float *act, int n,                   \
       const unsigned char *own
 #define GLM_SWIGLU_ARGS g, u, gs, act, n, own
 

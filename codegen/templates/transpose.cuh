@@ -2,7 +2,8 @@
 // source ([cols][rows] in dst's terms), fp32.
 #pragma once
 
-#define GLM_TRANSPOSE_PARAMS const float *src, float *dst, long long rows, int cols
+#define GLM_TRANSPOSE_PARAMS                                                   \
+  const float *src, float *dst, long long rows, int cols
 #define GLM_TRANSPOSE_ARGS src, dst, rows, cols
 
 namespace glm {

@@ -45,19 +45,9 @@ KernelSpec mkSpec(const std::string &family,
   return s;
 }
 
-const char *kFillSource = R"(
-extern "C" __global__ void glm_bench_fill(unsigned *p, unsigned long long n,
-                                          unsigned long long seed) {
-  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x +
-                              threadIdx.x;
-       i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
-    unsigned long long z = (i + seed) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    p[i] = (unsigned)(z ^ (z >> 31));
-  }
-}
-)";
+/// The suites' random weight bytes: the fill_random family (splitmix64 words
+/// of (seed, index), no mask), as the executor's synthetic weights.
+KernelSpec fillSpec() { return mkSpec("fill_random", {{"threads", "256"}}); }
 
 /// Kernels compiled by NVRTC (in parallel), loaded on the calling thread.
 class KernelSet {
@@ -116,7 +106,7 @@ private:
 void fillRandom(CUfunction fill, CUdeviceptr p, size_t bytes, uint64_t seed,
                 CUstream s) {
   Params a;
-  a << p << (unsigned long long)(bytes / 4) << (unsigned long long)seed;
+  a << p << (long long)(bytes / 4) << (unsigned long long)seed << 0xFFFFFFFFu;
   a.launch(fill, 1024, 1, 256, s);
 }
 
@@ -749,8 +739,6 @@ void benchMoeLayer(Ctx &c) {
 
 } // namespace
 
-const char *benchFillSource() { return kFillSource; }
-
 BenchResult runBench(const BenchOptions &opt, std::ostream &log) {
   const std::string &s = opt.suite;
   check(s == "all" || s == "copy" || s == "expert" || s == "moe-layer" ||
@@ -768,9 +756,9 @@ BenchResult runBench(const BenchOptions &opt, std::ostream &log) {
     CUstream s;
     ~StreamGuard() { cuStreamDestroy(s); }
   } guard{c.stream};
-  c.kernels.addRaw("glm_bench_fill", kFillSource);
+  c.kernels.add(fillSpec());
   c.kernels.build();
-  c.fill = c.kernels.get("glm_bench_fill");
+  c.fill = c.kernels.get(fillSpec());
   benchCopy(c); // every ratio needs it
   if (s == "all" || s == "expert")
     benchExpert(c);

@@ -56,12 +56,8 @@ struct BenchResult {
 };
 
 /// Runs the suites; progress and per-case lines go to `log`. Throws Error on
-/// an unknown suite or a CUDA failure.
-/// CUDA source of glm_bench_fill(unsigned *p, unsigned long long n,
-/// unsigned long long seed): p[0..n) = splitmix64 bits of (i + seed), a
-/// grid-stride loop (the suites' random weight bytes).
-const char *benchFillSource();
-
+/// an unknown suite or a CUDA failure. Random weight bytes come from the
+/// fill_random family (codegen/templates/fill_random.cuh).
 BenchResult runBench(const BenchOptions &opt, std::ostream &log);
 
 /// The short table (one line per row, header first).

@@ -37,20 +37,6 @@ namespace {
 
 using glm::codegen::KernelSpec;
 
-const char *kDenseHelpers = R"(
-// The executor's ordered slice sum (glmx_sum_parts).
-extern "C" __global__ void glm_bench_dense_sum(const float *parts, int np,
-                                               int n, float *out) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n)
-    return;
-  float s = 0.0f;
-  for (int p = 0; p < np; ++p)
-    s += parts[(long long)p * n + i];
-  out[i] = s;
-}
-)";
-
 KernelSpec mk(const std::string &family,
               std::map<std::string, std::string> args) {
   KernelSpec s;
@@ -142,6 +128,11 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
   auto want = [&](const KernelSpec &s) {
     src.emplace(codegen::kernelName(s), codegen::generateSource(s));
   };
+  // The random fill and the executor's ordered slice sum (sum_parts).
+  const KernelSpec fillSpec = mk("fill_random", {{"threads", "256"}});
+  const KernelSpec sumSpec = mk("sum_parts", {{"threads", "256"}});
+  want(fillSpec);
+  want(sumSpec);
   want(hadSpec());
   for (int K : widths)
     for (int b : batches) {
@@ -178,10 +169,7 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
   auto fn = [&](const KernelSpec &s) {
     return mods.at(codegen::kernelName(s))->function(codegen::kernelName(s));
   };
-  // The random fill is the bench's (benchFillSource), the slice sum ours.
-  Module helpers(compileCubin(std::string(benchFillSource()) + kDenseHelpers, arch));
-  CUfunction fill = helpers.function("glm_bench_fill");
-  CUfunction sum = helpers.function("glm_bench_dense_sum");
+  CUfunction fill = fn(fillSpec), sum = fn(sumSpec);
 
   auto row = [&](const std::string &name, double ms, double bytes) {
     BenchRow b;
@@ -209,8 +197,8 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
       DeviceBuffer w(matBytes * copies);
       {
         Params a;
-        a << w.ptr() << (unsigned long long)(w.size() / 4)
-          << (unsigned long long)seed++;
+        a << w.ptr() << (long long)(w.size() / 4) << (unsigned long long)seed++
+          << 0xFFFFFFFFu;
         a.launch(fill, 2048, 1, 256, st);
       }
       DeviceBuffer x(size_t(8) * sh.in * 4), y(size_t(8) * sh.out * 4),

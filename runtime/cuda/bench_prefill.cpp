@@ -32,25 +32,6 @@ namespace glm::rt::cuda {
 
 namespace {
 
-const char *kPrefillFill = R"(
-extern "C" __global__ void glm_prefill_fill(unsigned *p, unsigned long long n,
-                                            unsigned long long seed,
-                                            int halves) {
-  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x +
-                              threadIdx.x;
-       i < n; i += (unsigned long long)gridDim.x * blockDim.x) {
-    unsigned long long z = (i + seed) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    unsigned v = (unsigned)(z ^ (z >> 31));
-    // halves: two fp16 in [-1, 1) (sign, exponent <= 14) instead of bits.
-    if (halves)
-      v &= 0xBBFFBBFFu;
-    p[i] = v;
-  }
-}
-)";
-
 glm::codegen::KernelSpec gemmSpec(int K, int bm, int threads) {
   glm::codegen::KernelSpec s;
   s.family = "gemm_trellis";
@@ -116,11 +97,14 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log) {
   // parallel exactly as a plan's are.
   const int widths[] = {2, 3, 4}, bms[] = {64, 128}, thr[] = {128, 256};
   std::vector<std::pair<std::string, std::string>> todo; // name, source
-  todo.emplace_back("glm_prefill_fill", kPrefillFill);
   auto addSpec = [&](const glm::codegen::KernelSpec &s) {
     todo.emplace_back(glm::codegen::kernelName(s),
                       glm::codegen::generateSource(s));
   };
+  glm::codegen::KernelSpec fillSpec;
+  fillSpec.family = "fill_random";
+  fillSpec.args = {{"threads", "256"}};
+  addSpec(fillSpec);
   for (int K : widths)
     for (int bm : bms)
       for (int t : thr)
@@ -169,11 +153,14 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log) {
   auto fn = [&](const std::string &name) {
     return mods.at(name)->function(name);
   };
-  CUfunction fill = fn("glm_prefill_fill");
+  CUfunction fill = fn(glm::codegen::kernelName(fillSpec));
+  // halves: two fp16 in [-1, 1) a word (sign, exponent <= 14) instead of
+  // any bits.
   auto fillBuf = [&](const DeviceBuffer &b, uint64_t seed, int halves) {
     launchArgs(fill, 1024, 1, 256, stream,
-               {slot(b.ptr()), slot((unsigned long long)(b.size() / 4)),
-                slot((unsigned long long)seed), slot(halves)});
+               {slot(b.ptr()), slot((long long)(b.size() / 4)),
+                slot((unsigned long long)seed),
+                slot(halves ? 0xBBFFBBFFu : 0xFFFFFFFFu)});
   };
 
   struct Shape {

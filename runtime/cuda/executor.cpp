@@ -99,8 +99,8 @@ struct DevLayer {
   DeviceBuffer inputNorm, postNorm, qANorm, kvANorm;
   DeviceLinear qA, qB, kvA, o;
   // kv_b_proj: kvB as stored when kvDirect (BF16/F16/F32/FP8 read by
-  // glmx_mla_qabs/out), else kvBT in fp32: W [H*(dn+dv), kvr] (trellis),
-  // or transposed [kvr, H*(dn+dv)] for the legacy glmx_mla_attn.
+  // mla_qabs/out), else kvBT in fp32: W [H*(dn+dv), kvr] (trellis),
+  // or transposed [kvr, H*(dn+dv)] for the legacy mla_attn.
   DeviceLinear kvB;
   bool kvDirect = false;
   int kvDt = 0, kvSk = 0;
@@ -140,7 +140,6 @@ struct CudaForward::Impl {
   double buildSeconds = 0;
   bool denseGemvSplit = true; // codegen::denseGemvBlocks grids
   std::vector<std::unique_ptr<Module>> modules;
-  std::map<std::string, CUfunction> fx;  // helper kernels
   std::map<std::string, CUfunction> gen; // codegen kernels by name
   std::map<std::string, codegen::KernelSpec> wanted;
   std::vector<DevLayer> layers;
@@ -246,8 +245,8 @@ struct CudaForward::Impl {
           }
       }
       if (t.image.empty()) {
-        t.key = codegen::cacheKey(t.source, codegen::nvrtcOptions(), arch,
-                                  codegen::nvrtcVersion());
+        t.key = codegen::cacheKey(t.source, codegen::nvrtcOptionsFor(t.source),
+                                  arch, codegen::nvrtcVersion());
         std::ifstream in(dir + "/" + t.key + ".cubin", std::ios::binary);
         if (in) {
           t.image.assign(std::istreambuf_iterator<char>(in),
@@ -339,13 +338,23 @@ struct CudaForward::Impl {
     }
     launch(f, gx, gy, gz, bx, smem, stream, ptrs.data());
   }
-  void call(const char *name, unsigned gx, unsigned gy, unsigned gz,
-            unsigned bx, unsigned smem, KArgs a) {
-    auto it = fx.find(name);
-    check(it != fx.end(), "cuda executor: no kernel ", name);
-    launchFn(it->second, gx, gy, gz, bx, smem, std::move(a));
+  /// A helper family (codegen/templates/<family>.cuh) whose only template
+  /// parameter is its block size: `bx` rounded up to whole warps (rope_rows
+  /// launches max(32, dr/2) threads under a bound of whole warps).
+  static codegen::KernelSpec helperSpec(const std::string &family,
+                                        unsigned bx) {
+    return spec(family, {{"threads", std::to_string((bx + 31) / 32 * 32)}});
   }
-  /// glmx_rms_norm of B rows: G = ceil(n/1024) blocks per row (each sums
+  /// Launches helper family `family` with block `bx` (built by buildKernels
+  /// after needHelper).
+  void call(const char *family, unsigned gx, unsigned gy, unsigned gz,
+            unsigned bx, unsigned smem, KArgs a) {
+    launchFn(genFn(helperSpec(family, bx)), gx, gy, gz, bx, smem, std::move(a));
+  }
+  void needHelper(const char *family, unsigned bx) {
+    need(helperSpec(family, bx));
+  }
+  /// rms_norm_rows of B rows: G = ceil(n/1024) blocks per row (each sums
   /// the whole row in the same order), one when y aliases x or the row is
   /// too long for the kernel's registers (more than 8 values a thread).
   void rmsNorm(CUdeviceptr x, CUdeviceptr w, CUdeviceptr y, int n, double eps,
@@ -353,19 +362,19 @@ struct CudaForward::Impl {
     constexpr int kThreads = 1024, kPer = 8;
     const int K = (n + kThreads - 1) / kThreads;
     const unsigned G = x == y || K > kPer ? 1u : (unsigned)K;
-    call("glmx_rms_norm", G, (unsigned)B, 1, kThreads, 0,
+    call("rms_norm_rows", G, (unsigned)B, 1, kThreads, 0,
          KArgs() << x << w << y << n << eps << xs << ys);
   }
   /// xout = x + delta and y = rms_norm(xout) * w for B rows of n (stride n)
-  /// in one launch (glmx_add_rms_norm; xout must not alias x).
+  /// in one launch (add_rms_norm; xout must not alias x).
   void addRmsNorm(CUdeviceptr x, CUdeviceptr delta, CUdeviceptr xout,
                   CUdeviceptr w, CUdeviceptr y, int n, double eps, int B) {
     constexpr int kThreads = 1024;
     const unsigned G = (unsigned)std::max(1, (n + kThreads - 1) / kThreads);
-    call("glmx_add_rms_norm", G, (unsigned)B, 1, kThreads, 0,
+    call("add_rms_norm", G, (unsigned)B, 1, kThreads, 0,
          KArgs() << x << delta << xout << w << y << n << eps);
   }
-  /// Dynamic shared memory of glmx_mla_core (see the kernel): q_abs, q_pe,
+  /// Dynamic shared memory of mla_core (see the kernel): q_abs, q_pe,
   /// a tile of p and of selected rows, the row-group partial sums.
   static unsigned mlaCoreShared(int kvr, int dr) {
     return (unsigned)(kvr + dr + 2 * 1024 + 4 * 1024) * 4;
@@ -550,7 +559,7 @@ struct CudaForward::Impl {
                            << 1 << (int)S << (int)L.outPad << L.sI << L.sI8
                            << L.sJ8);
         }
-        call("glmx_sum_parts", blocksFor(L.outPad), 1, 1, kBlock, 0,
+        call("sum_parts", blocksFor(L.outPad), 1, 1, kBlock, 0,
              KArgs() << zparts.ptr() << ns << (int)L.outPad << z.ptr());
       }
       if (L.outPad == out && ys == out) {
@@ -583,7 +592,7 @@ struct CudaForward::Impl {
            : L.format == WeightFormat::Fp8Row ? 2
                                               : 3;
     }
-    call("glmx_gemv_any", blocksFor(out, 8), (unsigned)B, 1, 256, 0,
+    call("gemv_any", blocksFor(out, 8), (unsigned)B, 1, 256, 0,
          KArgs() << xin << (int)xs << L.data.ptr() << dt << L.scale.ptr() << sk
                  << y << (int)ys << in << out);
   }
@@ -698,12 +707,12 @@ void CudaForward::Impl::enqueueStep(int B) {
               embed.format != WeightFormat::Mxfp8,
           "cuda executor: embedding ", embed.name, " in format ",
           weightFormatName(embed.format), " has no GPU kernel yet");
-    call("glmx_embed", blocksFor(d), (unsigned)B, 1, kBlock, 0,
+    call("embed_tokens", blocksFor(d), (unsigned)B, 1, kBlock, 0,
          KArgs() << embed.data.ptr() << dt << embed.scale.ptr() << tok
                  << x.ptr() << d);
   }
   // The residual stream: each add is fused with the norm after it and
-  // writes the other buffer (glmx_add_rms_norm), so xc ping-pongs between
+  // writes the other buffer (add_rms_norm), so xc ping-pongs between
   // x and x2; a step makes an even number of swaps, so a captured graph
   // always starts from x.
   CUdeviceptr xc = x.ptr(), xn = x2.ptr();
@@ -721,40 +730,40 @@ void CudaForward::Impl::enqueueStep(int B) {
     rmsNorm(qa.ptr(), L.qANorm.ptr(), qaN, qlr, eps, qlr, qlr, B);
     gemv(L.qB, qaN, qlr, q.ptr(), (int64_t)H * (dn + dr), B);
     gemv(L.kvA, h.ptr(), d, kva.ptr(), lat, B);
-    call("glmx_kv_store", 1, (unsigned)B, 1, kBlock, 0,
+    call("kv_store", 1, (unsigned)B, 1, kBlock, 0,
          KArgs() << kva.ptr() << L.kvANorm.ptr() << L.latent.ptr() << seq << pos
                  << kvr << dr << ctxN << eps << theta);
     if (L.fullIndexer) {
       const int nh = (int)c.indexNHeads, hd = (int)c.indexHeadDim;
       gemv(L.wqB, qaN, qlr, qi.ptr(), (int64_t)nh * hd, B);
-      call("glmx_rope", (unsigned)nh, (unsigned)B, 1, rb, 0,
+      call("rope_rows", (unsigned)nh, (unsigned)B, 1, rb, 0,
            KArgs() << qi.ptr() << dr << hd << nh * hd << pos << theta);
       gemv(L.wk, h.ptr(), d, kk.ptr(), hd, B);
-      call("glmx_index_key_store", 1, (unsigned)B, 1, kBlock, 0,
+      call("index_key_store", 1, (unsigned)B, 1, kBlock, 0,
            KArgs() << kk.ptr() << L.kNormW.ptr() << L.kNormB.ptr()
                    << L.indexKeys.ptr() << seq << pos << hd << dr << ctxN
                    << theta);
       gemv(L.weightsProj, h.ptr(), d, wts.ptr(), nh, B);
-      call("glmx_indexer_scores", 64, (unsigned)B, 1, kBlock, 0,
+      call("indexer_scores_ctx", 64, (unsigned)B, 1, kBlock, 0,
            KArgs() << qi.ptr() << L.indexKeys.ptr() << wts.ptr() << score.ptr()
                    << seq << pos << nh << hd << ctxN
                    << 1.0 / std::sqrt((double)nh)
                    << 1.0 / std::sqrt((double)hd));
-      call("glmx_dsa_select", 1, (unsigned)B, 1, 1024, 0,
+      call("dsa_select", 1, (unsigned)B, 1, 1024, 0,
            KArgs() << score.ptr() << pos << (int)c.indexTopk << flags.ptr()
                    << sel.ptr() << nsel.ptr() << ctxN);
     } else if (c.indexNHeads == 0) {
-      call("glmx_iota", 4, (unsigned)B, 1, kBlock, 0,
+      call("dsa_iota", 4, (unsigned)B, 1, kBlock, 0,
            KArgs() << sel.ptr() << nsel.ptr() << pos << ctxN);
     }
     // Attention over this rank's heads; o_proj of their outputs.
-    call("glmx_rope", (unsigned)H, (unsigned)B, 1, rb, 0,
+    call("rope_rows", (unsigned)H, (unsigned)B, 1, rb, 0,
          KArgs() << (q.ptr() + (CUdeviceptr)dn * 4) << dr << (dn + dr)
                  << H * (dn + dr) << pos << theta);
     if (L.nHeads < H)
       memsetZero(ov.ptr(), (size_t)B * H * dv);
     if (L.nHeads > 0 && legacyMla) {
-      call("glmx_mla_attn", (unsigned)L.nHeads, (unsigned)B, 1, kBlock,
+      call("mla_attn", (unsigned)L.nHeads, (unsigned)B, 1, kBlock,
            (unsigned)(2 * kvr * sizeof(double)),
            KArgs() << q.ptr() << L.kvBT.ptr() << L.latent.ptr() << seq
                    << sel.ptr() << nsel.ptr() << p.ptr() << ctxN << ov.ptr()
@@ -763,20 +772,18 @@ void CudaForward::Impl::enqueueStep(int B) {
       const unsigned nh = (unsigned)L.nHeads;
       const CUdeviceptr W = L.kvDirect ? L.kvB.data.ptr() : L.kvBT.ptr();
       const CUdeviceptr Ws = L.kvDirect ? L.kvB.scale.ptr() : 0;
-      call("glmx_mla_qabs", nh * (unsigned)((kvr + 31) / 32), (unsigned)B, 1,
+      call("mla_qabs", nh * (unsigned)((kvr + 31) / 32), (unsigned)B, 1,
            (unsigned)mlaQabsThreads, 0,
            KArgs() << q.ptr() << W << L.kvDt << Ws << L.kvSk << L.heads.ptr()
                    << qabs.ptr() << H << dn << dr << dv << kvr);
-      call("glmx_mla_core", nh, (unsigned)B, 1, 1024,
-           mlaCoreShared(kvr, dr),
+      call("mla_core", nh, (unsigned)B, 1, 1024, mlaCoreShared(kvr, dr),
            KArgs() << q.ptr() << qabs.ptr() << L.latent.ptr() << seq
                    << sel.ptr() << nsel.ptr() << p.ptr() << ctxN << ctxv.ptr()
                    << L.heads.ptr() << H << dn << dr << kvr << scale);
       // 8 warps of kMlaOutRows (4) outputs per block.
-      call("glmx_mla_out", nh * (unsigned)((dv + 31) / 32), (unsigned)B, 1, 256,
-           0,
-           KArgs() << W << L.kvDt << Ws << L.kvSk << ctxv.ptr()
-                   << L.heads.ptr() << ov.ptr() << H << dn << dv << kvr);
+      call("mla_out", nh * (unsigned)((dv + 31) / 32), (unsigned)B, 1, 256, 0,
+           KArgs() << W << L.kvDt << Ws << L.kvSk << ctxv.ptr() << L.heads.ptr()
+                   << ov.ptr() << H << dn << dv << kvr);
     }
     gemv(L.o, ov.ptr(), (int64_t)H * dv, delta.ptr(), d, B);
     allReduce(delta.ptr(), (size_t)B * d);
@@ -807,8 +814,7 @@ void CudaForward::Impl::enqueueStep(int B) {
   opt.comm->allGather(reinterpret_cast<const float *>(logitsLocal.ptr()),
                       reinterpret_cast<float *>(gathered.ptr()),
                       (size_t)B * maxCount, (void *)stream);
-  call("glmx_vocab_gather", blocksFor(maxCount), (unsigned)N, (unsigned)B,
-       kBlock, 0,
+  call("vocab_gather", blocksFor(maxCount), (unsigned)N, (unsigned)B, kBlock, 0,
        KArgs() << gathered.ptr() << vocabBegin.ptr() << B << (int)maxCount
                << logits.ptr() << (int)V);
 }
@@ -817,7 +823,7 @@ void CudaForward::Impl::denseMlp(DevLayer &L, int B) {
   const int d = (int)cfg.hiddenSize, I = (int)cfg.intermediateSize;
   gemv(L.gate, h.ptr(), d, g.ptr(), I, B);
   gemv(L.up, h.ptr(), d, u.ptr(), I, B);
-  call("glmx_swiglu", blocksFor(I), (unsigned)B, 1, kBlock, 0,
+  call("swiglu", blocksFor(I), (unsigned)B, 1, kBlock, 0,
        KArgs() << g.ptr() << u.ptr() << I << act.ptr() << I
                << L.denseOwn.ptr());
   gemv(L.down, act.ptr(), I, delta.ptr(), d, B);
@@ -829,9 +835,10 @@ void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
             K = (int)c.numExpertsPerTok;
   gemv(L.router, h.ptr(), d, rlog.ptr(), E, B);
   check(E >= 1 && E <= 1024 && K >= 1 && K <= 64, "cuda executor: router of ",
-        E, " experts, top ", K, " (glmx_route takes 1..1024 experts, top "
+        E, " experts, top ", K,
+        " (route takes 1..1024 experts, top "
         "1..64)");
-  call("glmx_route", 1, (unsigned)B, 1, (unsigned)(E + 31) / 32 * 32, 0,
+  call("route", 1, (unsigned)B, 1, (unsigned)(E + 31) / 32 * 32, 0,
        KArgs() << rlog.ptr() << L.routerBias.ptr() << E << K
                << (int)c.normTopkProb << c.routedScalingFactor << ids.ptr()
                << rw.ptr());
@@ -846,28 +853,27 @@ void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
     const int IS = (int)S.inter, chunksS = (int)cpu::numChunks(IS);
     if (S.kind == ExpertGroup::Plain)
       slots += chunksS;
-    call("glmx_hf_expert_act", blocksFor(I), (unsigned)K, (unsigned)B, kBlock,
-         0,
+    call("hf_expert_act", blocksFor(I), (unsigned)K, (unsigned)B, kBlock, 0,
          KArgs() << R.gate.ptr() << R.up.ptr() << R.dtype << h.ptr()
                  << ids.ptr() << stride << I << d << R.own.ptr()
                  << (int)R.halves << 0 << actD.ptr());
-    call("glmx_hf_expert_down", blocksFor(d), (unsigned)(K * chunks),
-         (unsigned)B, kBlock, 0,
+    call("hf_expert_down", blocksFor(d), (unsigned)(K * chunks), (unsigned)B,
+         kBlock, 0,
          KArgs() << R.down.ptr() << R.dtype << actD.ptr() << ids.ptr()
                  << rw.ptr() << stride << I << d << K << part.ptr() << slots
                  << 0);
     if (S.kind == ExpertGroup::Plain) {
-      call("glmx_hf_expert_act", blocksFor(IS), 1, (unsigned)B, kBlock, 0,
+      call("hf_expert_act", blocksFor(IS), 1, (unsigned)B, kBlock, 0,
            KArgs() << S.gate.ptr() << S.up.ptr() << S.dtype << h.ptr()
                    << CUdeviceptr(0) << 0LL << IS << d << S.own.ptr()
                    << (int)S.halves << 0 << actD.ptr());
-      call("glmx_hf_expert_down", blocksFor(d), (unsigned)chunksS, (unsigned)B,
+      call("hf_expert_down", blocksFor(d), (unsigned)chunksS, (unsigned)B,
            kBlock, 0,
            KArgs() << S.down.ptr() << S.dtype << actD.ptr() << CUdeviceptr(0)
                    << CUdeviceptr(0) << 0LL << IS << d << 1 << part.ptr()
                    << slots << K * chunks);
     }
-    call("glmx_reduce_units", blocksFor(d), (unsigned)B, 1, kBlock, 0,
+    call("reduce_units", blocksFor(d), (unsigned)B, 1, kBlock, 0,
          KArgs() << part.ptr() << slots << d << delta.ptr());
     return;
   }
@@ -882,8 +888,8 @@ void CudaForward::Impl::moe(DevLayer &L, int l, int B) {
     int rowStride = d, slotStride = 0;
     long long projStride = 0;
     if (G.exl3) {
-      call("glmx_exl3_expert_in", blocksFor(d), (unsigned)topk,
-           (unsigned)(2 * B), kBlock, 0,
+      call("exl3_expert_in", blocksFor(d), (unsigned)topk, (unsigned)(2 * B),
+           kBlock, 0,
            KArgs() << h.ptr() << G.suhIn.ptr() << gids << xh.ptr() << d
                    << (int)G.experts << B);
       hadamard(xh.ptr(), 0, 0, xh.ptr(), (int64_t)2 * B * topk, d);
@@ -934,7 +940,7 @@ void CudaForward::Impl::moeTrellis(DevLayer &L, int B) {
   const int slots = topk + T.nShared;
   int rowStride = d, slotStride = 0, projStride = 0;
   if (T.exl3) {
-    call("glmx_moe_exl3_in", blocksFor(d), (unsigned)slots, (unsigned)(2 * B),
+    call("moe_exl3_in", blocksFor(d), (unsigned)slots, (unsigned)(2 * B),
          kBlock, 0,
          KArgs() << h.ptr() << T.suhIn.ptr() << ids.ptr() << xh.ptr() << d
                  << (T.nRouted + T.nShared) << T.nRouted << topk << B);
@@ -1197,14 +1203,13 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
     }
     const char *mla = std::getenv("GLM_MLA_KERNEL");
     m.legacyMla = mla && std::string(mla) == "legacy";
-    // glmx_mla_core reads latent rows as float4 over 1024 threads.
-    check(m.legacyMla ||
-              (c.kvLoraRank % 4 == 0 && c.qkRopeHeadDim % 4 == 0 &&
-               c.kvLoraRank <= 4096),
+    // mla_core reads latent rows as float4 over 1024 threads.
+    check(m.legacyMla || (c.kvLoraRank % 4 == 0 && c.qkRopeHeadDim % 4 == 0 &&
+                          c.kvLoraRank <= 4096),
           "cuda executor: kv_lora_rank ", c.kvLoraRank,
           " and qk_rope_head_dim ", c.qkRopeHeadDim,
           " must be multiples of 4 (kv_lora_rank at most 4096) for "
-          "glmx_mla_core; GLM_MLA_KERNEL=legacy runs any shape");
+          "mla_core; GLM_MLA_KERNEL=legacy runs any shape");
     if (const char *e = std::getenv("GLM_MLA_QABS_THREADS")) {
       m.mlaQabsThreads = std::atoi(e);
       check(m.mlaQabsThreads >= 32 && m.mlaQabsThreads <= 256 &&
@@ -1244,41 +1249,36 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
     }
   }
 
-  // Helper kernels first (the uploader's fills need them).
-  std::vector<char> helpers =
-      compileCubin(executorKernelSource(), m.arch, {"--fmad=false"});
-  m.modules.push_back(std::make_unique<Module>(helpers));
-  for (const char *n : {"glmx_embed",
-                        "glmx_rms_norm",
-                        "glmx_add_rms_norm",
-                        "glmx_rope",
-                        "glmx_kv_store",
-                        "glmx_index_key_store",
-                        "glmx_iota",
-                        "glmx_indexer_scores",
-                        "glmx_dsa_select",
-                        "glmx_mla_attn",
-                        "glmx_mla_qabs",
-                        "glmx_mla_core",
-                        "glmx_mla_out",
-                        "glmx_transpose",
-                        "glmx_gemv_any",
-                        "glmx_reduce_units",
-                        "glmx_route",
-                        "glmx_swiglu",
-                        "glmx_hf_expert_act",
-                        "glmx_hf_expert_down",
-                        "glmx_exl3_expert_in",
-                        "glmx_moe_exl3_in",
-                        "glmx_onehot",
-                        "glmx_vocab_gather",
-                        "glmx_sum_parts",
-                        "glmx_fill_random",
-                        "glmx_fill_f32"})
-    m.fx[n] = m.modules.back()->function(n);
+  // The fill kernels first (the uploader's random mode needs them), then
+  // every helper family the step launches, at the blocks enqueueStep uses;
+  // they are built with the codegen kernels by buildKernels below.
+  m.needHelper("fill_random", kBlock);
+  m.needHelper("fill_f32", kBlock);
+  m.buildKernels(o.planKernels);
+  for (const char *f :
+       {"embed_tokens", "kv_store", "index_key_store", "indexer_scores_ctx",
+        "dsa_iota", "transpose", "gemv_any", "reduce_units", "swiglu",
+        "hf_expert_act", "hf_expert_down", "exl3_expert_in", "moe_exl3_in",
+        "onehot", "vocab_gather", "sum_parts"})
+    m.needHelper(f, kBlock);
+  m.needHelper("rms_norm_rows", 1024);
+  m.needHelper("add_rms_norm", 1024);
+  m.needHelper("dsa_select", 1024);
+  m.needHelper("rope_rows",
+               (unsigned)std::max<int64_t>(32, c.qkRopeHeadDim / 2));
+  m.needHelper("route",
+               (unsigned)std::max<int64_t>(1, c.numRoutedExperts)); // E <= 1024
+  if (m.legacyMla) {
+    m.needHelper("mla_attn", kBlock);
+  } else {
+    m.needHelper("mla_qabs", (unsigned)m.mlaQabsThreads);
+    m.needHelper("mla_core", 1024);
+    m.needHelper("mla_out", 256);
+  }
 
-  Uploader up(pack.dir(), o.randomWeights, m.fx["glmx_fill_random"],
-              m.fx["glmx_fill_f32"]);
+  Uploader up(pack.dir(), o.randomWeights,
+              m.genFn(Impl::helperSpec("fill_random", kBlock)),
+              m.genFn(Impl::helperSpec("fill_f32", kBlock)));
   auto vec = [&](const std::string &name, int64_t n) {
     const WeightInfo &w = pack.get(name);
     check(w.ranges.size() == 1, "cuda executor: ", name,
@@ -1563,7 +1563,7 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
       continue;
     }
     for (int64_t c0 = 0; c0 < kvr; ++c0) {
-      m.call("glmx_onehot", blocksFor(kvr), 1, 1, kBlock, 0,
+      m.call("onehot", blocksFor(kvr), 1, 1, kBlock, 0,
              KArgs() << oneHot.ptr() << 1 << (int)kvr << (int)c0);
       m.gemv(kvB[l], oneHot.ptr(), kvr, D.kvBT.ptr() + (CUdeviceptr)c0 * R * 4,
              R, 1);
@@ -1571,7 +1571,7 @@ CudaForward::CudaForward(const Pack &pack, const cpu::TpLayout &tp,
     if (!m.legacyMla) {
       // Rows contiguous (coalesced per-head products).
       DeviceBuffer w((uint64_t)R * kvr * 4);
-      m.call("glmx_transpose", blocksFor(R * kvr), 1, 1, kBlock, 0,
+      m.call("transpose", blocksFor(R * kvr), 1, 1, kBlock, 0,
              KArgs() << D.kvBT.ptr() << w.ptr() << (long long)R << (int)kvr);
       GLM_CU(cuStreamSynchronize(m.stream));
       D.kvBT = std::move(w);
@@ -1734,8 +1734,6 @@ double CudaForward::kernelTimeSumMs(
   m.profiling = false;
   GLM_CU(cuStreamSynchronize(m.stream));
   std::map<CUfunction, std::string> names;
-  for (auto &kv : m.fx)
-    names[kv.second] = kv.first;
   for (auto &kv : m.gen)
     names[kv.second] = kv.first;
   std::map<std::string, double> byName;

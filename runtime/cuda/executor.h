@@ -145,7 +145,4 @@ std::unique_ptr<Generator>
 makeCudaGenerator(const Pack &pack, const cpu::TpLayout &tp, int64_t maxContext,
                   const std::vector<plan::KernelDef> &planKernels = {});
 
-/// CUDA C++ source of the executor's helper kernels (executor_kernels.cpp).
-const char *executorKernelSource();
-
 } // namespace glm::rt::cuda

@@ -1,4 +1,5 @@
-//===- helper_twins.cpp - twins of the helper kernel families -----------------===//
+//===- helper_twins.cpp - twins of the helper kernel families
+//-----------------===//
 //
 // The table of the executor's helper families and the device helpers their
 // twins share (helper_twins.h).
@@ -74,7 +75,8 @@ float ldWT(const void *w, int dt, const void *scale, int sk, int64_t o,
   else if (sk == 2)
     v *= static_cast<const float *>(scale)[o];
   else if (sk == 3)
-    v *= e8m0Scale(static_cast<const uint8_t *>(scale)[o * (in / 32) + (i >> 5)]);
+    v *= e8m0Scale(
+        static_cast<const uint8_t *>(scale)[o * (in / 32) + (i >> 5)]);
   return v;
 }
 

@@ -106,8 +106,7 @@ void mlaQabsTwin(const Launch &l) {
       float part[8][32] = {};
       if (vec) {
         // Thread t: chunk t % P (N columns), rows t/P, t/P + R, .. in order.
-        const int N = dt == 3 ? 16 : dt == 0 ? 4 : 8, P = 32 / N,
-                  R = nt / P;
+        const int N = dt == 3 ? 16 : dt == 0 ? 4 : 8, P = 32 / N, R = nt / P;
         std::vector<float> acc((size_t)nt * N, 0.0f);
         for (int t = 0; t < nt; ++t) {
           const int chunk = t % P, rl = t / P, c0 = cbase + chunk * N;
@@ -272,8 +271,8 @@ void mlaOutTwin(const Launch &l) {
                       v[q] = hx::ldWT(W, dt, scale, sk, o0 + r, c + q, kvr);
                       x[q] = ctx[c + q];
                     }
-                  a[lane] += v[0] * x[0] + v[1] * x[1] + v[2] * x[2] +
-                             v[3] * x[3];
+                  a[lane] +=
+                      v[0] * x[0] + v[1] * x[1] + v[2] * x[2] + v[3] * x[3];
                 }
             } else {
               for (int c = lane; c < kvr; c += 32)

@@ -31,7 +31,8 @@ void gemvAnyTwin(const Launch &l) {
   const int sk = l.i32(5);
   float *y = l.ptr<float>(6);
   const int ys = l.i32(7), in = l.i32(8), out = l.i32(9);
-  const int64_t rows = std::min<int64_t>(out, (int64_t)l.grid[0] * (l.block[0] / 32));
+  const int64_t rows =
+      std::min<int64_t>(out, (int64_t)l.grid[0] * (l.block[0] / 32));
   for (uint32_t b = 0; b < l.grid[1]; ++b) {
     const float *xb = x + (int64_t)b * xs;
     parallelFor(rows, 64, 0, [&](int64_t o0, int64_t o1, int) {
@@ -232,8 +233,8 @@ void moeExl3InTwin(const Launch &l) {
   const float *x = l.ptr<const float>(0), *suh = l.ptr<const float>(1);
   const int *ids = l.ptr<const int>(2);
   float *xh = l.ptr<float>(3);
-  const int d = l.i32(4), eTot = l.i32(5), nRouted = l.i32(6),
-            topk = l.i32(7), B = l.i32(8);
+  const int d = l.i32(4), eTot = l.i32(5), nRouted = l.i32(6), topk = l.i32(7),
+            B = l.i32(8);
   const int slots = (int)l.grid[1];
   const int64_t m = std::min<int64_t>(d, coveredX(l));
   for (uint32_t z = 0; z < l.grid[2]; ++z) {

@@ -17,9 +17,7 @@ namespace glm::rt::twins {
 namespace {
 
 /// Elements a 1-D grid of this launch covers in x.
-int64_t coveredX(const Launch &l) {
-  return (int64_t)l.grid[0] * l.block[0];
-}
+int64_t coveredX(const Launch &l) { return (int64_t)l.grid[0] * l.block[0]; }
 
 /// hx::rmsNormRow (rms_norm_rows.cuh): thread t sums x[t + k*nt]^2 in
 /// order (the register path adds 0.0 for the slots past n: no change), then
@@ -72,8 +70,8 @@ void rmsNormRowsTwin(const Launch &l) {
   const int n = l.i32(3), xs = l.i32(5), ys = l.i32(6);
   const double eps = l.args.at(4).f;
   for (uint32_t b = 0; b < l.grid[1]; ++b)
-    rmsNormRow(x + (int64_t)b * xs, nullptr, nullptr, w, y + (int64_t)b * ys,
-               n, eps, (int)l.block[0]);
+    rmsNormRow(x + (int64_t)b * xs, nullptr, nullptr, w, y + (int64_t)b * ys, n,
+               eps, (int)l.block[0]);
 }
 
 // add_rms_norm(x, delta, xout, w, y, n, eps); grid (G, B).
@@ -158,8 +156,8 @@ void indexKeyStoreTwin(const Launch &l) {
       }
     const double inv = 1.0 / std::sqrt(hx::blockSumD(part) / (double)hd + 1e-6);
     for (int i = 0; i < hd; ++i)
-      dst[i] = (float)(((double)x[i] - mean) * inv * (double)w[i] +
-                       (double)bias[i]);
+      dst[i] =
+          (float)(((double)x[i] - mean) * inv * (double)w[i] + (double)bias[i]);
     for (int i = 0; i < dr / 2; ++i)
       hx::ropePair(dst, i, dr, pos[b], theta);
   }

@@ -7,7 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/codegen.h"
 #include "runtime/base/error.h"
-#include "runtime/cuda/executor.h"
+#include "runtime/base/parallel.h"
 
 #include <gtest/gtest.h>
 
@@ -99,18 +99,51 @@ std::vector<KernelSpec> representativeSpecs() {
   return s;
 }
 
+/// The CUDA executor's helper families at the block sizes it launches.
+std::vector<KernelSpec> helperSpecs() {
+  std::vector<KernelSpec> s;
+  auto add = [&](std::string f, cg::KeyValues a) {
+    s.push_back({std::move(f), std::move(a), kArchs});
+  };
+  // (rope_rows: max(32, dr/2) rounded up to 32; route: E rounded up to 32;
+  // mla_qabs: GLM_MLA_QABS_THREADS, 32..256).
+  for (const char *f :
+       {"embed_tokens",  "dsa_iota",       "indexer_scores_ctx", "mla_attn",
+        "transpose",     "gemv_any",       "reduce_units",       "swiglu",
+        "hf_expert_act", "hf_expert_down", "exl3_expert_in",     "moe_exl3_in",
+        "onehot",        "vocab_gather",   "sum_parts",          "fill_random",
+        "fill_f32",      "kv_store",       "index_key_store",    "mla_out"})
+    add(f, {{"threads", "256"}});
+  for (const char *f :
+       {"rms_norm_rows", "add_rms_norm", "dsa_select", "mla_core"})
+    add(f, {{"threads", "1024"}});
+  add("rope_rows", {{"threads", "32"}});
+  add("route", {{"threads", "256"}});
+  add("route", {{"threads", "1024"}});
+  add("mla_qabs", {{"threads", "64"}});
+  add("mla_qabs", {{"threads", "256"}});
+  return s;
+}
+
+/// Every family's representative specs.
+std::vector<KernelSpec> allSpecs() {
+  std::vector<KernelSpec> s = representativeSpecs(), h = helperSpecs();
+  s.insert(s.end(), h.begin(), h.end());
+  return s;
+}
+
 } // namespace
 
 TEST(Codegen, EveryFamilyHasATemplateAndAKernelAbi) {
   const auto &templates = cg::embeddedTemplates();
   ASSERT_TRUE(templates.count("glm_common.cuh"));
   std::set<std::string> covered;
-  for (const KernelSpec &s : representativeSpecs())
+  for (const KernelSpec &s : allSpecs())
     covered.insert(s.family);
   for (const cg::FamilyInfo &f : cg::families()) {
     EXPECT_TRUE(templates.count(f.header)) << f.header;
     // The ABI (parameter names) is read from the template's ARGS macro.
-    EXPECT_GE(f.kernelParams.size(), 4u) << f.family;
+    EXPECT_GE(f.kernelParams.size(), 3u) << f.family;
     EXPECT_TRUE(covered.count(f.family)) << f.family << " has no test spec";
   }
   const cg::FamilyInfo &e = cg::familyInfo("expert_gemv_trellis");
@@ -141,7 +174,7 @@ TEST(Codegen, NamesEncodeParametersAndSourceIsDeterministic) {
 
   // Every representative spec has a distinct name.
   std::set<std::string> names;
-  for (const KernelSpec &r : representativeSpecs())
+  for (const KernelSpec &r : allSpecs())
     EXPECT_TRUE(names.insert(cg::kernelName(r)).second) << cg::kernelName(r);
 }
 
@@ -268,24 +301,70 @@ TEST(Codegen, EveryFamilyCompilesWithNvrtcForSm90AndSm121) {
   }
 }
 
-// The CUDA executor's helper kernels (norms, MLA, routing, stores) are not a
-// codegen family but are NVRTC-compiled at engine start: check them too.
-TEST(Codegen, ExecutorHelperKernelsCompileWithNvrtcForSm90AndSm121) {
+// The helper families are small: built on every core (NVRTC is reentrant).
+TEST(Codegen, HelperFamiliesCompileWithNvrtcForSm90AndSm121) {
   if (!cg::nvrtcAvailable())
     GTEST_SKIP() << "built without NVRTC";
-  const std::string src = glm::rt::cuda::executorKernelSource();
-  for (const std::string &arch : kArchs) {
-    cg::CompiledKernel k;
-    ASSERT_NO_THROW(k = cg::compileWithNvrtc(src, "glmx_executor_kernels",
-                                             arch))
-        << arch;
-    for (const char *entry : {"glmx_rms_norm", "glmx_mla_qabs", "glmx_mla_core",
-                              "glmx_mla_out", "glmx_route", "glmx_kv_store"})
-      EXPECT_NE(k.ptx.find(std::string(".entry ") + entry), std::string::npos)
-          << entry << " " << arch;
-    ASSERT_GE(k.cubin.size(), 4u) << arch;
-    EXPECT_EQ(k.cubin[0], 0x7F) << arch; // ELF
+  const std::vector<KernelSpec> specs = helperSpecs();
+  std::vector<glm::plan::KernelDef> built(specs.size());
+  std::vector<std::string> errors(specs.size());
+  glm::rt::parallelFor(int64_t(specs.size()), 1, 0,
+                       [&](int64_t b, int64_t e, int) {
+                         for (int64_t i = b; i < e; ++i) {
+                           try {
+                             built[i] = cg::buildKernel(specs[i], true);
+                           } catch (const std::exception &ex) {
+                             errors[i] = ex.what();
+                           }
+                         }
+                       });
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_TRUE(errors[i].empty()) << errors[i];
+    const glm::plan::KernelDef &k = built[i];
+    ASSERT_EQ(k.binaries.size(), 2u) << k.name;
+    for (const glm::plan::KernelBinary &b : k.binaries) {
+      EXPECT_NE(b.ptx.find(".entry " + k.name), std::string::npos)
+          << k.name << " " << b.arch;
+      ASSERT_GE(b.cubin.size(), 4u) << k.name << " " << b.arch;
+      EXPECT_EQ(b.cubin[0], 0x7F) << k.name << " " << b.arch; // ELF
+    }
   }
+}
+
+// The executor's helper families keep the kernels' ABI (the executor and
+// the compiler's plans launch them with these parameter lists) and are built
+// with --fmad=false, which the plan records and the cache key covers: their
+// twins round each product and sum separately.
+TEST(Codegen, HelperFamiliesKeepTheirAbiAndCompileWithoutFmad) {
+  const cg::FamilyInfo &n = cg::familyInfo("rms_norm_rows");
+  EXPECT_EQ(n.kernelParams,
+            (std::vector<std::string>{"x", "w", "y", "n", "eps", "xs", "ys"}));
+  EXPECT_EQ(cg::familyInfo("mla_core").kernelParams.size(), 15u);
+  EXPECT_EQ(cg::familyInfo("route").kernelParams.back(), "weightsAll");
+  KernelSpec s{"mla_out", {{"threads", "256"}}, kArchs};
+  const glm::plan::KernelDef k = cg::buildKernel(s, false);
+  EXPECT_EQ(k.name, "glm_mla_out_t256");
+  EXPECT_EQ(k.nvrtcOptions.back(), "--fmad=false");
+  EXPECT_EQ(cg::nvrtcOptionsFor(k.source), k.nvrtcOptions);
+  EXPECT_TRUE(cg::builtByThisCodegen([&] {
+    glm::plan::KernelDef b = k;
+    for (const std::string &a : s.archs)
+      b.binaries.push_back({a, "// ptx", {}});
+    return b;
+  }()));
+  // The other families keep the default (contracted multiply-adds).
+  const glm::plan::KernelDef r = cg::buildKernel(
+      {"rms_norm", {{"wt", "f32"}, {"threads", "256"}}, kArchs}, false);
+  EXPECT_EQ(r.nvrtcOptions, cg::nvrtcOptions());
+  if (!cg::nvrtcAvailable())
+    return;
+  // The option reaches NVRTC: the norm's fp64 sum of squares (ss += x*x)
+  // would contract to fma.rn.f64 without it.
+  const glm::plan::KernelDef nk =
+      cg::buildKernel({"rms_norm_rows", {{"threads", "1024"}}, kArchs}, false);
+  const cg::CompiledKernel c =
+      cg::compileWithNvrtc(nk.source, nk.name, "sm_90");
+  EXPECT_EQ(c.ptx.find("fma.rn"), std::string::npos);
 }
 
 TEST(Codegen, NvrtcFailureReportsLogOptionsAndSavesAReproducer) {
