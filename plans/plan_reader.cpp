@@ -10,6 +10,7 @@
 #include "plans/plan.h"
 #include "plans/plan_generated.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/base/hash.h"
 
 #include <cstring>
@@ -368,12 +369,12 @@ Plan parsePlan(const uint8_t *data, size_t size, const std::string &source,
 }
 
 Plan readPlan(const std::string &path, const ReadExpectations &expect) {
-  std::ifstream f(path, std::ios::binary);
-  rt::check(bool(f), path, ": cannot open the plan (no such file?); ",
+  rt::check(std::filesystem::exists(path), path,
+            ": cannot open the plan (no such file?); ",
             replanHint(expect.packDir, 0, path));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
-                             std::istreambuf_iterator<char>());
-  return parsePlan(bytes.data(), bytes.size(), path, expect);
+  std::string bytes = rt::readFileBounded(path, rt::kMaxPlanBytes, "a plan");
+  return parsePlan(reinterpret_cast<const uint8_t *>(bytes.data()),
+                   bytes.size(), path, expect);
 }
 
 } // namespace glm::plan

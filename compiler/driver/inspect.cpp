@@ -11,6 +11,8 @@
 #include "plans/plan.h"
 #include "plans/plan_inspect.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
+#include "runtime/base/cli_numbers.h"
 
 #include <CLI/CLI.hpp>
 
@@ -92,12 +94,11 @@ int runInspect(const InspectArgs &a) {
   opt.intRateTops = a.intRate;
   opt.opsPerWeight = a.opsPerWeight;
   if (!a.measured.empty()) {
-    std::ifstream f(a.measured);
-    glm::rt::check(bool(f), a.measured,
+    glm::rt::check(std::filesystem::exists(a.measured), a.measured,
                    ": cannot open the measured-times file (write one with "
                    "glm-engine bench --plan PLAN)");
-    std::string text((std::istreambuf_iterator<char>(f)),
-                     std::istreambuf_iterator<char>());
+    std::string text = glm::rt::readFileBounded(
+        a.measured, glm::rt::kMaxConfigBytes, "the measured-times file");
     opt.measuredUs = glm::plan::parseMeasured(text, a.measured);
     opt.measuredSource = a.measured;
   }

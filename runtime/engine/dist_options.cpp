@@ -2,6 +2,8 @@
 #include "runtime/engine/dist_options.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/cli_numbers.h"
+#include "runtime/base/files.h"
 #include "runtime/base/hash.h"
 #include "runtime/dist/nccl_comm.h"
 #include "runtime/dist/tcp_comm.h"
@@ -56,13 +58,17 @@ namespace {
 void planIdentity(const EngineOptions &e, uint64_t &hash, std::string &label) {
   std::string content;
   if (e.plan != "-") {
-    content = "plan " + hashFileHex(e.plan);
+    std::string bytes = readFileBounded(e.plan, kMaxPlanBytes, "a plan");
+    content = "plan " + hex64(xxh64(bytes.data(), bytes.size()));
     label = "plan " + e.plan + " (xxh64 " + content.substr(5) + ")";
   } else {
     auto cfg = std::filesystem::path(e.pack) / "config.json";
-    std::string h = std::filesystem::exists(cfg)
-                        ? hashFileHex(cfg.string())
-                        : std::string("none");
+    std::string h = "none";
+    if (std::filesystem::exists(cfg)) {
+      std::string bytes =
+          readFileBounded(cfg.string(), kMaxConfigBytes, "the model config");
+      h = hex64(xxh64(bytes.data(), bytes.size()));
+    }
     content = "pack " + h;
     label = "pack " + e.pack + " without a plan (config.json xxh64 " + h +
             ", --sparks " + std::to_string(e.sparks) + ")";

@@ -12,8 +12,10 @@
 #include "runtime/base/strings.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/base/hash.h"
 #include "runtime/base/numeric.h"
+#include "runtime/formats/pack_checks.h"
 #include "runtime/formats/pack_impl.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/model/hf_names.h"
@@ -64,11 +66,7 @@ void setPosition(WeightInfo &w) {
 int64_t roundUp128(int64_t v) { return (v + 127) / 128 * 128; }
 
 std::string readText(const fs::path &p) {
-  std::ifstream in(p, std::ios::binary);
-  check(in.good(), p.string(), ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return readFileBounded(p.string(), kMaxConfigBytes, "the model config");
 }
 
 ByteRange rangeOf(const SafetensorsCheckpoint &ck, const TensorView &t,

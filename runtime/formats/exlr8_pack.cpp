@@ -10,18 +10,22 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
+#include "runtime/base/numbers.h"
 #include "runtime/base/strings.h"
 #include "runtime/base/hash.h"
 #include "runtime/base/numeric.h"
 #include "runtime/base/parallel.h"
 #include "runtime/codec/trellis.h"
 #include "runtime/formats/exlr8_layout.h"
+#include "runtime/formats/pack_checks.h"
 #include "runtime/formats/pack_impl.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/model/hf_names.h"
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -751,11 +755,7 @@ void Exlr8Pack::chooseWidths() {
     return;
   }
 
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), path, ": cannot read the manifest");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  std::string text = readFileBounded(path, kMaxManifestBytes, "the manifest");
   manifestHash_ = hex64(xxh64(text.data(), text.size()));
   manifestRel_ = path;
   int64_t halves = layers_.front().halves;

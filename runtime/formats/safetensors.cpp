@@ -10,6 +10,7 @@
 #include "runtime/formats/safetensors.h"
 #include "runtime/base/strings.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/base/numeric.h"
 
 #include <nlohmann/json.hpp>
@@ -582,11 +583,11 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string &dirOrFile,
   };
 
   if (!indexPath.empty()) {
-    std::ifstream in(indexPath, std::ios::binary);
-    check(in.good(), indexPath.string(), ": cannot open");
+    std::string text = readFileBounded(indexPath.string(), kMaxIndexJsonBytes,
+                                       "the safetensors index");
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(in);
+      j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception &e) {
       fail(indexPath.string(), ": not valid JSON (", e.what(), ")");
     }

@@ -1,6 +1,8 @@
 //===- config.cpp - config.json parsing -----------------------------------===//
 #include "runtime/model/config.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
+#include "runtime/base/json_numbers.h"
 
 #include <nlohmann/json.hpp>
 
@@ -135,11 +137,11 @@ ModelConfig loadModelConfig(const std::string &path) {
   std::filesystem::path p(path);
   if (std::filesystem::is_directory(p))
     p /= "config.json";
-  std::ifstream in(p, std::ios::binary);
-  check(in.good(), p.string(), ": cannot open (a pack directory needs config.json)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parseModelConfig(ss.str(), p.string());
+  check(std::filesystem::exists(p), p.string(),
+        ": cannot open (a pack directory needs config.json)");
+  return parseModelConfig(
+      readFileBounded(p.string(), kMaxConfigBytes, "the model config"),
+      p.string());
 }
 
 } // namespace glm::rt

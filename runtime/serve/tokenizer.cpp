@@ -8,6 +8,8 @@
 #include "runtime/serve/tokenizer.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
+#include "runtime/base/json_numbers.h"
 #include "runtime/serve/json_bounds.h"
 #include "runtime/serve/unicode.h"
 
