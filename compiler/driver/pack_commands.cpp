@@ -8,20 +8,32 @@
 #include "compiler/driver/commands.h"
 #include "compiler/packtools/packtools.h"
 #include "runtime/base/error.h"
+#include "runtime/base/cli_numbers.h"
+#include "runtime/base/files.h"
 #include "runtime/base/progress.h"
 #include "runtime/formats/pack.h"
 #include "runtime/formats/safetensors.h"
+#ifdef GLM_HAVE_TOKENIZER
+#include "runtime/serve/chat.h"
+#include "runtime/serve/tokenizer.h"
+#endif
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace fs = std::filesystem;
 using glm::rt::check;
 using glm::rt::fail;
+using glm::rt::cliInt;
+using glm::rt::cliNumber;
+using glm::rt::parseIntIn;
 
 namespace glmc {
 namespace {
@@ -31,12 +43,7 @@ std::vector<int> parseWidthList(const std::string &s) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    check(!item.empty() && item.find_first_not_of("0123456789") ==
-                               std::string::npos,
-          "--widths: \"", s, "\" must be a comma-separated list like 2,3,4");
-    int k = std::stoi(item);
-    check(k >= 1 && k <= 8, "--widths: width ", k, " is outside 1..8");
-    out.push_back(k);
+    out.push_back((int)parseIntIn(item, 1, 8, "--widths \"" + s + "\""));
   }
   check(!out.empty(), "--widths: empty list");
   return out;
@@ -98,11 +105,13 @@ void addSynthCommand(CLI::App &app, int &rc) {
       ->check(CLI::IsMember({"hf", "exl3", "exlr8"}))
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "random seed of weights and signs")
+      ->check(cliInt(0))
       ->capture_default_str();
   cmd->add_flag("--index-only", a->indexOnly,
                 "write config, tokenizer, manifests and indexes but no weight "
                 "bytes (what the compiler needs)");
-  cmd->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
+  cmd->add_option("--threads", a->threads, "encoder threads (0 = all cores)")
+      ->check(cliInt(0, 4096));
   cmd->add_option("-o,--output", a->out, "output directory")->required();
   cmd->callback([a, &rc] {
     auto t0 = std::chrono::steady_clock::now();
@@ -153,14 +162,18 @@ void addQuantizeCommand(CLI::App &app, int &rc) {
       ->required();
   cmd->add_option("--bits", a->bits,
                   "exl3: one width K for every tensor (1..8; 1.5/2.5/3.5 with "
-                  "--codebook mul1); default: a mixed-K allocation");
+                  "--codebook mul1); default: a mixed-K allocation")
+      ->check(cliNumber(1, 8));
   cmd->add_option("--widths", a->widths,
                   "exlr8: widths to store every half at (default 2,3,4)");
   cmd->add_option("--codebook", a->codebook, "exl3: 3inst | mcg | mul1")
       ->check(CLI::IsMember({"3inst", "mcg", "mul1"}))
       ->capture_default_str();
-  cmd->add_option("--seed", a->seed, "sign seed")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
+  cmd->add_option("--seed", a->seed, "sign seed")
+      ->check(cliInt(0))
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads, "encoder threads (0 = all cores)")
+      ->check(cliInt(0, 4096));
   cmd->add_option("-o,--output", a->out, "output directory")->required();
   cmd->callback([a, &rc] {
     QuantizeOptions opt;
@@ -196,7 +209,8 @@ void addVerifyCommand(CLI::App &app, int &rc) {
   cmd->add_option("DIR", a->dir, "pack directory")->required();
   cmd->add_option("--manifest", a->manifest,
                   "exlr8: manifest name (e.g. mixed) or file to check against");
-  cmd->add_option("--width", a->width, "exlr8: check every half at width K");
+  cmd->add_option("--width", a->width, "exlr8: check every half at width K")
+      ->check(cliInt(1, 8));
   cmd->callback([a, &rc] {
     glm::rt::PackOpenOptions opt;
     opt.manifest = a->manifest;
@@ -248,7 +262,8 @@ void addDequantCommand(CLI::App &app, int &rc) {
   cmd->add_option("--manifest", a->manifest,
                   "exlr8: manifest name (mixed -> manifests/exlr8-manifest-"
                   "mixed.json) or file");
-  cmd->add_option("--width", a->width, "exlr8: every half at width K");
+  cmd->add_option("--width", a->width, "exlr8: every half at width K")
+      ->check(cliInt(1, 8));
   cmd->add_option("-o,--output", a->out, "output .safetensors file");
   cmd->callback([a, &rc] {
     glm::rt::PackOpenOptions opt;

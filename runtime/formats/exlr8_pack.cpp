@@ -248,6 +248,11 @@ std::vector<uint16_t> wordsOf(const uint8_t *p, uint64_t len) {
   return w;
 }
 
+/// LLL of a file name (a regex's digits), refused when absurdly long.
+int64_t layerNumber(const std::string &digits, const std::string &file) {
+  return parseIntIn(digits, 0, 1 << 20, file + ": layer number");
+}
+
 class Exlr8Pack : public Pack {
 public:
   Exlr8Pack(const std::string &dir, const PackOpenOptions &opt);
@@ -315,7 +320,7 @@ Exlr8Pack::Exlr8Pack(const std::string &dir, const PackOpenOptions &opt)
       std::smatch m;
       std::string fn = de.path().filename().string();
       if (std::regex_match(fn, m, idxRe))
-        idx.push_back({std::stoll(m[1]), "experts/" + fn});
+        idx.push_back({layerNumber(m[1], fn), "experts/" + fn});
     }
   std::sort(idx.begin(), idx.end());
   for (auto &[layer, rel] : idx)
@@ -328,7 +333,7 @@ Exlr8Pack::Exlr8Pack(const std::string &dir, const PackOpenOptions &opt)
       std::smatch m;
       std::string fn = de.path().filename().string();
       if (std::regex_match(fn, m, denseRe))
-        dense.push_back({std::stoll(m[1]), "dense/" + fn});
+        dense.push_back({layerNumber(m[1], fn), "dense/" + fn});
       else if (fn == "exlr8-vocab.safetensors")
         dense.push_back({-1, "dense/" + fn});
     }
@@ -412,7 +417,8 @@ void Exlr8Pack::openExpertLayer(const std::string &rel, int64_t layer) {
     if (L.rows == e + 1 && !L.hasSeparateShared())
       L.experts = e, L.sharedRow = true;
   } else if (f.metadata().count("experts")) {
-    int64_t e = std::stoll(f.metadata().at("experts"));
+    int64_t e = parseIntIn(f.metadata().at("experts"), 0, 1 << 20,
+                           f.path() + ": metadata \"experts\"");
     if (L.rows == e + 1 && !L.hasSeparateShared())
       L.experts = e, L.sharedRow = true;
   }
@@ -538,7 +544,8 @@ void Exlr8Pack::openDenseFile(const std::string &rel, int64_t layer) {
       std::stringstream ss(it->second);
       std::string item;
       while (std::getline(ss, item, ','))
-        rec.push_back(std::stoll(item));
+        rec.push_back(parseIntIn(item, INT64_MIN, INT64_MAX,
+                                 f.path() + ": metadata " + n));
       check(rec.size() >= 5, f.path(), ": metadata ", n, " = \"", it->second,
             "\" must list format,out,in,K,side");
     }
@@ -864,7 +871,7 @@ void Exlr8Pack::buildWeights() {
     std::smatch m;
     std::string fn = fs::path(pt.rel).filename().string();
     if (std::regex_match(fn, m, lre))
-      layer = std::stoll(m[1]);
+      layer = layerNumber(m[1], fn);
     if (layer >= 0)
       w.name = "model.layers." + std::to_string(layer) + "." + v.name;
     else
