@@ -189,7 +189,7 @@ LoadedEngine loadEngine(const EngineOptions &o) {
   le.tokenizerPath = (std::filesystem::path(o.pack) / tokFile).string();
 #ifdef GLM_HAVE_TOKENIZER
   if (std::filesystem::exists(le.tokenizerPath))
-    le.tokenizer = Tokenizer::fromFile(le.tokenizerPath);
+    le.tokenizer = Tokenizer::fromFile(le.tokenizerPath, cfg.vocabSize);
 #endif
   return le;
 }
