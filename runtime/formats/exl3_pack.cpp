@@ -563,6 +563,13 @@ std::vector<float> Exl3Pack::dequantize(const std::string &name) const {
   if (!e.quantized) {
     check(e.dense->data != nullptr, ckpt_.fileOf(w.name), ": tensor ", w.name,
           " has no data (header-only file)");
+    // Vectors (norms, biases) are checked on load as verify checks them:
+    // EXL3 has no checksum, and they are small.
+    if (e.dense->shape.size() == 1) {
+      std::string bad = checkPlainValues(w.name, *e.dense);
+      check(bad.empty(), ckpt_.fileOf(w.name), ": ", w.name, ": ", bad,
+            " (glmc verify ", dir_, " lists every damaged tensor)");
+    }
     return e.dense->toFloat();
   }
   const Linear &L = e.lin;
@@ -595,6 +602,16 @@ Exl3Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
     const {
   VerifyReport rep;
   rep.issues = deferred_;
+  verifyCommon(rep);
+  // EXL3 has no checksum: headers are structure, every tensor is decoded
+  // and value-checked (finite; norms and biases in range; codebook markers
+  // exact).
+  for (size_t i = 0; i < ckpt_.files().size(); ++i)
+    coverSafetensorsLayout(rep, ckpt_.relNames()[i], *ckpt_.files()[i]);
+  if (fs::exists(fs::path(dir_) / "quantization_config.json"))
+    rep.cover("quantization_config.json", 0,
+              fs::file_size(fs::path(dir_) / "quantization_config.json"),
+              CheckKind::Structure);
   uint64_t total = weights_.size();
   for (size_t i = 0; i < weights_.size(); ++i) {
     const WeightInfo &w = weights_[i];
@@ -605,6 +622,16 @@ Exl3Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
       progress(i, total);
     if (indexOnly_)
       continue;
+    for (const ByteRange &br : w.ranges)
+      rep.cover(br.file, br.offset, br.length, CheckKind::Value);
+    if (!e.quantized && e.dense && e.dense->data) {
+      std::string bad = checkPlainValues(w.name, *e.dense);
+      if (!bad.empty()) {
+        rep.issues.push_back(
+            {ckpt_.fileOf(w.name), w.name, e.dense->fileOffset, bad});
+        continue;
+      }
+    }
     if (e.quantized) {
       const Linear &L = e.lin;
       if (L.mcg || L.mul1) {
