@@ -11,6 +11,7 @@
 #include "plans/plan_generated.h"
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
+#include "runtime/base/numbers.h"
 #include "runtime/base/hash.h"
 
 #include <cstring>
@@ -209,6 +210,11 @@ void validatePlan(const Plan &plan, const std::string &source) {
   if (plan.ranks.size() != plan.numRanks)
     bad("num_ranks is ", plan.numRanks, " but ", plan.ranks.size(),
         " rank plans are stored");
+  // The server counts tokens in int: a larger context was truncated
+  // (2^32 + 100 served as 100).
+  if (plan.model.maxContext < 0 || plan.model.maxContext > rt::kMaxContextTokens)
+    bad("max_context is ", plan.model.maxContext, " tokens, outside 0..",
+        rt::kMaxContextTokens);
   for (size_t ri = 0; ri < plan.ranks.size(); ++ri) {
     const RankPlan &r = plan.ranks[ri];
     if (r.rank != ri)
