@@ -22,6 +22,9 @@ namespace glmc {
 
 void writeHashSidecars(const std::string &dir) {
   const fs::path root(dir), hashes = root / "hashes";
+  // Sidecars of files a previous run wrote and this one did not would name
+  // missing files: start from none.
+  fs::remove_all(hashes);
   std::vector<std::string> files;
   for (auto it = fs::recursive_directory_iterator(root);
        it != fs::recursive_directory_iterator(); ++it) {
