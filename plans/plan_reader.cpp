@@ -10,6 +10,8 @@
 #include "plans/plan.h"
 #include "plans/plan_generated.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
+#include "runtime/base/numbers.h"
 #include "runtime/base/hash.h"
 
 #include <cstring>
@@ -216,6 +218,11 @@ void validatePlan(const Plan &plan, const std::string &source) {
   if (plan.ranks.size() != plan.numRanks)
     bad("num_ranks is ", plan.numRanks, " but ", plan.ranks.size(),
         " rank plans are stored");
+  // The server counts tokens in int: a larger context was truncated
+  // (2^32 + 100 served as 100).
+  if (plan.model.maxContext < 0 || plan.model.maxContext > rt::kMaxContextTokens)
+    bad("max_context is ", plan.model.maxContext, " tokens, outside 0..",
+        rt::kMaxContextTokens);
   for (size_t ri = 0; ri < plan.ranks.size(); ++ri) {
     const RankPlan &r = plan.ranks[ri];
     if (r.rank != ri)
@@ -395,12 +402,12 @@ Plan parsePlan(const uint8_t *data, size_t size, const std::string &source,
 }
 
 Plan readPlan(const std::string &path, const ReadExpectations &expect) {
-  std::ifstream f(path, std::ios::binary);
-  rt::check(bool(f), path, ": cannot open the plan (no such file?); ",
+  rt::check(std::filesystem::exists(path), path,
+            ": cannot open the plan (no such file?); ",
             replanHint(expect.packDir, 0, path));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)),
-                             std::istreambuf_iterator<char>());
-  return parsePlan(bytes.data(), bytes.size(), path, expect);
+  std::string bytes = rt::readFileBounded(path, rt::kMaxPlanBytes, "a plan");
+  return parsePlan(reinterpret_cast<const uint8_t *>(bytes.data()),
+                   bytes.size(), path, expect);
 }
 
 } // namespace glm::plan

@@ -11,6 +11,7 @@
 #include "compiler/mlir/Import.h"
 #include "compiler/mlir/Passes.h"
 #include "runtime/base/error.h"
+#include "runtime/base/cli_numbers.h"
 #include "runtime/base/progress.h"
 #include "runtime/formats/pack.h"
 
@@ -86,13 +87,11 @@ static std::vector<int64_t> intList(const std::string &s,
                                     const std::string &option) {
   std::vector<int64_t> out;
   for (const std::string &item : splitList(s)) {
-    char *end = nullptr;
-    long long v = std::strtoll(item.c_str(), &end, 10);
-    glm::rt::check(end && *end == '\0' && !item.empty(), "glmc compile: ",
-                   option, " '", s, "': '", item,
-                   "' is not a whole number (give a comma-separated list, "
-                   "e.g. 1,2,4,8)");
-    out.push_back(v);
+    std::optional<int64_t> v = glm::rt::parseInt64(item);
+    glm::rt::check(v.has_value(), "glmc compile: ", option, " '", s, "': '",
+                   item, "' is not a whole number (give a comma-separated "
+                   "list, e.g. 1,2,4,8)");
+    out.push_back(*v);
   }
   glm::rt::check(!out.empty(), "glmc compile: ", option, " lists nothing");
   return out;
@@ -234,12 +233,13 @@ void addCompileCommand(CLI::App &app, int &rc) {
   cmd->add_option("--sparks", args->sparks,
                   "number of Sparks (tensor-parallel ranks), 1..64")
       ->default_val(1)
-      ->check(CLI::Range(1, 64));
+      ->check(glm::rt::cliInt(1, 64));
   cmd->add_option("--manifest", args->manifest,
                   "exlr8 manifest NAME (manifests/exlr8-manifest-NAME.json) "
                   "or FILE; default: the pack's only manifest");
   cmd->add_option("--width", args->width,
-                  "exlr8: one width K for every half (overrides the manifest)");
+                  "exlr8: one width K for every half (overrides the manifest)")
+      ->check(glm::rt::cliInt(1, 8));
   cmd->add_option("--arch", args->arch,
                   "target archs, comma-separated (sm_121 = Spark, sm_90 = "
                   "Hopper)")
@@ -247,14 +247,15 @@ void addCompileCommand(CLI::App &app, int &rc) {
   cmd->add_option("--max-context", args->maxContext,
                   "tokens the KV cache holds per sequence")
       ->default_val(8192)
-      ->check(CLI::PositiveNumber);
+      ->check(glm::rt::cliInt(1, glm::rt::kMaxContextTokens));
   cmd->add_option("--kv-dtype", args->kvDtype, "KV cache element type")
       ->default_val("bf16")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--memory-per-spark", args->memoryPerSpark,
                   "GiB each rank may use (weights + KV + activations); 0 = "
                   "no limit. A plan over it is refused with a per-rank table")
-      ->default_val(104);
+      ->default_val(104)
+      ->check(glm::rt::cliNumber(0, 1 << 20));
   cmd->add_option("--emit", args->emit,
                   "stop after a stage: model (sharded model-level IR), kernel "
                   "(fused kernel-level IR with memory plan), cuda (kernel "

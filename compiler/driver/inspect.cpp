@@ -11,6 +11,8 @@
 #include "plans/plan.h"
 #include "plans/plan_inspect.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
+#include "runtime/base/cli_numbers.h"
 
 #include <CLI/CLI.hpp>
 
@@ -79,11 +81,11 @@ int runInspect(const InspectArgs &a) {
     else if (a.layer == "head")
       opt.layer = int(plan.model.numLayers);
     else {
-      char *end = nullptr;
-      long v = std::strtol(a.layer.c_str(), &end, 10);
-      glm::rt::check(end && *end == '\0' && v >= 0, "--layer '", a.layer,
-                     "': give a layer number, 'embed' or 'head'");
-      opt.layer = int(v);
+      std::optional<int64_t> v = glm::rt::parseInt64(a.layer);
+      glm::rt::check(v && *v >= 0 && *v < plan.model.numLayers, "--layer '",
+                     a.layer, "': give a layer number in 0..",
+                     plan.model.numLayers - 1, ", 'embed' or 'head'");
+      opt.layer = int(*v);
     }
   }
   glm::rt::check(a.bandwidth > 0, "--bandwidth must be positive (GB/s)");
@@ -92,12 +94,11 @@ int runInspect(const InspectArgs &a) {
   opt.intRateTops = a.intRate;
   opt.opsPerWeight = a.opsPerWeight;
   if (!a.measured.empty()) {
-    std::ifstream f(a.measured);
-    glm::rt::check(bool(f), a.measured,
+    glm::rt::check(std::filesystem::exists(a.measured), a.measured,
                    ": cannot open the measured-times file (write one with "
                    "glm-engine bench --plan PLAN)");
-    std::string text((std::istreambuf_iterator<char>(f)),
-                     std::istreambuf_iterator<char>());
+    std::string text = glm::rt::readFileBounded(
+        a.measured, glm::rt::kMaxConfigBytes, "the measured-times file");
     opt.measuredUs = glm::plan::parseMeasured(text, a.measured);
     opt.measuredSource = a.measured;
   }
@@ -140,7 +141,8 @@ void addInspectCommand(CLI::App &app, int &rc) {
   cmd->add_option("PLAN", args->plan, "plan file from glmc compile")
       ->required();
   cmd->add_option("--rank", args->rank,
-                  "show one rank (default: all; dot shows rank 0)");
+                  "show one rank (default: all; dot shows rank 0)")
+      ->check(glm::rt::cliInt(0, 1023));
   cmd->add_option("--layer", args->layer,
                   "show one layer: a number, 'embed' or 'head' (default: all)");
   cmd->add_option("--format", args->format, "text | json | dot | html")
@@ -149,13 +151,16 @@ void addInspectCommand(CLI::App &app, int &rc) {
   cmd->add_option("--bandwidth", args->bandwidth,
                   "memory bandwidth per rank in GB/s for predicted times "
                   "(DGX Spark: 273 nominal)")
+      ->check(glm::rt::cliNumber(0, 1e6, /*loOpen=*/true))
       ->capture_default_str();
   cmd->add_option("--int-rate", args->intRate,
                   "integer throughput per rank in 1e12 ops/s for trellis "
                   "decode predictions (DGX Spark estimate 15, H200 ~17)")
+      ->check(glm::rt::cliNumber(0, 1e6, /*loOpen=*/true))
       ->capture_default_str();
   cmd->add_option("--ops-per-weight", args->opsPerWeight,
                   "integer ops one decoded trellis weight costs")
+      ->check(glm::rt::cliNumber(0, 1e6, /*loOpen=*/true))
       ->capture_default_str();
   cmd->add_option("--measured", args->measured,
                   "JSON of measured microseconds per launch by kernel name "

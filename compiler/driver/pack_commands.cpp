@@ -8,20 +8,32 @@
 #include "compiler/driver/commands.h"
 #include "compiler/packtools/packtools.h"
 #include "runtime/base/error.h"
+#include "runtime/base/cli_numbers.h"
+#include "runtime/base/files.h"
 #include "runtime/base/progress.h"
 #include "runtime/formats/pack.h"
 #include "runtime/formats/safetensors.h"
+#ifdef GLM_HAVE_TOKENIZER
+#include "runtime/serve/chat.h"
+#include "runtime/serve/tokenizer.h"
+#endif
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace fs = std::filesystem;
 using glm::rt::check;
 using glm::rt::fail;
+using glm::rt::cliInt;
+using glm::rt::cliNumber;
+using glm::rt::parseIntIn;
 
 namespace glmc {
 namespace {
@@ -31,12 +43,7 @@ std::vector<int> parseWidthList(const std::string &s) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    check(!item.empty() && item.find_first_not_of("0123456789") ==
-                               std::string::npos,
-          "--widths: \"", s, "\" must be a comma-separated list like 2,3,4");
-    int k = std::stoi(item);
-    check(k >= 1 && k <= 8, "--widths: width ", k, " is outside 1..8");
-    out.push_back(k);
+    out.push_back((int)parseIntIn(item, 1, 8, "--widths \"" + s + "\""));
   }
   check(!out.empty(), "--widths: empty list");
   return out;
@@ -98,11 +105,13 @@ void addSynthCommand(CLI::App &app, int &rc) {
       ->check(CLI::IsMember({"hf", "exl3", "exlr8"}))
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "random seed of weights and signs")
+      ->check(cliInt(0))
       ->capture_default_str();
   cmd->add_flag("--index-only", a->indexOnly,
                 "write config, tokenizer, manifests and indexes but no weight "
                 "bytes (what the compiler needs)");
-  cmd->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
+  cmd->add_option("--threads", a->threads, "encoder threads (0 = all cores)")
+      ->check(cliInt(0, 4096));
   cmd->add_option("-o,--output", a->out, "output directory")->required();
   cmd->callback([a, &rc] {
     auto t0 = std::chrono::steady_clock::now();
@@ -124,6 +133,9 @@ void addSynthCommand(CLI::App &app, int &rc) {
       quantizeInto(hfDir, a->layout, a->out, opt);
       fs::remove_all(hfDir);
     }
+    // Header-only files of an index-only pack are not the release's files.
+    if (!a->indexOnly)
+      writeHashSidecars(a->out);
     double secs = std::chrono::duration<double>(
                       std::chrono::steady_clock::now() - t0)
                       .count();
@@ -153,14 +165,18 @@ void addQuantizeCommand(CLI::App &app, int &rc) {
       ->required();
   cmd->add_option("--bits", a->bits,
                   "exl3: one width K for every tensor (1..8; 1.5/2.5/3.5 with "
-                  "--codebook mul1); default: a mixed-K allocation");
+                  "--codebook mul1); default: a mixed-K allocation")
+      ->check(cliNumber(1, 8));
   cmd->add_option("--widths", a->widths,
                   "exlr8: widths to store every half at (default 2,3,4)");
   cmd->add_option("--codebook", a->codebook, "exl3: 3inst | mcg | mul1")
       ->check(CLI::IsMember({"3inst", "mcg", "mul1"}))
       ->capture_default_str();
-  cmd->add_option("--seed", a->seed, "sign seed")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "encoder threads (0 = all cores)");
+  cmd->add_option("--seed", a->seed, "sign seed")
+      ->check(cliInt(0))
+      ->capture_default_str();
+  cmd->add_option("--threads", a->threads, "encoder threads (0 = all cores)")
+      ->check(cliInt(0, 4096));
   cmd->add_option("-o,--output", a->out, "output directory")->required();
   cmd->callback([a, &rc] {
     QuantizeOptions opt;
@@ -175,10 +191,87 @@ void addQuantizeCommand(CLI::App &app, int &rc) {
     check(!(a->layout == "exl3" && !a->widths.empty()),
           "--widths is for exlr8; exl3 takes --bits");
     quantizeInto(a->src, a->layout, a->out, opt);
+    writeHashSidecars(a->out);
     std::printf("quantize: wrote %s pack to %s\n", a->layout.c_str(),
                 a->out.c_str());
     rc = 0;
   });
+}
+
+/// The files glm-engine reads besides the weights and config.json: where
+/// the pack has no SHA-256 sidecars, parsing them (the tokenizer against the
+/// model's vocabulary, the chat template as the server compiles it) is the
+/// check they get, and a damaged one is named here rather than at serve.
+static void verifySideFiles(const glm::rt::Pack &pack,
+                            glm::rt::VerifyReport &rep) {
+  const fs::path dir(pack.dir());
+  auto parsed = [&](const std::string &rel,
+                    const std::function<void(const std::string &)> &parse) {
+    fs::path p = dir / rel;
+    std::error_code ec;
+    if (!fs::exists(p, ec))
+      return;
+    rep.checkedObjects++;
+    try {
+      parse(p.string());
+      rep.cover(rel, 0, fs::file_size(p, ec), glm::rt::CheckKind::Structure);
+    } catch (const glm::rt::Error &e) {
+      rep.issues.push_back({rel, "whole file", 0, e.what()});
+    }
+  };
+  for (const char *rel : {"generation_config.json", "tokenizer_config.json",
+                          "special_tokens_map.json"})
+    parsed(rel, [](const std::string &path) {
+      std::string text = glm::rt::readFileBounded(
+          path, glm::rt::kMaxConfigBytes, "a model side file");
+      try {
+        (void)nlohmann::json::parse(text);
+      } catch (const nlohmann::json::exception &e) {
+        fail(path, ": not valid JSON (", e.what(), ")");
+      }
+    });
+#ifdef GLM_HAVE_TOKENIZER
+  const int64_t vocab = pack.config() ? pack.config()->vocabSize : 0;
+  parsed("tokenizer.json", [&](const std::string &path) {
+    (void)glm::rt::Tokenizer::fromFile(path, vocab);
+  });
+  parsed("chat_template.jinja", [](const std::string &path) {
+    glm::rt::ChatTemplate(glm::rt::readFileBounded(
+                              path, glm::rt::kMaxTemplateBytes,
+                              "the chat template"),
+                          path);
+  });
+#endif
+}
+
+/// The closing summary: how many bytes of the pack each kind of check
+/// covered and how many no check covers (naming those files), so a pack whose
+/// format leaves bytes unchecksummed says so instead of passing silently.
+static void printCoverage(const std::string &dir,
+                          const glm::rt::VerifyReport &report) {
+  using glm::rt::CheckKind;
+  glm::rt::CoverageSummary s = glm::rt::summarizeCoverage(dir, report);
+  auto pct = [&](uint64_t n) {
+    return s.totalBytes ? 100.0 * (double)n / (double)s.totalBytes : 0.0;
+  };
+  std::printf("coverage: %llu bytes in %llu files:",
+              (unsigned long long)s.totalBytes, (unsigned long long)s.files);
+  for (int k = 0; k < glm::rt::kCheckKinds; ++k)
+    std::printf("%s %s %llu (%.2f%%)", k ? "," : "",
+                glm::rt::checkKindName(CheckKind(k)),
+                (unsigned long long)s.byKind[k], pct(s.byKind[k]));
+  std::printf("; no check %llu (%.2f%%, of which %llu padding no reader "
+              "uses)\n",
+              (unsigned long long)s.unchecked, pct(s.unchecked),
+              (unsigned long long)s.uncheckedPadding);
+  const size_t shown = std::min<size_t>(s.uncheckedFiles.size(), 8);
+  for (size_t i = 0; i < shown; ++i)
+    std::printf("  unchecked: %s (%llu bytes)\n",
+                s.uncheckedFiles[i].first.c_str(),
+                (unsigned long long)s.uncheckedFiles[i].second);
+  if (s.uncheckedFiles.size() > shown)
+    std::printf("  unchecked: ... and %zu more files\n",
+                s.uncheckedFiles.size() - shown);
 }
 
 void addVerifyCommand(CLI::App &app, int &rc) {
@@ -196,7 +289,8 @@ void addVerifyCommand(CLI::App &app, int &rc) {
   cmd->add_option("DIR", a->dir, "pack directory")->required();
   cmd->add_option("--manifest", a->manifest,
                   "exlr8: manifest name (e.g. mixed) or file to check against");
-  cmd->add_option("--width", a->width, "exlr8: check every half at width K");
+  cmd->add_option("--width", a->width, "exlr8: check every half at width K")
+      ->check(cliInt(1, 8));
   cmd->callback([a, &rc] {
     glm::rt::PackOpenOptions opt;
     opt.manifest = a->manifest;
@@ -213,6 +307,7 @@ void addVerifyCommand(CLI::App &app, int &rc) {
     });
     if (bar)
       bar->finish();
+    verifySideFiles(*pack, report);
     for (auto &i : report.issues)
       std::printf("DAMAGED %s: %s at offset %llu: %s\n", i.file.c_str(),
                   i.object.c_str(), (unsigned long long)i.offset,
@@ -222,6 +317,7 @@ void addVerifyCommand(CLI::App &app, int &rc) {
                 glm::rt::packLayoutName(pack->layout()), a->dir.c_str(),
                 (unsigned long long)report.checkedObjects,
                 report.checkedBytes / 1e6, report.issues.size());
+    printCoverage(a->dir, report);
     rc = report.ok() ? 0 : 2;
   });
 }
@@ -248,7 +344,8 @@ void addDequantCommand(CLI::App &app, int &rc) {
   cmd->add_option("--manifest", a->manifest,
                   "exlr8: manifest name (mixed -> manifests/exlr8-manifest-"
                   "mixed.json) or file");
-  cmd->add_option("--width", a->width, "exlr8: every half at width K");
+  cmd->add_option("--width", a->width, "exlr8: every half at width K")
+      ->check(cliInt(1, 8));
   cmd->add_option("-o,--output", a->out, "output .safetensors file");
   cmd->callback([a, &rc] {
     glm::rt::PackOpenOptions opt;

@@ -10,6 +10,7 @@
 
 #include "glm/GlmDialect.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/formats/pack.h"
 
 #include "mlir/IR/Builders.h"
@@ -30,6 +31,19 @@ using ::glm::rt::WeightInfo;
 namespace glmc {
 namespace {
 
+/// A location in file `path`. The diagnostic handler reads a file named in
+/// a location to quote its line: only a regular file of a size a config or
+/// manifest may have is named so (a --manifest /dev/zero used to be read
+/// without end); anything else is named without a line.
+static Location fileLoc(MLIRContext &ctx, const std::string &path,
+                        unsigned line, unsigned col) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec) &&
+      fs::file_size(path, ec) <= ::glm::rt::kMaxManifestBytes && !ec)
+    return FileLineColLoc::get(&ctx, path, line, col);
+  return NameLoc::get(StringAttr::get(&ctx, path));
+}
+
 /// Location of `"key"` in config.json (line and column), else line 1.
 static Location configLoc(MLIRContext &ctx, const Pack &pack,
                           const std::string &key) {
@@ -46,7 +60,7 @@ static Location configLoc(MLIRContext &ctx, const Pack &pack,
         }
     }
   }
-  return FileLineColLoc::get(&ctx, file, line, col);
+  return fileLoc(ctx, file, line, col);
 }
 
 static DenseFormat denseFormat(::glm::rt::WeightFormat f) {
@@ -489,7 +503,7 @@ OwningOpRef<ModuleOp> importPack(MLIRContext &ctx, const std::string &dir,
                   : (fs::path(dir) / "manifests" /
                      ("exlr8-manifest-" + opt.manifest + ".json"))
                         .string();
-    InFlightDiagnostic d = emitError(FileLineColLoc::get(&ctx, where, 1, 1))
+    InFlightDiagnostic d = emitError(fileLoc(ctx, where, 1, 1))
                            << e.what();
     d.attachNote() << "check the pack with `glmc verify " << dir
                    << "` and the --manifest name or path";

@@ -30,6 +30,11 @@ std::string presetConfigJson(const std::string &preset);
 void writeRandomHfModel(const std::string &preset, uint64_t seed,
                         const std::string &dir, bool indexOnly);
 
+/// Writes hashes/<path>.sha256 (sha256sum's "HEX  NAME" line) for every
+/// file of the pack in `dir`, as releases publish them: `glmc verify` then
+/// covers every byte, also those the format does not checksum.
+void writeHashSidecars(const std::string &dir);
+
 /// Copies config.json, tokenizer and template files from src to dst.
 void copyModelSideFiles(const std::string &srcDir, const std::string &dstDir);
 

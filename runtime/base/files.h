@@ -1,4 +1,12 @@
-//===- files.h - best-effort atomic writes for on-disk caches -------------===//
+//===- files.h - bounded whole-file reads and atomic writes ---------------===//
+//
+// Every text or small binary file glmc and glm-engine read whole (plans,
+// config.json, manifests, tokenizer.json, chat templates, safetensors index
+// JSON) goes through readFileBounded: a path that names a device, a pipe or
+// a directory (`glm-engine run /dev/zero`) or a file larger than its format
+// allows would otherwise grow a buffer without end or end in a bare
+// std::bad_alloc. The limits below are far above any real file of the kind
+// and far below what would exhaust a machine.
 //
 // The kernel caches (glmc's NVRTC results, the runtime's CUBINs) are filled
 // by concurrent processes: two compiles, or the ranks of a first multi-rank
@@ -9,6 +17,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,6 +28,29 @@
 #include <unistd.h>
 
 namespace glm::rt {
+
+/// Upper bounds of what a file of each kind may hold, in bytes.
+/// A flatbuffer addresses its tables with 32-bit signed offsets.
+inline constexpr uint64_t kMaxPlanBytes = (1ull << 31) - 1;
+/// config.json, generation_config.json: a few KB in every release.
+inline constexpr uint64_t kMaxConfigBytes = 16ull << 20;
+/// An exlr8 manifest lists 3 x 16 widths per expert per layer: about 3 MB
+/// for GLM-5.3 (256 experts, 76 layers).
+inline constexpr uint64_t kMaxManifestBytes = 256ull << 20;
+/// tokenizer.json: GLM-5.3's is about 20 MB.
+inline constexpr uint64_t kMaxTokenizerBytes = 512ull << 20;
+/// A chat template: GLM-5.3's is a few KB.
+inline constexpr uint64_t kMaxTemplateBytes = 16ull << 20;
+/// model.safetensors.index.json: one line per tensor (~2 MB for 100k).
+inline constexpr uint64_t kMaxIndexJsonBytes = 256ull << 20;
+
+/// Reads the whole regular file `path`, of at most `maxBytes` bytes; `what`
+/// names the kind of file in errors ("the plan", "the manifest"). Throws
+/// glm::rt::Error naming the path when it cannot be opened, is not a regular
+/// file (a device, pipe or directory), is larger than `maxBytes` (naming the
+/// limit) or cannot be read whole.
+std::string readFileBounded(const std::string &path, uint64_t maxBytes,
+                            const std::string &what);
 
 /// Writes `size` bytes to `path` through a name unique to this process and
 /// thread and a rename. Best effort (a cache that cannot be written is no

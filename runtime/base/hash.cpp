@@ -6,6 +6,7 @@
 #include "runtime/base/hash.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <vector>
 
 namespace glm::rt {
@@ -33,6 +34,10 @@ std::string hex64(uint64_t v) {
 }
 
 std::string hashFileHex(const std::string &path) {
+  // A device or pipe (/dev/zero) would be hashed forever.
+  std::error_code ec;
+  check(std::filesystem::is_regular_file(path, ec), path,
+        ": not a regular file (cannot hash it; give the file itself)");
   FILE *f = std::fopen(path.c_str(), "rb");
   check(f != nullptr, path, ": cannot open for hashing");
   Xxh64 h;

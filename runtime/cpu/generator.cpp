@@ -44,7 +44,10 @@ runGeneration(const ModelConfig &c, int64_t maxContext,
               const std::function<std::vector<float>(int64_t)> &step) {
   check(!prompt.empty(), "the prompt is empty: give at least one token");
   check(params.maxNew >= 0, "--max-new must be >= 0");
-  check((int64_t)prompt.size() + params.maxNew <= maxContext, "prompt (",
+  // Written as a difference: prompt + maxNew overflows for a huge maxNew.
+  check((int64_t)prompt.size() <= maxContext &&
+            params.maxNew <= maxContext - (int64_t)prompt.size(),
+        "prompt (",
         prompt.size(), " tokens) + max new tokens (", params.maxNew,
         ") exceeds the context of ", maxContext, " tokens");
   for (int64_t t : prompt)

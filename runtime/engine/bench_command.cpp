@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/base/error.h"
+#include "runtime/base/cli_numbers.h"
 #include "runtime/engine/commands.h"
 
 #include <CLI/CLI.hpp>
@@ -40,12 +41,16 @@ void addBenchCommand(CLI::App &app, int &rc) {
       ->check(CLI::IsMember({"copy", "expert", "moe-layer", "all",
                              "prefill", "step", "dense"}));
   cmd->add_option("--table", o->table, "Also write the result table to FILE");
-  cmd->add_option("--device", o->device, "CUDA device ordinal");
-  cmd->add_option("--reps", o->reps, "Timed repetitions at most (median)");
+  cmd->add_option("--device", o->device, "CUDA device ordinal")
+      ->check(cliInt(0, 1023));
+  cmd->add_option("--reps", o->reps, "Timed repetitions at most (median)")
+      ->check(cliInt(1, 100000));
   cmd->add_option("--layers", o->layers,
-                  "Distinct layers per moe-layer graph (defeats the L2)");
+                  "Distinct layers per moe-layer graph (defeats the L2)")
+      ->check(cliInt(1, 1024));
   cmd->add_option("--copy-gib", o->copyGiB, "Bytes per copy, GiB (>= 2 "
-                                            "for a bandwidth that counts)");
+                                            "for a bandwidth that counts)")
+      ->check(cliNumber(0, 1024, /*loOpen=*/true));
   cmd->add_option("--pack", o->stepPack,
                   "step: index-only pack whose geometry the whole-step "
                   "benchmark builds (glmc synth --preset glm53 --layout "
@@ -53,9 +58,11 @@ void addBenchCommand(CLI::App &app, int &rc) {
   cmd->add_option("--manifest", o->stepManifest,
                   "step: exlr8 manifest of that pack (default mixed)");
   cmd->add_option("--step-layers", o->stepLayers,
-                  "step: layers to build (default: as many as fit)");
+                  "step: layers to build (default: as many as fit)")
+      ->check(cliInt(1, 1024));
   cmd->add_option("--position", o->stepPosition,
-                  "step: decode position the step runs at (default 64)");
+                  "step: decode position the step runs at (default 64)")
+      ->check(cliInt(0, 1 << 30));
   cmd->add_option("--plan", o->plan,
                   "time the executor's decode step per kernel for this "
                   "1-Spark plan of --pack (writes --measured-out)");

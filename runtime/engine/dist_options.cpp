@@ -2,6 +2,8 @@
 #include "runtime/engine/dist_options.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/cli_numbers.h"
+#include "runtime/base/files.h"
 #include "runtime/base/hash.h"
 #include "runtime/dist/nccl_comm.h"
 #include "runtime/dist/tcp_comm.h"
@@ -14,17 +16,23 @@
 
 namespace glm::rt {
 
+// TcpHostComm::join's limit; a week of seconds (the heartbeat code turns
+// seconds into int64 nanoseconds); CUDA device ordinals.
+constexpr int64_t kMaxWorld = 1024;
+constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
+constexpr int64_t kMaxDevice = 1023;
+
 void addDistOptions(CLI::App &sub, DistOptions &o) {
   const char *group = "Ranks (one process per rank; see `glm-engine launch`)";
   sub.add_option("--rank", o.rank,
                  "This process's rank in 0..WORLD-1 (rank 0 listens on "
                  "--coordinator and prints the output)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cliInt(0, kMaxWorld - 1))
       ->group(group);
   sub.add_option("--world", o.world,
                  "Number of rank processes (the plan's Spark count); with "
                  "more than 1 the ranks join over --coordinator")
-      ->check(CLI::Range(1, 1024))
+      ->check(cliInt(1, kMaxWorld))
       ->group(group);
   sub.add_option("--coordinator", o.coordinator,
                  "HOST:PORT where rank 0 listens and the others connect "
@@ -34,18 +42,18 @@ void addDistOptions(CLI::App &sub, DistOptions &o) {
                  "Seconds without a sign of life after which a peer rank "
                  "counts as dead: every rank then exits with an error naming "
                  "it (a rank that exits is noticed at once)")
-      ->check(CLI::PositiveNumber)
+      ->check(cliNumber(0, kMaxTimeoutSeconds, /*loOpen=*/true))
       ->capture_default_str()
       ->group(group);
   sub.add_option("--join-timeout", o.joinTimeout,
                  "Seconds the ranks wait for each other at startup")
-      ->check(CLI::PositiveNumber)
+      ->check(cliNumber(0, kMaxTimeoutSeconds, /*loOpen=*/true))
       ->capture_default_str()
       ->group(group);
   sub.add_option("--device", o.device,
                  "CUDA device ordinal of this rank (--backend cuda; launch "
                  "gives rank r device r)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cliInt(0, kMaxDevice))
       ->group(group);
 }
 
@@ -56,13 +64,17 @@ namespace {
 void planIdentity(const EngineOptions &e, uint64_t &hash, std::string &label) {
   std::string content;
   if (e.plan != "-") {
-    content = "plan " + hashFileHex(e.plan);
+    std::string bytes = readFileBounded(e.plan, kMaxPlanBytes, "a plan");
+    content = "plan " + hex64(xxh64(bytes.data(), bytes.size()));
     label = "plan " + e.plan + " (xxh64 " + content.substr(5) + ")";
   } else {
     auto cfg = std::filesystem::path(e.pack) / "config.json";
-    std::string h = std::filesystem::exists(cfg)
-                        ? hashFileHex(cfg.string())
-                        : std::string("none");
+    std::string h = "none";
+    if (std::filesystem::exists(cfg)) {
+      std::string bytes =
+          readFileBounded(cfg.string(), kMaxConfigBytes, "the model config");
+      h = hex64(xxh64(bytes.data(), bytes.size()));
+    }
     content = "pack " + h;
     label = "pack " + e.pack + " without a plan (config.json xxh64 " + h +
             ", --sparks " + std::to_string(e.sparks) + ")";

@@ -13,6 +13,7 @@
 #include "runtime/engine/commands.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/cli_numbers.h"
 #include "runtime/dist/tcp_comm.h"
 #include "runtime/engine/setup.h"
 
@@ -97,11 +98,11 @@ std::vector<int> parseDevices(const std::string &s, int n) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    char *end = nullptr;
-    long v = std::strtol(item.c_str(), &end, 10);
-    check(!item.empty() && *end == '\0' && v >= 0, "--devices \"", s,
-          "\": expected comma-separated GPU ordinals, e.g. 0,1,2,3");
-    out.push_back((int)v);
+    std::optional<int64_t> v = parseInt64(item);
+    check(v && *v >= 0 && *v <= 1023, "--devices \"", s,
+          "\": expected comma-separated GPU ordinals in 0..1023, e.g. "
+          "0,1,2,3");
+    out.push_back((int)*v);
   }
   check((int)out.size() == n, "--devices lists ", out.size(),
         " GPUs for --sparks ", n, "; give one per rank");
@@ -358,18 +359,18 @@ void addLaunchCommand(CLI::App &app, int &rc) {
                   "Number of rank processes to start (the plan's Spark "
                   "count; with PLAN `-` the ranks to split the pack over)")
       ->required()
-      ->check(CLI::Range(1, 64));
+      ->check(cliInt(1, 64));
   sub->add_option("--devices", o->devices,
                   "--backend cuda: GPU ordinal of each rank, comma-separated "
                   "(default 0,1,...,N-1)");
   sub->add_option("--grace", o->grace,
                   "Seconds the other ranks get to exit on their own after "
                   "one failed, before they are killed")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cliNumber(0, 3600))
       ->capture_default_str();
   sub->add_option("--port", o->port,
                   "Coordinator port on 127.0.0.1 (default: a free one)")
-      ->check(CLI::Range(1, 65535));
+      ->check(cliInt(1, 65535));
   sub->allow_extras();
   sub->callback([o, sub, &rc] {
     std::vector<std::string> fwd = sub->remaining();

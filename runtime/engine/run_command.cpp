@@ -2,6 +2,7 @@
 #include "runtime/engine/commands.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/cli_numbers.h"
 #include "runtime/dist/comm.h"
 #include "runtime/engine/dist_options.h"
 #include "runtime/engine/setup.h"
@@ -12,12 +13,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 namespace glm::rt {
 namespace {
+
+/// Far above any useful temperature (logits / T stay finite for T >= 0).
+constexpr double kMaxTemperature = 1000;
 
 struct RunOptions {
   EngineOptions engine;
@@ -34,26 +40,140 @@ std::vector<int64_t> parseTokens(const std::string &s) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    check(used > 0 && used == item.size(), "--tokens: \"", item,
+    // The vocabulary bound is checked by the generator, which knows it.
+    std::optional<int64_t> v = parseInt64(item);
+    check(v.has_value(), "--tokens: \"", item,
           "\" is not an integer token id (expected e.g. --tokens 1,2,3)");
-    out.push_back(v);
+    out.push_back(*v);
   }
   check(!out.empty(), "--tokens is empty (expected e.g. --tokens 1,2,3)");
   return out;
 }
 
+/// The request every rank must run: prompt ids, --max-new, sampling state
+/// and the context the generator was built with. `has*` say which parts the
+/// rank's command line gave (the rest are defaults, adopted from rank 0).
+struct Request {
+  std::vector<int64_t> prompt;
+  int64_t maxNew = 0, maxContext = 0;
+  bool greedy = true;
+  double temperature = 1, topP = 1;
+  uint64_t seed = 0;
+  bool hasPrompt = false, hasMaxNew = false, hasSampling = false;
+};
+
+std::string encodeRequest(const Request &q) {
+  std::string s;
+  auto put = [&](const auto &v) { s.append((const char *)&v, sizeof v); };
+  put((int64_t)q.prompt.size());
+  for (int64_t t : q.prompt)
+    put(t);
+  put(q.maxNew);
+  put(q.maxContext);
+  put((uint8_t)q.greedy);
+  put(q.temperature);
+  put(q.topP);
+  put(q.seed);
+  return s;
+}
+
+Request decodeRequest(const std::string &s) {
+  Request q;
+  size_t at = 0;
+  auto get = [&](auto &v) {
+    check(at + sizeof v <= s.size(), "rank 0 sent a malformed request");
+    std::memcpy(&v, s.data() + at, sizeof v);
+    at += sizeof v;
+  };
+  int64_t n = 0;
+  get(n);
+  check(n >= 0 && (uint64_t)n <= (s.size() - at) / sizeof(int64_t),
+        "rank 0 sent a malformed request");
+  q.prompt.resize((size_t)n);
+  for (int64_t &t : q.prompt)
+    get(t);
+  uint8_t greedy = 0;
+  get(q.maxNew);
+  get(q.maxContext);
+  get(greedy);
+  q.greedy = greedy != 0;
+  get(q.temperature);
+  get(q.topP);
+  get(q.seed);
+  return q;
+}
+
+std::string promptText(const std::vector<int64_t> &p) {
+  std::string s;
+  for (size_t i = 0; i < p.size() && i < 8; ++i)
+    s += (i ? "," : "") + std::to_string(p[i]);
+  if (p.size() > 8)
+    s += ",... (" + std::to_string(p.size()) + " tokens)";
+  return s;
+}
+
+std::string samplingText(const Request &q) {
+  if (q.greedy)
+    return "--greedy";
+  std::ostringstream os;
+  os << "--temperature " << q.temperature << " --top-p " << q.topP
+     << " --seed " << q.seed;
+  return os.str();
+}
+
+/// Rank 0 sends its request to every rank (two all-gathers: the lengths,
+/// then the bytes); a rank adopts each part its command line left out and
+/// refuses, naming both, a part it gave differently. Ranks started by hand
+/// with different --tokens or sampling flags would otherwise each run its
+/// own request through the same collectives and print wrong tokens. A
+/// refusing rank throws; runAsRank tells the others, which fail in the
+/// closing barrier, so no rank generates.
+void agreeOnRequest(dist::HostComm &comm, Request &q) {
+  const int world = comm.size(), rank = comm.rank();
+  std::string mine = encodeRequest(q);
+  std::vector<uint64_t> sizes((size_t)world);
+  uint64_t mySize = mine.size();
+  comm.allGather(&mySize, sizes.data(), sizeof mySize);
+  uint64_t most = *std::max_element(sizes.begin(), sizes.end());
+  check(most <= (uint64_t(1) << 32), "a rank sent a request of ", most,
+        " bytes");
+  mine.resize((size_t)most, '\0');
+  std::string all((size_t)(most * world), '\0');
+  comm.allGather(mine.data(), all.data(), (size_t)most);
+  if (rank != 0) {
+    Request root = decodeRequest(all.substr(0, (size_t)sizes[0]));
+    const std::string me = "rank " + std::to_string(rank);
+    const char *hint = "; start every rank with the same request, or give "
+                       "it to rank 0 only (the others adopt it)";
+    check(!q.hasPrompt || q.prompt == root.prompt, me,
+          " was given the prompt tokens ", promptText(q.prompt),
+          " but rank 0 runs ", promptText(root.prompt), hint);
+    check(!q.hasMaxNew || q.maxNew == root.maxNew, me, " was given --max-new ",
+          q.maxNew, " but rank 0 runs --max-new ", root.maxNew, hint);
+    bool sameSampling =
+        q.greedy == root.greedy &&
+        (q.greedy || (q.temperature == root.temperature &&
+                      q.topP == root.topP && q.seed == root.seed));
+    check(!q.hasSampling || sameSampling, me, " was given ", samplingText(q),
+          " but rank 0 runs ", samplingText(root), hint);
+    check(q.maxContext == root.maxContext, me, " has a context of ",
+          q.maxContext, " tokens but rank 0 of ", root.maxContext,
+          "; start every rank with the same --max-context");
+    root.hasPrompt = root.hasMaxNew = root.hasSampling = true;
+    q = root;
+  }
+  comm.barrier();
+}
+
 int runCommand(const RunOptions &o, const CLI::App &sub) {
   LoadedEngine le = loadEngine(o.engine);
+  dist::HostComm *comm = o.engine.hostComm;
   std::vector<int64_t> prompt;
   if (!o.tokens.empty()) {
     prompt = parseTokens(o.tokens);
+  } else if (o.prompt.empty()) {
+    // Only a rank other than 0 may leave the prompt out (callback check):
+    // it adopts rank 0's in agreeOnRequest.
   } else {
     check(le.tokenizer != nullptr,
           "--prompt needs a tokenizer.json (looked for ", le.tokenizerPath,
@@ -69,11 +189,25 @@ int runCommand(const RunOptions &o, const CLI::App &sub) {
                   sub.count("--seed");
   check(!(o.greedy && sampling),
         "--greedy cannot be combined with --temperature/--top-p/--seed");
-  sp.greedy = !sampling;
-  sp.temperature = o.temperature;
-  sp.topP = o.topP;
-  sp.seed = o.seed;
-  sp.maxNew = o.maxNew;
+  Request q;
+  q.prompt = std::move(prompt);
+  q.maxNew = o.maxNew;
+  q.maxContext = le.generator->maxContext();
+  q.greedy = !sampling;
+  q.temperature = o.temperature;
+  q.topP = o.topP;
+  q.seed = o.seed;
+  q.hasPrompt = !o.tokens.empty() || !o.prompt.empty();
+  q.hasMaxNew = sub.count("--max-new") > 0;
+  q.hasSampling = sampling || o.greedy;
+  if (comm && comm->size() > 1)
+    agreeOnRequest(*comm, q);
+  prompt = std::move(q.prompt);
+  sp.greedy = q.greedy;
+  sp.temperature = q.temperature;
+  sp.topP = q.topP;
+  sp.seed = q.seed;
+  sp.maxNew = q.maxNew;
   sp.stopIds = le.eosIds;
 
   std::vector<float> logits;
@@ -146,21 +280,22 @@ void addRunCommand(CLI::App &app, int &rc) {
   sub->add_option("--max-new", o->maxNew,
                   "Tokens to generate at most; generation also stops after "
                   "an eos id of the plan/config")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cliInt(0))
       ->capture_default_str();
   sub->add_option("--temperature", o->temperature,
                   "Sampling temperature (0 = greedy); any of --temperature, "
                   "--top-p, --seed switches from greedy to sampling")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cliNumber(0, kMaxTemperature))
       ->capture_default_str();
   sub->add_option("--top-p", o->topP,
                   "Nucleus sampling: keep the most likely tokens whose mass "
                   "reaches P, in (0, 1]")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(cliNumber(0, 1, /*loOpen=*/true))
       ->capture_default_str();
   sub->add_option("--seed", o->seed,
                   "Seed of the sampler's PRNG (xoshiro256**): same seed, "
                   "same tokens on every machine")
+      ->check(cliInt(0))
       ->capture_default_str();
   sub->add_flag("--greedy", o->greedy,
                 "Always pick the most likely token (the default when no "
@@ -170,7 +305,10 @@ void addRunCommand(CLI::App &app, int &rc) {
                   "vocab] (every prompt position, then every generated token "
                   "fed back) and `tokens` I64 (prompt + generated)");
   sub->callback([o, sub, &rc] {
-    check(!o->tokens.empty() || !o->prompt.empty(),
+    // A rank other than 0 of several may leave the request out: it adopts
+    // rank 0's (agreeOnRequest).
+    check(!o->tokens.empty() || !o->prompt.empty() ||
+              (o->dist.world > 1 && o->dist.rank > 0),
           "give the prompt with --tokens 1,2,3 or --prompt TEXT");
     rc = runAsRank(o->dist, o->engine, [&] { return runCommand(*o, *sub); });
   });

@@ -9,6 +9,7 @@
 
 #ifdef GLM_HAVE_SERVER
 #include "runtime/base/error.h"
+#include "runtime/base/cli_numbers.h"
 #include "runtime/engine/setup.h"
 #include "runtime/serve/chat.h"
 #include "runtime/serve/server.h"
@@ -30,7 +31,11 @@ class GeneratorEngine : public Engine {
 public:
   GeneratorEngine(Generator &g, std::vector<int64_t> eos, int concurrency)
       : g_(g), eos_(std::move(eos)), concurrency_(concurrency) {}
-  int maxContext() const override { return (int)g_.maxContext(); }
+  // loadEngine bounds the context by kMaxContextTokens (2^30), so it fits
+  // the server's int; a plan's 2^32 + 100 is refused there, not truncated.
+  int maxContext() const override {
+    return (int)std::min<int64_t>(g_.maxContext(), kMaxContextTokens);
+  }
   std::vector<int32_t> eosIds() const override {
     return std::vector<int32_t>(eos_.begin(), eos_.end());
   }
@@ -59,6 +64,9 @@ private:
   int concurrency_;
 };
 
+/// Each waiting request holds a connection and its body (up to 16 MiB).
+constexpr int64_t kMaxQueue = 4096;
+
 struct ServeOptions {
   EngineOptions engine;
   ServerOptions server;
@@ -78,6 +86,7 @@ void addServeCommand(CLI::App &app, int &rc) {
       ->capture_default_str();
   sub->add_option("--port", o->server.port,
                   "TCP port (0 = a free port, printed when listening)")
+      ->check(cliInt(0, 65535))
       ->capture_default_str();
   sub->add_option("--model-name", o->server.modelName,
                   "Model id reported by /v1/models (default: the pack "
@@ -85,11 +94,12 @@ void addServeCommand(CLI::App &app, int &rc) {
   sub->add_option("--max-queue", o->server.maxQueue,
                   "Requests that may wait for the engine before new ones get "
                   "HTTP 429")
+      ->check(cliInt(0, kMaxQueue))
       ->capture_default_str();
   sub->add_option("--concurrency", o->concurrency,
                   "Generations that run at the same time (each has its own "
                   "KV cache)")
-      ->check(CLI::Range(1, 64))
+      ->check(cliInt(1, 64))
       ->capture_default_str();
   sub->callback([o, sub, &rc] {
     LoadedEngine le = loadEngine(o->engine);

@@ -2,6 +2,7 @@
 #include "runtime/engine/setup.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/cli_numbers.h"
 #include "runtime/base/host_memory.h"
 #include "runtime/base/progress.h"
 #include "runtime/cpu/model_weights.h"
@@ -52,14 +53,14 @@ void addEngineOptions(CLI::App &sub, EngineOptions &o) {
   sub.add_option("--sparks", o.sparks,
                  "Ranks to emulate when PLAN is `-` (default 1); with a plan "
                  "it must equal the plan's rank count")
-      ->check(CLI::Range(1, 64));
+      ->check(cliInt(1, 64));
   sub.add_option("--manifest", o.manifest,
                  "exlr8 manifest name or path (default: the plan's, else the "
                  "pack's only manifest)");
   sub.add_option("--max-context", o.maxContext,
                  "Longest prompt + generation in tokens (default: the plan's "
                  "max context, else 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(cliInt(1, kMaxContextTokens));
 }
 
 void checkCpuBackendMemory(const Pack &pack, int localRanks) {
@@ -200,6 +201,10 @@ LoadedEngine loadEngine(const EngineOptions &opts) {
       le.eosIds = plan->model.eosTokenIds;
     if (o.maxContext == 0 && plan->model.maxContext > 0)
       maxContext = plan->model.maxContext;
+    check(maxContext <= kMaxContextTokens, o.plan, ": max context ",
+          maxContext, " tokens is more than the ", kMaxContextTokens,
+          " glm-engine supports; the plan is damaged or was not made by "
+          "glmc compile (re-plan with --max-context T)");
     if (!plan->model.tokenizerFile.empty())
       tokFile = plan->model.tokenizerFile;
     if (!plan->model.chatTemplateFile.empty())
@@ -268,7 +273,7 @@ LoadedEngine loadEngine(const EngineOptions &opts) {
   le.tokenizerPath = (std::filesystem::path(o.pack) / tokFile).string();
 #ifdef GLM_HAVE_TOKENIZER
   if (std::filesystem::exists(le.tokenizerPath))
-    le.tokenizer = Tokenizer::fromFile(le.tokenizerPath);
+    le.tokenizer = Tokenizer::fromFile(le.tokenizerPath, cfg.vocabSize);
 #endif
   return le;
 }

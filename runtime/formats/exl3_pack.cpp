@@ -12,8 +12,10 @@
 #include "runtime/base/strings.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/base/hash.h"
 #include "runtime/base/numeric.h"
+#include "runtime/formats/pack_checks.h"
 #include "runtime/formats/pack_impl.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/model/hf_names.h"
@@ -64,11 +66,7 @@ void setPosition(WeightInfo &w) {
 int64_t roundUp128(int64_t v) { return (v + 127) / 128 * 128; }
 
 std::string readText(const fs::path &p) {
-  std::ifstream in(p, std::ios::binary);
-  check(in.good(), p.string(), ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return readFileBounded(p.string(), kMaxConfigBytes, "the model config");
 }
 
 ByteRange rangeOf(const SafetensorsCheckpoint &ck, const TensorView &t,
@@ -565,6 +563,13 @@ std::vector<float> Exl3Pack::dequantize(const std::string &name) const {
   if (!e.quantized) {
     check(e.dense->data != nullptr, ckpt_.fileOf(w.name), ": tensor ", w.name,
           " has no data (header-only file)");
+    // Vectors (norms, biases) are checked on load as verify checks them:
+    // EXL3 has no checksum, and they are small.
+    if (e.dense->shape.size() == 1) {
+      std::string bad = checkPlainValues(w.name, *e.dense);
+      check(bad.empty(), ckpt_.fileOf(w.name), ": ", w.name, ": ", bad,
+            " (glmc verify ", dir_, " lists every damaged tensor)");
+    }
     return e.dense->toFloat();
   }
   const Linear &L = e.lin;
@@ -597,6 +602,16 @@ Exl3Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
     const {
   VerifyReport rep;
   rep.issues = deferred_;
+  verifyCommon(rep);
+  // EXL3 has no checksum: headers are structure, every tensor is decoded
+  // and value-checked (finite; norms and biases in range; codebook markers
+  // exact).
+  for (size_t i = 0; i < ckpt_.files().size(); ++i)
+    coverSafetensorsLayout(rep, ckpt_.relNames()[i], *ckpt_.files()[i]);
+  if (fs::exists(fs::path(dir_) / "quantization_config.json"))
+    rep.cover("quantization_config.json", 0,
+              fs::file_size(fs::path(dir_) / "quantization_config.json"),
+              CheckKind::Structure);
   uint64_t total = weights_.size();
   for (size_t i = 0; i < weights_.size(); ++i) {
     const WeightInfo &w = weights_[i];
@@ -607,6 +622,16 @@ Exl3Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
       progress(i, total);
     if (indexOnly_)
       continue;
+    for (const ByteRange &br : w.ranges)
+      rep.cover(br.file, br.offset, br.length, CheckKind::Value);
+    if (!e.quantized && e.dense && e.dense->data) {
+      std::string bad = checkPlainValues(w.name, *e.dense);
+      if (!bad.empty()) {
+        rep.issues.push_back(
+            {ckpt_.fileOf(w.name), w.name, e.dense->fileOffset, bad});
+        continue;
+      }
+    }
     if (e.quantized) {
       const Linear &L = e.lin;
       if (L.mcg || L.mul1) {

@@ -6,6 +6,7 @@
 #include "runtime/formats/exlr8_layout.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/json_numbers.h"
 
 #include <nlohmann/json.hpp>
 
@@ -85,9 +86,7 @@ std::vector<int> parseWidths(const std::string &s, const std::string &what) {
     check(item.find_first_not_of("0123456789") == std::string::npos &&
               item.size() <= 2,
           what, ": \"", s, "\" is not a comma-separated width list like 2,3,4");
-    int k = std::stoi(item);
-    check(k >= 1 && k <= 8, what, ": width ", k, " is outside 1..8");
-    out.push_back(k);
+    out.push_back((int)parseIntIn(item, 1, 8, what + ": width"));
   }
   return out;
 }
@@ -105,12 +104,10 @@ std::string formatWidths(const std::vector<int> &w) {
 
 static int manifestWidth(const json &v, const std::string &source,
                          const std::string &key) {
-  check(v.is_number_integer(), source, ": key ", key,
-        " must be an integer width (2, 3, 4 ...), found ", v.dump());
-  int64_t k = v.get<int64_t>();
-  check(k >= 1 && k <= 8, source, ": key ", key, " has width ", k,
-        ", outside 1..8");
-  return (int)k;
+  std::optional<int64_t> k = jsonIntIn(v, 1, 8);
+  check(k.has_value(), source, ": key ", key, " is ", v.dump(),
+        "; allowed: an integer width in 1..8");
+  return (int)*k;
 }
 
 /// One int (all halves) or a list of `halves` ints.

@@ -10,18 +10,22 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
+#include "runtime/base/numbers.h"
 #include "runtime/base/strings.h"
 #include "runtime/base/hash.h"
 #include "runtime/base/numeric.h"
 #include "runtime/base/parallel.h"
 #include "runtime/codec/trellis.h"
 #include "runtime/formats/exlr8_layout.h"
+#include "runtime/formats/pack_checks.h"
 #include "runtime/formats/pack_impl.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/model/hf_names.h"
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -244,6 +248,11 @@ std::vector<uint16_t> wordsOf(const uint8_t *p, uint64_t len) {
   return w;
 }
 
+/// LLL of a file name (a regex's digits), refused when absurdly long.
+int64_t layerNumber(const std::string &digits, const std::string &file) {
+  return parseIntIn(digits, 0, 1 << 20, file + ": layer number");
+}
+
 class Exlr8Pack : public Pack {
 public:
   Exlr8Pack(const std::string &dir, const PackOpenOptions &opt);
@@ -311,7 +320,7 @@ Exlr8Pack::Exlr8Pack(const std::string &dir, const PackOpenOptions &opt)
       std::smatch m;
       std::string fn = de.path().filename().string();
       if (std::regex_match(fn, m, idxRe))
-        idx.push_back({std::stoll(m[1]), "experts/" + fn});
+        idx.push_back({layerNumber(m[1], fn), "experts/" + fn});
     }
   std::sort(idx.begin(), idx.end());
   for (auto &[layer, rel] : idx)
@@ -324,7 +333,7 @@ Exlr8Pack::Exlr8Pack(const std::string &dir, const PackOpenOptions &opt)
       std::smatch m;
       std::string fn = de.path().filename().string();
       if (std::regex_match(fn, m, denseRe))
-        dense.push_back({std::stoll(m[1]), "dense/" + fn});
+        dense.push_back({layerNumber(m[1], fn), "dense/" + fn});
       else if (fn == "exlr8-vocab.safetensors")
         dense.push_back({-1, "dense/" + fn});
     }
@@ -408,7 +417,8 @@ void Exlr8Pack::openExpertLayer(const std::string &rel, int64_t layer) {
     if (L.rows == e + 1 && !L.hasSeparateShared())
       L.experts = e, L.sharedRow = true;
   } else if (f.metadata().count("experts")) {
-    int64_t e = std::stoll(f.metadata().at("experts"));
+    int64_t e = parseIntIn(f.metadata().at("experts"), 0, 1 << 20,
+                           f.path() + ": metadata \"experts\"");
     if (L.rows == e + 1 && !L.hasSeparateShared())
       L.experts = e, L.sharedRow = true;
   }
@@ -534,7 +544,8 @@ void Exlr8Pack::openDenseFile(const std::string &rel, int64_t layer) {
       std::stringstream ss(it->second);
       std::string item;
       while (std::getline(ss, item, ','))
-        rec.push_back(std::stoll(item));
+        rec.push_back(parseIntIn(item, INT64_MIN, INT64_MAX,
+                                 f.path() + ": metadata " + n));
       check(rec.size() >= 5, f.path(), ": metadata ", n, " = \"", it->second,
             "\" must list format,out,in,K,side");
     }
@@ -751,11 +762,7 @@ void Exlr8Pack::chooseWidths() {
     return;
   }
 
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), path, ": cannot read the manifest");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string text = ss.str();
+  std::string text = readFileBounded(path, kMaxManifestBytes, "the manifest");
   manifestHash_ = hex64(xxh64(text.data(), text.size()));
   manifestRel_ = path;
   int64_t halves = layers_.front().halves;
@@ -864,7 +871,7 @@ void Exlr8Pack::buildWeights() {
     std::smatch m;
     std::string fn = fs::path(pt.rel).filename().string();
     if (std::regex_match(fn, m, lre))
-      layer = std::stoll(m[1]);
+      layer = layerNumber(m[1], fn);
     if (layer >= 0)
       w.name = "model.layers." + std::to_string(layer) + "." + v.name;
     else
@@ -1082,6 +1089,9 @@ std::vector<float> Exlr8Pack::dequantize(const std::string &name) const {
   case Kind::Plain: {
     const PlainTensor &p = plains_[loc.group];
     check(p.view->data != nullptr, indexOnlyMessage(name, p.rel));
+    // No checksum covers plain tensors: refuse values no model has.
+    std::string bad = checkPlainValues(p.view->name, *p.view);
+    check(bad.empty(), p.rel, ": ", name, ": ", bad, verifyHint());
     std::vector<float> out(p.view->numel());
     for (int64_t i = 0; i < (int64_t)out.size(); ++i)
       out[i] = floatAt(*p.view, i);
@@ -1101,6 +1111,11 @@ std::vector<float> Exlr8Pack::dequantizeExpert(const Locator &loc) const {
       (sep || (L.sharedRow && loc.row == L.experts))
           ? sharedWeightName(L.layer, p)
           : expertWeightName(L.layer, loc.row, p))];
+  // The signs carry no checksum; a damaged one flips a hidden channel.
+  for (const TensorView *s : {L.signsIn, L.signsOut}) {
+    std::string bad = checkSigns(*s);
+    check(bad.empty(), L.indexRel, ": ", s->name, ": ", bad, verifyHint());
+  }
   std::vector<float> out((size_t)(I * H));
   std::vector<float> q((size_t)(H * kBlock)), suh, svh;
   for (int64_t h = 0; h < L.halves; ++h) {
@@ -1362,8 +1377,13 @@ void Exlr8Pack::verifyRecord(const DenseRecord &r, VerifyReport &rep,
                std::to_string(r1 - 1) + " is damaged; re-download " + r.rel});
     tick();
   }
-  for (auto &kv : r.fields)
+  for (auto &kv : r.fields) {
     rep.checkedBytes += kv.second->byteSize;
+    rep.cover(r.rel, kv.second->fileOffset, kv.second->byteSize,
+              CheckKind::Xxh64);
+  }
+  // A stored checksum that is damaged mismatches: covered by the same check.
+  rep.cover(r.rel, cs.fileOffset, cs.byteSize, CheckKind::Xxh64);
 }
 
 VerifyReport
@@ -1448,6 +1468,73 @@ Exlr8Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
     }
   }
 
+  // Bytes outside the format's checksums: file headers and index tables
+  // (structure, and the tables steer which bytes the xxh64 covers), the
+  // signs (exactly +-1), plain tensors (values), the manifests (parsed).
+  std::set<const SafetensorsFile *> laidOut;
+  auto coverFile = [&](const SafetensorsFile &f, const std::string &rel) {
+    if (laidOut.insert(&f).second)
+      coverSafetensorsLayout(rep, rel, f);
+  };
+  for (auto &L : layers_) {
+    coverFile(*L.index, L.indexRel);
+    for (const TensorView *s : {L.signsIn, L.signsOut}) {
+      rep.checkedObjects++;
+      std::string bad = checkSigns(*s);
+      rep.cover(L.indexRel, s->fileOffset, s->byteSize, CheckKind::Value);
+      if (!bad.empty())
+        rep.issues.push_back({L.indexRel, s->name, s->fileOffset, bad});
+    }
+    for (bool sep : {false, true})
+      for (auto &kv : sep ? L.shared : L.main) {
+        const WidthSet &ws = kv.second;
+        if (ws.data)
+          coverFile(*ws.data, ws.dataRel);
+        std::vector<const TensorView *> tables = {ws.index, ws.checksum};
+        tables.insert(tables.end(), ws.chan.begin(), ws.chan.end());
+        tables.insert(tables.end(), ws.block.begin(), ws.block.end());
+        for (const TensorView *t : tables)
+          rep.cover(L.indexRel, t->fileOffset, t->byteSize, CheckKind::Xxh64);
+      }
+  }
+  for (auto &r : records_) {
+    coverFile(*r.file, r.rel);
+    const TensorView *rec = r.file->find(r.prefix + ".record");
+    if (rec)
+      rep.cover(r.rel, rec->fileOffset, rec->byteSize, CheckKind::Structure);
+  }
+  for (size_t pi = 0; pi < plains_.size(); ++pi) {
+    const PlainTensor &p = plains_[pi];
+    coverFile(*p.file, p.rel);
+    rep.checkedObjects++;
+    std::string bad = checkPlainValues(p.view->name, *p.view);
+    rep.cover(p.rel, p.view->fileOffset, p.view->byteSize, CheckKind::Value);
+    if (!bad.empty())
+      rep.issues.push_back({p.rel, p.view->name, p.view->fileOffset, bad});
+  }
+  {
+    std::error_code ec;
+    std::regex mre(R"(exlr8-manifest-(.+)\.json)");
+    const fs::path mdir = fs::path(dir_) / "manifests";
+    int64_t halves = layers_.empty() ? 0 : layers_.front().halves;
+    if (fs::is_directory(mdir, ec))
+      for (auto &de : fs::directory_iterator(mdir, ec)) {
+        std::string fn = de.path().filename().string();
+        if (!std::regex_match(fn, mre))
+          continue;
+        std::string rel = "manifests/" + fn;
+        rep.checkedObjects++;
+        try {
+          std::string text = readFileBounded(de.path().string(),
+                                             kMaxManifestBytes, "the manifest");
+          (void)parseManifest(text, rel, halves);
+          rep.cover(rel, 0, text.size(), CheckKind::Structure);
+        } catch (const Error &e) {
+          rep.issues.push_back({rel, "manifest", 0, e.what()});
+        }
+      }
+  }
+
   for (auto &L : layers_) {
     const int64_t H = L.hidden;
     for (bool sep : {false, true}) {
@@ -1494,6 +1581,7 @@ Exlr8Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
               const HalfChecksum c =
                   halfChecksum(L, ws, row, p, h, (uint64_t)off, want);
               rep.checkedBytes += want;
+              rep.cover(ws.dataRel, (uint64_t)off, want, CheckKind::Xxh64);
               if (!c.ok())
                 rep.issues.push_back({ws.dataRel, obj, (uint64_t)off,
                                       halfDamage(L, ws, p, (uint64_t)off,
@@ -1505,6 +1593,7 @@ Exlr8Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
   }
   for (auto &r : records_)
     verifyRecord(r, rep, tick);
+  verifyCommon(rep);
   if (progress)
     progress(done, total);
   return rep;

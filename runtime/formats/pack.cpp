@@ -10,6 +10,7 @@
 #include "runtime/formats/pack.h"
 #include "runtime/base/strings.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/base/hash.h"
 #include "runtime/formats/pack_impl.h"
 #include "runtime/formats/safetensors.h"
@@ -109,12 +110,13 @@ bool hasPrefixedFile(const fs::path &dir, const std::string &prefix) {
 
 /// quantization_config.quant_method of config.json, or "".
 std::string quantMethod(const fs::path &configPath) {
-  std::ifstream in(configPath, std::ios::binary);
-  if (!in.good())
+  if (!fs::exists(configPath))
     return "";
+  std::string text = readFileBounded(configPath.string(), kMaxConfigBytes,
+                                     "the model config");
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception &e) {
     fail(configPath.string(), ": not valid JSON (", e.what(), ")");
   }

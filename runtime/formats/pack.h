@@ -93,11 +93,54 @@ struct VerifyIssue {
   uint64_t offset = 0;
   std::string message;
 };
+
+/// What vouches for a byte of a pack, strongest first: verify() records
+/// which check covered which bytes so that `glmc verify` can say how many
+/// bytes each kind covered and how many no check covers.
+enum class CheckKind : uint8_t {
+  Sha256,    // the release's SHA-256 sidecar over the whole file (hashes/)
+  Xxh64,     // the format's xxh64 (exlr8 expert halves, dense blocks)
+  Value,     // decoded and checked: finite, in a plausible range, signs +-1
+  Structure, // parsed and checked against the rest: headers, index tables,
+             // records, config.json, manifests
+};
+inline constexpr int kCheckKinds = 4;
+const char *checkKindName(CheckKind k);
+
+struct CoveredRange {
+  std::string file; // relative to the pack directory
+  uint64_t offset = 0, length = 0;
+  CheckKind kind = CheckKind::Structure;
+};
+
 struct VerifyReport {
   uint64_t checkedObjects = 0, checkedBytes = 0;
   std::vector<VerifyIssue> issues;
+  /// The bytes each check covered (damaged or not).
+  std::vector<CoveredRange> covered;
+  /// Bytes no reader uses: safetensors alignment padding.
+  std::vector<CoveredRange> padding;
   bool ok() const { return issues.empty(); }
+  void cover(const std::string &file, uint64_t offset, uint64_t length,
+             CheckKind kind) {
+    if (length)
+      covered.push_back({file, offset, length, kind});
+  }
 };
+
+/// verify()'s coverage over every regular file of the pack directory
+/// (hidden entries skipped): each byte counts once, under its strongest
+/// check.
+struct CoverageSummary {
+  uint64_t files = 0, totalBytes = 0;
+  uint64_t byKind[kCheckKinds] = {};
+  uint64_t unchecked = 0;        // bytes no check covers
+  uint64_t uncheckedPadding = 0; // of those, padding no reader uses
+  /// Files with unchecked bytes that are not padding, most bytes first.
+  std::vector<std::pair<std::string, uint64_t>> uncheckedFiles;
+};
+CoverageSummary summarizeCoverage(const std::string &dir,
+                                  const VerifyReport &rep);
 
 class Pack {
 public:
@@ -126,6 +169,12 @@ public:
   virtual std::string manifestHash() const { return ""; }
 
 protected:
+  /// The checks every layout shares, run at the end of verify(): the
+  /// SHA-256 sidecars under hashes/ (a file whose hash differs is an issue,
+  /// a file without a sidecar is no issue), and config.json (parsed and
+  /// validated by key at open) as structure.
+  void verifyCommon(VerifyReport &rep) const;
+
   std::string dir_;
   std::optional<ModelConfig> config_;
 

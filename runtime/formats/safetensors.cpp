@@ -10,6 +10,7 @@
 #include "runtime/formats/safetensors.h"
 #include "runtime/base/strings.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/base/numeric.h"
 
 #include <nlohmann/json.hpp>
@@ -506,9 +507,26 @@ void SafetensorsWriter::write(const std::string &path, bool headerOnly) {
       check(e.hasData, path, ": tensor ", e.name,
             " was added without data; only a header-only write can hold it");
   fs::path p(path);
+  // A directory (or device) named as the output would fail the rename and
+  // leave PATH.tmp behind: refuse it before writing anything.
+  std::error_code sec;
+  check(!fs::exists(p, sec) || fs::is_regular_file(p, sec), path,
+        ": exists and is not a regular file (",
+        fs::is_directory(p, sec) ? "a directory" : "a special file",
+        "); give the path of a .safetensors file to write");
   if (p.has_parent_path())
     fs::create_directories(p.parent_path());
   std::string tmp = path + ".tmp";
+  // Whatever fails below, no PATH.tmp is left behind.
+  struct RemoveTmp {
+    const std::string &tmp;
+    bool keep = false;
+    ~RemoveTmp() {
+      std::error_code ec;
+      if (!keep)
+        fs::remove(tmp, ec);
+    }
+  } cleanup{tmp};
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     check(out.good(), tmp, ": cannot create");
@@ -538,6 +556,7 @@ void SafetensorsWriter::write(const std::string &path, bool headerOnly) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   check(!ec, path, ": cannot rename from ", tmp, " (", ec.message(), ")");
+  cleanup.keep = true; // renamed: nothing left under the temporary name
 }
 
 //===----------------------------------------------------------------------===//
@@ -582,11 +601,11 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string &dirOrFile,
   };
 
   if (!indexPath.empty()) {
-    std::ifstream in(indexPath, std::ios::binary);
-    check(in.good(), indexPath.string(), ": cannot open");
+    std::string text = readFileBounded(indexPath.string(), kMaxIndexJsonBytes,
+                                       "the safetensors index");
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(in);
+      j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception &e) {
       fail(indexPath.string(), ": not valid JSON (", e.what(), ")");
     }

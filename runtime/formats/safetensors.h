@@ -141,6 +141,8 @@ public:
   const std::vector<std::shared_ptr<SafetensorsFile>> &files() const {
     return files_;
   }
+  /// files()[i] relative to dir().
+  const std::vector<std::string> &relNames() const { return relNames_; }
 
 private:
   std::string dir_;

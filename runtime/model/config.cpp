@@ -1,6 +1,8 @@
 //===- config.cpp - config.json parsing -----------------------------------===//
 #include "runtime/model/config.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
+#include "runtime/base/json_numbers.h"
 
 #include <nlohmann/json.hpp>
 
@@ -12,41 +14,82 @@ namespace glm::rt {
 namespace {
 using nlohmann::json;
 
-int64_t getInt(const json &j, const char *key, const std::string &src,
-               bool required = true, int64_t dflt = 0) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    check(!required, src, ": missing integer key \"", key, "\"");
-    return dflt;
-  }
-  check(it->is_number_integer(), src, ": key \"", key,
-        "\" must be an integer, found ", it->dump());
-  return it->get<int64_t>();
+// Validation by key: every key has a type and a range, and a value outside
+// them is refused naming config.json, the key, the value and what is
+// allowed. The ranges are what the executors can run (a layer count that
+// sizes a vector, a positive RoPE base), generous enough for any model of
+// the family.
+constexpr int64_t kMaxDim = int64_t(1) << 20;    // widths, ranks, head dims
+constexpr int64_t kMaxCount = int64_t(1) << 16;  // layers, heads, experts
+constexpr int64_t kMaxVocab = int64_t(1) << 24;  // GLM-5.3: 154,880
+
+[[noreturn]] void badValue(const std::string &src, const char *key,
+                           const json &v, const std::string &allowed) {
+  fail(src, ": key \"", key, "\" is ", v.dump(), "; allowed: ", allowed);
 }
 
+int64_t getInt(const json &j, const char *key, const std::string &src,
+               int64_t lo, int64_t hi, bool required = true,
+               int64_t dflt = 0) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    check(!required, src, ": missing integer key \"", key,
+          "\" (allowed: an integer in ", rangeText(lo, hi), ")");
+    return dflt;
+  }
+  std::optional<int64_t> v = jsonIntIn(*it, lo, hi);
+  if (!v)
+    badValue(src, key, *it, "an integer in " + rangeText(lo, hi));
+  return *v;
+}
+
+/// A finite number in (lo, hi] when `loOpen`, else [lo, hi].
 double getNum(const json &j, const char *key, const std::string &src,
-              double dflt) {
+              double dflt, double lo, double hi, bool loOpen) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null())
     return dflt;
-  check(it->is_number(), src, ": key \"", key, "\" must be a number");
-  return it->get<double>();
+  std::optional<double> v = jsonNumberIn(*it, lo, hi);
+  if (!v || (loOpen && *v == lo)) {
+    std::ostringstream os;
+    os << "a finite number in " << (loOpen ? "(" : "[") << lo << ", " << hi
+       << "]";
+    badValue(src, key, *it, os.str());
+  }
+  return *v;
 }
 
-bool getBool(const json &j, const char *key, bool dflt) {
+bool getBool(const json &j, const char *key, const std::string &src,
+             bool dflt) {
   auto it = j.find(key);
-  return (it == j.end() || !it->is_boolean()) ? dflt : it->get<bool>();
+  if (it == j.end() || it->is_null())
+    return dflt;
+  if (!it->is_boolean())
+    badValue(src, key, *it, "true or false");
+  return it->get<bool>();
 }
 
 std::vector<std::string> getStrings(const json &j, const char *key,
-                                    const std::string &src) {
+                                    const std::string &src,
+                                    std::initializer_list<const char *> ok) {
   std::vector<std::string> out;
   auto it = j.find(key);
   if (it == j.end() || it->is_null())
     return out;
-  check(it->is_array(), src, ": key \"", key, "\" must be a list");
+  std::string allowed = "a list of";
+  const char *sep = " \"";
+  for (const char *o : ok) {
+    allowed += std::string(sep) + o + "\"";
+    sep = " or \"";
+  }
+  if (!it->is_array())
+    badValue(src, key, *it, allowed);
   for (auto &v : *it) {
-    check(v.is_string(), src, ": key \"", key, "\" must hold strings");
+    bool known = false;
+    for (const char *o : ok)
+      known |= v.is_string() && v.get<std::string>() == o;
+    if (!known)
+      badValue(src, key, v, allowed);
     out.push_back(v.get<std::string>());
   }
   return out;
@@ -63,7 +106,9 @@ ModelConfig parseModelConfig(const std::string &text, const std::string &src) {
   check(root.is_object(), src, ": top level must be a JSON object");
   ModelConfig c;
   c.rawJson = text;
-  c.modelType = root.value("model_type", std::string());
+  c.modelType = root.value("model_type", json()).is_string()
+                    ? root["model_type"].get<std::string>()
+                    : std::string();
   if (root.contains("architectures") && root["architectures"].is_array() &&
       !root["architectures"].empty() && root["architectures"][0].is_string())
     c.architecture = root["architectures"][0].get<std::string>();
@@ -74,37 +119,48 @@ ModelConfig parseModelConfig(const std::string &text, const std::string &src) {
   check(c.modelType == "glm_moe_dsa" || c.modelType == "glm5_next", src,
         ": model_type \"", c.modelType,
         "\" is not supported (expected glm_moe_dsa or glm5_next)");
-  c.hiddenSize = getInt(j, "hidden_size", src);
-  c.numLayers = getInt(j, "num_hidden_layers", src);
-  c.vocabSize = getInt(j, "vocab_size", src);
-  c.intermediateSize = getInt(j, "intermediate_size", src);
-  c.moeIntermediateSize = getInt(j, "moe_intermediate_size", src);
-  c.numRoutedExperts = getInt(j, "n_routed_experts", src);
-  c.numSharedExperts = getInt(j, "n_shared_experts", src, false, 0);
-  c.numExpertsPerTok = getInt(j, "num_experts_per_tok", src);
-  c.firstKDenseReplace = getInt(j, "first_k_dense_replace", src, false, 0);
-  c.numHeads = getInt(j, "num_attention_heads", src);
-  c.qLoraRank = getInt(j, "q_lora_rank", src);
-  c.kvLoraRank = getInt(j, "kv_lora_rank", src);
-  c.qkNopeHeadDim = getInt(j, "qk_nope_head_dim", src);
-  c.qkRopeHeadDim = getInt(j, "qk_rope_head_dim", src, false, 0);
-  c.vHeadDim = getInt(j, "v_head_dim", src);
-  c.indexNHeads = getInt(j, "index_n_heads", src, false, 0);
-  c.indexHeadDim = getInt(j, "index_head_dim", src, false, 0);
-  c.indexTopk = getInt(j, "index_topk", src, false, 0);
-  c.numNextnPredictLayers = getInt(j, "num_nextn_predict_layers", src, false, 0);
-  c.rmsNormEps = getNum(j, "rms_norm_eps", src, 1e-5);
-  c.routedScalingFactor = getNum(j, "routed_scaling_factor", src, 1.0);
-  c.normTopkProb = getBool(j, "norm_topk_prob", true);
-  c.ropeInterleave = getBool(j, "rope_interleave", true);
-  c.indexerRopeInterleave = getBool(j, "indexer_rope_interleave", true);
-  c.tieWordEmbeddings = getBool(root, "tie_word_embeddings", false);
+  c.hiddenSize = getInt(j, "hidden_size", src, 1, kMaxDim);
+  c.numLayers = getInt(j, "num_hidden_layers", src, 1, kMaxCount);
+  c.vocabSize = getInt(j, "vocab_size", src, 1, kMaxVocab);
+  c.intermediateSize = getInt(j, "intermediate_size", src, 1, kMaxDim);
+  c.moeIntermediateSize = getInt(j, "moe_intermediate_size", src, 1, kMaxDim);
+  c.numRoutedExperts = getInt(j, "n_routed_experts", src, 1, kMaxCount);
+  c.numSharedExperts = getInt(j, "n_shared_experts", src, 0, kMaxCount,
+                              false, 0);
+  // At least one expert per token: 0 would route nothing (and -1 sized a
+  // vector from it).
+  c.numExpertsPerTok = getInt(j, "num_experts_per_tok", src, 1,
+                              c.numRoutedExperts);
+  c.firstKDenseReplace = getInt(j, "first_k_dense_replace", src, 0,
+                                c.numLayers, false, 0);
+  c.numHeads = getInt(j, "num_attention_heads", src, 1, kMaxCount);
+  c.qLoraRank = getInt(j, "q_lora_rank", src, 1, kMaxDim);
+  c.kvLoraRank = getInt(j, "kv_lora_rank", src, 1, kMaxDim);
+  c.qkNopeHeadDim = getInt(j, "qk_nope_head_dim", src, 1, kMaxDim);
+  c.qkRopeHeadDim = getInt(j, "qk_rope_head_dim", src, 0, kMaxDim, false, 0);
+  check(c.qkRopeHeadDim % 2 == 0, src, ": key \"qk_rope_head_dim\" is ",
+        c.qkRopeHeadDim, "; allowed: an even integer (RoPE rotates pairs)");
+  c.vHeadDim = getInt(j, "v_head_dim", src, 1, kMaxDim);
+  c.indexNHeads = getInt(j, "index_n_heads", src, 0, kMaxCount, false, 0);
+  c.indexHeadDim = getInt(j, "index_head_dim", src, 0, kMaxDim, false, 0);
+  c.indexTopk = getInt(j, "index_topk", src, 0, kMaxContextTokens, false, 0);
+  c.numNextnPredictLayers = getInt(j, "num_nextn_predict_layers", src, 0,
+                                   kMaxCount, false, 0);
+  c.rmsNormEps = getNum(j, "rms_norm_eps", src, 1e-5, 0, 1, true);
+  c.routedScalingFactor =
+      getNum(j, "routed_scaling_factor", src, 1.0, 0, 1e6, true);
+  c.normTopkProb = getBool(j, "norm_topk_prob", src, true);
+  c.ropeInterleave = getBool(j, "rope_interleave", src, true);
+  c.indexerRopeInterleave = getBool(j, "indexer_rope_interleave", src, true);
+  c.tieWordEmbeddings = getBool(root, "tie_word_embeddings", src, false);
+  // A RoPE base <= 1 gives NaN or constant angles.
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
-    c.ropeTheta = getNum(j["rope_parameters"], "rope_theta", src, 10000.0);
+    c.ropeTheta = getNum(j["rope_parameters"], "rope_theta", src, 10000.0, 1,
+                         1e12, true);
   else
-    c.ropeTheta = getNum(j, "rope_theta", src, 10000.0);
-  c.indexerTypes = getStrings(j, "indexer_types", src);
-  c.mlpLayerTypes = getStrings(j, "mlp_layer_types", src);
+    c.ropeTheta = getNum(j, "rope_theta", src, 10000.0, 1, 1e12, true);
+  c.indexerTypes = getStrings(j, "indexer_types", src, {"full", "shared"});
+  c.mlpLayerTypes = getStrings(j, "mlp_layer_types", src, {"dense", "sparse"});
   check(c.indexerTypes.empty() || (int64_t)c.indexerTypes.size() >= c.numLayers,
         src, ": indexer_types has ", c.indexerTypes.size(),
         " entries, num_hidden_layers is ", c.numLayers);
@@ -112,22 +168,28 @@ ModelConfig parseModelConfig(const std::string &text, const std::string &src) {
             (int64_t)c.mlpLayerTypes.size() >= c.numLayers,
         src, ": mlp_layer_types has ", c.mlpLayerTypes.size(),
         " entries, num_hidden_layers is ", c.numLayers);
+  // eos_token_id: one id or a list of ids, each a token of the vocabulary
+  // (a string or an id outside it would silently never stop generation).
   const json &eos = j.contains("eos_token_id") ? j["eos_token_id"]
                                                : root.value("eos_token_id", json());
-  if (eos.is_number_integer())
-    c.eosTokenIds.push_back(eos.get<int64_t>());
-  else if (eos.is_array())
-    for (auto &v : eos)
-      if (v.is_number_integer())
-        c.eosTokenIds.push_back(v.get<int64_t>());
-  c.padTokenId = getInt(j, "pad_token_id", src, false, -1);
-  check(c.hiddenSize > 0 && c.numLayers > 0 && c.vocabSize > 0 &&
-            c.numHeads > 0,
-        src, ": hidden_size, num_hidden_layers, vocab_size and "
-             "num_attention_heads must be positive");
-  check(c.numExpertsPerTok <= c.numRoutedExperts, src,
-        ": num_experts_per_tok (", c.numExpertsPerTok,
-        ") exceeds n_routed_experts (", c.numRoutedExperts, ")");
+  const std::string eosAllowed =
+      "a token id or a list of token ids in " +
+      rangeText(int64_t(0), c.vocabSize - 1);
+  if (eos.is_array()) {
+    for (auto &v : eos) {
+      std::optional<int64_t> id = jsonIntIn(v, 0, c.vocabSize - 1);
+      if (!id)
+        badValue(src, "eos_token_id", eos, eosAllowed);
+      c.eosTokenIds.push_back(*id);
+    }
+  } else if (!eos.is_null()) {
+    std::optional<int64_t> id = jsonIntIn(eos, 0, c.vocabSize - 1);
+    if (!id)
+      badValue(src, "eos_token_id", eos, eosAllowed);
+    c.eosTokenIds.push_back(*id);
+  }
+  c.padTokenId = getInt(j, "pad_token_id", src, -1, c.vocabSize - 1, false,
+                        -1);
   return c;
 }
 
@@ -135,11 +197,11 @@ ModelConfig loadModelConfig(const std::string &path) {
   std::filesystem::path p(path);
   if (std::filesystem::is_directory(p))
     p /= "config.json";
-  std::ifstream in(p, std::ios::binary);
-  check(in.good(), p.string(), ": cannot open (a pack directory needs config.json)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parseModelConfig(ss.str(), p.string());
+  check(std::filesystem::exists(p), p.string(),
+        ": cannot open (a pack directory needs config.json)");
+  return parseModelConfig(
+      readFileBounded(p.string(), kMaxConfigBytes, "the model config"),
+      p.string());
 }
 
 } // namespace glm::rt

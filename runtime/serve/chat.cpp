@@ -8,6 +8,7 @@
 #include "runtime/serve/chat.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 
 #include <algorithm>
 #include <cstring>
@@ -26,12 +27,9 @@ ChatTemplate::ChatTemplate(const std::string &source, const std::string &name)
     : tpl_(std::make_shared<jinja::Template>(source, name)) {}
 
 static bool readText(const std::string &path, std::string &out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
+  if (!std::filesystem::exists(path))
     return false;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  out = ss.str();
+  out = readFileBounded(path, kMaxTemplateBytes, "the chat template");
   return true;
 }
 

@@ -8,6 +8,8 @@
 #include "runtime/serve/tokenizer.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
+#include "runtime/base/json_numbers.h"
 #include "runtime/serve/json_bounds.h"
 #include "runtime/serve/unicode.h"
 
@@ -52,14 +54,13 @@ int charToByte(char32_t c) {
   return it == byteMap().toByte.end() ? -1 : it->second;
 }
 
-std::unique_ptr<Tokenizer> Tokenizer::fromFile(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  check(bool(f), path,
+std::unique_ptr<Tokenizer> Tokenizer::fromFile(const std::string &path,
+                                               int64_t modelVocab) {
+  check(std::filesystem::exists(path), path,
         ": cannot open the tokenizer file; the pack needs a "
         "tokenizer.json (or pass token ids instead of text)");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return fromJson(ss.str(), path);
+  return fromJson(readFileBounded(path, kMaxTokenizerBytes, "tokenizer.json"),
+                  path, modelVocab);
 }
 
 static bool getBool(const json &j, const char *key, bool dflt) {
@@ -68,7 +69,8 @@ static bool getBool(const json &j, const char *key, bool dflt) {
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string &text,
-                                               const std::string &name) {
+                                               const std::string &name,
+                                               int64_t modelVocab) {
   auto t = std::unique_ptr<Tokenizer>(new Tokenizer());
   t->name_ = name;
   json j;
@@ -96,18 +98,42 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string &text,
     t->ignoreMerges_ = getBool(model, "ignore_merges", false);
     t->byteFallback_ = getBool(model, "byte_fallback", false);
 
+    // Every id indexes the id -> token table: one outside the model's
+    // vocabulary (or a non-integer, or one that does not fit 32 bits) would
+    // be an out-of-bounds write or wrap to another token.
+    const int64_t idLimit =
+        modelVocab > 0 ? modelVocab : kMaxIdsWithoutModel;
+    const std::string allowed =
+        modelVocab > 0 ? "integers in 0.." + std::to_string(modelVocab - 1) +
+                             " (the model's vocab_size is " +
+                             std::to_string(modelVocab) + ")"
+                       : "integers in 0.." + std::to_string(idLimit - 1);
+    auto idOf = [&](const json &v, const char *what,
+                    const std::string &token) {
+      std::optional<int64_t> id = jsonIntIn(v, 0, idLimit - 1);
+      check(id.has_value(), name, ": ", what, " '", token, "' has id ",
+            v.dump(), "; token ids must be ", allowed,
+            ". The tokenizer file is damaged or belongs to another model");
+      return (int32_t)*id;
+    };
     int32_t maxId = -1;
     for (auto it = model.at("vocab").begin(); it != model.at("vocab").end();
          ++it) {
-      int32_t id = it.value().get<int32_t>();
-      check(id >= 0, name, ": negative id for token '", it.key(), "'");
+      int32_t id = idOf(it.value(), "token", it.key());
       t->vocab_[it.key()] = id;
       maxId = std::max(maxId, id);
     }
-    for (const auto &a : j.value("added_tokens", json::array()))
-      maxId = std::max(maxId, a.at("id").get<int32_t>());
-    t->vocabSize_ = maxId + 1;
-    t->idToToken_.assign(size_t(maxId + 1), std::string());
+    for (const auto &a : j.value("added_tokens", json::array())) {
+      const json &c = a.value("content", json());
+      maxId = std::max(maxId, idOf(a.at("id"), "added token",
+                                   c.is_string() ? c.get<std::string>()
+                                                 : c.dump()));
+    }
+    // With the model's vocabulary known, the tokenizer spans all of it, so
+    // the server and the CLI accept the same prompt ids (an id the
+    // tokenizer has no text for decodes to nothing).
+    t->vocabSize_ = modelVocab > 0 ? (int32_t)modelVocab : maxId + 1;
+    t->idToToken_.assign(size_t(t->vocabSize_), std::string());
     for (const auto &[tok, id] : t->vocab_)
       t->idToToken_[size_t(id)] = tok;
 
@@ -147,7 +173,7 @@ std::unique_ptr<Tokenizer> Tokenizer::fromJson(const std::string &text,
 
     for (const auto &a : j.value("added_tokens", json::array())) {
       AddedToken at;
-      at.id = a.at("id").get<int32_t>();
+      at.id = (int32_t)a.at("id").get<int64_t>(); // checked above
       at.content = a.at("content").get<std::string>();
       at.special = getBool(a, "special", false);
       at.lstrip = getBool(a, "lstrip", false);

@@ -25,11 +25,20 @@ namespace glm::rt {
 
 class Tokenizer {
 public:
+  /// Ids above this are refused when the model's vocabulary is not known:
+  /// far above any real tokenizer (GLM-5.3: 154,880) and small enough that
+  /// the id -> token table stays a few hundred MB at most.
+  static constexpr int64_t kMaxIdsWithoutModel = int64_t(1) << 24;
+
   /// Reads a tokenizer.json file; errors name the file and the field.
-  static std::unique_ptr<Tokenizer> fromFile(const std::string &path);
+  /// `modelVocab` (config.json's vocab_size, 0 = unknown) bounds every id:
+  /// a token id outside [0, modelVocab) is refused naming the token.
+  static std::unique_ptr<Tokenizer> fromFile(const std::string &path,
+                                             int64_t modelVocab = 0);
   /// Parses tokenizer.json text; `name` is used in error messages.
   static std::unique_ptr<Tokenizer> fromJson(const std::string &text,
-                                             const std::string &name);
+                                             const std::string &name,
+                                             int64_t modelVocab = 0);
 
   /// Token ids of text (added and special tokens in the text are recognised;
   /// no BOS/EOS is added: chat templates write those).
@@ -46,7 +55,8 @@ public:
   /// The token string of an id ("" when unknown).
   std::string tokenString(int32_t id) const;
   bool isSpecial(int32_t id) const;
-  /// One past the largest id known.
+  /// Ids are 0..vocabSize()-1: the model's vocab_size when fromFile/fromJson
+  /// got it, else one past the largest id of the file.
   int32_t vocabSize() const { return vocabSize_; }
 
 private:

@@ -59,4 +59,4 @@
 // BAD: bad.json: not valid JSON
 // STR: str.json: kernel 'glm_x' has no number of microseconds ("fast")
 // MISSING: missing.json: cannot open the measured-times file (write one with glm-engine bench --plan PLAN)
-// RATE: --int-rate must be positive (Tops/s)
+// RATE: --int-rate: "0" is not a finite number in (0, 1e+06]

@@ -534,7 +534,9 @@ TEST_F(Exlr8Expert, DequantMatchesSpecAtManifestWidths) {
   auto rep = p->verify();
   EXPECT_TRUE(rep.ok()) << rep.issues.front().object << ": "
                         << rep.issues.front().message;
-  EXPECT_EQ(rep.checkedObjects, (3u + 1u) * 3 * 2 * 2);
+  // Every half at both widths, signs.in and signs.out (value-checked: no
+  // checksum covers them) and the two shipped manifests (parsed).
+  EXPECT_EQ(rep.checkedObjects, (3u + 1u) * 3 * 2 * 2 + 2 + 2);
   EXPECT_FALSE(p->indexHash().empty());
   EXPECT_FALSE(p->manifestHash().empty());
 }
@@ -714,7 +716,7 @@ TEST(Exlr8Flash, SharedExpertAsRowEWithOtherDtypes) {
               pack.expected(false, 3, 0, {3, 3}), 1e-6, "expert 3 gate");
   auto rep = p->verify();
   EXPECT_TRUE(rep.ok()) << rep.issues.front().message;
-  EXPECT_EQ(rep.checkedObjects, 5u * 3 * 2);
+  EXPECT_EQ(rep.checkedObjects, 5u * 3 * 2 + 2); // + signs.in/out
 
   // Without config, a manifest with 4 experts + shared marks row 4 shared.
   fs::remove(dir + "/config.json");

@@ -380,6 +380,14 @@ TEST(Plan, RefusesOutOfRangeIndices) {
   EXPECT_NE(errorOf([] { readPlan("/nonexistent/x.glmplan"); })
                 .find("cannot open the plan"),
             std::string::npos);
+  // A context past 2^30 is refused, not truncated by the server's int.
+  auto ctx = bytesWith(
+      [](Plan &p) { p.model.maxContext = (int64_t(1) << 32) + 100; });
+  EXPECT_NE(errorOf([&] {
+              parsePlan(ctx.data(), ctx.size(), "ctx.glmplan");
+            }).find("invalid plan: max_context is 4294967396 tokens, outside "
+                    "0..1073741824"),
+            std::string::npos);
 }
 
 TEST(PlanInspect, TextAndJsonReportTheTotals) {

@@ -1,0 +1,289 @@
+//===- pack_checks.cpp - checks the pack layouts share --------------------===//
+#include "runtime/formats/pack_checks.h"
+
+#include "runtime/base/error.h"
+#include "runtime/base/files.h"
+#include "runtime/base/numeric.h"
+#include "runtime/base/parallel.h"
+#include "runtime/base/sha256.h"
+#include "runtime/base/strings.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+namespace fs = std::filesystem;
+
+namespace glm::rt {
+namespace {
+
+double elementAt(const TensorView &t, int64_t i) {
+  const uint8_t *p = t.data + (uint64_t)i * dtypeSize(t.dtype);
+  auto ld = [&](auto v) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (t.dtype) {
+  case DType::F64: return ld(double());
+  case DType::F32: return ld(float());
+  case DType::F16: return halfToFloat(ld(uint16_t()));
+  case DType::BF16: return bf16ToFloat(ld(uint16_t()));
+  case DType::F8_E4M3: return e4m3ToFloat(*p);
+  case DType::I64: return (double)ld(int64_t());
+  case DType::U64: return (double)ld(uint64_t());
+  case DType::I32: return ld(int32_t());
+  case DType::U32: return ld(uint32_t());
+  case DType::I16: return ld(int16_t());
+  case DType::U16: return ld(uint16_t());
+  case DType::I8: return ld(int8_t());
+  case DType::U8: case DType::BOOL: return *p;
+  default: return std::nan("");
+  }
+}
+
+bool isNormOrBias(const std::string &n) {
+  return endsWith(n, "norm.weight") || endsWith(n, "norm.bias") ||
+         endsWith(n, "e_score_correction_bias") || endsWith(n, ".bias");
+}
+
+} // namespace
+
+const char *checkKindName(CheckKind k) {
+  switch (k) {
+  case CheckKind::Sha256: return "sha256 sidecar";
+  case CheckKind::Xxh64: return "xxh64 checksum";
+  case CheckKind::Value: return "value check";
+  case CheckKind::Structure: return "structure";
+  }
+  return "?";
+}
+
+std::string checkPlainValues(const std::string &hfName, const TensorView &t) {
+  if (!t.data)
+    return "";
+  const bool norm = isNormOrBias(hfName);
+  const double limit = norm ? kMaxNormValue : kMaxPlainValue;
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    double v = elementAt(t, i);
+    if (std::isfinite(v) && std::fabs(v) <= limit)
+      continue;
+    std::ostringstream os;
+    os << "element " << i << " is " << v << "; a "
+       << (norm ? "norm weight or bias" : "tensor stored without a checksum")
+       << " must be finite and within +-" << limit
+       << " (the bytes are damaged; re-download the file)";
+    return os.str();
+  }
+  return "";
+}
+
+std::string checkSigns(const TensorView &t) {
+  if (!t.data)
+    return "";
+  const int64_t n = t.numel();
+  const size_t es = dtypeSize(t.dtype);
+  // The exact encodings of +1 and -1 in the tensor's dtype.
+  uint64_t plus = 0, minus = 0;
+  switch (t.dtype) {
+  case DType::F64: {
+    double a = 1, b = -1;
+    std::memcpy(&plus, &a, 8), std::memcpy(&minus, &b, 8);
+    break;
+  }
+  case DType::F32: plus = 0x3F800000u, minus = 0xBF800000u; break;
+  case DType::F16: plus = 0x3C00, minus = 0xBC00; break;
+  case DType::BF16: plus = 0x3F80, minus = 0xBF80; break;
+  case DType::I64: case DType::I32: case DType::I16: case DType::I8:
+    plus = 1, minus = es == 8 ? ~0ull : ((1ull << (8 * es)) - 1);
+    break;
+  default:
+    return std::string("dtype ") + dtypeName(t.dtype) +
+           " cannot hold signs (expected a float or signed integer dtype)";
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, t.data + (uint64_t)i * es, es);
+    if (bits == plus || bits == minus)
+      continue;
+    std::ostringstream os;
+    os << "element " << i << " is " << elementAt(t, i)
+       << " (not exactly +1 or -1 in " << dtypeName(t.dtype)
+       << "); the signs are damaged, re-download the file";
+    return os.str();
+  }
+  return "";
+}
+
+void coverSafetensorsLayout(VerifyReport &rep, const std::string &rel,
+                            const SafetensorsFile &f) {
+  rep.cover(rel, 0, std::min(f.headerSize(), f.fileSize()),
+            CheckKind::Structure);
+  std::vector<std::pair<uint64_t, uint64_t>> spans;
+  for (const TensorView &t : f.tensors())
+    if (t.byteSize)
+      spans.push_back({t.fileOffset, t.fileOffset + t.byteSize});
+  std::sort(spans.begin(), spans.end());
+  uint64_t at = f.headerSize();
+  for (auto [b, e] : spans) {
+    if (b > at)
+      rep.padding.push_back({rel, at, b - at, CheckKind::Structure});
+    at = std::max(at, e);
+  }
+  if (f.fileSize() > at)
+    rep.padding.push_back({rel, at, f.fileSize() - at, CheckKind::Structure});
+}
+
+void Pack::verifyCommon(VerifyReport &rep) const {
+  if (config_)
+    rep.cover("config.json", 0, config_->rawJson.size(),
+              CheckKind::Structure);
+  const fs::path root(dir_), hashes = root / "hashes";
+  std::error_code ec;
+  if (!fs::is_directory(hashes, ec))
+    return;
+  // hashes/<path>.sha256 holds the SHA-256 of <path> as 64 hex digits
+  // (sha256sum's "HEX  NAME" line is accepted).
+  struct Sidecar {
+    std::string rel, sidecarRel, want, got, error;
+    uint64_t size = 0, sidecarSize = 0;
+  };
+  std::vector<Sidecar> cars;
+  for (auto it = fs::recursive_directory_iterator(hashes, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec)
+      break;
+    const fs::path &p = it->path();
+    if (!it->is_regular_file() || p.extension() != ".sha256")
+      continue;
+    Sidecar s;
+    fs::path relSide = p.lexically_relative(root);
+    s.sidecarRel = relSide.string();
+    fs::path target = p.lexically_relative(hashes);
+    target.replace_extension();
+    s.rel = target.string();
+    cars.push_back(std::move(s));
+  }
+  std::sort(cars.begin(), cars.end(),
+            [](const Sidecar &a, const Sidecar &b) { return a.rel < b.rel; });
+  parallelFor((int64_t)cars.size(), 1, 0, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      Sidecar &s = cars[(size_t)i];
+      try {
+        std::string text = readFileBounded((root / s.sidecarRel).string(),
+                                           4096, "a SHA-256 sidecar");
+        s.sidecarSize = text.size();
+        std::istringstream in(text);
+        in >> s.want;
+        std::transform(s.want.begin(), s.want.end(), s.want.begin(),
+                       [](unsigned char c) { return (char)std::tolower(c); });
+        bool hex = s.want.size() == 64 &&
+                   s.want.find_first_not_of("0123456789abcdef") ==
+                       std::string::npos;
+        if (!hex) {
+          s.error = "does not start with 64 hex digits (a SHA-256)";
+          continue;
+        }
+        fs::path t = root / s.rel;
+        std::error_code e2;
+        if (!fs::is_regular_file(t, e2)) {
+          s.error = "names " + s.rel + ", which is missing";
+          continue;
+        }
+        s.size = fs::file_size(t, e2);
+        s.got = sha256FileHex(t.string());
+      } catch (const Error &err) {
+        s.error = err.what();
+      }
+    }
+  });
+  for (const Sidecar &s : cars) {
+    rep.checkedObjects++;
+    if (!s.error.empty()) {
+      rep.issues.push_back({s.sidecarRel, "sha256 sidecar", 0, s.error});
+      continue;
+    }
+    rep.cover(s.sidecarRel, 0, s.sidecarSize, CheckKind::Sha256);
+    rep.cover(s.rel, 0, s.size, CheckKind::Sha256);
+    rep.checkedBytes += s.size;
+    if (s.got != s.want)
+      rep.issues.push_back(
+          {s.rel, "whole file", 0,
+           "SHA-256 " + s.got + " differs from " + s.want + " in " +
+               s.sidecarRel + ": the file is damaged; re-download " + s.rel});
+  }
+}
+
+CoverageSummary summarizeCoverage(const std::string &dir,
+                                  const VerifyReport &rep) {
+  CoverageSummary sum;
+  const fs::path root(dir);
+  // Per file: boundary events of each kind (+1 at begin, -1 at end); kind
+  // index kCheckKinds is padding.
+  std::map<std::string, std::vector<std::tuple<uint64_t, int, int>>> ev;
+  auto add = [&](const CoveredRange &r, int kind) {
+    std::string f = fs::path(r.file).lexically_normal().string();
+    ev[f].emplace_back(r.offset, kind, +1);
+    ev[f].emplace_back(r.offset + r.length, kind, -1);
+  };
+  for (const CoveredRange &r : rep.covered)
+    add(r, (int)r.kind);
+  for (const CoveredRange &r : rep.padding)
+    add(r, kCheckKinds);
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec)
+      break;
+    std::string name = it->path().filename().string();
+    if (!name.empty() && name[0] == '.') {
+      if (it->is_directory())
+        it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file())
+      continue;
+    const uint64_t size = it->file_size(ec);
+    const std::string rel = it->path().lexically_relative(root).string();
+    sum.files++;
+    sum.totalBytes += size;
+    auto &e = ev[rel];
+    std::sort(e.begin(), e.end());
+    int active[kCheckKinds + 1] = {};
+    uint64_t at = 0, none = 0, pad = 0;
+    auto account = [&](uint64_t to) {
+      to = std::min(to, size);
+      if (to <= at)
+        return;
+      int k = 0;
+      while (k <= kCheckKinds && active[k] == 0)
+        ++k;
+      if (k < kCheckKinds)
+        sum.byKind[k] += to - at;
+      else if (k == kCheckKinds)
+        pad += to - at;
+      else
+        none += to - at;
+      at = to;
+    };
+    for (auto &[off, kind, delta] : e) {
+      account(off);
+      active[kind] += delta;
+    }
+    account(size);
+    sum.unchecked += none + pad;
+    sum.uncheckedPadding += pad;
+    if (none)
+      sum.uncheckedFiles.push_back({rel, none});
+  }
+  std::stable_sort(sum.uncheckedFiles.begin(), sum.uncheckedFiles.end(),
+                   [](auto &a, auto &b) { return a.second > b.second; });
+  return sum;
+}
+
+} // namespace glm::rt

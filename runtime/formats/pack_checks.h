@@ -1,0 +1,43 @@
+//===- pack_checks.h - checks the pack layouts share (private) ------------===//
+//
+// What verify() of every layout (and the cpu load path, where it is cheap)
+// applies to bytes the format itself does not checksum: value checks of
+// tensors stored as plain floats (norm weights, biases: finite and in a
+// plausible range), exlr8's hidden-side signs (exactly +-1 in their
+// encoding), and the coverage bookkeeping of safetensors files (the header
+// is structure, the gaps between tensors are padding no reader uses).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/formats/pack.h"
+#include "runtime/formats/safetensors.h"
+
+#include <string>
+
+namespace glm::rt {
+
+/// Checks the values of a tensor stored without a checksum, by what its HF
+/// name says it is: "" when plausible, else a sentence naming the first bad
+/// element and what is allowed. Norm weights and biases must be finite and
+/// within +-kMaxNormValue (a damaged exponent byte lands far outside);
+/// other plain tensors finite and within +-kMaxPlainValue.
+std::string checkPlainValues(const std::string &hfName, const TensorView &t);
+
+/// exlr8 signs.in / signs.out: every element exactly +1 or -1 in its
+/// encoding (a float dtype: the exact bit patterns of +-1.0; an integer
+/// dtype: 1 or -1). "" when so, else a sentence naming the first other one.
+std::string checkSigns(const TensorView &t);
+
+/// Records a safetensors file's header as structure (it was parsed and
+/// every entry checked at open) and the bytes of its data section that no
+/// tensor covers (alignment padding, `__pad.*` entries) as padding.
+void coverSafetensorsLayout(VerifyReport &rep, const std::string &rel,
+                            const SafetensorsFile &f);
+
+/// The largest magnitude accepted for a norm weight or bias, and for any
+/// other tensor stored as plain floats.
+inline constexpr double kMaxNormValue = 1024;
+inline constexpr double kMaxPlainValue = 65504; // the largest fp16
+
+} // namespace glm::rt
