@@ -276,6 +276,10 @@ BAD = [
                  "stop": [1, 2]}).encode(), "stop type"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}],
                  "tools": {"a": 1}}).encode(), "tools type"),
+    # Found by tests/fuzz: a number as a tool's type was a 500.
+    (json.dumps({"messages": [{"role": "user", "content": "x"}],
+                 "tools": [{"type": 1, "function": {"name": "f"}}]}).encode(),
+     "tool type not a string"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}],
                  "seed": "abc"}).encode(), "seed type"),
     (json.dumps({"messages": [{"role": "user",
