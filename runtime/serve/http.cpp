@@ -100,6 +100,14 @@ bool HttpResponder::send(
 
 bool HttpResponder::beginChunked(int status, const std::string &contentType) {
   started_ = true;
+  if (http10) {
+    // RFC 9112 6.3: without Content-Length or chunking, closing the
+    // connection is what ends the body.
+    keepAlive = false;
+    return writeAll("HTTP/1.1 " + std::to_string(status) + " " +
+                    httpReason(status) + "\r\nContent-Type: " + contentType +
+                    "\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n");
+  }
   return writeAll("HTTP/1.1 " + std::to_string(status) + " " +
                   httpReason(status) + "\r\nContent-Type: " + contentType +
                   "\r\nCache-Control: no-cache\r\nTransfer-Encoding: "
@@ -110,12 +118,16 @@ bool HttpResponder::beginChunked(int status, const std::string &contentType) {
 bool HttpResponder::writeChunk(const std::string &data) {
   if (data.empty())
     return !clientGone();
+  if (http10)
+    return writeAll(data);
   char len[32];
   snprintf(len, sizeof len, "%zx\r\n", data.size());
   return writeAll(len + data + "\r\n");
 }
 
-bool HttpResponder::endChunked() { return writeAll("0\r\n\r\n"); }
+bool HttpResponder::endChunked() {
+  return http10 || writeAll("0\r\n\r\n"); // HTTP/1.0: the close ends it
+}
 
 bool HttpResponder::clientGone() {
   if (gone_)
@@ -293,13 +305,32 @@ void HttpServer::handleConnection(int fd) {
     if (!req.header("transfer-encoding").empty())
       return error(501, "chunked request bodies are not supported; send "
                         "Content-Length");
+    // Every Content-Length value (repeated headers, or one header with a
+    // comma list) must be the same number (RFC 9110 8.6): a request that
+    // two parsers would frame differently is refused, not guessed at.
+    std::vector<std::string> lengths;
+    for (const auto &[k, v] : req.headers) {
+      if (k != "content-length")
+        continue;
+      size_t from = 0;
+      while (true) {
+        size_t comma = v.find(',', from);
+        lengths.push_back(trim(v.substr(from, comma - from)));
+        if (comma == std::string::npos)
+          break;
+        from = comma + 1;
+      }
+    }
     size_t length = 0;
-    std::string cl = req.header("content-length");
-    if (!cl.empty()) {
-      char *end = nullptr;
-      unsigned long long v = strtoull(cl.c_str(), &end, 10);
-      if (!end || *end || cl[0] == '-')
+    for (const std::string &cl : lengths) {
+      if (cl.empty() || cl.size() > 19 ||
+          cl.find_first_not_of("0123456789") != std::string::npos)
         return error(400, "bad Content-Length");
+      if (cl != lengths[0])
+        return error(400, "conflicting Content-Length headers");
+    }
+    if (!lengths.empty()) {
+      unsigned long long v = strtoull(lengths[0].c_str(), nullptr, 10);
       if (v > opt_.maxBodyBytes)
         return error(413, "request body larger than " +
                               std::to_string(opt_.maxBodyBytes) + " bytes");
@@ -316,6 +347,7 @@ void HttpServer::handleConnection(int fd) {
     buf.erase(0, length);
     HttpResponder resp(fd);
     std::string conn = lower(req.header("connection"));
+    resp.http10 = req.version == "HTTP/1.0";
     resp.keepAlive =
         conn != "close" && (req.version == "HTTP/1.1" || conn == "keep-alive");
     handler_(req, resp);

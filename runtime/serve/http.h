@@ -1,10 +1,12 @@
 //===- http.h - a small HTTP/1.1 server on POSIX sockets ------------------===//
 //
 // Enough HTTP for an OpenAI-compatible API: one thread per connection (with a
-// cap), keep-alive, Content-Length bodies with size limits, chunked responses
-// for server-sent events, and detection of clients that went away (so their
-// generation can be cancelled). Bad requests get a 4xx and the connection is
-// closed; nothing a client sends can stop the server.
+// cap), keep-alive, Content-Length bodies with size limits (conflicting
+// lengths are refused: a proxy may have framed the request differently),
+// chunked responses for server-sent events (close-delimited for HTTP/1.0
+// clients, which do not know chunked encoding), and detection of clients
+// that went away (so their generation can be cancelled). Bad requests get a 4xx
+// and the connection is closed; nothing a client sends can stop the server.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -33,7 +35,8 @@ public:
   /// A complete response with Content-Length.
   bool send(int status, const std::string &contentType, const std::string &body,
             const std::vector<std::pair<std::string, std::string>> &extra = {});
-  /// Starts a chunked response (for text/event-stream).
+  /// Starts a streamed response (for text/event-stream): chunked for
+  /// HTTP/1.1, and for HTTP/1.0 a body that ends when the connection closes.
   bool beginChunked(int status, const std::string &contentType);
   /// One chunk; false when the client is gone.
   bool writeChunk(const std::string &data);
@@ -42,6 +45,8 @@ public:
   bool clientGone();
   bool started() const { return started_; }
   bool keepAlive = true;
+  /// The request came as HTTP/1.0: no chunked encoding in the reply.
+  bool http10 = false;
 
 private:
   bool writeAll(const std::string &data);

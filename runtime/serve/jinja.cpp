@@ -222,7 +222,7 @@ static std::vector<Chunk> chunkSource(std::string src, const std::string &name,
 /// Limits that keep the recursive parser and evaluator inside the stack.
 constexpr size_t kMaxExprTokens = 2048;
 constexpr int kMaxExprNesting = 300; // parse recursion: ~3 per bracket level
-constexpr int kMaxBlocks = 100;       // nested {% if/for/macro ... %} blocks
+constexpr int kMaxBlocks = 100;      // nested {% if/for/macro ... %} blocks
 
 static std::vector<ExprTok> lexExpr(const std::string &s,
                                     const std::string &where) {
@@ -951,6 +951,7 @@ struct StmtParser {
 struct Template::Impl {
   std::string name;
   Body body;
+  Limits limits;
 };
 
 namespace {
@@ -979,7 +980,21 @@ struct Interp : Builtins {
     scopes.back()->set(n, std::move(v));
   }
 
+  // Every evaluation is a step of the render budget, and every string or
+  // list it makes is measured (the builtins refuse the multiplying ones,
+  // `*` and replace(), before they allocate).
   Value eval(const Expr &e, int line) {
+    RenderBudget &budget = *RenderBudget::current();
+    budget.step(line);
+    Value v = evalOne(e, line);
+    if (v.isString())
+      budget.bytes(v.str().size(), line, "a string");
+    else if (v.kind() == Value::List)
+      budget.items(v.items().size(), line, "a list");
+    return v;
+  }
+
+  Value evalOne(const Expr &e, int line) {
     switch (e.kind) {
     case Expr::Lit:
       return e.lit;
@@ -1046,8 +1061,12 @@ struct Interp : Builtins {
     case Expr::Neg:
     case Expr::Pos: {
       Value v = eval(*e.kids[0], line);
-      if (v.kind() == Value::Int || v.kind() == Value::Bool)
-        return Value(e.kind == Expr::Neg ? -v.asInt() : v.asInt());
+      if (v.kind() == Value::Int || v.kind() == Value::Bool) {
+        int64_t i = v.kind() == Value::Bool ? int64_t(v.asBool()) : v.asInt();
+        if (e.kind == Expr::Neg && i == INT64_MIN)
+          error(line, "integer overflow in unary minus");
+        return Value(e.kind == Expr::Neg ? -i : i);
+      }
       if (v.kind() == Value::Float)
         return Value(e.kind == Expr::Neg ? -v.asFloat() : v.asFloat());
       error(line, "unary minus on a non-number");
@@ -1136,13 +1155,19 @@ struct Interp : Builtins {
   }
 
   Flow execOne(const Stmt &s) {
+    RenderBudget &budget = *RenderBudget::current();
+    budget.step(s.line);
     switch (s.kind) {
     case Stmt::Text:
+      budget.bytes(out.size() + s.text.size(), s.line, "the output");
       out += s.text;
       return Flow::Normal;
-    case Stmt::Output:
-      out += toPyStr(eval(*s.exprs[0], s.line));
+    case Stmt::Output: {
+      std::string text = toPyStr(eval(*s.exprs[0], s.line));
+      budget.bytes(out.size() + text.size(), s.line, "the output");
+      out += text;
       return Flow::Normal;
+    }
     case Stmt::Body:
       return exec(s.bodies[0]);
     case Stmt::Break:
@@ -1235,6 +1260,7 @@ struct Interp : Builtins {
     Value outerLoop = lookup("loop");
     size_t n = items.size();
     for (size_t i = 0; i < n; ++i) {
+      RenderBudget::current()->step(s.line); // an empty body is a step too
       // Jinja2: assignments in the body do not carry to the next iteration.
       frame = std::make_shared<Value::DictData>();
       scopes.back() = frame;
@@ -1274,6 +1300,7 @@ Template::Template(const std::string &source, const std::string &name,
                    Options opt)
     : impl_(std::make_shared<Impl>()) {
   impl_->name = name;
+  impl_->limits = opt.limits;
   StmtParser sp{chunkSource(source, name, opt), 0, name};
   sp.parseBody(impl_->body, {}, nullptr, 1);
 }
@@ -1281,6 +1308,7 @@ Template::Template(const std::string &source, const std::string &name,
 Template::~Template() = default;
 
 std::string Template::render(const Value &context) const {
+  RenderBudget budget(impl_->name, impl_->limits);
   Interp in(*impl_);
   auto root = std::make_shared<Value::DictData>();
   if (context.kind() == Value::Dict)

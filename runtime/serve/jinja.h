@@ -103,9 +103,20 @@ std::string toPyStr(const Value &v);
 /// Python repr(v).
 std::string toPyRepr(const Value &v);
 
+/// Chat templates are code from the pack, run on every request: a render
+/// that would exceed one of these limits is refused with Error naming the
+/// template (`{{ "x" * 1000000000 }}` must not take 3 GB and a minute).
+struct Limits {
+  size_t maxBytes = 32 << 20;   // the output, and any one string built
+  size_t maxItems = 1000000;    // any one list built (range(), `*`)
+  uint64_t maxSteps = 10000000; // expressions and statements evaluated
+  double maxSeconds = 10;       // wall clock of one render
+};
+
 struct Options {
   bool trimBlocks = true; // transformers renders chat templates with both
   bool lstripBlocks = true;
+  Limits limits;
 };
 
 class Template {
@@ -115,7 +126,8 @@ public:
            Options opt = {});
   ~Template();
   /// Renders with the variables of `context` (a dict); throws glm::rt::Error
-  /// on runtime errors and on raise_exception() from the template.
+  /// on runtime errors, on raise_exception() from the template and past the
+  /// Options' limits.
   std::string render(const Value &context) const;
 
   struct Impl;

@@ -150,6 +150,7 @@ static std::vector<Value> pySplit(const std::string &s, const Value *sep,
       while (j < t.size() && !pySpace(t[j]))
         ++j;
       out.emplace_back(u8(t.substr(i, j - i)));
+      chargeItems(out.size(), "split()");
       ++n;
       i = j;
     }
@@ -166,6 +167,7 @@ static std::vector<Value> pySplit(const std::string &s, const Value *sep,
       break;
     }
     out.emplace_back(s.substr(pos, k - pos));
+    chargeItems(out.size(), "split()");
     pos = k + d.size();
     ++n;
   }
@@ -186,6 +188,8 @@ static std::string replaceAll(const std::string &s, const std::string &a,
       }
       if (i < t.size())
         appendUtf8(out, t[i]);
+      // Each match may grow the text: check as it grows, not at the end.
+      chargeBytes(out.size(), "replace()");
     }
     return out;
   }
@@ -197,6 +201,7 @@ static std::string replaceAll(const std::string &s, const std::string &a,
     if (k == std::string::npos)
       break;
     out += s.substr(pos, k - pos) + b;
+    chargeBytes(out.size(), "replace()");
     pos = k + a.size();
     ++n;
   }
@@ -278,7 +283,9 @@ std::vector<Value> Builtins::iterate(const Value &v, int line) const {
   }
   case Value::String: {
     std::vector<Value> chars;
-    for (char32_t c : u32(v.str())) {
+    std::u32string cps = u32(v.str());
+    chargeItems(cps.size(), "the characters of a string");
+    for (char32_t c : cps) {
       std::string s;
       appendUtf8(s, c);
       chars.emplace_back(s);
@@ -398,6 +405,7 @@ Value Builtins::getAttr(const Value &obj, const std::string &name,
                 out += s;
               first = false;
               out += toPyStr(v);
+              chargeBytes(out.size(), "join()");
             }
             return Value(out);
           });
@@ -560,10 +568,16 @@ Value Builtins::binaryOp(const std::string &op, const Value &a, const Value &b,
     err(line, std::string("unsupported operand types for ") + op + ": '" +
                   kindName(a) + "' and '" + kindName(b) + "'");
   };
+  RenderBudget *budget = RenderBudget::current();
   if (op == "+") {
-    if (a.isString() && b.isString())
+    if (a.isString() && b.isString()) {
+      if (budget)
+        budget->bytes(a.str().size() + b.str().size(), line, "string +");
       return Value(a.str() + b.str());
+    }
     if (a.kind() == Value::List && b.kind() == Value::List) {
+      if (budget)
+        budget->items(a.items().size() + b.items().size(), line, "list +");
       auto items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
       return Value::list(items);
@@ -574,6 +588,20 @@ Value Builtins::binaryOp(const std::string &op, const Value &a, const Value &b,
     const Value *cnt = seq == &a ? &b : &a;
     if ((seq->isString() || seq->kind() == Value::List) && isIntLike(*cnt)) {
       int64_t n = std::max<int64_t>(0, intOf(*cnt));
+      // Size the result before building it: "x" * 10**9 is refused, not
+      // allocated. Lists copy their string items, so they count bytes too.
+      size_t unit = seq->isString() ? seq->str().size() : 0;
+      size_t count = seq->isString() ? 0 : seq->items().size();
+      if (!seq->isString())
+        for (const Value &e : seq->items())
+          unit += e.isString() ? e.str().size() : 0;
+      auto times = [&](size_t x) {
+        return x && uint64_t(n) > SIZE_MAX / x ? SIZE_MAX : x * size_t(n);
+      };
+      if (budget) {
+        budget->bytes(times(unit), line, "sequence * count");
+        budget->items(times(count), line, "list * count");
+      }
       if (seq->isString()) {
         std::string r;
         for (int64_t i = 0; i < n; ++i)
@@ -589,12 +617,27 @@ Value Builtins::binaryOp(const std::string &op, const Value &a, const Value &b,
   if (!isNum(a) || !isNum(b))
     bad();
   bool ints = isIntLike(a) && isIntLike(b);
+  // Python integers do not overflow; ours are 64-bit and refuse instead
+  // (signed overflow would be undefined behaviour).
+  auto checked = [&](bool overflow, int64_t r) {
+    if (overflow)
+      err(line, std::string("integer overflow in ") + op +
+                    " (results are limited to 64 bits)");
+    return Value(r);
+  };
+  if (ints && (op == "+" || op == "-" || op == "*")) {
+    int64_t x = intOf(a), y = intOf(b), r = 0;
+    bool over = op == "+"   ? __builtin_add_overflow(x, y, &r)
+                : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                            : __builtin_mul_overflow(x, y, &r);
+    return checked(over, r);
+  }
   if (op == "+")
-    return ints ? Value(intOf(a) + intOf(b)) : Value(numOf(a) + numOf(b));
+    return Value(numOf(a) + numOf(b));
   if (op == "-")
-    return ints ? Value(intOf(a) - intOf(b)) : Value(numOf(a) - numOf(b));
+    return Value(numOf(a) - numOf(b));
   if (op == "*")
-    return ints ? Value(intOf(a) * intOf(b)) : Value(numOf(a) * numOf(b));
+    return Value(numOf(a) * numOf(b));
   if (op == "/") {
     if (numOf(b) == 0)
       err(line, "division by zero");
@@ -605,6 +648,8 @@ Value Builtins::binaryOp(const std::string &op, const Value &a, const Value &b,
       err(line, "division by zero");
     if (ints) {
       int64_t x = intOf(a), y = intOf(b);
+      if (x == INT64_MIN && y == -1)
+        return checked(true, 0);
       int64_t q = x / y, r = x % y;
       if (r != 0 && ((r < 0) != (y < 0))) {
         --q;
@@ -618,10 +663,18 @@ Value Builtins::binaryOp(const std::string &op, const Value &a, const Value &b,
   }
   if (op == "**") {
     if (ints && intOf(b) >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < intOf(b); ++i)
-        r *= intOf(a);
-      return Value(r);
+      // Square-and-multiply: 63 rounds at most, whatever the exponent, and
+      // every product checked (2 ** 64 is refused, 1 ** 10**18 is 1).
+      int64_t base = intOf(a), e = intOf(b), p = 1;
+      bool over = false;
+      while (e > 0 && !over) {
+        if (e & 1)
+          over |= __builtin_mul_overflow(p, base, &p);
+        e >>= 1;
+        if (e > 0)
+          over |= __builtin_mul_overflow(base, base, &base);
+      }
+      return checked(over, p);
     }
     return Value(std::pow(numOf(a), numOf(b)));
   }
@@ -833,6 +886,7 @@ Value Builtins::filter(const std::string &name, std::vector<Value> &args,
         out += sep ? toPyStr(*sep) : "";
       first = false;
       out += toPyStr(attr ? getAttr(e, toPyStr(*attr), line) : e);
+      chargeBytes(out.size(), "join");
     }
     return Value(out);
   }
@@ -948,18 +1002,30 @@ Value Builtins::filter(const std::string &name, std::vector<Value> &args,
     return acc;
   }
   if (name == "abs") {
-    if (isIntLike(v))
+    if (isIntLike(v)) {
+      if (intOf(v) == INT64_MIN)
+        err(line, "integer overflow in abs (results are limited to 64 bits)");
       return Value(int64_t(std::llabs(intOf(v))));
+    }
     if (v.kind() == Value::Float)
       return Value(std::fabs(v.asFloat()));
     err(line, "abs needs a number");
   }
+  // A float outside int64 (or NaN) has no integer value: converting it would
+  // be undefined behaviour, so int() gives the default as for a bad string.
+  auto toInt = [](double d, int64_t &out) {
+    if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0))
+      return false;
+    out = int64_t(d);
+    return true;
+  };
   if (name == "int") {
     const Value *dflt = a(1, "default");
+    int64_t i = 0;
     if (isIntLike(v))
       return Value(intOf(v));
-    if (v.kind() == Value::Float)
-      return Value(int64_t(v.asFloat()));
+    if (v.kind() == Value::Float && toInt(v.asFloat(), i))
+      return Value(i);
     if (v.isString()) {
       std::string s = pyStrip(v.str(), nullptr, true, true);
       char *end = nullptr;
@@ -967,8 +1033,8 @@ Value Builtins::filter(const std::string &name, std::vector<Value> &args,
       if (!s.empty() && end && *end == 0)
         return Value(int64_t(r));
       double d = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end && *end == 0)
-        return Value(int64_t(d));
+      if (!s.empty() && end && *end == 0 && toInt(d, i))
+        return Value(i);
     }
     return dflt ? *dflt : Value(int64_t(0));
   }
@@ -1007,9 +1073,12 @@ Value Builtins::filter(const std::string &name, std::vector<Value> &args,
     const Value *w = a(1, "width");
     const Value *first = a(2, "first");
     const Value *blank = a(3, "blank");
+    int64_t width = w && !w->isString() ? intOf(*w) : 4;
+    if (width < 0)
+      err(line, "indent width must not be negative");
+    chargeBytes(size_t(width), "indent width");
     std::string pad =
-        w ? (w->isString() ? w->str() : std::string(size_t(intOf(*w)), ' '))
-          : "    ";
+        w && w->isString() ? w->str() : std::string(size_t(width), ' ');
     std::string s = needStr();
     std::string out;
     size_t pos = 0;
@@ -1023,6 +1092,7 @@ Value Builtins::filter(const std::string &name, std::vector<Value> &args,
       if (doPad)
         out += pad;
       out += lineStr;
+      chargeBytes(out.size(), "indent");
       if (k == std::string::npos)
         break;
       out += '\n';
@@ -1095,10 +1165,15 @@ Value Builtins::global(const std::string &name) const {
       }
       check(step != 0, "range() step must not be zero");
       std::vector<Value> out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-        out.push_back(Value(i));
-        check(out.size() <= 1000000, "range() too long");
-      }
+      // The length first (Python's formula, in 128 bits): never a loop
+      // of 2^63 steps or an overflowing i += step.
+      __int128 span =
+          step > 0 ? __int128(stop) - start : __int128(start) - stop;
+      __int128 mag = step > 0 ? step : -__int128(step);
+      __int128 n = span <= 0 ? 0 : (span + mag - 1) / mag;
+      chargeItems(n > __int128(SIZE_MAX) ? SIZE_MAX : size_t(n), "range()");
+      for (__int128 i = 0; i < n; ++i)
+        out.push_back(Value(int64_t(start + i * step)));
       return Value::list(out);
     });
   if (name == "namespace" || name == "dict") {

@@ -9,7 +9,47 @@
 
 #include "runtime/serve/jinja.h"
 
+#include <chrono>
+
 namespace glm::rt::jinja {
+
+/// The limits of the render running on this thread. Template::render opens
+/// one (RAII); the interpreter, the builtins and the value printers charge
+/// it, each before or while building a value, so that nothing grows past
+/// Limits::maxBytes before it is refused. Without an open budget (values
+/// printed outside a render) nothing is charged.
+class RenderBudget {
+public:
+  RenderBudget(const std::string &name, const Limits &limits);
+  ~RenderBudget();
+  RenderBudget(const RenderBudget &) = delete;
+  RenderBudget &operator=(const RenderBudget &) = delete;
+
+  /// The budget open on this thread, or null.
+  static RenderBudget *current();
+  /// One evaluation step at template line `line`; checks the step count,
+  /// and the clock every 4096 steps.
+  void step(int line);
+  /// Refuses a string of `n` bytes (about to be built or just built) at
+  /// `line` (0: the line of the last step).
+  void bytes(size_t n, int line, const char *what);
+  /// Refuses a list of `n` items.
+  void items(size_t n, int line, const char *what);
+
+private:
+  [[noreturn]] void refuse(int line, const std::string &why) const;
+  std::string name_;
+  Limits limits_;
+  uint64_t steps_ = 0;
+  int line_ = 0; // of the last step: where a builtin without a line runs
+  std::chrono::steady_clock::time_point deadline_;
+  RenderBudget *outer_;
+};
+
+/// RenderBudget::current()->bytes(n, 0, what) / items(...) when a budget is
+/// open (helpers that have no template line at hand).
+void chargeBytes(size_t n, const char *what);
+void chargeItems(size_t n, const char *what);
 
 struct Builtins {
   std::string tplName;

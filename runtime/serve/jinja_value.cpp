@@ -9,6 +9,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/recursion_guard.h"
+#include "runtime/serve/jinja_builtins.h"
 #include "runtime/serve/unicode.h"
 
 #include <algorithm>
@@ -139,6 +140,70 @@ RecursionGuard valueNest(const char *what) {
   });
 }
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// The render budget
+//===----------------------------------------------------------------------===//
+// One per thread: a render runs on its request's thread from start to end.
+static thread_local RenderBudget *currentBudget = nullptr;
+
+RenderBudget::RenderBudget(const std::string &name, const Limits &limits)
+    : name_(name), limits_(limits), outer_(currentBudget) {
+  auto span = std::chrono::duration<double>(limits.maxSeconds);
+  deadline_ =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(span);
+  currentBudget = this;
+}
+
+RenderBudget::~RenderBudget() { currentBudget = outer_; }
+
+RenderBudget *RenderBudget::current() { return currentBudget; }
+
+void RenderBudget::refuse(int line, const std::string &why) const {
+  line = line > 0 ? line : line_;
+  std::string where = line > 0 ? ":" + std::to_string(line) : "";
+  fail(name_, where, ": rendering refused: ", why,
+       "; a chat template that needs this is hostile or broken (use the "
+       "model's original template), or the request is too large");
+}
+
+void RenderBudget::step(int line) {
+  if (line > 0) // text between tags has no line of its own
+    line_ = line;
+  if (++steps_ > limits_.maxSteps)
+    refuse(line, "more than " + std::to_string(limits_.maxSteps) +
+                     " evaluation steps");
+  // The clock catches steps that are each slow (copies of large strings);
+  // reading it every step would cost more than most steps.
+  if ((steps_ & 4095) == 0 && std::chrono::steady_clock::now() > deadline_) {
+    std::ostringstream os;
+    os << "took longer than " << limits_.maxSeconds << " s";
+    refuse(line, os.str());
+  }
+}
+
+void RenderBudget::bytes(size_t n, int line, const char *what) {
+  if (n > limits_.maxBytes)
+    refuse(line, std::string(what) + " would exceed " +
+                     std::to_string(limits_.maxBytes) + " bytes");
+}
+
+void RenderBudget::items(size_t n, int line, const char *what) {
+  if (n > limits_.maxItems)
+    refuse(line, std::string(what) + " would exceed " +
+                     std::to_string(limits_.maxItems) + " items");
+}
+
+void chargeBytes(size_t n, const char *what) {
+  if (currentBudget)
+    currentBudget->bytes(n, 0, what);
+}
+
+void chargeItems(size_t n, const char *what) {
+  if (currentBudget)
+    currentBudget->items(n, 0, what);
+}
 
 nlohmann::ordered_json toJsonValue(const Value &v) {
   RecursionGuard nest = valueNest("tojson");
@@ -271,8 +336,11 @@ static void dumpTo(std::string &out, const Value &v, int indent, int depth,
                    bool ensureAscii, bool sortKeys) {
   RecursionGuard nest = valueNest("tojson");
   auto newline = [&](int d) {
+    // indent comes from the template: size the padding before making it.
+    size_t pad = size_t(indent) * size_t(d);
+    chargeBytes(out.size() + 1 + pad, "tojson output");
     out += '\n';
-    out.append(size_t(indent * d), ' ');
+    out.append(pad, ' ');
   };
   switch (v.kind()) {
   case Value::Undefined:
@@ -312,6 +380,7 @@ static void dumpTo(std::string &out, const Value &v, int indent, int depth,
       if (indent >= 0)
         newline(depth + 1);
       dumpTo(out, items[i], indent, depth + 1, ensureAscii, sortKeys);
+      chargeBytes(out.size(), "tojson output");
     }
     if (indent >= 0)
       newline(depth);
@@ -337,6 +406,7 @@ static void dumpTo(std::string &out, const Value &v, int indent, int depth,
       jsonString(out, items[i].first, ensureAscii);
       out += ": ";
       dumpTo(out, items[i].second, indent, depth + 1, ensureAscii, sortKeys);
+      chargeBytes(out.size(), "tojson output");
     }
     if (indent >= 0)
       newline(depth);
@@ -354,12 +424,12 @@ std::string dumpJson(const Value &v, int indent, bool ensureAscii,
 }
 
 static bool pyPrintable(char32_t c) {
-  if (c == ' ')
-    return true;
+  if (c >= ' ' && c < 0x7F)
+    return true; // printable ASCII: the common case, without a table lookup
   int cat = unicodeCategory(c);
   if (cat < 0)
     return false;
-  std::string n = unicodeCategoryName(cat);
+  const char *n = unicodeCategoryName(cat);
   // Python: not printable = categories C* and Z* (except the ASCII space).
   return n[0] != 'C' && n[0] != 'Z';
 }
@@ -410,6 +480,8 @@ std::string toPyRepr(const Value &v) {
         out += ", ";
       first = false;
       out += toPyRepr(e);
+      // Lists may hold one list many times: printing multiplies sizes.
+      chargeBytes(out.size(), "a printed list");
     }
     if (v.isTuple())
       return out + (v.items().size() == 1 ? ",)" : ")");
@@ -425,6 +497,7 @@ std::string toPyRepr(const Value &v) {
         out += ", ";
       first = false;
       out += strRepr(k) + ": " + toPyRepr(e);
+      chargeBytes(out.size(), "a printed dict");
     }
     return out + "}";
   }

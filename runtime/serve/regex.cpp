@@ -3,12 +3,16 @@
 // A recursive parser builds a node array; matching is backtracking with
 // explicit continuation frames. Repeats of a single-character node (the
 // `\p{L}+` of every split rule) are matched by counting the run and trying
-// lengths without recursion, so long words do not deepen the stack.
+// lengths without recursion, so long words do not deepen the stack. Each
+// match and continuation step is charged to the caller's budget, and the
+// nesting of match() is bounded, so no pattern and text can hang or overflow
+// the stack: they end in RegexBudgetError instead.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/serve/regex.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/recursion_guard.h"
 #include "runtime/serve/unicode.h"
 
 namespace glm::rt {
@@ -21,6 +25,7 @@ struct RegexParser {
   size_t i = 0;
   std::vector<Node> &nodes;
   bool icase = false;
+  int depth = 0; // open groups; a pattern of 100k '(' must not recurse 100k
 
   RegexParser(std::string_view pattern, std::vector<Node> &n)
       : p(decodeUtf8(pattern)), src(pattern), nodes(n) {}
@@ -104,8 +109,11 @@ struct RegexParser {
     auto num = [&](int &v) {
       size_t s = i;
       v = 0;
-      while (!eof() && peek() >= '0' && peek() <= '9')
+      while (!eof() && peek() >= '0' && peek() <= '9') {
         v = v * 10 + int(p[i++] - '0');
+        if (v > 100000)
+          error("repeat count above 100000");
+      }
       return i > s;
     };
     if (!num(mn)) {
@@ -158,6 +166,8 @@ struct RegexParser {
   }
 
   int parseGroup() {
+    RecursionGuard guard(depth, 100,
+                         [&] { error("groups nested more than 100 deep"); });
     Node n;
     bool savedCase = icase;
     int result;
@@ -360,7 +370,7 @@ struct RegexParser {
   }
 };
 
-Regex::Regex(std::string_view pattern) {
+Regex::Regex(std::string_view pattern) : pattern_(pattern) {
   RegexParser parser(pattern, nodes_);
   root_ = parser.parseAlt();
   if (!parser.eof())
@@ -414,6 +424,21 @@ static bool classMatches(const Node &n, char32_t c) {
 struct RegexMatcher {
   const std::vector<Node> &nodes;
   std::u32string_view t;
+  Regex::Budget &budget;
+  const std::string &pattern;
+  int depth = 0;
+
+  // One unit of work; throws when the budget is spent.
+  void tick() {
+    if (budget.steps == 0)
+      throw RegexBudgetError(
+          "tokenizer regex '" + pattern +
+          "' ran out of its step budget on a text of " +
+          std::to_string(t.size()) +
+          " characters (the pattern backtracks catastrophically, e.g. a "
+          "repeated group inside a repeat)");
+    --budget.steps;
+  }
 
   struct Cont {
     enum Kind { End, Seq, Rep } kind;
@@ -444,6 +469,7 @@ struct RegexMatcher {
   }
 
   bool run(const Cont *k, size_t pos) {
+    tick();
     switch (k->kind) {
     case Cont::End:
       matchEnd = pos;
@@ -490,6 +516,14 @@ struct RegexMatcher {
   }
 
   bool match(int id, size_t pos, const Cont *k) {
+    tick();
+    RecursionGuard guard(depth, Regex::kMaxDepth, [&] {
+      throw RegexBudgetError(
+          "tokenizer regex '" + pattern + "' nests more than " +
+          std::to_string(Regex::kMaxDepth) + " levels deep on a text of " +
+          std::to_string(t.size()) +
+          " characters (a repeated group matched over a long run)");
+    });
     const Node &n = nodes[id];
     switch (n.kind) {
     case Node::Char:
@@ -530,8 +564,10 @@ struct RegexMatcher {
       }
       size_t limit = n.max < 0 ? t.size() - pos : size_t(n.max);
       size_t run_ = 0;
-      while (run_ < limit && single(kid, pos + run_))
+      while (run_ < limit && single(kid, pos + run_)) {
+        tick();
         ++run_;
+      }
       if (run_ < size_t(n.min))
         return false;
       if (n.mode == Node::Lazy) {
@@ -564,18 +600,29 @@ struct RegexMatcher {
   }
 };
 
-long Regex::matchAt(std::u32string_view text, size_t at) const {
-  RegexMatcher m{nodes_, text};
+long Regex::matchAt(std::u32string_view text, size_t at, Budget &budget) const {
+  RegexMatcher m{nodes_, text, budget, pattern_};
   RegexMatcher::Cont end{RegexMatcher::Cont::End, -1, 0, 0, nullptr};
   if (m.match(root_, at, &end))
     return long(m.matchEnd);
   return -1;
 }
 
+long Regex::matchAt(std::u32string_view text, size_t at) const {
+  Budget budget = Budget::forText(text.size());
+  return matchAt(text, at, budget);
+}
+
 bool Regex::search(std::u32string_view text, size_t from, size_t &begin,
                    size_t &end) const {
+  Budget budget = Budget::forText(text.size());
+  return search(text, from, begin, end, budget);
+}
+
+bool Regex::search(std::u32string_view text, size_t from, size_t &begin,
+                   size_t &end, Budget &budget) const {
   for (size_t s = from; s <= text.size(); ++s) {
-    long e = matchAt(text, s);
+    long e = matchAt(text, s, budget);
     if (e >= 0) {
       begin = s;
       end = size_t(e);

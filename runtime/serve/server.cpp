@@ -437,7 +437,9 @@ ojson validateTools(const ojson &body, bool &parseCalls) {
   for (size_t i = 0; i < tools.size(); ++i) {
     const ojson &t = tools[i];
     std::string p = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || t.value("type", "") != "function" ||
+    // Compared as JSON: a "type" that is not a string is a bad request,
+    // not an exception from reading it as one.
+    if (!t.is_object() || !t.contains("type") || t["type"] != "function" ||
         !t.contains("function") || !t["function"].is_object() ||
         !t["function"].contains("name") || !t["function"]["name"].is_string())
       badRequest(p + " must be {\"type\": \"function\", \"function\": "

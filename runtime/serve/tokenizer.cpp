@@ -324,7 +324,19 @@ void Tokenizer::splitWith(const PreStep &step, const std::string &s,
     std::u32string cps = decodeUtf8(s, &offs);
     size_t from = 0, mb, me;
     size_t last = 0;
-    while (from <= cps.size() && step.regex->search(cps, from, mb, me)) {
+    // One budget for the whole piece: the pack's pattern is operator data
+    // and must not hang a request (RegexBudgetError names the pattern).
+    Regex::Budget budget = Regex::Budget::forText(cps.size());
+    auto next = [&] {
+      try {
+        return step.regex->search(cps, from, mb, me, budget);
+      } catch (const RegexBudgetError &e) {
+        fail(name_, ": ", e.what(),
+             "; fix the pre_tokenizer pattern of this tokenizer file (the "
+             "model's original tokenizer.json does not need this)");
+      }
+    };
+    while (from <= cps.size() && next()) {
       if (me == mb) { // empty match: move on
         from = mb + 1;
         continue;

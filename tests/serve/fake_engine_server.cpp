@@ -53,10 +53,16 @@ static int cmdTokenize(const std::string &tokPath, const std::string &inPath) {
   return 0;
 }
 
-// render TEMPLATE CASES.json: CASES is a JSON array of context objects; prints
-// a JSON array of {"text": ...} or {"error": ...} per case.
-static int cmdRender(const std::string &tplPath, const std::string &inPath) {
-  jinja::Template tpl(readFile(tplPath), tplPath);
+// render TEMPLATE CASES.json [SECONDS]: CASES is a JSON array of context
+// objects; prints a JSON array of {"text": ...} or {"error": ...} per case.
+// SECONDS replaces the time limit of a render (the fuzz suite's hostile
+// templates need not each take the default 10 s to be refused).
+static int cmdRender(const std::string &tplPath, const std::string &inPath,
+                     double maxSeconds) {
+  jinja::Options opt;
+  if (maxSeconds > 0)
+    opt.limits.maxSeconds = maxSeconds;
+  jinja::Template tpl(readFile(tplPath), tplPath, opt);
   auto in = nlohmann::ordered_json::parse(readFile(inPath));
   json out = json::array();
   for (const auto &ctx : in) {
@@ -185,12 +191,13 @@ int main(int argc, char **argv) {
     std::vector<std::string> a(argv + 1, argv + argc);
     if (a.size() == 3 && a[0] == "tokenize")
       return cmdTokenize(a[1], a[2]);
-    if (a.size() == 3 && a[0] == "render")
-      return cmdRender(a[1], a[2]);
+    if ((a.size() == 3 || a.size() == 4) && a[0] == "render")
+      return cmdRender(a[1], a[2], a.size() == 4 ? std::stod(a[3]) : 0);
     if (!a.empty() && a[0] == "serve")
       return cmdServe(a);
     std::cerr << "usage: glm-serve-test tokenize TOKENIZER.json IN.json\n"
-                 "       glm-serve-test render TEMPLATE.jinja CASES.json\n"
+                 "       glm-serve-test render TEMPLATE.jinja CASES.json "
+                 "[SECONDS]\n"
                  "       glm-serve-test serve --tokenizer F --template F "
                  "[--port N] [--port-file F] [--max-context N] [--delay-ms N]"
                  " [--concurrency N] [--max-queue N]\n";

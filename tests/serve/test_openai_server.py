@@ -276,6 +276,10 @@ BAD = [
                  "stop": [1, 2]}).encode(), "stop type"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}],
                  "tools": {"a": 1}}).encode(), "tools type"),
+    # Found by tests/fuzz: a number as a tool's type was a 500.
+    (json.dumps({"messages": [{"role": "user", "content": "x"}],
+                 "tools": [{"type": 1, "function": {"name": "f"}}]}).encode(),
+     "tool type not a string"),
     (json.dumps({"messages": [{"role": "user", "content": "x"}],
                  "seed": "abc"}).encode(), "seed type"),
     (json.dumps({"messages": [{"role": "user",
@@ -378,3 +382,101 @@ def test_queue_full_gives_429(serve_test_bin, scratch):
         assert s.alive()
     finally:
         s.stop()
+
+
+def read_until_close(sock, limit_s=60):
+    """Everything the server sends until it closes (a hang detector bound)."""
+    sock.settimeout(limit_s)
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def raw_request(server, head, body):
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    s.sendall(head + body)
+    data = read_until_close(s)
+    s.close()
+    return data
+
+
+def test_http10_stream_is_close_delimited(server):
+    # An HTTP/1.0 client does not know chunked encoding: the event stream
+    # comes as a plain body that ends when the server closes.
+    body = json.dumps({"model": "glm-fake", "prompt": "count", "stream": True,
+                       "max_tokens": 5}).encode()
+    data = raw_request(server, b"POST /v1/completions HTTP/1.0\r\n"
+                       b"Content-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body), body)
+    head, _, payload = data.partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n")[0]
+    assert b"transfer-encoding" not in head.lower()
+    assert b"connection: close" in head.lower()
+    events = [e for e in payload.decode().split("\n\n") if e]
+    assert events[-1] == "data: [DONE]", events
+    for e in events[:-1]:  # no chunk-size lines between the events
+        assert e.startswith("data: {"), e
+        json.loads(e[len("data: "):])
+    # HTTP/1.1 still streams chunked.
+    data = raw_request(server, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                       b"Connection: close\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body), body)
+    assert b"transfer-encoding: chunked" in data.partition(
+        b"\r\n\r\n")[0].lower()
+
+
+@pytest.mark.parametrize("lengths,status", [
+    ([b"2", b"40"], b" 400 "),       # conflicting: refused (was: first won)
+    ([b"2, 40"], b" 400 "),          # the same as one comma list
+    ([b"+2"], b" 400 "),             # not digits
+    ([b"2", b"2"], b" 404 "),        # repeated but equal: read as 2
+])
+def test_content_length_must_be_one_number(server, lengths, status):
+    head = b"POST /v1/nothing HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    for v in lengths:
+        head += b"Content-Length: " + v + b"\r\n"
+    data = raw_request(server, head + b"\r\n", b"{}" + b" " * 38)
+    assert status in data.split(b"\r\n")[0], data[:200]
+    if status == b" 400 ":
+        assert b"Content-Length" in data
+    assert server.alive()
+
+
+def test_hostile_pack_files_get_clean_errors(serve_test_bin, scratch):
+    # A backtracking tokenizer regex and a template that builds 1 GB: each
+    # request is refused in bounded time, naming the file, and the server
+    # keeps serving.
+    d = os.path.join(scratch, "hostile")
+    os.makedirs(d, exist_ok=True)
+    tok = json.load(open(os.path.join(DATA, "glm_style_tokenizer.json")))
+    tok["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a+)+$"
+    tok_path = os.path.join(d, "tokenizer.json")
+    json.dump(tok, open(tok_path, "w"))
+    tpl_path = os.path.join(d, "chat_template.jinja")
+    open(tpl_path, "w").write('{{ "x" * 1000000000 }}')
+    good_tpl = os.path.join(DATA, "templates", "glm_style.jinja")
+    good_tok = os.path.join(DATA, "glm_style_tokenizer.json")
+    for tokenizer, template, status, names in [
+            (tok_path, good_tpl, 500, [tok_path, "(a+)+$"]),
+            (good_tok, tpl_path, 400, [tpl_path + ":1: rendering refused"])]:
+        s = ServerProcess([serve_test_bin, "serve", "--tokenizer", tokenizer,
+                           "--template", template, "--port", "0",
+                           "--port-file", os.path.join(d, "port")],
+                          os.path.join(d, "port"), os.path.join(d, "log"))
+        try:
+            for _ in range(2):
+                t0 = time.time()
+                code, err = post_raw(s, "/v1/chat/completions", json.dumps({
+                    "model": "glm-fake", "messages": [
+                        {"role": "user", "content": "a" * 60 + "b"}]
+                }).encode())
+                assert code == status, err
+                for n in names:
+                    assert n in err["error"]["message"], err
+                assert time.time() - t0 < 60  # hang detector, not a timing
+            assert s.get("/health")[0] == 200 and s.alive()
+        finally:
+            s.stop()

@@ -149,3 +149,90 @@ TEST(Tokenizer, BadFilesGiveClearErrors) {
   }
   EXPECT_THROW(Tokenizer::fromFile("/nonexistent/tokenizer.json"), Error);
 }
+
+// The tokenizer's regex is operator data: patterns that backtrack
+// catastrophically must end in an error, in bounded work, never hang.
+static std::string budgetError(const char *pattern, const std::u32string &t) {
+  Regex re(pattern);
+  size_t b, e;
+  try {
+    re.search(t, 0, b, e);
+  } catch (const RegexBudgetError &err) {
+    return err.what();
+  }
+  return "no error";
+}
+
+TEST(Regex, CatastrophicBacktrackingRunsOutOfBudget) {
+  // (a+)+$ on a^40 b: 2^40 ways to split the run before $ fails.
+  std::u32string t = std::u32string(40, U'a') + U"b";
+  std::string e = budgetError("(a+)+$", t);
+  EXPECT_NE(e.find("tokenizer regex '(a+)+$' ran out of its step budget on a "
+                   "text of 41 characters"),
+            std::string::npos)
+      << e;
+  // Quadratic: each start position scans to the end and fails.
+  EXPECT_NE(budgetError("a*b", std::u32string(20000, U'a'))
+                .find("ran out of its step budget"),
+            std::string::npos);
+  // A repeated group matched over a long run nests one level per iteration.
+  std::u32string ab;
+  for (int i = 0; i < 50000; ++i)
+    ab += U"ab";
+  EXPECT_NE(budgetError("(?:ab)+", ab).find("nests more than 2000 levels"),
+            std::string::npos);
+  // Not a budget problem: a short group repetition still matches.
+  EXPECT_EQ(Regex("(?:ab)+").matchAt(U"ababab", 0), 6);
+}
+
+TEST(Regex, HostilePatternsAreRefusedWhenCompiled) {
+  EXPECT_THROW(Regex(std::string(100000, '(') + std::string(100000, ')')),
+               Error);
+  EXPECT_THROW(Regex("a{99999999999999999999}"), Error);
+  EXPECT_THROW(Regex("a{1,2147483648}"), Error);
+}
+
+// The budget is far above what real split rules need: a megabyte of mixed
+// text through the GLM split rule in one budget.
+TEST(Regex, RealSplitRuleFitsTheBudgetOnLongText) {
+  Regex re("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+           "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+           "\\s+(?!\\S)|\\s+");
+  std::u32string unit = U"Hello, wörld! It's 12345 — 世界 😀   \n\n\t x=1;  ";
+  std::u32string t;
+  while (t.size() < 1000000)
+    t += unit;
+  t += std::u32string(100000, U' '); // a long run of spaces at the end
+  Regex::Budget budget = Regex::Budget::forText(t.size());
+  uint64_t start = budget.steps;
+  size_t from = 0, b, e, pieces = 0;
+  while (from < t.size() && re.search(t, from, b, e, budget)) {
+    from = e > b ? e : b + 1;
+    ++pieces;
+  }
+  EXPECT_EQ(from, t.size());
+  EXPECT_GT(pieces, 100000u);
+  // Used: a few tens of steps per character, under 5 % of the budget.
+  EXPECT_LT(start - budget.steps, start / 20) << start - budget.steps;
+}
+
+TEST(Tokenizer, HostileSplitPatternIsRefusedNamingFileAndPattern) {
+  std::string json = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1},
+      "merges": []},
+      "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a+)+$"},
+                        "behavior": "Isolated"}})";
+  auto tok = Tokenizer::fromJson(json, "hostile/tokenizer.json");
+  EXPECT_EQ(tok->encode("ab").size(), 2u); // short text: fine
+  try {
+    tok->encode(std::string(60, 'a') + "b");
+    FAIL();
+  } catch (const Error &e) {
+    std::string m = e.what();
+    EXPECT_EQ(m.rfind("hostile/tokenizer.json: tokenizer regex '(a+)+$' ran "
+                      "out of its step budget",
+                      0),
+              0u)
+        << m;
+    EXPECT_NE(m.find("fix the pre_tokenizer pattern"), std::string::npos);
+  }
+}
