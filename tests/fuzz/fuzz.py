@@ -312,7 +312,7 @@ def pack_case(s, base, layout, seed):
     manifest = ["--manifest", "mixed"] if layout == "exlr8" else []
     s.run(case, [s.tool("glmc"), "verify", pack] + manifest, {0, 1, 2})
     s.run(case, [s.tool("glm-engine"), "run", "-", "--pack", pack,
-                 "--backend", "cpu", "--tokens", "1,2,3", "--max-new", "2",
+                 "--backend", "reference", "--tokens", "1,2,3", "--max-new", "2",
                  "--greedy"] + manifest, {0, 1})
     if json_damage and s.args.planner_can_compile:
         # compile reads config, manifest and index only
@@ -345,7 +345,7 @@ def plan_case(s, base, seed):
     case += f" ({how})"
     s.count("plan")
     s.run(case, [s.tool("glm-engine"), "run", plan, "--pack",
-                 os.path.join(base, "exlr8"), "--backend", "cpu", "--tokens",
+                 os.path.join(base, "exlr8"), "--backend", "reference", "--tokens",
                  "1,2,3", "--max-new", "2", "--greedy"], {0, 1})
     s.run(case, [s.tool("glmc"), "inspect", plan, "--format",
                  rng.choice(["text", "json", "dot"]), "-o",
