@@ -631,8 +631,8 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
       where.first->emitWarning()
           << "no GPU kernel for " << where.first->getName() << ": " << reason
           << (layers.empty() ? std::string() : " (layers " + layers + ")")
-          << "; the plan runs it on the CPU executor only "
-             "(glm-engine --backend cpu)";
+          << "; the plan cannot be executed (glm-engine --backend "
+             "reference runs the pack without it)";
     }
     SmallVector<Attribute> bucketAttrs;
     for (const Bucket &bk : *buckets)

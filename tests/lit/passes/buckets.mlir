@@ -12,8 +12,8 @@
 // The module lists the buckets first (decode 1, 4, prefill 16 on batch-8
 // kernels); kernels that take no batch are shared by every bucket.
 // CHECK: glm.buckets = [{batch = 1 : i64, kind = "decode", size = 1 : i64}, {batch = 4 : i64, kind = "decode", size = 4 : i64}, {batch = 8 : i64, kind = "prefill", size = 16 : i64}]
-// CHECK-SAME: name = "glm_rms_norm_wbf16_t256"
-// CHECK-NOT: name = "glm_rms_norm
+// CHECK-SAME: name = "glm_rms_norm_rows_t1024"
+// CHECK-NOT: name = "glm_rms_norm_rows
 // Per op, one kernel list per bucket in glm.buckets order; glm.kernels is
 // the first bucket's.
 // CHECK: glm.fused_expert_gemv
