@@ -95,7 +95,7 @@ void addSynthCommand(CLI::App &app, int &rc) {
     std::string preset = "tiny", layout = "exlr8", out;
     uint64_t seed = 1;
     bool indexOnly = false;
-    int threads = 0;
+    int threads = 0, layers = 0;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--preset", a->preset, "tiny | glm53")
@@ -112,6 +112,10 @@ void addSynthCommand(CLI::App &app, int &rc) {
                 "bytes (what the compiler needs)");
   cmd->add_option("--threads", a->threads, "encoder threads (0 = all cores)")
       ->check(cliInt(0, 4096));
+  cmd->add_option("--layers", a->layers,
+                  "keep only the first N decoder layers (0 = all): the full "
+                  "width on fewer layers, e.g. a glm53 step that fits one GPU")
+      ->check(cliInt(0, 4096));
   cmd->add_option("-o,--output", a->out, "output directory")->required();
   cmd->callback([a, &rc] {
     auto t0 = std::chrono::steady_clock::now();
@@ -119,11 +123,11 @@ void addSynthCommand(CLI::App &app, int &rc) {
           "--preset glm53 writes ~800 GB of quantized weights; add --index-only "
           "(the compiler needs only config, manifests and indexes)");
     if (a->layout == "hf") {
-      writeRandomHfModel(a->preset, a->seed, a->out, a->indexOnly);
+      writeRandomHfModel(a->preset, a->seed, a->out, a->indexOnly, a->layers);
     } else {
       // Quantize from a random HF model written beside the pack.
       std::string hfDir = a->out + ".hf-source";
-      writeRandomHfModel(a->preset, a->seed, hfDir, a->indexOnly);
+      writeRandomHfModel(a->preset, a->seed, hfDir, a->indexOnly, a->layers);
       QuantizeOptions opt;
       opt.seed = 1234;
       opt.threads = a->threads;

@@ -26,9 +26,16 @@ std::string presetConfigJson(const std::string &preset);
 /// Writes DIR/config.json, DIR/tokenizer.json (+ tokenizer_config.json,
 /// generation_config.json, chat_template.jinja) and, unless indexOnly, random
 /// weights as Hugging Face safetensors (BF16 or F32) with a
-/// model.safetensors.index.json.
+/// model.safetensors.index.json. `layers` > 0 keeps only the first `layers`
+/// decoder layers of the preset (num_hidden_layers and the per-layer lists
+/// cut to match): a full-width model that fits one GPU, for benchmarks.
 void writeRandomHfModel(const std::string &preset, uint64_t seed,
-                        const std::string &dir, bool indexOnly);
+                        const std::string &dir, bool indexOnly,
+                        int layers = 0);
+
+/// The preset's config.json text with only its first `layers` decoder layers
+/// (see writeRandomHfModel); throws when `layers` exceeds the preset's.
+std::string truncatedConfigJson(const std::string &configText, int layers);
 
 /// Writes hashes/<path>.sha256 (sha256sum's "HEX  NAME" line) for every
 /// file of the pack in `dir`, as releases publish them: `glmc verify` then

@@ -394,9 +394,24 @@ std::string presetConfigJson(const std::string &preset) {
   fail("unknown preset \"", preset, "\" (expected tiny or glm53)");
 }
 
+std::string truncatedConfigJson(const std::string &configText, int layers) {
+  auto j = nlohmann::ordered_json::parse(configText);
+  const int64_t have = j.at("num_hidden_layers").get<int64_t>();
+  check(layers >= 1 && layers <= have, "--layers ", layers,
+        ": the preset has ", have, " decoder layers; give 1..", have);
+  j["num_hidden_layers"] = layers;
+  // Per-layer lists follow the layer count (the config parser checks it).
+  for (auto &[key, v] : j.items())
+    if (v.is_array() && (int64_t)v.size() == have)
+      v.erase(v.begin() + layers, v.end());
+  return j.dump(2) + "\n";
+}
+
 void writeRandomHfModel(const std::string &preset, uint64_t seed,
-                        const std::string &dir, bool indexOnly) {
-  const std::string cfgText = presetConfigJson(preset);
+                        const std::string &dir, bool indexOnly, int layers) {
+  const std::string cfgText =
+      layers > 0 ? truncatedConfigJson(presetConfigJson(preset), layers)
+                 : presetConfigJson(preset);
   const glm::rt::ModelConfig cfg =
       glm::rt::parseModelConfig(cfgText, "preset " + preset + " config.json");
   check(indexOnly || preset != "glm53",
