@@ -140,9 +140,12 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
       }
       if (!offs.empty())
         op.setAttr("glm.arena", b.getDenseI64ArrayAttr(offs));
-      // Operands whose last use is this op die after it.
+      // Operands whose last use is this op die after it. The step's
+      // arguments (Io rows the runtime writes) live through the whole step:
+      // a graph replayed without new rows reads them again.
       for (Value v : llvm::to_vector(op.getOperands()))
-        if (lastUse.lookup(v) == &op && offset.count(v)) {
+        if (lastUse.lookup(v) == &op && offset.count(v) &&
+            !isa<BlockArgument>(v)) {
           arena.release(offset[v], valueBytes(v));
           offset.erase(v);
           lastUse.erase(v);

@@ -37,9 +37,11 @@ struct BenchOptions {
   // as fit the device) and the position the step runs at.
   std::string stepPack, stepManifest = "mixed";
   int stepLayers = -1, stepPosition = 64;
-  // --plan (bench_plan.cpp): a 1-Spark plan of stepPack and where the
-  // measured µs per launch by kernel name go.
+  // --plan (bench_plan.cpp): a 1-Spark plan of stepPack, where the
+  // measured µs per launch by kernel name go, and whether the step replays
+  // a CUDA graph.
   std::string planPath, measuredOut;
+  bool graphs = true;
 };
 
 struct BenchRow {
@@ -84,12 +86,16 @@ void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
 int64_t benchLayersThatFit(const Pack &pack, const ModelConfig &c,
                            size_t freeBytes);
 
-/// `--plan PLAN` (bench_plan.cpp): the batch-1 decode step of the executor
-/// over opt.stepPack with the plan's kernels, profiled per launch; writes
-/// {"kernels": {NAME: µs per launch}, "launches": {NAME: count}, ...} to
-/// opt.measuredOut for `glmc inspect PLAN --measured`. Throws Error when the
-/// plan is not the pack's (naming both hashes) or has more than one rank.
-void runPlanBench(const BenchOptions &opt, std::ostream &log);
+/// `--suite step --plan PLAN` (bench_plan.cpp): the plan executor runs the
+/// batch-1 decode step of a 1-Spark plan of opt.stepPack on this GPU with
+/// random weights generated on the device: graph and op-by-op time, tok/s,
+/// the plan's weight bytes per token and their ratio to r.copyGBs, the
+/// launch-gap share and the time per kernel; with opt.measuredOut the µs per
+/// launch by kernel name for `glmc inspect PLAN --measured`. Rows are
+/// appended to `r`. Throws Error when the plan is not the pack's (naming
+/// both hashes), has more than one rank, or its arena does not fit the GPU.
+void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
+                      std::ostream &log);
 
 /// `--suite dense` (bench_dense.cpp): the GLM-5.3 trellis dense projections
 /// at K2/K3/K4 MCG E4M3, batch 1 and 8, legacy dense_gemv_trellis vs

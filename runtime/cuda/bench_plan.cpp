@@ -1,44 +1,43 @@
-//===- bench_plan.cpp - measured time per kernel of a plan's decode step --===//
+//===- bench_plan.cpp - the plan's whole decode step, timed ---------------===//
 //
-// `glm-engine bench --plan PLAN --pack PACK --measured-out FILE.json`: the
-// CUDA executor over the plan's pack geometry (index-only packs work: the
-// weights are random bytes generated on the device, as in --suite step),
-// with the plan's kernels (CUBINs reused where name and source match), as
-// many layers as fit. The batch-1 decode step is profiled by the executor's
-// own per-launch event timer (kernelTimeSumMs); the file records µs per
-// launch by kernel name, which `glmc inspect PLAN --measured FILE.json`
-// shows next to the plan's predictions. Kernels the executor runs that the
-// plan does not name (its helper kernels) are listed apart.
+// `glm-engine bench --suite step --plan PLAN --pack DIR`: the plan executor
+// (runtime/exec/plan_executor.h) runs PLAN on this GPU exactly as
+// `glm-engine run --backend cuda` does, with random weight bytes generated on
+// the device in place of the pack's (index-only packs work: glmc synth
+// --preset glm53 --layers N --index-only). The batch-1 decode step at
+// --position is replayed from its CUDA graph. Reported: graph and op-by-op
+// step time, tok/s, the plan's weight bytes per token and their ratio to the
+// measured copy bandwidth (the roofline), the launch-gap share (1 - sum of
+// kernel times / graph time) and where the time goes by kernel. With
+// --measured-out FILE: µs per launch by kernel name for `glmc inspect PLAN
+// --measured FILE` (every launch of the step is a plan kernel).
 //
 //===----------------------------------------------------------------------===//
 #include "plans/plan.h"
 #include "runtime/base/error.h"
-#include "runtime/cpu/tp.h"
 #include "runtime/cuda/bench.h"
 #include "runtime/cuda/cuda_api.h"
-#include "runtime/cuda/executor.h"
+#include "runtime/cuda/plan_backend.h"
+#include "runtime/exec/plan_executor.h"
 #include "runtime/formats/pack.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <set>
 
 namespace glm::rt::cuda {
 
-void runPlanBench(const BenchOptions &opt, std::ostream &log) {
-  check(!opt.planPath.empty(), "bench --plan: no plan file given");
-  check(!opt.stepPack.empty(),
-        "bench --plan ", opt.planPath,
+void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
+                      std::ostream &log) {
+  check(!opt.planPath.empty(), "bench --suite step needs --plan PLAN (glmc "
+        "compile PACK --sparks 1 -o PLAN)");
+  check(!opt.stepPack.empty(), "bench --plan ", opt.planPath,
         " needs --pack DIR: the pack the plan was compiled for (an "
-        "index-only pack works, e.g. glmc synth --preset glm53 --layout "
-        "exlr8 --index-only -o DIR)");
-  check(!opt.measuredOut.empty(),
-        "bench --plan needs --measured-out FILE.json (read by glmc inspect "
-        "PLAN --measured FILE.json)");
+        "index-only pack works: the weights are random)");
   // The plan names its manifest: open the pack with it, so the hashes the
   // reader compares are those of the same manifest.
   const plan::Plan peek = plan::readPlan(opt.planPath);
@@ -46,151 +45,141 @@ void runPlanBench(const BenchOptions &opt, std::ostream &log) {
   po.indexOnly = true;
   po.manifest = peek.model.manifest;
   auto pack = Pack::open(opt.stepPack, po);
-  check(pack->config().has_value(), opt.stepPack, ": no config.json");
   plan::ReadExpectations ex;
   ex.configHash = pack->configHash();
   ex.manifestHash = pack->manifestHash();
   ex.indexHash = pack->indexHash();
   ex.packDir = opt.stepPack;
   // Throws naming both hashes when the plan is not this pack's.
-  const plan::Plan p = plan::readPlan(opt.planPath, ex);
-  check(p.numRanks == 1, opt.planPath, ": bench --plan times a 1-Spark plan "
-        "on one GPU, this plan has ", p.numRanks, " ranks; compile one with "
-        "glmc compile ", opt.stepPack, " --sparks 1 -o PLAN");
-  const ModelConfig &c = *pack->config();
-  int maxDecode = 1;
-  for (const plan::GraphDef &g : p.ranks.at(0).graphs)
-    if (g.kind == plan::GraphKind::Decode)
-      maxDecode = std::max<int>(maxDecode, (int)g.size);
-  maxDecode = std::min(maxDecode, 8);
+  auto p = std::make_shared<plan::Plan>(plan::readPlan(opt.planPath, ex));
+  check(p->numRanks == 1, opt.planPath, ": the step benchmark runs a "
+        "1-Spark plan on one GPU, this plan has ", p->numRanks, " ranks; "
+        "compile one with glmc compile ", opt.stepPack, " --sparks 1");
 
   CudaDevice dev(opt.device);
+  if (r.device.empty())
+    r.device = dev.name();
   size_t freeB = 0, totalB = 0;
   GLM_CU(cuMemGetInfo(&freeB, &totalB));
-  int64_t layers = opt.stepLayers >= 0
-                       ? std::min<int64_t>(opt.stepLayers, c.numLayers)
-                       : benchLayersThatFit(*pack, c, freeB);
-  layers = std::max<int64_t>(1, std::min<int64_t>(layers, c.numLayers));
-  log << "plan-bench: " << opt.planPath << " on " << opt.stepPack << " ("
-      << c.numLayers << " layers, manifest " << p.model.manifest
-      << "): building " << layers << " layers with random weights on "
-      << dev.name() << " (the plan's decode batches go up to " << maxDecode
-      << "; batch 1 is timed)\n";
+  const uint64_t arena = p->ranks[0].arenaBytes;
+  check(arena + (512ull << 20) <= freeB, opt.planPath, ": its arena is ",
+        arena >> 20, " MiB and the GPU has ", freeB >> 20, " MiB free; "
+        "synthesize fewer layers (glmc synth --layers N) and re-plan");
+  log << "plan-step: " << opt.planPath << " (" << p->model.numLayers
+      << " layers, manifest " << p->model.manifest << ", arena "
+      << arena / 1e9 << " GB) with random weights on " << dev.name() << "\n";
 
-  CudaOptions o;
-  o.device = opt.device;
-  o.maxContext = std::max(opt.stepPosition + 2, 8);
-  // Batch 1 is what is timed; a larger maxBatch would only build more
-  // kernels. moe_trellis eligibility is judged at the plan's largest batch
-  // there: the same for GLM-5.3 (8 x 8 experts <= 64).
-  o.maxBatch = 1;
-  o.randomWeights = true;
-  o.maxLayers = layers;
-  o.planKernels = p.kernels;
-  CudaForward fwd(*pack, cpu::tpLayoutFromPlan(c, p), o);
-  log << "plan-bench: experts through " << fwd.expertKernelUsed() << "; "
-      << fwd.planKernelsUsed() << " of the executor's codegen kernels came "
-      << "from the plan (same name and source)\n"
-      << "plan-bench: " << fwd.kernelBuildSummary() << "\n";
-  for (int i = 0; i < opt.stepPosition; ++i)
-    fwd.stepBatch({0}, {(int64_t)(i % 100)});
-  for (int i = 0; i < 3; ++i) // warm-up
-    fwd.runStepOnly(1, true);
+  std::vector<std::unique_ptr<exec::Backend>> backends;
+  backends.push_back(makeCudaBackend(*p, dev));
+  exec::PlanExecutor engine(p, opt.stepPack, {0}, std::move(backends),
+                            deviceCollectives(nullptr));
+  engine.useRandomWeights(1);
+  engine.useGraphs(opt.graphs);
+  const auto t0 = std::chrono::steady_clock::now();
+  engine.load();
+  const double loadS =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  log << "plan-step: loaded in " << loadS << " s; kernels: "
+      << kernelLoadCounts(engine.backend(0)).summary() << "\n";
 
-  // Per kernel: the median over repetitions of its summed time per step.
+  // Fill the KV cache up to the position (the timed step then attends
+  // position + 1 keys; every repetition rewrites that position).
+  for (int i = 0; i <= opt.stepPosition; ++i)
+    engine.step({i % 100}, {i}, {0});
+  CUstream s = backendStream(engine.backend(0));
+  auto timeIt = [&](bool graph) {
+    return timeMedianMs(s, std::max(3, opt.reps), 500.0,
+                        [&] { engine.runDecode(1, graph); });
+  };
+  const double graphMs = timeIt(opt.graphs);
+  const double streamMs = timeIt(false);
+
+  // Per launch (op by op, events around each kernel): the median over
+  // repetitions of each kernel's summed time per step.
   const int reps = std::max(3, std::min(opt.reps, 15));
   std::map<std::string, std::vector<double>> msOf;
   std::map<std::string, int> launches;
   std::vector<double> sums;
-  for (int r = 0; r < reps; ++r) {
-    std::vector<std::pair<std::string, double>> perKernel;
+  for (int rep = 0; rep < reps; ++rep) {
+    std::map<std::string, double> ms;
     std::map<std::string, int> count;
-    sums.push_back(fwd.kernelTimeSumMs(1, &perKernel, &count));
-    for (auto &[name, ms] : perKernel)
-      msOf[name].push_back(ms);
+    double sum = 0;
+    for (const auto &t : engine.profileDecode(1)) {
+      ms[t.kernel] += t.ms;
+      ++count[t.kernel];
+      sum += t.ms;
+    }
+    for (auto &[k, v] : ms)
+      msOf[k].push_back(v);
     launches = count;
+    sums.push_back(sum);
   }
-
-  // What the plan's batch-1 graph launches per kernel over the same layers
-  // (the embedding and head always run).
-  std::set<std::string> planNames;
-  for (const plan::KernelDef &k : p.kernels)
-    planNames.insert(k.name);
-  std::map<std::string, int> planned;
-  const plan::GraphDef *g1 = nullptr;
-  for (const plan::GraphDef &g : p.ranks.at(0).graphs)
-    if (g.kind == plan::GraphKind::Decode && g.size == 1)
-      g1 = &g;
-  if (g1)
-    for (const plan::OpDef &op : g1->ops)
-      if (op.kernel >= 0 && (size_t)op.kernel < p.kernels.size() &&
-          (op.layer < 0 || op.layer < layers || op.layer >= c.numLayers))
-        planned[p.kernels[op.kernel].name] += std::max<uint32_t>(op.repeat, 1);
-
-  nlohmann::json out, kernels = nlohmann::json::object(),
-                     counts = nlohmann::json::object(),
-                     unplanned = nlohmann::json::array(),
-                     missing = nlohmann::json::array();
-  double inPlanMs = 0, allMs = 0;
-  int agree = 0;
-  for (auto &[name, v] : msOf) {
-    const int n = std::max(1, launches[name]);
-    const double ms = median(v);
-    const double us = ms * 1e3 / n;
-    kernels[name] = us;
-    counts[name] = n;
-    allMs += ms;
-    const bool known = planNames.count(name) > 0;
-    if (known)
-      inPlanMs += ms;
-    else
-      unplanned.push_back(name);
-    const int want = planned.count(name) ? planned[name] : 0;
-    agree += known && want == n;
+  const double kernelMs = median(sums);
+  std::vector<std::pair<double, std::string>> order;
+  for (auto &[k, v] : msOf)
+    order.push_back({median(v), k});
+  std::sort(order.rbegin(), order.rend());
+  int nLaunches = 0;
+  for (auto &[k, n] : launches)
+    nLaunches += n;
+  for (auto &[ms, k] : order) {
     char row[320];
     std::snprintf(row, sizeof row,
-                  "plan-bench:   %-58s %6d launches %10.2f us/launch  %s\n",
-                  name.c_str(), n, us,
-                  !known ? "(executor helper: not in the plan)"
-                  : want == n
-                      ? "(plan: same launches)"
-                      : ("(plan: " + std::to_string(want) + " launches)")
-                            .c_str());
+                  "plan-step:   %-58s %5d x %9.2f us = %8.3f ms  %5.1f%%\n",
+                  k.c_str(), launches[k], ms * 1e3 / launches[k], ms,
+                  100.0 * ms / std::max(1e-9, kernelMs));
     log << row;
   }
-  for (auto &[name, n] : planned)
-    if (!msOf.count(name)) {
-      missing.push_back(name);
-      log << "plan-bench:   " << name << ": " << n
-          << " launches in the plan, none by the executor\n";
-    }
-  char line[400];
-  std::snprintf(line, sizeof line,
-                "plan-bench: step kernels %.3f ms over %zu kernel names; the "
-                "plan names %zu of them (%.1f%% of the kernel time), %d with "
-                "the same launch count; %zu plan kernels the executor did "
-                "not launch\n",
-                median(sums), msOf.size(), msOf.size() - unplanned.size(),
-                allMs > 0 ? 100.0 * inPlanMs / allMs : 0.0, agree,
-                missing.size());
-  log << line;
 
+  const double bytes = double(engine.decodeWeightBytes(1));
+  const double roof =
+      r.copyGBs > 0 ? (bytes / (graphMs * 1e-3)) / (r.copyGBs * 1e9) : 0;
+  const double gap = std::max(0.0, 1.0 - kernelMs / graphMs);
+  char line[640];
+  std::snprintf(line, sizeof line,
+                "plan-step: %lld layers, load %.1f s; batch 1 at position %d: "
+                "%s %.3f ms (%.1f tok/s), op by op %.3f ms (%.2fx), kernels "
+                "%.3f ms over %d launches; %.1f MB weights per token (the "
+                "plan's bytesRead), %.1f GB/s = %.3f of copy bandwidth %.0f "
+                "GB/s; launch gaps %.1f%% of the step\n",
+                (long long)p->model.numLayers, loadS, opt.stepPosition,
+                opt.graphs ? "graph" : "op by op (graphs off)", graphMs,
+                1e3 / graphMs, streamMs, streamMs / graphMs, kernelMs,
+                nLaunches, bytes / 1e6, bytes / (graphMs * 1e-3) / 1e9, roof,
+                r.copyGBs, gap * 100);
+  log << line;
+  const std::string tag =
+      "plan " + std::to_string(p->model.numLayers) + "L b1";
+  r.rows.push_back({"step", tag + (opt.graphs ? " graph" : " no-graph"),
+                    graphMs * 1e3, bytes, roof});
+  r.rows.push_back(
+      {"step", tag + " op by op", streamMs * 1e3, bytes,
+       r.copyGBs > 0 ? (bytes / (streamMs * 1e-3)) / (r.copyGBs * 1e9) : 0});
+  r.rows.push_back(
+      {"step", tag + " launch-gap share", graphMs * 1e3 * gap, 0, gap});
+
+  if (opt.measuredOut.empty())
+    return;
+  nlohmann::json out, kernels = nlohmann::json::object(),
+                     counts = nlohmann::json::object();
+  for (auto &[k, v] : msOf) {
+    kernels[k] = median(v) * 1e3 / std::max(1, launches[k]);
+    counts[k] = launches[k];
+  }
   out["device"] = dev.name() + " (" + dev.arch() + ")";
   out["plan"] = opt.planPath;
   out["pack"] = opt.stepPack;
-  out["layers"] = layers;
+  out["layers"] = p->model.numLayers;
   out["batch"] = 1;
   out["position"] = opt.stepPosition;
-  out["plan_kernels_loaded"] = fwd.planKernelsUsed();
   out["kernels"] = kernels;
   out["launches"] = counts;
-  out["not_in_plan"] = unplanned;
-  out["not_launched"] = missing;
   std::ofstream f(opt.measuredOut, std::ios::trunc);
   check(bool(f), opt.measuredOut, ": cannot open for writing");
   f << out.dump(2) << "\n";
   check(bool(f), opt.measuredOut, ": write failed");
-  log << "plan-bench: wrote " << opt.measuredOut << " (glmc inspect "
+  log << "plan-step: wrote " << opt.measuredOut << " (glmc inspect "
       << opt.planPath << " --measured " << opt.measuredOut << ")\n";
 }
 

@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 namespace glm::rt::cuda {
 
@@ -42,6 +43,10 @@ public:
     GLM_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
   }
   ~CudaBackend() override {
+    for (auto &[key, e] : graphs_)
+      cuGraphExecDestroy(e);
+    for (CUevent e : events_)
+      cuEventDestroy(e);
     modules_.clear();
     if (stream_)
       cuStreamDestroy(stream_);
@@ -83,24 +88,7 @@ public:
       image = jitPtx(currentContext(), ptx, k.name);
       ++counts_.planPtx;
     } else {
-      const std::string key =
-          codegen::cacheKey(k.source, codegen::nvrtcOptions(), arch_,
-                            codegen::nvrtcVersion());
-      const std::string path = cacheDir() + "/" + key + ".cubin";
-      std::ifstream in(path, std::ios::binary);
-      if (in) {
-        image.assign(std::istreambuf_iterator<char>(in),
-                     std::istreambuf_iterator<char>());
-        ++counts_.cache;
-      } else {
-        codegen::CompiledKernel c =
-            codegen::compileWithNvrtc(k.source, k.name, arch_);
-        image.assign(c.cubin.begin(), c.cubin.end());
-        std::error_code ec;
-        std::filesystem::create_directories(cacheDir(), ec);
-        writeFileAtomic(path, image.data(), image.size());
-        ++counts_.nvrtc;
-      }
+      image = cachedOrNvrtc(k.source, k.name);
     }
     modules_.push_back(std::make_unique<Module>(image));
     fns_[index] = modules_.back()->function(k.name);
@@ -145,16 +133,108 @@ public:
       }
       params_[i] = slot;
     }
+    if (timing_)
+      GLM_CU(cuEventRecord(event(), stream_));
     GLM_CU(cuLaunchKernel(f, dims.gridX, dims.gridY, dims.gridZ, dims.blockX,
                           dims.blockY, dims.blockZ, dims.smemBytes, stream_,
                           params_.data(), nullptr));
+    if (timing_)
+      GLM_CU(cuEventRecord(event(), stream_));
   }
   void synchronize() override { GLM_CU(cuStreamSynchronize(stream_)); }
+
+  void fillRandomWords(uint64_t address, uint64_t words, uint64_t seed,
+                       uint32_t mask) override {
+    check(address % 4 == 0, "cuda backend: fill_random at an unaligned "
+          "address");
+    if (!fill_) {
+      // Not a plan kernel: the random-weights mode replaces the upload.
+      codegen::KernelSpec spec;
+      spec.family = "fill_random";
+      spec.args["threads"] = "256";
+      const std::string name = codegen::kernelName(spec);
+      modules_.push_back(std::make_unique<Module>(
+          cachedOrNvrtc(codegen::generateSource(spec), name)));
+      fill_ = modules_.back()->function(name);
+    }
+    long long n = (long long)words;
+    unsigned long long sd = seed;
+    unsigned m = mask;
+    void *params[] = {&address, &n, &sd, &m};
+    GLM_CU(cuLaunchKernel(fill_, 1024, 1, 1, 256, 1, 1, 0, stream_, params,
+                          nullptr));
+  }
+
+  bool beginCapture() override {
+    GLM_CU(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    return true;
+  }
+  void endCapture(uint32_t key) override {
+    CUgraph g = nullptr;
+    GLM_CU(cuStreamEndCapture(stream_, &g));
+    CUgraphExec e = nullptr;
+    const CUresult r = cuGraphInstantiateWithFlags(&e, g, 0);
+    cuGraphDestroy(g);
+    GLM_CU(r);
+    if (CUgraphExec old = std::exchange(graphs_[key], e))
+      cuGraphExecDestroy(old);
+  }
+  void replay(uint32_t key) override {
+    auto it = graphs_.find(key);
+    check(it != graphs_.end(), "cuda backend: no graph ", key, " captured");
+    GLM_CU(cuGraphLaunch(it->second, stream_));
+  }
+
+  void setLaunchTiming(bool on) override { timing_ = on; }
+  std::vector<double> takeLaunchTimes() override {
+    std::vector<double> ms;
+    if (events_.empty())
+      return ms;
+    GLM_CU(cuStreamSynchronize(stream_));
+    for (size_t i = 0; i + 1 < used_; i += 2) {
+      float t = 0;
+      GLM_CU(cuEventElapsedTime(&t, events_[i], events_[i + 1]));
+      ms.push_back(t);
+    }
+    used_ = 0;
+    return ms;
+  }
 
   KernelLoadCounts counts_;
   CUstream stream_ = nullptr;
 
 private:
+  /// The kernel cache's CUBIN of `source`, else NVRTC's (then cached).
+  std::vector<char> cachedOrNvrtc(const std::string &source,
+                                  const std::string &name) {
+    const std::string key = codegen::cacheKey(
+        source, codegen::nvrtcOptions(), arch_, codegen::nvrtcVersion());
+    const std::string path = cacheDir() + "/" + key + ".cubin";
+    std::vector<char> image;
+    std::ifstream in(path, std::ios::binary);
+    if (in) {
+      image.assign(std::istreambuf_iterator<char>(in),
+                   std::istreambuf_iterator<char>());
+      ++counts_.cache;
+      return image;
+    }
+    codegen::CompiledKernel c = codegen::compileWithNvrtc(source, name, arch_);
+    image.assign(c.cubin.begin(), c.cubin.end());
+    std::error_code ec;
+    std::filesystem::create_directories(cacheDir(), ec);
+    writeFileAtomic(path, image.data(), image.size());
+    ++counts_.nvrtc;
+    return image;
+  }
+  /// The next timing event (the pool grows as a profiled step needs).
+  CUevent event() {
+    if (used_ == events_.size()) {
+      CUevent e = nullptr;
+      GLM_CU(cuEventCreate(&e, CU_EVENT_DEFAULT));
+      events_.push_back(e);
+    }
+    return events_[used_++];
+  }
   static CUcontext currentContext() {
     CUcontext c = nullptr;
     GLM_CU(cuCtxGetCurrent(&c));
@@ -168,6 +248,11 @@ private:
   std::set<CUfunction> raised_;
   std::vector<uint64_t> storage_;
   std::vector<void *> params_;
+  CUfunction fill_ = nullptr;
+  std::map<uint32_t, CUgraphExec> graphs_;
+  bool timing_ = false;
+  std::vector<CUevent> events_;
+  size_t used_ = 0;
 };
 
 class DeviceCollectives final : public exec::Collectives {
@@ -192,6 +277,8 @@ public:
       fail("collective kind ", plan::collectiveKindName(c.kind),
            " is not run by this runtime; re-plan with this glmc");
   }
+
+  bool onDeviceStreams() const override { return true; }
 
 private:
   dist::DeviceComm *comm_;

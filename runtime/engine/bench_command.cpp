@@ -29,6 +29,7 @@ void addBenchCommand(CLI::App &app, int &rc) {
     std::string stepPack, stepManifest = "mixed";
     int stepLayers = -1, stepPosition = 64;
     std::string plan, measuredOut;
+    bool noGraphs = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App *cmd = app.add_subcommand(
@@ -64,11 +65,14 @@ void addBenchCommand(CLI::App &app, int &rc) {
                   "step: decode position the step runs at (default 64)")
       ->check(cliInt(0, 1 << 30));
   cmd->add_option("--plan", o->plan,
-                  "time the executor's decode step per kernel for this "
-                  "1-Spark plan of --pack (writes --measured-out)");
+                  "step: run this 1-Spark plan of --pack through the plan "
+                  "executor (random weights) and time its decode step");
   cmd->add_option("--measured-out", o->measuredOut,
                   "with --plan: JSON of us per launch by kernel name, for "
                   "glmc inspect PLAN --measured FILE");
+  cmd->add_flag("--no-cuda-graphs", o->noGraphs,
+                "with --plan: launch the step op by op instead of replaying "
+                "its CUDA graph (profilers that cannot see inside graphs)");
   cmd->callback([o, &rc] {
 #ifdef GLM_HAVE_CUDA_BENCH
     cuda::BenchOptions bo;
@@ -84,18 +88,19 @@ void addBenchCommand(CLI::App &app, int &rc) {
     bo.stepPosition = o->stepPosition;
     bo.planPath = o->plan;
     bo.measuredOut = o->measuredOut;
-    if (!bo.planPath.empty()) { // bench_plan.cpp
-      cuda::runPlanBench(bo, std::cout);
-      rc = 0;
-      return;
-    }
+    bo.graphs = !o->noGraphs;
+    if (!bo.planPath.empty())
+      bo.suite = "step";
     std::string table;
     if (bo.suite == "step") {
-      // The copy bandwidth is the step's roofline (bench_step.cpp).
+      // The copy bandwidth is the step's roofline.
       cuda::BenchOptions copy = bo;
       copy.suite = "copy";
       cuda::BenchResult r = cuda::runBench(copy, std::cout);
-      cuda::runStepBench(bo, r, std::cout);
+      if (!bo.planPath.empty())
+        cuda::runPlanStepBench(bo, r, std::cout); // bench_plan.cpp
+      else
+        cuda::runStepBench(bo, r, std::cout); // bench_step.cpp
       table = cuda::formatBenchTable(r);
     } else if (bo.suite != "prefill")
       table = cuda::formatBenchTable(cuda::runBench(bo, std::cout));

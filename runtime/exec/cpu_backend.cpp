@@ -4,8 +4,10 @@
 #include "runtime/base/error.h"
 #include "runtime/twins/twin.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 namespace glm::rt::exec {
 
@@ -64,9 +66,40 @@ public:
       l.args[i].i = a.i;
       l.args[i].f = a.kind == plan::ArgKind::F64 ? a.d : a.f;
     }
+    if (!timing_) {
+      twins_.at(kernel)(l);
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
     twins_.at(kernel)(l);
+    times_.push_back(std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count());
   }
   void synchronize() override {}
+  void fillRandomWords(uint64_t address, uint64_t words, uint64_t seed,
+                       uint32_t mask) override {
+    // The fill_random family's twin: the very words a GPU fill writes.
+    static const twins::TwinFn fill = twins::findTwin("fill_random");
+    check(fill != nullptr, "cpu backend: no fill_random twin");
+    at(address, words * 4);
+    plan::KeyValues targs = {{"threads", "256"}};
+    twins::Launch l;
+    l.family = "fill_random";
+    l.templateArgs = &targs;
+    l.grid[0] = 1024;
+    l.block[0] = 256;
+    l.args.resize(4);
+    l.args[0].p = reinterpret_cast<void *>(address);
+    l.args[1].i = int64_t(words);
+    l.args[2].i = int64_t(seed);
+    l.args[3].i = int64_t(mask);
+    fill(l);
+  }
+  void setLaunchTiming(bool on) override { timing_ = on; }
+  std::vector<double> takeLaunchTimes() override {
+    return std::exchange(times_, {});
+  }
 
 private:
   uint8_t *at(uint64_t address, size_t bytes) {
@@ -80,6 +113,8 @@ private:
   uint8_t *arena_ = nullptr;
   uint64_t bytes_ = 0;
   std::vector<twins::TwinFn> twins_;
+  bool timing_ = false;
+  std::vector<double> times_; // wall ms per timed launch
 };
 
 } // namespace

@@ -199,33 +199,11 @@ PlanExecutor::PlanExecutor(std::shared_ptr<const gp::Plan> plan,
 
 PlanExecutor::~PlanExecutor() = default;
 
-void PlanExecutor::load() {
-  check(!loaded_, "plan executor: load() called twice");
-  // Every kernel a graph of these ranks launches must be launchable.
-  for (auto &st : ranks_) {
-    std::vector<bool> used(plan_->kernels.size());
-    for (const gp::GraphDef &g : st->rp->graphs)
-      for (const gp::OpDef &o : g.ops)
-        if (o.kernel >= 0)
-          used[o.kernel] = true;
-    st->base = st->backend->allocateArena(st->rp->arenaBytes);
-    for (uint32_t k = 0; k < used.size(); ++k)
-      if (used[k])
-        st->backend->prepareKernel(k, plan_->kernels[k]);
-    // Initial contents with their relocations patched in.
-    for (const gp::BufferDef &b : st->rp->buffers) {
-      if (b.init.empty())
-        continue;
-      std::vector<uint8_t> bytes = b.init;
-      for (const gp::Relocation &r : b.relocations) {
-        const uint64_t a = st->address(r.buffer, r.offset);
-        for (int i = 0; i < 8; ++i)
-          bytes[r.at + i] = uint8_t(a >> (8 * i));
-      }
-      st->backend->write(st->base + b.arenaOffset, bytes.data(),
-                         bytes.size());
-    }
-  }
+Backend &PlanExecutor::backend(size_t local) {
+  return *ranks_.at(local)->backend;
+}
+
+void PlanExecutor::uploadBindings() {
   // Weight bindings: byte ranges of the pack files, file by file.
   uint64_t total = 0;
   for (auto &st : ranks_)
@@ -296,6 +274,88 @@ void PlanExecutor::load() {
     }
   }
   progress.finish();
+}
+
+void PlanExecutor::useRandomWeights(uint64_t seed) {
+  check(!loaded_, "plan executor: useRandomWeights() after load()");
+  randomWeights_ = true;
+  seed_ = seed;
+}
+
+void PlanExecutor::fillBindingsRandom() {
+  uint64_t total = 0;
+  for (auto &st : ranks_)
+    for (const gp::WeightBinding &w : st->rp->weights)
+      total += w.length;
+  Progress progress("random weights", total, "B");
+  for (auto &st : ranks_) {
+    uint64_t index = 0;
+    for (const gp::WeightBinding &w : st->rp->weights) {
+      // Widened bindings fill their fp32 destination (the same bytes the
+      // upload would write).
+      uint64_t bytes = w.length;
+      if (w.transform == gp::WeightTransform::Bf16ToF32 ||
+          w.transform == gp::WeightTransform::F16ToF32)
+        bytes = w.length * 2;
+      else if (w.transform == gp::WeightTransform::ToF32)
+        bytes = storedDtype(packDir_ + "/" + w.file, w) == DType::F32
+                    ? w.length
+                    : w.length * 2;
+      const gp::BufferDef &bd = st->rp->buffers[w.buffer];
+      check(w.bufferOffset + bytes <= bd.bytes, "binding of ", w.tensor,
+            " (", bytes, " bytes) runs past the end of buffer '", bd.name,
+            "': re-plan");
+      // Whole aligned words inside the range; the rest stays zero (a valid
+      // value of every dtype).
+      const uint64_t from = st->address(w.buffer, w.bufferOffset);
+      const uint64_t first = (from + 3) / 4 * 4;
+      const uint64_t end = from + bytes;
+      if (end >= first + 4)
+        st->backend->fillRandomWords(
+            first, (end - first) / 4,
+            seed_ * 0x9E3779B97F4A7C15ull + (uint64_t(st->rp->rank) << 40) +
+                index,
+            kRandomWeightMask);
+      ++index;
+      progress.advance(w.length);
+    }
+  }
+  for (auto &st : ranks_)
+    st->backend->synchronize();
+  progress.finish();
+}
+
+void PlanExecutor::load() {
+  check(!loaded_, "plan executor: load() called twice");
+  // Every kernel a graph of these ranks launches must be launchable.
+  for (auto &st : ranks_) {
+    std::vector<bool> used(plan_->kernels.size());
+    for (const gp::GraphDef &g : st->rp->graphs)
+      for (const gp::OpDef &o : g.ops)
+        if (o.kernel >= 0)
+          used[o.kernel] = true;
+    st->base = st->backend->allocateArena(st->rp->arenaBytes);
+    for (uint32_t k = 0; k < used.size(); ++k)
+      if (used[k])
+        st->backend->prepareKernel(k, plan_->kernels[k]);
+    // Initial contents with their relocations patched in.
+    for (const gp::BufferDef &b : st->rp->buffers) {
+      if (b.init.empty())
+        continue;
+      std::vector<uint8_t> bytes = b.init;
+      for (const gp::Relocation &r : b.relocations) {
+        const uint64_t a = st->address(r.buffer, r.offset);
+        for (int i = 0; i < 8; ++i)
+          bytes[r.at + i] = uint8_t(a >> (8 * i));
+      }
+      st->backend->write(st->base + b.arenaOffset, bytes.data(),
+                         bytes.size());
+    }
+  }
+  if (randomWeights_)
+    fillBindingsRandom();
+  else
+    uploadBindings();
   std::vector<const gp::GraphDef *> load;
   bool any = false;
   for (auto &st : ranks_) {
@@ -377,6 +437,8 @@ void PlanExecutor::runGraph(const gp::GraphDef *const *graphs, uint32_t rows) {
           }
           st.backend->launch(uint32_t(op.kernel), dims, args);
           ++launches_;
+          if (profiled_ && r == 0)
+            profiled_->emplace_back(op.name, k.name);
           if (trace_)
             trace_({st.rp->rank, gname, op.name, k.name, dims, op.bytesRead});
         }
@@ -407,7 +469,8 @@ void PlanExecutor::runGraph(const gp::GraphDef *const *graphs, uint32_t rows) {
                     c.elements && cr.buffer >= 0,
             "rank ", st.rp->rank, " collective '", op.name,
             "' differs from rank ", ranks_[0]->rp->rank, "'s: re-plan");
-      st.backend->synchronize();
+      if (!collectives_->onDeviceStreams())
+        st.backend->synchronize();
       bs.push_back(st.backend.get());
       at.push_back(st.address(uint32_t(cr.buffer), 0));
       if (trace_)
@@ -430,6 +493,87 @@ std::vector<uint8_t> PlanExecutor::readBuffer(size_t local, uint32_t buffer) {
   return out;
 }
 
+std::vector<const gp::GraphDef *>
+PlanExecutor::decodeGraphs(uint32_t rows) const {
+  std::vector<const gp::GraphDef *> graphs;
+  for (auto &st : ranks_) {
+    const gp::GraphDef *g = st->graph(gp::GraphKind::Decode, rows);
+    check(g != nullptr, "the plan has no decode graph of batch ", rows,
+          " (rank ", st->rp->rank, "); re-plan with --decode-batches "
+          "including ", rows);
+    graphs.push_back(g);
+  }
+  return graphs;
+}
+
+bool PlanExecutor::canCapture() const {
+  return graphs_ && !trace_ && collectives_->onDeviceStreams();
+}
+
+void PlanExecutor::runDecode(uint32_t rows, bool graph) {
+  check(loaded_, "plan executor: a step before load()");
+  const std::vector<const gp::GraphDef *> graphs = decodeGraphs(rows);
+  if (!graph || !canCapture()) {
+    runGraph(graphs.data(), rows);
+    return;
+  }
+  if (std::find(captured_.begin(), captured_.end(), rows) ==
+      captured_.end()) {
+    size_t began = 0;
+    for (auto &st : ranks_)
+      began += st->backend->beginCapture();
+    if (began == 0) { // backends without graphs: launch op by op
+      graphs_ = false;
+      runGraph(graphs.data(), rows);
+      return;
+    }
+    check(began == ranks_.size(), "plan executor: some backends of this "
+          "process capture CUDA graphs and some do not");
+    runGraph(graphs.data(), rows);
+    for (auto &st : ranks_)
+      st->backend->endCapture(rows);
+    captured_.push_back(rows);
+  }
+  for (auto &st : ranks_)
+    st->backend->replay(rows);
+}
+
+std::vector<PlanExecutor::LaunchTime>
+PlanExecutor::profileDecode(uint32_t rows) {
+  check(loaded_, "plan executor: profileDecode() before load()");
+  const std::vector<const gp::GraphDef *> graphs = decodeGraphs(rows);
+  std::vector<std::pair<std::string, std::string>> names;
+  for (auto &st : ranks_)
+    st->backend->synchronize();
+  Backend &b0 = *ranks_[0]->backend;
+  b0.takeLaunchTimes(); // drop anything recorded before
+  b0.setLaunchTiming(true);
+  profiled_ = &names;
+  try {
+    runGraph(graphs.data(), rows);
+  } catch (...) {
+    profiled_ = nullptr;
+    b0.setLaunchTiming(false);
+    throw;
+  }
+  profiled_ = nullptr;
+  const std::vector<double> ms = b0.takeLaunchTimes();
+  b0.setLaunchTiming(false);
+  check(ms.size() == names.size(), "plan executor: the backend timed ",
+        ms.size(), " launches of ", names.size());
+  std::vector<LaunchTime> out;
+  for (size_t i = 0; i < ms.size(); ++i)
+    out.push_back({names[i].first, names[i].second, ms[i]});
+  return out;
+}
+
+uint64_t PlanExecutor::decodeWeightBytes(uint32_t rows) const {
+  uint64_t bytes = 0;
+  for (const gp::OpDef &op : decodeGraphs(rows)[0]->ops)
+    bytes += op.bytesRead;
+  return bytes;
+}
+
 std::vector<float> PlanExecutor::step(const std::vector<int32_t> &tokens,
                                       const std::vector<int32_t> &positions,
                                       const std::vector<int32_t> &slots) {
@@ -437,13 +581,8 @@ std::vector<float> PlanExecutor::step(const std::vector<int32_t> &tokens,
   const uint32_t B = uint32_t(tokens.size());
   check(B > 0 && positions.size() == B && slots.size() == B,
         "plan executor: a step needs one position and slot per token");
-  std::vector<const gp::GraphDef *> graphs;
+  decodeGraphs(B); // names the missing bucket before any write
   for (auto &st : ranks_) {
-    const gp::GraphDef *g = st->graph(gp::GraphKind::Decode, B);
-    check(g != nullptr, "the plan has no decode graph of batch ", B,
-          " (rank ", st->rp->rank, "); re-plan with --decode-batches "
-          "including ", B);
-    graphs.push_back(g);
     for (auto [name, v] : {std::pair{"io.tokens", &tokens},
                            std::pair{"io.positions", &positions},
                            std::pair{"io.slots", &slots}}) {
@@ -453,7 +592,7 @@ std::vector<float> PlanExecutor::step(const std::vector<int32_t> &tokens,
       st->backend->write(st->address(b, 0), v->data(), B * 4ull);
     }
   }
-  runGraph(graphs.data(), B);
+  runDecode(B, true);
   RankState &st = *ranks_[0];
   st.backend->synchronize();
   const uint64_t V = uint64_t(plan_->model.vocabSize);

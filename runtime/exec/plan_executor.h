@@ -57,6 +57,26 @@ public:
                       const std::vector<ResolvedArg> &args) = 0;
   /// Waits for everything launched so far.
   virtual void synchronize() = 0;
+  /// Fills `words` 32-bit words at `address` (4-byte aligned) as one launch
+  /// of the fill_random family does (splitmix64 of (seed, index) AND mask):
+  /// the random-weights mode of benchmarks, in place of the pack's bytes.
+  virtual void fillRandomWords(uint64_t address, uint64_t words,
+                               uint64_t seed, uint32_t mask) = 0;
+
+  // CUDA graphs. A backend that cannot capture returns false from
+  // beginCapture and is launched op by op.
+  /// Starts recording the launches that follow instead of running them.
+  virtual bool beginCapture() { return false; }
+  /// Ends the recording as graph `key` (replacing one of the same key).
+  virtual void endCapture(uint32_t /*key*/) {}
+  /// Runs recorded graph `key`.
+  virtual void replay(uint32_t /*key*/) {}
+
+  /// Per-launch timing of op-by-op launches: while on, each launch's device
+  /// time is recorded; takeLaunchTimes returns the milliseconds of the
+  /// launches since the last call, in launch order (waits for them).
+  virtual void setLaunchTiming(bool on) = 0;
+  virtual std::vector<double> takeLaunchTimes() = 0;
 };
 
 /// Collectives between the ranks an executor runs (in this process or
@@ -70,6 +90,10 @@ public:
   virtual void run(const plan::CollectiveDef &c,
                    const std::vector<Backend *> &backends,
                    const std::vector<uint64_t> &addresses) = 0;
+  /// True when the collectives are enqueued on the backends' own streams
+  /// (NCCL): no host synchronisation before them, and a CUDA graph may
+  /// capture them. False when the host moves the bytes.
+  virtual bool onDeviceStreams() const { return false; }
 };
 
 /// Collectives among ranks all run by this process: all-reduce sums the
@@ -123,6 +147,33 @@ public:
                           const std::vector<int32_t> &positions,
                           const std::vector<int32_t> &slots);
 
+  /// Random-weights mode (benchmarks of index-only packs): load() fills each
+  /// weight binding's destination with fill_random words (kRandomWeightMask:
+  /// finite as fp8, bf16, f16 and fp32; a seed per binding; a partial last
+  /// word stays zero) instead of reading the pack. Call before load().
+  void useRandomWeights(uint64_t seed);
+  static constexpr uint32_t kRandomWeightMask = 0xBFBFBFBFu;
+  /// Replay each decode bucket from a CUDA graph captured at its first step,
+  /// where every backend can capture and the collectives run on device
+  /// streams; never while a trace is set (the trace lists launches one by
+  /// one). Default on.
+  void useGraphs(bool on) { graphs_ = on; }
+  /// Runs the decode graph of `rows` rows on what the Io buffers hold (no Io
+  /// writes, no logits read): the unit the step benchmark times. graph:
+  /// replay (capturing first) as step() does; false: op-by-op launches.
+  void runDecode(uint32_t rows, bool graph);
+  /// The decode graph of `rows` rows launched op by op with each launch
+  /// timed by its backend: per launch of local rank 0, op, kernel and ms.
+  struct LaunchTime {
+    std::string op, kernel;
+    double ms = 0;
+  };
+  std::vector<LaunchTime> profileDecode(uint32_t rows);
+  /// Weight bytes local rank 0's decode graph of `rows` rows reads (the sum
+  /// of its ops' bytesRead, as the trace reports them).
+  uint64_t decodeWeightBytes(uint32_t rows) const;
+  Backend &backend(size_t local);
+
   void setTrace(TraceSink sink) { trace_ = std::move(sink); }
   /// The bytes of buffer `buffer` of local rank `local` (tests, dumps).
   std::vector<uint8_t> readBuffer(size_t local, uint32_t buffer);
@@ -135,6 +186,16 @@ private:
   DType storedDtype(const std::string &path, const plan::WeightBinding &w);
   std::map<std::string, std::shared_ptr<SafetensorsFile>> headers_;
   void runGraph(const plan::GraphDef *const *graphs, uint32_t rows);
+  std::vector<const plan::GraphDef *> decodeGraphs(uint32_t rows) const;
+  void uploadBindings();
+  void fillBindingsRandom();
+  bool canCapture() const;
+  bool randomWeights_ = false;
+  uint64_t seed_ = 0;
+  bool graphs_ = true;
+  std::vector<uint32_t> captured_; // decode buckets with a recorded graph
+  // While profiling: (op, kernel) of each launch of local rank 0.
+  std::vector<std::pair<std::string, std::string>> *profiled_ = nullptr;
   std::shared_ptr<const plan::Plan> plan_;
   std::string packDir_;
   std::vector<std::unique_ptr<RankState>> ranks_;

@@ -79,7 +79,8 @@ std::shared_ptr<glm::plan::Plan> compilePlan(const std::string &dir,
 
 /// The plan executor over every rank of `plan`, CPU backends.
 std::unique_ptr<exec::PlanExecutor>
-cpuExecutor(std::shared_ptr<glm::plan::Plan> plan, const std::string &dir) {
+cpuExecutor(std::shared_ptr<glm::plan::Plan> plan, const std::string &dir,
+            uint64_t randomSeed = 0) {
   std::vector<uint32_t> ranks;
   std::vector<std::unique_ptr<exec::Backend>> backends;
   for (uint32_t r = 0; r < plan->numRanks; ++r) {
@@ -89,6 +90,8 @@ cpuExecutor(std::shared_ptr<glm::plan::Plan> plan, const std::string &dir) {
   auto e = std::make_unique<exec::PlanExecutor>(
       plan, dir, std::move(ranks), std::move(backends),
       exec::inProcessCollectives());
+  if (randomSeed)
+    e->useRandomWeights(randomSeed);
   e->load();
   return e;
 }
@@ -254,5 +257,69 @@ TEST(PlanExecCpu, TinyExlr8OnThreeRanks) {
   checkAgainstReference("exlr8", 3, 1e-4);
 }
 TEST(PlanExecCpu, TinyExl3OnTwoRanks) { checkAgainstReference("exl3", 2, 1e-4); }
+
+/// Random-weights mode, the step benchmark's: an index-only exlr8 pack (no
+/// weight bytes at all) runs, the same seed gives the same bits, another seed
+/// other logits, every logit is finite (the fill mask keeps fp8/bf16/f16/fp32
+/// finite), and a profiled step times each launch of the decode graph.
+TEST(PlanExecCpu, RandomWeightsRunAnIndexOnlyPack) {
+  const fs::path root = fs::temp_directory_path() /
+                        ("glm-plan-exec-random-" + std::to_string(::getpid()));
+  const fs::path hf = root / "hf", dir = root / "exlr8";
+  glmc::writeRandomHfModel("tiny", 1, hf.string(), /*indexOnly=*/true);
+  fs::create_directories(dir);
+  glmc::QuantizeOptions q;
+  q.indexOnly = true;
+  const ModelConfig cfg =
+      parseModelConfig(glmc::presetConfigJson("tiny"), "tiny config.json");
+  glmc::quantizeToExlr8(cfg, nullptr, dir.string(), q);
+  glmc::copyModelSideFiles(hf.string(), dir.string());
+  auto plan = compilePlan(dir.string(), 2, "mixed");
+  auto a = cpuExecutor(plan, dir.string(), 7);
+  auto b = cpuExecutor(plan, dir.string(), 7);
+  auto c = cpuExecutor(plan, dir.string(), 8);
+  const std::vector<float> la = a->step({3}, {0}, {0});
+  const std::vector<float> lb = b->step({3}, {0}, {0});
+  const std::vector<float> lc = c->step({3}, {0}, {0});
+  ASSERT_EQ(la.size(), size_t(cfg.vocabSize));
+  EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4));
+  EXPECT_NE(0, std::memcmp(la.data(), lc.data(), la.size() * 4));
+  size_t finite = 0;
+  for (float v : la)
+    finite += std::isfinite(v);
+  EXPECT_EQ(finite, la.size());
+
+  // Profiled: one timed launch per kernel launch of rank 0's graph, in order.
+  const glm::plan::GraphDef *g = nullptr;
+  for (const glm::plan::GraphDef &x : plan->ranks[0].graphs)
+    if (x.kind == glm::plan::GraphKind::Decode && x.size == 1)
+      g = &x;
+  ASSERT_NE(g, nullptr);
+  std::vector<std::string> want;
+  uint64_t bytes = 0;
+  for (const glm::plan::OpDef &op : g->ops) {
+    bytes += op.bytesRead;
+    if (op.kernel >= 0)
+      for (uint32_t j = 0; j < op.repeat; ++j)
+        want.push_back(op.name + " " + plan->kernels[op.kernel].name);
+  }
+  std::vector<std::string> got;
+  for (const auto &t : a->profileDecode(1)) {
+    got.push_back(t.op + " " + t.kernel);
+    EXPECT_GE(t.ms, 0.0);
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(a->decodeWeightBytes(1), bytes);
+  EXPECT_GT(bytes, 0u);
+  // Op by op on what the Io buffers hold: the step's logits again.
+  a->runDecode(1, /*graph=*/false);
+  uint32_t logits = 0;
+  for (uint32_t i = 0; i < plan->ranks[0].buffers.size(); ++i)
+    if (plan->ranks[0].buffers[i].name == "io.logits")
+      logits = i;
+  const std::vector<uint8_t> again = a->readBuffer(0, logits);
+  EXPECT_EQ(0, std::memcmp(again.data(), la.data(), la.size() * 4));
+  fs::remove_all(root);
+}
 
 } // namespace
