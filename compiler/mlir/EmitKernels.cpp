@@ -120,6 +120,13 @@ struct SpecContext {
       return w.getType();
     return {};
   }
+  /// Inputs of a linear weight (its HF shape [out, in]); 0 when unknown.
+  int64_t inputsOf(StringRef sym) {
+    if (auto w = symbols.lookup<WeightOp>(sym))
+      if (w.getShape().size() == 2)
+        return w.getShape()[1];
+    return 0;
+  }
 };
 
 /// True when codegen knows `family` (a family another change may add).
@@ -138,9 +145,10 @@ static std::string widthText(int32_t twice) {
   return twice % 2 ? str(twice / 2) + ".5" : str(twice / 2);
 }
 
-/// The GEMV (or prefill GEMM) of one weight format for `b`; fails with the
-/// reason when no template decodes the format.
-static FailureOr<Spec> gemvSpec(Type format, const Bucket &b,
+/// The GEMV (or prefill GEMM) of one weight format with `in` inputs (0:
+/// unknown) for `b`; fails with the reason when no template decodes the
+/// format.
+static FailureOr<Spec> gemvSpec(Type format, int64_t in, const Bucket &b,
                                 NoKernel &why) {
   if (auto t = dyn_cast<TrellisType>(format)) {
     if (!t.isResolved() || t.getTwiceBits() % 2) {
@@ -186,17 +194,19 @@ static FailureOr<Spec> gemvSpec(Type format, const Bucket &b,
                  {"threads", "256"}}};
   }
   auto d = cast<DenseType>(format);
-  // Row-major dense weights of any stored dtype (f32, f16, bf16; E4M3 with
-  // block, row or MX scales) run on gemv_any: fp64 sums in a fixed order,
-  // the arithmetic of the CPU reference, one launch for every row of the
-  // bucket.
+  // dense_gemv streams bf16 / E4M3 rows with 16-byte loads (in % 128 == 0,
+  // fp32 sums): the decode step's dense projections and LM head. Other
+  // dtypes and shapes (f32/f16 checkpoints, tiny test models) run on
+  // gemv_any: fp64 sums in a fixed order, the CPU reference's arithmetic.
+  const bool streamed = d.getFormat() == DenseFormat::BF16 ||
+                        d.getFormat() == DenseFormat::Fp8Block128 ||
+                        d.getFormat() == DenseFormat::Fp8Row ||
+                        d.getFormat() == DenseFormat::Mxfp8;
+  if (streamed && (in <= 0 || in % 128 != 0))
+    return Spec{"gemv_any", {{"threads", "256"}}};
   switch (d.getFormat()) {
   case DenseFormat::F32:
   case DenseFormat::F16:
-  case DenseFormat::BF16:
-  case DenseFormat::Fp8Block128:
-  case DenseFormat::Fp8Row:
-  case DenseFormat::Mxfp8:
     return Spec{"gemv_any", {{"threads", "256"}}};
   default:
     break;
@@ -264,8 +274,8 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
   // A trellis GEMV runs as the executor runs it: rotate the input
   // (H(x * suh)), multiply, rotate the output (H(z) * svh).
   const Spec had{"hadamard128", {{"vt", "f32"}, {"threads", "256"}}};
-  auto gemv = [&](Type t) {
-    FailureOr<Spec> s = gemvSpec(t, b, why);
+  auto gemv = [&](Type t, int64_t in) {
+    FailureOr<Spec> s = gemvSpec(t, in, b, why);
     if (failed(s))
       return false;
     // dense_trellis applies the output rotation itself.
@@ -365,7 +375,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     if (g.getShard() && g.getShard()->getKind() == ShardKind::Vocab &&
         g.getShard()->getRanks() > 1)
       out.push_back({"fill_f32", {{"threads", "256"}}});
-    if (!gemv(g.getFormat()))
+    if (!gemv(g.getFormat(), g.getIn()))
       return failure();
   } else if (auto m = dyn_cast<MlpOp>(op)) {
     // Gate, up and down GEMVs of the dense SwiGLU (the SwiGLU itself is an
@@ -373,7 +383,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     for (StringRef sym : {m.getGate(), m.getUp(), m.getDown()}) {
       if (sym == m.getDown())
         out.push_back({"swiglu", {{"threads", "256"}}});
-      if (Type t = ctx.typeOf(sym); t && !gemv(t))
+      if (Type t = ctx.typeOf(sym); t && !gemv(t, ctx.inputsOf(sym)))
         return failure();
     }
   } else if (auto a = dyn_cast<AttentionDecodeOp>(op)) {
@@ -407,14 +417,19 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                  ? ctx.typeOf(cast<FlatSymbolRefAttr>(w[i]).getValue())
                  : Type();
     };
-    if (Type t = proj(0); t && !gemv(t))
+    auto projIn = [&](unsigned i) -> int64_t {
+      return w && i < w.size()
+                 ? ctx.inputsOf(cast<FlatSymbolRefAttr>(w[i]).getValue())
+                 : 0;
+    };
+    if (Type t = proj(0); t && !gemv(t, projIn(0)))
       return failure();
     out.push_back({"rope_rows",
                    {{"threads", str(std::max<int64_t>(32, (ix.getRope() / 2 + 31) / 32 * 32))}}});
-    if (Type t = proj(1); t && !gemv(t))
+    if (Type t = proj(1); t && !gemv(t, projIn(1)))
       return failure();
     out.push_back({"index_key_store", {{"threads", "256"}}});
-    if (Type t = proj(4); t && !gemv(t))
+    if (Type t = proj(4); t && !gemv(t, projIn(4)))
       return failure();
     out.push_back({"indexer_scores_ctx", {{"threads", "256"}}});
     out.push_back({"dsa_select", {{"threads", "1024"}}});
@@ -435,7 +450,8 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     out.push_back({"embed_tokens", {{"threads", "256"}}});
   } else if (auto r = dyn_cast<RouterOp>(op)) {
     // The gate GEMV (router logits), then the selection.
-    if (Type t = ctx.typeOf(r.getWeight()); t && !gemv(t))
+    if (Type t = ctx.typeOf(r.getWeight());
+        t && !gemv(t, ctx.inputsOf(r.getWeight())))
       return failure();
     if (r.getExperts() > 1024 || r.getTopK() > 64) {
       why.reason = "route takes 1..1024 experts and top 1..64";

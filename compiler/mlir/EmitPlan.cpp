@@ -11,6 +11,7 @@
 #include "compiler/mlir/Bindings.h"
 #include "compiler/mlir/KernelBuilds.h"
 #include "compiler/mlir/Passes.h"
+#include "codegen/dense_gemv_abi.h"
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/moe_trellis_abi.h"
 
@@ -1167,11 +1168,34 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
       x.name = trellis ? "xh" : "x";
       y.name = trellis && f != "dense_trellis" ? "z" : "y";
       if (f == "dense_gemv") {
+        // x rows at stride `in` (the template's layout): a strided input
+        // row is only fine for one row.
+        ::glm::rt::check(rows <= 1 || !g.x.rowBytes ||
+                             g.x.rowBytes == uint64_t(g.in) * 4,
+                         "dense_gemv of ", g.sym.str(), " reads input rows of ",
+                         g.x.rowBytes / 4, " floats at ", g.in,
+                         " inputs: the template takes rows at stride in "
+                         "(internal: glm-emit-kernels should choose gemv_any)");
+        // This rank's rows of the scales (as gemv_any's): one per row
+        // (fp8_row), per 128x128 block (fp8_block128), per 32 inputs (mxfp8,
+        // e8m0 bytes).
+        const int sk = skOf(w ? w.getType() : Type());
+        uint64_t scaleAt = 0;
+        if (sk == 1)
+          scaleAt = uint64_t(g.rowBegin / 128) * ceilDiv(g.in, 128) * 4;
+        else if (sk == 2)
+          scaleAt = uint64_t(g.rowBegin) * 4;
+        else if (sk == 3)
+          scaleAt = uint64_t(g.rowBegin) * ceilDiv(g.in, 32);
         a = {x, wt,
-             runtimeArg(targ("scale") == "none" ? "null" : "weight_scale"), y,
-             batch, i32Arg(g.in, "in"), i32Arg(g.outRows, "out"),
+             sk ? roleArg(g.sym, sk == 3 ? "e8m0" : "scale", "scale", scaleAt)
+                : runtimeArg("null"),
+             y, batch, i32Arg(g.in, "in"), i32Arg(g.outRows, "out"),
              i32Arg(g.outStride, "out_stride"), i32Arg(0, "accumulate")};
-        d.gridX = ceilDiv(g.outRows, warps);
+        // Short outputs split their rows' inputs over more warps so every
+        // SM streams (codegen/dense_gemv_abi.h).
+        d.gridX = ::glm::codegen::denseGemvBlocks(int(g.outRows), sms(),
+                                                  int(warps));
       } else if (f == "dense_gemv_f32") {
         a = {x, wt, y, i32Arg(g.in, "in"), i32Arg(g.outRows, "out")};
         d.gridX = ceilDiv(g.outRows, warps);
