@@ -78,6 +78,17 @@ struct Site {
   }
 };
 
+/// " n=4096 xs=4096 ..." of a launch (what a damaged integer shows in).
+std::string integers(const Site &s, const twins::Launch &l, const char *sig) {
+  std::string out;
+  for (size_t i = 0; sig[i]; ++i)
+    if (sig[i] == 'i' || sig[i] == 'l')
+      out += " " + (s.op.args[i].name.empty() ? std::to_string(i)
+                                              : s.op.args[i].name) +
+             "=" + std::to_string(l.args[i].i);
+  return out;
+}
+
 void checkOp(const gp::Plan &plan, const Site &s, uint32_t rows) {
   const gp::OpDef &op = s.op;
   const twins::FootprintEntry *e = twins::findFootprint(s.k.templateName);
@@ -182,7 +193,10 @@ void checkOp(const gp::Plan &plan, const Site &s, uint32_t rows) {
              b.bytes, " bytes",
              op.repeat > 1 ? " (launch " + std::to_string(op.repeat) + " of " +
                                  std::to_string(op.repeat) + ")"
-                           : std::string());
+                           : std::string(),
+             "; the launch's integers:", integers(s, l, e->signature),
+             ", grid ", dims.gridX, "x", dims.gridY, "x", dims.gridZ,
+             ", block ", dims.blockX);
   }
 }
 

@@ -20,6 +20,7 @@ Footprint footprintOf(const FootprintEntry &e, const Launch &l) {
   Footprint f;
   f.bytes.assign(n, 0);
   f.nullable.assign(n, false);
+  f.indexed.assign(n, false);
   e.fn(l, f);
   return f;
 }

@@ -35,6 +35,9 @@ namespace glm::rt::twins {
 struct Footprint {
   std::vector<uint64_t> bytes; // from the pointer; 0 for a non-pointer
   std::vector<bool> nullable;  // the kernel tests this pointer for null
+  /// The kernel also reaches past `bytes` by a data index (a token id, a
+  /// KV slot, an expert id): `bytes` is what index 0 touches.
+  std::vector<bool> indexed;
 };
 
 /// A launch whose own integers are out of range (negative sizes, overflow,

@@ -85,6 +85,10 @@ public:
   /// The same for a pointer the kernel tests for null.
   void opt(size_t k, Wide elems, int size) { set(k, elems, size, true); }
 
+  /// Pointer k is also indexed by data past its footprint (Footprint::
+  /// indexed); call after need/opt.
+  void indexed(size_t k) { f_.indexed.at(k) = true; }
+
   const Launch &l;
 
 private:

@@ -195,6 +195,8 @@ void gemmTrellisGroupedFp(const Launch &l, Footprint &f) {
   r.opt(1, 0, 4);
   r.need(2, items * 32, 1);
   r.need(3, items ? cols : 0, 4);
+  for (size_t k : {0, 1, 3})
+    r.indexed(k);
 }
 
 // (xh, expert_ids, route_w, tiles, widths, gu_svh, gu_su_block, down_suh,
@@ -242,6 +244,7 @@ void moeReduceFp(const Launch &l, Footprint &f) {
          4);
   r.need(1, cols ? rows * topk : 0, 4);
   r.need(2, rows * topk && cols ? 16 : 0, 8); // expert 0's gate halves
+  r.indexed(2);
   r.need(3, span(rows, hidden, cols), 4);
 }
 
@@ -352,6 +355,8 @@ void mlaDecodeFp(const Launch &l, Footprint &f) {
   r.need(1, rows * rope, 4);
   r.need(2, rows && maxSel ? lora + rope : 0, e4m3 ? 1 : 2);
   r.opt(3, e4m3 && rows && maxSel ? 1 : 0, 4);
+  r.indexed(2);
+  r.indexed(3);
   r.need(4, batch * maxSel, 4);
   r.need(5, batch, 4);
   r.need(6, rows * lora, 4);

@@ -47,6 +47,8 @@ void embedTokensFp(const Launch &l, Footprint &f) {
   const Wide B = r.grid(1), d = r.at(5), n = std::min(d, r.coveredX());
   r.need(0, B ? n : 0, dtBytes(r, 1));
   r.opt(2, B && n ? 1 : 0, 4);
+  r.indexed(0);
+  r.indexed(2);
   r.need(3, B, 4);
   r.need(4, span(B, d, n), 4);
 }
@@ -89,6 +91,7 @@ void kvStoreFp(const Launch &l, Footprint &f) {
   r.need(0, B * lat, 4);
   r.need(1, B ? kvr : 0, 4);
   r.need(2, B ? ctx * lat : 0, 4);
+  r.indexed(2); // slot seq[b]
   r.need(3, B, 4);
   r.need(4, B, 4);
 }
@@ -102,6 +105,7 @@ void indexKeyStoreFp(const Launch &l, Footprint &f) {
   r.need(1, B ? hd : 0, 4);
   r.need(2, B ? hd : 0, 4);
   r.need(3, B ? ctx * hd : 0, 4);
+  r.indexed(3); // slot seq[b]
   r.need(4, B, 4);
   r.need(5, B, 4);
 }
@@ -121,6 +125,7 @@ void indexerScoresCtxFp(const Launch &l, Footprint &f) {
   const Wide B = r.grid(1), nh = r.at(6), hd = r.at(7), ctx = r.at(8);
   r.need(0, B * nh * hd, 4);
   r.need(1, B ? ctx * hd : 0, 4);
+  r.indexed(1); // slot seq[b]
   r.need(2, B * nh, 4);
   r.need(3, B * ctx, 8);
   r.need(4, B, 4);
@@ -151,6 +156,7 @@ void mlaAttnFp(const Launch &l, Footprint &f) {
   r.need(0, rows * (dn + dr), 4);
   r.need(1, rows ? kvr * H * (dn + dv) : 0, 4);
   r.need(2, rows ? ctx * (kvr + dr) : 0, 4);
+  r.indexed(2); // slot seq[b]
   r.need(3, rows ? B : 0, 4);
   r.need(4, rows ? B * ctx : 0, 4);
   r.need(5, rows ? B : 0, 4);
@@ -187,6 +193,7 @@ void mlaCoreFp(const Launch &l, Footprint &f) {
   r.need(0, rows * (dn + dr), 4);
   r.need(1, rows * kvr, 4);
   r.need(2, rows ? ctx * (kvr + dr) : 0, 4);
+  r.indexed(2); // slot seq[b]
   r.need(3, rows ? B : 0, 4);
   r.need(4, rows ? B * ctx : 0, 4);
   r.need(5, rows ? B : 0, 4);
@@ -279,6 +286,9 @@ void hfExpertActFp(const Launch &l, Footprint &f) {
   r.opt(4, U * B, 4);
   r.opt(8, any ? ownE * halves + ceilDiv(m, 128) : 0, 1);
   r.need(11, span(B * U, I, m), 8);
+  if (ids)
+    for (size_t k : {0, 1, 8})
+      r.indexed(k);
 }
 
 // hf_expert_down(down, dt, act, ids, wts, stride, I, d, U, part, slots,
@@ -299,6 +309,8 @@ void hfExpertDownFp(const Launch &l, Footprint &f) {
   r.opt(3, any ? (B - 1) * U + units : 0, 4);
   r.opt(4, any ? (B - 1) * U + units : 0, 4);
   r.need(9, any ? ((B - 1) * slots + base + Y - 1) * d + m : 0, 8);
+  if (!r.null(3))
+    r.indexed(0);
 }
 
 // exl3_expert_in(x, suh, ids, xh, d, E, B); grid (ceil(d/T), K, P*B):
