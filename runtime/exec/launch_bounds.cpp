@@ -83,9 +83,10 @@ std::string integers(const Site &s, const twins::Launch &l, const char *sig) {
   std::string out;
   for (size_t i = 0; sig[i]; ++i)
     if (sig[i] == 'i' || sig[i] == 'l')
-      out += " " + (s.op.args[i].name.empty() ? std::to_string(i)
-                                              : s.op.args[i].name) +
-             "=" + std::to_string(l.args[i].i);
+      out +=
+          " " +
+          (s.op.args[i].name.empty() ? std::to_string(i) : s.op.args[i].name) +
+          "=" + std::to_string(l.args[i].i);
   return out;
 }
 
@@ -162,9 +163,8 @@ void checkOp(const gp::Plan &plan, const Site &s, uint32_t rows) {
   try {
     f = twins::footprintOf(*e, l);
   } catch (const twins::BadLaunchArg &b) {
-    s.fail(s.arg(b.arg < n ? b.arg : 0), " ", b.what(),
-           " (grid ", dims.gridX, "x", dims.gridY, "x", dims.gridZ,
-           ", block ", dims.blockX, ")");
+    s.fail(s.arg(b.arg < n ? b.arg : 0), " ", b.what(), " (grid ", dims.gridX,
+           "x", dims.gridY, "x", dims.gridZ, ", block ", dims.blockX, ")");
   } catch (const Error &x) {
     s.fail(x.what());
   }
@@ -174,23 +174,22 @@ void checkOp(const gp::Plan &plan, const Site &s, uint32_t rows) {
       continue;
     if (!l.args[i].p) {
       if (!f.nullable[i])
-        s.fail(s.arg(i), " is null, but ", e->family,
-               " reads or writes it (", f.bytes[i], " bytes)");
+        s.fail(s.arg(i), " is null, but ", e->family, " reads or writes it (",
+               f.bytes[i], " bytes)");
       continue;
     }
     const gp::ArgDef &a = op.args[i];
     const gp::BufferDef &b = s.rp.buffers[a.buffer];
     // The last repeat reads the furthest rows (runGraph's addresses).
     using Wide = unsigned __int128;
-    const Wide start =
-        Wide(a.offset) + Wide(op.repeat ? op.repeat - 1 : 0) * perLaunch *
-                             a.rowBytes;
+    const Wide start = Wide(a.offset) + Wide(op.repeat ? op.repeat - 1 : 0) *
+                                            perLaunch * a.rowBytes;
     const Wide end = start + f.bytes[i];
     if (end > b.bytes)
       s.fail(s.arg(i), " reaches bytes [", uint64_t(start), ", ",
              end >> 64 ? std::string("2^64+") : std::to_string(uint64_t(end)),
-             ") of buffer ", a.buffer, " '", b.name, "', which holds ",
-             b.bytes, " bytes",
+             ") of buffer ", a.buffer, " '", b.name, "', which holds ", b.bytes,
+             " bytes",
              op.repeat > 1 ? " (launch " + std::to_string(op.repeat) + " of " +
                                  std::to_string(op.repeat) + ")"
                            : std::string(),
@@ -212,9 +211,9 @@ void checkLaunchBounds(const gp::Plan &plan) {
         if (op.kernel < 0)
           continue;
         if (size_t(op.kernel) >= plan.kernels.size())
-          rt::fail("plan rank ", rp.rank, ", graph ", gname, ", op '",
-                   op.name, "' uses kernel ", op.kernel, " of ",
-                   plan.kernels.size(), ": the plan is damaged; re-plan "
+          rt::fail("plan rank ", rp.rank, ", graph ", gname, ", op '", op.name,
+                   "' uses kernel ", op.kernel, " of ", plan.kernels.size(),
+                   ": the plan is damaged; re-plan "
                    "with this glmc");
         checkOp(plan, Site{rp, gname, op, plan.kernels[op.kernel]}, rows);
       }

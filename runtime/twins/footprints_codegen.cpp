@@ -22,9 +22,10 @@ void ropeFp(const Launch &l, Footprint &f) {
   const Wide batch = std::min(r.at(2), r.grid(1));
   const Wide heads = std::min(r.at(3), r.grid(0));
   const Wide rows = r.at(4), hs = r.at(5), off = r.at(6);
-  r.need(0, heads && batch && pairs
-                ? (batch - 1) * rows + (heads - 1) * hs + off + 2 * pairs
-                : 0,
+  r.need(0,
+         heads && batch && pairs
+             ? (batch - 1) * rows + (heads - 1) * hs + off + 2 * pairs
+             : 0,
          4);
   r.need(1, batch, 4);
 }
@@ -121,8 +122,7 @@ void denseGemvTrellisFp(const Launch &l, Footprint &f) {
       std::min(out / 16, r.grid(0) * std::max<Wide>(r.block(0) / 32, 0));
   const Wide rows = in / 16;
   r.need(0, cols ? span(batch, in, 16 * rows) : 0, 4);
-  r.need(1, tileSpan(rows, cols, r.at(6), r.at(7), r.at(8)) * 32,
-         r.targ("K"));
+  r.need(1, tileSpan(rows, cols, r.at(6), r.at(7), r.at(8)) * 32, r.targ("K"));
   r.need(2, rows ? span(batch, out, 16 * cols) : 0, 4);
 }
 
@@ -131,8 +131,10 @@ void denseGemvTrellisFp(const Launch &l, Footprint &f) {
 void denseTrellisFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide NW = r.block(0) / 32;
-  r.require(NW >= 1 && r.block(0) % 32 == 0, 14, "cannot split over a block "
-            "of ", int64_t(r.block(0)), " threads");
+  r.require(NW >= 1 && r.block(0) % 32 == 0, 14,
+            "cannot split over a block "
+            "of ",
+            int64_t(r.block(0)), " threads");
   const Wide batch = r.at(6, 1), in = r.at(7, 16), out = r.at(8, 128);
   const Wide yStride = r.at(9), valid = r.at(10), split = r.at(14, 1);
   r.require(batch <= r.targ("batch"), 6, "is over the kernel's batch ",
@@ -158,8 +160,7 @@ void denseTrellisFp(const Launch &l, Footprint &f) {
 void gemmShape(const Reach &r, size_t kIn, size_t kOut) {
   const Wide in = r.at(kIn, 32), out = r.at(kOut, 16);
   r.require(in % 32 == 0, kIn, "is ", int64_t(in), ", not a multiple of 32");
-  r.require(out % 16 == 0, kOut, "is ", int64_t(out),
-            ", not a multiple of 16");
+  r.require(out % 16 == 0, kOut, "is ", int64_t(out), ", not a multiple of 16");
 }
 
 // (xh, tiles, z, m, in, out, x_stride, z_stride, accumulate, sI, sI8, sJ8)
@@ -173,12 +174,12 @@ void gemmTrellisFp(const Launch &l, Footprint &f) {
   const Wide rows = std::min(m, nRow * BM), cols = std::min(out, nCol * BN);
   const int xb = l.targ("xt") == "f16" ? 2 : 4;
   r.need(0, cols ? span(rows, r.at(6), in) : 0, xb);
-  r.need(1,
-         rows ? tileSpan(in / 16, ceilDiv(cols, 16), r.at(9), r.at(10),
-                         r.at(11)) *
-                    32
-              : 0,
-         r.targ("K"));
+  r.need(
+      1,
+      rows ? tileSpan(in / 16, ceilDiv(cols, 16), r.at(9), r.at(10), r.at(11)) *
+                 32
+           : 0,
+      r.targ("K"));
   r.need(2, span(rows, r.at(7), cols), 4);
 }
 
@@ -207,8 +208,7 @@ void expertGemvTrellisFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide nH = r.grid(0), nE = r.grid(1);
   r.require(nH <= 16, 3, "is read for ", int64_t(nH), " halves, over 16");
-  const Wide batch =
-      std::min({r.at(11), Wide(r.targ("batch")), Wide(8)});
+  const Wide batch = std::min({r.at(11), Wide(r.targ("batch")), Wide(8)});
   const Wide topk = r.at(12), hidden = r.at(13), inter = r.at(14);
   r.require(hidden % 128 == 0, 13, "is ", int64_t(hidden),
             ", not a multiple of 128");
@@ -218,8 +218,8 @@ void expertGemvTrellisFp(const Launch &l, Footprint &f) {
   const Wide slots = batch * topk;
   const int sv = storageBytes(storageArg(r, "sv"));
   r.need(0,
-         slots ? r.at(17) + (batch - 1) * r.at(15) +
-                     (topk - 1) * r.at(16) + hidden
+         slots ? r.at(17) + (batch - 1) * r.at(15) + (topk - 1) * r.at(16) +
+                     hidden
                : 0,
          4);
   r.need(1, slots, 4);
@@ -260,8 +260,8 @@ void moeTrellisFp(const Launch &l, Footprint &f) {
   const Wide split = r.at(27, 1), group = r.at(28, 1);
   r.require(batch <= r.targ("batch"), 14, "is over the kernel's batch ",
             r.targ("batch"));
-  r.require(batch * topk <= 64, 15, "makes batch*topk ",
-            int64_t(batch * topk), ", over 64");
+  r.require(batch * topk <= 64, 15, "makes batch*topk ", int64_t(batch * topk),
+            ", over 64");
   r.require(inter == 16 * 128, 19, "is ", int64_t(inter), ", not 2048");
   r.require(hidden % 128 == 0, 18, "is ", int64_t(hidden),
             ", not a multiple of 128");
@@ -273,8 +273,7 @@ void moeTrellisFp(const Launch &l, Footprint &f) {
   const Wide eTot = nRouted + nShared, nSlot = topk + nShared;
   const Wide Q = batch * nSlot, nBlk = hidden / 128;
   const int sv = storageBytes(storageArg(r, "sv"));
-  r.need(0,
-         r.at(22) + (batch - 1) * r.at(20) + (nSlot - 1) * r.at(21) + hidden,
+  r.need(0, r.at(22) + (batch - 1) * r.at(20) + (nSlot - 1) * r.at(21) + hidden,
          4);
   r.need(1, batch * topk, 4);
   r.need(2, batch * topk, 4);

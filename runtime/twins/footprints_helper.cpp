@@ -24,8 +24,8 @@ int dtBytes(const Reach &r, size_t k) {
 
 /// A [rows, in] weight W (storage `kDt`) with its scale (`kSk`: 0 none,
 /// 1 FP8 block-128, 2 row, 3 MXFP8), as hx::ldWT indexes them.
-void weightWithScale(Reach &r, size_t kW, size_t kDt, size_t kScale,
-                     size_t kSk, Wide rows, Wide in) {
+void weightWithScale(Reach &r, size_t kW, size_t kDt, size_t kScale, size_t kSk,
+                     Wide rows, Wide in) {
   r.need(kW, rows * in, dtBytes(r, kDt));
   const Wide sk = r.raw(kSk);
   r.require(sk >= 0 && sk <= 3, kSk, "is ", int64_t(sk),
@@ -77,8 +77,9 @@ void ropeRowsFp(const Launch &l, Footprint &f) {
   const Wide B = r.grid(1), V = r.grid(0);
   const Wide pairs = std::min(r.at(1) / 2, r.block(0));
   const Wide stride = r.at(2), rowStride = r.at(3);
-  r.need(0, B && V && pairs ? (B - 1) * rowStride + (V - 1) * stride + 2 * pairs
-                            : 0,
+  r.need(0,
+         B && V && pairs ? (B - 1) * rowStride + (V - 1) * stride + 2 * pairs
+                         : 0,
          4);
   r.need(4, B, 4);
 }

@@ -58,9 +58,9 @@ public:
     const size_t page = size_t(::sysconf(_SC_PAGESIZE));
     const size_t body = (bytes + page - 1) / page * page;
     size_ = body + 2 * page;
-    base_ = static_cast<uint8_t *>(::mmap(nullptr, size_,
-                                          PROT_READ | PROT_WRITE,
-                                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    base_ =
+        static_cast<uint8_t *>(::mmap(nullptr, size_, PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     check(base_ != MAP_FAILED, "mmap of ", size_, " bytes failed");
     ::mprotect(base_, page, PROT_NONE);
     ::mprotect(base_ + page + body, page, PROT_NONE);

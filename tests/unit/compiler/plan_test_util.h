@@ -33,8 +33,7 @@ using glm::rt::Pack;
 /// Compiles the pack in `dir` for `ranks` ranks into a plan (no NVRTC: the
 /// CPU backend runs the twins) with decode graphs of `batches` rows.
 inline std::shared_ptr<glm::plan::Plan>
-compilePlan(const std::string &dir, int ranks,
-            const std::string &manifest = "",
+compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
             const std::vector<int64_t> &batches = {1}) {
   mlir::DialectRegistry registry;
   glmc::registerGlmDialects(registry);

@@ -114,9 +114,9 @@ TEST(Footprint, SizesDoNotWrapAround) {
 TEST(Footprint, OptionalScaleFollowsItsKind) {
   // gemv_any(x, xs, w, dt, scale, sk, y, ys, in, out): bf16 without a
   // scale, E4M3 with row scales.
-  twins::Launch l = launchOf("gemv_any", 4, 1, 256,
-                             {{1, 64}, {3, 2}, {5, 0}, {7, 32}, {8, 64},
-                              {9, 32}});
+  twins::Launch l =
+      launchOf("gemv_any", 4, 1, 256,
+               {{1, 64}, {3, 2}, {5, 0}, {7, 32}, {8, 64}, {9, 32}});
   twins::Footprint f = of(l);
   EXPECT_EQ(f.bytes[2], 32u * 64 * 2);
   EXPECT_TRUE(f.nullable[4]);
@@ -130,17 +130,22 @@ TEST(Footprint, OptionalScaleFollowsItsKind) {
 }
 
 TEST(Footprint, DenseTrellisRefusesWhatTheKernelTrapsOn) {
-  const glm::plan::KeyValues t = {{"K", "3"},       {"codebook", "mcg"},
-                                  {"e4m3", "0"},    {"batch", "1"},
-                                  {"pipe", "0"},    {"minblocks", "0"},
-                                  {"threads", "128"}};
+  const glm::plan::KeyValues t = {
+      {"K", "3"},    {"codebook", "mcg"}, {"e4m3", "0"},     {"batch", "1"},
+      {"pipe", "0"}, {"minblocks", "0"},  {"threads", "128"}};
   // (xh, tiles, svh, scratch, counters, y, batch, in, out, y_stride,
   //  out_valid, sI, sI8, sJ8, split): split 6 over 4 warps.
-  twins::Launch l =
-      launchOf("dense_trellis", 4, 1, 128,
-               {{6, 1}, {7, 256}, {8, 256}, {9, 256}, {10, 256}, {11, 8},
-                {12, 64}, {13, 8}, {14, 6}},
-               &t);
+  twins::Launch l = launchOf("dense_trellis", 4, 1, 128,
+                             {{6, 1},
+                              {7, 256},
+                              {8, 256},
+                              {9, 256},
+                              {10, 256},
+                              {11, 8},
+                              {12, 64},
+                              {13, 8},
+                              {14, 6}},
+                             &t);
   EXPECT_THROW(of(l), twins::BadLaunchArg);
   l.args[14].i = 8;
   const twins::Footprint f = of(l);
