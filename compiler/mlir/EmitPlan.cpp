@@ -221,10 +221,15 @@ struct RankState {
   /// A Scratch buffer of `bytes` (created once per name, at the arena end).
   uint32_t scratchBuffer(const std::string &name, uint64_t bytes) {
     auto it = scratch.find(name);
-    if (it != scratch.end())
+    if (it != scratch.end() && rp.buffers[it->second].bytes >= bytes)
       return it->second;
     gp::BufferDef b;
     b.name = "scratch." + name;
+    // A later use that needs more (a layer with more expert slots on this
+    // rank) gets a larger buffer of its own: the first one's rows would
+    // overrun it.
+    if (it != scratch.end())
+      b.name += "." + std::to_string(bytes);
     b.kind = gp::BufferKind::Scratch;
     b.dtype = gp::DType::F32;
     b.bytes = alignUp(std::max<uint64_t>(bytes, 4));

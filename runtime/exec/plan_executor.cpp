@@ -1,6 +1,7 @@
 //===- plan_executor.cpp - the one executor: runs what the plan says ------===//
 #include "runtime/exec/plan_executor.h"
 
+#include "runtime/exec/launch_bounds.h"
 #include "runtime/base/error.h"
 #include "runtime/base/numeric.h"
 #include "runtime/base/progress.h"
@@ -327,6 +328,7 @@ void PlanExecutor::fillBindingsRandom() {
 
 void PlanExecutor::load() {
   check(!loaded_, "plan executor: load() called twice");
+  checkLaunchBounds(*plan_); // damaged launches: refused before any byte moves
   // Every kernel a graph of these ranks launches must be launchable.
   for (auto &st : ranks_) {
     std::vector<bool> used(plan_->kernels.size());

@@ -135,6 +135,25 @@ def flip_bytes(data, rng, count=None):
     return bytes(b)
 
 
+def small_int(data, rng):
+    """Raises, negates or nudges one aligned little-endian int32 holding a
+    small positive value (a size, offset, index or count, e.g. a kernel
+    argument), keeping the bytes around it."""
+    if len(data) < 8:
+        return data
+    spots = [k for k in range(0, len(data) - 3, 4)
+             if 0 < struct.unpack_from("<i", data, k)[0] <= 1 << 20]
+    if not spots:
+        return data
+    k = rng.choice(spots)
+    v = struct.unpack_from("<i", data, k)[0]
+    v = rng.choice([v * rng.randint(2, 4096), -v, v + 1, v - 1,
+                    2 ** 31 - 1])
+    b = bytearray(data)
+    struct.pack_into("<i", b, k, max(-2 ** 31, min(v, 2 ** 31 - 1)))
+    return bytes(b)
+
+
 def truncate(data, rng):
     return data[:rng.randrange(len(data) + 1)] if data else data
 
@@ -330,8 +349,10 @@ def plan_case(s, base, seed):
     data = open(os.path.join(base, "p1.glmplan"), "rb").read()
     body = data[:-16]
     how = rng.choice(["byte flips", "byte flips", "splice", "truncation",
-                      "one byte"])
-    if how == "byte flips":
+                      "one byte", "small int", "small int"])
+    if how == "small int":
+        body = small_int(body, rng)
+    elif how == "byte flips":
         body = flip_bytes(body, rng)
     elif how == "one byte":
         body = flip_bytes(body, rng, 1)
@@ -344,9 +365,12 @@ def plan_case(s, base, seed):
     open(plan, "wb").write(resign(body))
     case += f" ({how})"
     s.count("plan")
+    # The plan itself runs (the default backend, cpu): the executor checks
+    # every launch against its buffers at load, so damaged kernel
+    # arguments end in an error, never outside the arena.
     s.run(case, [s.tool("glm-engine"), "run", plan, "--pack",
-                 os.path.join(base, "exlr8"), "--backend", "reference", "--tokens",
-                 "1,2,3", "--max-new", "2", "--greedy"], {0, 1})
+                 os.path.join(base, "exlr8"), "--tokens", "1,2,3",
+                 "--max-new", "2", "--greedy"], {0, 1})
     s.run(case, [s.tool("glmc"), "inspect", plan, "--format",
                  rng.choice(["text", "json", "dot"]), "-o",
                  os.path.join(d, "out")], {0, 1})

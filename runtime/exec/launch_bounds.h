@@ -1,0 +1,25 @@
+//===- launch_bounds.h - every launch of a plan stays inside its buffers --===//
+//
+// A plan is checksummed, but a re-signed plan with damaged kernel arguments
+// (an int raised, an offset moved, a buffer index swapped) would make a
+// twin or a CUDA kernel read or write outside the arena. Before the
+// executor allocates anything it checks each kernel launch of each graph
+// of each rank: the arguments' kinds match the family's parameters, the
+// family's footprint (runtime/twins/footprint.h) accepts the integers, and
+// every pointer's [offset + j * rows * rowBytes, + footprint) lies inside
+// its buffer for every repeat j, null only where the family allows it.
+//
+// Thread-safety: a pure function of the plan.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "plans/plan.h"
+
+namespace glm::rt::exec {
+
+/// Throws Error naming the rank, graph, op, kernel, argument and buffer of
+/// the first launch that could step outside its buffers.
+void checkLaunchBounds(const plan::Plan &plan);
+
+} // namespace glm::rt::exec

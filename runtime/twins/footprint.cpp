@@ -1,0 +1,28 @@
+//===- footprint.cpp - finding and running a family's footprint -----------===//
+#include "runtime/twins/footprint.h"
+
+#include <cstring>
+
+namespace glm::rt::twins {
+
+const FootprintEntry *findFootprint(const std::string &family) {
+  for (const FootprintEntry *table : {kCodegenFootprints, kHelperFootprints})
+    for (const FootprintEntry *e = table; e->family; ++e)
+      if (family == e->family)
+        return e;
+  return nullptr;
+}
+
+Footprint footprintOf(const FootprintEntry &e, const Launch &l) {
+  const size_t n = std::strlen(e.signature);
+  check(l.args.size() == n, "footprint of ", e.family, ": ", l.args.size(),
+        " arguments, the family takes ", n);
+  Footprint f;
+  f.bytes.assign(n, 0);
+  f.nullable.assign(n, false);
+  f.indexed.assign(n, false);
+  e.fn(l, f);
+  return f;
+}
+
+} // namespace glm::rt::twins

@@ -1,0 +1,388 @@
+//===- footprints_codegen.cpp - footprints of the codegen kernel families -===//
+//
+// One function per family of kCodegenTwins: the elements its twin (and its
+// CUDA kernel) index from each pointer, as functions of the launch's
+// integers, template arguments, grid and block (footprint.h). Each reads
+// like the twin it bounds; the preconditions a twin checks (the kernel's
+// traps) are checked here too, naming the argument.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/twins/footprint_util.h"
+
+namespace glm::rt::twins {
+
+using namespace fp;
+
+namespace {
+
+// (x, positions, batch, heads, row_stride, head_stride, offset, theta)
+void ropeFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide pairs = std::min<Wide>(r.targ("rope_dim") / 2, r.block(0));
+  const Wide batch = std::min(r.at(2), r.grid(1));
+  const Wide heads = std::min(r.at(3), r.grid(0));
+  const Wide rows = r.at(4), hs = r.at(5), off = r.at(6);
+  r.need(0,
+         heads && batch && pairs
+             ? (batch - 1) * rows + (heads - 1) * hs + off + 2 * pairs
+             : 0,
+         4);
+  r.need(1, batch, 4);
+}
+
+// (ids, table, scale, out, batch, hidden, row_begin, rows)
+void embedFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const std::string &fmt = l.targ("format");
+  const int eb = fmt == "f32" ? 4 : fmt == "fp8_row" ? 1 : 2;
+  const Wide batch = std::min(r.at(4), r.grid(1));
+  const Wide full = r.at(5), hidden = std::min(full, r.coveredX());
+  r.raw(6); // row_begin: ids outside [row_begin, +rows) give zeros
+  const Wide rows = r.at(7);
+  r.need(0, batch, 4);
+  r.need(1, batch ? span(rows, full, hidden) : 0, eb);
+  if (fmt == "fp8_row")
+    r.need(2, batch && hidden ? rows : 0, 4);
+  else
+    r.opt(2, 0, 4);
+  r.need(3, span(batch, full, hidden), 4);
+}
+
+// (x, add, w, y, rows, n, x_stride, eps)
+void rmsNormFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide rows = std::min(r.at(4), r.grid(0)), n = r.at(5);
+  r.need(0, span(rows, r.at(6), n), 4);
+  r.opt(1, rows * n, 4);
+  r.need(2, rows ? n : 0, storageBytes(storageArg(r, "wt")));
+  r.need(3, rows * n, 4);
+}
+
+// (x, pre, post, y, rows, n, pre_stride, post_stride)
+void hadamardFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide rows = r.at(4), n = r.at(5);
+  r.require(n % 128 == 0, 5, "is ", int64_t(n), ", not a multiple of 128");
+  const Wide per = n / 128;
+  const Wide blocks = std::min(rows * per, r.grid(0) * (r.block(0) / 32));
+  const Wide rowsHit = ceilDiv(blocks, per);
+  const int vb = storageBytes(storageArg(r, "vt"));
+  r.need(0, blocks * 128, 4);
+  r.opt(1, span(rowsHit, r.at(6), std::min(n, blocks * 128)), vb);
+  r.opt(2, span(rowsHit, r.at(7), std::min(n, blocks * 128)), vb);
+  r.need(3, blocks * 128, 4);
+}
+
+// (x, w, scale, y, batch, in, out, out_stride, accumulate)
+void denseGemvFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const std::string &fmt = l.targ("format");
+  const std::string &sc = l.targ("scale");
+  const int sb = sc == "f32" ? 4 : 2;
+  const Wide batch = std::min<Wide>(r.at(4), r.targ("batch"));
+  const Wide in = r.at(5, 1), out = r.at(6);
+  r.require(in % 128 == 0, 5, "is ", int64_t(in), ", not a multiple of 128");
+  const Wide warps = std::max<Wide>(r.block(0) / 32, 1);
+  r.require(r.grid(0) > 0, 0, "is launched on an empty grid");
+  // Rows per block as the kernel derives them from the grid.
+  const Wide need = ceilDiv(out, r.grid(0));
+  Wide R = 1;
+  while (R < need && R < warps)
+    R *= 2;
+  const Wide rows = std::min(out, r.grid(0) * R);
+  r.need(0, rows ? batch * in : 0, 4);
+  r.need(1, rows * in, fmt == "bf16" ? 2 : 1);
+  if (fmt == "fp8_block")
+    r.need(2, ceilDiv(rows, 128) * ceilDiv(in, 128), sb);
+  else if (fmt == "fp8_row")
+    r.need(2, rows, sb);
+  else if (fmt == "mxfp8")
+    r.need(2, rows * (in / 32), 1);
+  else
+    r.opt(2, 0, 1);
+  r.need(3, span(batch, r.at(7), rows), 4);
+}
+
+// (x, w, y, in, out)
+void denseGemvF32Fp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide in = r.at(3);
+  const Wide rows = std::min(r.at(4), r.grid(0) * (r.block(0) / 32));
+  r.need(0, rows ? in : 0, 4);
+  r.need(1, rows * in, 4);
+  r.need(2, rows, l.targ("out") == "f64" ? 8 : 4);
+}
+
+// (xh, tiles, z, batch, in, out, sI, sI8, sJ8)
+void denseGemvTrellisFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide batch = std::min<Wide>(r.at(3), r.targ("batch"));
+  const Wide in = r.at(4), out = r.at(5);
+  const Wide cols =
+      std::min(out / 16, r.grid(0) * std::max<Wide>(r.block(0) / 32, 0));
+  const Wide rows = in / 16;
+  r.need(0, cols ? span(batch, in, 16 * rows) : 0, 4);
+  r.need(1, tileSpan(rows, cols, r.at(6), r.at(7), r.at(8)) * 32, r.targ("K"));
+  r.need(2, rows ? span(batch, out, 16 * cols) : 0, 4);
+}
+
+// (xh, tiles, svh, scratch, counters, y, batch, in, out, y_stride,
+//  out_valid, sI, sI8, sJ8, split)
+void denseTrellisFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide NW = r.block(0) / 32;
+  r.require(NW >= 1 && r.block(0) % 32 == 0, 14,
+            "cannot split over a block "
+            "of ",
+            int64_t(r.block(0)), " threads");
+  const Wide batch = r.at(6, 1), in = r.at(7, 16), out = r.at(8, 128);
+  const Wide yStride = r.at(9), valid = r.at(10), split = r.at(14, 1);
+  r.require(batch <= r.targ("batch"), 6, "is over the kernel's batch ",
+            r.targ("batch"));
+  r.require(in % 16 == 0, 7, "is ", int64_t(in), ", not a multiple of 16");
+  r.require(out % 128 == 0, 8, "is ", int64_t(out), ", not a multiple of 128");
+  r.require(split >= NW && split % NW == 0 && split <= in / 16, 14, "is ",
+            int64_t(split), "; it must be a multiple of the ", int64_t(NW),
+            " warps and at most in/16");
+  r.require(valid <= out && yStride >= valid, 10, "is ", int64_t(valid),
+            ", over out or y_stride");
+  const Wide nBlk = out / 128, nSB = split / NW;
+  r.need(0, batch * in, 4);
+  r.need(1, tileSpan(in / 16, 8 * nBlk, r.at(11), r.at(12), r.at(13)) * 32,
+         r.targ("K"));
+  r.opt(2, out, 4);
+  r.need(3, nSB > 1 ? nBlk * nSB * batch * 128 : 0, 4);
+  r.need(4, nSB > 1 ? nBlk : 0, 4);
+  r.need(5, span(batch, yStride, valid), 4);
+}
+
+/// gemm_trellis / gemm_trellis_grouped: in and out as the kernels need them.
+void gemmShape(const Reach &r, size_t kIn, size_t kOut) {
+  const Wide in = r.at(kIn, 32), out = r.at(kOut, 16);
+  r.require(in % 32 == 0, kIn, "is ", int64_t(in), ", not a multiple of 32");
+  r.require(out % 16 == 0, kOut, "is ", int64_t(out), ", not a multiple of 16");
+}
+
+// (xh, tiles, z, m, in, out, x_stride, z_stride, accumulate, sI, sI8, sJ8)
+void gemmTrellisFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  gemmShape(r, 4, 5);
+  const Wide BM = r.targ("bm"), BN = r.block(0);
+  const Wide m = r.at(3), in = r.at(4), out = r.at(5);
+  const Wide nCol = std::min(r.grid(0), ceilDiv(out, BN));
+  const Wide nRow = std::min(r.grid(1), ceilDiv(m, BM));
+  const Wide rows = std::min(m, nRow * BM), cols = std::min(out, nCol * BN);
+  const int xb = l.targ("xt") == "f16" ? 2 : 4;
+  r.need(0, cols ? span(rows, r.at(6), in) : 0, xb);
+  r.need(
+      1,
+      rows ? tileSpan(in / 16, ceilDiv(cols, 16), r.at(9), r.at(10), r.at(11)) *
+                 32
+           : 0,
+      r.targ("K"));
+  r.need(2, span(rows, r.at(7), cols), 4);
+}
+
+// (xh, row_ids, items, z, n_items, in, out, x_stride, z_stride, accumulate,
+//  sI, sI8, sJ8): rows, columns of z and tiles come from the items.
+void gemmTrellisGroupedFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  gemmShape(r, 5, 6);
+  const Wide items = std::min(r.grid(0), r.at(4));
+  const Wide cols = std::min(r.at(6), r.grid(1) * r.block(0));
+  r.nonneg({7, 8, 10, 11, 12});
+  const int xb = l.targ("xt") == "f16" ? 2 : 4;
+  r.need(0, items && cols ? r.at(5) : 0, xb);
+  r.opt(1, 0, 4);
+  r.need(2, items * 32, 1);
+  r.need(3, items ? cols : 0, 4);
+  for (size_t k : {0, 1, 3})
+    r.indexed(k);
+}
+
+// (xh, expert_ids, route_w, tiles, widths, gu_svh, gu_su_block, down_suh,
+//  down_sv_block, down_svh, partial, batch, topk, hidden, inter,
+//  xh_row_stride, xh_slot_stride, xh_proj_stride, gu_sI, gu_sI8, down_sI,
+//  down_sJ8); grid (halves, experts).
+void expertGemvTrellisFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide nH = r.grid(0), nE = r.grid(1);
+  r.require(nH <= 16, 3, "is read for ", int64_t(nH), " halves, over 16");
+  const Wide batch = std::min({r.at(11), Wide(r.targ("batch")), Wide(8)});
+  const Wide topk = r.at(12), hidden = r.at(13), inter = r.at(14);
+  r.require(hidden % 128 == 0, 13, "is ", int64_t(hidden),
+            ", not a multiple of 128");
+  r.require(128 * nH <= inter, 14, "is ", int64_t(inter), ", below ",
+            int64_t(nH), " halves of 128");
+  const Wide nBlk = hidden / 128, entries = nE ? (nE * 3 - 1) * 16 + nH : 0;
+  const Wide slots = batch * topk;
+  const int sv = storageBytes(storageArg(r, "sv"));
+  r.need(0,
+         slots ? r.at(17) + (batch - 1) * r.at(15) + (topk - 1) * r.at(16) +
+                     hidden
+               : 0,
+         4);
+  r.need(1, slots, 4);
+  r.need(2, slots, 4);
+  r.need(3, nH ? entries : 0, 8);
+  r.need(4, nH ? entries : 0, 1);
+  r.opt(5, 2 * nE * inter, sv);
+  r.opt(6, 2 * nE * nBlk, sv);
+  r.opt(7, nE * inter, sv);
+  r.opt(8, nE * nBlk, sv);
+  r.opt(9, nE * hidden, sv);
+  r.need(10, slots && nH ? ((slots - 1) * 16 + nH) * hidden : 0, 4);
+  r.nonneg({18, 19, 20, 21});
+}
+
+// (partial, expert_ids, tiles, out, batch, topk, hidden, accumulate)
+void moeReduceFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide rows = std::min(r.at(4), r.grid(1)), topk = r.at(5);
+  const Wide hidden = r.at(6), cols = std::min(hidden, r.coveredX());
+  r.need(0, rows * topk && cols ? (rows * topk * 16 - 1) * hidden + cols : 0,
+         4);
+  r.need(1, cols ? rows * topk : 0, 4);
+  r.need(2, rows * topk && cols ? 16 : 0, 8); // expert 0's gate halves
+  r.indexed(2);
+  r.need(3, span(rows, hidden, cols), 4);
+}
+
+// (xh, expert_ids, route_w, tiles, widths, gu_svh, gu_su_block, down_suh,
+//  down_sv_block, down_svh, signs_out, scratch, counters, out, batch, topk,
+//  n_routed, n_shared, hidden, inter, xh_row_stride, xh_slot_stride,
+//  xh_proj_stride, gu_sI, gu_sI8, down_sI, down_sJ8, gu_split, down_group,
+//  accumulate): both stages share the parameter list (moe_trellis.cuh).
+void moeTrellisFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide batch = r.at(14, 1), topk = r.at(15), nRouted = r.at(16);
+  const Wide nShared = r.at(17), hidden = r.at(18, 128), inter = r.at(19);
+  const Wide split = r.at(27, 1), group = r.at(28, 1);
+  r.require(batch <= r.targ("batch"), 14, "is over the kernel's batch ",
+            r.targ("batch"));
+  r.require(batch * topk <= 64, 15, "makes batch*topk ", int64_t(batch * topk),
+            ", over 64");
+  r.require(inter == 16 * 128, 19, "is ", int64_t(inter), ", not 2048");
+  r.require(hidden % 128 == 0, 18, "is ", int64_t(hidden),
+            ", not a multiple of 128");
+  r.require((hidden / 16) % split == 0, 27, "does not divide hidden/16");
+  r.require(16 % group == 0, 28, "does not divide 16");
+  r.require(r.block(0) >= 32 && r.block(0) % 32 == 0, 11,
+            "is used by a block of ", int64_t(r.block(0)),
+            " threads, not whole warps");
+  const Wide eTot = nRouted + nShared, nSlot = topk + nShared;
+  const Wide Q = batch * nSlot, nBlk = hidden / 128;
+  const int sv = storageBytes(storageArg(r, "sv"));
+  r.need(0, r.at(22) + (batch - 1) * r.at(20) + (nSlot - 1) * r.at(21) + hidden,
+         4);
+  r.need(1, batch * topk, 4);
+  r.need(2, batch * topk, 4);
+  r.need(3, eTot * 48, 8);
+  r.need(4, eTot * 48, 1);
+  r.opt(5, 2 * eTot * inter, sv);
+  r.opt(6, 2 * eTot * nBlk, sv);
+  r.opt(7, eTot * inter, sv);
+  r.opt(8, eTot * nBlk, sv);
+  r.opt(9, eTot * hidden, sv);
+  r.opt(10, hidden, 4);
+  r.need(11, Q * 32 * split * 128 + Q * 16 * 128 + Q * hidden * (16 / group),
+         4);
+  r.need(12, (batch * topk + nShared) * 16 + nBlk, 4);
+  r.need(13, batch * hidden, 4);
+  r.nonneg({23, 24, 25, 26});
+}
+
+// (logits, bias, ids, weights, batch, experts, scale, renorm)
+void routerFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide batch = std::min(r.at(4), r.grid(0)), experts = r.at(5);
+  // Above the template's experts the kernel returns without a write.
+  const Wide rows = experts > r.targ("experts") ? 0 : batch;
+  r.need(0, rows * experts, 4);
+  r.opt(1, rows ? experts : 0, 4);
+  r.need(2, rows * r.targ("topk"), 4);
+  r.need(3, rows * r.targ("topk"), 4);
+}
+
+// (scores, len, sel, nsel, batch, score_stride, sel_stride, k): a row holds
+// len[b] <= score_stride scores.
+void topkFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide batch = std::min(r.at(4), r.grid(0)), ss = r.at(5);
+  r.need(0, batch * ss, 4);
+  r.need(1, batch, 4);
+  r.need(2, span(batch, r.at(6), r.at(7)), 4);
+  r.need(3, batch, 4);
+}
+
+// (vals, idx_in, out_val, out_idx, batch, n, in_stride, out_stride,
+//  index_offset)
+void argmaxFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide batch = std::min(r.at(4), r.grid(0)), n = r.at(5);
+  r.need(0, span(batch, r.at(6), n), 4);
+  r.opt(1, span(batch, r.at(6), n), 4);
+  r.need(2, span(batch, r.at(7), 1), 4);
+  r.need(3, span(batch, r.at(7), 1), 4);
+}
+
+// (q, w, keys, len, scores, batch, score_stride, qk_scale): a row scores
+// len[b] <= score_stride keys.
+void indexerScoresFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide dim = r.targ("head_dim"), nh = r.targ("n_heads");
+  const Wide batch = std::min(r.at(5), r.grid(1)), ss = r.at(6);
+  const Wide keys = std::min(ss, r.grid(0) * (r.block(0) / 32) * 4);
+  r.need(0, batch * nh * dim, 4);
+  r.need(1, batch * nh, 4);
+  r.need(2, batch ? keys * dim : 0, storageBytes(storageArg(r, "kt")));
+  r.need(3, batch, 4);
+  r.need(4, span(batch, ss, keys), 4);
+}
+
+// (q_lat, q_pe, cache, cache_scale, sel, nsel, o_lat, batch, heads,
+//  max_sel, softmax_scale): cache rows are the selections (data).
+void mlaDecodeFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide lora = r.targ("lora"), rope = r.targ("rope");
+  const Wide batch = std::min(r.at(7), r.grid(1)), all = r.at(8);
+  const Wide heads = std::min(all, r.grid(0) * r.targ("heads"));
+  const Wide maxSel = r.at(9);
+  const Wide rows = batch && heads ? (batch - 1) * all + heads : 0;
+  const bool e4m3 = l.targ("kv") == "e4m3";
+  r.need(0, rows * lora, 4);
+  r.need(1, rows * rope, 4);
+  r.need(2, rows && maxSel ? lora + rope : 0, e4m3 ? 1 : 2);
+  r.opt(3, e4m3 && rows && maxSel ? 1 : 0, 4);
+  r.indexed(2);
+  r.indexed(3);
+  r.need(4, batch * maxSel, 4);
+  r.need(5, batch, 4);
+  r.need(6, rows * lora, 4);
+}
+
+} // namespace
+
+const FootprintEntry kCodegenFootprints[] = {
+    {"moe_trellis", "ppppppppppppppiiiiiiiiiiiiiiii", moeTrellisFp},
+    {"expert_gemv_trellis", "pppppppppppiiiiiiiiiii", expertGemvTrellisFp},
+    {"moe_reduce", "ppppiiii", moeReduceFp},
+    {"dense_trellis", "ppppppiiiiiiiii", denseTrellisFp},
+    {"dense_gemv_trellis", "pppiiiiii", denseGemvTrellisFp},
+    {"hadamard128", "ppppiiii", hadamardFp},
+    {"dense_gemv", "ppppiiiii", denseGemvFp},
+    {"dense_gemv_f32", "pppii", denseGemvF32Fp},
+    {"gemm_trellis", "pppiiiiiiiii", gemmTrellisFp},
+    {"gemm_trellis_grouped", "ppppiiiiiiiii", gemmTrellisGroupedFp},
+    {"embed", "ppppiiii", embedFp},
+    {"rms_norm", "ppppiiif", rmsNormFp},
+    {"rope", "ppiiiiif", ropeFp},
+    {"router", "ppppiifi", routerFp},
+    {"topk", "ppppiiii", topkFp},
+    {"argmax", "ppppiiiii", argmaxFp},
+    {"indexer_scores", "pppppiif", indexerScoresFp},
+    {"mla_decode", "pppppppiiif", mlaDecodeFp},
+    {nullptr, nullptr, nullptr},
+};
+
+} // namespace glm::rt::twins

@@ -1,0 +1,423 @@
+//===- footprints_helper.cpp - footprints of the helper kernel families ---===//
+//
+// One function per family of kHelperTwins (footprint.h), each reading like
+// its twin in twin_norm_rope.cpp, twin_dsa.cpp, twin_mla.cpp, twin_moe.cpp
+// and twin_misc.cpp. B is the launch's rows (grid.y, or grid.z where the
+// twin says so); KV caches and key caches count one slot of maxCtx rows.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/twins/footprint_util.h"
+
+namespace glm::rt::twins {
+
+using namespace fp;
+
+namespace {
+
+/// Bytes of the helpers' `dt` storage code (0 f32, 1 f16, 2 bf16, 3 E4M3).
+int dtBytes(const Reach &r, size_t k) {
+  const Wide dt = r.raw(k);
+  r.require(dt >= 0 && dt <= 3, k, "is ", int64_t(dt),
+            ", not a storage code 0..3");
+  return dt == 0 ? 4 : dt == 3 ? 1 : 2;
+}
+
+/// A [rows, in] weight W (storage `kDt`) with its scale (`kSk`: 0 none,
+/// 1 FP8 block-128, 2 row, 3 MXFP8), as hx::ldWT indexes them.
+void weightWithScale(Reach &r, size_t kW, size_t kDt, size_t kScale, size_t kSk,
+                     Wide rows, Wide in) {
+  r.need(kW, rows * in, dtBytes(r, kDt));
+  const Wide sk = r.raw(kSk);
+  r.require(sk >= 0 && sk <= 3, kSk, "is ", int64_t(sk),
+            ", not a scale kind 0..3");
+  if (sk == 1)
+    r.need(kScale, ceilDiv(rows, 128) * ceilDiv(in, 128), 4);
+  else if (sk == 2)
+    r.need(kScale, rows, 4);
+  else if (sk == 3)
+    r.need(kScale, rows && in ? (rows - 1) * (in / 32) + (in - 1) / 32 + 1 : 0,
+           1);
+  else
+    r.opt(kScale, 0, 1);
+}
+
+// (table, dt, rowScale, tok, x, d); grid (ceil(d/T), B): row tok[b].
+void embedTokensFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), d = r.at(5), n = std::min(d, r.coveredX());
+  r.need(0, B ? n : 0, dtBytes(r, 1));
+  r.opt(2, B && n ? 1 : 0, 4);
+  r.indexed(0);
+  r.indexed(2);
+  r.need(3, B, 4);
+  r.need(4, span(B, d, n), 4);
+}
+
+// (x, w, y, n, eps, xs, ys); grid (G, B).
+void rmsNormRowsFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), n = r.at(3);
+  r.need(0, span(B, r.at(5), n), 4);
+  r.need(1, B ? n : 0, 4);
+  r.need(2, span(B, r.at(6), n), 4);
+}
+
+// (x, delta, xout, w, y, n, eps); grid (G, B), rows n apart.
+void addRmsNormFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), n = r.at(5);
+  for (size_t k : {0, 1, 2, 4})
+    r.need(k, B * n, 4);
+  r.need(3, B ? n : 0, 4);
+}
+
+// (x, dim, stride, rowStride, pos, theta); grid (vectors, B).
+void ropeRowsFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), V = r.grid(0);
+  const Wide pairs = std::min(r.at(1) / 2, r.block(0));
+  const Wide stride = r.at(2), rowStride = r.at(3);
+  r.need(0,
+         B && V && pairs ? (B - 1) * rowStride + (V - 1) * stride + 2 * pairs
+                         : 0,
+         4);
+  r.need(4, B, 4);
+}
+
+// (kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta); grid (1, B).
+void kvStoreFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), kvr = r.at(5), dr = r.at(6), ctx = r.at(7);
+  const Wide lat = kvr + dr;
+  r.need(0, B * lat, 4);
+  r.need(1, B ? kvr : 0, 4);
+  r.need(2, B ? ctx * lat : 0, 4);
+  r.indexed(2); // slot seq[b]
+  r.need(3, B, 4);
+  r.need(4, B, 4);
+}
+
+// (k, w, bias, keys, seq, pos, hd, dr, maxCtx, theta); grid (1, B).
+void indexKeyStoreFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), hd = r.at(6), dr = r.at(7), ctx = r.at(8);
+  r.require(dr <= hd, 7, "is ", int64_t(dr), ", over hd ", int64_t(hd));
+  r.need(0, B * hd, 4);
+  r.need(1, B ? hd : 0, 4);
+  r.need(2, B ? hd : 0, 4);
+  r.need(3, B ? ctx * hd : 0, 4);
+  r.indexed(3); // slot seq[b]
+  r.need(4, B, 4);
+  r.need(5, B, 4);
+}
+
+// (sel, nsel, pos, maxCtx); grid (n, B): positions < maxCtx.
+void dsaIotaFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), ctx = r.at(3);
+  r.need(0, B * ctx, 4);
+  r.need(1, B, 4);
+  r.need(2, B, 4);
+}
+
+// (qi, keys, wts, score, seq, pos, nh, hd, maxCtx, headScale, dotScale).
+void indexerScoresCtxFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), nh = r.at(6), hd = r.at(7), ctx = r.at(8);
+  r.need(0, B * nh * hd, 4);
+  r.need(1, B ? ctx * hd : 0, 4);
+  r.indexed(1); // slot seq[b]
+  r.need(2, B * nh, 4);
+  r.need(3, B * ctx, 8);
+  r.need(4, B, 4);
+  r.need(5, B, 4);
+}
+
+// (scoreAll, pos, k, flagsAll, selAll, nsel, maxCtx); grid (1, B).
+void dsaSelectFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), ctx = r.at(6);
+  r.at(2);
+  r.need(0, B * ctx, 8);
+  r.need(1, B, 4);
+  r.need(3, B * ctx, 4);
+  r.need(4, B * ctx, 4);
+  r.need(5, B, 4);
+}
+
+/// The MLA head table: grid.x blocks read `entries` heads (plan data < H).
+// mla_attn(qAll, kvBT, cache, seq, selAll, nselp, pAll, maxCtx, ovAll,
+// heads, H, dn, dr, dv, kvr, scale); grid (nHeads, B).
+void mlaAttnFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), nHeads = r.grid(0), ctx = r.at(7);
+  const Wide H = r.at(10), dn = r.at(11), dr = r.at(12), dv = r.at(13),
+             kvr = r.at(14);
+  const Wide rows = nHeads ? B * H : 0;
+  r.need(0, rows * (dn + dr), 4);
+  r.need(1, rows ? kvr * H * (dn + dv) : 0, 4);
+  r.need(2, rows ? ctx * (kvr + dr) : 0, 4);
+  r.indexed(2); // slot seq[b]
+  r.need(3, rows ? B : 0, 4);
+  r.need(4, rows ? B * ctx : 0, 4);
+  r.need(5, rows ? B : 0, 4);
+  r.need(6, rows * ctx, 8);
+  r.need(8, rows * dv, 4);
+  r.need(9, B ? nHeads : 0, 4);
+}
+
+// mla_qabs(qAll, W, dt, scale, sk, heads, qabsAll, H, dn, dr, dv, kvr);
+// grid (nHeads * ceil(kvr/32), B).
+void mlaQabsFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1);
+  const Wide H = r.at(7), dn = r.at(8), dr = r.at(9), dv = r.at(10),
+             kvr = r.at(11, 1);
+  const Wide chunks = ceilDiv(kvr, 32), nHeads = ceilDiv(r.grid(0), chunks);
+  const Wide rows = nHeads ? B * H : 0;
+  r.need(0, rows * (dn + dr), 4);
+  weightWithScale(r, 1, 2, 3, 4, rows ? H * (dn + dv) : 0, kvr);
+  r.need(5, B ? nHeads : 0, 4);
+  // A chunk writes its 32 lanes; the last is partial unless kvr % 32 == 0.
+  r.need(6, rows * kvr, 4);
+}
+
+// mla_core(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, ctxAll,
+// heads, H, dn, dr, kvr, scale); grid (nHeads, B).
+void mlaCoreFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), nHeads = r.grid(0), ctx = r.at(7);
+  const Wide H = r.at(10), dn = r.at(11), dr = r.at(12), kvr = r.at(13, 4);
+  r.require(kvr % 4 == 0 && kvr / 4 <= r.block(0), 13, "is ", int64_t(kvr),
+            "; the kernel needs a multiple of 4 of at most 4 x block");
+  const Wide rows = nHeads ? B * H : 0;
+  r.need(0, rows * (dn + dr), 4);
+  r.need(1, rows * kvr, 4);
+  r.need(2, rows ? ctx * (kvr + dr) : 0, 4);
+  r.indexed(2); // slot seq[b]
+  r.need(3, rows ? B : 0, 4);
+  r.need(4, rows ? B * ctx : 0, 4);
+  r.need(5, rows ? B : 0, 4);
+  r.need(6, rows * ctx, 4);
+  r.need(8, rows * kvr, 4);
+  r.need(9, B ? nHeads : 0, 4);
+}
+
+// mla_out(W, dt, scale, sk, ctxAll, heads, ovAll, H, dn, dv, kvr); grid
+// (nHeads * ceil(dv / (warps * 4)), B).
+void mlaOutFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1);
+  const Wide H = r.at(7), dn = r.at(8), dv = r.at(9, 1), kvr = r.at(10);
+  const Wide rowsB = (r.block(0) / 32) * 4;
+  r.require(rowsB > 0, 9, "is spread over a block without a warp");
+  const Wide per = ceilDiv(dv, rowsB), nHeads = ceilDiv(r.grid(0), per);
+  const Wide rows = nHeads ? B * H : 0;
+  weightWithScale(r, 0, 1, 2, 3, rows ? H * (dn + dv) : 0, kvr);
+  r.need(4, rows * kvr, 4);
+  r.need(5, B ? nHeads : 0, 4);
+  r.need(6, rows * dv, 4);
+}
+
+// transpose(src, dst, rows, cols); grid (ceil(rows*cols/T)).
+void transposeFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide n = r.at(2) * r.at(3), m = std::min(n, r.coveredX());
+  r.need(0, m ? n : 0, 4);
+  r.need(1, m, 4);
+}
+
+// gemv_any(x, xs, w, dt, scale, sk, y, ys, in, out); grid
+// (ceil(out / warps), B), a warp per row.
+void gemvAnyFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), in = r.at(8);
+  const Wide rows = std::min(r.at(9), r.grid(0) * (r.block(0) / 32));
+  r.need(0, rows ? span(B, r.at(1), in) : 0, 4);
+  weightWithScale(r, 2, 3, 4, 5, B ? rows : 0, in);
+  r.need(6, span(B, r.at(7), rows), 4);
+}
+
+// reduce_units(part, units, n, out); grid (ceil(n/T), B).
+void reduceUnitsFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), units = r.at(1), n = r.at(2);
+  const Wide m = std::min(n, r.coveredX());
+  r.need(0, span(B * units, n, m), 8);
+  r.need(3, span(B, n, m), 4);
+}
+
+// route(logitsAll, bias, E, k, normalize, scale, expertsAll, weightsAll);
+// grid (1, B).
+void routeFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), E = r.at(2), k = r.at(3);
+  r.need(0, B * E, 4);
+  r.opt(1, B ? E : 0, 4);
+  r.need(6, B * k, 4);
+  r.need(7, B * k, 4);
+}
+
+// swiglu(g, u, gs, act, n, own); grid (ceil(n/T), B).
+void swigluFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), n = r.at(4), m = std::min(n, r.coveredX());
+  r.need(0, span(B, r.at(2), m), 4);
+  r.need(1, span(B, r.at(2), m), 4);
+  r.need(3, span(B, n, m), 4);
+  r.opt(5, B ? ceilDiv(m, 128) : 0, 1);
+}
+
+// hf_expert_act(gate, up, dt, x, ids, stride, I, d, own, halves, ownE, act);
+// grid (ceil(I/T), U, B). With ids, rows of expert ids[b*U + u] (data;
+// expert 0 counted); without, the bank's first rows and own row ownE.
+void hfExpertActFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide U = r.grid(1), B = r.grid(2);
+  const Wide I = r.at(6), d = r.at(7), halves = r.at(9);
+  const Wide m = std::min(I, r.coveredX());
+  r.at(5);
+  const bool ids = !r.null(4);
+  const Wide ownE = ids ? 0 : r.raw(10);
+  const bool any = U && B && m && (ids || ownE >= 0);
+  const int eb = dtBytes(r, 2);
+  r.need(0, any ? m * d : 0, eb);
+  r.need(1, any ? m * d : 0, eb);
+  r.need(3, any ? B * d : 0, 4);
+  r.opt(4, U * B, 4);
+  r.opt(8, any ? ownE * halves + ceilDiv(m, 128) : 0, 1);
+  r.need(11, span(B * U, I, m), 8);
+  if (ids)
+    for (size_t k : {0, 1, 8})
+      r.indexed(k);
+}
+
+// hf_expert_down(down, dt, act, ids, wts, stride, I, d, U, part, slots,
+// slotBase); grid (ceil(d/T), Y = units * chunks, B).
+void hfExpertDownFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide Y = r.grid(1), B = r.grid(2);
+  const Wide I = r.at(6), d = r.at(7), U = r.at(8);
+  const Wide slots = r.at(10), base = r.at(11);
+  r.at(5);
+  // A unit's rows split in 128-channel chunks: none without channels.
+  r.require(I > 0 || Y == 0, 6, "is 0 on a grid of ", int64_t(Y), " chunks");
+  const Wide chunks = ceilDiv(I, 128), units = ceilDiv(Y, chunks);
+  const Wide m = std::min(d, r.coveredX());
+  const bool any = Y && B && m;
+  r.need(0, any ? m * I : 0, dtBytes(r, 1));
+  r.need(2, any ? ((B - 1) * U + units) * I : 0, 8);
+  r.opt(3, any ? (B - 1) * U + units : 0, 4);
+  r.opt(4, any ? (B - 1) * U + units : 0, 4);
+  r.need(9, any ? ((B - 1) * slots + base + Y - 1) * d + m : 0, 8);
+  if (!r.null(3))
+    r.indexed(0);
+}
+
+// exl3_expert_in(x, suh, ids, xh, d, E, B); grid (ceil(d/T), K, P*B):
+// z = p*B + b.
+void exl3ExpertInFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide K = r.grid(1), Z = r.grid(2);
+  const Wide d = r.at(4), E = r.at(5), Bn = r.at(6, 1);
+  const Wide m = std::min(d, r.coveredX());
+  const Wide rows = std::min(Bn, Z), P = ceilDiv(Z, Bn);
+  const bool any = K && m;
+  r.need(0, any ? span(rows, d, m) : 0, 4);
+  r.need(1, any ? span(P * E, d, m) : 0, 4);
+  r.need(2, any ? rows * K : 0, 4);
+  r.need(3, any ? span(Z * K, d, m) : 0, 4);
+}
+
+// moe_exl3_in(x, suh, ids, xh, d, eTot, nRouted, topk, B); grid
+// (ceil(d/T), slots, 2B): slot k < topk is routed (ids), else shared
+// expert nRouted + k - topk.
+void moeExl3InFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide S = r.grid(1), Z = r.grid(2);
+  const Wide d = r.at(4), eTot = r.at(5), nRouted = r.at(6), topk = r.at(7);
+  const Wide Bn = r.at(8, 1);
+  r.require(Z <= 2 * Bn, 8, "is ", int64_t(Bn), ", below half of grid.z ",
+            int64_t(Z));
+  r.require(S <= topk || nRouted + S - topk <= eTot, 5, "is ", int64_t(eTot),
+            ", below the ", int64_t(nRouted + S - topk),
+            " experts the shared slots reach");
+  const Wide m = std::min(d, r.coveredX());
+  const Wide rows = std::min(Bn, Z), P = ceilDiv(Z, Bn);
+  const bool any = S && m;
+  r.need(0, any ? span(rows, d, m) : 0, 4);
+  r.need(1, any ? span(P * eTot, d, m) : 0, 4);
+  r.need(2, any ? rows * std::min(topk, S) : 0, 4);
+  r.need(3, any ? span((rows * S - 1) * 2 + P, d, m) : 0, 4);
+}
+
+// onehot(X, nb, n, c0); grid (ceil(n/T), nb).
+void onehotFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide rows = std::min(r.grid(1), r.at(1)), n = r.at(2);
+  r.need(0, span(rows, n, std::min(n, r.coveredX())), 4);
+}
+
+// vocab_gather(g, vb, B, maxCount, out, V); grid (ceil(maxCount/T), N, B):
+// slice r holds vb[r+1] - vb[r] <= maxCount columns at vb[r] < V (plan
+// data).
+void vocabGatherFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide N = r.grid(1), Bz = r.grid(2);
+  const Wide B = r.at(2), cnt = r.at(3), V = r.at(5);
+  r.require(Bz <= B, 2, "is ", int64_t(B), ", below grid.z ", int64_t(Bz));
+  const Wide m = std::min(cnt, r.coveredX());
+  const bool any = N && Bz && m;
+  r.need(0, any ? ((N - 1) * B + Bz - 1) * cnt + m : 0, 4);
+  r.need(1, any ? N + 1 : 0, 8);
+  r.need(4, any ? Bz * V : 0, 4);
+}
+
+// sum_parts(parts, np, n, out); grid (ceil(n/T)).
+void sumPartsFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide n = r.at(2), m = std::min(n, r.coveredX());
+  r.need(0, span(r.at(1), n, m), 4);
+  r.need(3, m, 4);
+}
+
+// fill_random(p, n, seed, mask) and fill_f32(p, n, v): a grid-stride loop.
+void fillFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  r.need(0, r.at(1), 4);
+}
+
+} // namespace
+
+const FootprintEntry kHelperFootprints[] = {
+    {"embed_tokens", "pipppi", embedTokensFp},
+    {"rms_norm_rows", "pppidii", rmsNormRowsFp},
+    {"add_rms_norm", "pppppid", addRmsNormFp},
+    {"rope_rows", "piiipd", ropeRowsFp},
+    {"kv_store", "pppppiiidd", kvStoreFp},
+    {"index_key_store", "ppppppiiid", indexKeyStoreFp},
+    {"dsa_iota", "pppi", dsaIotaFp},
+    {"indexer_scores_ctx", "ppppppiiidd", indexerScoresCtxFp},
+    {"dsa_select", "ppipppi", dsaSelectFp},
+    {"mla_attn", "pppppppippiiiiid", mlaAttnFp},
+    {"mla_qabs", "ppipippiiiii", mlaQabsFp},
+    {"mla_core", "pppppppippiiiid", mlaCoreFp},
+    {"mla_out", "pipipppiiii", mlaOutFp},
+    {"transpose", "ppli", transposeFp},
+    {"gemv_any", "pipipipiii", gemvAnyFp},
+    {"reduce_units", "piip", reduceUnitsFp},
+    {"route", "ppiiidpp", routeFp},
+    {"swiglu", "ppipip", swigluFp},
+    {"hf_expert_act", "ppippliipiip", hfExpertActFp},
+    {"hf_expert_down", "pipppliiipii", hfExpertDownFp},
+    {"exl3_expert_in", "ppppiii", exl3ExpertInFp},
+    {"moe_exl3_in", "ppppiiiii", moeExl3InFp},
+    {"onehot", "piii", onehotFp},
+    {"vocab_gather", "ppiipi", vocabGatherFp},
+    {"sum_parts", "piip", sumPartsFp},
+    {"fill_random", "plli", fillFp},
+    {"fill_f32", "plf", fillFp},
+    {nullptr, nullptr, nullptr},
+};
+
+} // namespace glm::rt::twins

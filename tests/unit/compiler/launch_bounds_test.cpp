@@ -1,0 +1,345 @@
+//===- launch_bounds_test.cpp - kernel launches stay inside their buffers -===//
+//
+// The launch-bounds check (runtime/exec/launch_bounds.h) and the family
+// footprints it rests on (runtime/twins/footprint.h), on compiled plans:
+//  - every launch of the tiny hf / EXL3 / exlr8 packs and of the goldens at
+//    1 to 4 ranks passes the check (no false positive);
+//  - footprints are not too small: each of those launches also runs its
+//    twin with every pointer argument copied into a fresh mapping of
+//    exactly its footprint, once ending at a PROT_NONE page and once
+//    starting after one, so a twin touching a byte outside its footprint
+//    faults (the handler names the launch and exits);
+//  - damaged plans (an int raised or negative, an offset moved, a buffer
+//    swapped, a kind changed, a null where a buffer is needed) are refused
+//    by PlanExecutor::load() naming the op, kernel and argument.
+//
+//===----------------------------------------------------------------------===//
+#include "plan_test_util.h"
+
+#include "runtime/exec/cpu_backend.h"
+#include "runtime/exec/launch_bounds.h"
+#include "runtime/exec/plan_executor.h"
+#include "runtime/twins/footprint.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstring>
+#include <set>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace gp = glm::plan;
+namespace twins = glm::rt::twins;
+using namespace glm::rt;
+using plan_test::compilePlan;
+using plan_test::tinyPack;
+
+namespace {
+
+const char *kGoldens = GLM_TEST_DATA_DIR "/../oracle/goldens";
+
+/// What the fault handler prints: the launch being probed.
+char gProbing[512];
+
+void onFault(int) {
+  const char head[] = "\nlaunch_bounds_test: a twin touched memory outside "
+                      "its footprint while probing ";
+  (void)!::write(2, head, sizeof head - 1);
+  (void)!::write(2, gProbing, ::strnlen(gProbing, sizeof gProbing));
+  (void)!::write(2, "\n", 1);
+  ::_exit(3);
+}
+
+/// `bytes` at the end (or the start) of a mapping fenced by PROT_NONE pages.
+class Fenced {
+public:
+  Fenced(const void *src, uint64_t bytes, bool atEnd) {
+    const size_t page = size_t(::sysconf(_SC_PAGESIZE));
+    const size_t body = (bytes + page - 1) / page * page;
+    size_ = body + 2 * page;
+    base_ =
+        static_cast<uint8_t *>(::mmap(nullptr, size_, PROT_READ | PROT_WRITE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    check(base_ != MAP_FAILED, "mmap of ", size_, " bytes failed");
+    ::mprotect(base_, page, PROT_NONE);
+    ::mprotect(base_ + page + body, page, PROT_NONE);
+    data_ = base_ + page + (atEnd ? body - bytes : 0);
+    std::memcpy(data_, src, bytes);
+  }
+  ~Fenced() { ::munmap(base_, size_); }
+  Fenced(const Fenced &) = delete;
+  Fenced &operator=(const Fenced &) = delete;
+  void *data() const { return data_; }
+
+private:
+  uint8_t *base_ = nullptr, *data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// The CPU backend, each launch first probed: the twin run on fenced
+/// copies of its footprints (results thrown away), then the real launch.
+class FencedBackend final : public exec::Backend {
+public:
+  FencedBackend(const gp::Plan &p, std::set<std::string> &probed)
+      : plan_(p), inner_(exec::makeCpuBackend(p)), probed_(probed) {}
+  std::string name() const override { return "cpu"; }
+  uint64_t allocateArena(uint64_t bytes) override {
+    return inner_->allocateArena(bytes);
+  }
+  void write(uint64_t a, const void *src, size_t n) override {
+    inner_->write(a, src, n);
+  }
+  void read(uint64_t a, void *dst, size_t n) override {
+    inner_->read(a, dst, n);
+  }
+  void prepareKernel(uint32_t index, const gp::KernelDef &k) override {
+    inner_->prepareKernel(index, k);
+  }
+  void synchronize() override {}
+  void fillRandomWords(uint64_t, uint64_t, uint64_t, uint32_t) override {
+    FAIL() << "the probe backend fills no random weights";
+  }
+  void setLaunchTiming(bool) override {}
+  std::vector<double> takeLaunchTimes() override { return {}; }
+
+  void launch(uint32_t kernel, const gp::LaunchDims &dims,
+              const std::vector<exec::ResolvedArg> &args) override {
+    const gp::KernelDef &k = plan_.kernels[kernel];
+    twins::Launch l;
+    l.family = k.templateName;
+    l.templateArgs = &k.templateArgs;
+    l.grid[0] = dims.gridX, l.grid[1] = dims.gridY, l.grid[2] = dims.gridZ;
+    l.block[0] = dims.blockX, l.block[1] = dims.blockY;
+    l.block[2] = dims.blockZ;
+    l.smemBytes = dims.smemBytes;
+    l.args.resize(args.size());
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i].kind == gp::ArgKind::Buffer)
+        l.args[i].p = reinterpret_cast<void *>(args[i].address);
+      l.args[i].i = args[i].i;
+      l.args[i].f = args[i].kind == gp::ArgKind::F64 ? args[i].d : args[i].f;
+    }
+    const twins::FootprintEntry *e = twins::findFootprint(k.templateName);
+    check(e != nullptr, "no footprint for ", k.templateName);
+    const twins::Footprint f = twins::footprintOf(*e, l);
+    for (bool atEnd : {true, false}) {
+      std::vector<std::unique_ptr<Fenced>> fences;
+      twins::Launch g = l;
+      for (size_t i = 0; i < args.size(); ++i)
+        if (e->signature[i] == 'p' && l.args[i].p && !f.indexed[i]) {
+          fences.push_back(
+              std::make_unique<Fenced>(l.args[i].p, f.bytes[i], atEnd));
+          g.args[i].p = fences.back()->data();
+        }
+      std::snprintf(gProbing, sizeof gProbing,
+                    "kernel %s (family %s), footprints %s their fences",
+                    k.name.c_str(), k.templateName.c_str(),
+                    atEnd ? "ending at" : "starting after");
+      twins::findTwin(k.templateName)(g);
+    }
+    gProbing[0] = 0;
+    probed_.insert(k.templateName);
+    inner_->launch(kernel, dims, args);
+  }
+
+private:
+  const gp::Plan &plan_;
+  std::unique_ptr<exec::Backend> inner_;
+  std::set<std::string> &probed_;
+};
+
+/// Loads `plan` on fenced CPU backends and runs decode steps at positions
+/// 0..4 (and a batch-2 step when the plan has that graph).
+void probePlan(std::shared_ptr<gp::Plan> plan, const std::string &dir,
+               std::set<std::string> &probed) {
+  EXPECT_NO_THROW(exec::checkLaunchBounds(*plan));
+  struct sigaction sa = {};
+  sa.sa_handler = onFault;
+  struct sigaction oldSegv, oldBus;
+  ::sigaction(SIGSEGV, &sa, &oldSegv);
+  ::sigaction(SIGBUS, &sa, &oldBus);
+  std::vector<uint32_t> ranks;
+  std::vector<std::unique_ptr<exec::Backend>> backends;
+  for (uint32_t r = 0; r < plan->numRanks; ++r) {
+    ranks.push_back(r);
+    backends.push_back(std::make_unique<FencedBackend>(*plan, probed));
+  }
+  exec::PlanExecutor e(plan, dir, ranks, std::move(backends),
+                       exec::inProcessCollectives());
+  e.load();
+  for (int32_t pos = 0; pos < 5; ++pos)
+    e.step({1 + pos}, {pos}, {0});
+  for (const gp::GraphDef &g : plan->ranks[0].graphs)
+    if (g.kind == gp::GraphKind::Decode && g.size == 2)
+      e.step({7, 8}, {5, 6}, {0, 0});
+  ::sigaction(SIGSEGV, &oldSegv, nullptr);
+  ::sigaction(SIGBUS, &oldBus, nullptr);
+}
+
+TEST(LaunchBounds, FootprintsHoldEveryLaunchOfCompiledPlans) {
+  std::set<std::string> probed;
+  const std::string hf = tinyPack("hf"), exl3 = tinyPack("exl3"),
+                    exlr8 = tinyPack("exlr8");
+  probePlan(compilePlan(hf, 1, "", {1, 2}), hf, probed);
+  probePlan(compilePlan(hf, 2), hf, probed);
+  probePlan(compilePlan(exl3, 1), exl3, probed);
+  probePlan(compilePlan(exl3, 2), exl3, probed);
+  probePlan(compilePlan(exlr8, 1, "mixed"), exlr8, probed);
+  probePlan(compilePlan(exlr8, 3, "mixed"), exlr8, probed);
+  for (const char *g : {"glm_dsa_a", "glm_dsa_b"}) {
+    const std::string dir = std::string(kGoldens) + "/" + g;
+    probePlan(compilePlan(dir, 1), dir, probed);
+    probePlan(compilePlan(dir, g[8] == 'a' ? 2 : 4), dir, probed);
+  }
+  std::string list;
+  for (const std::string &f : probed)
+    list += " " + f;
+  std::printf("[ bounds ] %zu families probed:%s\n", probed.size(),
+              list.c_str());
+  EXPECT_GE(probed.size(), 15u);
+}
+
+// ---------------------------------------------------------- damaged plans
+class DamagedPlan : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(tinyPack("hf"));
+    plan_ = new std::shared_ptr<gp::Plan>(compilePlan(*dir_, 1));
+  }
+  static void TearDownTestSuite() {
+    delete plan_;
+    delete dir_;
+  }
+  /// A copy of the compiled plan to damage.
+  std::shared_ptr<gp::Plan> copy() {
+    return std::make_shared<gp::Plan>(**plan_);
+  }
+  /// The first op of rank 0 running family `family` with an argument
+  /// named `arg`; sets `index` to that argument's position.
+  static gp::OpDef &findOp(gp::Plan &p, const std::string &family,
+                           const std::string &arg, size_t &index) {
+    for (gp::GraphDef &g : p.ranks[0].graphs)
+      for (gp::OpDef &op : g.ops)
+        if (op.kernel >= 0 && p.kernels[op.kernel].templateName == family)
+          for (size_t i = 0; i < op.args.size(); ++i)
+            if (op.args[i].name == arg) {
+              index = i;
+              return op;
+            }
+    fail("no ", family, " op with argument ", arg);
+  }
+  /// load() of `p` throws an Error naming op, kernel and argument.
+  void expectRefused(std::shared_ptr<gp::Plan> p, const gp::OpDef &op,
+                     const std::string &arg, const std::string &also = "") {
+    std::vector<std::unique_ptr<exec::Backend>> backends;
+    backends.push_back(exec::makeCpuBackend(*p));
+    exec::PlanExecutor e(p, *dir_, {0}, std::move(backends),
+                         exec::inProcessCollectives());
+    try {
+      e.load();
+      ADD_FAILURE() << "load() accepted the damaged plan (" << op.name << ", "
+                    << arg << ")";
+    } catch (const Error &x) {
+      const std::string m = x.what();
+      EXPECT_NE(m.find("op '" + op.name + "'"), std::string::npos) << m;
+      EXPECT_NE(m.find(p->kernels[op.kernel].name), std::string::npos) << m;
+      EXPECT_NE(m.find("'" + arg + "'"), std::string::npos) << m;
+      EXPECT_NE(m.find("re-plan with this glmc"), std::string::npos) << m;
+      if (!also.empty())
+        EXPECT_NE(m.find(also), std::string::npos) << m;
+    }
+  }
+  static std::string *dir_;
+  static std::shared_ptr<gp::Plan> *plan_;
+};
+std::string *DamagedPlan::dir_ = nullptr;
+std::shared_ptr<gp::Plan> *DamagedPlan::plan_ = nullptr;
+
+TEST_F(DamagedPlan, UndamagedLoads) {
+  auto p = copy();
+  EXPECT_NO_THROW(exec::checkLaunchBounds(*p));
+}
+
+TEST_F(DamagedPlan, RaisedIntIsRefused) {
+  auto p = copy();
+  size_t i = 0;
+  gp::OpDef &op = findOp(*p, "rms_norm_rows", "n", i);
+  op.args[i].i *= 64;
+  // Named by the pointer it pushes out of its buffer, the value shown.
+  expectRefused(p, op, "x", " n=" + std::to_string(op.args[i].i) + " ");
+}
+
+TEST_F(DamagedPlan, RaisedMaxContextIsRefused) {
+  auto p = copy();
+  size_t i = 0;
+  gp::OpDef &op = findOp(*p, "kv_store", "maxCtx", i);
+  op.args[i].i += 1;
+  expectRefused(p, op, "cache", "which holds");
+}
+
+TEST_F(DamagedPlan, NegativeIntIsRefused) {
+  auto p = copy();
+  size_t i = 0;
+  gp::OpDef &op = findOp(*p, "dense_gemv", "out_stride", i);
+  op.args[i].i = -5;
+  expectRefused(p, op, "out_stride", "at least 0");
+}
+
+TEST_F(DamagedPlan, MovedOffsetIsRefused) {
+  auto p = copy();
+  size_t i = 0;
+  gp::OpDef &op = findOp(*p, "dense_gemv", "w", i);
+  // Still inside the buffer (what validatePlan holds), but the rows are not.
+  op.args[i].offset = p->ranks[0].buffers[op.args[i].buffer].bytes - 16;
+  expectRefused(p, op, "w", "which holds");
+}
+
+TEST_F(DamagedPlan, SwappedBufferIsRefused) {
+  auto p = copy();
+  size_t i = 0;
+  gp::OpDef &op = findOp(*p, "add_rms_norm", "y", i);
+  uint32_t tokens = 0;
+  for (uint32_t b = 0; b < p->ranks[0].buffers.size(); ++b)
+    if (p->ranks[0].buffers[b].name == "io.tokens")
+      tokens = b;
+  op.args[i].buffer = int32_t(tokens);
+  op.args[i].offset = 0;
+  expectRefused(p, op, "y", "io.tokens");
+}
+
+TEST_F(DamagedPlan, BufferIndexOutOfRangeIsRefused) {
+  auto p = copy();
+  size_t i = 0;
+  gp::OpDef &op = findOp(*p, "rms_norm_rows", "x", i);
+  op.args[i].buffer = int32_t(p->ranks[0].buffers.size() + 3);
+  expectRefused(p, op, "x");
+}
+
+TEST_F(DamagedPlan, ChangedKindIsRefused) {
+  auto p = copy();
+  size_t i = 0;
+  gp::OpDef &op = findOp(*p, "rms_norm_rows", "n", i);
+  op.args[i].kind = gp::ArgKind::I64;
+  expectRefused(p, op, "n", "takes an int");
+}
+
+TEST_F(DamagedPlan, NullWhereABufferIsNeededIsRefused) {
+  auto p = copy();
+  size_t i = 0;
+  gp::OpDef &op = findOp(*p, "rms_norm_rows", "w", i);
+  op.args[i].kind = gp::ArgKind::Runtime;
+  op.args[i].name = "null";
+  expectRefused(p, op, "null", "is null");
+}
+
+TEST_F(DamagedPlan, RepeatPastTheRowsIsRefused) {
+  auto p = copy();
+  size_t i = 0;
+  gp::OpDef &op = findOp(*p, "rms_norm_rows", "x", i);
+  op.repeat = 1000;
+  op.rowsPerLaunch = 1;
+  expectRefused(p, op, "x", "launch 1000 of 1000");
+}
+
+} // namespace
