@@ -133,6 +133,19 @@ CompiledKernel compileWithNvrtc(const std::string &source,
                                 const std::string &arch,
                                 const CompileOptions &opt = {});
 
+/// The kernel cache glmc and glm-engine share: $GLMC_KERNEL_CACHE ("off":
+/// none), else $XDG_CACHE_HOME/glmc/kernels, else $HOME/.cache/glmc/kernels;
+/// created on first use; "" when none is usable.
+std::string kernelCacheDir();
+
+/// compileWithNvrtc through the kernel cache: entries are keyed by cacheKey
+/// (source, nvrtcOptionsFor(source), arch or arch+"ptx" for PTX-only, NVRTC
+/// version), so a hit is the bytes NVRTC would produce. `hit` (optional)
+/// says whether NVRTC was skipped.
+CompiledKernel compileCached(const std::string &source,
+                             const std::string &name, const std::string &arch,
+                             bool cubin = true, bool *hit = nullptr);
+
 /// Whether plan kernel `k` was built from the templates, NVRTC options and
 /// NVRTC version of this binary (its recorded cache key, over the archs of
 /// its binaries, is the one this codegen computes): a runtime reuses a

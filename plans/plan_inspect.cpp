@@ -181,6 +181,23 @@ std::string kernelTable(const Plan &plan, const RankPlan &r,
     }
     os << "\n";
   }
+  if (measured) {
+    // How much of the step the measurement covers (every launch is a plan
+    // kernel, so a full profile covers 100%).
+    unsigned kernels = 0, timed = 0, launches = 0, timedLaunches = 0;
+    for (const KernelCost &c : costs) {
+      ++kernels;
+      launches += c.launches;
+      if (c.measuredUs >= 0) {
+        ++timed;
+        timedLaunches += c.launches;
+      }
+    }
+    os << "    measured: " << timed << " of " << kernels << " kernels, "
+       << timedLaunches << " of " << launches << " launches ("
+       << fixed(launches ? 100.0 * timedLaunches / launches : 0, 1)
+       << "%)\n";
+  }
   return os.str();
 }
 

@@ -475,72 +475,17 @@ static std::string plainName(const Spec &s) {
 }
 
 #ifdef GLM_CODEGEN_AVAILABLE
-/// Where NVRTC results are cached across compiles: $GLMC_KERNEL_CACHE
-/// ("off" = no cache), else $XDG_CACHE_HOME/glmc/kernels, else
-/// $HOME/.cache/glmc/kernels; "" when none is usable. Entries are keyed by
-/// codegen::cacheKey (source, options, arch, NVRTC version, templates), so a
-/// hit is the bytes NVRTC would produce.
-static std::string kernelCacheDir() {
-  namespace fs = std::filesystem;
-  std::string dir;
-  if (const char *c = std::getenv("GLMC_KERNEL_CACHE"))
-    dir = c;
-  else if (const char *x = std::getenv("XDG_CACHE_HOME"); x && *x)
-    dir = std::string(x) + "/glmc/kernels";
-  else if (const char *h = std::getenv("HOME"); h && *h)
-    dir = std::string(h) + "/.cache/glmc/kernels";
-  if (dir.empty() || dir == "off")
-    return "";
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  return ec ? "" : dir;
-}
-
-static bool readFile(const std::string &path, std::string &out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    return false;
-  out.assign(std::istreambuf_iterator<char>(f),
-             std::istreambuf_iterator<char>());
-  return bool(f) || f.eof();
-}
-
-/// PTX (and with `cubin` CUBIN) of `k` for `arch`, from the cache or
-/// NVRTC. A PTX-only entry is keyed apart ("+ptx"): its PTX targets the
-/// virtual arch.
-static ::glm::plan::KernelBinary
-compileCached(const ::glm::plan::KernelDef &k, const std::string &arch,
-              const std::string &cache, bool cubin) {
+/// PTX (and with `cubin` CUBIN) of `k` for `arch`, through the kernel
+/// cache glm-engine shares (codegen::compileCached).
+static ::glm::plan::KernelBinary compileCached(const ::glm::plan::KernelDef &k,
+                                               const std::string &arch,
+                                               bool cubin) {
+  ::glm::codegen::CompiledKernel c =
+      ::glm::codegen::compileCached(k.source, k.name, arch, cubin);
   ::glm::plan::KernelBinary bin;
   bin.arch = arch;
-  std::string base;
-  if (!cache.empty()) {
-    base = cache + "/" +
-           ::glm::codegen::cacheKey(k.source, k.nvrtcOptions,
-                                    cubin ? arch : arch + "+ptx",
-                                    ::glm::codegen::nvrtcVersion());
-    std::string ptx, bytes;
-    // The PTX is written last: its presence means the entry is complete.
-    if (readFile(base + ".ptx", ptx) &&
-        (!cubin || readFile(base + ".cubin", bytes))) {
-      bin.ptx = std::move(ptx);
-      bin.cubin.assign(bytes.begin(), bytes.end());
-      return bin;
-    }
-  }
-  ::glm::codegen::CompileOptions opt;
-  opt.cubin = cubin;
-  ::glm::codegen::CompiledKernel c =
-      ::glm::codegen::compileWithNvrtc(k.source, k.name, arch, opt);
   bin.ptx = std::move(c.ptx);
   bin.cubin = std::move(c.cubin);
-  if (!base.empty()) {
-    // The PTX last: its presence means the entry is complete.
-    if (cubin)
-      ::glm::rt::writeFileAtomic(base + ".cubin", bin.cubin.data(),
-                                 bin.cubin.size());
-    ::glm::rt::writeFileAtomic(base + ".ptx", bin.ptx.data(), bin.ptx.size());
-  }
   return bin;
 }
 #endif
@@ -777,7 +722,6 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
              std::make_pair(weight(b), -batch(b));
     });
     const bool doCompile = compile && ::glm::codegen::nvrtcAvailable();
-    const std::string cache = doCompile ? kernelCacheDir() : "";
     if (background && doCompile) {
       // Sources now (string work), NVRTC in the background, big kernels
       // first; emit-plan puts each result back by kernel name.
@@ -789,12 +733,12 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
           out[i].error = ex.what();
           continue;
         }
-        jobs.push_back([k = out[i].kernel, archList, cache,
+        jobs.push_back([k = out[i].kernel, archList,
                         withCubin = bool(cubin)](glmc::KernelBuildResult &r) {
           r.name = k.name;
           for (const std::string &arch : archList) {
             ::glm::plan::KernelBinary bin =
-                compileCached(k, arch, cache, withCubin);
+                compileCached(k, arch, withCubin);
             r.archs.push_back(arch);
             r.ptx.push_back(std::move(bin.ptx));
             r.cubin.emplace_back(bin.cubin.begin(), bin.cubin.end());
@@ -814,7 +758,7 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
               if (doCompile)
                 for (const std::string &arch : archList)
                   out[i].kernel.binaries.push_back(
-                      compileCached(out[i].kernel, arch, cache, cubin));
+                      compileCached(out[i].kernel, arch, cubin));
             } catch (const std::exception &ex) {
               out[i].error = ex.what();
             }

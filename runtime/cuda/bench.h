@@ -32,11 +32,11 @@ struct BenchOptions {
   int reps = 15;               // timed repetitions (median reported)
   double copyGiB = 2.0;        // bytes per copy
   int layers = 8;              // distinct layers per moe-layer graph
-  // --suite step (bench_step.cpp): an index-only pack (glmc synth --preset
-  // glm53 --layout exlr8 --index-only), its manifest, layers (-1: as many
-  // as fit the device) and the position the step runs at.
-  std::string stepPack, stepManifest = "mixed";
-  int stepLayers = -1, stepPosition = 64;
+  // --suite step (bench_plan.cpp): the pack a plan was compiled for (an
+  // index-only one works: glmc synth --preset glm53 --layers 36
+  // --index-only) and the position the step runs at.
+  std::string stepPack;
+  int stepPosition = 64;
   // --plan (bench_plan.cpp): a 1-Spark plan of stepPack, where the
   // measured µs per launch by kernel name go, and whether the step replays
   // a CUDA graph.
@@ -70,21 +70,6 @@ std::string formatBenchTable(const BenchResult &r);
 /// cuBLAS fp16 GEMM on the same shapes (ours/cuBLAS); returns the table.
 /// Progress and rows go to `log`. Throws Error on a CUDA/cuBLAS failure.
 std::string runPrefillBench(const BenchOptions &opt, std::ostream &log);
-
-/// `--suite step` (bench_step.cpp): the whole batch-1 decode step of the
-/// CUDA executor over random trellis/FP8 bytes generated on the device for
-/// opt.stepPack's geometry, as many layers as fit: graph replay time, tok/s,
-/// weight bytes per token and their ratio to `copyGBs` (the roofline), and
-/// the launch-gap share (graph time vs the sum of kernel times, and stream
-/// launches vs graph). Rows are appended to `r`.
-void runStepBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
-
-/// Layers of `pack` (at least 1) whose weights fit `freeBytes` with 10 % and
-/// 4 GiB to spare: weight bytes per layer from the index (its manifest's
-/// widths) plus the fp32 kv_b copy the attention reads when kv_b is trellis
-/// or GLM_MLA_KERNEL is set. The step and plan benches build this many.
-int64_t benchLayersThatFit(const Pack &pack, const ModelConfig &c,
-                           size_t freeBytes);
 
 /// `--suite step --plan PLAN` (bench_plan.cpp): the plan executor runs the
 /// batch-1 decode step of a 1-Spark plan of opt.stepPack on this GPU with

@@ -2,9 +2,7 @@
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
-#include "runtime/base/hash.h"
 
-#include <nvrtc.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -24,11 +22,6 @@ void checkCu(CUresult r, const char *call, const char *file, int line) {
   fail("CUDA call ", call, " failed: ", name ? name : "?", " (",
        msg ? msg : "no message", ") at ", fs::path(file).filename().string(),
        ":", line);
-}
-
-static void checkNvrtc(nvrtcResult r, const char *call) {
-  if (r != NVRTC_SUCCESS)
-    fail("NVRTC call ", call, " failed: ", nvrtcGetErrorString(r));
 }
 
 CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal) {
@@ -157,67 +150,6 @@ CUfunction Module::function(const std::string &name) const {
         "\" is not in the loaded module (plan and kernel source disagree: "
         "re-run glmc compile)");
   return f;
-}
-
-static fs::path cacheDir() {
-  if (const char *d = std::getenv("GLM_KERNEL_CACHE"))
-    return d;
-  const char *home = std::getenv("HOME");
-  return fs::path(home ? home : "/tmp") / ".cache" / "glmc" / "kernels";
-}
-
-std::vector<char> compileCubin(const std::string &source,
-                               const std::string &arch,
-                               const std::vector<std::string> &extra) {
-  int major = 0, minor = 0;
-  checkNvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion");
-  std::vector<std::string> opts = {"--gpu-architecture=" + arch, "-std=c++17",
-                                   "-default-device", "-lineinfo"};
-  opts.insert(opts.end(), extra.begin(), extra.end());
-  std::ostringstream key;
-  key << source << '\0' << arch << '\0' << major << '.' << minor;
-  for (auto &o : opts)
-    key << '\0' << o;
-  std::string k = key.str();
-  fs::path cached = cacheDir() / (hex64(xxh64(k.data(), k.size())) + "_" +
-                                  arch + ".cubin");
-  if (fs::exists(cached)) {
-    std::ifstream in(cached, std::ios::binary);
-    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-  }
-  nvrtcProgram prog;
-  checkNvrtc(nvrtcCreateProgram(&prog, source.c_str(), "glm_kernel.cu", 0,
-                                nullptr, nullptr),
-             "nvrtcCreateProgram");
-  std::vector<const char *> copts;
-  for (auto &o : opts)
-    copts.push_back(o.c_str());
-  nvrtcResult r = nvrtcCompileProgram(prog, (int)copts.size(), copts.data());
-  if (r != NVRTC_SUCCESS) {
-    size_t logSize = 0;
-    nvrtcGetProgramLogSize(prog, &logSize);
-    std::string log(logSize, '\0');
-    nvrtcGetProgramLog(prog, log.data());
-    nvrtcDestroyProgram(&prog);
-    fs::create_directories(cacheDir());
-    fs::path repro = cacheDir() / "failed_kernel.cu";
-    std::ofstream(repro) << source;
-    std::ostringstream os;
-    for (auto &o : opts)
-      os << ' ' << o;
-    fail("NVRTC failed to compile a kernel for ", arch, " (options:", os.str(),
-         "); source saved to ", repro.string(), "\n", log);
-  }
-  size_t size = 0;
-  checkNvrtc(nvrtcGetCUBINSize(prog, &size), "nvrtcGetCUBINSize");
-  std::vector<char> cubin(size);
-  checkNvrtc(nvrtcGetCUBIN(prog, cubin.data()), "nvrtcGetCUBIN");
-  nvrtcDestroyProgram(&prog);
-  std::error_code ec;
-  fs::create_directories(cacheDir(), ec);
-  if (!ec)
-    writeFileAtomic(cached.string(), cubin.data(), cubin.size());
-  return cubin;
 }
 
 void launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,

@@ -1,6 +1,6 @@
-//===- cuda_api.h - thin RAII over the CUDA driver API and NVRTC ----------===//
+//===- cuda_api.h - thin RAII over the CUDA driver API ---------------------===//
 //
-// Every driver/NVRTC call goes through GLM_CU / GLM_NVRTC, which turn a
+// Every driver call goes through GLM_CU, which turns a
 // failure into glm::rt::Error naming the call and the error string, so GPU
 // errors reach main as one line like every other error.
 // Thread-safety: objects are owned by one thread; the context is current on
@@ -78,15 +78,6 @@ public:
 private:
   CUmodule mod_ = nullptr;
 };
-
-/// Compiles CUDA C++ with NVRTC for `arch` ("sm_90"); returns a CUBIN.
-/// Results are cached on disk under $GLM_KERNEL_CACHE (default
-/// ~/.cache/glmc/kernels) keyed by source hash, options, arch and NVRTC
-/// version. A failed compile throws Error with the log and writes the
-/// source beside the cache as a reproducer.
-std::vector<char> compileCubin(const std::string &source,
-                               const std::string &arch,
-                               const std::vector<std::string> &extraOptions = {});
 
 /// Launch with kernel-parameter pointers (cuLaunchKernel).
 void launch(CUfunction f, unsigned gridX, unsigned gridY, unsigned gridZ,

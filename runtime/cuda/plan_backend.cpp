@@ -26,16 +26,6 @@ std::string KernelLoadCounts::summary() const {
 
 namespace {
 
-/// The kernel cache glmc and glm-engine share (docs/passes.md, NVRTC).
-std::string cacheDir() {
-  if (const char *e = std::getenv("GLMC_KERNEL_CACHE"))
-    return e;
-  if (const char *x = std::getenv("XDG_CACHE_HOME"))
-    return std::string(x) + "/glmc/kernels";
-  const char *home = std::getenv("HOME");
-  return std::string(home ? home : "/tmp") + "/.cache/glmc/kernels";
-}
-
 class CudaBackend final : public exec::Backend {
 public:
   CudaBackend(const plan::Plan &p, const CudaDevice &d)
@@ -204,27 +194,15 @@ public:
   CUstream stream_ = nullptr;
 
 private:
-  /// The kernel cache's CUBIN of `source`, else NVRTC's (then cached).
+  /// The kernel cache's CUBIN of `source`, else NVRTC's (then cached):
+  /// the cache and NVRTC wrapper glmc uses (codegen::compileCached).
   std::vector<char> cachedOrNvrtc(const std::string &source,
                                   const std::string &name) {
-    const std::string key = codegen::cacheKey(
-        source, codegen::nvrtcOptions(), arch_, codegen::nvrtcVersion());
-    const std::string path = cacheDir() + "/" + key + ".cubin";
-    std::vector<char> image;
-    std::ifstream in(path, std::ios::binary);
-    if (in) {
-      image.assign(std::istreambuf_iterator<char>(in),
-                   std::istreambuf_iterator<char>());
-      ++counts_.cache;
-      return image;
-    }
-    codegen::CompiledKernel c = codegen::compileWithNvrtc(source, name, arch_);
-    image.assign(c.cubin.begin(), c.cubin.end());
-    std::error_code ec;
-    std::filesystem::create_directories(cacheDir(), ec);
-    writeFileAtomic(path, image.data(), image.size());
-    ++counts_.nvrtc;
-    return image;
+    bool hit = false;
+    codegen::CompiledKernel c =
+        codegen::compileCached(source, name, arch_, /*cubin=*/true, &hit);
+    ++(hit ? counts_.cache : counts_.nvrtc);
+    return std::vector<char>(c.cubin.begin(), c.cubin.end());
   }
   /// The next timing event (the pool grows as a profiled step needs).
   CUevent event() {

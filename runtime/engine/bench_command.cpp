@@ -26,8 +26,8 @@ void addBenchCommand(CLI::App &app, int &rc) {
     std::string suite = "all", table;
     int device = 0, reps = 15, layers = 8;
     double copyGiB = 2.0;
-    std::string stepPack, stepManifest = "mixed";
-    int stepLayers = -1, stepPosition = 64;
+    std::string stepPack;
+    int stepPosition = 64;
     std::string plan, measuredOut;
     bool noGraphs = false;
   };
@@ -53,20 +53,16 @@ void addBenchCommand(CLI::App &app, int &rc) {
                                             "for a bandwidth that counts)")
       ->check(cliNumber(0, 1024, /*loOpen=*/true));
   cmd->add_option("--pack", o->stepPack,
-                  "step: index-only pack whose geometry the whole-step "
-                  "benchmark builds (glmc synth --preset glm53 --layout "
-                  "exlr8 --index-only -o DIR); weights are random");
-  cmd->add_option("--manifest", o->stepManifest,
-                  "step: exlr8 manifest of that pack (default mixed)");
-  cmd->add_option("--step-layers", o->stepLayers,
-                  "step: layers to build (default: as many as fit)")
-      ->check(cliInt(1, 1024));
+                  "step: the pack --plan was compiled for; an index-only "
+                  "pack works (glmc synth --preset glm53 --layout exlr8 "
+                  "--layers 36 --index-only -o DIR): weights are random");
   cmd->add_option("--position", o->stepPosition,
                   "step: decode position the step runs at (default 64)")
       ->check(cliInt(0, 1 << 30));
   cmd->add_option("--plan", o->plan,
-                  "step: run this 1-Spark plan of --pack through the plan "
-                  "executor (random weights) and time its decode step");
+                  "step (implied): run this 1-Spark plan of --pack through "
+                  "the plan executor, random weights, and time its decode "
+                  "step (glmc compile PACK --sparks 1 -o PLAN)");
   cmd->add_option("--measured-out", o->measuredOut,
                   "with --plan: JSON of us per launch by kernel name, for "
                   "glmc inspect PLAN --measured FILE");
@@ -83,8 +79,6 @@ void addBenchCommand(CLI::App &app, int &rc) {
     bo.copyGiB = o->copyGiB;
     // prefill (bench_prefill.cpp) has its own table of TFLOP/s.
     bo.stepPack = o->stepPack;
-    bo.stepManifest = o->stepManifest;
-    bo.stepLayers = o->stepLayers;
     bo.stepPosition = o->stepPosition;
     bo.planPath = o->plan;
     bo.measuredOut = o->measuredOut;
@@ -97,10 +91,7 @@ void addBenchCommand(CLI::App &app, int &rc) {
       cuda::BenchOptions copy = bo;
       copy.suite = "copy";
       cuda::BenchResult r = cuda::runBench(copy, std::cout);
-      if (!bo.planPath.empty())
-        cuda::runPlanStepBench(bo, r, std::cout); // bench_plan.cpp
-      else
-        cuda::runStepBench(bo, r, std::cout); // bench_step.cpp
+      cuda::runPlanStepBench(bo, r, std::cout); // bench_plan.cpp
       table = cuda::formatBenchTable(r);
     } else if (bo.suite != "prefill")
       table = cuda::formatBenchTable(cuda::runBench(bo, std::cout));

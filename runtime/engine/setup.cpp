@@ -9,7 +9,6 @@
 #include "runtime/cpu/tp.h"
 #include "runtime/dist/comm.h"
 #ifdef GLM_HAVE_CUDA_BENCH
-#include "runtime/cuda/executor.h"
 #include "runtime/cuda/plan_backend.h"
 #endif
 #ifdef GLM_HAVE_PLANS
@@ -49,7 +48,12 @@ void addEngineOptions(CLI::App &sub, EngineOptions &o) {
   sub.add_option("--trace", o.trace,
                  "Write one JSON line per kernel launch or collective the "
                  "plan executor runs ({rank, graph, op, kernel, grid, block, "
-                 "bytes}) to FILE (cpu and cuda backends)");
+                 "bytes}) to FILE (cpu and cuda backends; on cuda it "
+                 "launches op by op, as --no-cuda-graphs)");
+  sub.add_flag("--no-cuda-graphs", o.noCudaGraphs,
+               "--backend cuda: launch each step op by op instead of "
+               "replaying the CUDA graph captured at its first step "
+               "(profilers that cannot see inside graphs)");
   sub.add_option("--sparks", o.sparks,
                  "Ranks to emulate when PLAN is `-` (default 1); with a plan "
                  "it must equal the plan's rank count")
@@ -136,6 +140,7 @@ makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
   }
   auto ex = std::make_unique<exec::PlanExecutor>(
       plan, o.pack, std::move(ranks), std::move(backends), std::move(coll));
+  ex->useGraphs(!o.noCudaGraphs);
   if (!o.trace.empty()) {
     auto out = std::make_shared<std::ofstream>(o.trace);
     check(bool(*out), o.trace, ": cannot write the trace file");
