@@ -1,26 +1,19 @@
-//===- generator.h - the generation interface the engine and server use --===//
+//===- generator.h - the reference forward as a Generator -----------------===//
 //
-// A Generator turns prompt token ids into generated ids with a sampling
-// configuration, calling back once per generated token. Backends implement
-// it (cpu here; cuda later); glm-engine run and the server (runtime/serve)
-// only see this interface.
+// `--backend reference`: the hand-written fp32/fp64 forward of
+// runtime/cpu/forward.h behind the Generator interface (runtime/gen), the
+// oracle the plan's runs are checked against.
 //
 // Thread-safety: generate() may be called concurrently from several threads;
-// each call owns its own KV cache (CpuGenerator shares only the immutable
-// weights).
+// each call owns its own KV cache (only the immutable weights are shared).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "runtime/cpu/sampler.h"
 #include "runtime/cpu/tp.h"
-#include "runtime/model/config.h"
+#include "runtime/gen/generator.h"
 
-#include <cstdint>
-#include <functional>
 #include <memory>
-#include <string>
-#include <vector>
 
 namespace glm::rt {
 namespace cpu {
@@ -29,48 +22,6 @@ struct ModelWeights;
 namespace dist {
 class HostComm;
 }
-
-using SamplingParams = cpu::SamplingParams;
-
-struct GenerationResult {
-  std::vector<int64_t> tokens; // generated ids; a stop id is included
-  std::string finishReason;    // "stop" | "length" | "cancelled"
-  int64_t promptTokens = 0;
-};
-
-class Generator {
-public:
-  virtual ~Generator() = default;
-  /// Called after each generated token; return false to stop generating
-  /// (finishReason "cancelled", e.g. a client that disconnected).
-  using TokenCallback = std::function<bool(int64_t token)>;
-
-  /// Runs the prompt, then samples up to params.maxNew tokens, stopping
-  /// after a token in params.stopIds. When `logits` is given it receives
-  /// rows [positions, vocab] flattened: one per prompt position, then one
-  /// per generated token that was fed back (every generated token except
-  /// the last), i.e. the distribution each token was drawn from, in order.
-  /// Throws Error on an empty prompt, an id outside the vocabulary or a
-  /// prompt + maxNew longer than maxContext().
-  virtual GenerationResult generate(const std::vector<int64_t> &prompt,
-                                    const SamplingParams &params,
-                                    const TokenCallback &onToken = {},
-                                    std::vector<float> *logits = nullptr) = 0;
-  virtual const ModelConfig &config() const = 0;
-  virtual int64_t maxContext() const = 0;
-  virtual std::string backendName() const = 0;
-};
-
-/// The backend-independent part of Generator::generate: validates the
-/// request against `config` and `maxContext`, feeds the prompt through
-/// `step` (one decode position -> its logits [vocab]), then samples and feeds
-/// back, with the stop, cancel and logits-row rules documented above.
-GenerationResult
-runGeneration(const ModelConfig &config, int64_t maxContext,
-              const std::vector<int64_t> &prompt, const SamplingParams &params,
-              const Generator::TokenCallback &onToken,
-              std::vector<float> *logitsOut,
-              const std::function<std::vector<float>(int64_t)> &step);
 
 /// The reference executor: every rank of `tp` computed in this process, or
 /// with `comm` (not owned; tp.ranks processes joined) only comm->rank()'s

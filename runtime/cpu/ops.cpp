@@ -77,19 +77,6 @@ void ropeInterleave(float *x, int64_t dim, int64_t pos, double theta) {
   }
 }
 
-void softmax(std::vector<double> &v) {
-  if (v.empty())
-    return;
-  double m = *std::max_element(v.begin(), v.end());
-  double sum = 0;
-  for (double &e : v) {
-    e = std::exp(e - m);
-    sum += e;
-  }
-  for (double &e : v)
-    e /= sum;
-}
-
 std::vector<int64_t> topkIndices(const std::vector<double> &v, int64_t k) {
   std::vector<int64_t> idx(v.size());
   std::iota(idx.begin(), idx.end(), 0);
@@ -100,14 +87,6 @@ std::vector<int64_t> topkIndices(const std::vector<double> &v, int64_t k) {
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), before);
   idx.resize(k);
   return idx;
-}
-
-int64_t argmax(const float *v, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (v[i] > v[best])
-      best = i;
-  return best;
 }
 
 double silu(double x) { return x / (1.0 + std::exp(-x)); }

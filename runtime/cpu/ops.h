@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "runtime/gen/sampler.h"
 #include <cstdint>
 #include <vector>
 
@@ -47,15 +48,13 @@ void layerNorm(const float *x, const float *w, const float *b, float *y,
 /// rotated by angle pos·theta^(−2i/dim). Angles and the rotation in double.
 void ropeInterleave(float *x, int64_t dim, int64_t pos, double theta);
 
-/// In-place softmax in double over v.
-void softmax(std::vector<double> &v);
+// softmax and argmax are the sampler's (runtime/gen/sampler.h).
+using glm::rt::argmax;
+using glm::rt::softmax;
 
 /// Indices of the k largest values, ordered by decreasing value; equal
 /// values keep the lower index first (deterministic tie break).
 std::vector<int64_t> topkIndices(const std::vector<double> &v, int64_t k);
-
-/// Index of the largest value; ties → lower index.
-int64_t argmax(const float *v, int64_t n);
 
 double silu(double x);
 double sigmoid(double x);

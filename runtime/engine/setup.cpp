@@ -6,6 +6,7 @@
 #include "runtime/base/host_memory.h"
 #include "runtime/base/progress.h"
 #include "runtime/cpu/model_weights.h"
+#include "runtime/cpu/generator.h"
 #include "runtime/cpu/tp.h"
 #include "runtime/dist/comm.h"
 #ifdef GLM_HAVE_CUDA_BENCH

@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "runtime/cpu/generator.h"
+#include "runtime/gen/generator.h"
 #include "runtime/formats/pack.h"
 
 #include <memory>

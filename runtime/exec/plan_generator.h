@@ -8,7 +8,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
-#include "runtime/cpu/generator.h"
+#include "runtime/gen/generator.h"
 #include "runtime/exec/plan_executor.h"
 
 #include <memory>

@@ -1,7 +1,7 @@
 //===- cpu_ops_test.cpp - the cpu executor's pieces ------------------------===//
 #include "runtime/base/error.h"
 #include "runtime/cpu/ops.h"
-#include "runtime/cpu/sampler.h"
+#include "runtime/gen/sampler.h"
 
 #include <gtest/gtest.h>
 

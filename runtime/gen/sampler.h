@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace glm::rt::cpu {
+namespace glm::rt {
 
 struct SamplingParams {
   bool greedy = true;       // overrides temperature/top-p
@@ -24,6 +24,11 @@ struct SamplingParams {
   int64_t maxNew = 16;      // tokens to generate at most
   std::vector<int64_t> stopIds; // stop when one is generated (kept in output)
 };
+
+/// In-place softmax in double over v.
+void softmax(std::vector<double> &v);
+/// Index of the largest value; ties → lower index (greedy decoding).
+int64_t argmax(const float *v, int64_t n);
 
 /// xoshiro256** (Blackman & Vigna), seeded by splitmix64.
 class Xoshiro256 {
@@ -48,4 +53,4 @@ private:
   Xoshiro256 rng_;
 };
 
-} // namespace glm::rt::cpu
+} // namespace glm::rt

@@ -1,14 +1,34 @@
 //===- sampler.cpp - greedy and temperature/top-p sampling with a seed ----===//
-#include "runtime/cpu/sampler.h"
+#include "runtime/gen/sampler.h"
 
 #include "runtime/base/error.h"
-#include "runtime/cpu/ops.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-namespace glm::rt::cpu {
+namespace glm::rt {
+
+void softmax(std::vector<double> &v) {
+  if (v.empty())
+    return;
+  double m = *std::max_element(v.begin(), v.end());
+  double sum = 0;
+  for (double &e : v) {
+    e = std::exp(e - m);
+    sum += e;
+  }
+  for (double &e : v)
+    e /= sum;
+}
+
+int64_t argmax(const float *v, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (v[i] > v[best])
+      best = i;
+  return best;
+}
 
 static uint64_t splitmix64(uint64_t &x) {
   uint64_t z = (x += 0x9E3779B97F4A7C15ULL);
@@ -77,4 +97,4 @@ int64_t Sampler::sample(const float *logits, int64_t n) {
   return order[keep - 1];
 }
 
-} // namespace glm::rt::cpu
+} // namespace glm::rt

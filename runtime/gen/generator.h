@@ -1,0 +1,66 @@
+//===- generator.h - the generation interface the engine and server use --===//
+//
+// A Generator turns prompt token ids into generated ids with a sampling
+// configuration, calling back once per generated token. The plan executor
+// (runtime/exec/plan_generator.h, cpu and cuda backends) and the reference
+// forward (runtime/cpu/generator.h) implement it; glm-engine run and the
+// server (runtime/serve) only see this interface. It depends on no backend.
+//
+// Thread-safety: see each implementation (the reference generator allows
+// concurrent generate() calls; the plan generator serialises them).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/gen/sampler.h"
+#include "runtime/model/config.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace glm::rt {
+
+struct GenerationResult {
+  std::vector<int64_t> tokens; // generated ids; a stop id is included
+  std::string finishReason;    // "stop" | "length" | "cancelled"
+  int64_t promptTokens = 0;
+};
+
+class Generator {
+public:
+  virtual ~Generator() = default;
+  /// Called after each generated token; return false to stop generating
+  /// (finishReason "cancelled", e.g. a client that disconnected).
+  using TokenCallback = std::function<bool(int64_t token)>;
+
+  /// Runs the prompt, then samples up to params.maxNew tokens, stopping
+  /// after a token in params.stopIds. When `logits` is given it receives
+  /// rows [positions, vocab] flattened: one per prompt position, then one
+  /// per generated token that was fed back (every generated token except
+  /// the last), i.e. the distribution each token was drawn from, in order.
+  /// Throws Error on an empty prompt, an id outside the vocabulary or a
+  /// prompt + maxNew longer than maxContext().
+  virtual GenerationResult generate(const std::vector<int64_t> &prompt,
+                                    const SamplingParams &params,
+                                    const TokenCallback &onToken = {},
+                                    std::vector<float> *logits = nullptr) = 0;
+  virtual const ModelConfig &config() const = 0;
+  virtual int64_t maxContext() const = 0;
+  virtual std::string backendName() const = 0;
+};
+
+/// The backend-independent part of Generator::generate: validates the
+/// request against `config` and `maxContext`, feeds the prompt through
+/// `step` (one decode position -> its logits [vocab]), then samples and feeds
+/// back, with the stop, cancel and logits-row rules documented above.
+GenerationResult
+runGeneration(const ModelConfig &config, int64_t maxContext,
+              const std::vector<int64_t> &prompt, const SamplingParams &params,
+              const Generator::TokenCallback &onToken,
+              std::vector<float> *logitsOut,
+              const std::function<std::vector<float>(int64_t)> &step);
+
+} // namespace glm::rt
