@@ -173,24 +173,24 @@ struct MoeConfig {
   }
 };
 
-/// GLM_BENCH_MOE_CONFIGS="24:2:128:4:4,48:1:128:4:4:4"
+/// --moe-configs "24:2:128:4:4,48:1:128:4:4:4"
 /// (split:group:threads:pipe:minblocks[:blocksPerSm]; the first is the one
 /// used for the full-layer and expert rows); default 24:2:128:4:4 (one
 /// item per warp, the executor's default), then 24:1:128:4:4:4 (the
 /// persistent path, 4 blocks per SM) and 24:2:256:4:2 (E4M3: the decode
-/// table in shared memory) as comparison rows. GLM_BENCH_MOE_E4M3_ONLY=1
-/// runs only the E4M3 layer cases.
-std::vector<MoeConfig> moeConfigs() {
+/// table in shared memory) as comparison rows. --e4m3-only runs only the
+/// E4M3 layer cases.
+std::vector<MoeConfig> moeConfigs(const std::string &list) {
   std::vector<MoeConfig> v;
-  if (const char *env = std::getenv("GLM_BENCH_MOE_CONFIGS")) {
-    std::stringstream ss(env);
+  if (!list.empty()) {
+    std::stringstream ss(list);
     std::string item;
     while (std::getline(ss, item, ',')) {
       MoeConfig m{};
       const int n = std::sscanf(item.c_str(), "%d:%d:%d:%d:%d:%d", &m.split,
                                 &m.group, &m.threads, &m.pipe, &m.minBlocks,
                                 &m.blocksPerSm);
-      check(n == 5 || n == 6, "bench: GLM_BENCH_MOE_CONFIGS item '", item,
+      check(n == 5 || n == 6, "bench: --moe-configs item '", item,
             "' is not split:group:threads:pipe:minblocks[:blocksPerSm]");
       v.push_back(m);
     }
@@ -377,7 +377,7 @@ void benchExpert(Ctx &c) {
     int H;
   };
   const Shape shapes[] = {{"glm53", 6144}, {"flash", 4096}};
-  const MoeConfig m0 = moeConfigs().front();
+  const MoeConfig m0 = moeConfigs(c.opt.moeConfigs).front();
   // The split must divide hidden/16 at every shape (256 for Flash).
   auto fit = [](MoeConfig m, int H) {
     while ((H / 16) % m.split)
@@ -453,7 +453,7 @@ void benchMoeLayer(Ctx &c) {
   };
   const LayerCase cases[] = {{2, 1, 1}, {3, 1, 1}, {4, 1, 1},
                              {4, 1, 0}, {2, 2, 0}, {3, 2, 0}, {4, 2, 0}};
-  const std::vector<MoeConfig> configs = moeConfigs();
+  const std::vector<MoeConfig> configs = moeConfigs(c.opt.moeConfigs);
   auto expertSpec = [](const LayerCase &lc) {
     return mkSpec("expert_gemv_trellis", {{"widths", std::to_string(lc.K)},
                                           {"codebook", cbName(lc.cb)},
@@ -542,8 +542,8 @@ void benchMoeLayer(Ctx &c) {
   DeviceBuffer routerW(size_t(L) * E * H * 2);
   fillRandom(c.fill, routerW.ptr(), routerW.size(), c.seed++, c.stream);
 
-  // GLM_BENCH_MOE_E4M3_ONLY=1: only the exlr8 (E4M3) cases (quick runs).
-  const bool e4m3Only = std::getenv("GLM_BENCH_MOE_E4M3_ONLY") != nullptr;
+  // --e4m3-only: only the exlr8 (E4M3) cases (quick runs).
+  const bool e4m3Only = c.opt.e4m3Only;
   for (const LayerCase &lc : cases) {
     if (e4m3Only && !lc.e4m3)
       continue;
@@ -643,7 +643,7 @@ void benchMoeLayer(Ctx &c) {
            expertBytes);
 
     // moe_trellis: the same step in two launches (gate/up, down + reduce +
-    // H * signs.out), every config of GLM_BENCH_MOE_CONFIGS.
+    // H * signs.out), every config of --moe-configs.
     MoeWorld w(c, H, E, topk, 1, 1, lc.K, L, maxSplit);
     for (size_t ci = 0; ci < configs.size(); ++ci) {
       const MoeConfig &m = configs[ci];

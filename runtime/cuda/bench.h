@@ -6,7 +6,7 @@
 // (K2/K3/K4 x MCG/MUL1 x E4M3, batch 1 and 8) and a whole MoE layer decode
 // step at batch 1 (router GEMV + router, 8 routed experts + the shared expert,
 // reductions, Hadamards) captured as a CUDA graph, beside the old
-// one-block-per-(half, expert) kernel; GLM_BENCH_MOE_CONFIGS picks launch
+// one-block-per-(half, expert) kernel; --moe-configs picks launch
 // configurations (see bench.cpp). Weights are random trellis bytes generated on the device; kernels
 // come from codegen exactly as a plan's do. CUDA events, warm-ups, medians.
 //
@@ -32,6 +32,11 @@ struct BenchOptions {
   int reps = 15;               // timed repetitions (median reported)
   double copyGiB = 2.0;        // bytes per copy
   int layers = 8;              // distinct layers per moe-layer graph
+  // moe-layer / expert launch configurations to compare (bench.cpp
+  // moeConfigs: "split:group:threads:pipe:minblocks[:blocksPerSm],...";
+  // empty = the defaults) and whether only the E4M3 layer cases run.
+  std::string moeConfigs;
+  bool e4m3Only = false;
   // --suite step (bench_plan.cpp): the pack a plan was compiled for (an
   // index-only one works: glmc synth --preset glm53 --layers 36
   // --index-only) and the position the step runs at.

@@ -29,7 +29,8 @@ void addBenchCommand(CLI::App &app, int &rc) {
     std::string stepPack;
     int stepPosition = 64;
     std::string plan, measuredOut;
-    bool noGraphs = false;
+    bool noGraphs = false, e4m3Only = false;
+    std::string moeConfigs;
   };
   auto o = std::make_shared<Opts>();
   CLI::App *cmd = app.add_subcommand(
@@ -52,6 +53,12 @@ void addBenchCommand(CLI::App &app, int &rc) {
   cmd->add_option("--copy-gib", o->copyGiB, "Bytes per copy, GiB (>= 2 "
                                             "for a bandwidth that counts)")
       ->check(cliNumber(0, 1024, /*loOpen=*/true));
+  cmd->add_option("--moe-configs", o->moeConfigs,
+                  "moe-layer/expert: launch configurations to compare, "
+                  "split:group:threads:pipe:minblocks[:blocksPerSm] comma-"
+                  "separated (the first is used for the layer rows)");
+  cmd->add_flag("--e4m3-only", o->e4m3Only,
+                "moe-layer: only the E4M3 (exlr8) layer cases");
   cmd->add_option("--pack", o->stepPack,
                   "step: the pack --plan was compiled for; an index-only "
                   "pack works (glmc synth --preset glm53 --layout exlr8 "
@@ -77,6 +84,8 @@ void addBenchCommand(CLI::App &app, int &rc) {
     bo.reps = o->reps;
     bo.layers = o->layers;
     bo.copyGiB = o->copyGiB;
+    bo.moeConfigs = o->moeConfigs;
+    bo.e4m3Only = o->e4m3Only;
     // prefill (bench_prefill.cpp) has its own table of TFLOP/s.
     bo.stepPack = o->stepPack;
     bo.stepPosition = o->stepPosition;
