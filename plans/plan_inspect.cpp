@@ -309,6 +309,14 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
      << ", " << plan.kernels.size() << " distinct kernels ("
      << kernelBinariesLabel(plan) << "), times at " << fixed(bw, 0)
      << " GB/s\n";
+  // What the compile was told (glmc compile's options the plan records,
+  // the launch tunings among them).
+  if (!plan.compileOptions.empty()) {
+    os << "compiled with";
+    for (const auto &[k, v] : plan.compileOptions)
+      os << " " << k << "=" << v;
+    os << "\n";
+  }
 
   for (const RankPlan *r : selectedRanks(plan, opt)) {
     os << "\nrank " << r->rank << "\n";
@@ -372,6 +380,7 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
                 std::to_string(plan.schemaMinor);
   j["runtime_abi"] = plan.runtimeAbi;
   j["compiler_version"] = plan.compilerVersion;
+  j["compile_options"] = plan.compileOptions;
   j["num_ranks"] = plan.numRanks;
   j["target_archs"] = plan.targetArchs;
   j["bandwidth_gbps"] = bw;

@@ -7,6 +7,7 @@
 // manifest; the same inputs give the same plan bytes.
 //
 //===----------------------------------------------------------------------===//
+#include "codegen/tuning.h"
 #include "compiler/driver/commands.h"
 #include "compiler/mlir/Import.h"
 #include "compiler/mlir/Passes.h"
@@ -46,6 +47,7 @@ struct CompileArgs {
   std::string arch = "sm_121";
   int64_t maxContext = 8192;
   std::string kvDtype = "bf16";
+  std::string moeTrellisTuning, denseTrellisTuning;
   double memoryPerSpark = 104;
   std::string emit = "plan";
   std::string dumpIrAfter;
@@ -148,6 +150,8 @@ static int runCompile(const CompileArgs &a) {
 #endif
   opt.cubin = a.kernelBinaries == "cubin";
   opt.output = stop == Stage::Plan ? a.output : "";
+  opt.moeTrellisTuning = a.moeTrellisTuning;
+  opt.denseTrellisTuning = a.denseTrellisTuning;
   opt.decodeBatches = intList(a.decodeBatches, "--decode-batches");
   for (int64_t b : opt.decodeBatches)
     glm::rt::check(b >= 1 && b <= 8, "glmc compile: --decode-batches: batch ",
@@ -275,6 +279,32 @@ void addCompileCommand(CLI::App &app, int &rc) {
                   "comma-separated; 0 = no prefill graphs (the activation "
                   "arena is sized for the largest)")
       ->capture_default_str();
+  cmd->add_option("--moe-trellis-tuning", args->moeTrellisTuning,
+                  "launch tuning of the moe_trellis expert kernels, "
+                  "guSplit:downGroup:threads:pipe:minBlocks (default: "
+                  "codegen's for the model, 24:2:128:4:4 at GLM-5.3's "
+                  "width); recorded in the plan, shown by glmc inspect; "
+                  "time the result with glm-engine bench --plan")
+      ->check([](const std::string &v) {
+        try {
+          glm::codegen::parseMoeTrellisTuning(v);
+          return std::string();
+        } catch (const std::exception &e) {
+          return std::string(e.what());
+        }
+      });
+  cmd->add_option("--dense-trellis-tuning", args->denseTrellisTuning,
+                  "launch tuning of the dense_trellis GEMVs, warpsPerSm:"
+                  "minRows:maxSplit:threads:pipe:pipeBatched:minBlocks "
+                  "(default 16:2:128:128:2:2:4); recorded in the plan")
+      ->check([](const std::string &v) {
+        try {
+          glm::codegen::parseDenseTrellisTuning(v);
+          return std::string();
+        } catch (const std::exception &e) {
+          return std::string(e.what());
+        }
+      });
   cmd->add_flag("--no-nvrtc", args->noKernelCompile,
                 "generate kernel sources but do not compile them");
   cmd->add_option("--kernel-binaries", args->kernelBinaries,

@@ -22,6 +22,7 @@
 #include "compiler/mlir/Bindings.h"
 #include "compiler/mlir/KernelBuilds.h"
 #include "compiler/mlir/Passes.h"
+#include "compiler/mlir/Tuning.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
@@ -115,6 +116,7 @@ struct SpecContext {
   std::string kvDtype; // "bf16" | "fp8"
   std::string layout = "exlr8";
   int64_t maxDecode = 1;
+  glmc::Tunings tunings; // the compile's launch tunings (Tuning.h)
   Type typeOf(StringRef sym) {
     if (auto w = symbols.lookup<WeightOp>(sym))
       return w.getType();
@@ -149,7 +151,7 @@ static std::string widthText(int32_t twice) {
 /// unknown) for `b`; fails with the reason when no template decodes the
 /// format.
 static FailureOr<Spec> gemvSpec(Type format, int64_t in, const Bucket &b,
-                                NoKernel &why) {
+                                const glmc::Tunings &tunings, NoKernel &why) {
   if (auto t = dyn_cast<TrellisType>(format)) {
     if (!t.isResolved() || t.getTwiceBits() % 2) {
       why.reason = "trellis width " +
@@ -172,8 +174,7 @@ static FailureOr<Spec> gemvSpec(Type format, int64_t in, const Bucket &b,
     // Decode: dense_trellis, as the CUDA executor runs trellis GEMVs (its
     // tuning, codegen/dense_trellis_abi.h).
     if (haveFamily("dense_trellis")) {
-      const ::glm::codegen::DenseTrellisTuning dt =
-          ::glm::codegen::defaultDenseTrellisTuning();
+      const ::glm::codegen::DenseTrellisTuning dt = tunings.dense();
       const int batch = int(b.batch);
       return Spec{
           "dense_trellis",
@@ -247,7 +248,8 @@ static FailureOr<Spec> gemvSpec(Type format, int64_t in, const Bucket &b,
 /// Whether the executor runs this layer's trellis experts through
 /// moe_trellis: codegen's rule (moe_trellis_abi.h), the one the executor
 /// applies, at the largest decode batch of the plan.
-static bool moeTrellisRuns(FusedExpertGemvOp f, const SpecContext &ctx) {
+static bool moeTrellisRuns(FusedExpertGemvOp f, const SpecContext &ctx,
+                           std::string &tuningRefused) {
   ::glm::codegen::MoeTrellisLayer l;
   l.exl3 = ctx.layout != "exlr8";
   l.inter = f.getInter();
@@ -258,11 +260,22 @@ static bool moeTrellisRuns(FusedExpertGemvOp f, const SpecContext &ctx) {
   l.sharedInter = f.getInter();
   if (!::glm::codegen::moeTrellisRefusal(l).empty())
     return false;
-  return ::glm::codegen::moeTrellisDims(
-             ::glm::codegen::defaultMoeTrellisTuning(f.getHidden()),
-             int(ctx.maxDecode), int(f.getTopK()), int(f.getExperts()),
-             int(f.getShared()), int(f.getHidden()))
-      .valid();
+  const bool valid =
+      ::glm::codegen::moeTrellisDims(ctx.tunings.moe(f.getHidden()),
+                                     int(ctx.maxDecode), int(f.getTopK()),
+                                     int(f.getExperts()), int(f.getShared()),
+                                     int(f.getHidden()))
+          .valid();
+  // A layer moe_trellis runs by default but not under the tuning given:
+  // refused, not silently moved to the per-group kernels.
+  if (!valid && !ctx.tunings.moeText.empty())
+    tuningRefused = "--moe-trellis-tuning " + ctx.tunings.moeText +
+                    " gives moe_trellis launches the kernel traps on at "
+                    "hidden " + str(f.getHidden()) +
+                    " (guSplit must divide hidden/16, downGroup 16, and a "
+                    "persistent grid needs downGroup 1; "
+                    "codegen/moe_trellis_abi.h MoeTrellisDims::valid)";
+  return valid;
 }
 
 /// The kernels one op launches in bucket `b`, in order; empty for
@@ -275,7 +288,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
   // (H(x * suh)), multiply, rotate the output (H(z) * svh).
   const Spec had{"hadamard128", {{"vt", "f32"}, {"threads", "256"}}};
   auto gemv = [&](Type t, int64_t in) {
-    FailureOr<Spec> s = gemvSpec(t, in, b, why);
+    FailureOr<Spec> s = gemvSpec(t, in, b, ctx.tunings, why);
     if (failed(s))
       return false;
     // dense_trellis applies the output rotation itself.
@@ -304,7 +317,13 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
         return failure();
       }
       const bool exl3 = ctx.layout != "exlr8";
-      if (moeTrellisRuns(f, ctx)) {
+      std::string tuningRefused;
+      const bool fused = moeTrellisRuns(f, ctx, tuningRefused);
+      if (!tuningRefused.empty()) {
+        why.reason = tuningRefused;
+        return failure();
+      }
+      if (fused) {
         // The executor's moe_trellis path: one rotation of the input
         // (exlr8: H(x * signs.in); EXL3: the per-slot H(x * suh) rows),
         // then gate/up and down over every routed and shared expert.
@@ -312,7 +331,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
           out.push_back({"moe_exl3_in", {{"threads", "256"}}});
         out.push_back(had);
         const ::glm::codegen::MoeTrellisTuning t =
-            ::glm::codegen::defaultMoeTrellisTuning(f.getHidden());
+            ctx.tunings.moe(f.getHidden());
         for (const char *stage : {"gu", "down"})
           out.push_back(
               {"moe_trellis",
@@ -518,6 +537,15 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
     for (const Bucket &bk : *buckets)
       if (!bk.prefill)
         sctx.maxDecode = std::max(sctx.maxDecode, bk.size);
+    sctx.tunings.moeText = moeTrellisTuning;
+    sctx.tunings.denseText = denseTrellisTuning;
+    try {
+      sctx.tunings.validate();
+    } catch (const ::glm::rt::Error &e) {
+      module.emitError() << "glm-emit-kernels: " << e.what();
+      return signalPassFailure();
+    }
+    setTunings(module, sctx.tunings); // glm-emit-plan reads the same
     std::map<Spec, std::string> names; // distinct specs → kernel name
     std::map<std::string, Spec> byName;
     // Why ops get no kernel: cause → first op and the layers it covers.
@@ -585,16 +613,26 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
     for (auto &[spec, name] : names)
       if (byName.count(name))
         byName[name] = spec;
+    bool refused = false;
     for (auto &[reason, where] : causes) {
       std::string layers;
       for (int64_t l : where.second)
         layers += (layers.empty() ? "" : ", ") + str(l);
+      // A tuning the user gave that the kernels cannot run is an error of
+      // the command line, not a property of the model.
+      if (reason.rfind("--moe-trellis-tuning", 0) == 0) {
+        where.first->emitError() << "glm-emit-kernels: " << reason;
+        refused = true;
+        continue;
+      }
       where.first->emitWarning()
           << "no GPU kernel for " << where.first->getName() << ": " << reason
           << (layers.empty() ? std::string() : " (layers " + layers + ")")
           << "; the plan cannot be executed (glm-engine --backend "
              "reference runs the pack without it)";
     }
+    if (refused)
+      return signalPassFailure();
     SmallVector<Attribute> bucketAttrs;
     for (const Bucket &bk : *buckets)
       bucketAttrs.push_back(b.getDictionaryAttr({

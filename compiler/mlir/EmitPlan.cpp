@@ -11,6 +11,7 @@
 #include "compiler/mlir/Bindings.h"
 #include "compiler/mlir/KernelBuilds.h"
 #include "compiler/mlir/Passes.h"
+#include "compiler/mlir/Tuning.h"
 #include "codegen/dense_gemv_abi.h"
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/moe_trellis_abi.h"
@@ -351,7 +352,7 @@ public:
   ArgBuilder(ModuleOp module, SymbolTable &symbols, RankState &st,
              int64_t rank, int64_t ranks, const std::string &layout)
       : module(module), symbols(symbols), st(st), rank(rank), ranks(ranks),
-        layout(layout) {
+        layout(layout), tunings(glmc::tuningsOf(module)) {
     for (PackOp p : module.getOps<PackOp>())
       packOp = p;
   }
@@ -366,6 +367,7 @@ private:
   RankState &st;
   int64_t rank, ranks;
   std::string layout;
+  glmc::Tunings tunings; // glm.tuning: the compile's launch tunings
   double ropeTheta = -1; // found on first use
 
   /// Bytes per token row of a value's buffer (0 when not per token).
@@ -1219,8 +1221,7 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
         if (f == "dense_trellis") {
           // One launch: split-k partials, their fixed-order sum and the
           // output rotation (H * svh) into y's rows.
-          const ::glm::codegen::DenseTrellisTuning t =
-              ::glm::codegen::defaultDenseTrellisTuning();
+          const ::glm::codegen::DenseTrellisTuning t = tunings.dense();
           ::glm::codegen::DenseTrellisDims dd;
           dd.batch = int(rows);
           dd.in = inPad;
@@ -1339,8 +1340,7 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
            i32Arg(0, "post_stride")};
       d.gridX = ceilDiv(hrows * hidden / 128, warps);
     } else if (f == "moe_trellis") {
-      const ::glm::codegen::MoeTrellisTuning t =
-          ::glm::codegen::defaultMoeTrellisTuning(hidden);
+      const ::glm::codegen::MoeTrellisTuning t = tunings.moe(hidden);
       const ::glm::codegen::MoeTrellisDims dm = ::glm::codegen::moeTrellisDims(
           t, int(rows), int(topk), int(E), int(shared), int(hidden));
       // Scratch and counters sized for the largest template batch, shared
@@ -1906,6 +1906,14 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                            {"layout", m.layout},
                            {"manifest", m.manifest},
                            {"kv_slots", "1"}};
+    {
+      // The launch tunings in effect (given or the defaults).
+      const glmc::Tunings t = glmc::tuningsOf(module);
+      plan.compileOptions["moe_trellis_tuning"] =
+          ::glm::codegen::formatMoeTrellisTuning(t.moe(m.hiddenSize));
+      plan.compileOptions["dense_trellis_tuning"] =
+          ::glm::codegen::formatDenseTrellisTuning(t.dense());
+    }
 
     // Kernels shared by every rank.
     std::map<std::string, int32_t> kernelIndex;

@@ -39,6 +39,8 @@ struct PipelineOptions {
   std::vector<int64_t> decodeBatches;
   std::vector<int64_t> prefillChunks;
   std::string output; // plan file; empty = none
+  /// Launch tunings (codegen/tuning.h text forms; "" = the defaults).
+  std::string moeTrellisTuning, denseTrellisTuning;
 };
 
 /// The stages `glmc compile --emit=` can stop after.

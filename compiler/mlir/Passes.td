@@ -99,7 +99,13 @@ def GlmEmitKernels : Pass<"glm-emit-kernels", "::mlir::ModuleOp"> {
                "decode graph batch sizes, 1..8 (default: 1,2,...,8)">,
     ListOption<"prefillChunks", "prefill-chunks", "int64_t",
                "prefill graph chunk sizes in tokens (default: 512,2048; "
-               "0 = no prefill graphs)">
+               "0 = no prefill graphs)">,
+    Option<"moeTrellisTuning", "moe-trellis-tuning", "std::string", "\"\"",
+           "moe_trellis launches: guSplit:downGroup:threads:pipe:minBlocks "
+           "(empty: codegen's default for the model's hidden size)">,
+    Option<"denseTrellisTuning", "dense-trellis-tuning", "std::string", "\"\"",
+           "dense_trellis launches: warpsPerSm:minRows:maxSplit:threads:pipe:"
+           "pipeBatched:minBlocks (empty: codegen's default)">
   ];
 }
 

@@ -53,6 +53,8 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opt,
   kernels.cubin = opt.cubin;
   kernels.async = opt.compileKernels && stop == Stage::Plan;
   kernels.kvDtype = opt.kvDtype;
+  kernels.moeTrellisTuning = opt.moeTrellisTuning;
+  kernels.denseTrellisTuning = opt.denseTrellisTuning;
   kernels.decodeBatches.assign(opt.decodeBatches.begin(),
                                opt.decodeBatches.end());
   kernels.prefillChunks.assign(opt.prefillChunks.begin(),

@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "plan_test_util.h"
+#include "codegen/tuning.h"
 #include "plans/plan.h"
 #include "runtime/base/error.h"
 #include "runtime/cpu/generator.h"
@@ -155,7 +156,8 @@ TEST(PlanExecCpu, TraceEqualsPlanGraph) {
 
 /// The plan run on the CPU against the reference forward on the same pack:
 /// greedy tokens identical, every position within `tol` relative.
-void checkAgainstReference(const std::string &layout, int ranks, double tol) {
+void checkAgainstReference(const std::string &layout, int ranks, double tol,
+                           const std::string &denseTuning = "") {
   const std::string dir = tinyPack(layout);
   const std::string manifest = layout == "exlr8" ? "mixed" : "";
   PackOpenOptions po;
@@ -164,7 +166,20 @@ void checkAgainstReference(const std::string &layout, int ranks, double tol) {
   const ModelConfig &cfg = *pack->config();
   auto weights = cpu::ModelWeights::load(cfg, *cpu::packWeightSource(*pack));
   auto ref = makeCpuGenerator(weights, cpu::TpLayout::fromRule(cfg, 1), 256);
-  auto plan = compilePlan(dir, ranks, manifest);
+  auto plan = compilePlan(dir, ranks, manifest, {1}, denseTuning);
+  if (!denseTuning.empty()) {
+    // The tuning is what the plan records and what its dense_trellis
+    // kernels were built with.
+    EXPECT_EQ(plan->compileOptions.at("dense_trellis_tuning"), denseTuning);
+    const auto t = glm::codegen::parseDenseTrellisTuning(denseTuning);
+    size_t tuned = 0;
+    for (const glm::plan::KernelDef &k : plan->kernels)
+      if (k.templateName == "dense_trellis") {
+        EXPECT_EQ(k.templateArgs.at("threads"), std::to_string(t.threads));
+        ++tuned;
+      }
+    EXPECT_GT(tuned, 0u) << "the plan runs no dense_trellis";
+  }
   auto gen =
       exec::makePlanGenerator(cpuExecutor(plan, dir), cfg, 256, "cpu");
   const std::vector<int64_t> prompt = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12};
@@ -184,6 +199,12 @@ void checkAgainstReference(const std::string &layout, int ranks, double tol) {
 }
 
 TEST(PlanExecCpu, TinyHfMatchesReference) { checkAgainstReference("hf", 1, 1e-4); }
+/// A non-default dense_trellis tuning (glmc compile --dense-trellis-tuning:
+/// 64-thread blocks, registers instead of the cp.async ring, smaller split)
+/// is a different program of the same numbers.
+TEST(PlanExecCpu, TinyExlr8WithADenseTuningMatchesReference) {
+  checkAgainstReference("exlr8", 2, 1e-4, "8:1:64:64:0:0:2");
+}
 TEST(PlanExecCpu, TinyExl3MatchesReference) {
   checkAgainstReference("exl3", 1, 1e-4);
 }

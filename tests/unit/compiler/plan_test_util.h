@@ -34,7 +34,8 @@ using glm::rt::Pack;
 /// CPU backend runs the twins) with decode graphs of `batches` rows.
 inline std::shared_ptr<glm::plan::Plan>
 compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
-            const std::vector<int64_t> &batches = {1}) {
+            const std::vector<int64_t> &batches = {1},
+            const std::string &denseTrellisTuning = "") {
   mlir::DialectRegistry registry;
   glmc::registerGlmDialects(registry);
   mlir::MLIRContext ctx(registry);
@@ -54,6 +55,7 @@ compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
   opt.maxContext = 256;
   opt.decodeBatches = batches;
   opt.prefillChunks = {0};
+  opt.denseTrellisTuning = denseTrellisTuning;
   opt.output = out.string();
   mlir::PassManager pm(&ctx);
   glmc::buildPipeline(pm, opt);
