@@ -8,8 +8,6 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/footprint_util.h"
 
-#include <limits>
-
 namespace glm::rt::twins {
 
 using namespace fp;
@@ -56,7 +54,9 @@ void headList(Reach &r, size_t k, Wide n, Wide H) {
 void expertIds(Reach &r, size_t k, Wide n, Wide hi) {
   if (r.table(k, n, 4, false))
     for (Wide i = 0; i < n; ++i)
-      r.indexAt(k, i, std::numeric_limits<int32_t>::min(), hi, "an expert id");
+      if (const Wide v = r.i32At(k, i); v >= hi)
+        r.badEntry(k, i, "(an expert id) is ", int64_t(v), ", past the ",
+                   int64_t(hi), " experts the launch holds");
 }
 
 // (table, dt, rowScale, tok, x, d); grid (ceil(d/T), B): row tok[b].
