@@ -3,7 +3,8 @@
 // Resolves each op's arguments the way PlanExecutor::runGraph does (buffer
 // + offset + j * rowsPerLaunch * rowBytes, immediates, Runtime "batch" =
 // rows per launch, Runtime "null"), asks the family's footprint what the
-// launch may touch, and holds every pointer to its buffer.
+// launch may touch (handing it the plan's table contents to check), and
+// holds every pointer to its buffer; then holds the tables read-only.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/exec/launch_bounds.h"
@@ -85,7 +86,8 @@ struct Site {
 /// holds one per expert half: looked up by binary search).
 class Relocations {
 public:
-  explicit Relocations(const gp::RankPlan &rp) : rp(rp), sorted_(rp.buffers.size()) {
+  explicit Relocations(const gp::RankPlan &rp)
+      : rp(rp), sorted_(rp.buffers.size()) {
     for (size_t b = 0; b < rp.buffers.size(); ++b) {
       for (const gp::Relocation &r : rp.buffers[b].relocations)
         sorted_[b].push_back(&r);

@@ -125,8 +125,7 @@ public:
     const uint64_t have = f_.tables->size(k);
     if (Wide(have) < n * size)
       bad(k, "reads ", int64_t(n), " entries of ", size, " bytes from ",
-          f_.tables->name(k), ", which holds ", have,
-          " init bytes from there");
+          f_.tables->name(k), ", which holds ", have, " init bytes from there");
     return true;
   }
   template <class... Parts>
@@ -140,8 +139,9 @@ public:
       badEntry(k, e, "lies past the table's ", f_.tables->size(k),
                " init bytes");
     if (!f_.tables->read(k, uint64_t(at), dst, n))
-      badEntry(k, e, "holds a device address (a relocation) where the "
-                     "kernel reads a number");
+      badEntry(k, e,
+               "holds a device address (a relocation) where the "
+               "kernel reads a number");
   }
   /// Entry e of an int32 / int64 / uint8 table k.
   Wide i32At(size_t k, Wide e) const {
@@ -177,8 +177,8 @@ public:
                Wide stride = 4, Wide field = 0) const {
     const Wide v = i32Field(k, e, stride, field);
     if (v < lo || v >= hi)
-      badEntry(k, e, "(", what, ") is ", int64_t(v), ", outside [",
-               int64_t(lo), ", ", int64_t(hi), ")");
+      badEntry(k, e, "(", what, ") is ", int64_t(v), ", outside [", int64_t(lo),
+               ", ", int64_t(hi), ")");
     return v;
   }
   /// The pointer at byte `at` of table k (entry e): null (zero bytes) or
@@ -192,8 +192,9 @@ public:
       return p;
     uint64_t raw;
     if (!f_.tables->read(k, uint64_t(at), &raw, 8) || raw != 0)
-      badEntry(k, e, "holds a raw address where the kernel reads a pointer "
-                     "the plan relocates (or null)");
+      badEntry(k, e,
+               "holds a raw address where the kernel reads a pointer "
+               "the plan relocates (or null)");
     return p;
   }
   /// The kernel reads `bytes` through pointer p of entry e of table k.

@@ -222,8 +222,9 @@ void groupedItems(Reach &r, Wide items, Wide cols, int xb) {
       continue; // row ids written at run time: data
     Wide last = 0;
     for (Wide j = start; j < start + m; ++j)
-      last = std::max(last, r.indexAt(1, j, 0, std::numeric_limits<int32_t>::max(),
-                                      "an xh row"));
+      last =
+          std::max(last, r.indexAt(1, j, 0, std::numeric_limits<int32_t>::max(),
+                                   "an xh row"));
     r.grow(0, last * xStride + xCol + in, xb);
   }
 }

@@ -11,7 +11,11 @@
 //    faults (the handler names the launch and exits);
 //  - damaged plans (an int raised or negative, an offset moved, a buffer
 //    swapped, a kind changed, a null where a buffer is needed) are refused
-//    by PlanExecutor::load() naming the op, kernel and argument.
+//    by PlanExecutor::load() naming the op, kernel and argument;
+//  - so are damaged tables of the plan (a head out of range, a tile
+//    relocation whose tiles run past the weights, a width the kernel was
+//    not built for, a raw address, a table a kernel or binding could
+//    write), naming the entry; vocab_gather on a hand-built plan.
 //
 //===----------------------------------------------------------------------===//
 #include "plan_test_util.h"
@@ -268,8 +272,8 @@ protected:
                      const std::string &arg, const std::string &also = "") {
     std::vector<std::unique_ptr<exec::Backend>> backends;
     backends.push_back(exec::makeCpuBackend(*p));
-    exec::PlanExecutor e(p, dir.empty() ? *dir_ : dir, {0},
-                         std::move(backends), exec::inProcessCollectives());
+    exec::PlanExecutor e(p, dir.empty() ? *dir_ : dir, {0}, std::move(backends),
+                         exec::inProcessCollectives());
     try {
       e.load();
       ADD_FAILURE() << "load() accepted the damaged plan (" << op.name << ", "
@@ -493,8 +497,7 @@ TEST_F(DamagedPlan, RawAddressInATileTableIsRefused) {
   // A relocated entry without its relocation, its init bytes an address.
   size_t entry = 0;
   lastTile(*p, t, entry);
-  b.relocations.erase(std::remove_if(b.relocations.begin(),
-                                     b.relocations.end(),
+  b.relocations.erase(std::remove_if(b.relocations.begin(), b.relocations.end(),
                                      [&](const gp::Relocation &r) {
                                        return r.at == entry * 8;
                                      }),
@@ -509,14 +512,75 @@ TEST_F(DamagedPlan, RawAddressInATileTableIsRefused) {
 
 TEST_F(DamagedPlan, WidthTheKernelWasNotBuiltForIsRefused) {
   auto p = copyTrellis();
-  const uint32_t t = bufferNamed(*p, ".tiles"),
-                 w = bufferNamed(*p, ".widths");
+  const uint32_t t = bufferNamed(*p, ".tiles"), w = bufferNamed(*p, ".widths");
   size_t entry = 0;
   lastTile(*p, t, entry);
   p->ranks[0].buffers[w].init.at(entry) = 9;
   expectRefused(p, firstReader(*p, w, "widths"), "widths",
                 "entry " + std::to_string(entry) + " of table buffer " +
                     std::to_string(w));
+}
+
+/// A one-op plan of vocab_gather (no compiled plan gathers the
+/// vocabulary): g [2][1][100], bounds {0, 100, 150}, out [1][150].
+std::shared_ptr<gp::Plan> vocabGatherPlan(const std::vector<int64_t> &vb) {
+  auto p = std::make_shared<gp::Plan>();
+  gp::KernelDef k;
+  k.name = "glm_vocab_gather_t128";
+  k.templateName = "vocab_gather";
+  k.launch = {1, 2, 1, 128, 1, 1, 0};
+  p->kernels.push_back(k);
+  gp::RankPlan &rp = p->ranks.emplace_back();
+  auto buffer = [&](const char *name, uint64_t bytes) {
+    gp::BufferDef b;
+    b.name = name;
+    b.bytes = bytes;
+    b.arenaOffset = rp.arenaBytes;
+    b.kind = gp::BufferKind::Scratch;
+    rp.arenaBytes += (bytes + 255) / 256 * 256;
+    rp.buffers.push_back(b);
+    return int32_t(rp.buffers.size() - 1);
+  };
+  const int32_t g = buffer("g", 2 * 100 * 4), t = buffer("table.vb", 24),
+                out = buffer("out", 150 * 4);
+  rp.buffers[t].init.resize(24);
+  std::memcpy(rp.buffers[t].init.data(), vb.data(), 24);
+  gp::OpDef op;
+  op.name = "head.gather";
+  op.kernel = 0;
+  auto buf = [](int32_t b, const char *n) {
+    gp::ArgDef a;
+    a.buffer = b;
+    a.name = n;
+    return a;
+  };
+  auto i32 = [](int64_t v, const char *n) {
+    gp::ArgDef a;
+    a.kind = gp::ArgKind::I32;
+    a.i = v;
+    a.name = n;
+    return a;
+  };
+  op.args = {buf(g, "g"),          buf(t, "vb"),    i32(1, "B"),
+             i32(100, "maxCount"), buf(out, "out"), i32(150, "V")};
+  rp.graphs.push_back({gp::GraphKind::Decode, 1, {op}});
+  return p;
+}
+
+TEST(LaunchBoundsTables, SliceBoundPastTheVocabIsRefused) {
+  EXPECT_NO_THROW(exec::checkLaunchBounds(*vocabGatherPlan({0, 100, 150})));
+  try {
+    exec::checkLaunchBounds(*vocabGatherPlan({0, 100, 151}));
+    ADD_FAILURE() << "accepted a slice past the vocabulary";
+  } catch (const Error &x) {
+    const std::string m = x.what();
+    for (const char *part :
+         {"plan rank 0, graph decode.1, op 'head.gather' (kernel "
+          "glm_vocab_gather_t128): argument 1 'vb' entry 2 of table buffer 1 "
+          "'table.vb' (the end of slice 1) is 151, past the vocabulary of 150",
+          "re-plan with this glmc"})
+      EXPECT_NE(m.find(part), std::string::npos) << m;
+  }
 }
 
 } // namespace

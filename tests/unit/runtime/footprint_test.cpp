@@ -219,11 +219,12 @@ TEST(FootprintTables, VocabGatherSliceBoundsAreOrderedAndInsideTheVocab) {
   MemTables t;
   t.put<int64_t>(1, {0, 100, 150});
   EXPECT_EQ(refusal(l, t), "");
-  EXPECT_TRUE(twins::footprintOf(*twins::findFootprint(l.family), l, &t)
-                  .table[1]);
+  EXPECT_TRUE(
+      twins::footprintOf(*twins::findFootprint(l.family), l, &t).table[1]);
   t.put<int64_t>(1, {0, 100, 160});
-  EXPECT_REFUSED(l, t, 1, "entry 2 of table buffer 1 (the end of slice 1) "
-                          "is 160, past the vocabulary of 150");
+  EXPECT_REFUSED(l, t, 1,
+                 "entry 2 of table buffer 1 (the end of slice 1) "
+                 "is 160, past the vocabulary of 150");
   t.put<int64_t>(1, {0, 100, 90});
   EXPECT_REFUSED(l, t, 1, "entry 2");
   t.put<int64_t>(1, {0, 120, 150}); // slice 0 over maxCount
@@ -284,8 +285,9 @@ TEST(FootprintTables, GroupedItemsHoldTheirTilesRowsAndCount) {
   EXPECT_EQ(f.bytes[3], uint64_t(1000 + 3 * 128 + 128) * 4);
   // Its tiles one byte past the relocation's buffer.
   c.t.relocs[{2, 0}] = GroupedCase::kReach - 1;
-  EXPECT_REFUSED(c.l, c.t, 2, "entry 0 of table buffer 2 (item 0's tiles) "
-                              "points to buffer 0 'weights' + 4096");
+  EXPECT_REFUSED(c.l, c.t, 2,
+                 "entry 0 of table buffer 2 (item 0's tiles) "
+                 "points to buffer 0 'weights' + 4096");
   // A width the kernel was not built for writes NaN, reads no tile.
   c.item(0, 0, 0, 4, 0, 5);
   EXPECT_EQ(refusal(c.l, c.t), "");
@@ -296,8 +298,9 @@ TEST(FootprintTables, GroupedItemsHoldTheirTilesRowsAndCount) {
   c.item(0, 0, 0, 4, 0, 3);
   c.l.args[4].i = 3;
   c.l.grid[0] = 3;
-  EXPECT_REFUSED(c.l, c.t, 2, "reads 3 entries of 32 bytes from buffer 2, "
-                              "which holds 64 init bytes");
+  EXPECT_REFUSED(c.l, c.t, 2,
+                 "reads 3 entries of 32 bytes from buffer 2, "
+                 "which holds 64 init bytes");
   // A raw address where a null or relocated pointer belongs.
   c.l.args[4].i = 2;
   c.l.grid[0] = 2;
@@ -346,13 +349,15 @@ TEST(FootprintTables, ExpertTilesHoldWhatEachOwnedHalfReads) {
     t.relocs[{3, e * 8}] = reach;
   EXPECT_EQ(refusal(l, t), "");
   t.relocs[{3, 32 * 8}] = reach - 1;
-  EXPECT_REFUSED(l, t, 3, "entry 32 of table buffer 3 (down half 0 of "
-                          "expert 0) points to buffer 0 'weights' + 4096, "
-                          "where the kernel reads 6144 bytes");
+  EXPECT_REFUSED(l, t, 3,
+                 "entry 32 of table buffer 3 (down half 0 of "
+                 "expert 0) points to buffer 0 'weights' + 4096, "
+                 "where the kernel reads 6144 bytes");
   t.relocs[{3, 32 * 8}] = reach;
   t.init[4][16] = 2;
-  EXPECT_REFUSED(l, t, 4, "entry 16 of table buffer 4 (up half 0 of expert "
-                          "0) is width 2, not one of the kernel's widths '3'");
+  EXPECT_REFUSED(l, t, 4,
+                 "entry 16 of table buffer 4 (up half 0 of expert "
+                 "0) is width 2, not one of the kernel's widths '3'");
   // A half with a null pointer is not on this rank: nothing is read.
   t.relocs.erase({3, 0});
   EXPECT_EQ(refusal(l, t), "");
@@ -370,8 +375,9 @@ TEST(FootprintTables, ExpertIdTablesStayInsideTheExperts) {
   t.put<int32_t>(2, {0});
   EXPECT_EQ(refusal(l, t), "");
   t.put<int32_t>(2, {1});
-  EXPECT_REFUSED(l, t, 2, "entry 0 of table buffer 2 (an expert id) is 1, "
-                          "past the 1 experts");
+  EXPECT_REFUSED(l, t, 2,
+                 "entry 0 of table buffer 2 (an expert id) is 1, "
+                 "past the 1 experts");
   t.init.clear(); // a router's ids: data
   EXPECT_EQ(refusal(l, t), "");
 
@@ -382,8 +388,7 @@ TEST(FootprintTables, ExpertIdTablesStayInsideTheExperts) {
   t.init[2].assign(48 * 8, 0);
   EXPECT_REFUSED(l, t, 2, "reads 64 entries of 8 bytes");
   t.init[2].assign(96 * 8, 0);
-  EXPECT_EQ(twins::footprintOf(*twins::findFootprint(l.family), l, &t)
-                .bytes[2],
+  EXPECT_EQ(twins::footprintOf(*twins::findFootprint(l.family), l, &t).bytes[2],
             64u * 8);
 }
 
