@@ -3,7 +3,8 @@
 // Resolves each op's arguments the way PlanExecutor::runGraph does (buffer
 // + offset + j * rowsPerLaunch * rowBytes, immediates, Runtime "batch" =
 // rows per launch, Runtime "null"), asks the family's footprint what the
-// launch may touch, and holds every pointer to its buffer.
+// launch may touch (handing it the plan's table contents to check), and
+// holds every pointer to its buffer; then holds the tables read-only.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/exec/launch_bounds.h"
@@ -11,10 +12,13 @@
 #include "runtime/base/error.h"
 #include "runtime/twins/footprint.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace glm::rt::exec {
 
@@ -78,6 +82,96 @@ struct Site {
   }
 };
 
+/// One rank's relocations per buffer, sorted by position (a tile table
+/// holds one per expert half: looked up by binary search).
+class Relocations {
+public:
+  explicit Relocations(const gp::RankPlan &rp)
+      : rp(rp), sorted_(rp.buffers.size()) {
+    for (size_t b = 0; b < rp.buffers.size(); ++b) {
+      for (const gp::Relocation &r : rp.buffers[b].relocations)
+        sorted_[b].push_back(&r);
+      std::sort(sorted_[b].begin(), sorted_[b].end(),
+                [](auto *x, auto *y) { return x->at < y->at; });
+    }
+  }
+  /// The first relocation of buffer b whose 8 bytes end after `at`.
+  const gp::Relocation *from(size_t b, uint64_t at) const {
+    const auto &v = sorted_[b];
+    auto it = std::lower_bound(
+        v.begin(), v.end(), at,
+        [](const gp::Relocation *r, uint64_t a) { return r->at + 8 <= a; });
+    return it == v.end() ? nullptr : *it;
+  }
+  const gp::RankPlan &rp;
+
+private:
+  std::vector<std::vector<const gp::Relocation *>> sorted_;
+};
+
+/// The plan's tables as one launch (repeat j) reads them: each buffer
+/// argument's init bytes from its address, relocations patched in at load
+/// (PlanExecutor::load()), zero past the init bytes.
+class PlanTables final : public twins::Tables {
+public:
+  PlanTables(const Relocations &relocs, const gp::OpDef &op, uint32_t perLaunch)
+      : relocs_(relocs), op_(op), perLaunch_(perLaunch) {}
+  uint32_t repeat = 0;
+
+  bool known(size_t k) const override {
+    const gp::ArgDef &a = op_.args[k];
+    return a.kind == gp::ArgKind::Buffer && a.buffer >= 0 &&
+           !buffer(k).init.empty();
+  }
+  uint64_t size(size_t k) const override {
+    const uint64_t n = buffer(k).init.size(), at = start(k);
+    return at < n ? n - at : 0;
+  }
+  bool read(size_t k, uint64_t at, void *dst, size_t n) const override {
+    const uint64_t from = start(k) + at;
+    const gp::Relocation *r = relocs_.from(op_.args[k].buffer, from);
+    if (r && r->at < from + n)
+      return false; // an address, not known before the arena is
+    std::memcpy(dst, buffer(k).init.data() + from, n);
+    return true;
+  }
+  twins::TablePointer pointer(size_t k, uint64_t at) const override {
+    const uint64_t from = start(k) + at;
+    const gp::Relocation *r = relocs_.from(op_.args[k].buffer, from);
+    twins::TablePointer p;
+    if (!r || r->at != from)
+      return p;
+    p.relocated = true;
+    const auto &bufs = relocs_.rp.buffers;
+    if (r->buffer < bufs.size() && r->offset <= bufs[r->buffer].bytes)
+      p.room = bufs[r->buffer].bytes - r->offset;
+    p.target = "buffer " + std::to_string(r->buffer) +
+               (r->buffer < bufs.size() ? " '" + bufs[r->buffer].name + "'"
+                                        : std::string()) +
+               " + " + std::to_string(r->offset);
+    return p;
+  }
+  std::string name(size_t k) const override {
+    const gp::ArgDef &a = op_.args[k];
+    const uint64_t at = start(k);
+    return "buffer " + std::to_string(a.buffer) + " '" + buffer(k).name + "'" +
+           (at ? " + " + std::to_string(at) : std::string());
+  }
+
+private:
+  const gp::BufferDef &buffer(size_t k) const {
+    return relocs_.rp.buffers[op_.args[k].buffer];
+  }
+  /// The argument's byte in its buffer at this repeat (runGraph's).
+  uint64_t start(size_t k) const {
+    const gp::ArgDef &a = op_.args[k];
+    return a.offset + uint64_t(repeat) * perLaunch_ * a.rowBytes;
+  }
+  const Relocations &relocs_;
+  const gp::OpDef &op_;
+  uint32_t perLaunch_;
+};
+
 /// " n=4096 xs=4096 ..." of a launch (what a damaged integer shows in).
 std::string integers(const Site &s, const twins::Launch &l, const char *sig) {
   std::string out;
@@ -90,7 +184,10 @@ std::string integers(const Site &s, const twins::Launch &l, const char *sig) {
   return out;
 }
 
-void checkOp(const gp::Plan &plan, const Site &s, uint32_t rows) {
+/// Checks one op; returns which of its arguments it reads as tables of
+/// the plan.
+std::vector<bool> checkOp(const Relocations &relocs, const Site &s,
+                          uint32_t rows) {
   const gp::OpDef &op = s.op;
   const twins::FootprintEntry *e = twins::findFootprint(s.k.templateName);
   if (!e)
@@ -159,14 +256,37 @@ void checkOp(const gp::Plan &plan, const Site &s, uint32_t rows) {
              " takes ", paramName(c));
   }
 
+  // A repeated launch whose table argument moves per launch reads other
+  // entries each time: every repeat is checked, the widest footprint kept.
+  PlanTables tables(relocs, op, perLaunch);
   twins::Footprint f;
-  try {
-    f = twins::footprintOf(*e, l);
-  } catch (const twins::BadLaunchArg &b) {
-    s.fail(s.arg(b.arg < n ? b.arg : 0), " ", b.what(), " (grid ", dims.gridX,
-           "x", dims.gridY, "x", dims.gridZ, ", block ", dims.blockX, ")");
-  } catch (const Error &x) {
-    s.fail(x.what());
+  const uint32_t repeats = std::max<uint32_t>(op.repeat, 1);
+  for (uint32_t j = 0; j < repeats; ++j) {
+    tables.repeat = j;
+    twins::Footprint fj;
+    try {
+      fj = twins::footprintOf(*e, l, &tables);
+    } catch (const twins::BadLaunchArg &b) {
+      s.fail(s.arg(b.arg < n ? b.arg : 0), " ", b.what(),
+             repeats > 1 ? " (launch " + std::to_string(j + 1) + " of " +
+                               std::to_string(repeats) + ")"
+                         : std::string(),
+             " (grid ", dims.gridX, "x", dims.gridY, "x", dims.gridZ,
+             ", block ", dims.blockX, ")");
+    } catch (const Error &x) {
+      s.fail(x.what());
+    }
+    if (j == 0) {
+      f = fj;
+    } else {
+      for (size_t i = 0; i < n; ++i)
+        f.bytes[i] = std::max(f.bytes[i], fj.bytes[i]);
+    }
+    bool moves = false;
+    for (size_t i = 0; i < n; ++i)
+      moves |= f.table[i] && op.args[i].rowBytes != 0;
+    if (!moves)
+      break;
   }
 
   for (size_t i = 0; i < n; ++i) {
@@ -197,12 +317,76 @@ void checkOp(const gp::Plan &plan, const Site &s, uint32_t rows) {
              ", grid ", dims.gridX, "x", dims.gridY, "x", dims.gridZ,
              ", block ", dims.blockX);
   }
+  return f.table;
+}
+
+/// A buffer read as a table of the plan, and the first launch reading it.
+struct TableUse {
+  Site site;
+  size_t arg;
+};
+
+/// A table's contents are its init bytes only if nothing else writes
+/// them: no launch argument other than a table read, no weight binding,
+/// no collective, not the runtime's Io rows, no buffer sharing its arena
+/// bytes. (Which arguments a kernel writes is not in the plan: any other
+/// argument into a table is refused.)
+void checkTablesReadOnly(
+    const gp::RankPlan &rp, const std::map<uint32_t, TableUse> &tables,
+    const std::vector<std::pair<Site, std::vector<bool>>> &ops) {
+  auto refuse = [&](const TableUse &u, auto &&...why) {
+    const gp::BufferDef &b = rp.buffers[u.site.op.args[u.arg].buffer];
+    u.site.fail(u.site.arg(u.arg), " reads buffer ",
+                u.site.op.args[u.arg].buffer, " '", b.name,
+                "' as a table of the plan, but ", why...,
+                ": the table would not hold its init bytes");
+  };
+  for (const auto &[site, table] : ops)
+    for (size_t i = 0; i < site.op.args.size(); ++i) {
+      const gp::ArgDef &a = site.op.args[i];
+      if (a.kind != gp::ArgKind::Buffer || a.buffer < 0 || table[i])
+        continue;
+      auto t = tables.find(uint32_t(a.buffer));
+      if (t != tables.end())
+        refuse(t->second, "graph ", site.graph, ", op '", site.op.name,
+               "' (kernel ", site.k.name, ") passes it as ", site.arg(i),
+               ", which may write it");
+    }
+  for (const gp::WeightBinding &w : rp.weights) {
+    auto t = tables.find(w.buffer);
+    if (t != tables.end())
+      refuse(t->second, "the binding of ", w.file, " @", w.offset,
+             " writes it at load");
+  }
+  for (size_t c = 0; c < rp.collectives.size(); ++c) {
+    const int32_t b = rp.collectives[c].buffer;
+    auto t = b >= 0 ? tables.find(uint32_t(b)) : tables.end();
+    if (t != tables.end())
+      refuse(t->second, "collective ", c, " works in place on it");
+  }
+  for (const auto &[b, use] : tables) {
+    const gp::BufferDef &tb = rp.buffers[b];
+    if (tb.kind == gp::BufferKind::Io)
+      refuse(use, "it is an Io buffer the runtime writes");
+    for (size_t o = 0; o < rp.buffers.size(); ++o) {
+      const gp::BufferDef &ob = rp.buffers[o];
+      if (o == b || !ob.bytes || !tb.bytes)
+        continue;
+      if (ob.arenaOffset < tb.arenaOffset + tb.bytes &&
+          tb.arenaOffset < ob.arenaOffset + ob.bytes)
+        refuse(use, "buffer ", o, " '", ob.name,
+               "' shares its bytes in the arena");
+    }
+  }
 }
 
 } // namespace
 
 void checkLaunchBounds(const gp::Plan &plan) {
-  for (const gp::RankPlan &rp : plan.ranks)
+  for (const gp::RankPlan &rp : plan.ranks) {
+    const Relocations relocs(rp);
+    std::vector<std::pair<Site, std::vector<bool>>> ops;
+    std::map<uint32_t, TableUse> tables;
     for (const gp::GraphDef &g : rp.graphs) {
       // runGraph's rows: the decode batch; the Load graph runs with 0.
       const uint32_t rows = g.kind == gp::GraphKind::Load ? 0 : g.size;
@@ -215,9 +399,16 @@ void checkLaunchBounds(const gp::Plan &plan) {
                    "' uses kernel ", op.kernel, " of ", plan.kernels.size(),
                    ": the plan is damaged; re-plan "
                    "with this glmc");
-        checkOp(plan, Site{rp, gname, op, plan.kernels[op.kernel]}, rows);
+        Site s{rp, gname, op, plan.kernels[op.kernel]};
+        std::vector<bool> table = checkOp(relocs, s, rows);
+        for (size_t i = 0; i < table.size(); ++i)
+          if (table[i])
+            tables.emplace(uint32_t(op.args[i].buffer), TableUse{s, i});
+        ops.emplace_back(std::move(s), std::move(table));
       }
     }
+    checkTablesReadOnly(rp, tables, ops);
+  }
 }
 
 } // namespace glm::rt::exec

@@ -8,6 +8,11 @@
 // family's footprint (runtime/twins/footprint.h) accepts the integers, and
 // every pointer's [offset + j * rows * rowBytes, + footprint) lies inside
 // its buffer for every repeat j, null only where the family allows it.
+// Where a kernel indexes by the plan's own tables (buffer init bytes and
+// relocations), the footprint checks each entry it reads against what it
+// assumed (footprint.h), and such a table must be written by nothing else:
+// no other launch argument, weight binding, collective or Io row, no
+// buffer sharing its arena bytes.
 //
 // Thread-safety: a pure function of the plan.
 //
@@ -18,8 +23,9 @@
 
 namespace glm::rt::exec {
 
-/// Throws Error naming the rank, graph, op, kernel, argument and buffer of
-/// the first launch that could step outside its buffers.
+/// Throws Error naming the rank, graph, op, kernel, argument and buffer
+/// (and table entry) of the first launch that could step outside its
+/// buffers.
 void checkLaunchBounds(const plan::Plan &plan);
 
 } // namespace glm::rt::exec

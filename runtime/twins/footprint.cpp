@@ -13,7 +13,8 @@ const FootprintEntry *findFootprint(const std::string &family) {
   return nullptr;
 }
 
-Footprint footprintOf(const FootprintEntry &e, const Launch &l) {
+Footprint footprintOf(const FootprintEntry &e, const Launch &l,
+                      const Tables *tables) {
   const size_t n = std::strlen(e.signature);
   check(l.args.size() == n, "footprint of ", e.family, ": ", l.args.size(),
         " arguments, the family takes ", n);
@@ -21,7 +22,10 @@ Footprint footprintOf(const FootprintEntry &e, const Launch &l) {
   f.bytes.assign(n, 0);
   f.nullable.assign(n, false);
   f.indexed.assign(n, false);
+  f.table.assign(n, false);
+  f.tables = tables;
   e.fn(l, f);
+  f.tables = nullptr;
   return f;
 }
 

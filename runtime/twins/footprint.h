@@ -17,6 +17,17 @@
 // an embedding table, expert 0 of a bank), and what the integers say about
 // the rest (positions < maxCtx, experts < the grid).
 //
+// Where such indices are the plan's own data (a buffer's init bytes and
+// relocations: the MLA head lists, the expert tile-pointer and width
+// tables, vocab_gather's slice bounds, gemm_trellis_grouped's items), the
+// checker hands the footprint the table's contents (Tables) and the
+// footprint, which knows the table's layout, holds every entry the kernel
+// reads to what the rest of the footprint assumed: indices in range, the
+// region read through each tile pointer inside the pointer's target
+// buffer, widths the kernel was built for, slice bounds ordered. Tables
+// written at run time (router expert ids, DSA selections, the Io rows)
+// stay data.
+//
 // Thread-safety: pure functions.
 //
 //===----------------------------------------------------------------------===//
@@ -31,6 +42,33 @@
 
 namespace glm::rt::twins {
 
+/// A pointer stored in a plan table, as the plan will patch it.
+struct TablePointer {
+  bool relocated = false; // a relocation sits at the entry
+  uint64_t room = 0;      // bytes from its target to its buffer's end
+  std::string target;     // "buffer 0 'weights' + 4096", for messages
+};
+
+/// The load-time contents of a launch's pointer arguments, where the plan
+/// gives them: a buffer's init bytes (the rest of the buffer is zero) with
+/// its relocations, from the argument's address (launch_bounds.cpp).
+class Tables {
+public:
+  virtual ~Tables() = default;
+  /// Whether pointer k points into a buffer with init bytes that no
+  /// kernel writes (the checker refuses writers of such buffers).
+  virtual bool known(size_t k) const = 0;
+  /// Init bytes from pointer k's address on.
+  virtual uint64_t size(size_t k) const = 0;
+  /// Copies bytes [at, at + n) of table k (at + n <= size(k)); false when
+  /// a relocation (a device address only known at load) overlaps them.
+  virtual bool read(size_t k, uint64_t at, void *dst, size_t n) const = 0;
+  /// The relocation at byte `at` of table k, if any.
+  virtual TablePointer pointer(size_t k, uint64_t at) const = 0;
+  /// "buffer 7 'scratch.table.heads.0-4'", for messages.
+  virtual std::string name(size_t k) const = 0;
+};
+
 /// What one launch may touch, per argument in parameter order.
 struct Footprint {
   std::vector<uint64_t> bytes; // from the pointer; 0 for a non-pointer
@@ -38,6 +76,11 @@ struct Footprint {
   /// The kernel also reaches past `bytes` by a data index (a token id, a
   /// KV slot, an expert id): `bytes` is what index 0 touches.
   std::vector<bool> indexed;
+  /// The kernel reads pointer k's contents as a table of the plan, and
+  /// they were checked (only with Tables).
+  std::vector<bool> table;
+  /// While the footprint runs: the contents it checks (footprintOf's).
+  const Tables *tables = nullptr;
 };
 
 /// A launch whose own integers are out of range (negative sizes, overflow,
@@ -68,7 +111,10 @@ extern const FootprintEntry kCodegenFootprints[];
 extern const FootprintEntry kHelperFootprints[];
 
 /// Fills the footprint of `l` (its args sized to the signature); throws
-/// BadLaunchArg when the launch's integers are out of range.
-Footprint footprintOf(const FootprintEntry &e, const Launch &l);
+/// BadLaunchArg when the launch's integers are out of range. With
+/// `tables`, also checks the entries of the plan tables the launch reads
+/// (BadLaunchArg naming the entry) and widens `bytes` to what they index.
+Footprint footprintOf(const FootprintEntry &e, const Launch &l,
+                      const Tables *tables = nullptr);
 
 } // namespace glm::rt::twins

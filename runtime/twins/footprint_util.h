@@ -10,6 +10,7 @@
 #include "runtime/twins/footprint.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <initializer_list>
 #include <sstream>
 
@@ -89,6 +90,123 @@ public:
   /// indexed); call after need/opt.
   void indexed(size_t k) { f_.indexed.at(k) = true; }
 
+  /// Pointer k reaches at least `elems` elements of `size` bytes (what
+  /// a plan table's entries index); call after need/opt.
+  void grow(size_t k, Wide elems, int size) {
+    const Wide b = std::max<Wide>(elems, 0) * size;
+    if (b > (Wide(1) << 62))
+      bad(k, "makes the kernel reach more than 2^62 bytes");
+    f_.bytes.at(k) = std::max<uint64_t>(f_.bytes.at(k), uint64_t(b));
+  }
+
+  // ---- plan tables (footprint.h Tables): entries the kernel indexes by.
+
+  /// Whether the checker supplies table contents at all (not when a test
+  /// or a twin asks for the bare footprint).
+  bool checking() const { return f_.tables != nullptr; }
+  /// Pointer k's first `n` entries of `size` bytes, read by the kernel as
+  /// indices, are the plan's data: true when they can be checked. A
+  /// `required` table (heads, tile pointers, widths, slice bounds) that
+  /// is no plan data is refused; an optional one (expert ids, written by
+  /// a router in one plan and a table of zeros in another) is then data.
+  bool table(size_t k, Wide n, int size, bool required) {
+    if (!checking() || null(k))
+      return false;
+    if (!f_.tables->known(k)) {
+      if (required && n > 0)
+        bad(k, "points into ", f_.tables->name(k),
+            ", which holds no table of the plan (no init bytes, or bytes "
+            "written at run time); the kernel indexes by its contents");
+      return false;
+    }
+    f_.table.at(k) = true;
+    if (n <= 0)
+      return false;
+    const uint64_t have = f_.tables->size(k);
+    if (Wide(have) < n * size)
+      bad(k, "reads ", int64_t(n), " entries of ", size, " bytes from ",
+          f_.tables->name(k), ", which holds ", have, " init bytes from there");
+    return true;
+  }
+  template <class... Parts>
+  [[noreturn]] void badEntry(size_t k, Wide e, Parts &&...parts) const {
+    bad(k, "entry ", int64_t(e), " of table ", f_.tables->name(k), " ",
+        std::forward<Parts>(parts)...);
+  }
+  /// Bytes [at, at + n) of table k, as entry e.
+  void bytesAt(size_t k, Wide e, Wide at, void *dst, size_t n) const {
+    if (at < 0 || Wide(f_.tables->size(k)) < at + Wide(n))
+      badEntry(k, e, "lies past the table's ", f_.tables->size(k),
+               " init bytes");
+    if (!f_.tables->read(k, uint64_t(at), dst, n))
+      badEntry(k, e,
+               "holds a device address (a relocation) where the "
+               "kernel reads a number");
+  }
+  /// Entry e of an int32 / int64 / uint8 table k.
+  Wide i32At(size_t k, Wide e) const {
+    int32_t v;
+    bytesAt(k, e, e * 4, &v, 4);
+    return v;
+  }
+  Wide i64At(size_t k, Wide e) const {
+    int64_t v;
+    bytesAt(k, e, e * 8, &v, 8);
+    return v;
+  }
+  Wide u8At(size_t k, Wide e) const {
+    uint8_t v;
+    bytesAt(k, e, e, &v, 1);
+    return v;
+  }
+  /// Entry e of table k of entries `stride` bytes apart, an int32 at byte
+  /// `field` of the entry.
+  Wide i32Field(size_t k, Wide e, Wide stride, Wide field) const {
+    int32_t v;
+    bytesAt(k, e, e * stride + field, &v, 4);
+    return v;
+  }
+  Wide i64Field(size_t k, Wide e, Wide stride, Wide field) const {
+    int64_t v;
+    bytesAt(k, e, e * stride + field, &v, 8);
+    return v;
+  }
+  /// Entry e of table k of entries `stride` bytes apart, an int32 index
+  /// at byte `field`, required in [lo, hi) (what the footprint assumed).
+  Wide indexAt(size_t k, Wide e, Wide lo, Wide hi, const char *what,
+               Wide stride = 4, Wide field = 0) const {
+    const Wide v = i32Field(k, e, stride, field);
+    if (v < lo || v >= hi)
+      badEntry(k, e, "(", what, ") is ", int64_t(v), ", outside [", int64_t(lo),
+               ", ", int64_t(hi), ")");
+    return v;
+  }
+  /// The pointer at byte `at` of table k (entry e): null (zero bytes) or
+  /// a relocation; a raw address in the init bytes is refused.
+  TablePointer pointerAt(size_t k, Wide e, Wide at) const {
+    if (at < 0 || Wide(f_.tables->size(k)) < at + 8)
+      badEntry(k, e, "lies past the table's ", f_.tables->size(k),
+               " init bytes");
+    TablePointer p = f_.tables->pointer(k, uint64_t(at));
+    if (p.relocated)
+      return p;
+    uint64_t raw;
+    if (!f_.tables->read(k, uint64_t(at), &raw, 8) || raw != 0)
+      badEntry(k, e,
+               "holds a raw address where the kernel reads a pointer "
+               "the plan relocates (or null)");
+    return p;
+  }
+  /// The kernel reads `bytes` through pointer p of entry e of table k.
+  void through(size_t k, Wide e, const TablePointer &p, Wide bytes,
+               const std::string &what) const {
+    if (bytes > Wide(p.room))
+      badEntry(k, e, "(", what, ") points to ", p.target,
+               ", where the kernel reads ", int64_t(bytes),
+               " bytes through it but the buffer ends ", p.room,
+               " bytes after it");
+  }
+
   const Launch &l;
 
 private:
@@ -102,6 +220,15 @@ private:
   }
   Footprint &f_;
 };
+
+/// The bit mask of a trellis kernel's template "widths" digits (1..8).
+inline int widthMask(const Reach &r) {
+  int mask = 0;
+  for (char c : r.l.targ("widths"))
+    if (c >= '1' && c <= '8')
+      mask |= 1 << (c - '0');
+  return mask;
+}
 
 /// Bytes of a side-vector storage id (0 f32, 1 f16, 2 bf16).
 inline int storageBytes(int id) { return id == 0 ? 4 : 2; }

@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/footprint_util.h"
 
+#include <limits>
+
 namespace glm::rt::twins {
 
 using namespace fp;
@@ -183,6 +185,50 @@ void gemmTrellisFp(const Launch &l, Footprint &f) {
   r.need(2, span(rows, r.at(7), cols), 4);
 }
 
+/// gemm_trellis_grouped's items when they are a table of the plan
+/// (GemmItem, 32 bytes: tiles @0, z_off @8, row_start @16, rows @20,
+/// x_col @24, k @28; usually built on the device after routing, then
+/// data): an item with tiles and rows > 0 reads min(rows, bm) rows of xh
+/// (through row_ids when set) and writes them to z at z_off; a width
+/// outside the kernel's writes NaN there instead of reading tiles.
+void groupedItems(Reach &r, Wide items, Wide cols, int xb) {
+  const Wide BM = r.targ("bm"), in = r.at(5), xStride = r.at(7);
+  const Wide zStride = r.at(8);
+  const Wide reach =
+      tileSpan(in / 16, ceilDiv(cols, 16), r.at(10), r.at(11), r.at(12)) * 32;
+  const int mask = widthMask(r);
+  for (Wide i = 0; i < items; ++i) {
+    const TablePointer t = r.pointerAt(2, i, 32 * i);
+    const Wide rows = r.i32Field(2, i, 32, 20);
+    if (!t.relocated || rows <= 0)
+      continue;
+    const Wide m = std::min(rows, BM), zOff = r.i64Field(2, i, 32, 8);
+    const Wide start = r.i32Field(2, i, 32, 16);
+    const Wide xCol = r.i32Field(2, i, 32, 24), K = r.i32Field(2, i, 32, 28);
+    if (zOff < 0 || start < 0 || xCol < 0)
+      r.badEntry(2, i, "has z_off ", int64_t(zOff), ", row_start ",
+                 int64_t(start), ", x_col ", int64_t(xCol),
+                 ": offsets must be at least 0");
+    r.grow(3, zOff + span(m, zStride, cols), 4);
+    if (K >= 1 && K <= 8 && (mask >> K & 1))
+      r.through(2, i, t, reach * K,
+                "item " + std::to_string(int64_t(i)) + "'s tiles");
+    if (r.null(1)) {
+      r.grow(0, (start + m - 1) * xStride + xCol + in, xb);
+      continue;
+    }
+    r.grow(1, start + m, 4);
+    if (!r.table(1, start + m, 4, false))
+      continue; // row ids written at run time: data
+    Wide last = 0;
+    for (Wide j = start; j < start + m; ++j)
+      last =
+          std::max(last, r.indexAt(1, j, 0, std::numeric_limits<int32_t>::max(),
+                                   "an xh row"));
+    r.grow(0, last * xStride + xCol + in, xb);
+  }
+}
+
 // (xh, row_ids, items, z, n_items, in, out, x_stride, z_stride, accumulate,
 //  sI, sI8, sJ8): rows, columns of z and tiles come from the items.
 void gemmTrellisGroupedFp(const Launch &l, Footprint &f) {
@@ -198,6 +244,53 @@ void gemmTrellisGroupedFp(const Launch &l, Footprint &f) {
   r.need(3, items ? cols : 0, 4);
   for (size_t k : {0, 1, 3})
     r.indexed(k);
+  if (cols && r.table(2, items, 32, false))
+    groupedItems(r, items, cols, xb);
+}
+
+/// The trellis expert tables (EmitPlan's ExpertTables) of `experts`
+/// experts, halves h < `halves`: entry (e*3 + p)*16 + h of `kTiles` is the
+/// first tile of projection p's half h (a relocation, null when the half
+/// is not on this rank), of `kWidths` its K. A kernel runs a half whose
+/// three pointers are set: gate/up read tileSpan(hidden/16, 8, gu_sI,
+/// gu_sI8, 0) tiles, down tileSpan(8, 8*hidden/128, down_sI, 0, down_sJ8),
+/// 32*K bytes each, through the pointer; K must be one the kernel was
+/// built for (else it leaves shared memory unwritten, or traps).
+void expertTables(Reach &r, size_t kTiles, size_t kWidths, Wide experts,
+                  Wide halves, Wide hidden, size_t kGuSI, size_t kDownSI) {
+  const Wide entries = experts && halves ? (experts * 3 - 1) * 16 + halves : 0;
+  const bool tiles = r.table(kTiles, entries, 8, true);
+  if (!r.table(kWidths, entries, 1, true) || !tiles)
+    return;
+  const int mask = widthMask(r);
+  const Wide gu = tileSpan(hidden / 16, 8, r.at(kGuSI), r.at(kGuSI + 1), 0);
+  const Wide down =
+      tileSpan(8, 8 * (hidden / 128), r.at(kDownSI), 0, r.at(kDownSI + 1));
+  static const char *const kProj[] = {"gate", "up", "down"};
+  for (Wide e = 0; e < experts; ++e)
+    for (Wide h = 0; h < halves; ++h) {
+      TablePointer p[3];
+      bool owned = true;
+      for (int j = 0; j < 3; ++j) {
+        const Wide idx = (e * 3 + j) * 16 + h;
+        p[j] = r.pointerAt(kTiles, idx, idx * 8);
+        owned &= p[j].relocated;
+      }
+      if (!owned)
+        continue;
+      for (int j = 0; j < 3; ++j) {
+        const Wide idx = (e * 3 + j) * 16 + h;
+        const std::string what = std::string(kProj[j]) + " half " +
+                                 std::to_string(int64_t(h)) + " of expert " +
+                                 std::to_string(int64_t(e));
+        const Wide K = r.u8At(kWidths, idx);
+        if (K < 1 || K > 8 || !(mask >> K & 1))
+          r.badEntry(kWidths, idx, "(", what, ") is width ", int64_t(K),
+                     ", not one of the kernel's widths '", r.l.targ("widths"),
+                     "'");
+        r.through(kTiles, idx, p[j], (j < 2 ? gu : down) * 32 * K, what);
+      }
+    }
 }
 
 // (xh, expert_ids, route_w, tiles, widths, gu_svh, gu_su_block, down_suh,
@@ -233,6 +326,11 @@ void expertGemvTrellisFp(const Launch &l, Footprint &f) {
   r.opt(9, nE * hidden, sv);
   r.need(10, slots && nH ? ((slots - 1) * 16 + nH) * hidden : 0, 4);
   r.nonneg({18, 19, 20, 21});
+  // The shared experts' launch reads tables of ids 0 and weights 1 (any
+  // value is safe: the kernel compares ids with its expert).
+  r.table(1, slots, 4, false);
+  r.table(2, slots, 4, false);
+  expertTables(r, 3, 4, nE, nH, hidden, 18, 20);
 }
 
 // (partial, expert_ids, tiles, out, batch, topk, hidden, accumulate)
@@ -246,6 +344,18 @@ void moeReduceFp(const Launch &l, Footprint &f) {
   r.need(2, rows * topk && cols ? 16 : 0, 8); // expert 0's gate halves
   r.indexed(2);
   r.need(3, span(rows, hidden, cols), 4);
+  // The tile table, tested for null only, indexed by the ids: when they
+  // are a plan table (the shared experts' zeros), by these ids.
+  r.table(2, rows * topk && cols ? 16 : 0, 8, true);
+  if (cols && r.table(1, rows * topk, 4, false)) {
+    Wide top = -1;
+    for (Wide i = 0; i < rows * topk; ++i)
+      top = std::max(top, r.i32At(1, i));
+    if (top >= 0) {
+      r.table(2, top * 48 + 16, 8, true);
+      r.grow(2, top * 48 + 16, 8);
+    }
+  }
 }
 
 // (xh, expert_ids, route_w, tiles, widths, gu_svh, gu_su_block, down_suh,
@@ -290,6 +400,9 @@ void moeTrellisFp(const Launch &l, Footprint &f) {
   r.need(12, (batch * topk + nShared) * 16 + nBlk, 4);
   r.need(13, batch * hidden, 4);
   r.nonneg({23, 24, 25, 26});
+  r.table(1, batch * topk, 4, false); // ids outside [0, n_routed) skipped
+  r.table(2, batch * topk, 4, false);
+  expertTables(r, 3, 4, eTot, 16, hidden, 23, 25);
 }
 
 // (logits, bias, ids, weights, batch, experts, scale, renorm)

@@ -41,6 +41,24 @@ void weightWithScale(Reach &r, size_t kW, size_t kDt, size_t kScale, size_t kSk,
     r.opt(kScale, 0, 1);
 }
 
+/// The MLA head list (EmitPlan: this rank's heads of H): `n` int32 head
+/// numbers, each < H, as the footprints' B * H rows assume.
+void headList(Reach &r, size_t k, Wide n, Wide H) {
+  if (r.table(k, n, 4, true))
+    for (Wide i = 0; i < n; ++i)
+      r.indexAt(k, i, 0, H, "a head of H");
+}
+
+/// Expert ids from a plan table (the shared experts' table of zeros; a
+/// router's ids are data): each < `hi` (negative ids are skipped).
+void expertIds(Reach &r, size_t k, Wide n, Wide hi) {
+  if (r.table(k, n, 4, false))
+    for (Wide i = 0; i < n; ++i)
+      if (const Wide v = r.i32At(k, i); v >= hi)
+        r.badEntry(k, i, "(an expert id) is ", int64_t(v), ", past the ",
+                   int64_t(hi), " experts the launch holds");
+}
+
 // (table, dt, rowScale, tok, x, d); grid (ceil(d/T), B): row tok[b].
 void embedTokensFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
@@ -164,6 +182,7 @@ void mlaAttnFp(const Launch &l, Footprint &f) {
   r.need(6, rows * ctx, 8);
   r.need(8, rows * dv, 4);
   r.need(9, B ? nHeads : 0, 4);
+  headList(r, 9, B ? nHeads : 0, H);
 }
 
 // mla_qabs(qAll, W, dt, scale, sk, heads, qabsAll, H, dn, dr, dv, kvr);
@@ -178,6 +197,7 @@ void mlaQabsFp(const Launch &l, Footprint &f) {
   r.need(0, rows * (dn + dr), 4);
   weightWithScale(r, 1, 2, 3, 4, rows ? H * (dn + dv) : 0, kvr);
   r.need(5, B ? nHeads : 0, 4);
+  headList(r, 5, B ? nHeads : 0, H);
   // A chunk writes its 32 lanes; the last is partial unless kvr % 32 == 0.
   r.need(6, rows * kvr, 4);
 }
@@ -201,6 +221,7 @@ void mlaCoreFp(const Launch &l, Footprint &f) {
   r.need(6, rows * ctx, 4);
   r.need(8, rows * kvr, 4);
   r.need(9, B ? nHeads : 0, 4);
+  headList(r, 9, B ? nHeads : 0, H);
 }
 
 // mla_out(W, dt, scale, sk, ctxAll, heads, ovAll, H, dn, dv, kvr); grid
@@ -216,6 +237,7 @@ void mlaOutFp(const Launch &l, Footprint &f) {
   weightWithScale(r, 0, 1, 2, 3, rows ? H * (dn + dv) : 0, kvr);
   r.need(4, rows * kvr, 4);
   r.need(5, B ? nHeads : 0, 4);
+  headList(r, 5, B ? nHeads : 0, H);
   r.need(6, rows * dv, 4);
 }
 
@@ -326,6 +348,7 @@ void exl3ExpertInFp(const Launch &l, Footprint &f) {
   r.need(0, any ? span(rows, d, m) : 0, 4);
   r.need(1, any ? span(P * E, d, m) : 0, 4);
   r.need(2, any ? rows * K : 0, 4);
+  expertIds(r, 2, any ? rows * K : 0, E);
   r.need(3, any ? span(Z * K, d, m) : 0, 4);
 }
 
@@ -348,6 +371,7 @@ void moeExl3InFp(const Launch &l, Footprint &f) {
   r.need(0, any ? span(rows, d, m) : 0, 4);
   r.need(1, any ? span(P * eTot, d, m) : 0, 4);
   r.need(2, any ? rows * std::min(topk, S) : 0, 4);
+  expertIds(r, 2, any ? rows * std::min(topk, S) : 0, eTot);
   r.need(3, any ? span((rows * S - 1) * 2 + P, d, m) : 0, 4);
 }
 
@@ -359,8 +383,8 @@ void onehotFp(const Launch &l, Footprint &f) {
 }
 
 // vocab_gather(g, vb, B, maxCount, out, V); grid (ceil(maxCount/T), N, B):
-// slice r holds vb[r+1] - vb[r] <= maxCount columns at vb[r] < V (plan
-// data).
+// slice r holds vb[r+1] - vb[r] <= maxCount columns at vb[r] < V (the
+// plan's table of N + 1 int64 bounds, checked here).
 void vocabGatherFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide N = r.grid(1), Bz = r.grid(2);
@@ -371,6 +395,20 @@ void vocabGatherFp(const Launch &l, Footprint &f) {
   r.need(0, any ? ((N - 1) * B + Bz - 1) * cnt + m : 0, 4);
   r.need(1, any ? N + 1 : 0, 8);
   r.need(4, any ? Bz * V : 0, 4);
+  if (any && r.table(1, N + 1, 8, true))
+    for (Wide s = 0; s < N; ++s) {
+      const Wide beg = r.i64At(1, s), end = r.i64At(1, s + 1);
+      if (beg < 0)
+        r.badEntry(1, s, "(the start of slice ", int64_t(s), ") is ",
+                   int64_t(beg), ", below 0");
+      if (end < beg || end - beg > cnt)
+        r.badEntry(1, s + 1, "(the end of slice ", int64_t(s), ") is ",
+                   int64_t(end), ": the slice from ", int64_t(beg),
+                   " must hold 0..", int64_t(cnt), " (maxCount) columns");
+      if (end > V)
+        r.badEntry(1, s + 1, "(the end of slice ", int64_t(s), ") is ",
+                   int64_t(end), ", past the vocabulary of ", int64_t(V));
+    }
 }
 
 // sum_parts(parts, np, n, out); grid (ceil(n/T)).

@@ -11,7 +11,11 @@
 //    faults (the handler names the launch and exits);
 //  - damaged plans (an int raised or negative, an offset moved, a buffer
 //    swapped, a kind changed, a null where a buffer is needed) are refused
-//    by PlanExecutor::load() naming the op, kernel and argument.
+//    by PlanExecutor::load() naming the op, kernel and argument;
+//  - so are damaged tables of the plan (a head out of range, a tile
+//    relocation whose tiles run past the weights, a width the kernel was
+//    not built for, a raw address, a table a kernel or binding could
+//    write), naming the entry; vocab_gather on a hand-built plan.
 //
 //===----------------------------------------------------------------------===//
 #include "plan_test_util.h"
@@ -23,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <set>
@@ -206,14 +211,47 @@ protected:
   static void SetUpTestSuite() {
     dir_ = new std::string(tinyPack("hf"));
     plan_ = new std::shared_ptr<gp::Plan>(compilePlan(*dir_, 1));
+    trellisDir_ = new std::string(tinyPack("exlr8"));
+    trellisPlan_ =
+        new std::shared_ptr<gp::Plan>(compilePlan(*trellisDir_, 1, "mixed"));
   }
   static void TearDownTestSuite() {
     delete plan_;
     delete dir_;
+    delete trellisPlan_;
+    delete trellisDir_;
   }
   /// A copy of the compiled plan to damage.
   std::shared_ptr<gp::Plan> copy() {
     return std::make_shared<gp::Plan>(**plan_);
+  }
+  /// A copy of the exlr8 plan (its expert tile tables) to damage; later
+  /// expectRefused calls load it from its pack.
+  std::shared_ptr<gp::Plan> copyTrellis() {
+    dir = *trellisDir_;
+    return std::make_shared<gp::Plan>(**trellisPlan_);
+  }
+  /// Rank 0's buffer whose name ends with `suffix`.
+  static uint32_t bufferNamed(const gp::Plan &p, const std::string &suffix) {
+    const auto &bs = p.ranks[0].buffers;
+    for (uint32_t b = 0; b < bs.size(); ++b)
+      if (bs[b].name.size() >= suffix.size() &&
+          bs[b].name.compare(bs[b].name.size() - suffix.size(), suffix.size(),
+                             suffix) == 0)
+        return b;
+    fail("no buffer named *", suffix);
+  }
+  /// The first op of rank 0 (in check order) passing buffer `b` as its
+  /// argument `arg`: the op a damaged table is refused at.
+  static gp::OpDef &firstReader(gp::Plan &p, uint32_t b,
+                                const std::string &arg) {
+    for (gp::GraphDef &g : p.ranks[0].graphs)
+      for (gp::OpDef &op : g.ops)
+        for (const gp::ArgDef &a : op.args)
+          if (op.kernel >= 0 && a.kind == gp::ArgKind::Buffer &&
+              a.buffer == int32_t(b) && a.name == arg)
+            return op;
+    fail("no op reads buffer ", b, " as ", arg);
   }
   /// The first op of rank 0 running family `family` with an argument
   /// named `arg`; sets `index` to that argument's position.
@@ -234,7 +272,7 @@ protected:
                      const std::string &arg, const std::string &also = "") {
     std::vector<std::unique_ptr<exec::Backend>> backends;
     backends.push_back(exec::makeCpuBackend(*p));
-    exec::PlanExecutor e(p, *dir_, {0}, std::move(backends),
+    exec::PlanExecutor e(p, dir.empty() ? *dir_ : dir, {0}, std::move(backends),
                          exec::inProcessCollectives());
     try {
       e.load();
@@ -250,15 +288,18 @@ protected:
         EXPECT_NE(m.find(also), std::string::npos) << m;
     }
   }
-  static std::string *dir_;
-  static std::shared_ptr<gp::Plan> *plan_;
+  std::string dir; // the pack of the plan being damaged, "" = hf
+  static std::string *dir_, *trellisDir_;
+  static std::shared_ptr<gp::Plan> *plan_, *trellisPlan_;
 };
 std::string *DamagedPlan::dir_ = nullptr;
+std::string *DamagedPlan::trellisDir_ = nullptr;
 std::shared_ptr<gp::Plan> *DamagedPlan::plan_ = nullptr;
+std::shared_ptr<gp::Plan> *DamagedPlan::trellisPlan_ = nullptr;
 
 TEST_F(DamagedPlan, UndamagedLoads) {
-  auto p = copy();
-  EXPECT_NO_THROW(exec::checkLaunchBounds(*p));
+  EXPECT_NO_THROW(exec::checkLaunchBounds(*copy()));
+  EXPECT_NO_THROW(exec::checkLaunchBounds(*copyTrellis()));
 }
 
 TEST_F(DamagedPlan, RaisedIntIsRefused) {
@@ -340,6 +381,206 @@ TEST_F(DamagedPlan, RepeatPastTheRowsIsRefused) {
   op.repeat = 1000;
   op.rowsPerLaunch = 1;
   expectRefused(p, op, "x", "launch 1000 of 1000");
+}
+
+// ------------------------------------------- damaged tables of the plan
+// The numbers kernels read from the plan's own tables (init bytes and
+// relocations): refused naming the entry.
+
+TEST_F(DamagedPlan, HeadOutOfRangeIsRefused) {
+  auto p = copy();
+  const uint32_t t = bufferNamed(*p, ".heads.0-4");
+  gp::BufferDef &b = p->ranks[0].buffers[t];
+  const int32_t four = 4; // H = 4: heads are 0..3
+  std::memcpy(b.init.data() + 2 * 4, &four, 4);
+  expectRefused(p, firstReader(*p, t, "heads"), "heads",
+                "entry 2 of table buffer " + std::to_string(t) +
+                    " 'scratch.table.heads.0-4' (a head of H) is 4, outside "
+                    "[0, 4)");
+}
+
+TEST_F(DamagedPlan, NegativeHeadIsRefused) {
+  auto p = copy();
+  const uint32_t t = bufferNamed(*p, ".heads.0-4");
+  const int32_t minus = -1;
+  std::memcpy(p->ranks[0].buffers[t].init.data(), &minus, 4);
+  expectRefused(p, firstReader(*p, t, "heads"), "heads", "entry 0");
+}
+
+TEST_F(DamagedPlan, AddressInAHeadTableIsRefused) {
+  auto p = copy();
+  const uint32_t t = bufferNamed(*p, ".heads.0-4");
+  p->ranks[0].buffers[t].relocations.push_back({8, 0, 0});
+  expectRefused(p, firstReader(*p, t, "heads"), "heads",
+                "entry 2 of table buffer " + std::to_string(t) +
+                    " 'scratch.table.heads.0-4' holds a device address");
+}
+
+TEST_F(DamagedPlan, HeadsFromABufferWithoutInitBytesAreRefused) {
+  auto p = copy();
+  const uint32_t t = bufferNamed(*p, ".heads.0-4");
+  gp::OpDef &op = firstReader(*p, t, "heads");
+  // A scratch buffer of activations: what heads would hold is run-time data.
+  for (gp::ArgDef &a : op.args)
+    if (a.name == "heads")
+      a.buffer = int32_t(bufferNamed(*p, "mla_qabs"));
+  expectRefused(p, op, "heads", "holds no table of the plan");
+}
+
+TEST_F(DamagedPlan, TablePassedToAnotherArgumentIsRefused) {
+  auto p = copy();
+  const uint32_t t = bufferNamed(*p, ".heads.0-4");
+  const gp::OpDef &reader = firstReader(*p, t, "heads");
+  // embed_tokens' ids, 4 bytes: inside the table's buffer, but an argument
+  // a kernel may write.
+  size_t i = 0;
+  gp::OpDef &op = findOp(*p, "embed_tokens", "tok", i);
+  op.args[i].buffer = int32_t(t);
+  op.args[i].offset = 0;
+  op.args[i].rowBytes = 0;
+  expectRefused(p, reader, "heads", "passes it as argument 3 'tok'");
+}
+
+TEST_F(DamagedPlan, TableBoundToAWeightIsRefused) {
+  auto p = copy();
+  const uint32_t t = bufferNamed(*p, ".heads.0-4");
+  p->ranks[0].weights[0].buffer = t;
+  p->ranks[0].weights[0].bufferOffset = 0;
+  expectRefused(p, firstReader(*p, t, "heads"), "heads", "writes it at load");
+}
+
+TEST_F(DamagedPlan, TableSharingArenaBytesIsRefused) {
+  auto p = copy();
+  const uint32_t t = bufferNamed(*p, ".heads.0-4");
+  const uint32_t other = bufferNamed(*p, "mla_qabs");
+  p->ranks[0].buffers[t].arenaOffset =
+      p->ranks[0].buffers[other].arenaOffset + 64;
+  expectRefused(p, firstReader(*p, t, "heads"), "heads",
+                "shares its bytes in the arena");
+}
+
+/// The last relocation of the exlr8 plan's tile table, its entry index.
+static gp::Relocation &lastTile(gp::Plan &p, uint32_t t, size_t &entry) {
+  auto &rs = p.ranks[0].buffers[t].relocations;
+  gp::Relocation *last = &rs.at(0);
+  for (gp::Relocation &r : rs)
+    if (r.at > last->at)
+      last = &r;
+  entry = last->at / 8;
+  return *last;
+}
+
+TEST_F(DamagedPlan, TilePointerRunningPastItsBufferIsRefused) {
+  auto p = copyTrellis();
+  const uint32_t t = bufferNamed(*p, ".tiles");
+  size_t entry = 0;
+  gp::Relocation &r = lastTile(*p, t, entry);
+  // Still inside the weight buffer (what the reader checks), but the tiles
+  // of the half run 64 bytes from its end.
+  r.offset = p->ranks[0].buffers[r.buffer].bytes - 64;
+  expectRefused(p, firstReader(*p, t, "tiles"), "tiles",
+                "entry " + std::to_string(entry) + " of table buffer " +
+                    std::to_string(t));
+  try {
+    exec::checkLaunchBounds(*p);
+  } catch (const Error &x) {
+    EXPECT_NE(std::string(x.what()).find("the buffer ends 64 bytes after it"),
+              std::string::npos)
+        << x.what();
+  }
+}
+
+TEST_F(DamagedPlan, RawAddressInATileTableIsRefused) {
+  auto p = copyTrellis();
+  const uint32_t t = bufferNamed(*p, ".tiles");
+  gp::BufferDef &b = p->ranks[0].buffers[t];
+  // A relocated entry without its relocation, its init bytes an address.
+  size_t entry = 0;
+  lastTile(*p, t, entry);
+  b.relocations.erase(std::remove_if(b.relocations.begin(), b.relocations.end(),
+                                     [&](const gp::Relocation &r) {
+                                       return r.at == entry * 8;
+                                     }),
+                      b.relocations.end());
+  const uint64_t raw = 0x7f0000001000ull;
+  std::memcpy(b.init.data() + entry * 8, &raw, 8);
+  expectRefused(p, firstReader(*p, t, "tiles"), "tiles",
+                "entry " + std::to_string(entry) + " of table buffer " +
+                    std::to_string(t) + " '" + b.name +
+                    "' holds a raw address");
+}
+
+TEST_F(DamagedPlan, WidthTheKernelWasNotBuiltForIsRefused) {
+  auto p = copyTrellis();
+  const uint32_t t = bufferNamed(*p, ".tiles"), w = bufferNamed(*p, ".widths");
+  size_t entry = 0;
+  lastTile(*p, t, entry);
+  p->ranks[0].buffers[w].init.at(entry) = 9;
+  expectRefused(p, firstReader(*p, w, "widths"), "widths",
+                "entry " + std::to_string(entry) + " of table buffer " +
+                    std::to_string(w));
+}
+
+/// A one-op plan of vocab_gather (no compiled plan gathers the
+/// vocabulary): g [2][1][100], bounds {0, 100, 150}, out [1][150].
+std::shared_ptr<gp::Plan> vocabGatherPlan(const std::vector<int64_t> &vb) {
+  auto p = std::make_shared<gp::Plan>();
+  gp::KernelDef k;
+  k.name = "glm_vocab_gather_t128";
+  k.templateName = "vocab_gather";
+  k.launch = {1, 2, 1, 128, 1, 1, 0};
+  p->kernels.push_back(k);
+  gp::RankPlan &rp = p->ranks.emplace_back();
+  auto buffer = [&](const char *name, uint64_t bytes) {
+    gp::BufferDef b;
+    b.name = name;
+    b.bytes = bytes;
+    b.arenaOffset = rp.arenaBytes;
+    b.kind = gp::BufferKind::Scratch;
+    rp.arenaBytes += (bytes + 255) / 256 * 256;
+    rp.buffers.push_back(b);
+    return int32_t(rp.buffers.size() - 1);
+  };
+  const int32_t g = buffer("g", 2 * 100 * 4), t = buffer("table.vb", 24),
+                out = buffer("out", 150 * 4);
+  rp.buffers[t].init.resize(24);
+  std::memcpy(rp.buffers[t].init.data(), vb.data(), 24);
+  gp::OpDef op;
+  op.name = "head.gather";
+  op.kernel = 0;
+  auto buf = [](int32_t b, const char *n) {
+    gp::ArgDef a;
+    a.buffer = b;
+    a.name = n;
+    return a;
+  };
+  auto i32 = [](int64_t v, const char *n) {
+    gp::ArgDef a;
+    a.kind = gp::ArgKind::I32;
+    a.i = v;
+    a.name = n;
+    return a;
+  };
+  op.args = {buf(g, "g"),          buf(t, "vb"),    i32(1, "B"),
+             i32(100, "maxCount"), buf(out, "out"), i32(150, "V")};
+  rp.graphs.push_back({gp::GraphKind::Decode, 1, {op}});
+  return p;
+}
+
+TEST(LaunchBoundsTables, SliceBoundPastTheVocabIsRefused) {
+  EXPECT_NO_THROW(exec::checkLaunchBounds(*vocabGatherPlan({0, 100, 150})));
+  try {
+    exec::checkLaunchBounds(*vocabGatherPlan({0, 100, 151}));
+    ADD_FAILURE() << "accepted a slice past the vocabulary";
+  } catch (const Error &x) {
+    const std::string m = x.what();
+    for (const char *part :
+         {"plan rank 0, graph decode.1, op 'head.gather' (kernel "
+          "glm_vocab_gather_t128): argument 1 'vb' entry 2 of table buffer 1 "
+          "'table.vb' (the end of slice 1) is 151, past the vocabulary of 150",
+          "re-plan with this glmc"})
+      EXPECT_NE(m.find(part), std::string::npos) << m;
+  }
 }
 
 } // namespace

@@ -4,7 +4,10 @@
 // parameter kinds are those of the family's PARAMS macro, and footprints
 // refuse the integers a damaged plan could carry. Whether a footprint is
 // large enough for what its twin touches is tested on compiled plans
-// (tests/unit/compiler/launch_bounds_test.cpp).
+// (tests/unit/compiler/launch_bounds_test.cpp). FootprintTables: the
+// entries of plan tables each footprint checks, on hand-built tables
+// (gemm_trellis_grouped, vocab_gather, expert_gemv_trellis, moe_reduce and
+// the expert id tables appear in no compiled test plan).
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/codegen.h"
@@ -13,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <sstream>
 
 namespace twins = glm::rt::twins;
@@ -151,6 +155,241 @@ TEST(Footprint, DenseTrellisRefusesWhatTheKernelTrapsOn) {
   const twins::Footprint f = of(l);
   // 16 tile rows x 16 tile columns of 32*K bytes under these strides.
   EXPECT_EQ(f.bytes[1], uint64_t(64 + 7 * 8 + 8 + 7 + 1) * 32 * 3);
+}
+
+// ------------------------------------------------------ plan tables
+/// Plan tables in memory: per argument its init bytes, and relocations
+/// as (argument, byte) -> bytes between their target and its buffer's end.
+class MemTables final : public twins::Tables {
+public:
+  std::map<size_t, std::vector<uint8_t>> init;
+  std::map<std::pair<size_t, uint64_t>, uint64_t> relocs;
+
+  template <class T> void put(size_t k, const std::vector<T> &v) {
+    init[k].resize(v.size() * sizeof(T));
+    std::memcpy(init[k].data(), v.data(), init[k].size());
+  }
+  bool known(size_t k) const override { return init.count(k) != 0; }
+  uint64_t size(size_t k) const override { return init.at(k).size(); }
+  bool read(size_t k, uint64_t at, void *dst, size_t n) const override {
+    for (const auto &[key, room] : relocs)
+      if (key.first == k && key.second < at + n && at < key.second + 8)
+        return false;
+    std::memcpy(dst, init.at(k).data() + at, n);
+    return true;
+  }
+  twins::TablePointer pointer(size_t k, uint64_t at) const override {
+    twins::TablePointer p;
+    auto it = relocs.find({k, at});
+    if (it != relocs.end())
+      p = {true, it->second, "buffer 0 'weights' + 4096"};
+    return p;
+  }
+  std::string name(size_t k) const override {
+    return "buffer " + std::to_string(k);
+  }
+};
+
+/// The BadLaunchArg footprintOf throws for `l` with `t` ("" when none).
+std::string refusal(const twins::Launch &l, const MemTables &t,
+                    size_t *arg = nullptr) {
+  try {
+    twins::footprintOf(*twins::findFootprint(l.family), l, &t);
+  } catch (const twins::BadLaunchArg &b) {
+    if (arg)
+      *arg = b.arg;
+    return b.what();
+  }
+  return "";
+}
+
+#define EXPECT_REFUSED(l, t, argIndex, text)                                   \
+  do {                                                                         \
+    size_t a_ = 99;                                                            \
+    const std::string m_ = refusal(l, t, &a_);                                 \
+    EXPECT_EQ(a_, size_t(argIndex)) << m_;                                     \
+    EXPECT_NE(m_.find(text), std::string::npos) << m_;                         \
+  } while (0)
+
+TEST(FootprintTables, VocabGatherSliceBoundsAreOrderedAndInsideTheVocab) {
+  // (g, vb, B, maxCount, out, V); grid (1, N = 2, 1): 2 slices of at most
+  // 100 columns of a vocabulary of 150.
+  twins::Launch l =
+      launchOf("vocab_gather", 1, 2, 128, {{2, 1}, {3, 100}, {5, 150}});
+  MemTables t;
+  t.put<int64_t>(1, {0, 100, 150});
+  EXPECT_EQ(refusal(l, t), "");
+  EXPECT_TRUE(
+      twins::footprintOf(*twins::findFootprint(l.family), l, &t).table[1]);
+  t.put<int64_t>(1, {0, 100, 160});
+  EXPECT_REFUSED(l, t, 1,
+                 "entry 2 of table buffer 1 (the end of slice 1) "
+                 "is 160, past the vocabulary of 150");
+  t.put<int64_t>(1, {0, 100, 90});
+  EXPECT_REFUSED(l, t, 1, "entry 2");
+  t.put<int64_t>(1, {0, 120, 150}); // slice 0 over maxCount
+  EXPECT_REFUSED(l, t, 1, "entry 1 of table buffer 1 (the end of slice 0)");
+  t.put<int64_t>(1, {-8, 50, 150});
+  EXPECT_REFUSED(l, t, 1, "entry 0");
+  t.put<int64_t>(1, {0, 100}); // N + 1 = 3 bounds
+  EXPECT_REFUSED(l, t, 1, "reads 3 entries of 8 bytes");
+  t.init.clear(); // bounds written at run time: not what vocab_gather reads
+  EXPECT_REFUSED(l, t, 1, "holds no table of the plan");
+}
+
+/// gemm_trellis_grouped over 16 x 8 tiles of width 3 (bm 16, 128 threads):
+/// (xh, row_ids, items, z, n_items, in, out, x_stride, z_stride,
+///  accumulate, sI, sI8, sJ8).
+struct GroupedCase {
+  glm::plan::KeyValues targs = {{"bm", "16"}, {"widths", "3"}, {"xt", "f32"}};
+  twins::Launch l;
+  MemTables t;
+  // 8x8 tile blocks: 16 tile rows, 8 tile columns: 128 tiles of 96 bytes.
+  static constexpr uint64_t kReach = 128 * 32 * 3;
+
+  GroupedCase() {
+    l = launchOf("gemm_trellis_grouped", 2, 1, 128,
+                 {{4, 2},
+                  {5, 256},
+                  {6, 128},
+                  {7, 256},
+                  {8, 128},
+                  {10, 8},
+                  {11, 64},
+                  {12, 128}},
+                 &targs);
+    l.args[1].p = nullptr; // no row_ids: item rows are xh rows
+    item(0, 0, 0, 4, 0, 3);
+    item(1, 0, 0, 0, 0, 3); // rows 0: skipped
+    t.relocs[{2, 0}] = kReach;
+    t.relocs[{2, 32}] = 0;
+  }
+  void item(size_t i, int64_t zOff, int32_t start, int32_t rows, int32_t xCol,
+            int32_t k) {
+    std::vector<uint8_t> &b = t.init[2];
+    b.resize(std::max<size_t>(b.size(), 32 * (i + 1)));
+    std::memcpy(&b[32 * i + 8], &zOff, 8);
+    const int32_t v[4] = {start, rows, xCol, k};
+    std::memcpy(&b[32 * i + 16], v, 16);
+  }
+};
+
+TEST(FootprintTables, GroupedItemsHoldTheirTilesRowsAndCount) {
+  GroupedCase c;
+  EXPECT_EQ(refusal(c.l, c.t), "");
+  // Item 0 reaches 4 rows of xh and z from its offsets.
+  c.item(0, 1000, 2, 4, 64, 3);
+  const twins::Footprint f =
+      twins::footprintOf(*twins::findFootprint(c.l.family), c.l, &c.t);
+  EXPECT_EQ(f.bytes[0], uint64_t(5 * 256 + 64 + 256) * 4);
+  EXPECT_EQ(f.bytes[3], uint64_t(1000 + 3 * 128 + 128) * 4);
+  // Its tiles one byte past the relocation's buffer.
+  c.t.relocs[{2, 0}] = GroupedCase::kReach - 1;
+  EXPECT_REFUSED(c.l, c.t, 2,
+                 "entry 0 of table buffer 2 (item 0's tiles) "
+                 "points to buffer 0 'weights' + 4096");
+  // A width the kernel was not built for writes NaN, reads no tile.
+  c.item(0, 0, 0, 4, 0, 5);
+  EXPECT_EQ(refusal(c.l, c.t), "");
+  c.item(0, -16, 0, 4, 0, 3);
+  c.t.relocs[{2, 0}] = GroupedCase::kReach;
+  EXPECT_REFUSED(c.l, c.t, 2, "entry 0");
+  // An item count past the table's capacity.
+  c.item(0, 0, 0, 4, 0, 3);
+  c.l.args[4].i = 3;
+  c.l.grid[0] = 3;
+  EXPECT_REFUSED(c.l, c.t, 2,
+                 "reads 3 entries of 32 bytes from buffer 2, "
+                 "which holds 64 init bytes");
+  // A raw address where a null or relocated pointer belongs.
+  c.l.args[4].i = 2;
+  c.l.grid[0] = 2;
+  c.t.relocs.erase({2, 32});
+  c.t.init[2][32] = 1;
+  EXPECT_REFUSED(c.l, c.t, 2, "entry 1 of table buffer 2 holds a raw address");
+}
+
+TEST(FootprintTables, GroupedRowIdsFromATableIndexXh) {
+  GroupedCase c;
+  c.l.args[1].p = reinterpret_cast<void *>(uintptr_t(256));
+  c.item(0, 0, 2, 2, 0, 3);
+  c.t.put<int32_t>(1, {0, 0, 7, 9});
+  const twins::Footprint f =
+      twins::footprintOf(*twins::findFootprint(c.l.family), c.l, &c.t);
+  EXPECT_EQ(f.bytes[0], uint64_t(9 * 256 + 256) * 4);
+  EXPECT_EQ(f.bytes[1], 4u * 4);
+  c.t.put<int32_t>(1, {0, 0, 7, -1});
+  EXPECT_REFUSED(c.l, c.t, 1, "entry 3 of table buffer 1 (an xh row) is -1");
+  // Row ids written at run time (routing) are data.
+  c.t.init.erase(1);
+  EXPECT_EQ(refusal(c.l, c.t), "");
+}
+
+TEST(FootprintTables, ExpertTilesHoldWhatEachOwnedHalfReads) {
+  const glm::plan::KeyValues targs = {
+      {"batch", "1"}, {"sv", "f32"}, {"widths", "3"}};
+  // expert_gemv_trellis, grid (1 half, 1 expert): hidden = inter = 128,
+  // gate/up and down 8 x 8 tiles of 96 bytes under these strides.
+  twins::Launch l = launchOf("expert_gemv_trellis", 1, 1, 128,
+                             {{11, 1},
+                              {12, 1},
+                              {13, 128},
+                              {14, 128},
+                              {15, 128},
+                              {18, 8},
+                              {19, 64},
+                              {20, 8},
+                              {21, 64}},
+                             &targs);
+  const uint64_t reach = 64 * 32 * 3;
+  MemTables t;
+  t.init[3].assign(48 * 8, 0);
+  t.init[4].assign(48, 3);
+  for (uint64_t e : {0, 16, 32}) // gate, up, down of half 0
+    t.relocs[{3, e * 8}] = reach;
+  EXPECT_EQ(refusal(l, t), "");
+  t.relocs[{3, 32 * 8}] = reach - 1;
+  EXPECT_REFUSED(l, t, 3,
+                 "entry 32 of table buffer 3 (down half 0 of "
+                 "expert 0) points to buffer 0 'weights' + 4096, "
+                 "where the kernel reads 6144 bytes");
+  t.relocs[{3, 32 * 8}] = reach;
+  t.init[4][16] = 2;
+  EXPECT_REFUSED(l, t, 4,
+                 "entry 16 of table buffer 4 (up half 0 of expert "
+                 "0) is width 2, not one of the kernel's widths '3'");
+  // A half with a null pointer is not on this rank: nothing is read.
+  t.relocs.erase({3, 0});
+  EXPECT_EQ(refusal(l, t), "");
+  // The tables are required: the kernel follows whatever they hold.
+  t.init.erase(3);
+  EXPECT_REFUSED(l, t, 3, "holds no table of the plan");
+}
+
+TEST(FootprintTables, ExpertIdTablesStayInsideTheExperts) {
+  // exl3_expert_in(x, suh, ids, xh, d, E, B); grid (1, K = 1, 2 B).
+  twins::Launch l =
+      launchOf("exl3_expert_in", 1, 1, 128, {{4, 128}, {5, 1}, {6, 1}});
+  l.grid[2] = 2;
+  MemTables t;
+  t.put<int32_t>(2, {0});
+  EXPECT_EQ(refusal(l, t), "");
+  t.put<int32_t>(2, {1});
+  EXPECT_REFUSED(l, t, 2,
+                 "entry 0 of table buffer 2 (an expert id) is 1, "
+                 "past the 1 experts");
+  t.init.clear(); // a router's ids: data
+  EXPECT_EQ(refusal(l, t), "");
+
+  // moe_reduce(partial, expert_ids, tiles, out, batch, topk, hidden,
+  // accumulate): id 1 tests expert 1's gate halves.
+  l = launchOf("moe_reduce", 1, 1, 128, {{4, 1}, {5, 1}, {6, 128}});
+  t.put<int32_t>(1, {1});
+  t.init[2].assign(48 * 8, 0);
+  EXPECT_REFUSED(l, t, 2, "reads 64 entries of 8 bytes");
+  t.init[2].assign(96 * 8, 0);
+  EXPECT_EQ(twins::footprintOf(*twins::findFootprint(l.family), l, &t).bytes[2],
+            64u * 8);
 }
 
 } // namespace
