@@ -15,6 +15,7 @@
 #ifdef GLM_HAVE_PLANS
 #include "plans/plan.h"
 #include "runtime/exec/cpu_backend.h"
+#include "runtime/exec/launch_bounds.h"
 #include "runtime/exec/plan_generator.h"
 #endif
 #ifdef GLM_HAVE_TOKENIZER
@@ -101,6 +102,8 @@ std::string effectiveBackend(const std::string &backend,
 static std::unique_ptr<Generator>
 makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
                const ModelConfig &cfg, int64_t maxContext) {
+  // A damaged plan is refused before any memory is sized or allocated.
+  exec::checkLaunchBounds(*plan);
   std::vector<uint32_t> ranks;
   std::vector<std::unique_ptr<exec::Backend>> backends;
   std::unique_ptr<exec::Collectives> coll;
