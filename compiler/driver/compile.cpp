@@ -220,6 +220,18 @@ static int runCompile(const CompileArgs &a) {
 
 } // namespace
 
+/// A CLI11 validator: the parser's Error text when `parse` refuses the value.
+template <class Parse> static auto parsesAs(Parse parse) {
+  return [parse](const std::string &v) {
+    try {
+      parse(v);
+      return std::string();
+    } catch (const std::exception &e) {
+      return std::string(e.what());
+    }
+  };
+}
+
 void addCompileCommand(CLI::App &app, int &rc) {
   auto args = std::make_shared<CompileArgs>();
   CLI::App *cmd = app.add_subcommand(
@@ -285,26 +297,12 @@ void addCompileCommand(CLI::App &app, int &rc) {
                   "codegen's for the model, 24:2:128:4:4 at GLM-5.3's "
                   "width); recorded in the plan, shown by glmc inspect; "
                   "time the result with glm-engine bench --plan")
-      ->check([](const std::string &v) {
-        try {
-          glm::codegen::parseMoeTrellisTuning(v);
-          return std::string();
-        } catch (const std::exception &e) {
-          return std::string(e.what());
-        }
-      });
+      ->check(parsesAs(glm::codegen::parseMoeTrellisTuning));
   cmd->add_option("--dense-trellis-tuning", args->denseTrellisTuning,
                   "launch tuning of the dense_trellis GEMVs, warpsPerSm:"
                   "minRows:maxSplit:threads:pipe:pipeBatched:minBlocks "
                   "(default 16:2:128:128:2:2:4); recorded in the plan")
-      ->check([](const std::string &v) {
-        try {
-          glm::codegen::parseDenseTrellisTuning(v);
-          return std::string();
-        } catch (const std::exception &e) {
-          return std::string(e.what());
-        }
-      });
+      ->check(parsesAs(glm::codegen::parseDenseTrellisTuning));
   cmd->add_flag("--no-nvrtc", args->noKernelCompile,
                 "generate kernel sources but do not compile them");
   cmd->add_option("--kernel-binaries", args->kernelBinaries,
