@@ -288,7 +288,9 @@ private:
 struct Common {
   Sampling sampling;
   bool stream = false;
-  bool includeUsage = true;
+  // A usage chunk (with empty `choices`) ends a stream only when asked for,
+  // as OpenAI does: clients read chunk.choices[0] from every chunk.
+  bool includeUsage = false;
   std::vector<std::string> stops;
   bool maxTokensGiven = false;
   std::string model; // echoed in replies: the request's, else the served name
@@ -318,8 +320,14 @@ Common parseCommon(const ojson &body, const ServerOptions &opt) {
     badRequest("'model' must be a string", "model");
   c.model = opt.modelName;
   if (body.contains("model") && body["model"].is_string() &&
-      !body["model"].get<std::string>().empty())
+      !body["model"].get<std::string>().empty()) {
     c.model = body["model"].get<std::string>();
+    if (c.model != opt.modelName)
+      throw ApiError{404,
+                     "the model '" + c.model + "' does not exist: this server "
+                     "serves '" + opt.modelName + "' (GET /v1/models)",
+                     "invalid_request_error", "model", "model_not_found"};
+  }
   for (const char *k : {"max_tokens", "max_completion_tokens"}) {
     if (!body.contains(k) || body[k].is_null())
       continue;
@@ -536,6 +544,23 @@ private:
                     {"created", unixNow()},
                     {"owned_by", "glmc"},
                     {"max_model_len", engine_.maxContext()}}}}};
+      resp.send(200, "application/json", dumpJson(m));
+      return 200;
+    }
+    if (p.rfind("/v1/models/", 0) == 0) {
+      endpoint = "/v1/models/{id}"; // one metrics label, whatever the id
+      need("GET");
+      const std::string id = p.substr(std::string("/v1/models/").size());
+      if (id != opt_.modelName)
+        throw ApiError{404,
+                       "the model '" + id + "' does not exist: this server "
+                       "serves '" + opt_.modelName + "'",
+                       "invalid_request_error", "model", "model_not_found"};
+      ojson m = {{"id", opt_.modelName},
+                 {"object", "model"},
+                 {"created", unixNow()},
+                 {"owned_by", "glmc"},
+                 {"max_model_len", engine_.maxContext()}};
       resp.send(200, "application/json", dumpJson(m));
       return 200;
     }

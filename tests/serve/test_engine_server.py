@@ -76,6 +76,7 @@ def test_plain_and_streamed(client):
     assert 0 < r.usage.completion_tokens <= 8
     chunks = list(client.chat.completions.create(
         model="tiny", max_tokens=8, stream=True, temperature=0.7, seed=3,
+        stream_options={"include_usage": True},
         messages=[{"role": "user", "content": "Hello"}]))
     assert chunks[-1].usage and chunks[-1].usage.completion_tokens <= 8
 

@@ -69,6 +69,29 @@ def metric(server, name, labels=""):
 def test_models_and_health(server, client):
     assert server.get("/health")[0] == 200
     assert [m.id for m in client.models.list().data] == ["glm-fake"]
+    assert client.models.retrieve("glm-fake").id == "glm-fake"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("gpt-4")
+    assert e.value.code == "model_not_found"
+
+
+def test_unknown_model_is_404(client):
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(
+            model="gpt-4", messages=[{"role": "user", "content": "hi"}])
+    assert e.value.code == "model_not_found" and "glm-fake" in e.value.message
+
+
+def test_stream_without_usage_has_choices_in_every_chunk(client):
+    # The OpenAI docs' loop reads chunk.choices[0] from every chunk: the
+    # usage chunk (empty choices) comes only with include_usage.
+    text = ""
+    for chunk in client.chat.completions.create(
+            model="glm-fake", messages=[{"role": "user", "content": "hi"}],
+            stream=True):
+        assert chunk.usage is None
+        text += chunk.choices[0].delta.content or ""
+    assert text
 
 
 def test_plain_chat_with_reasoning(client):
