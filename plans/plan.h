@@ -34,6 +34,16 @@ constexpr uint32_t kPlanSchemaMinor = 4; // 1.1: decoded_weights, repeat,
 /// Kernel-argument and buffer conventions between the plan's kernels and the
 /// runtime; bump when a template's parameter list or meaning changes.
 constexpr uint32_t kRuntimeAbi = 1;
+/// The compiler a plan names (Plan::compilerVersion) and `--version` prints.
+constexpr const char *kCompilerVersion = "glmc 0.1";
+/// `--version` of glmc and glm-engine: the release and the plan formats they
+/// read and write.
+inline std::string versionText() {
+  return std::string(kCompilerVersion) + " (plan schema " +
+         std::to_string(kPlanSchemaMajor) + "." +
+         std::to_string(kPlanSchemaMinor) + ", runtime ABI " +
+         std::to_string(kRuntimeAbi) + ")";
+}
 /// The flatbuffer file_identifier and file extension.
 constexpr const char *kPlanFileIdentifier = "GLMP";
 constexpr const char *kPlanFileExtension = "glmplan";

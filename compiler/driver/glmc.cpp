@@ -5,6 +5,7 @@
 // verify, dequant. Errors on bad input print one line and exit 1.
 //
 //===----------------------------------------------------------------------===//
+#include "plans/plan.h"
 #include "compiler/driver/commands.h"
 #include "runtime/base/error.h"
 
@@ -18,6 +19,7 @@ int main(int argc, char **argv) {
                "GLM-5.3 / GLM-5.3-Flash packs (EXL3, exlr8)"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  app.set_version_flag("--version", glm::plan::versionText());
   int rc = 0;
   glmc::addSynthCommand(app, rc);
   glmc::addQuantizeCommand(app, rc);

@@ -1867,7 +1867,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
   gp::Plan buildPlan(ModuleOp module, PackOp pack, func::FuncOp step,
                      const glmc::BindingTable &table) {
     gp::Plan plan;
-    plan.compilerVersion = "glmc 0.1";
+    plan.compilerVersion = gp::kCompilerVersion;
     plan.configHash = pack.getConfigHash().str();
     plan.manifestHash = pack.getManifestHash().str();
     plan.indexHash = pack.getIndexHash().str();

@@ -4,6 +4,7 @@
 // print one line and exit 1.
 //
 //===----------------------------------------------------------------------===//
+#include "plans/plan.h"
 #include "runtime/base/error.h"
 #include "runtime/engine/commands.h"
 
@@ -17,6 +18,7 @@ int main(int argc, char **argv) {
                "(backend cpu: the reference executor)"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  app.set_version_flag("--version", "glm-engine: " + glm::plan::versionText());
   int rc = 0;
   glm::rt::addRunCommand(app, rc);
   glm::rt::addServeCommand(app, rc);

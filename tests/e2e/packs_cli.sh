@@ -7,6 +7,10 @@ t="${GLM_TEST_TMP:?}"
 rm -rf "$t" && mkdir -p "$t"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
+# --version names the release and the plan formats it reads and writes.
+glmc --version | grep -Eq '^glmc [0-9.]+ \(plan schema [0-9]+\.[0-9]+, runtime ABI [0-9]+\)$' \
+  || fail "glmc --version: $(glmc --version 2>&1)"
+
 for layout in hf exl3 exlr8; do
   start=$(date +%s%N)
   glmc synth --preset tiny --layout "$layout" --seed 3 -o "$t/tiny-$layout"
