@@ -68,6 +68,15 @@ TemplateParam storageParam(std::string name, std::string tag) {
   return enumParam(std::move(name), std::move(tag),
                    {{"f32", "0"}, {"f16", "1"}, {"bf16", "2"}});
 }
+/// How a split GEMV sums its units (templates/fixed_point.cuh): f32 as
+/// before; fixed = exact int64 sums of per-unit fixed-point partials, fp32
+/// out; fixed_out = the same sums written as int64 (for an int64 all-reduce).
+TemplateParam sumParam() {
+  TemplateParam p = enumParam("sum", "sum",
+                              {{"f32", "0"}, {"fixed", "1"}, {"fixed_out", "2"}});
+  p.defaultValue = "f32";
+  return p;
+}
 TemplateParam threadsParam(std::vector<std::string> allowed) {
   return intParam("threads", "t", std::move(allowed));
 }
@@ -87,6 +96,12 @@ FamilyInfo family(std::string name, std::string function,
   f.params = std::move(params);
   f.threadsParam = std::move(threads);
   return f;
+}
+
+/// The spec's value of `p`, or its default when the spec leaves it out.
+const std::string &argValue(const KernelSpec &spec, const TemplateParam &p) {
+  auto it = spec.args.find(p.name);
+  return it == spec.args.end() ? p.defaultValue : it->second;
 }
 
 } // namespace
@@ -154,7 +169,7 @@ std::vector<FamilyInfo> buildFamilies() {
                       intParam("pipe", "p", {"0", "2", "3", "4", "6"}),
                       intParam("minblocks", "m", {"0", "2", "3", "4", "5",
                                                   "6", "8", "12", "16"}),
-                      threadsParam({"32", "64", "128", "256"})}));
+                      sumParam(), threadsParam({"32", "64", "128", "256"})}));
   f.back().minBlocksParam = "minblocks";
   f.push_back(family("moe_reduce", "glm::moeReduce",
                      {threadsParam({"128", "256", "512"})}));
@@ -165,7 +180,7 @@ std::vector<FamilyInfo> buildFamilies() {
                       enumParam("scale", "s",
                                 {{"none", "0"}, {"f32", "0"}, {"f16", "1"},
                                  {"bf16", "2"}}),
-                      intParam("batch", "b", batch),
+                      intParam("batch", "b", batch), sumParam(),
                       threadsParam({"128", "256"})}));
   f.push_back(family("dense_gemv_f32", "glm::denseGemvF32",
                      {enumParam("out", "o", {{"f32", "0"}, {"f64", "1"}}),
@@ -182,7 +197,7 @@ std::vector<FamilyInfo> buildFamilies() {
                       intParam("pipe", "p", {"0", "2", "3", "4", "6"}),
                       intParam("minblocks", "m",
                                {"0", "2", "3", "4", "6", "8", "12", "16"}),
-                      threadsParam({"32", "64", "128", "256"})}));
+                      sumParam(), threadsParam({"32", "64", "128", "256"})}));
   f.back().minBlocksParam = "minblocks";
   f.push_back(family("hadamard128", "glm::hadamard128",
                      {storageParam("vt", "v"), threadsParam({"128", "256"})}));
@@ -264,8 +279,12 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("mla_core", "mlaCore", {"256", "512", "1024"});
     helper("mla_out", "mlaOut", {"128", "256", "512"});
     helper("transpose", "transpose", any);
-    helper("gemv_any", "gemvAny", any);
-    helper("reduce_units", "reduceUnits", any);
+    // The two helper GEMV sums that feed an all-reduce take a sum mode.
+    for (const char *name : {"gemv_any", "reduce_units"}) {
+      const std::string fn = name[0] == 'g' ? "glm::gemvAny" : "glm::reduceUnits";
+      f.push_back(family(name, fn, {sumParam(), threadsParam(any)}));
+      f.back().nvrtcExtra = {"--fmad=false"};
+    }
     helper("route", "route", warps); // block = E rounded up to 32
     helper("swiglu", "swiglu", any);
     helper("hf_expert_act", "hfExpertAct", any);
@@ -277,6 +296,7 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("sum_parts", "sumParts", any);
     helper("fill_random", "fillRandom", any);
     helper("fill_f32", "fillF32", any);
+    helper("fixed_to_f32", "fixedToF32", any);
   }
   const auto &templates = embeddedTemplates();
   for (FamilyInfo &fi : f) {
@@ -347,17 +367,18 @@ const FamilyInfo &familyInfo(const std::string &name) {
 void validateSpec(const KernelSpec &spec) {
   const FamilyInfo &f = familyInfo(spec.family);
   for (const TemplateParam &p : f.params) {
-    auto it = spec.args.find(p.name);
-    rt::check(it != spec.args.end(), "codegen: kernel family '", spec.family,
+    rt::check(spec.args.count(p.name) || !p.defaultValue.empty(),
+              "codegen: kernel family '", spec.family,
               "' needs template argument '", p.name, "'");
+    const std::string &v = argValue(spec, p);
     if (p.digitSet) {
-      rt::check(widthMask(it->second) != 0, "codegen: ", spec.family, ": ",
-                p.name, " = '", it->second,
+      rt::check(widthMask(v) != 0, "codegen: ", spec.family, ": ", p.name,
+                " = '", v,
                 "' is not a set of widths 1..8 in ascending digits (\"234\")");
     } else {
-      rt::check(std::find(p.allowed.begin(), p.allowed.end(), it->second) !=
+      rt::check(std::find(p.allowed.begin(), p.allowed.end(), v) !=
                     p.allowed.end(),
-                "codegen: ", spec.family, ": ", p.name, " = '", it->second,
+                "codegen: ", spec.family, ": ", p.name, " = '", v,
                 "' is not supported (allowed: ", joined(p.allowed), ")");
     }
   }
@@ -399,7 +420,8 @@ std::string kernelName(const KernelSpec &spec) {
   const FamilyInfo &f = familyInfo(spec.family);
   std::string name = "glm_" + f.family;
   for (const TemplateParam &p : f.params)
-    name += "_" + namePiece(p, spec.args.at(p.name));
+    if (p.defaultValue.empty() || argValue(spec, p) != p.defaultValue)
+      name += "_" + namePiece(p, argValue(spec, p));
   return name;
 }
 
@@ -408,12 +430,12 @@ std::string generateSource(const KernelSpec &spec) {
   const FamilyInfo &f = familyInfo(spec.family);
   std::string targs;
   for (const TemplateParam &p : f.params)
-    targs += (targs.empty() ? "" : ", ") + cxxArg(p, spec.args.at(p.name));
+    targs += (targs.empty() ? "" : ", ") + cxxArg(p, argValue(spec, p));
   std::ostringstream os;
   os << "// " << name << ": generated by glmc codegen from template "
      << f.header << ".\n// Template arguments:";
   for (const TemplateParam &p : f.params)
-    os << " " << p.name << "=" << spec.args.at(p.name);
+    os << " " << p.name << "=" << argValue(spec, p);
   os << "\n#include \"" << f.header << "\"\n\n";
   os << "extern \"C\" __global__ void";
   if (!f.threadsParam.empty()) {

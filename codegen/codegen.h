@@ -47,6 +47,9 @@ struct TemplateParam {
   /// A set of widths written as ascending digits 1..8 ("234"); the C++
   /// argument is the bit mask (bit K set), the name piece tag + digits.
   bool digitSet = false;
+  /// Value taken when a spec leaves the parameter out (empty = required);
+  /// the kernel name shows the parameter only when it differs from it.
+  std::string defaultValue;
 };
 
 /// One kernel family = one template header.

@@ -22,6 +22,7 @@ struct MoeTrellisDims {
   int guSplit = 16;  // k-chunks per gate/up half (divides hidden/16)
   int downGroup = 4; // halves per down item (divides 16)
   int threads = 128; // block size of both launches
+  int sum = 0;       // template SUM: 0 f32, 1/2 int64 down partials
   /// > 0: grids of at most this many blocks. A grid smaller than the
   /// one-item-per-warp grid takes the kernel's persistent path (warp w
   /// streams items w, w + W, ... through one cp.async ring; same scratch
@@ -36,7 +37,7 @@ struct MoeTrellisDims {
   size_t scratchFloats() const {
     const size_t q = size_t(slots());
     return q * 32 * guSplit * 128 + q * 16 * 128 +
-           q * size_t(hidden) * (16 / downGroup);
+           q * size_t(hidden) * (16 / downGroup) * (sum ? 2 : 1);
   }
   /// int elements of the counter buffer (zero before the first launch).
   size_t counterInts() const {

@@ -12,8 +12,15 @@
 // ceil(out / warps) blocks is the plain warp-per-row GEMV (S = 1, the same
 // sums); a launcher gives a short-output matrix (kv_a 576 rows, the
 // indexer's 128) a larger grid so it still spreads over every SM.
+// SUM (fixed_point.cuh): 0 fp32 sums as above; 1 each 16-byte load's dot
+// (one product chain, the same for every rank count) rounded to fixed point
+// and summed exactly in int64, y = fromFixed(sum) (+ y); 2 the same sum
+// written as int64 to y (reinterpreted as long long [batch][out_stride]),
+// for an int64 all-reduce. A load never straddles a 16-input boundary, so
+// zeroed inputs of units another rank owns add exactly nothing.
 #pragma once
 
+#include "fixed_point.cuh"
 #include "glm_common.cuh"
 
 #define GLM_DENSE_GEMV_PARAMS                                                  \
@@ -86,14 +93,16 @@ __device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
 /// short matrix is otherwise a chain of dependent-latency loads); chunks
 /// are added in the same order either way.
 constexpr int kDenseLoads = 4;
-template <int FMT, int SCT, int BATCH, int THREADS>
+template <int FMT, int SCT, int BATCH, int SUM, int THREADS>
 __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
   static_assert(FMT >= 0 && FMT <= 3, "format");
+  static_assert(SUM >= 0 && SUM <= 2, "sum: f32, fixed or fixed_out");
   static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
   constexpr int kElems = FMT == kFmtBf16 ? 8 : 16; // per 16-byte load
   constexpr int kWarps = THREADS / 32;
-  __shared__ float part[kWarps][BATCH]; // slice sums (S > 1)
+  __shared__ float part[SUM ? 1 : kWarps][BATCH]; // slice sums (S > 1)
+  __shared__ long long partFx[SUM ? kWarps : 1][BATCH];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int need = (out + gridDim.x - 1) / gridDim.x;
   int R = 1;
@@ -105,9 +114,25 @@ __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
   if (S == 1 && !valid)
     return; // no barrier below when every row has one warp
   float acc[BATCH];
+  long long fx[BATCH];
 #pragma unroll
   for (int b = 0; b < BATCH; ++b)
-    acc[b] = 0.0f;
+    acc[b] = 0.0f, fx[b] = 0;
+  // One 16-byte load: into acc (fp32 sums), or its own dot into fx.
+  auto chunk = [&](const uint4 &q, int i0) {
+    if (SUM == 0) {
+      denseChunk<FMT, SCT, BATCH>(q, i0, o, in, scale, x, batch, acc);
+      return;
+    }
+    float t[BATCH];
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b)
+      t[b] = 0.0f;
+    denseChunk<FMT, SCT, BATCH>(q, i0, o, in, scale, x, batch, t);
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b)
+      fx[b] += toFixed(t[b]);
+  };
   if (valid) {
     const int rowBytes = FMT == kFmtBf16 ? 2 * in : in;
     const uint4 *row = reinterpret_cast<const uint4 *>(
@@ -121,12 +146,36 @@ __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
         q[u] = row[v + step * u];
 #pragma unroll
       for (int u = 0; u < kDenseLoads; ++u)
-        denseChunk<FMT, SCT, BATCH>(q[u], (v + step * u) * kElems, o, in,
-                                    scale, x, batch, acc);
+        chunk(q[u], (v + step * u) * kElems);
     }
     for (; v < nv; v += step)
-      denseChunk<FMT, SCT, BATCH>(row[v], v * kElems, o, in, scale, x, batch,
-                                  acc);
+      chunk(row[v], v * kElems);
+  }
+  if (SUM != 0) {
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      if (b >= batch)
+        break;
+      const long long s = warpSumFixed(fx[b]);
+      if (S == 1) {
+        if (lane == 0)
+          storeFixedSum<SUM>(y, (long long)b * out_stride + o, s, accumulate);
+      } else if (lane == 0) {
+        partFx[warp][b] = s;
+      }
+    }
+    if (S == 1)
+      return;
+    __syncthreads();
+    if (slice != 0 || !valid)
+      return;
+    for (int b = lane; b < batch && b < BATCH; b += 32) {
+      long long s = partFx[warp][b];
+      for (int j = 1; j < S; ++j)
+        s += partFx[warp + j][b];
+      storeFixedSum<SUM>(y, (long long)b * out_stride + o, s, accumulate);
+    }
+    return;
   }
 #pragma unroll
   for (int b = 0; b < BATCH; ++b) {

@@ -33,6 +33,15 @@
 //           PIPE * 256 * K bytes per warp, <= 32 KB per block)
 //   MINBLOCKS  min resident blocks per SM in the entry's __launch_bounds__
 //           (0 = none)
+//   SUM     0 fp32 sums as above; 1 each warp item's z_s rounded to fixed
+//           point (fixed_point.cuh) and every sum after it exact in int64
+//           (shared-memory and scratch partials int64: scratch twice the
+//           floats), y = H(fromFixed(sum)) * svh as above; 2 the int64 sum
+//           of the rotated-domain z written to y reinterpreted as long long
+//           [batch][y_stride] (svh must be null: H follows the all-reduce).
+//           With chunks that never straddle a unit another rank owns (the
+//           planner aligns split), the result is the same bits at every
+//           rank count.
 // Runtime parameters (GLM_DENSE_TRELLIS_PARAMS, in order):
 //   xh        f32 [batch][in]: the input times suh, rotated (hadamard128)
 //   tiles     the trellis tiles; tile (i, j) (rows 16i.., cols 16j..) at
@@ -63,6 +72,7 @@
 // -------------------------------------------------------------------------
 #pragma once
 
+#include "fixed_point.cuh"
 #include "trellis_tile.cuh"
 
 #define GLM_DENSE_TRELLIS_PARAMS                                               \
@@ -113,10 +123,104 @@ __device__ __forceinline__ void denseWarpSum(const float *zs, int b,
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
 }
 
+/// Stores the final int64 sums of batch row b (this lane's 4 columns):
+/// SUM 1 as fp32 through denseStore, SUM 2 as int64.
+template <int SUM, int BATCH>
+__device__ __forceinline__ void denseStoreFixed(const long long *fx, int b,
+                                                int blk, const float *svh,
+                                                float *y, int y_stride,
+                                                int out_valid) {
+  const int lane = threadIdx.x & 31;
+  if (SUM == 2) {
+    const int col = 128 * blk + 4 * lane;
+    long long *dst = reinterpret_cast<long long *>(y) + (long long)b * y_stride;
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+      if (col + t < out_valid)
+        dst[col + t] = fx[4 * lane + t];
+    return;
+  }
+  float v[4];
+#pragma unroll
+  for (int t = 0; t < 4; ++t)
+    v[t] = fromFixed(fx[4 * lane + t]);
+  denseStore<BATCH>(v, b, blk, svh, y, y_stride, out_valid);
+}
+
+/// SUM 1 / 2 after the k loop: each warp's z_s (hi + lo) rounded to fixed
+/// point and added into the block's int64 row sums in shared memory
+/// (integer atomics: any order gives the same sum); one block per output
+/// block stores them, else int64 partials, and the last block to arrive
+/// adds them (its warps split the partials, again by integer atomics).
+template <int NB, int NW, int BATCH, int SUM>
+__device__ __forceinline__ void
+denseTrellisFixedTail(const float (&acc)[NB][8][4], u32 *smem, float *scratch,
+                      int *counters, const float *svh, float *y, int batch,
+                      int y_stride, int out_valid, int blk, int sb, int nSB,
+                      int &lastBlock) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int j4 = lane & 3, g = lane >> 2;
+  unsigned long long *fx = reinterpret_cast<unsigned long long *>(smem);
+  for (int i = threadIdx.x; i < BATCH * 128; i += NW * 32)
+    fx[i] = 0;
+  __syncthreads();
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb) {
+    const int b = j4 + 4 * nb;
+    if (b >= batch)
+      continue;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      atomicAdd(&fx[b * 128 + 16 * c + g],
+                (unsigned long long)toFixed(acc[nb][c][0] + acc[nb][c][1]));
+      atomicAdd(&fx[b * 128 + 16 * c + g + 8],
+                (unsigned long long)toFixed(acc[nb][c][2] + acc[nb][c][3]));
+    }
+  }
+  __syncthreads();
+  const long long *sum = reinterpret_cast<const long long *>(fx);
+  if (nSB == 1) {
+    for (int b = warp; b < batch; b += NW)
+      denseStoreFixed<SUM, BATCH>(sum + b * 128, b, blk, svh, y, y_stride,
+                                  out_valid);
+    return;
+  }
+  long long *part = reinterpret_cast<long long *>(scratch) +
+                    ((long long)blk * nSB + sb) * batch * 128;
+  for (int i = threadIdx.x; i < batch * 128; i += NW * 32)
+    __stcg(part + i, sum[i]);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int old = atomicAdd(&counters[blk], 1);
+    lastBlock = old == nSB - 1;
+    if (lastBlock)
+      counters[blk] = 0;
+  }
+  __syncthreads();
+  if (!lastBlock)
+    return;
+  __threadfence();
+  for (int i = threadIdx.x; i < BATCH * 128; i += NW * 32)
+    fx[i] = 0;
+  __syncthreads();
+  const long long *p0 =
+      reinterpret_cast<const long long *>(scratch) + (long long)blk * nSB * batch * 128;
+  for (int q = warp; q < nSB; q += NW)
+    for (int i = lane; i < batch * 128; i += 32)
+      atomicAdd(&fx[i],
+                (unsigned long long)__ldcg(p0 + (long long)q * batch * 128 + i));
+  __syncthreads();
+  for (int b = warp; b < batch; b += NW)
+    denseStoreFixed<SUM, BATCH>(sum + b * 128, b, blk, svh, y, y_stride,
+                                out_valid);
+}
+
 template <int K, int CB, bool E4M3, int BATCH, int PIPE, int MINBLOCKS,
-          int THREADS>
+          int SUM, int THREADS>
 __device__ __forceinline__ void denseTrellis(GLM_DENSE_TRELLIS_PARAMS) {
   (void)MINBLOCKS; // __launch_bounds__(THREADS, MINBLOCKS) on the entry
+  static_assert(SUM >= 0 && SUM <= 2, "sum: f32, fixed or fixed_out");
   static_assert(K >= 1 && K <= 8, "K in 1..8");
   static_assert(CB >= 0 && CB <= 2, "codebook: 3inst, mcg or mul1");
   static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");
@@ -130,14 +234,15 @@ __device__ __forceinline__ void denseTrellis(GLM_DENSE_TRELLIS_PARAMS) {
                 "cp.async ring over 32 KB: fewer stages or threads");
   // One buffer: the warps' cp.async rings while streaming, then their
   // output rows zs[w][b][128] (<= 8 * 8 * 512 B = 32 KB).
-  constexpr int kZs = NW * BATCH * 128;
+  constexpr int kZs0 = SUM ? BATCH * 256 : NW * BATCH * 128; // fixed: int64
+  constexpr int kZs = kZs0 > NW * BATCH * 128 ? kZs0 : NW * BATCH * 128;
   constexpr int kSmem = NW * kRing > kZs ? NW * kRing : kZs;
   __shared__ __align__(16) u32 smem[kSmem];
   __shared__ int lastBlock;
   const int nRows = in >> 4, nBlk = out >> 7;
   if (batch < 1 || batch > BATCH || (in & 15) || (out & 127) || in <= 0 ||
       split < NW || split > nRows || split % NW != 0 || out_valid > out ||
-      y_stride < out_valid)
+      y_stride < out_valid || (SUM == 2 && svh))
     __trap();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int j4 = lane & 3, g = lane >> 2;
@@ -184,6 +289,12 @@ __device__ __forceinline__ void denseTrellis(GLM_DENSE_TRELLIS_PARAMS) {
       },
       smem + warp * kRing, acc);
   __syncthreads(); // every ring drained: the buffer becomes zs
+  if (SUM != 0) {
+    denseTrellisFixedTail<NB, NW, BATCH, SUM>(
+        acc, smem, scratch, counters, svh, y, batch, y_stride, out_valid, blk,
+        sb, nSB, lastBlock);
+    return;
+  }
 
   // D fragment: batch row j4 (+4), columns 16c + g (+8): hi + lo parts.
   float *zs = reinterpret_cast<float *>(smem);

@@ -46,6 +46,14 @@
 //           smem PIPE * 256 * Kmax bytes per warp, <= 32 KB per block)
 //   MINBLOCKS  min resident blocks per SM in the entry's __launch_bounds__
 //           (0 = none): caps registers for occupancy
+//   SUM     stage down's sums (fixed_point.cuh): 0 fp32; 1 every stored
+//           partial (a down group's scaled z) rounded to fixed point, the
+//           down partials int64 (MoeTrellisDims::sum: twice the floats) and
+//           the tail's sum exact, out = fromFixed(sum) then H * signs_out
+//           (+ out); 2 the int64 sum written to out reinterpreted as long
+//           long [batch][hidden] (signs_out must be null). With every down
+//           group on one rank (the shard rule's pairs of halves, down_group
+//           <= 2) the sum is the same bits at every rank count.
 // Dynamic shared memory: E4M3 instances with THREADS >= 256 on stages 0/1
 // decode part of every tile through a 64 KB table and need
 // moeTrellisDynSmem() bytes (codegen/moe_trellis_abi.h; the launcher raises
@@ -108,6 +116,7 @@
 // -------------------------------------------------------------------------
 #pragma once
 
+#include "fixed_point.cuh"
 #include "trellis_tile.cuh"
 
 #define GLM_MOE_TRELLIS_PARAMS                                                 \
@@ -528,8 +537,67 @@ downHalf(const u8 *half, TileStrides st, int blk,
       ring, acc);
 }
 
+/// One down partial value: fp32, or (SUM > 0) its fixed-point int64 at
+/// the same index of the partials reinterpreted as long long.
+template <int SUM>
+__device__ __forceinline__ void storeDownPart(float *part, long long i,
+                                              float v) {
+  if (SUM)
+    reinterpret_cast<long long *>(part)[i] = toFixed(v);
+  else
+    part[i] = v;
+}
+
+/// The down tail's running sum of this lane's 4 columns of one row.
+template <int SUM> struct DownSum {
+  float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  long long f[4] = {0, 0, 0, 0};
+  __device__ __forceinline__ void add(const float *part, long long i) {
+    if (SUM) {
+      const long long *p = reinterpret_cast<const long long *>(part) + i;
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        f[t] += __ldcg(p + t);
+    } else {
+      const float4 x = __ldcg(reinterpret_cast<const float4 *>(part + i));
+      v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+    }
+  }
+  /// out[b][128 blk + 4 lane ..] = sum (then H * signs_out) (+ out).
+  __device__ __forceinline__ void store(float *out, int b, int hidden, int blk,
+                                        const float *signs_out,
+                                        int accumulate) {
+    const int lane = threadIdx.x & 31;
+    const long long o = (long long)b * hidden + 128 * blk + 4 * lane;
+    if (SUM == 2) {
+      long long *d = reinterpret_cast<long long *>(out) + o;
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        d[t] = accumulate ? d[t] + f[t] : f[t];
+      return;
+    }
+    if (SUM)
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        v[t] = fromFixed(f[t]);
+    if (signs_out) {
+      hadamard128Warp(v, lane);
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        v[t] *= kInvSqrt128 * signs_out[128 * blk + 4 * lane + t];
+    }
+    float4 *p = reinterpret_cast<float4 *>(out + o);
+    float4 r = make_float4(v[0], v[1], v[2], v[3]);
+    if (accumulate) {
+      const float4 old = *p;
+      r.x += old.x, r.y += old.y, r.z += old.z, r.w += old.w;
+    }
+    *p = r;
+  }
+};
+
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
-          int THREADS, int TP>
+          int THREADS, int TP, int SUM>
 __device__ __forceinline__ void
 moeDown(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
         float (*zs)[BATCH][128], u64 *tabBar, GLM_MOE_TRELLIS_PARAMS) {
@@ -606,12 +674,14 @@ moeDown(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
       } else {
         const float sc =
             optAt(svb, (long long)e * nBlk + blk) * un.w[bb];
-        float *dst = downPart +
-                     (((long long)blk * Q + un.slot[bb]) * nGroup + gi) * 128;
+        const long long dst =
+            (((long long)blk * Q + un.slot[bb]) * nGroup + gi) * 128;
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          dst[16 * c + g] = (acc[nb][c][0] + acc[nb][c][1]) * sc;
-          dst[16 * c + g + 8] = (acc[nb][c][2] + acc[nb][c][3]) * sc;
+          storeDownPart<SUM>(downPart, dst + 16 * c + g,
+                             (acc[nb][c][0] + acc[nb][c][1]) * sc);
+          storeDownPart<SUM>(downPart, dst + 16 * c + g + 8,
+                             (acc[nb][c][2] + acc[nb][c][3]) * sc);
         }
       }
     }
@@ -627,14 +697,16 @@ moeDown(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
       for (int t = 0; t < 4; ++t)
         v[t] = zs[warp][b][4 * lane + t];
       hadamard128Warp(v, lane);
-      float *dst = downPart +
-                   (((long long)blk * Q + un.slot[b]) * nGroup + gi) * 128;
+      const long long dst =
+          (((long long)blk * Q + un.slot[b]) * nGroup + gi) * 128;
 #pragma unroll
       for (int t = 0; t < 4; ++t)
-        dst[4 * lane + t] =
+        storeDownPart<SUM>(
+            downPart, dst + 4 * lane + t,
             v[t] * kInvSqrt128 *
-            toFloat<SV>(svh[(long long)e * hidden + 128 * blk + 4 * lane + t]) *
-            un.w[b];
+                toFloat<SV>(
+                    svh[(long long)e * hidden + 128 * blk + 4 * lane + t]) *
+                un.w[b]);
     }
   }
   if (!arriveLast(&counters[(batch * topk + n_shared) * 16 + blk],
@@ -643,7 +715,7 @@ moeDown(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
 
   // Last item of blk: sum over slots (ascending) and groups (ascending).
   for (int b = 0; b < batch; ++b) {
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    DownSum<SUM> sum;
     for (int k = 0; k < nSlot; ++k) {
       if (k < topk) { // empty slot, or a repeat of an earlier slot's id
         const int id = expert_ids[b * topk + k];
@@ -653,28 +725,12 @@ moeDown(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
         if (skip)
           continue;
       }
-      const float *src = downPart +
-                         ((long long)blk * Q + b * nSlot + k) * nGroup * 128 +
-                         4 * lane;
-      for (int gg = 0; gg < nGroup; ++gg) {
-        const float4 x = __ldcg(reinterpret_cast<const float4 *>(src + gg * 128));
-        v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
-      }
+      const long long src =
+          ((long long)blk * Q + b * nSlot + k) * nGroup * 128 + 4 * lane;
+      for (int gg = 0; gg < nGroup; ++gg)
+        sum.add(downPart, src + gg * 128);
     }
-    if (signs_out) {
-      hadamard128Warp(v, lane);
-#pragma unroll
-      for (int t = 0; t < 4; ++t)
-        v[t] *= kInvSqrt128 * signs_out[128 * blk + 4 * lane + t];
-    }
-    float4 *o = reinterpret_cast<float4 *>(out + (long long)b * hidden +
-                                           128 * blk + 4 * lane);
-    float4 r = make_float4(v[0], v[1], v[2], v[3]);
-    if (accumulate) {
-      const float4 old = *o;
-      r.x += old.x, r.y += old.y, r.z += old.z, r.w += old.w;
-    }
-    *o = r;
+    sum.store(out, b, hidden, blk, signs_out, accumulate);
   }
 }
 
@@ -1113,7 +1169,7 @@ moeGateUpPersistent(u32 *ring, int *ringK, MoeUnitTable<BATCH> &T,
 }
 
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
-          int THREADS>
+          int THREADS, int SUM>
 __device__ __forceinline__ void
 moeDownPersistent(u32 *ring, int *ringK, float (*zs)[128],
                   MoeUnitTable<BATCH> &T, GLM_MOE_TRELLIS_PARAMS) {
@@ -1129,7 +1185,10 @@ moeDownPersistent(u32 *ring, int *ringK, float (*zs)[128],
     if (!accumulate)
       for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
            i < (long long)batch * hidden; i += (long long)gridDim.x * blockDim.x)
-        out[i] = 0.0f;
+        if (SUM == 2)
+          reinterpret_cast<long long *>(out)[i] = 0;
+        else
+          out[i] = 0.0f;
     return;
   }
   struct Info {
@@ -1183,12 +1242,14 @@ moeDownPersistent(u32 *ring, int *ringK, float (*zs)[128],
       } else {
         const float sc = optAt(svb, (long long)e * nBlk + blk) *
                          T.w[u][b < BATCH ? b : 0];
-        float *dst = downPart +
-                     (((long long)blk * Q + b * nSlot + k) * 16 + hFirst) * 128;
+        const long long dst =
+            (((long long)blk * Q + b * nSlot + k) * 16 + hFirst) * 128;
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          dst[16 * c + g] = (acc[nb][c][0] + acc[nb][c][1]) * sc;
-          dst[16 * c + g + 8] = (acc[nb][c][2] + acc[nb][c][3]) * sc;
+          storeDownPart<SUM>(downPart, dst + 16 * c + g,
+                             (acc[nb][c][0] + acc[nb][c][1]) * sc);
+          storeDownPart<SUM>(downPart, dst + 16 * c + g + 8,
+                             (acc[nb][c][2] + acc[nb][c][3]) * sc);
         }
       }
     }
@@ -1203,15 +1264,16 @@ moeDownPersistent(u32 *ring, int *ringK, float (*zs)[128],
         for (int t = 0; t < 4; ++t)
           v[t] = zs[b][4 * lane + t];
         hadamard128Warp(v, lane);
-        float *dst = downPart +
-                     (((long long)blk * Q + b * nSlot + k) * 16 + hFirst) * 128;
+        const long long dst =
+            (((long long)blk * Q + b * nSlot + k) * 16 + hFirst) * 128;
 #pragma unroll
         for (int t = 0; t < 4; ++t)
-          dst[4 * lane + t] =
+          storeDownPart<SUM>(
+              downPart, dst + 4 * lane + t,
               v[t] * kInvSqrt128 *
-              toFloat<SV>(
-                  svh[(long long)e * hidden + 128 * blk + 4 * lane + t]) *
-              T.w[u][b];
+                  toFloat<SV>(
+                      svh[(long long)e * hidden + 128 * blk + 4 * lane + t]) *
+                  T.w[u][b]);
       }
       __syncwarp(); // zs is reused by the next flush
     }
@@ -1220,7 +1282,7 @@ moeDownPersistent(u32 *ring, int *ringK, float (*zs)[128],
       return;
     // Last item of blk: rows, then slots, then owned halves ascending.
     for (int b = 0; b < batch; ++b) {
-      float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      DownSum<SUM> sum;
       for (int k = 0; k < nSlot; ++k) {
         int uu = -1;
         for (int x = 0; x < T.n; ++x)
@@ -1228,30 +1290,12 @@ moeDownPersistent(u32 *ring, int *ringK, float (*zs)[128],
             uu = x;
         if (uu < 0) // empty slot or a repeat of an earlier slot's id
           continue;
-        const float *src = downPart +
-                           ((long long)blk * Q + b * nSlot + k) * 16 * 128 +
-                           4 * lane;
-        for (u32 mm = T.mask[uu]; mm; mm &= mm - 1) {
-          const int hh = __ffs(mm) - 1;
-          const float4 x =
-              __ldcg(reinterpret_cast<const float4 *>(src + hh * 128));
-          v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
-        }
+        const long long src =
+            ((long long)blk * Q + b * nSlot + k) * 16 * 128 + 4 * lane;
+        for (u32 mm = T.mask[uu]; mm; mm &= mm - 1)
+          sum.add(downPart, src + (__ffs(mm) - 1) * 128);
       }
-      if (signs_out) {
-        hadamard128Warp(v, lane);
-#pragma unroll
-        for (int t = 0; t < 4; ++t)
-          v[t] *= kInvSqrt128 * signs_out[128 * blk + 4 * lane + t];
-      }
-      float4 *o = reinterpret_cast<float4 *>(out + (long long)b * hidden +
-                                             128 * blk + 4 * lane);
-      float4 r = make_float4(v[0], v[1], v[2], v[3]);
-      if (accumulate) {
-        const float4 old = *o;
-        r.x += old.x, r.y += old.y, r.z += old.z, r.w += old.w;
-      }
-      *o = r;
+      sum.store(out, b, hidden, blk, signs_out, accumulate);
     }
   };
   const TileStrides st{down_sI, 0, down_sJ8};
@@ -1274,9 +1318,10 @@ __device__ __forceinline__ long long moeFullGrid(int stage, int units,
 }
 
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int STAGE,
-          int PIPE, int MINBLOCKS, int THREADS>
+          int PIPE, int MINBLOCKS, int SUM, int THREADS>
 __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
   (void)MINBLOCKS; // __launch_bounds__(THREADS, MINBLOCKS) on the entry
+  static_assert(SUM >= 0 && SUM <= 2, "sum: f32, fixed or fixed_out");
   static_assert(WMASK != 0 && (WMASK & ~0x1FE) == 0, "widths: K in 1..8");
   static_assert(CB >= 0 && CB <= 2, "codebook: 3inst, mcg or mul1");
   static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");
@@ -1291,7 +1336,8 @@ __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
   // numbers): 16 halves of 128, whole 128-blocks, splits that divide.
   if (inter != 16 * 128 || hidden % 128 != 0 || batch < 1 || batch > BATCH ||
       batch * topk > 64 || gu_split < 1 || (hidden / 16) % gu_split != 0 ||
-      down_group < 1 || 16 % down_group != 0)
+      down_group < 1 || 16 % down_group != 0 ||
+      (SUM == 2 && kStage == 1 && signs_out))
     __trap();
   constexpr int kRing = MoeRing<WMASK, PIPE, THREADS>::kWords;
   constexpr int kWarps = THREADS / 32;
@@ -1310,7 +1356,7 @@ __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
       moeGateUp<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS, TP>(
           ring, tabBar, GLM_MOE_TRELLIS_ARGS);
     else
-      moeDown<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS, TP>(
+      moeDown<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS, TP, SUM>(
           ring, reinterpret_cast<float(*)[BATCH][128]>(zs), tabBar,
           GLM_MOE_TRELLIS_ARGS);
     if (TP > 0) // no warp leaves while table copies into its block land
@@ -1332,7 +1378,7 @@ __device__ __forceinline__ void moeTrellis(GLM_MOE_TRELLIS_PARAMS) {
     moeGateUpPersistent<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
         ring[warp], ringK[warp], table, GLM_MOE_TRELLIS_ARGS);
   else
-    moeDownPersistent<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS>(
+    moeDownPersistent<WMASK, CB, E4M3, BATCH, SVT, PIPE, THREADS, SUM>(
         ring[warp], ringK[warp],
         reinterpret_cast<float(*)[128]>(&zs[kStage == 1 ? warp : 0][0][0]),
         table, GLM_MOE_TRELLIS_ARGS);

@@ -67,6 +67,20 @@ struct Spec {
   }
 };
 
+/// The families whose last sum can be fixed point (codegen sumParam).
+static bool takesSum(const std::string &family) {
+  return family == "dense_gemv" || family == "dense_trellis" ||
+         family == "gemv_any" || family == "moe_trellis" ||
+         family == "reduce_units";
+}
+
+/// True when `op`'s one result is reduced across ranks by a glm.all_reduce.
+static bool feedsAllReduce(Operation *op) {
+  return op->getNumResults() == 1 &&
+         llvm::any_of(op->getResult(0).getUsers(),
+                      [](Operation *u) { return isa<AllReduceOp>(u); });
+}
+
 /// The largest BATCH the GEMV templates take (static_assert in them).
 constexpr int64_t kMaxTemplateBatch = 8;
 
@@ -575,6 +589,37 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
           return noKernel(op, why.reason);
         perBucket.push_back(std::move(*specs));
       }
+      // A sum over rank-owned units (o_proj, a dense MLP's down, the
+      // experts' down) ends in fixed point in every bucket, so the result
+      // is the same bits at every rank count (templates/fixed_point.cuh):
+      // one rank converts in the kernel; several write int64 partials,
+      // all-reduce them in int64 and convert after (fixed_to_f32).
+      const int64_t ranks =
+          module->hasAttr("glm.ranks")
+              ? module->getAttrOfType<IntegerAttr>("glm.ranks").getInt()
+              : 1;
+      // Per bucket: a bucket whose last launch has no fixed-point mode (a
+      // prefill chunk's tensor-core GEMM) keeps the fp32 all-reduce.
+      if (feedsAllReduce(op)) {
+        SmallVector<bool> fixed;
+        for (SmallVector<Spec> &v : perBucket) {
+          fixed.push_back(!v.empty() && takesSum(v.back().family));
+          if (fixed.back())
+            v.back().args["sum"] = ranks > 1 ? "fixed_out" : "fixed";
+        }
+        if (llvm::is_contained(fixed, true))
+          op->setAttr("glm.fixed_sum", b.getDenseBoolArrayAttr(fixed));
+      }
+      if (auto ar = dyn_cast<AllReduceOp>(op)) {
+        Operation *src = ar.getInput().getDefiningOp();
+        auto fixed = src ? src->getAttrOfType<DenseBoolArrayAttr>(
+                               "glm.fixed_sum")
+                         : DenseBoolArrayAttr();
+        if (ranks > 1 && fixed)
+          for (size_t i = 0; i < perBucket.size(); ++i)
+            if (i < fixed.size() && fixed[i])
+              perBucket[i] = {Spec{"fixed_to_f32", {{"threads", "256"}}}};
+      }
       std::vector<SmallVector<Attribute>> opNames(perBucket.size());
       for (size_t i = 0; i < perBucket.size(); ++i)
         for (const Spec &s : perBucket[i]) {
@@ -594,7 +639,8 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
           }
           opNames[i].push_back(b.getStringAttr(it->second));
         }
-      if (perBucket.empty() || perBucket[0].empty())
+      if (llvm::all_of(perBucket,
+                       [](const SmallVector<Spec> &v) { return v.empty(); }))
         return;
       SmallVector<Attribute> lists;
       for (auto &n : opNames)

@@ -190,6 +190,7 @@ struct RankState {
   int64_t maxContext = 0;
   std::map<std::string, uint32_t> scratch;
   llvm::DenseMap<Operation *, int32_t> collectiveOf; // op → collective
+  llvm::DenseMap<Operation *, int32_t> fixedCollectiveOf; // (int64 sums)
   /// (tensor, role) → offset in the weight buffer: a weight's byte ranges
   /// by role ("data", "scale", "suh", ...).
   std::map<std::pair<std::string, std::string>, uint64_t> roleOffset;
@@ -206,6 +207,15 @@ struct RankState {
   std::map<std::pair<std::string, uint64_t>, uint64_t> rangeOffset;
   std::map<std::string, ExpertTables> tables; // by layer, group, pitch
   int64_t kvSlots = 1; // sequences the KV buffers hold
+  /// A launch with sum = fixed_out (templates/fixed_point.cuh): the int64
+  /// rows it writes, their width, and the output rotation its kernel would
+  /// have applied (null = none), which fixed_to_f32 applies after the
+  /// all-reduce of that op's result.
+  struct FixedSum {
+    gp::ArgDef rows, post;
+    int64_t n = 0;
+  };
+  llvm::DenseMap<Operation *, FixedSum> fixedSum;
 
   /// A Scratch buffer whose contents are `init` at load (a table of ints
   /// or bytes, created once per name).
@@ -369,6 +379,7 @@ private:
   std::string layout;
   glmc::Tunings tunings; // glm.tuning: the compile's launch tunings
   double ropeTheta = -1; // found on first use
+  bool launchFixedOut = false; // the launch being built has sum = fixed_out
 
   /// Bytes per token row of a value's buffer (0 when not per token).
   uint64_t rowBytesOf(Value v) {
@@ -391,6 +402,25 @@ private:
                          const std::string &label) {
     return bufferArg(st.scratchBuffer(name, perRow * st.maxTokens), label,
                      perRow);
+  }
+  /// Kernel `k` ends a sum over rank-owned units in int64 (sum =
+  /// fixed_out): its output rows of n int64 go to the fixed-sum scratch the
+  /// all-reduce sums, and `post` moves to the fixed_to_f32 after it.
+  static bool fixedOut(const gp::KernelDef &k) {
+    auto it = k.templateArgs.find("sum");
+    return it != k.templateArgs.end() && it->second == "fixed_out";
+  }
+  static bool fixedSum(const gp::KernelDef &k) {
+    auto it = k.templateArgs.find("sum");
+    return it != k.templateArgs.end() && it->second != "f32";
+  }
+  gp::ArgDef fixedSumRows(Operation &op, int64_t n, gp::ArgDef post,
+                          const std::string &label) {
+    gp::ArgDef rowsArg = scratchRows("fixed_sum", uint64_t(n) * 8, label);
+    if (post.kind == gp::ArgKind::Buffer)
+      post.name = "post"; // (a runtime arg's name is its value)
+    st.fixedSum[&op] = {rowsArg, post, n};
+    return rowsArg;
   }
   WeightOp weightOp(StringRef sym) {
     return dyn_cast_or_null<WeightOp>(symbols.lookup(sym));
@@ -810,8 +840,9 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
                            scaleAt)
                  : runtimeArg("null"),
          i32Arg(skOf(t), "sk"),
-         named(g.y, "y"),
-         i32Arg(g.outStride, "ys"),
+         launchFixedOut ? fixedSumRows(op, g.outRows, runtimeArg("null"), "y")
+                        : named(g.y, "y"),
+         i32Arg(launchFixedOut ? g.outRows : g.outStride, "ys"),
          i32Arg(g.in, "in"),
          i32Arg(g.outRows, "out")};
     grid(ceilDiv(g.outRows, 8), R, 1, 256);
@@ -990,11 +1021,11 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     if (f != "swiglu")
       return false;
     const int64_t I = m.getInter();
-    // 128-channel chunk c of layer L's dense MLP is this rank's when
-    // (c + L) mod N == rank (the halves rule with e = 0).
+    // 128-channel chunk c of layer L's dense MLP is this rank's by the
+    // shard rule (halves with e = 0).
     std::vector<uint8_t> own(ceilDiv(I, 128));
     for (size_t c = 0; c < own.size(); ++c)
-      own[c] = (int64_t(c) + m.getLayer()) % ranks == rank;
+      own[c] = ranks == 1 || m.getShard()->ownerOf(0, int64_t(c)) == rank;
     a = {scratchRows("mlp_gate", I * 4, "g"),
          scratchRows("mlp_up", I * 4, "u"), i32Arg(I, "gs"),
          scratchRows("mlp_act", I * 4, "act"), i32Arg(I, "n"),
@@ -1067,7 +1098,9 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            256);
     } else {
       a = {part, i32Arg(slots, "units"), i32Arg(hidden, "n"),
-           out(op, 0, "out")};
+           launchFixedOut
+               ? fixedSumRows(op, hidden, runtimeArg("null"), "out")
+               : out(op, 0, "out")};
       grid(ceilDiv(hidden, 256), R, 1, 256);
     }
     return true;
@@ -1092,6 +1125,7 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
     return it == k.templateArgs.end() ? std::string() : it->second;
   };
 
+  launchFixedOut = fixedOut(k);
   if (buildHelperLaunch(f, op, rows, launch, seq, li))
     return li;
   if (f == "embed") {
@@ -1194,11 +1228,14 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
           scaleAt = uint64_t(g.rowBegin) * 4;
         else if (sk == 3)
           scaleAt = uint64_t(g.rowBegin) * ceilDiv(g.in, 32);
+        const bool fx = fixedOut(k);
         a = {x, wt,
              sk ? roleArg(g.sym, sk == 3 ? "e8m0" : "scale", "scale", scaleAt)
                 : runtimeArg("null"),
-             y, batch, i32Arg(g.in, "in"), i32Arg(g.outRows, "out"),
-             i32Arg(g.outStride, "out_stride"), i32Arg(0, "accumulate")};
+             fx ? fixedSumRows(op, g.outRows, runtimeArg("null"), "y") : y,
+             batch, i32Arg(g.in, "in"), i32Arg(g.outRows, "out"),
+             i32Arg(fx ? g.outRows : g.outStride, "out_stride"),
+             i32Arg(0, "accumulate")};
         // Short outputs split their rows' inputs over more warps so every
         // SM streams (codegen/dense_gemv_abi.h).
         d.gridX = ::glm::codegen::denseGemvBlocks(int(g.outRows), sms(),
@@ -1227,13 +1264,39 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
           dd.in = inPad;
           dd.out = outPad;
           dd.threads = t.threads;
+          // A fixed-point sum over rank-owned units needs k-chunks that
+          // never straddle two of them: a dense MLP's pairs of 128-channel
+          // chunks (16 tile rows), o_proj's heads (the same split at every
+          // rank count, so the same chunk sums).
+          int64_t unitRows = 0;
+          if (fixedSum(k)) {
+            if (isa<MlpOp>(op)) {
+              unitRows = 16;
+            } else if (auto at = op.getOperand(0)
+                                     .getDefiningOp<AttentionDecodeOp>()) {
+              ::glm::rt::check(inPad % (16 * at.getHeads()) == 0, "o_proj ",
+                               g.sym.str(), ": ", inPad, " inputs are not ",
+                               at.getHeads(), " heads of whole 16-row tiles");
+              unitRows = inPad / 16 / at.getHeads();
+            }
+            dd.sum = 1;
+          }
           dd.split = ::glm::codegen::denseTrellisSplit(inPad, outPad, sms(),
-                                                       t);
+                                                       t, unitRows);
+          ::glm::rt::check(::glm::codegen::denseTrellisChunksAligned(
+                               inPad / 16, dd.split, unitRows),
+                           g.sym.str(), ": no dense_trellis split of ",
+                           inPad / 16, " tile rows over ", dd.warps(),
+                           " warps keeps its ", unitRows,
+                           "-row units whole (needed for the same bits at "
+                           "every rank count)");
+          const bool fx = fixedOut(k);
           // Scratch and counters by size (shared by the GEMVs of that
           // size; the counters return to zero after each launch).
           const uint64_t sb = dd.scratchFloats() * 4;
           const uint64_t cb = dd.counterInts() * 4;
-          a = {x, wt, roleArg(g.sym, "svh", "svh"),
+          a = {x, wt,
+               fx ? runtimeArg("null") : roleArg(g.sym, "svh", "svh"),
                bufferArg(st.scratchBuffer("dense_trellis." +
                                               std::to_string(alignUp(sb)),
                                           sb),
@@ -1242,9 +1305,13 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
                                               std::to_string(alignUp(cb)),
                                           cb),
                          "counters"),
-               g.y, batch, i32Arg(inPad, "in"), i32Arg(outPad, "out"),
-               i32Arg(g.outStride, "y_stride"), i32Arg(g.outRows, "out_valid"),
-               sI, sI8, sJ8, i32Arg(dd.split, "split")};
+               fx ? fixedSumRows(op, g.outRows,
+                                 roleArg(g.sym, "svh", "post"), "y")
+                  : g.y,
+               batch, i32Arg(inPad, "in"), i32Arg(outPad, "out"),
+               i32Arg(fx ? g.outRows : g.outStride, "y_stride"),
+               i32Arg(g.outRows, "out_valid"), sI, sI8, sJ8,
+               i32Arg(dd.split, "split")};
           a[5].name = "y";
           d.gridX = dd.grid();
           d.blockX = uint32_t(dd.threads);
@@ -1346,18 +1413,25 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
       // Scratch and counters sized for the largest template batch, shared
       // by every bucket and layer (the counters return to zero after each
       // layer's down launch).
-      const ::glm::codegen::MoeTrellisDims big = ::glm::codegen::moeTrellisDims(
+      ::glm::codegen::MoeTrellisDims big = ::glm::codegen::moeTrellisDims(
           t, 8, int(topk), int(E), int(shared), int(hidden));
+      // Room for int64 down partials (a fixed-point sum) in both stages'
+      // scratch: gate/up and down must name the same buffer.
+      big.sum = 1;
+      const bool fx = fixedOut(k);
+      const gp::ArgDef signs =
+          exl3 ? runtimeArg("null") : named(T.signsOut, "signs_out");
       a = {named(xh, "xh"), ids, rw, T.tiles, T.widths, T.guSvh,
            exl3 ? runtimeArg("null") : T.guSuBlock, T.downSuh,
            exl3 ? runtimeArg("null") : T.downSvBlock,
            exl3 ? T.downSvh : runtimeArg("null"),
-           exl3 ? runtimeArg("null") : named(T.signsOut, "signs_out"),
+           fx ? runtimeArg("null") : signs,
            bufferArg(st.scratchBuffer("moe_scratch", big.scratchFloats() * 4),
                      "scratch"),
            bufferArg(st.scratchBuffer("moe_counters", big.counterInts() * 4),
                      "counters"),
-           out(op, 0, "out"), batch, i32Arg(topk, "topk"),
+           fx ? fixedSumRows(op, hidden, signs, "out") : out(op, 0, "out"),
+           batch, i32Arg(topk, "topk"),
            i32Arg(E, "n_routed"), i32Arg(shared, "n_shared"),
            i32Arg(hidden, "hidden"), i32Arg(dm.inter, "inter"),
            i32Arg(xhRow, "xh_row_stride"),
@@ -1635,6 +1709,7 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
   ArgBuilder args(module, symbols, st, rank,
                   plan.numRanks ? plan.numRanks : 1, plan.model.layout);
   std::set<std::string> charged; // symbols whose bytes an op already read
+  st.fixedSum.clear(); // this graph's fixed-point producers only
   for (Operation &op : body) {
     // Sampling is the host's (it reads io.logits): nothing to launch.
     if (isa<func::ReturnOp, SampleOp>(op))
@@ -1653,8 +1728,13 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
       if (st.bufferOf.count(v))
         od.outputs.push_back(st.bufferOf.lookup(v));
     if (isa<AllReduceOp, AllGatherOp>(op)) {
-      // Collectives are listed once per rank, by the first graph.
-      if (bucketIndex == 0) {
+      // Collectives are listed once per rank and kind of sum, by the first
+      // graph that runs them (a prefill bucket without fixed-point sums
+      // has an fp32 all-reduce of its own).
+      Operation *src0 = op.getOperand(0).getDefiningOp();
+      const bool fixedHere = src0 && st.fixedSum.count(src0);
+      auto &collectiveOf = fixedHere ? st.fixedCollectiveOf : st.collectiveOf;
+      if (!collectiveOf.count(&op)) {
         gp::CollectiveDef c;
         // The vocabulary gather runs as a sum of the ranks' rows, each zero
         // outside its own slice (exact: x + 0 = x), in place.
@@ -1666,11 +1746,51 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
                          .back();
         c.layer = od.layer;
         c.buffer = od.outputs.empty() ? -1 : od.outputs[0];
-        st.collectiveOf[&op] = st.rp.collectives.size();
+        // A fixed-point sum: the producer's int64 rows, summed exactly.
+        if (Operation *src = op.getOperand(0).getDefiningOp();
+            src && st.fixedSum.count(src)) {
+          const RankState::FixedSum &fs = st.fixedSum.lookup(src);
+          c.dtype = gp::DType::I64;
+          c.buffer = fs.rows.buffer;
+          c.order = "exact int64 sum of fixed-point partials";
+        }
+        collectiveOf[&op] = st.rp.collectives.size();
         st.rp.collectives.push_back(c);
       }
-      od.collective = st.collectiveOf.lookup(&op);
+      od.collective = collectiveOf.lookup(&op);
       graph.ops.push_back(od);
+      // Then the int64 sums back to fp32 (and the producer's rotation).
+      ArrayAttr after;
+      if (auto lists = op.getAttrOfType<ArrayAttr>("glm.bucket_kernels"))
+        if (bucketIndex < lists.size())
+          after = cast<ArrayAttr>(lists[bucketIndex]);
+      Operation *src = op.getOperand(0).getDefiningOp();
+      if (after && !after.empty()) {
+        ::glm::rt::check(src && st.fixedSum.count(src), od.name,
+                         ": fixed_to_f32 after an all-reduce of a value no "
+                         "fixed-point sum wrote");
+        const RankState::FixedSum &fs = st.fixedSum.lookup(src);
+        auto it = kernelIndex.find(cast<StringAttr>(after[0]).str());
+        ::glm::rt::check(it != kernelIndex.end(), od.name, ": kernel ",
+                         cast<StringAttr>(after[0]).str(), " is not built");
+        gp::OpDef conv = od;
+        conv.collective = -1;
+        conv.name = base + ".fixed_to_f32";
+        conv.kernel = it->second;
+        gp::ArgDef x = fs.rows, y = bufferArg(
+                                     od.outputs.empty() ? 0 : od.outputs[0],
+                                     "y", uint64_t(fs.n) * 4);
+        x.name = "x";
+        conv.args = {x, fs.post, y, runtimeArg("batch"), i32Arg(fs.n, "n")};
+        const uint32_t th =
+            plan.kernels[it->second].launch.blockX
+                ? plan.kernels[it->second].launch.blockX
+                : 256;
+        conv.launch.blockX = th;
+        conv.launch.gridX = uint32_t(
+            ceilDiv(bk.size * ceilDiv(fs.n, 128), std::max<uint32_t>(1, th / 32)));
+        graph.ops.push_back(std::move(conv));
+      }
       continue;
     }
     ArrayAttr kernels;

@@ -324,7 +324,7 @@ std::string tinyConfigJson() {
   j["topk_group"] = 1;
   j["topk_method"] = "noaux_tc";
   j["use_cache"] = true;
-  j["v_head_dim"] = 32;
+  j["v_head_dim"] = 128; // a head spans a whole Hadamard-128 block
   j["vocab_size"] = 512;
   return j.dump(2) + "\n";
 }

@@ -164,8 +164,13 @@ int64_t ShardAttr::ownerOf(int64_t expert, int64_t unit) const {
   switch (getKind()) {
   case ShardKind::Replicated:
     return -1;
-  case ShardKind::Halves:
-    return (getUnits() * expert + unit + std::max<int64_t>(getLayer(), 0)) % n;
+  case ShardKind::Halves: {
+    // Pairs of halves round-robin, offset by the layer: a pair is what one
+    // moe_trellis down item (down_group <= 2) or a 16-row dense_trellis
+    // chunk reads, so its fixed-point partial is one rank's at every N.
+    const int64_t pairs = (getUnits() + 1) / 2;
+    return (pairs * expert + unit / 2 + std::max<int64_t>(getLayer(), 0)) % n;
+  }
   case ShardKind::Heads:
   case ShardKind::Vocab:
     for (int64_t r = 0; r < n; ++r)

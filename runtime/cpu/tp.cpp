@@ -20,12 +20,14 @@ TpLayout TpLayout::fromRule(const ModelConfig &c, int n) {
         ++r;
       L.headRank.push_back(r);
     }
+    // Pairs of halves / chunks round-robin (the dialect's shard rule,
+    // ShardAttr::ownerOf).
+    const int64_t pairs = (t.expertHalves + 1) / 2;
     for (int64_t e = 0; e <= E; ++e)
       for (int64_t h = 0; h < t.expertHalves; ++h)
-        L.expertHalfRank.push_back(
-            (int)((t.expertHalves * e + h + l) % n));
+        L.expertHalfRank.push_back((int)((pairs * e + h / 2 + l) % n));
     for (int64_t ch = 0; ch < numChunks(c.intermediateSize); ++ch)
-      L.denseChunkRank.push_back((int)((ch + l) % n));
+      L.denseChunkRank.push_back((int)((ch / 2 + l) % n));
     t.layers.push_back(std::move(L));
   }
   for (int r = 0; r <= n; ++r)

@@ -242,11 +242,14 @@ public:
     check(bs.size() == 1, "cuda backend: one local rank per process");
     if (!comm_ || comm_->size() == 1)
       return;
-    check(c.dtype == plan::DType::F32, "collective of ",
-          plan::dtypeName(c.dtype), " elements: only f32 collectives exist");
+    exec::checkCollectiveDtype(c);
     void *stream = backendStream(*bs[0]);
     float *p = reinterpret_cast<float *>(at[0]);
-    if (c.kind == plan::CollectiveKind::AllReduce)
+    if (c.kind == plan::CollectiveKind::AllReduce &&
+        c.dtype == plan::DType::I64)
+      comm_->allReduceSumI64(reinterpret_cast<long long *>(at[0]), c.elements,
+                             stream);
+    else if (c.kind == plan::CollectiveKind::AllReduce)
       comm_->allReduceSum(p, c.elements, stream);
     else if (c.kind == plan::CollectiveKind::AllGather)
       comm_->allGather(p + size_t(comm_->rank()) * c.elements, p, c.elements,

@@ -50,6 +50,10 @@ public:
   virtual int size() const = 0;
   /// In-place fp32 sum of `count` elements across ranks.
   virtual void allReduceSum(float *data, size_t count, void *stream) = 0;
+  /// In-place int64 sum (the fixed-point partials of fixed_point.cuh: exact,
+  /// so the result does not depend on the transport's order).
+  virtual void allReduceSumI64(long long *data, size_t count,
+                               void *stream) = 0;
   /// recv[r*count .. (r+1)*count) = send of rank r (fp32 elements).
   virtual void allGather(const float *send, float *recv, size_t count,
                          void *stream) = 0;

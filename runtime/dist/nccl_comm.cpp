@@ -130,6 +130,13 @@ public:
     });
   }
 
+  void allReduceSumI64(long long *data, size_t count, void *stream) override {
+    enqueue("ncclAllReduce", [&] {
+      return ncclAllReduce(data, data, count, ncclInt64, ncclSum, comm_,
+                           (cudaStream_t)stream);
+    });
+  }
+
   void allGather(const float *send, float *recv, size_t count,
                  void *stream) override {
     enqueue("ncclAllGather", [&] {

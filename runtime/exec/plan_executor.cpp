@@ -44,28 +44,52 @@ std::string TraceEvent::json() const {
   return o.str();
 }
 
+void checkCollectiveDtype(const gp::CollectiveDef &c) {
+  const bool ok = c.dtype == gp::DType::F32 ||
+                  (c.dtype == gp::DType::I64 &&
+                   c.kind == gp::CollectiveKind::AllReduce);
+  check(ok, gp::collectiveKindName(c.kind), " of ", gp::dtypeName(c.dtype),
+        " elements: this runtime moves f32 collectives and i64 all-reduces; "
+        "re-plan with this glmc");
+}
+
 namespace {
+
+/// sum[i] += part[i] for n elements of the collective's dtype (f32 in rank
+/// order; i64 exact).
+void addInto(gp::DType t, void *sum, const void *part, size_t n) {
+  if (t == gp::DType::I64) {
+    long long *s = static_cast<long long *>(sum);
+    const long long *p = static_cast<const long long *>(part);
+    for (size_t i = 0; i < n; ++i)
+      s[i] += p[i];
+  } else {
+    float *s = static_cast<float *>(sum);
+    const float *p = static_cast<const float *>(part);
+    for (size_t i = 0; i < n; ++i)
+      s[i] += p[i];
+  }
+}
 
 /// All-reduce and all-gather over ranks of this process, in rank order.
 class InProcess final : public Collectives {
 public:
   void run(const gp::CollectiveDef &c, const std::vector<Backend *> &bs,
            const std::vector<uint64_t> &at) override {
-    check(c.dtype == gp::DType::F32, "collective of ",
-          gp::dtypeName(c.dtype), " elements: only f32 collectives exist");
+    checkCollectiveDtype(c);
     const size_t n = c.elements, N = bs.size();
     if (N <= 1)
       return;
     if (c.kind == gp::CollectiveKind::AllReduce) {
-      std::vector<float> sum(n), part(n);
-      bs[0]->read(at[0], sum.data(), n * 4);
+      const size_t bytes = n * (c.dtype == gp::DType::I64 ? 8 : 4);
+      std::vector<unsigned char> sum(bytes), part(bytes);
+      bs[0]->read(at[0], sum.data(), bytes);
       for (size_t r = 1; r < N; ++r) {
-        bs[r]->read(at[r], part.data(), n * 4);
-        for (size_t i = 0; i < n; ++i)
-          sum[i] += part[i];
+        bs[r]->read(at[r], part.data(), bytes);
+        addInto(c.dtype, sum.data(), part.data(), n);
       }
       for (size_t r = 0; r < N; ++r)
-        bs[r]->write(at[r], sum.data(), n * 4);
+        bs[r]->write(at[r], sum.data(), bytes);
     } else if (c.kind == gp::CollectiveKind::AllGather) {
       std::vector<float> part(n);
       for (size_t r = 0; r < N; ++r) {
@@ -89,27 +113,26 @@ public:
            const std::vector<uint64_t> &at) override {
     check(bs.size() == 1, "host-comm collectives: one local rank per "
           "process");
-    check(c.dtype == gp::DType::F32, "collective of ",
-          gp::dtypeName(c.dtype), " elements: only f32 collectives exist");
+    checkCollectiveDtype(c);
     const size_t n = c.elements, N = size_t(comm_->size());
     const size_t me = size_t(comm_->rank());
     if (N <= 1)
       return;
-    std::vector<float> mine(n), all(n * N);
+    const size_t bytes = n * (c.dtype == gp::DType::I64 ? 8 : 4);
+    std::vector<unsigned char> mine(bytes), all(bytes * N);
     const uint64_t from = c.kind == gp::CollectiveKind::AllGather
-                              ? at[0] + me * n * 4
+                              ? at[0] + me * bytes
                               : at[0];
-    bs[0]->read(from, mine.data(), n * 4);
-    comm_->allGather(mine.data(), all.data(), n * 4);
+    bs[0]->read(from, mine.data(), bytes);
+    comm_->allGather(mine.data(), all.data(), bytes);
     if (c.kind == gp::CollectiveKind::AllReduce) {
       // Rank order, as InProcess sums: the same bits for any transport.
-      std::vector<float> sum(all.begin(), all.begin() + n);
+      std::vector<unsigned char> sum(all.begin(), all.begin() + bytes);
       for (size_t r = 1; r < N; ++r)
-        for (size_t i = 0; i < n; ++i)
-          sum[i] += all[r * n + i];
-      bs[0]->write(at[0], sum.data(), n * 4);
+        addInto(c.dtype, sum.data(), all.data() + r * bytes, n);
+      bs[0]->write(at[0], sum.data(), bytes);
     } else if (c.kind == gp::CollectiveKind::AllGather) {
-      bs[0]->write(at[0], all.data(), n * N * 4);
+      bs[0]->write(at[0], all.data(), bytes * N);
     } else {
       fail("collective kind ", gp::collectiveKindName(c.kind),
            " is not run by this runtime; re-plan with this glmc");

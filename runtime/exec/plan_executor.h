@@ -96,8 +96,14 @@ public:
   virtual bool onDeviceStreams() const { return false; }
 };
 
+/// Refuses a collective whose dtype this runtime does not move: all-reduce
+/// of f32 (rank order) or i64 (the exact fixed-point sums), all-gather of
+/// f32.
+void checkCollectiveDtype(const plan::CollectiveDef &c);
+
 /// Collectives among ranks all run by this process: all-reduce sums the
-/// ranks' fp32 buffers in rank order (the plan's "rank-order fp32 sum");
+/// ranks' fp32 buffers in rank order (the plan's "rank-order fp32 sum") or
+/// their int64 buffers (exact);
 /// all-gather copies rank r's slice [r*elements, (r+1)*elements) to every
 /// rank.
 std::unique_ptr<Collectives> inProcessCollectives();

@@ -12,6 +12,10 @@
 // in fp64 and rounds once, then y = s or y + s in fp32. CUDA against the
 // twin: max|cuda - twin| <= 1e-5 * max|twin| (fp32 sums of `in` products).
 //
+// With a fixed-point sum (template sum = fixed / fixed_out) the unit is
+// one 16-byte load: its dot (fp64 here, fp32 in the kernel) rounded to
+// fixed point, then exact int64 sums.
+//
 // dense_gemv_f32: fp64 sums of exact float * float products per lane, in
 // the kernel's order, and the kernel's xor-shuffle tree: bit-exact.
 //
@@ -107,6 +111,7 @@ void denseGemvTwin(const Launch &l) {
   const int in = l.i32(kGIn), out = l.i32(kGOut);
   const int outStride = l.i32(kGOutStride);
   const bool accumulate = l.i32(kGAccumulate) != 0;
+  const int sum = l.sumMode();
   check(in > 0 && in % 128 == 0 && warps >= 1, "twin of dense_gemv: in ", in,
         " is not a positive multiple of 128");
   // Rows per block R (the kernel derives it from the grid): the rows the
@@ -138,6 +143,23 @@ void denseGemvTwin(const Launch &l) {
                                      127);
           wv[i] = e4m3ToFloat(row[i]) * s;
         }
+      }
+      if (sum) {
+        // The kernel's unit: one 16-byte load (8 bf16 / 16 E4M3 inputs),
+        // its dot to fixed point, the rest exact.
+        const int elems = fmt == 0 ? 8 : 16;
+        for (int b = 0; b < batch; ++b) {
+          const float *xb = x + int64_t(b) * in;
+          long long s = 0;
+          for (int i0 = 0; i0 < in; i0 += elems) {
+            double d = 0;
+            for (int i = i0; i < i0 + elems; ++i)
+              d += double(wv[i]) * xb[i];
+            s += toFixed(float(d));
+          }
+          storeFixedSum(sum, y, int64_t(b) * outStride + o, s, accumulate);
+        }
+        continue;
       }
       for (int b = 0; b < batch; ++b) {
         const float *xb = x + int64_t(b) * in;

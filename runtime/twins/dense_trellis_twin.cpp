@@ -13,6 +13,11 @@
 // the padded tail not written. CUDA against the twin: max|cuda - twin| <=
 // 2e-5 * max|twin| (fp32 mma accumulation of up to in/16/split k16 steps).
 //
+// With a fixed-point sum (template sum = fixed / fixed_out) each z_s is
+// rounded to fixed point (fixed_point.cuh) and the sums after it are exact
+// int64: the same tolerance against CUDA, and the same bits for every
+// split of the ranks' units (the planner aligns the chunks to them).
+//
 // dense_gemv_trellis: fp32 per-lane sums with compiler-chosen FMA
 // contraction and a 4-lane shuffle; the twin sums each output in fp64 and
 // rounds once. CUDA against the twin: max|cuda - twin| <= 1e-5 * max|twin|.
@@ -114,10 +119,16 @@ void denseTrellisTwin(const Launch &l) {
         " blocks leaves "
         "output blocks without their last block (needs ",
         int64_t(nBlk) * nSB, ")");
+  const int sum = l.sumMode();
+  check(sum != 2 || !svh, "twin of dense_trellis: sum=fixed_out with an svh "
+                          "(the output Hadamard follows the all-reduce): "
+                          "CUDA traps");
   parallelFor(nBlk, 1, 0, [&](int64_t b0, int64_t b1, int) {
     std::vector<float> zs(size_t(NW) * batch * 128);
+    std::vector<long long> fx(size_t(batch) * 128);
     float w[256];
     for (int64_t blk = b0; blk < b1; ++blk) {
+      std::fill(fx.begin(), fx.end(), 0);
       for (int sb = 0; sb < nSB; ++sb) {
         // The block's NW warp items.
         for (int warp = 0; warp < NW; ++warp) {
@@ -144,10 +155,14 @@ void denseTrellisTwin(const Launch &l) {
             }
           }
           for (int b = 0; b < batch; ++b)
-            for (int j = 0; j < 128; ++j)
-              zs[(size_t(warp) * batch + b) * 128 + j] =
-                  acc[size_t(b) * 128 + j].value();
+            for (int j = 0; j < 128; ++j) {
+              const float z = acc[size_t(b) * 128 + j].value();
+              zs[(size_t(warp) * batch + b) * 128 + j] = z;
+              fx[size_t(b) * 128 + j] += toFixed(z); // sum: order-free
+            }
         }
+        if (sum)
+          continue;
         // denseWarpSum: warp order.
         float *part = scratch + (blk * nSB + sb) * int64_t(batch) * 128;
         for (int b = 0; b < batch; ++b) {
@@ -163,6 +178,24 @@ void denseTrellisTwin(const Launch &l) {
           else
             std::copy(v, v + 128, part + int64_t(b) * 128);
         }
+      }
+      if (sum) { // every z_s rounded once, the sums exact
+        for (int b = 0; b < batch; ++b) {
+          const long long *f = fx.data() + size_t(b) * 128;
+          if (sum == 2) {
+            long long *dst = reinterpret_cast<long long *>(y) +
+                             int64_t(b) * yStride + 128 * blk;
+            for (int j = 0; j < 128; ++j)
+              if (128 * blk + j < outValid)
+                dst[j] = f[j];
+            continue;
+          }
+          float v[128];
+          for (int j = 0; j < 128; ++j)
+            v[j] = fromFixed(f[j]);
+          denseStore(v, b, int(blk), svh, y, yStride, outValid);
+        }
+        continue;
       }
       if (nSB == 1)
         continue;

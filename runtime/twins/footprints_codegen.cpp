@@ -102,7 +102,7 @@ void denseGemvFp(const Launch &l, Footprint &f) {
     r.need(2, rows * (in / 32), 1);
   else
     r.opt(2, 0, 1);
-  r.need(3, span(batch, r.at(7), rows), 4);
+  r.need(3, span(batch, r.at(7), rows), l.sumMode() == 2 ? 8 : 4);
 }
 
 // (x, w, y, in, out)
@@ -153,9 +153,10 @@ void denseTrellisFp(const Launch &l, Footprint &f) {
   r.need(1, tileSpan(in / 16, 8 * nBlk, r.at(11), r.at(12), r.at(13)) * 32,
          r.targ("K"));
   r.opt(2, out, 4);
-  r.need(3, nSB > 1 ? nBlk * nSB * batch * 128 : 0, 4);
+  const Wide sumBytes = l.sumMode() ? 8 : 4; // int64 partials / output
+  r.need(3, nSB > 1 ? nBlk * nSB * batch * 128 : 0, sumBytes);
   r.need(4, nSB > 1 ? nBlk : 0, 4);
-  r.need(5, span(batch, yStride, valid), 4);
+  r.need(5, span(batch, yStride, valid), l.sumMode() == 2 ? 8 : 4);
 }
 
 /// gemm_trellis / gemm_trellis_grouped: in and out as the kernels need them.
@@ -395,10 +396,13 @@ void moeTrellisFp(const Launch &l, Footprint &f) {
   r.opt(8, eTot * nBlk, sv);
   r.opt(9, eTot * hidden, sv);
   r.opt(10, hidden, 4);
-  r.need(11, Q * 32 * split * 128 + Q * 16 * 128 + Q * hidden * (16 / group),
+  const Wide fixedParts = l.sumMode() ? 2 : 1; // int64 down partials
+  r.need(11,
+         Q * 32 * split * 128 + Q * 16 * 128 +
+             Q * hidden * (16 / group) * fixedParts,
          4);
   r.need(12, (batch * topk + nShared) * 16 + nBlk, 4);
-  r.need(13, batch * hidden, 4);
+  r.need(13, batch * hidden, l.sumMode() == 2 ? 8 : 4);
   r.nonneg({23, 24, 25, 26});
   r.table(1, batch * topk, 4, false); // ids outside [0, n_routed) skipped
   r.table(2, batch * topk, 4, false);

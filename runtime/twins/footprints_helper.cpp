@@ -257,7 +257,7 @@ void gemvAnyFp(const Launch &l, Footprint &f) {
   const Wide rows = std::min(r.at(9), r.grid(0) * (r.block(0) / 32));
   r.need(0, rows ? span(B, r.at(1), in) : 0, 4);
   weightWithScale(r, 2, 3, 4, 5, B ? rows : 0, in);
-  r.need(6, span(B, r.at(7), rows), 4);
+  r.need(6, span(B, r.at(7), rows), l.sumMode() == 2 ? 8 : 4);
 }
 
 // reduce_units(part, units, n, out); grid (ceil(n/T), B).
@@ -266,7 +266,7 @@ void reduceUnitsFp(const Launch &l, Footprint &f) {
   const Wide B = r.grid(1), units = r.at(1), n = r.at(2);
   const Wide m = std::min(n, r.coveredX());
   r.need(0, span(B * units, n, m), 8);
-  r.need(3, span(B, n, m), 4);
+  r.need(3, span(B, n, m), l.sumMode() == 2 ? 8 : 4);
 }
 
 // route(logitsAll, bias, E, k, normalize, scale, expertsAll, weightsAll);
@@ -425,6 +425,17 @@ void fillFp(const Launch &l, Footprint &f) {
   r.need(0, r.at(1), 4);
 }
 
+// fixed_to_f32(x, post, y, rows, n): a warp per 128-column block.
+void fixedToF32Fp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide n = r.at(4), perRow = ceilDiv(n, 128);
+  const Wide blocks = std::min(r.at(3) * perRow, r.grid(0) * (r.block(0) / 32));
+  const Wide rows = ceilDiv(blocks, perRow ? perRow : 1);
+  r.need(0, rows * n, 8);
+  r.opt(1, blocks ? n : 0, 4);
+  r.need(2, rows * n, 4);
+}
+
 } // namespace
 
 const FootprintEntry kHelperFootprints[] = {
@@ -455,6 +466,7 @@ const FootprintEntry kHelperFootprints[] = {
     {"sum_parts", "piip", sumPartsFp},
     {"fill_random", "plli", fillFp},
     {"fill_f32", "plf", fillFp},
+    {"fixed_to_f32", "pppii", fixedToF32Fp},
     {nullptr, nullptr, nullptr},
 };
 

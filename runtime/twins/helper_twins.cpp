@@ -42,6 +42,7 @@ const TwinEntry kHelperTwins[] = {
     {"sum_parts", sumPartsTwin},
     {"fill_random", fillRandomTwin},
     {"fill_f32", fillF32Twin},
+    {"fixed_to_f32", fixedToF32Twin},
     {nullptr, nullptr},
 };
 

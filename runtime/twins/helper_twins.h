@@ -77,5 +77,6 @@ void vocabGatherTwin(const Launch &l);
 void sumPartsTwin(const Launch &l);
 void fillRandomTwin(const Launch &l);
 void fillF32Twin(const Launch &l);
+void fixedToF32Twin(const Launch &l);
 
 } // namespace glm::rt::twins

@@ -126,6 +126,7 @@ struct MoeLaunch {
   trellis::Codebook cb = trellis::Codebook::Mcg;
   bool e4m3 = false, down = false, persist = false;
   int batch, topk, nRouted, nShared, hidden, inter, split, group;
+  int sum = 0; // template sum (stage down): 0 f32, 1 fixed, 2 fixed_out
   int nSlot, Q, nBlk, eTot;
   const unsigned char *const *tiles;
   const unsigned char *widths;
@@ -148,6 +149,10 @@ struct MoeLaunch {
     batch = l.i32(kBatch), topk = l.i32(kTopk), nRouted = l.i32(kNRouted);
     nShared = l.i32(kNShared), hidden = l.i32(kHidden), inter = l.i32(kInter);
     split = l.i32(kGuSplit), group = l.i32(kDownGroup);
+    sum = l.sumMode();
+    check(!(sum == 2 && down && l.args[kSignsOut].p),
+          "twin of moe_trellis: sum=fixed_out with signs_out (the output "
+          "Hadamard follows the all-reduce): CUDA traps");
     // The kernel's trap conditions.
     check(inter == 16 * 128 && hidden > 0 && hidden % 128 == 0 && batch >= 1 &&
               batch <= batchT && batch * topk <= 64 && split >= 1 &&
@@ -324,21 +329,26 @@ void downItem(const MoeLaunch &m, const Unit &un, int blk, int h0, int h1,
     const int q = un.q[b];
     if (q < 0)
       continue;
-    float *dst = m.downPart() + ((int64_t(blk) * m.Q + q) * nGroup + gi) * 128;
+    const int64_t dst = ((int64_t(blk) * m.Q + q) * nGroup + gi) * 128;
+    float v[128];
     if (svh) { // EXL3: H(z) * svh * w
-      float v[128];
       for (int j = 0; j < 128; ++j)
         v[j] = acc[b][j].value();
       hadamard128F32(v);
       for (int j = 0; j < 128; ++j)
-        dst[j] = v[j] * kInvSqrt128 *
-                 storageAt(svh, m.svt, int64_t(e) * m.hidden + 128 * blk + j) *
-                 un.w[b];
+        v[j] = v[j] * kInvSqrt128 *
+               storageAt(svh, m.svt, int64_t(e) * m.hidden + 128 * blk + j) *
+               un.w[b];
     } else { // exlr8: z * sv_block * w (pre-Hadamard)
       const float sc = optAt(svb, m.svt, int64_t(e) * m.nBlk + blk) * un.w[b];
       for (int j = 0; j < 128; ++j)
-        dst[j] = acc[b][j].value() * sc;
+        v[j] = acc[b][j].value() * sc;
     }
+    for (int j = 0; j < 128; ++j)
+      if (m.sum) // the partials are int64 (storeDownPart)
+        reinterpret_cast<long long *>(m.downPart())[dst + j] = toFixed(v[j]);
+      else
+        m.downPart()[dst + j] = v[j];
   }
 }
 
@@ -354,6 +364,7 @@ void downTail(const MoeLaunch &m, int blk, PartsFn parts) {
   const bool accumulate = l.i32(kAccumulate) != 0;
   for (int b = 0; b < m.batch; ++b) {
     float v[128] = {};
+    long long fx[128] = {};
     for (int k = 0; k < m.nSlot; ++k) {
       if (k < m.topk) {
         const int id = ids[b * m.topk + k];
@@ -363,14 +374,24 @@ void downTail(const MoeLaunch &m, int blk, PartsFn parts) {
         if (skip)
           continue;
       }
-      parts(b, k, v);
+      parts(b, k, v, fx);
     }
+    float *o = out + int64_t(b) * m.hidden + 128 * blk;
+    if (m.sum == 2) {
+      long long *d = reinterpret_cast<long long *>(out) + int64_t(b) * m.hidden +
+                     128 * blk;
+      for (int j = 0; j < 128; ++j)
+        d[j] = accumulate ? d[j] + fx[j] : fx[j];
+      continue;
+    }
+    if (m.sum)
+      for (int j = 0; j < 128; ++j)
+        v[j] = fromFixed(fx[j]);
     if (signs) {
       hadamard128F32(v);
       for (int j = 0; j < 128; ++j)
         v[j] *= kInvSqrt128 * signs[128 * blk + j];
     }
-    float *o = out + int64_t(b) * m.hidden + 128 * blk;
     for (int j = 0; j < 128; ++j)
       o[j] = accumulate ? v[j] + o[j] : v[j];
   }
@@ -431,8 +452,13 @@ void moeTrellisTwin(const Launch &l) {
   if (full ? nU == 0 : owned == 0) {
     // Full grid without units: no item arrives, out is left as it is.
     // Persistent path without owned halves: out = 0 (+ out).
-    if (!full && l.i32(kAccumulate) == 0)
-      std::fill(out, out + int64_t(m.batch) * m.hidden, 0.0f);
+    if (!full && l.i32(kAccumulate) == 0) {
+      if (m.sum == 2)
+        std::fill_n(reinterpret_cast<long long *>(out),
+                    int64_t(m.batch) * m.hidden, 0LL);
+      else
+        std::fill(out, out + int64_t(m.batch) * m.hidden, 0.0f);
+    }
     return;
   }
   parallelFor(
@@ -450,12 +476,22 @@ void moeTrellisTwin(const Launch &l) {
   parallelFor(m.nBlk, 1, 0, [&](int64_t b0, int64_t b1, int) {
     for (int64_t blk = b0; blk < b1; ++blk) {
       const float *base = m.downPart() + blk * m.Q * int64_t(perUnit) * 128;
-      downTail(m, int(blk), [&](int b, int k, float *v) {
-        const float *src = base + int64_t(b * m.nSlot + k) * perUnit * 128;
+      downTail(m, int(blk), [&](int b, int k, float *v, long long *fx) {
+        const int64_t at = int64_t(b * m.nSlot + k) * perUnit * 128;
+        const float *src = base + at;
+        const long long *srcFx = reinterpret_cast<const long long *>(
+                                     m.downPart()) +
+                                 blk * m.Q * int64_t(perUnit) * 128 + at;
+        auto add = [&](int p) { // partial p of the slot
+          for (int j = 0; j < 128; ++j)
+            if (m.sum)
+              fx[j] += srcFx[p * 128 + j];
+            else
+              v[j] += src[p * 128 + j];
+        };
         if (full) {
           for (int g = 0; g < nGroup; ++g)
-            for (int j = 0; j < 128; ++j)
-              v[j] += src[g * 128 + j];
+            add(g);
           return;
         }
         // Persistent: the owned halves of the slot's unit, ascending.
@@ -467,8 +503,7 @@ void moeTrellisTwin(const Launch &l) {
           return;
         for (int h = 0; h < 16; ++h)
           if (m.owned(un->e, h))
-            for (int j = 0; j < 128; ++j)
-              v[j] += src[h * 128 + j];
+            add(h);
       });
     }
   });

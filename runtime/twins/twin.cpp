@@ -25,6 +25,17 @@ int Launch::targInt(const std::string &key) const {
   return static_cast<int>(n);
 }
 
+int Launch::sumMode() const {
+  if (!templateArgs)
+    return 0;
+  auto it = templateArgs->find("sum");
+  if (it == templateArgs->end() || it->second == "f32")
+    return 0;
+  check(it->second == "fixed" || it->second == "fixed_out", "twin of ",
+        family, ": sum='", it->second, "' is not f32, fixed or fixed_out");
+  return it->second == "fixed" ? 1 : 2;
+}
+
 TwinFn findTwin(const std::string &family) {
   for (const TwinEntry *table : {kCodegenTwins, kHelperTwins})
     for (const TwinEntry *e = table; e->family; ++e)

@@ -54,6 +54,9 @@ struct Launch {
   const std::string &targ(const std::string &key) const;
   /// Template argument `key` as an integer (throws when absent or not one).
   int targInt(const std::string &key) const;
+  /// The `sum` template argument of the GEMV families that take one
+  /// (codegen sumParam): 0 f32 (also when absent), 1 fixed, 2 fixed_out.
+  int sumMode() const;
 };
 
 using TwinFn = void (*)(const Launch &);

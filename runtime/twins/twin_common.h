@@ -18,6 +18,8 @@
 #include "runtime/codec/trellis.h"
 #include "runtime/twins/twin.h"
 
+#include "codegen/templates/fixed_point.cuh"
+
 #include <cstdint>
 #include <cstring>
 
@@ -120,5 +122,19 @@ struct HiLoSum {
   /// columns of one batch row, added in fp32).
   float value() const { return float(hi) + float(lo); }
 };
+
+/// The end of a fixed-point reduction (fixed_point.cuh storeFixedSum):
+/// sum mode 1 writes fromFixed(s) (+ y[i]) as fp32, 2 the int64 (+ y[i]).
+inline void storeFixedSum(int sum, void *y, int64_t i, long long s,
+                          bool accumulate) {
+  if (sum == 2) {
+    long long *d = static_cast<long long *>(y) + i;
+    *d = accumulate ? *d + s : s;
+  } else {
+    float *d = static_cast<float *>(y) + i;
+    const float v = fromFixed(s);
+    *d = accumulate ? *d + v : v;
+  }
+}
 
 } // namespace glm::rt::twins

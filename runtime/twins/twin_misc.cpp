@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/helper_twins.h"
+#include "runtime/twins/twin_common.h"
 
 #include <algorithm>
 
@@ -72,6 +73,33 @@ void fillF32Twin(const Launch &l) {
   const int64_t n = l.i64(1);
   const float v = l.f32(2);
   std::fill(p, p + std::max<int64_t>(n, 0), v);
+}
+
+// fixed_to_f32(x, post, y, rows, n): a warp per 128-column block.
+void fixedToF32Twin(const Launch &l) {
+  const long long *x = l.ptr<const long long>(0);
+  const float *post = l.ptr<const float>(1);
+  float *y = l.ptr<float>(2);
+  const int rows = l.i32(3), n = l.i32(4);
+  check(!post || n % 128 == 0, "twin of fixed_to_f32: n ", n,
+        " is not a multiple of 128 with a post vector: CUDA traps");
+  const int64_t perRow = (n + 127) / 128;
+  const int64_t blocks = std::min<int64_t>(
+      int64_t(rows) * perRow, int64_t(l.grid[0]) * (l.block[0] / 32));
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t r = blk / perRow, q = blk % perRow, base = r * n;
+    float v[128];
+    for (int j = 0; j < 128; ++j)
+      v[j] = 128 * q + j < n ? fromFixed(x[base + 128 * q + j]) : 0.0f;
+    if (post) {
+      hadamard128F32(v);
+      for (int j = 0; j < 128; ++j)
+        v[j] *= kInvSqrt128 * post[128 * q + j];
+    }
+    for (int j = 0; j < 128; ++j)
+      if (128 * q + j < n)
+        y[base + 128 * q + j] = v[j];
+  }
 }
 
 } // namespace glm::rt::twins

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/helper_twins.h"
+#include "runtime/twins/twin_common.h"
 
 #include "runtime/base/parallel.h"
 
@@ -31,12 +32,20 @@ void gemvAnyTwin(const Launch &l) {
   const int sk = l.i32(5);
   float *y = l.ptr<float>(6);
   const int ys = l.i32(7), in = l.i32(8), out = l.i32(9);
+  const int sum = l.sumMode();
   const int64_t rows =
       std::min<int64_t>(out, (int64_t)l.grid[0] * (l.block[0] / 32));
   for (uint32_t b = 0; b < l.grid[1]; ++b) {
     const float *xb = x + (int64_t)b * xs;
     parallelFor(rows, 64, 0, [&](int64_t o0, int64_t o1, int) {
       for (int64_t o = o0; o < o1; ++o) {
+        if (sum) { // each product to fixed point, summed exactly
+          long long s = 0;
+          for (int i = 0; i < in; ++i)
+            s += toFixed(hx::ldWT(w, dt, scale, sk, o, i, in) * xb[i]);
+          storeFixedSum(sum, y, (int64_t)b * ys + o, s, false);
+          continue;
+        }
         float acc[32];
         for (int lane = 0; lane < 32; ++lane) {
           acc[lane] = 0.0f;
@@ -55,8 +64,16 @@ void reduceUnitsTwin(const Launch &l) {
   const int units = l.i32(1), n = l.i32(2);
   float *out = l.ptr<float>(3);
   const int64_t m = std::min<int64_t>(n, coveredX(l));
+  const int sum = l.sumMode();
   for (uint32_t b = 0; b < l.grid[1]; ++b)
     for (int64_t i = 0; i < m; ++i) {
+      if (sum) {
+        long long s = 0;
+        for (int u = 0; u < units; ++u)
+          s += toFixed(part[((int64_t)b * units + u) * n + i]);
+        storeFixedSum(sum, out, (int64_t)b * n + i, s, false);
+        continue;
+      }
       double s = 0;
       for (int u = 0; u < units; ++u)
         s += part[((int64_t)b * units + u) * n + i];
