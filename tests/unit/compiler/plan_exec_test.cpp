@@ -9,7 +9,9 @@
 //  - the hand-written reference forward (runtime/cpu/forward.cpp) on the
 //    same pack, position by position;
 //  - its own plan: the trace of one decode step equals the plan's batch-1
-//    graph op for op.
+//    graph op for op;
+//  - itself on other rank counts: the logits of 1..4 ranks are the same
+//    bits.
 //
 //===----------------------------------------------------------------------===//
 #include "plan_test_util.h"
@@ -22,6 +24,8 @@
 #include "runtime/exec/plan_executor.h"
 #include "runtime/exec/plan_generator.h"
 #include "runtime/formats/pack.h"
+
+#include <cstring>
 #include "runtime/formats/safetensors.h"
 
 #include <gtest/gtest.h>
@@ -119,8 +123,8 @@ void checkGolden(const std::string &name, int ranks) {
 TEST(PlanExecCpu, GlmDsaAMatchesTransformers) { checkGolden("glm_dsa_a", 1); }
 TEST(PlanExecCpu, GlmDsaBMatchesTransformers) { checkGolden("glm_dsa_b", 1); }
 // Tensor parallelism through the plan: heads, dense chunks, expert halves
-// and vocabulary slices on 2 and 4 ranks, their partial sums reduced in rank
-// order in fp32 (so within rounding of one rank, not bit-identical).
+// and vocabulary slices on 2 and 4 ranks (the same bits as one rank: see
+// the byte-identity tests below).
 TEST(PlanExecCpu, GlmDsaAOnTwoRanks) { checkGolden("glm_dsa_a", 2); }
 TEST(PlanExecCpu, GlmDsaBOnFourRanks) { checkGolden("glm_dsa_b", 4); }
 
@@ -215,6 +219,63 @@ TEST(PlanExecCpu, TinyExlr8OnThreeRanks) {
   checkAgainstReference("exlr8", 3, 1e-4);
 }
 TEST(PlanExecCpu, TinyExl3OnTwoRanks) { checkAgainstReference("exl3", 2, 1e-4); }
+
+/// Logits of every position of a greedy run of the plan for `ranks` ranks.
+std::vector<float> planLogits(const std::string &dir, int ranks,
+                              const std::string &manifest,
+                              const std::vector<int64_t> &batches = {1}) {
+  PackOpenOptions po;
+  po.manifest = manifest;
+  auto pack = Pack::open(dir, po);
+  const ModelConfig &cfg = *pack->config();
+  auto gen = exec::makePlanGenerator(
+      cpuExecutor(compilePlan(dir, ranks, manifest, batches), dir), cfg, 256,
+      "cpu");
+  SamplingParams sp; // greedy
+  sp.maxNew = 6;
+  std::vector<float> rows;
+  gen->generate({1, 5, 9, 2, 7, 3, 11, 4}, sp, {}, &rows);
+  return rows;
+}
+
+/// The same plan compiled for 1..4 ranks gives the same logits, bit for
+/// bit: every sum over units the ranks own (o_proj's heads, a dense MLP's
+/// 128-channel chunks, the experts' halves) is an exact int64 sum of
+/// fixed-point unit partials (codegen/templates/fixed_point.cuh).
+void checkByteIdenticalAcrossRanks(const std::string &dir,
+                                   const std::string &manifest,
+                                   std::vector<int> rankCounts) {
+  const std::vector<float> one = planLogits(dir, 1, manifest);
+  ASSERT_FALSE(one.empty());
+  for (int n : rankCounts) {
+    const std::vector<float> many = planLogits(dir, n, manifest);
+    ASSERT_EQ(many.size(), one.size()) << n << " ranks";
+    size_t differ = 0;
+    for (size_t i = 0; i < one.size(); ++i)
+      differ += std::memcmp(&one[i], &many[i], 4) != 0;
+    EXPECT_EQ(differ, 0u) << fs::path(dir).filename() << ": " << differ
+                          << " of " << one.size() << " logits differ at " << n
+                          << " ranks from 1 rank";
+  }
+}
+
+TEST(PlanExecCpu, GoldenAIsTheSameBitsOnOneTwoAndFourRanks) {
+  checkByteIdenticalAcrossRanks(
+      (fs::path(kGoldens) / "glm_dsa_a").string(), "", {2, 4});
+}
+TEST(PlanExecCpu, GoldenBIsTheSameBitsOnOneAndThreeRanks) {
+  checkByteIdenticalAcrossRanks(
+      (fs::path(kGoldens) / "glm_dsa_b").string(), "", {3});
+}
+TEST(PlanExecCpu, TinyHfIsTheSameBitsOnOneToFourRanks) {
+  checkByteIdenticalAcrossRanks(tinyPack("hf"), "", {2, 3, 4});
+}
+TEST(PlanExecCpu, TinyExl3IsTheSameBitsOnOneToFourRanks) {
+  checkByteIdenticalAcrossRanks(tinyPack("exl3"), "", {2, 3, 4});
+}
+TEST(PlanExecCpu, TinyExlr8IsTheSameBitsOnOneToFourRanks) {
+  checkByteIdenticalAcrossRanks(tinyPack("exlr8"), "mixed", {2, 3, 4});
+}
 
 /// Random-weights mode, the step benchmark's: an index-only exlr8 pack (no
 /// weight bytes at all) runs, the same seed gives the same bits, another seed

@@ -46,6 +46,29 @@ std::vector<KernelSpec> representativeSpecs() {
                       {"e4m3", "0"}, {"batch", "8"}, {"sv", "bf16"},
                       {"stage", "down"}, {"pipe", "0"}, {"minblocks", "0"},
                       {"threads", "128"}});
+  // Fixed-point sums (templates/fixed_point.cuh): both modes per family.
+  add("moe_trellis", {{"widths", "234"}, {"codebook", "mcg"}, {"e4m3", "1"},
+                      {"batch", "1"}, {"sv", "f32"}, {"stage", "down"},
+                      {"pipe", "4"}, {"minblocks", "4"}, {"sum", "fixed"},
+                      {"threads", "128"}});
+  add("moe_trellis", {{"widths", "234"}, {"codebook", "mcg"}, {"e4m3", "1"},
+                      {"batch", "1"}, {"sv", "f32"}, {"stage", "down_persist"},
+                      {"pipe", "4"}, {"minblocks", "4"}, {"sum", "fixed_out"},
+                      {"threads", "128"}});
+  add("dense_gemv", {{"format", "bf16"}, {"scale", "none"}, {"batch", "1"},
+                     {"sum", "fixed"}, {"threads", "256"}});
+  add("dense_gemv", {{"format", "fp8_row"}, {"scale", "f32"}, {"batch", "8"},
+                     {"sum", "fixed_out"}, {"threads", "256"}});
+  add("dense_trellis", {{"K", "4"}, {"codebook", "mcg"}, {"e4m3", "1"},
+                        {"batch", "1"}, {"pipe", "2"}, {"minblocks", "4"},
+                        {"sum", "fixed"}, {"threads", "128"}});
+  add("dense_trellis", {{"K", "3"}, {"codebook", "mcg"}, {"e4m3", "0"},
+                        {"batch", "8"}, {"pipe", "2"}, {"minblocks", "4"},
+                        {"sum", "fixed_out"}, {"threads", "128"}});
+  add("gemv_any", {{"sum", "fixed"}, {"threads", "256"}});
+  add("gemv_any", {{"sum", "fixed_out"}, {"threads", "256"}});
+  add("reduce_units", {{"sum", "fixed"}, {"threads", "256"}});
+  add("reduce_units", {{"sum", "fixed_out"}, {"threads", "256"}});
   add("moe_reduce", {{"threads", "256"}});
   add("dense_gemv", {{"format", "bf16"}, {"scale", "none"}, {"batch", "1"},
                      {"threads", "256"}});
@@ -112,7 +135,8 @@ std::vector<KernelSpec> helperSpecs() {
         "transpose",     "gemv_any",       "reduce_units",       "swiglu",
         "hf_expert_act", "hf_expert_down", "exl3_expert_in",     "moe_exl3_in",
         "onehot",        "vocab_gather",   "sum_parts",          "fill_random",
-        "fill_f32",      "kv_store",       "index_key_store",    "mla_out"})
+        "fill_f32",      "kv_store",       "index_key_store",    "mla_out",
+        "fixed_to_f32"})
     add(f, {{"threads", "256"}});
   for (const char *f :
        {"rms_norm_rows", "add_rms_norm", "dsa_select", "mla_core"})

@@ -306,8 +306,9 @@ TEST(CpuForward, TpRuleAssignsHalvesAndHeads) {
   ModelConfig c = cputest::tinyConfig();
   TpLayout t = TpLayout::fromRule(c, 3);
   EXPECT_EQ(t.expertHalves, 2); // 160 channels = 128 + 32
-  // half h of expert e in layer L on rank (halves·e + h + L) mod N.
-  EXPECT_EQ(t.expertHalfRank(2, 4, 1), (2 * 4 + 1 + 2) % 3);
+  // half h of expert e in layer L on rank (pairs·e + h/2 + L) mod N, pairs
+  // = ceil(halves / 2): the shard rule's pairs of halves.
+  EXPECT_EQ(t.expertHalfRank(2, 4, 1), (1 * 4 + 1 / 2 + 2) % 3);
   EXPECT_EQ(t.layers[0].headRank, (std::vector<int>{0, 1, 2, 2}));
   EXPECT_EQ(t.vocabBegin, (std::vector<int64_t>{0, 16, 33, 50}));
 }

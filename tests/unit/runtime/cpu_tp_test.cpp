@@ -137,7 +137,7 @@ TEST(CpuTp, PlanAssignsHalvesAndKeepsResultsBitIdentical) {
   EXPECT_EQ(t.expertHalfRank(3, 5, 0), 1);
   EXPECT_EQ(t.expertHalfRank(3, 5, 1), 1);
   // Unbound halves follow the rule.
-  EXPECT_EQ(t.expertHalfRank(1, 4, 1), (2 * 4 + 1 + 1) % 3);
+  EXPECT_EQ(t.expertHalfRank(1, 4, 1), (1 * 4 + 1 / 2 + 1) % 3);
 
   MapWeightSource src = cputest::tinyWeights(c, 3);
   auto w = ModelWeights::load(c, src);

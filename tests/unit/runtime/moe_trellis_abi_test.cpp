@@ -92,7 +92,7 @@ TEST(MoeTrellisAbi, FamilyNamesAndLaunchBounds) {
             "glm_moe_trellis_k234_mcg_e4m3_b1_svf16_gu_p4_m4_t128");
   const std::string src = glm::codegen::generateSource(s);
   EXPECT_NE(src.find("__launch_bounds__(128, 4)"), std::string::npos) << src;
-  EXPECT_NE(src.find("glm::moeTrellis<28, 1, true, 1, 1, 0, 4, 4, 128>"),
+  EXPECT_NE(src.find("glm::moeTrellis<28, 1, true, 1, 1, 0, 4, 4, 0, 128>"),
             std::string::npos)
       << src;
   s.args["minblocks"] = "0";
