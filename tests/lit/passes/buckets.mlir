@@ -17,10 +17,10 @@
 // Per op, one kernel list per bucket in glm.buckets order; glm.kernels is
 // the first bucket's.
 // CHECK: glm.fused_expert_gemv
-// CHECK-SAME: glm.bucket_kernels = {{.}}["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_t128"],
-// CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_down_p4_m4_t128"],
-// CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_down_p4_m4_t128"]{{.}},
-// CHECK-SAME: glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_t128"]
+// CHECK-SAME: glm.bucket_kernels = {{.}}["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_t128"],
+// CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_down_p4_m4_sumfixed_t128"],
+// CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_down_p4_m4_sumfixed_t128"]{{.}},
+// CHECK-SAME: glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_t128"]
 
 // DEFAULT: glm.buckets = [{batch = 1 : i64, kind = "decode", size = 1 : i64}, {batch = 2 : i64, kind = "decode", size = 2 : i64}, {batch = 3 : i64, kind = "decode", size = 3 : i64}, {batch = 4 : i64, kind = "decode", size = 4 : i64}, {batch = 5 : i64, kind = "decode", size = 5 : i64}, {batch = 6 : i64, kind = "decode", size = 6 : i64}, {batch = 7 : i64, kind = "decode", size = 7 : i64}, {batch = 8 : i64, kind = "decode", size = 8 : i64}, {batch = 8 : i64, kind = "prefill", size = 512 : i64}, {batch = 8 : i64, kind = "prefill", size = 2048 : i64}]
 // NOPREFILL: glm.buckets = [{{.*}}{batch = 8 : i64, kind = "decode", size = 8 : i64}]

@@ -20,18 +20,21 @@
 // indexer's q_b with 64-wide inputs) run on gemv_any.
 // ORDER: glm.indexer_topk {{.*}}glm.kernels = ["glm_gemv_any_t256", "glm_rope_rows_t32", "glm_dense_gemv_fp8_block_sf32_b1_t256", "glm_index_key_store_t256", "glm_dense_gemv_bf16_snone_b1_t256", "glm_indexer_scores_ctx_t256", "glm_dsa_select_t1024"]
 // ORDER: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_t256", "glm_rope_rows_t32", "glm_mla_qabs_t64", "glm_mla_core_t1024", "glm_mla_out_t256"]
-// ORDER: glm.mlp {{.*}}glm.kernels = ["glm_dense_gemv_fp8_block_sf32_b1_t256", "glm_dense_gemv_fp8_block_sf32_b1_t256", "glm_swiglu_t256", "glm_dense_gemv_fp8_block_sf32_b1_t256"]
+// ORDER: glm.mlp {{.*}}glm.kernels = ["glm_dense_gemv_fp8_block_sf32_b1_t256", "glm_dense_gemv_fp8_block_sf32_b1_t256", "glm_swiglu_t256", "glm_dense_gemv_fp8_block_sf32_b1_sumfixed_t256"]
 // ORDER: glm.router {{.*}}glm.kernels = ["glm_dense_gemv_bf16_snone_b1_t256", "glm_route_t32"]
-// ORDER: glm.fused_expert_gemv {{.*}}glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_t128"]
-// The collectives run on NCCL: no kernel.
-// CHECK-NOT: glm.allreduce {{.*}}glm.kernels
+// ORDER: glm.fused_expert_gemv {{.*}}glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_t128"]
+// A sum over rank-owned units ends in fixed point (the same bits at every
+// rank count): one rank converts in the kernel (sum = fixed, above); two
+// write int64 rows (fixed_out), all-reduce them on NCCL and convert after.
+// CHECK: glm.fused_expert_gemv {{.*}}"glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_out_t128"
+// CHECK: glm.allreduce {{.*}}glm.kernels = ["glm_fixed_to_f32_t256"]
 
 // ARCH: arch 'gfx90a' is not of the form sm_NN (sm_121, sm_90)
 
 // glmc compile --moe-trellis-tuning / --dense-trellis-tuning reach the
 // kernels' template arguments (recorded on the module for glm-emit-plan).
 // TUNED: glm.tuning = {dense_trellis = "8:1:64:64:0:0:2", moe_trellis = "2:1:64:2:2"}
-// TUNED: glm.fused_expert_gemv {{.*}}glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p2_m2_t64", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p2_m2_t64"]
+// TUNED: glm.fused_expert_gemv {{.*}}glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p2_m2_t64", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p2_m2_sumfixed_t64"]
 // BADTUNE: --dense-trellis-tuning "16:2": expected 7 colon-separated fields
 // A tuning the kernel would trap on is refused, naming the rule (guSplit 24
 // does not divide this model's 256/16 rows).
