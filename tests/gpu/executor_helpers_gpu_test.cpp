@@ -17,6 +17,9 @@
 
 #include "runtime/twins/twin.h"
 
+#include "codegen/dense_trellis_abi.h"
+#include "codegen/templates/fixed_point.cuh"
+
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
@@ -43,9 +46,14 @@ bool sameBits(float a, float b) {
 /// chunked loads) are taken on both sides alike.
 class Dual {
 public:
-  Dual(std::string family, unsigned threads) : family_(std::move(family)) {
+  Dual(std::string family, unsigned threads,
+       const std::map<std::string, std::string> &more = {})
+      : family_(std::move(family)) {
     targs_["threads"] = std::to_string(threads);
-    spec_ = spec(family_, {{"threads", std::to_string(threads)}});
+    for (const auto &[k, v] : more)
+      targs_[k] = v;
+    std::map<std::string, std::string> a(targs_.begin(), targs_.end());
+    spec_ = spec(family_, {a.begin(), a.end()});
   }
   /// A buffer with these initial contents on both sides (not yet an
   /// argument); returns its id for arg().
@@ -788,6 +796,210 @@ TEST_F(ExecutorHelpersGpu, GlueFamiliesMatchTwinsExactly) {
     r.run(1024, 1, 1, 256);
     r.check(0, "ones", 0);
   }
+}
+
+/// Fixed-point sums (codegen/templates/fixed_point.cuh): CUDA against the
+/// twins, and the property they exist for, on the device: the units of an
+/// input split over "ranks" (the other ranks' units zeroed, as the plan
+/// runs them), each rank's int64 rows (sum = fixed_out) added, give exactly
+/// the one-rank int64 rows, whose fromFixed is exactly the sum = fixed
+/// output.
+TEST_F(ExecutorHelpersGpu, FixedPointSumsAreTheSameBitsForEverySplit) {
+  std::mt19937 rng(53);
+  const int B = 2, in = 384, out = 200;
+  const std::vector<float> x = randn(rng, (size_t)B * in);
+  const std::vector<float> w = randn(rng, (size_t)out * in, 0.05f);
+  // Rank r of 3 owns the 64-input units u with u % 3 == r.
+  auto masked = [&](int r) {
+    std::vector<float> m = x;
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < in; ++i)
+        if ((i / 64) % 3 != r)
+          m[(size_t)b * in + i] = 0.0f;
+    return m;
+  };
+  auto gemv = [&](const std::vector<float> &xs, const char *sum, bool longs) {
+    Dual g("gemv_any", 256, {{"sum", sum}});
+    g.buf(xs).i32(in).buf(w).i32(0).null().i32(0);
+    if (longs)
+      g.out<long long>((size_t)B * out);
+    else
+      g.out<float>((size_t)B * out);
+    g.i32(out).i32(in).i32(out);
+    g.run((out + 7) / 8, B, 1, 256);
+    return g;
+  };
+  Dual one = gemv(x, "fixed", false);
+  one.check(6, "sum=fixed", 0); // products rounded alike: same bits
+  Dual whole = gemv(x, "fixed_out", true);
+  std::vector<long long> total((size_t)B * out, 0);
+  for (int r = 0; r < 3; ++r) {
+    Dual part = gemv(masked(r), "fixed_out", true);
+    const std::vector<long long> g = part.gpu<long long>(6),
+                                 h = part.host<long long>(6);
+    EXPECT_EQ(g, h) << "gemv_any fixed_out rank " << r;
+    for (size_t i = 0; i < total.size(); ++i)
+      total[i] += g[i];
+  }
+  const std::vector<long long> wholeG = whole.gpu<long long>(6);
+  size_t bad = 0;
+  for (size_t i = 0; i < total.size(); ++i)
+    bad += total[i] != wholeG[i];
+  reportExact("gemv_any 3-rank int64 sum = 1-rank", bad, total.size());
+  const std::vector<float> oneG = one.gpu<float>(6);
+  bad = 0;
+  for (size_t i = 0; i < oneG.size(); ++i)
+    bad += !sameBits(oneG[i], glm::fromFixed(wholeG[i]));
+  reportExact("gemv_any fixed = fromFixed(fixed_out)", bad, oneG.size());
+
+  // fixed_to_f32 after the all-reduce: plain and with the output rotation.
+  const int n = 256;
+  std::vector<long long> sums((size_t)B * n);
+  for (auto &v : sums)
+    v = (long long)(rng() % 2000001) - 1000000;
+  std::vector<float> post = randn(rng, n);
+  for (int withPost = 0; withPost < 2; ++withPost) {
+    Dual c("fixed_to_f32", 256);
+    c.buf(sums);
+    if (withPost)
+      c.buf(post);
+    else
+      c.null();
+    c.out<float>((size_t)B * n).i32(B).i32(n);
+    c.run((B * (n / 128) + 7) / 8, 1, 1, 256);
+    c.check(2, withPost ? "H * post" : "plain", 0);
+  }
+
+  // reduce_units: fp64 unit partials to fixed point, summed exactly.
+  const int units = 6, d = 300;
+  std::vector<double> part((size_t)B * units * d);
+  for (auto &v : part)
+    v = std::normal_distribution<double>(0.0, 0.3)(rng);
+  for (const char *sum : {"fixed", "fixed_out"}) {
+    Dual ru("reduce_units", 256, {{"sum", sum}});
+    ru.buf(part).i32(units).i32(d);
+    if (sum[5] == '_')
+      ru.out<long long>((size_t)B * d);
+    else
+      ru.out<float>((size_t)B * d);
+    ru.run(blocksFor(d), B, 1, 256);
+    if (sum[5] == '_') {
+      const bool same = ru.gpu<long long>(3) == ru.host<long long>(3);
+      reportExact("reduce_units sum=fixed_out", same ? 0 : 1, 1);
+    } else {
+      ru.check(3, "sum=fixed", 0);
+    }
+  }
+}
+
+/// The same property for the two GEMV families of the decode step: 3
+/// "ranks" owning 128-input units round-robin, their int64 rows summed,
+/// equal the one-rank rows bit for bit; sum = fixed is fromFixed of them
+/// (dense_trellis: then H * svh, as fixed_to_f32 applies it after an
+/// all-reduce). CUDA against the twins within the families' tolerances.
+TEST_F(ExecutorHelpersGpu, FixedPointGemvsAreTheSameBitsForEverySplit) {
+  std::mt19937 rng(54);
+  const int B = 2, in = 512, out = 256;
+  auto masked = [&](const std::vector<float> &x, int r) {
+    std::vector<float> m = x;
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < in; ++i)
+        if (r >= 0 && (i / 128) % 3 != r)
+          m[(size_t)b * in + i] = 0.0f;
+    return m;
+  };
+  auto sumRanks = [&](auto &&run, const std::string &name) {
+    const std::vector<long long> whole = run(-1);
+    std::vector<long long> total(whole.size(), 0);
+    for (int r = 0; r < 3; ++r) {
+      const std::vector<long long> p = run(r);
+      for (size_t i = 0; i < total.size(); ++i)
+        total[i] += p[i];
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < total.size(); ++i)
+      bad += total[i] != whole[i];
+    reportExact(name + " 3-rank int64 sum = 1-rank", bad, total.size());
+    return whole;
+  };
+
+  // dense_gemv, BF16, 4 slices per row (grid out/2: R = 2 rows per block).
+  const std::vector<float> x = randn(rng, (size_t)B * in);
+  const std::vector<uint8_t> wb = storeAs(2, randn(rng, (size_t)out * in, 0.05f));
+  auto gemv = [&](const std::vector<float> &xs, const char *sum) {
+    Dual g("dense_gemv", 256,
+           {{"format", "bf16"}, {"scale", "none"}, {"batch", "2"},
+            {"sum", sum}});
+    g.buf(xs).buf(wb).null();
+    if (std::string(sum) == "fixed_out")
+      g.out<long long>((size_t)B * out);
+    else
+      g.out<float>((size_t)B * out);
+    g.i32(B).i32(in).i32(out).i32(out).i32(0);
+    g.run(out / 2, 1, 1, 256);
+    return g;
+  };
+  Dual one = gemv(x, "fixed");
+  one.check(3, "bf16 sum=fixed", 1e-5, "per-load fp32 dots vs fp64");
+  const std::vector<long long> whole = sumRanks(
+      [&](int r) { return gemv(masked(x, r), "fixed_out").gpu<long long>(3); },
+      "dense_gemv");
+  const std::vector<float> oneG = one.gpu<float>(3);
+  size_t bad = 0;
+  for (size_t i = 0; i < oneG.size(); ++i)
+    bad += !sameBits(oneG[i], glm::fromFixed(whole[i]));
+  reportExact("dense_gemv fixed = fromFixed(fixed_out)", bad, oneG.size());
+
+  // dense_trellis, K4 mcg E4M3, EXL3 row-major tiles, split 8 over 4 warps
+  // (chunks of 4 tile rows inside the 8-row units).
+  const int K = 4, split = 8;
+  std::vector<uint8_t> tiles((size_t)(in / 16) * (out / 16) * 32 * K);
+  for (auto &t : tiles)
+    t = uint8_t(rng());
+  const std::vector<float> xh = randn(rng, (size_t)B * in);
+  std::vector<float> svh = randn(rng, out);
+  glm::codegen::DenseTrellisDims dd;
+  dd.batch = B, dd.in = in, dd.out = out, dd.split = split, dd.threads = 128;
+  dd.sum = 1;
+  ASSERT_TRUE(dd.valid());
+  auto trellis = [&](const std::vector<float> &xs, const char *sum) {
+    const bool longs = std::string(sum) == "fixed_out";
+    Dual t("dense_trellis", 128,
+           {{"K", "4"}, {"codebook", "mcg"}, {"e4m3", "1"}, {"batch", "2"},
+            {"pipe", "2"}, {"minblocks", "0"}, {"sum", sum}});
+    t.buf(xs).buf(tiles);
+    if (longs)
+      t.null();
+    else
+      t.buf(svh);
+    t.out<float>(dd.scratchFloats())
+        .buf(std::vector<int>(dd.counterInts(), 0));
+    if (longs)
+      t.out<long long>((size_t)B * out);
+    else
+      t.out<float>((size_t)B * out);
+    t.i32(B).i32(in).i32(out).i32(out).i32(out).i32(out / 16).i32(out / 2)
+        .i32(8).i32(split);
+    t.run(dd.grid(), 1, 1, 128);
+    return t;
+  };
+  Dual tOne = trellis(xh, "fixed");
+  tOne.check(5, "sum=fixed (H * svh)", 2e-5,
+             "fp32 mma chunk sums vs the twin's fp64");
+  const std::vector<long long> tWhole = sumRanks(
+      [&](int r) {
+        return trellis(masked(xh, r), "fixed_out").gpu<long long>(5);
+      },
+      "dense_trellis");
+  Dual conv("fixed_to_f32", 256);
+  conv.buf(tWhole).buf(svh).out<float>((size_t)B * out).i32(B).i32(out);
+  conv.run((B * (out / 128) + 7) / 8, 1, 1, 256);
+  const std::vector<float> a = tOne.gpu<float>(5), c = conv.gpu<float>(2);
+  bad = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    bad += !sameBits(a[i], c[i]);
+  reportExact("dense_trellis fixed = fixed_to_f32(fixed_out, svh)", bad,
+              a.size());
 }
 
 } // namespace
