@@ -8,8 +8,8 @@
 #include "runtime/engine/commands.h"
 
 #ifdef GLM_HAVE_SERVER
-#include "runtime/base/error.h"
 #include "runtime/base/cli_numbers.h"
+#include "runtime/base/error.h"
 #include "runtime/base/files.h"
 #include "runtime/engine/setup.h"
 #include "runtime/serve/chat.h"
@@ -21,8 +21,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 
 namespace glm::rt {
@@ -117,10 +117,9 @@ std::unique_ptr<ChatTemplate> loadChatTemplate(const ServeOptions &o,
   }
   return le.chatTemplatePath.empty()
              ? ChatTemplate::fromPack(o.engine.pack)
-             : ChatTemplate::fromPack(
-                   std::filesystem::path(le.chatTemplatePath)
-                       .parent_path()
-                       .string());
+             : ChatTemplate::fromPack(std::filesystem::path(le.chatTemplatePath)
+                                          .parent_path()
+                                          .string());
 }
 
 } // namespace
@@ -186,8 +185,9 @@ void addServeCommand(CLI::App &app, int &rc) {
     if (o->server.modelName.empty())
       o->server.modelName = "glm";
     const char *envKeys = std::getenv("GLMC_API_KEY");
-    o->server.apiKeys = splitList(
-        !o->apiKeys.empty() ? o->apiKeys : envKeys ? envKeys : "");
+    o->server.apiKeys = splitList(!o->apiKeys.empty() ? o->apiKeys
+                                  : envKeys           ? envKeys
+                                                      : "");
     o->server.allowedOrigins = splitList(o->allowedOrigins);
     o->server.accessLog = !o->noAccessLog;
     std::string genConfig =

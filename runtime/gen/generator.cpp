@@ -40,8 +40,8 @@ runGeneration(const ModelConfig &c, int64_t maxContext,
   res.finishReason = "length";
   for (int64_t i = 0; i < params.maxNew; ++i) {
     SampledToken info;
-    int64_t tok = sampler.sample(logits.data(), c.vocabSize,
-                                 onSample ? &info : nullptr);
+    int64_t tok =
+        sampler.sample(logits.data(), c.vocabSize, onSample ? &info : nullptr);
     if (onSample && params.topLogprobs >= 0)
       onSample(info);
     res.tokens.push_back(tok);

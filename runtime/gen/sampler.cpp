@@ -30,8 +30,7 @@ int64_t argmax(const float *v, int64_t n) {
   return best;
 }
 
-SampledToken rawLogprobs(const float *logits, int64_t n, int64_t token,
-                         int k) {
+SampledToken rawLogprobs(const float *logits, int64_t n, int64_t token, int k) {
   double m = logits[argmax(logits, n)], sum = 0;
   for (int64_t i = 0; i < n; ++i)
     sum += std::exp((double)logits[i] - m);
@@ -117,8 +116,8 @@ std::vector<double> Sampler::penalised(const float *logits, int64_t n) const {
     auto apply = [&](int64_t t) {
       if (t < 0 || t >= n)
         return;
-      w[t] = w[t] > 0 ? w[t] / p_.repetitionPenalty
-                      : w[t] * p_.repetitionPenalty;
+      w[t] =
+          w[t] > 0 ? w[t] / p_.repetitionPenalty : w[t] * p_.repetitionPenalty;
     };
     for (int64_t t : prompt_)
       apply(t);
@@ -131,8 +130,8 @@ std::vector<double> Sampler::penalised(const float *logits, int64_t n) const {
   //   l[j] -= c[j] * frequency_penalty + (c[j] > 0) * presence_penalty
   for (const auto &[t, c] : generated_)
     if (t >= 0 && t < n)
-      w[t] -= (double)c * p_.frequencyPenalty +
-              (c > 0 ? p_.presencePenalty : 0.0);
+      w[t] -=
+          (double)c * p_.frequencyPenalty + (c > 0 ? p_.presencePenalty : 0.0);
   return w;
 }
 
@@ -165,8 +164,7 @@ int64_t Sampler::pick(const float *logits, int64_t n) {
     return prob[a] > prob[b] || (prob[a] == prob[b] && a < b);
   };
   if (keep < n)
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
-                      byProb);
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), byProb);
   else
     std::sort(order.begin(), order.end(), byProb);
   // Nucleus over what top-k kept (renormalised): the smallest prefix whose

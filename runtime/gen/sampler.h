@@ -67,8 +67,7 @@ void softmax(std::vector<double> &v);
 /// Index of the largest value; ties → lower index (greedy decoding).
 int64_t argmax(const float *v, int64_t n);
 /// log-softmax of logits[token] and the k most likely tokens (k may be 0).
-SampledToken rawLogprobs(const float *logits, int64_t n, int64_t token,
-                         int k);
+SampledToken rawLogprobs(const float *logits, int64_t n, int64_t token, int k);
 
 /// xoshiro256** (Blackman & Vigna), seeded by splitmix64.
 class Xoshiro256 {

@@ -94,8 +94,8 @@ bool HttpResponder::send(
     int status, const std::string &contentType, const std::string &body,
     const std::vector<std::pair<std::string, std::string>> &extra) {
   started_ = true;
-  std::string h = "HTTP/1.1 " + std::to_string(status) + " " +
-                  httpReason(status) + "\r\n";
+  std::string h =
+      "HTTP/1.1 " + std::to_string(status) + " " + httpReason(status) + "\r\n";
   // RFC 9110 15.3.5: a 204 has no content (and so no length or type).
   if (status != 204)
     h += "Content-Type: " + contentType +

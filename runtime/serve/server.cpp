@@ -316,8 +316,8 @@ struct Record {
 /// Refuses a field the server does not implement instead of ignoring it.
 [[noreturn]] void unsupported(const std::string &field,
                               const std::string &why) {
-  throw ApiError{400, "'" + field + "' " + why, "invalid_request_error",
-                 field, "unsupported_parameter"};
+  throw ApiError{400, "'" + field + "' " + why, "invalid_request_error", field,
+                 "unsupported_parameter"};
 }
 
 /// Every top-level field must be one this endpoint knows: a request that
@@ -418,8 +418,9 @@ Common parseCommon(const ojson &body, const ServerOptions &opt) {
     c.model = body["model"].get<std::string>();
     if (!servesModel(opt, c.model))
       throw ApiError{404,
-                     "the model '" + c.model + "' does not exist: this server "
-                     "serves " + servedNames(opt) + " (GET /v1/models)",
+                     "the model '" + c.model +
+                         "' does not exist: this server serves " +
+                         servedNames(opt) + " (GET /v1/models)",
                      "invalid_request_error", "model", "model_not_found"};
   }
   for (const char *k : {"max_tokens", "max_completion_tokens"}) {
@@ -442,7 +443,8 @@ Common parseCommon(const ojson &body, const ServerOptions &opt) {
     return body.contains(k) && !body[k].is_null();
   };
   if (given("presence_penalty"))
-    c.sampling.presencePenalty = float(getNumber(body, "presence_penalty", -2, 2));
+    c.sampling.presencePenalty =
+        float(getNumber(body, "presence_penalty", -2, 2));
   if (given("frequency_penalty"))
     c.sampling.frequencyPenalty =
         float(getNumber(body, "frequency_penalty", -2, 2));
@@ -457,7 +459,8 @@ Common parseCommon(const ojson &body, const ServerOptions &opt) {
     c.sampling.minP = float(getNumber(body, "min_p", 0, 1));
   if (given("top_k")) {
     // -1 and 0 both mean "off" (vLLM's -1, transformers' 0).
-    if (!body["top_k"].is_number_integer() || body["top_k"].get<int64_t>() < -1 ||
+    if (!body["top_k"].is_number_integer() ||
+        body["top_k"].get<int64_t>() < -1 ||
         body["top_k"].get<int64_t>() > (1 << 30))
       badRequest("'top_k' must be an integer >= -1 (-1 or 0: off)", "top_k");
     c.sampling.topK = int(std::max<int64_t>(0, body["top_k"].get<int64_t>()));
@@ -675,8 +678,7 @@ private:
     };
     std::ostringstream o;
     o << "glm serve: " << r.id << " " << req.method << " " << r.endpoint
-      << " status=" << status
-      << " prompt_tokens=" << num(r.promptTokens, 0)
+      << " status=" << status << " prompt_tokens=" << num(r.promptTokens, 0)
       << " completion_tokens=" << num(r.completionTokens, 0)
       << " ttft_ms=" << num(r.ttftMs, 1) << " tok_s=" << num(r.tokPerS, 1)
       << " finish=" << (r.finish.empty() ? "-" : r.finish) << "\n";
@@ -793,8 +795,9 @@ private:
       const std::string id = p.substr(std::string("/v1/models/").size());
       if (!servesModel(opt_, id))
         throw ApiError{404,
-                       "the model '" + id + "' does not exist: this server "
-                       "serves " + servedNames(opt_),
+                       "the model '" + id +
+                           "' does not exist: this server serves " +
+                           servedNames(opt_),
                        "invalid_request_error", "model", "model_not_found"};
       resp.send(200, "application/json", dumpJson(modelJson(id)));
       return 200;
@@ -884,29 +887,29 @@ private:
     auto start = Clock::now();
     Clock::time_point first;
     bool stopped = false;
-    engine_.generate(prompt, c.sampling, [&](int32_t id,
-                                             const TokenLogprobs *lp) {
-      if (out.completionTokens == 0) {
-        first = Clock::now();
-        double ttft = std::chrono::duration<double>(first - start).count();
-        metrics_.ttft(ttft);
-        out.ttftMs = ttft * 1e3;
-      }
-      ++out.completionTokens;
-      if (lp && c.sampling.logprobs >= 0 && !eos_.count(id))
-        c.lps.emplace_back(id, *lp);
-      bool done;
-      std::string text = ts.push(id, done);
-      if (!emit(text) || resp.clientGone()) {
-        out.cancelled = true;
-        return false;
-      }
-      if (done) {
-        stopped = true;
-        return false;
-      }
-      return out.completionTokens < c.sampling.maxTokens;
-    });
+    engine_.generate(
+        prompt, c.sampling, [&](int32_t id, const TokenLogprobs *lp) {
+          if (out.completionTokens == 0) {
+            first = Clock::now();
+            double ttft = std::chrono::duration<double>(first - start).count();
+            metrics_.ttft(ttft);
+            out.ttftMs = ttft * 1e3;
+          }
+          ++out.completionTokens;
+          if (lp && c.sampling.logprobs >= 0 && !eos_.count(id))
+            c.lps.emplace_back(id, *lp);
+          bool done;
+          std::string text = ts.push(id, done);
+          if (!emit(text) || resp.clientGone()) {
+            out.cancelled = true;
+            return false;
+          }
+          if (done) {
+            stopped = true;
+            return false;
+          }
+          return out.completionTokens < c.sampling.maxTokens;
+        });
     if (!out.cancelled && !stopped)
       emit(ts.flush());
     out.finish = ts.finish;
@@ -974,8 +977,8 @@ private:
   /// count bytes of the completion text from `offset` on.
   ojson completionLogprobs(const Common &c, size_t from, size_t to,
                            size_t &offset) const {
-    ojson tokens = ojson::array(), lps = ojson::array(),
-          tops = ojson::array(), offsets = ojson::array();
+    ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(),
+          offsets = ojson::array();
     for (size_t i = from; i < to; ++i) {
       const auto &[id, lp] = c.lps[i];
       std::string text = tokenText(id);
@@ -995,15 +998,37 @@ private:
   }
 
   int chatCompletions(const ojson &body, HttpResponder &resp, Record &rec) {
-    static const std::set<std::string> kFields = {
-        "model", "messages", "max_tokens", "max_completion_tokens",
-        "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-        "presence_penalty", "frequency_penalty", "seed", "n", "stream",
-        "stream_options", "stop", "tools", "tool_choice",
-        "parallel_tool_calls", "logprobs", "top_logprobs", "user",
-        "chat_template_kwargs", "enable_thinking", "thinking",
-        "reasoning_effort", "response_format", "metadata", "store",
-        "logit_bias", "modalities"};
+    static const std::set<std::string> kFields = {"model",
+                                                  "messages",
+                                                  "max_tokens",
+                                                  "max_completion_tokens",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "min_p",
+                                                  "repetition_penalty",
+                                                  "presence_penalty",
+                                                  "frequency_penalty",
+                                                  "seed",
+                                                  "n",
+                                                  "stream",
+                                                  "stream_options",
+                                                  "stop",
+                                                  "tools",
+                                                  "tool_choice",
+                                                  "parallel_tool_calls",
+                                                  "logprobs",
+                                                  "top_logprobs",
+                                                  "user",
+                                                  "chat_template_kwargs",
+                                                  "enable_thinking",
+                                                  "thinking",
+                                                  "reasoning_effort",
+                                                  "response_format",
+                                                  "metadata",
+                                                  "store",
+                                                  "logit_bias",
+                                                  "modalities"};
     checkKnownFields(body, kFields, "/v1/chat/completions");
     checkHarmlessValues(body);
     validateMessages(body);
@@ -1191,12 +1216,30 @@ private:
   }
 
   int completions(const ojson &body, HttpResponder &resp, Record &rec) {
-    static const std::set<std::string> kFields = {
-        "model", "prompt", "max_tokens", "max_completion_tokens",
-        "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
-        "presence_penalty", "frequency_penalty", "seed", "n", "stream",
-        "stream_options", "stop", "logprobs", "user", "echo", "best_of",
-        "suffix", "logit_bias", "metadata", "store"};
+    static const std::set<std::string> kFields = {"model",
+                                                  "prompt",
+                                                  "max_tokens",
+                                                  "max_completion_tokens",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "min_p",
+                                                  "repetition_penalty",
+                                                  "presence_penalty",
+                                                  "frequency_penalty",
+                                                  "seed",
+                                                  "n",
+                                                  "stream",
+                                                  "stream_options",
+                                                  "stop",
+                                                  "logprobs",
+                                                  "user",
+                                                  "echo",
+                                                  "best_of",
+                                                  "suffix",
+                                                  "logit_bias",
+                                                  "metadata",
+                                                  "store"};
     checkKnownFields(body, kFields, "/v1/completions");
     checkHarmlessValues(body);
     Common c = parseCommon(body, opt_);
@@ -1325,8 +1368,7 @@ bool applyGenerationConfig(const std::string &path, ServerOptions &o) {
   ojson cfg;
   try {
     cfg = parseJsonBounded(
-        readFileBounded(path, kMaxConfigBytes, "generation_config.json"),
-        path);
+        readFileBounded(path, kMaxConfigBytes, "generation_config.json"), path);
   } catch (const Error &) {
     throw;
   } catch (const std::exception &e) {

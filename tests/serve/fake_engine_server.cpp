@@ -98,8 +98,8 @@ public:
       << " top_k=" << s.topK << " min_p=" << s.minP
       << " repetition_penalty=" << s.repetitionPenalty
       << " presence_penalty=" << s.presencePenalty
-      << " frequency_penalty=" << s.frequencyPenalty << " seed="
-      << (s.hasSeed ? std::to_string(s.seed) : std::string("none"));
+      << " frequency_penalty=" << s.frequencyPenalty
+      << " seed=" << (s.hasSeed ? std::to_string(s.seed) : std::string("none"));
     return o.str();
   }
 

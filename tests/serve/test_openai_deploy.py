@@ -7,7 +7,7 @@ streamed), and 400s naming unsupported fields instead of ignoring them."""
 import json
 import os
 import re
-import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -76,6 +76,17 @@ def request(server, method, path, headers=None, body=None):
 
 def log_lines(server):
     return open(server.log.name, errors="replace").read().splitlines()
+
+
+def log_lines_with(server, text, limit_s=10):
+    """The log lines that contain `text`, waiting for the first: a line is
+    written just after its reply went out."""
+    deadline = time.time() + limit_s
+    while True:
+        lines = [l for l in log_lines(server) if text in l]
+        if lines or time.time() > deadline:
+            return lines
+        time.sleep(0.05)
 
 
 # --api-key ------------------------------------------------------------------
@@ -242,7 +253,7 @@ def test_one_access_log_line_per_request(server, client):
     r = client.chat.completions.create(model="glm-fake", messages=HI)
     c = client.completions.create(model="glm-fake", prompt="count",
                                   max_tokens=7)
-    lines = [l for l in log_lines(server) if r.id in l]
+    lines = log_lines_with(server, r.id)
     assert len(lines) == 1, lines
     m = re.search(r"POST /v1/chat/completions status=200 prompt_tokens=(\d+) "
                   r"completion_tokens=(\d+) ttft_ms=([0-9.]+) "
@@ -250,10 +261,10 @@ def test_one_access_log_line_per_request(server, client):
     assert m, lines[0]
     assert int(m.group(1)) == r.usage.prompt_tokens
     assert int(m.group(2)) == r.usage.completion_tokens
-    lines = [l for l in log_lines(server) if c.id in l]
+    lines = log_lines_with(server, c.id)
     assert len(lines) == 1 and lines[0].endswith(" finish=length"), lines
     assert "completion_tokens=7 " in lines[0]
-    assert any(" status=401 " in l for l in log_lines(server))
+    assert log_lines_with(server, " status=401 ")
 
 
 # logprobs -------------------------------------------------------------------
