@@ -16,11 +16,12 @@ public:
   GenerationResult generate(const std::vector<int64_t> &prompt,
                             const SamplingParams &params,
                             const TokenCallback &onToken,
-                            std::vector<float> *logitsOut) override {
+                            std::vector<float> *logitsOut,
+                            const SampleCallback &onSample) override {
     cpu::Session s = fwd_.newSession();
-    return runGeneration(fwd_.config(), maxContext_, prompt, params, onToken,
-                         logitsOut,
-                         [&](int64_t token) { return fwd_.step(s, token); });
+    return runGeneration(
+        fwd_.config(), maxContext_, prompt, params, onToken, logitsOut,
+        [&](int64_t token) { return fwd_.step(s, token); }, onSample);
   }
 
   const ModelConfig &config() const override { return fwd_.config(); }

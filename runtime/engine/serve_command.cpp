@@ -8,8 +8,9 @@
 #include "runtime/engine/commands.h"
 
 #ifdef GLM_HAVE_SERVER
-#include "runtime/base/error.h"
 #include "runtime/base/cli_numbers.h"
+#include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/engine/setup.h"
 #include "runtime/serve/chat.h"
 #include "runtime/serve/server.h"
@@ -19,7 +20,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <memory>
 
 namespace glm::rt {
@@ -41,11 +44,17 @@ public:
   }
   int maxConcurrency() const override { return concurrency_; }
   void generate(const std::vector<int32_t> &prompt, const Sampling &s,
-                const std::function<bool(int32_t)> &onToken) override {
+                const OnToken &onToken) override {
     SamplingParams sp;
     sp.greedy = s.temperature == 0;
     sp.temperature = s.temperature;
     sp.topP = s.topP;
+    sp.topK = s.topK;
+    sp.minP = s.minP;
+    sp.repetitionPenalty = s.repetitionPenalty;
+    sp.presencePenalty = s.presencePenalty;
+    sp.frequencyPenalty = s.frequencyPenalty;
+    sp.topLogprobs = s.logprobs;
     // Without a seed each request draws its own (never the same stream).
     sp.seed = s.hasSeed ? s.seed
                         : (uint64_t)std::chrono::steady_clock::now()
@@ -55,7 +64,20 @@ public:
     sp.maxNew = std::max<int64_t>(0, std::min<int64_t>(s.maxTokens, room));
     sp.stopIds = eos_;
     std::vector<int64_t> p(prompt.begin(), prompt.end());
-    g_.generate(p, sp, [&](int64_t t) { return onToken((int32_t)t); });
+    // runGeneration reports a token's logprobs just before the token.
+    TokenLogprobs lp;
+    auto onSample = [&](const SampledToken &st) {
+      lp.logprob = float(st.logprob);
+      lp.top.clear();
+      for (const TokenLogprob &t : st.top)
+        lp.top.emplace_back((int32_t)t.token, float(t.logprob));
+    };
+    g_.generate(
+        p, sp,
+        [&](int64_t t) {
+          return onToken((int32_t)t, s.logprobs >= 0 ? &lp : nullptr);
+        },
+        nullptr, onSample);
   }
 
 private:
@@ -71,7 +93,34 @@ struct ServeOptions {
   EngineOptions engine;
   ServerOptions server;
   int concurrency = 1;
+  std::vector<std::string> modelNames;
+  std::string apiKeys, allowedOrigins, chatTemplate;
+  bool noAccessLog = false;
 };
+
+/// --chat-template FILE, else the pack's (next to the tokenizer when that
+/// was found elsewhere). Errors name the file.
+std::unique_ptr<ChatTemplate> loadChatTemplate(const ServeOptions &o,
+                                               const LoadedEngine &le) {
+  if (!o.chatTemplate.empty()) {
+    std::string text = readFileBounded(o.chatTemplate, kMaxTemplateBytes,
+                                       "the chat template (--chat-template)");
+    try {
+      return std::make_unique<ChatTemplate>(text, o.chatTemplate);
+    } catch (const Error &e) {
+      std::string what = e.what();
+      // Parse errors name the template already; others get its name here.
+      if (what.find(o.chatTemplate) == std::string::npos)
+        fail(o.chatTemplate, ": ", what);
+      throw;
+    }
+  }
+  return le.chatTemplatePath.empty()
+             ? ChatTemplate::fromPack(o.engine.pack)
+             : ChatTemplate::fromPack(std::filesystem::path(le.chatTemplatePath)
+                                          .parent_path()
+                                          .string());
+}
 
 } // namespace
 
@@ -88,9 +137,27 @@ void addServeCommand(CLI::App &app, int &rc) {
                   "TCP port (0 = a free port, printed when listening)")
       ->check(cliInt(0, 65535))
       ->capture_default_str();
-  sub->add_option("--model-name", o->server.modelName,
-                  "Model id reported by /v1/models (default: the pack "
-                  "directory's name)");
+  sub->add_option("--served-model-name,--model-name", o->modelNames,
+                  "Model ids reported by /v1/models and accepted in "
+                  "requests; the first is the main one (default: the pack "
+                  "directory's name)")
+      ->expected(1, -1);
+  sub->add_option("--api-key", o->apiKeys,
+                  "Keys (comma-separated) a /v1 request must send as "
+                  "'Authorization: Bearer KEY'; else 401 (default: env "
+                  "GLMC_API_KEY; none: no authentication)");
+  sub->add_option("--allowed-origins", o->allowedOrigins,
+                  "Origins (comma-separated, or *) that get CORS headers and "
+                  "preflight answers (default: none, no CORS headers)");
+  sub->add_option("--chat-template", o->chatTemplate,
+                  "Jinja chat template file to use instead of the pack's");
+  sub->add_option("--max-model-len", o->engine.maxContext,
+                  "The same as --max-context (vLLM's name): prompt + "
+                  "completion tokens at most")
+      ->check(cliInt(1, kMaxContextTokens))
+      ->excludes("--max-context");
+  sub->add_flag("--no-access-log", o->noAccessLog,
+                "Do not print one line per request on stderr");
   sub->add_option("--max-queue", o->server.maxQueue,
                   "Requests that may wait for the engine before new ones get "
                   "HTTP 429")
@@ -105,19 +172,33 @@ void addServeCommand(CLI::App &app, int &rc) {
     LoadedEngine le = loadEngine(o->engine);
     check(le.tokenizer != nullptr, "serve needs a tokenizer.json (looked for ",
           le.tokenizerPath, ")");
-    std::unique_ptr<ChatTemplate> chat =
-        le.chatTemplatePath.empty()
-            ? ChatTemplate::fromPack(o->engine.pack)
-            : ChatTemplate::fromPack(
-                  std::filesystem::path(le.chatTemplatePath)
-                      .parent_path()
-                      .string());
-    if (!sub->count("--model-name"))
+    std::unique_ptr<ChatTemplate> chat = loadChatTemplate(*o, le);
+    if (o->modelNames.empty()) {
       o->server.modelName =
           std::filesystem::path(o->engine.pack).lexically_normal()
               .filename().string();
+    } else {
+      o->server.modelName = o->modelNames[0];
+      o->server.modelAliases.assign(o->modelNames.begin() + 1,
+                                    o->modelNames.end());
+    }
     if (o->server.modelName.empty())
       o->server.modelName = "glm";
+    const char *envKeys = std::getenv("GLMC_API_KEY");
+    o->server.apiKeys = splitList(!o->apiKeys.empty() ? o->apiKeys
+                                  : envKeys           ? envKeys
+                                                      : "");
+    o->server.allowedOrigins = splitList(o->allowedOrigins);
+    o->server.accessLog = !o->noAccessLog;
+    std::string genConfig =
+        (std::filesystem::path(o->engine.pack) / "generation_config.json")
+            .string();
+    if (applyGenerationConfig(genConfig, o->server))
+      std::cerr << "glm serve: sampling defaults from " << genConfig
+                << " (temperature " << o->server.defaultTemperature
+                << ", top_p " << o->server.defaultTopP << ", top_k "
+                << o->server.defaultTopK << ", repetition_penalty "
+                << o->server.defaultRepetitionPenalty << ")" << std::endl;
     GeneratorEngine engine(*le.generator, le.eosIds, o->concurrency);
     rc = runServer(engine, *le.tokenizer, *chat, o->server);
   });

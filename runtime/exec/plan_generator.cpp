@@ -28,7 +28,8 @@ public:
   GenerationResult generate(const std::vector<int64_t> &prompt,
                             const SamplingParams &params,
                             const TokenCallback &onToken,
-                            std::vector<float> *logitsOut) override {
+                            std::vector<float> *logitsOut,
+                            const SampleCallback &onSample) override {
     std::lock_guard<std::mutex> lock(mu_);
     int32_t position = 0;
     return runGeneration(
@@ -38,7 +39,8 @@ public:
               exec_->step({int32_t(token)}, {position}, {0});
           ++position;
           return l;
-        });
+        },
+        onSample);
   }
   const ModelConfig &config() const override { return config_; }
   int64_t maxContext() const override { return maxContext_; }

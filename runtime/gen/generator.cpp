@@ -12,7 +12,8 @@ runGeneration(const ModelConfig &c, int64_t maxContext,
               const std::vector<int64_t> &prompt, const SamplingParams &params,
               const Generator::TokenCallback &onToken,
               std::vector<float> *logitsOut,
-              const std::function<std::vector<float>(int64_t)> &step) {
+              const std::function<std::vector<float>(int64_t)> &step,
+              const Generator::SampleCallback &onSample) {
   check(!prompt.empty(), "the prompt is empty: give at least one token");
   check(params.maxNew >= 0, "--max-new must be >= 0");
   // Written as a difference: prompt + maxNew overflows for a huge maxNew.
@@ -25,6 +26,7 @@ runGeneration(const ModelConfig &c, int64_t maxContext,
     check(t >= 0 && t < c.vocabSize, "prompt token id ", t,
           " is outside the vocabulary [0, ", c.vocabSize, ")");
   Sampler sampler(params);
+  sampler.setPrompt(prompt);
   GenerationResult res;
   res.promptTokens = (int64_t)prompt.size();
   std::vector<float> logits;
@@ -37,7 +39,11 @@ runGeneration(const ModelConfig &c, int64_t maxContext,
     feed(t);
   res.finishReason = "length";
   for (int64_t i = 0; i < params.maxNew; ++i) {
-    int64_t tok = sampler.sample(logits.data(), c.vocabSize);
+    SampledToken info;
+    int64_t tok =
+        sampler.sample(logits.data(), c.vocabSize, onSample ? &info : nullptr);
+    if (onSample && params.topLogprobs >= 0)
+      onSample(info);
     res.tokens.push_back(tok);
     bool more = !onToken || onToken(tok);
     if (std::find(params.stopIds.begin(), params.stopIds.end(), tok) !=

@@ -35,6 +35,9 @@ public:
   /// Called after each generated token; return false to stop generating
   /// (finishReason "cancelled", e.g. a client that disconnected).
   using TokenCallback = std::function<bool(int64_t token)>;
+  /// Called before onToken with the token's logprobs when
+  /// params.topLogprobs >= 0 (see SampledToken: the raw distribution).
+  using SampleCallback = std::function<void(const SampledToken &)>;
 
   /// Runs the prompt, then samples up to params.maxNew tokens, stopping
   /// after a token in params.stopIds. When `logits` is given it receives
@@ -46,7 +49,8 @@ public:
   virtual GenerationResult generate(const std::vector<int64_t> &prompt,
                                     const SamplingParams &params,
                                     const TokenCallback &onToken = {},
-                                    std::vector<float> *logits = nullptr) = 0;
+                                    std::vector<float> *logits = nullptr,
+                                    const SampleCallback &onSample = {}) = 0;
   virtual const ModelConfig &config() const = 0;
   virtual int64_t maxContext() const = 0;
   virtual std::string backendName() const = 0;
@@ -61,6 +65,7 @@ runGeneration(const ModelConfig &config, int64_t maxContext,
               const std::vector<int64_t> &prompt, const SamplingParams &params,
               const Generator::TokenCallback &onToken,
               std::vector<float> *logitsOut,
-              const std::function<std::vector<float>(int64_t)> &step);
+              const std::function<std::vector<float>(int64_t)> &step,
+              const Generator::SampleCallback &onSample = {});
 
 } // namespace glm::rt

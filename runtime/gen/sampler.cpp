@@ -1,4 +1,4 @@
-//===- sampler.cpp - greedy and temperature/top-p sampling with a seed ----===//
+//===- sampler.cpp - seeded sampling: penalties, top-k/p, min-p, logprobs -===//
 #include "runtime/gen/sampler.h"
 
 #include "runtime/base/error.h"
@@ -28,6 +28,27 @@ int64_t argmax(const float *v, int64_t n) {
     if (v[i] > v[best])
       best = i;
   return best;
+}
+
+SampledToken rawLogprobs(const float *logits, int64_t n, int64_t token, int k) {
+  double m = logits[argmax(logits, n)], sum = 0;
+  for (int64_t i = 0; i < n; ++i)
+    sum += std::exp((double)logits[i] - m);
+  const double lse = m + std::log(sum);
+  SampledToken s;
+  s.token = token;
+  s.logprob = (double)logits[token] - lse;
+  int64_t kk = std::min<int64_t>(std::max(k, 0), n);
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + kk, order.end(),
+                    [&](int64_t a, int64_t b) {
+                      return logits[a] > logits[b] ||
+                             (logits[a] == logits[b] && a < b);
+                    });
+  for (int64_t i = 0; i < kk; ++i)
+    s.top.push_back({order[i], (double)logits[order[i]] - lse});
+  return s;
 }
 
 static uint64_t splitmix64(uint64_t &x) {
@@ -63,30 +84,111 @@ Sampler::Sampler(const SamplingParams &p) : p_(p), rng_(p.seed) {
         "temperature must be a finite number >= 0 (got ", p.temperature, ")");
   check(p.greedy || (p.topP > 0 && p.topP <= 1), "top-p must be in (0, 1] (got ",
         p.topP, ")");
+  check(p.topK >= 0, "top-k must be >= 0 (0 = off; got ", p.topK, ")");
+  check(p.minP >= 0 && p.minP <= 1, "min-p must be in [0, 1] (got ", p.minP,
+        ")");
+  check(p.repetitionPenalty > 0 && std::isfinite(p.repetitionPenalty),
+        "repetition penalty must be a finite number > 0 (got ",
+        p.repetitionPenalty, ")");
+  check(std::isfinite(p.presencePenalty) && std::isfinite(p.frequencyPenalty),
+        "presence and frequency penalties must be finite");
 }
 
-int64_t Sampler::sample(const float *logits, int64_t n) {
+void Sampler::setPrompt(const std::vector<int64_t> &prompt) {
+  prompt_.clear();
+  if (p_.repetitionPenalty != 1)
+    prompt_.insert(prompt.begin(), prompt.end());
+}
+
+bool Sampler::hasPenalties() const {
+  if (p_.repetitionPenalty != 1 && !(prompt_.empty() && generated_.empty()))
+    return true;
+  return !generated_.empty() &&
+         (p_.presencePenalty != 0 || p_.frequencyPenalty != 0);
+}
+
+std::vector<double> Sampler::penalised(const float *logits, int64_t n) const {
+  std::vector<double> w(logits, logits + n);
+  // Repetition penalty, as transformers' RepetitionPenaltyLogitsProcessor
+  // (CTRL, Keskar et al. 2019): for every token already in the prompt or
+  // the output, l = l > 0 ? l / r : l * r (once, however often it occurs).
+  if (p_.repetitionPenalty != 1) {
+    auto apply = [&](int64_t t) {
+      if (t < 0 || t >= n)
+        return;
+      w[t] =
+          w[t] > 0 ? w[t] / p_.repetitionPenalty : w[t] * p_.repetitionPenalty;
+    };
+    for (int64_t t : prompt_)
+      apply(t);
+    for (const auto &[t, c] : generated_)
+      if (!prompt_.count(t))
+        apply(t);
+  }
+  // Presence and frequency penalties, OpenAI's formula over the tokens
+  // generated so far (not the prompt, as vLLM):
+  //   l[j] -= c[j] * frequency_penalty + (c[j] > 0) * presence_penalty
+  for (const auto &[t, c] : generated_)
+    if (t >= 0 && t < n)
+      w[t] -=
+          (double)c * p_.frequencyPenalty + (c > 0 ? p_.presencePenalty : 0.0);
+  return w;
+}
+
+int64_t Sampler::sample(const float *logits, int64_t n, SampledToken *info) {
   for (int64_t i = 0; i < n; ++i)
     check(std::isfinite(logits[i]), "logit ", i,
           " is not finite: the model produced NaN/Inf");
-  if (p_.greedy || p_.temperature == 0)
+  int64_t tok = pick(logits, n);
+  ++generated_[tok];
+  if (info && p_.topLogprobs >= 0)
+    *info = rawLogprobs(logits, n, tok, p_.topLogprobs);
+  return tok;
+}
+
+int64_t Sampler::pick(const float *logits, int64_t n) {
+  bool greedy = p_.greedy || p_.temperature == 0 || p_.topK == 1;
+  if (!hasPenalties() && greedy)
     return argmax(logits, n);
-  std::vector<double> prob(n);
-  for (int64_t i = 0; i < n; ++i)
-    prob[i] = (double)logits[i] / p_.temperature;
+  std::vector<double> prob = penalised(logits, n);
+  if (greedy) // ties -> lower id, as argmax
+    return std::max_element(prob.begin(), prob.end()) - prob.begin();
+  for (double &x : prob)
+    x /= p_.temperature;
   softmax(prob);
-  // Nucleus: the smallest prefix (by decreasing probability, lower id first
-  // on ties) whose mass reaches top-p.
+  // Decreasing probability, lower id first on ties.
   std::vector<int64_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return prob[a] > prob[b]; });
+  int64_t keep = p_.topK > 0 ? std::min(p_.topK, n) : n;
+  auto byProb = [&](int64_t a, int64_t b) {
+    return prob[a] > prob[b] || (prob[a] == prob[b] && a < b);
+  };
+  if (keep < n)
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), byProb);
+  else
+    std::sort(order.begin(), order.end(), byProb);
+  // Nucleus over what top-k kept (renormalised): the smallest prefix whose
+  // mass reaches top-p.
+  double keptMass = 0;
+  for (int64_t i = 0; i < keep; ++i)
+    keptMass += prob[order[i]];
   double mass = 0;
-  int64_t keep = 0;
-  while (keep < n) {
-    mass += prob[order[keep++]];
-    if (mass >= p_.topP)
+  int64_t nucleus = 0;
+  while (nucleus < keep) {
+    mass += prob[order[nucleus++]];
+    if (mass >= p_.topP * keptMass)
       break;
+  }
+  keep = nucleus;
+  // min-p (Nguyen et al. 2024): keep p >= min_p * p_max. Renormalising
+  // does not change the ratio, so the order against top-k/top-p is moot.
+  const double floor = p_.minP * prob[order[0]];
+  while (keep > 1 && prob[order[keep - 1]] < floor)
+    mass -= prob[order[--keep]];
+  if (keep < nucleus) {
+    mass = 0;
+    for (int64_t i = 0; i < keep; ++i)
+      mass += prob[order[i]];
   }
   double u = rng_.uniform() * mass, acc = 0;
   for (int64_t i = 0; i < keep; ++i) {

@@ -1,17 +1,34 @@
-//===- sampler.h - greedy and temperature/top-p sampling with a seed ------===//
+//===- sampler.h - seeded sampling: penalties, top-k/p, min-p, logprobs ---===//
 //
 // Sampling is deterministic for a given seed on every machine: the PRNG is
 // xoshiro256** seeded through splitmix64 (both written out here, no <random>
 // distributions whose results differ between standard libraries), and the
 // probabilities are computed in double. Greedy and temperature 0 pick the
-// largest logit, lower token id on ties.
+// largest (penalised) logit, lower token id on ties.
 //
-// Thread-safety: a Sampler holds PRNG state; one per sequence.
+// One step, in this order (vLLM's and transformers' order):
+//   1. penalties on the logits: repetition (prompt + generated tokens),
+//      presence and frequency (generated tokens only);
+//   2. greedy / temperature 0 / top-k 1: argmax, done;
+//   3. divide by the temperature, softmax;
+//   4. keep the top-k most likely, then the smallest prefix whose mass
+//      reaches top-p (of what top-k kept), then drop every token whose
+//      probability is below min-p times the most likely one's;
+//   5. draw from what is left, renormalised.
+// Logprobs, when asked for, are of the model's raw distribution: the
+// log-softmax of the logits before penalties, temperature and filtering
+// (vLLM's default "raw_logprobs"), so they do not depend on the sampling
+// settings of the request.
+//
+// Thread-safety: a Sampler holds PRNG state and the token counts the
+// penalties need; one per sequence.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include <cstdint>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace glm::rt {
@@ -20,15 +37,37 @@ struct SamplingParams {
   bool greedy = true;       // overrides temperature/top-p
   double temperature = 1.0; // 0 = greedy
   double topP = 1.0;        // nucleus mass in (0, 1]
+  int64_t topK = 0;         // keep the k most likely; 0 = all
+  double minP = 0;          // in [0, 1]; 0 = off
+  double repetitionPenalty = 1; // > 0; 1 = off (transformers' formula)
+  double presencePenalty = 0;   // OpenAI's formula; 0 = off
+  double frequencyPenalty = 0;  // OpenAI's formula; 0 = off
   uint64_t seed = 0;
   int64_t maxNew = 16;      // tokens to generate at most
   std::vector<int64_t> stopIds; // stop when one is generated (kept in output)
+  /// -1: no logprobs; k >= 0: the sampled token's logprob and the k most
+  /// likely tokens' (see SampledToken).
+  int topLogprobs = -1;
+};
+
+struct TokenLogprob {
+  int64_t token;
+  double logprob; // natural log, of the raw distribution
+};
+
+/// What a sampling step reports when logprobs are asked for.
+struct SampledToken {
+  int64_t token = -1;
+  double logprob = 0;            // of `token`
+  std::vector<TokenLogprob> top; // the k most likely, descending, ties by id
 };
 
 /// In-place softmax in double over v.
 void softmax(std::vector<double> &v);
 /// Index of the largest value; ties → lower index (greedy decoding).
 int64_t argmax(const float *v, int64_t n);
+/// log-softmax of logits[token] and the k most likely tokens (k may be 0).
+SampledToken rawLogprobs(const float *logits, int64_t n, int64_t token, int k);
 
 /// xoshiro256** (Blackman & Vigna), seeded by splitmix64.
 class Xoshiro256 {
@@ -44,13 +83,24 @@ private:
 
 class Sampler {
 public:
+  /// Throws Error on an out-of-range parameter.
   explicit Sampler(const SamplingParams &p);
-  /// Picks a token from logits [n]; throws Error on non-finite logits.
-  int64_t sample(const float *logits, int64_t n);
+  /// The prompt's tokens, which the repetition penalty also counts.
+  void setPrompt(const std::vector<int64_t> &prompt);
+  /// Picks a token from logits [n] and counts it as generated (for the
+  /// penalties); fills `info` when given and params.topLogprobs >= 0.
+  /// Throws Error on non-finite logits.
+  int64_t sample(const float *logits, int64_t n, SampledToken *info = nullptr);
+  /// The logits after the penalties (step 1 above), for tests.
+  std::vector<double> penalised(const float *logits, int64_t n) const;
 
 private:
+  bool hasPenalties() const;
+  int64_t pick(const float *logits, int64_t n);
   SamplingParams p_;
   Xoshiro256 rng_;
+  std::unordered_set<int64_t> prompt_;
+  std::unordered_map<int64_t, int64_t> generated_; // token -> count
 };
 
 } // namespace glm::rt

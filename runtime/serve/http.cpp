@@ -36,8 +36,14 @@ const char *httpReason(int status) {
     return "Continue";
   case 200:
     return "OK";
+  case 204:
+    return "No Content";
   case 400:
     return "Bad Request";
+  case 401:
+    return "Unauthorized";
+  case 403:
+    return "Forbidden";
   case 404:
     return "Not Found";
   case 405:
@@ -88,31 +94,41 @@ bool HttpResponder::send(
     int status, const std::string &contentType, const std::string &body,
     const std::vector<std::pair<std::string, std::string>> &extra) {
   started_ = true;
-  std::string h = "HTTP/1.1 " + std::to_string(status) + " " +
-                  httpReason(status) + "\r\nContent-Type: " + contentType +
-                  "\r\nContent-Length: " + std::to_string(body.size()) +
-                  "\r\nConnection: " + (keepAlive ? "keep-alive" : "close") +
-                  "\r\n";
+  std::string h =
+      "HTTP/1.1 " + std::to_string(status) + " " + httpReason(status) + "\r\n";
+  // RFC 9110 15.3.5: a 204 has no content (and so no length or type).
+  if (status != 204)
+    h += "Content-Type: " + contentType +
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  h += std::string("Connection: ") + (keepAlive ? "keep-alive" : "close") +
+       "\r\n";
+  for (const auto &[k, v] : headers)
+    h += k + ": " + v + "\r\n";
   for (const auto &[k, v] : extra)
     h += k + ": " + v + "\r\n";
-  return writeAll(h + "\r\n" + body);
+  return writeAll(h + "\r\n" + (status == 204 ? std::string() : body));
 }
 
 bool HttpResponder::beginChunked(int status, const std::string &contentType) {
   started_ = true;
+  std::string extra;
+  for (const auto &[k, v] : headers)
+    extra += k + ": " + v + "\r\n";
   if (http10) {
     // RFC 9112 6.3: without Content-Length or chunking, closing the
     // connection is what ends the body.
     keepAlive = false;
     return writeAll("HTTP/1.1 " + std::to_string(status) + " " +
                     httpReason(status) + "\r\nContent-Type: " + contentType +
-                    "\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n");
+                    "\r\nCache-Control: no-cache\r\nConnection: close\r\n" +
+                    extra + "\r\n");
   }
   return writeAll("HTTP/1.1 " + std::to_string(status) + " " +
                   httpReason(status) + "\r\nContent-Type: " + contentType +
                   "\r\nCache-Control: no-cache\r\nTransfer-Encoding: "
                   "chunked\r\nConnection: " +
-                  (keepAlive ? "keep-alive" : "close") + "\r\n\r\n");
+                  (keepAlive ? "keep-alive" : "close") + "\r\n" + extra +
+                  "\r\n");
 }
 
 bool HttpResponder::writeChunk(const std::string &data) {

@@ -44,6 +44,8 @@ public:
   /// True when the peer closed the connection or it failed (non-blocking).
   bool clientGone();
   bool started() const { return started_; }
+  /// Added to the response's headers (e.g. CORS), whatever sends it.
+  std::vector<std::pair<std::string, std::string>> headers;
   bool keepAlive = true;
   /// The request came as HTTP/1.0: no chunked encoding in the reply.
   bool http10 = false;

@@ -5,11 +5,14 @@
 // that decodes UTF-8 safely, holds back possible stop-sequence prefixes,
 // parses reasoning and tool calls, writes SSE chunks and notices a client that
 // went away. Validation errors are ApiError: status + OpenAI error fields.
+// Before routing: CORS headers / preflight, then the API key check; after
+// it: the access-log line.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/serve/server.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/serve/http.h"
 #include "runtime/serve/unicode.h"
 
@@ -19,6 +22,7 @@
 #include <csignal>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -294,7 +298,81 @@ struct Common {
   std::vector<std::string> stops;
   bool maxTokensGiven = false;
   std::string model; // echoed in replies: the request's, else the served name
+  /// One per generated token (eos excluded) when logprobs were asked for;
+  /// a stream sends those from `lpSent` on with each chunk.
+  std::vector<std::pair<int32_t, TokenLogprobs>> lps;
+  size_t lpSent = 0;
 };
+
+/// What the access log line of a request reports.
+struct Record {
+  std::string id;
+  std::string endpoint;
+  int promptTokens = -1, completionTokens = -1;
+  double ttftMs = -1, tokPerS = -1;
+  std::string finish;
+};
+
+/// Refuses a field the server does not implement instead of ignoring it.
+[[noreturn]] void unsupported(const std::string &field,
+                              const std::string &why) {
+  throw ApiError{400, "'" + field + "' " + why, "invalid_request_error", field,
+                 "unsupported_parameter"};
+}
+
+/// Every top-level field must be one this endpoint knows: a request that
+/// relies on an unknown one (logit_bias, functions, ...) is refused, not
+/// answered as if the field were absent.
+void checkKnownFields(const ojson &body, const std::set<std::string> &known,
+                      const char *endpoint) {
+  for (const auto &[k, v] : body.items())
+    if (!known.count(k))
+      unsupported(k, std::string("is not supported by ") + endpoint +
+                         " on this server");
+}
+
+/// Fields that are harmless to accept with the values a server without
+/// them behaves correctly for; any other value is refused.
+void checkHarmlessValues(const ojson &body) {
+  auto isNull = [&](const char *k) {
+    return !body.contains(k) || body[k].is_null();
+  };
+  if (!isNull("logit_bias") &&
+      !(body["logit_bias"].is_object() && body["logit_bias"].empty()))
+    unsupported("logit_bias", "is not supported (only {} is accepted)");
+  if (!isNull("user") && !body["user"].is_string())
+    badRequest("'user' must be a string", "user");
+  if (!isNull("echo") && body["echo"] != false)
+    unsupported("echo", "= true is not supported");
+  if (!isNull("best_of") && body["best_of"] != 1)
+    unsupported("best_of", "other than 1 is not supported");
+  if (!isNull("suffix") && body["suffix"] != "")
+    unsupported("suffix", "is not supported");
+  if (!isNull("modalities") && body["modalities"] != ojson::array({"text"}))
+    unsupported("modalities", "other than [\"text\"] is not supported");
+  if (!isNull("parallel_tool_calls") &&
+      !body["parallel_tool_calls"].is_boolean())
+    badRequest("'parallel_tool_calls' must be a boolean",
+               "parallel_tool_calls");
+  if (!isNull("store") && !body["store"].is_boolean())
+    badRequest("'store' must be a boolean", "store");
+  if (!isNull("metadata") && !body["metadata"].is_object())
+    badRequest("'metadata' must be an object", "metadata");
+  if (!isNull("response_format")) {
+    const ojson &rf = body["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+      badRequest("'response_format' must be {\"type\": ...}",
+                 "response_format");
+    std::string t = rf["type"].get<std::string>();
+    if (t != "text")
+      throw ApiError{400,
+                     "'response_format' type '" + t +
+                         "' is not supported: this server has no "
+                         "grammar-constrained decoding (only 'text')",
+                     "invalid_request_error", "response_format",
+                     "unsupported_value"};
+  }
+}
 
 double getNumber(const ojson &body, const char *key, double lo, double hi) {
   const ojson &v = body[key];
@@ -310,10 +388,26 @@ double getNumber(const ojson &body, const char *key, double lo, double hi) {
   return d;
 }
 
+bool servesModel(const ServerOptions &opt, const std::string &name) {
+  return name == opt.modelName ||
+         std::find(opt.modelAliases.begin(), opt.modelAliases.end(), name) !=
+             opt.modelAliases.end();
+}
+
+std::string servedNames(const ServerOptions &opt) {
+  std::string s = "'" + opt.modelName + "'";
+  for (const auto &a : opt.modelAliases)
+    s += ", '" + a + "'";
+  return s;
+}
+
 Common parseCommon(const ojson &body, const ServerOptions &opt) {
   Common c;
   c.sampling.temperature = opt.defaultTemperature;
   c.sampling.topP = opt.defaultTopP;
+  c.sampling.topK = opt.defaultTopK;
+  c.sampling.minP = opt.defaultMinP;
+  c.sampling.repetitionPenalty = opt.defaultRepetitionPenalty;
   c.sampling.maxTokens = opt.defaultMaxTokens;
   if (body.contains("model") && !body["model"].is_string() &&
       !body["model"].is_null())
@@ -322,10 +416,11 @@ Common parseCommon(const ojson &body, const ServerOptions &opt) {
   if (body.contains("model") && body["model"].is_string() &&
       !body["model"].get<std::string>().empty()) {
     c.model = body["model"].get<std::string>();
-    if (c.model != opt.modelName)
+    if (!servesModel(opt, c.model))
       throw ApiError{404,
-                     "the model '" + c.model + "' does not exist: this server "
-                     "serves '" + opt.modelName + "' (GET /v1/models)",
+                     "the model '" + c.model +
+                         "' does not exist: this server serves " +
+                         servedNames(opt) + " (GET /v1/models)",
                      "invalid_request_error", "model", "model_not_found"};
   }
   for (const char *k : {"max_tokens", "max_completion_tokens"}) {
@@ -344,9 +439,32 @@ Common parseCommon(const ojson &body, const ServerOptions &opt) {
     if (c.sampling.topP <= 0)
       badRequest("'top_p' must be greater than 0", "top_p");
   }
-  for (const char *k : {"presence_penalty", "frequency_penalty"})
-    if (body.contains(k) && !body[k].is_null())
-      getNumber(body, k, -2, 2); // accepted, not applied
+  auto given = [&](const char *k) {
+    return body.contains(k) && !body[k].is_null();
+  };
+  if (given("presence_penalty"))
+    c.sampling.presencePenalty =
+        float(getNumber(body, "presence_penalty", -2, 2));
+  if (given("frequency_penalty"))
+    c.sampling.frequencyPenalty =
+        float(getNumber(body, "frequency_penalty", -2, 2));
+  if (given("repetition_penalty")) {
+    c.sampling.repetitionPenalty =
+        float(getNumber(body, "repetition_penalty", 0, 10));
+    if (c.sampling.repetitionPenalty <= 0)
+      badRequest("'repetition_penalty' must be greater than 0",
+                 "repetition_penalty");
+  }
+  if (given("min_p"))
+    c.sampling.minP = float(getNumber(body, "min_p", 0, 1));
+  if (given("top_k")) {
+    // -1 and 0 both mean "off" (vLLM's -1, transformers' 0).
+    if (!body["top_k"].is_number_integer() ||
+        body["top_k"].get<int64_t>() < -1 ||
+        body["top_k"].get<int64_t>() > (1 << 30))
+      badRequest("'top_k' must be an integer >= -1 (-1 or 0: off)", "top_k");
+    c.sampling.topK = int(std::max<int64_t>(0, body["top_k"].get<int64_t>()));
+  }
   if (body.contains("seed") && !body["seed"].is_null()) {
     if (!body["seed"].is_number_integer())
       badRequest("'seed' must be an integer", "seed");
@@ -458,7 +576,7 @@ ojson validateTools(const ojson &body, bool &parseCalls) {
         !t["function"]["parameters"].is_null())
       badRequest(p + ".function.parameters must be an object", p);
   }
-  std::string choice = "auto";
+  std::string choice = "\"auto\"";
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const ojson &tc = body["tool_choice"];
     if (tc.is_string()) {
@@ -469,13 +587,28 @@ ojson validateTools(const ojson &body, bool &parseCalls) {
                    "tool_choice");
     } else if (!tc.is_object() || !tc.contains("function") ||
                !tc["function"].is_object() ||
-               !tc["function"].contains("name")) {
+               !tc["function"].contains("name") ||
+               !tc["function"]["name"].is_string()) {
       badRequest("'tool_choice' must be auto, none, required or "
                  "{\"type\": \"function\", \"function\": {\"name\": ...}}",
                  "tool_choice");
+    } else {
+      choice = "function '" + tc["function"]["name"].get<std::string>() + "'";
     }
+    if (tc.is_string())
+      choice = "\"" + choice + "\"";
+    // Forcing a call needs decoding constrained to the tool-call grammar,
+    // which this server does not have: refused, never silently "auto".
+    if (choice != "\"auto\"" && choice != "\"none\"")
+      throw ApiError{400,
+                     "'tool_choice' " + choice +
+                         " is not supported: this server cannot force a tool "
+                         "call (no grammar-constrained decoding); use "
+                         "\"auto\" or \"none\"",
+                     "invalid_request_error", "tool_choice",
+                     "unsupported_value"};
   }
-  if (choice == "none" || tools.empty())
+  if (choice == "\"none\"" || tools.empty())
     return ojson();
   parseCalls = true;
   return tools;
@@ -484,6 +617,9 @@ ojson validateTools(const ojson &body, bool &parseCalls) {
 //===----------------------------------------------------------------------===//
 // The API
 //===----------------------------------------------------------------------===//
+/// vLLM's default max_logprobs (OpenAI allows 20 on chat, 5 on completions).
+constexpr int kMaxTopLogprobs = 20;
+
 class Api {
 public:
   Api(Engine &e, const Tokenizer &t, const ChatTemplate &c,
@@ -495,31 +631,139 @@ public:
   }
 
   void handle(const HttpRequest &req, HttpResponder &resp) {
-    std::string endpoint = req.path;
+    Record rec;
+    rec.id = "req-" + randomHex(16);
+    rec.endpoint = req.path;
     int status = 200;
     try {
-      status = route(req, resp, endpoint);
+      status = route(req, resp, rec);
     } catch (const ApiError &e) {
       // Counted before the reply goes out, so a client that reads /metrics
       // right after its error response sees it.
-      metrics_.request(endpoint, e.status);
-      if (!resp.started())
-        resp.send(e.status, "application/json", errorBody(e));
+      metrics_.request(rec.endpoint, e.status);
+      if (!resp.started()) {
+        std::vector<std::pair<std::string, std::string>> extra;
+        if (e.status == 401)
+          extra.emplace_back("WWW-Authenticate", "Bearer");
+        resp.send(e.status, "application/json", errorBody(e), extra);
+      }
+      logAccess(req, rec, e.status);
       return;
     } catch (const std::exception &e) {
-      metrics_.request(endpoint, 500);
+      metrics_.request(rec.endpoint, 500);
       if (!resp.started())
         resp.send(500, "application/json",
                   errorBody({500, e.what(), "server_error", "", ""}));
+      logAccess(req, rec, 500);
       return;
     }
-    metrics_.request(endpoint, status);
+    metrics_.request(rec.endpoint, status);
+    logAccess(req, rec, status);
   }
 
 private:
-  int route(const HttpRequest &req, HttpResponder &resp,
-            std::string &endpoint) {
+  /// One line per request, written at once (lines of concurrent requests
+  /// do not interleave). "-" where a value does not apply.
+  void logAccess(const HttpRequest &req, const Record &r, int status) {
+    if (!opt_.accessLog)
+      return;
+    auto num = [](double v, int prec) {
+      if (v < 0)
+        return std::string("-");
+      std::ostringstream o;
+      o.setf(std::ios::fixed);
+      o.precision(prec);
+      o << v;
+      return o.str();
+    };
+    std::ostringstream o;
+    o << "glm serve: " << r.id << " " << req.method << " " << r.endpoint
+      << " status=" << status << " prompt_tokens=" << num(r.promptTokens, 0)
+      << " completion_tokens=" << num(r.completionTokens, 0)
+      << " ttft_ms=" << num(r.ttftMs, 1) << " tok_s=" << num(r.tokPerS, 1)
+      << " finish=" << (r.finish.empty() ? "-" : r.finish) << "\n";
+    std::string line = o.str();
+    std::lock_guard<std::mutex> l(logMutex_);
+    std::fwrite(line.data(), 1, line.size(), stderr);
+    std::fflush(stderr);
+  }
+
+  /// Constant-time in the key's bytes: no timing signal about a prefix.
+  static bool sameKey(const std::string &a, const std::string &b) {
+    unsigned char diff = a.size() == b.size() ? 0 : 1;
+    for (size_t i = 0; i < a.size(); ++i)
+      diff |= (unsigned char)(a[i] ^ (i < b.size() ? b[i] : 0));
+    return diff == 0;
+  }
+
+  bool authorized(const HttpRequest &req) const {
+    std::string h = req.header("authorization");
+    const std::string scheme = "bearer ";
+    if (h.size() <= scheme.size())
+      return false;
+    for (size_t i = 0; i < scheme.size(); ++i)
+      if (std::tolower((unsigned char)h[i]) != scheme[i])
+        return false;
+    std::string key = h.substr(scheme.size());
+    key.erase(0, key.find_first_not_of(' '));
+    bool ok = false;
+    for (const auto &k : opt_.apiKeys)
+      ok |= sameKey(key, k);
+    return ok;
+  }
+
+  /// The CORS origin to allow for this request ("" = none): "*" when the
+  /// list has it, else the request's Origin when listed.
+  std::string corsOrigin(const HttpRequest &req) const {
+    std::string origin = req.header("origin");
+    if (opt_.allowedOrigins.empty() || origin.empty())
+      return "";
+    for (const auto &o : opt_.allowedOrigins) {
+      if (o == "*")
+        return "*";
+      if (o == origin)
+        return origin;
+    }
+    return "";
+  }
+
+  int route(const HttpRequest &req, HttpResponder &resp, Record &rec) {
+    std::string &endpoint = rec.endpoint;
     const std::string &p = req.path;
+    // CORS (Fetch standard): allowed origins get Allow-Origin on every
+    // reply; a preflight (OPTIONS with Access-Control-Request-Method) is
+    // answered here, before authentication: browsers send no credentials
+    // with it.
+    std::string allow = corsOrigin(req);
+    if (!allow.empty()) {
+      resp.headers.emplace_back("Access-Control-Allow-Origin", allow);
+      if (allow != "*")
+        resp.headers.emplace_back("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS" && !opt_.allowedOrigins.empty() &&
+        !req.header("access-control-request-method").empty()) {
+      endpoint = "preflight";
+      if (allow.empty())
+        throw ApiError{403,
+                       "origin '" + req.header("origin") +
+                           "' is not allowed (--allowed-origins)",
+                       "invalid_request_error", "", "origin_not_allowed"};
+      std::string headers = req.header("access-control-request-headers");
+      resp.headers.emplace_back("Access-Control-Allow-Methods",
+                                "GET, POST, OPTIONS");
+      resp.headers.emplace_back("Access-Control-Allow-Headers",
+                                headers.empty() ? "Authorization, Content-Type"
+                                                : headers);
+      resp.headers.emplace_back("Access-Control-Max-Age", "600");
+      resp.send(204, "", "");
+      return 204;
+    }
+    if (!opt_.apiKeys.empty() && p.rfind("/v1", 0) == 0 && !authorized(req))
+      throw ApiError{401,
+                     "missing or wrong API key: send the header "
+                     "'Authorization: Bearer KEY' with a key given to the "
+                     "server (--api-key or GLMC_API_KEY)",
+                     "invalid_request_error", "", "invalid_api_key"};
     auto need = [&](const char *method) {
       if (req.method != method)
         throw ApiError{405, "use " + std::string(method) + " for " + p,
@@ -537,13 +781,11 @@ private:
     }
     if (p == "/v1/models") {
       need("GET");
-      ojson m = {{"object", "list"},
-                 {"data",
-                  {{{"id", opt_.modelName},
-                    {"object", "model"},
-                    {"created", unixNow()},
-                    {"owned_by", "glmc"},
-                    {"max_model_len", engine_.maxContext()}}}}};
+      ojson data = ojson::array();
+      data.push_back(modelJson(opt_.modelName));
+      for (const auto &a : opt_.modelAliases)
+        data.push_back(modelJson(a));
+      ojson m = {{"object", "list"}, {"data", data}};
       resp.send(200, "application/json", dumpJson(m));
       return 200;
     }
@@ -551,17 +793,13 @@ private:
       endpoint = "/v1/models/{id}"; // one metrics label, whatever the id
       need("GET");
       const std::string id = p.substr(std::string("/v1/models/").size());
-      if (id != opt_.modelName)
+      if (!servesModel(opt_, id))
         throw ApiError{404,
-                       "the model '" + id + "' does not exist: this server "
-                       "serves '" + opt_.modelName + "'",
+                       "the model '" + id +
+                           "' does not exist: this server serves " +
+                           servedNames(opt_),
                        "invalid_request_error", "model", "model_not_found"};
-      ojson m = {{"id", opt_.modelName},
-                 {"object", "model"},
-                 {"created", unixNow()},
-                 {"owned_by", "glmc"},
-                 {"max_model_len", engine_.maxContext()}};
-      resp.send(200, "application/json", dumpJson(m));
+      resp.send(200, "application/json", dumpJson(modelJson(id)));
       return 200;
     }
     if (p == "/v1/chat/completions" || p == "/v1/completions") {
@@ -577,19 +815,36 @@ private:
       }
       if (!body.is_object())
         badRequest("request body must be a JSON object", "");
-      return p == "/v1/completions" ? completions(body, resp)
-                                    : chatCompletions(body, resp);
+      return p == "/v1/completions" ? completions(body, resp, rec)
+                                    : chatCompletions(body, resp, rec);
     }
     endpoint = "other";
     throw ApiError{404, "no such endpoint: " + p, "invalid_request_error", "",
                    "not_found"};
   }
 
+  ojson modelJson(const std::string &id) const {
+    return {{"id", id},
+            {"object", "model"},
+            {"created", unixNow()},
+            {"owned_by", "glmc"},
+            {"root", opt_.modelName},
+            {"max_model_len", engine_.maxContext()}};
+  }
+
   struct Outcome {
     std::string finish;
     int completionTokens = 0;
     bool cancelled = false;
+    double ttftMs = -1, tokPerS = -1;
   };
+
+  static void record(Record &rec, const Outcome &o, const std::string &finish) {
+    rec.completionTokens = o.completionTokens;
+    rec.ttftMs = o.ttftMs;
+    rec.tokPerS = o.tokPerS;
+    rec.finish = finish;
+  }
 
   // Runs the engine with admission, cancellation and metrics. emit() gets
   // decided text and returns false when the client is gone.
@@ -632,24 +887,29 @@ private:
     auto start = Clock::now();
     Clock::time_point first;
     bool stopped = false;
-    engine_.generate(prompt, c.sampling, [&](int32_t id) {
-      if (out.completionTokens == 0) {
-        first = Clock::now();
-        metrics_.ttft(std::chrono::duration<double>(first - start).count());
-      }
-      ++out.completionTokens;
-      bool done;
-      std::string text = ts.push(id, done);
-      if (!emit(text) || resp.clientGone()) {
-        out.cancelled = true;
-        return false;
-      }
-      if (done) {
-        stopped = true;
-        return false;
-      }
-      return out.completionTokens < c.sampling.maxTokens;
-    });
+    engine_.generate(
+        prompt, c.sampling, [&](int32_t id, const TokenLogprobs *lp) {
+          if (out.completionTokens == 0) {
+            first = Clock::now();
+            double ttft = std::chrono::duration<double>(first - start).count();
+            metrics_.ttft(ttft);
+            out.ttftMs = ttft * 1e3;
+          }
+          ++out.completionTokens;
+          if (lp && c.sampling.logprobs >= 0 && !eos_.count(id))
+            c.lps.emplace_back(id, *lp);
+          bool done;
+          std::string text = ts.push(id, done);
+          if (!emit(text) || resp.clientGone()) {
+            out.cancelled = true;
+            return false;
+          }
+          if (done) {
+            stopped = true;
+            return false;
+          }
+          return out.completionTokens < c.sampling.maxTokens;
+        });
     if (!out.cancelled && !stopped)
       emit(ts.flush());
     out.finish = ts.finish;
@@ -665,6 +925,7 @@ private:
     if (decode > 0) {
       metrics_.decodeSeconds += decode;
       metrics_.lastDecodeTps = (out.completionTokens - 1) / decode;
+      out.tokPerS = metrics_.lastDecodeTps;
     }
     return out;
   }
@@ -683,9 +944,112 @@ private:
     return j;
   }
 
-  int chatCompletions(const ojson &body, HttpResponder &resp) {
+  std::string tokenText(int32_t id) const {
+    return sanitizeUtf8(tok_.tokenBytes(id));
+  }
+
+  ojson tokenBytesJson(int32_t id) const {
+    ojson b = ojson::array();
+    for (unsigned char ch : tok_.tokenBytes(id))
+      b.push_back(int(ch));
+    return b;
+  }
+
+  /// OpenAI's chat logprobs entries of tokens [from, to).
+  ojson chatLogprobs(const Common &c, size_t from, size_t to) const {
+    ojson content = ojson::array();
+    for (size_t i = from; i < to; ++i) {
+      const auto &[id, lp] = c.lps[i];
+      ojson top = ojson::array();
+      for (const auto &[t, l] : lp.top)
+        top.push_back({{"token", tokenText(t)},
+                       {"logprob", l},
+                       {"bytes", tokenBytesJson(t)}});
+      content.push_back({{"token", tokenText(id)},
+                         {"logprob", lp.logprob},
+                         {"bytes", tokenBytesJson(id)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+
+  /// OpenAI's (legacy) completions logprobs of tokens [from, to); offsets
+  /// count bytes of the completion text from `offset` on.
+  ojson completionLogprobs(const Common &c, size_t from, size_t to,
+                           size_t &offset) const {
+    ojson tokens = ojson::array(), lps = ojson::array(), tops = ojson::array(),
+          offsets = ojson::array();
+    for (size_t i = from; i < to; ++i) {
+      const auto &[id, lp] = c.lps[i];
+      std::string text = tokenText(id);
+      tokens.push_back(text);
+      lps.push_back(lp.logprob);
+      ojson top = ojson::object();
+      for (const auto &[t, l] : lp.top)
+        top[tokenText(t)] = l;
+      tops.push_back(top);
+      offsets.push_back(offset);
+      offset += text.size();
+    }
+    return {{"tokens", tokens},
+            {"token_logprobs", lps},
+            {"top_logprobs", tops},
+            {"text_offset", offsets}};
+  }
+
+  int chatCompletions(const ojson &body, HttpResponder &resp, Record &rec) {
+    static const std::set<std::string> kFields = {"model",
+                                                  "messages",
+                                                  "max_tokens",
+                                                  "max_completion_tokens",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "min_p",
+                                                  "repetition_penalty",
+                                                  "presence_penalty",
+                                                  "frequency_penalty",
+                                                  "seed",
+                                                  "n",
+                                                  "stream",
+                                                  "stream_options",
+                                                  "stop",
+                                                  "tools",
+                                                  "tool_choice",
+                                                  "parallel_tool_calls",
+                                                  "logprobs",
+                                                  "top_logprobs",
+                                                  "user",
+                                                  "chat_template_kwargs",
+                                                  "enable_thinking",
+                                                  "thinking",
+                                                  "reasoning_effort",
+                                                  "response_format",
+                                                  "metadata",
+                                                  "store",
+                                                  "logit_bias",
+                                                  "modalities"};
+    checkKnownFields(body, kFields, "/v1/chat/completions");
+    checkHarmlessValues(body);
     validateMessages(body);
     Common c = parseCommon(body, opt_);
+    if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+      if (!body["logprobs"].is_boolean())
+        badRequest("'logprobs' must be a boolean", "logprobs");
+      if (body["logprobs"].get<bool>())
+        c.sampling.logprobs = 0;
+    }
+    if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
+      const ojson &t = body["top_logprobs"];
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+          t.get<int64_t>() > kMaxTopLogprobs)
+        badRequest("'top_logprobs' must be an integer from 0 to " +
+                       std::to_string(kMaxTopLogprobs),
+                   "top_logprobs");
+      if (c.sampling.logprobs < 0)
+        badRequest("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+      c.sampling.logprobs = int(t.get<int64_t>());
+    }
     bool parseCalls;
     ojson tools = validateTools(body, parseCalls);
     ChatTemplate::Request r;
@@ -724,15 +1088,26 @@ private:
                  "messages");
     }
     std::vector<int32_t> ids = tok_.encode(prompt);
+    rec.promptTokens = int(ids.size());
     size_t k = prompt.find_last_not_of(" \t\r\n");
     bool thinking = k != std::string::npos && k + 1 >= 7 &&
                     prompt.compare(k + 1 - 7, 7, "<think>") == 0;
     OutputParser parser(tools, thinking);
 
     std::string id = "chatcmpl-" + randomHex(24);
+    rec.id = id;
     int64_t created = unixNow();
     const std::string &model = c.model;
+    // A chunk carries the logprobs of the tokens generated since the last
+    // chunk that carried some (text and tokens are not aligned one to one:
+    // stop-sequence and markup hold-back, multi-token characters).
     auto chunk = [&](const ojson &delta, const ojson &finish) {
+      ojson lp;
+      if (c.sampling.logprobs >= 0 && c.lpSent < c.lps.size() &&
+          !delta.contains("role")) {
+        lp = chatLogprobs(c, c.lpSent, c.lps.size());
+        c.lpSent = c.lps.size();
+      }
       return ojson{{"id", id},
                    {"object", "chat.completion.chunk"},
                    {"created", created},
@@ -740,7 +1115,7 @@ private:
                    {"choices",
                     {{{"index", 0},
                       {"delta", delta},
-                      {"logprobs", nullptr},
+                      {"logprobs", lp},
                       {"finish_reason", finish}}}}};
     };
     // The stream starts with the first text, so that errors found before
@@ -786,6 +1161,7 @@ private:
       resp.endChunked();
       return 500;
     }
+    record(rec, o, o.cancelled ? "cancelled" : o.finish);
     if (o.cancelled)
       return 499; // client closed the request (nginx's convention)
     ChatDelta tail = parser.finish();
@@ -793,6 +1169,7 @@ private:
     std::string finish = o.finish;
     if (!all.toolCalls.empty() && finish == "stop")
       finish = "tool_calls";
+    rec.finish = finish;
     ojson usage = {{"prompt_tokens", ids.size()},
                    {"completion_tokens", o.completionTokens},
                    {"total_tokens", ids.size() + size_t(o.completionTokens)}};
@@ -829,15 +1206,52 @@ private:
                  {"choices",
                   {{{"index", 0},
                     {"message", msg},
-                    {"logprobs", nullptr},
+                    {"logprobs", c.sampling.logprobs >= 0
+                                     ? chatLogprobs(c, 0, c.lps.size())
+                                     : ojson()},
                     {"finish_reason", finish}}}},
                  {"usage", usage}};
     resp.send(200, "application/json", dumpJson(res));
     return 200;
   }
 
-  int completions(const ojson &body, HttpResponder &resp) {
+  int completions(const ojson &body, HttpResponder &resp, Record &rec) {
+    static const std::set<std::string> kFields = {"model",
+                                                  "prompt",
+                                                  "max_tokens",
+                                                  "max_completion_tokens",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "min_p",
+                                                  "repetition_penalty",
+                                                  "presence_penalty",
+                                                  "frequency_penalty",
+                                                  "seed",
+                                                  "n",
+                                                  "stream",
+                                                  "stream_options",
+                                                  "stop",
+                                                  "logprobs",
+                                                  "user",
+                                                  "echo",
+                                                  "best_of",
+                                                  "suffix",
+                                                  "logit_bias",
+                                                  "metadata",
+                                                  "store"};
+    checkKnownFields(body, kFields, "/v1/completions");
+    checkHarmlessValues(body);
     Common c = parseCommon(body, opt_);
+    if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+      const ojson &l = body["logprobs"];
+      if (!l.is_number_integer() || l.get<int64_t>() < 0 ||
+          l.get<int64_t>() > kMaxTopLogprobs)
+        badRequest("'logprobs' must be an integer from 0 to " +
+                       std::to_string(kMaxTopLogprobs),
+                   "logprobs");
+      c.sampling.logprobs = int(l.get<int64_t>());
+    }
     if (!body.contains("prompt"))
       badRequest("'prompt' is required", "prompt");
     const ojson &p = body["prompt"];
@@ -861,10 +1275,19 @@ private:
     }
     if (ids.empty())
       badRequest("'prompt' must not be empty", "prompt");
+    rec.promptTokens = int(ids.size());
     std::string id = "cmpl-" + randomHex(24);
+    rec.id = id;
     int64_t created = unixNow();
     const std::string &model = c.model;
+    size_t textOffset = 0;
+    // As in chat: a chunk carries the tokens generated since the last one.
     auto chunk = [&](const std::string &text, const ojson &finish) {
+      ojson lp;
+      if (c.sampling.logprobs >= 0) {
+        lp = completionLogprobs(c, c.lpSent, c.lps.size(), textOffset);
+        c.lpSent = c.lps.size();
+      }
       return ojson{{"id", id},
                    {"object", "text_completion"},
                    {"created", created},
@@ -872,7 +1295,7 @@ private:
                    {"choices",
                     {{{"index", 0},
                       {"text", text},
-                      {"logprobs", nullptr},
+                      {"logprobs", lp},
                       {"finish_reason", finish}}}}};
     };
     auto startStream = [&]() {
@@ -887,6 +1310,7 @@ private:
       startStream();
       return resp.writeChunk(sse(chunk(t, nullptr)));
     });
+    record(rec, o, o.cancelled ? "cancelled" : o.finish);
     if (o.cancelled)
       return 499;
     ojson usage = {{"prompt_tokens", ids.size()},
@@ -897,7 +1321,7 @@ private:
       resp.writeChunk(sse(chunk("", o.finish)));
       if (c.includeUsage) {
         ojson u = chunk("", nullptr);
-        u["choices"] = ojson::array();
+        u["choices"] = ojson::array(); // (no logprobs are left by now)
         u["usage"] = usage;
         resp.writeChunk(sse(u));
       }
@@ -917,12 +1341,70 @@ private:
   const ServerOptions &opt_;
   Metrics metrics_;
   Scheduler sched_;
+  std::mutex logMutex_;
   std::set<int32_t> eos_;
 };
 
 std::atomic<bool> gSignalStop{false};
 void onSignal(int) { gSignalStop = true; }
 } // namespace
+
+std::vector<std::string> splitList(const std::string &list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t a = item.find_first_not_of(" \t");
+    if (a == std::string::npos)
+      continue;
+    out.push_back(item.substr(a, item.find_last_not_of(" \t") - a + 1));
+  }
+  return out;
+}
+
+bool applyGenerationConfig(const std::string &path, ServerOptions &o) {
+  if (!std::filesystem::exists(path))
+    return false;
+  ojson cfg;
+  try {
+    cfg = parseJsonBounded(
+        readFileBounded(path, kMaxConfigBytes, "generation_config.json"), path);
+  } catch (const Error &) {
+    throw;
+  } catch (const std::exception &e) {
+    fail(path, ": not valid JSON (", e.what(), ")");
+  }
+  check(cfg.is_object(), path, ": not a JSON object");
+  auto number = [&](const char *key, double lo, double hi, double &out) {
+    if (!cfg.contains(key) || cfg[key].is_null())
+      return false;
+    check(cfg[key].is_number(), path, ": '", key, "' must be a number");
+    out = cfg[key].get<double>();
+    check(out >= lo && out <= hi, path, ": '", key, "' = ", out,
+          " is outside [", lo, ", ", hi, "]");
+    return true;
+  };
+  double v;
+  if (number("temperature", 0, 100, v))
+    o.defaultTemperature = float(v);
+  if (number("top_p", 0, 1, v)) {
+    check(v > 0, path, ": 'top_p' must be greater than 0");
+    o.defaultTopP = float(v);
+  }
+  if (number("top_k", -1, 1 << 30, v))
+    o.defaultTopK = std::max(0, int(v)); // -1 / 0: off
+  if (number("min_p", 0, 1, v))
+    o.defaultMinP = float(v);
+  if (number("repetition_penalty", 0, 100, v)) {
+    check(v > 0, path, ": 'repetition_penalty' must be greater than 0");
+    o.defaultRepetitionPenalty = float(v);
+  }
+  return true;
+}
+
+static bool isLoopback(const std::string &host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
 
 int runServer(Engine &engine, const Tokenizer &tokenizer,
               const ChatTemplate &chat, const ServerOptions &options) {
@@ -939,6 +1421,11 @@ int runServer(Engine &engine, const Tokenizer &tokenizer,
   gSignalStop = false;
   auto oldInt = std::signal(SIGINT, onSignal);
   auto oldTerm = std::signal(SIGTERM, onSignal);
+  if (options.apiKeys.empty() && !isLoopback(options.host))
+    std::cerr << "glm serve: warning: listening on " << options.host
+              << " without an API key: anyone who can reach this port can "
+                 "use the model (set --api-key or GLMC_API_KEY)"
+              << std::endl;
   std::cerr << "glm serve: listening on http://" << options.host << ":"
             << server.port() << " (model " << options.modelName << ")"
             << std::endl;

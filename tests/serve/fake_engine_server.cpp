@@ -90,6 +90,19 @@ public:
   std::vector<int32_t> eosIds() const override { return eos_; }
   int maxConcurrency() const override { return slots_; }
 
+  /// The sampling settings as received (the server's defaults and request
+  /// parsing are tested through this reply).
+  static std::string describe(const Sampling &s) {
+    std::ostringstream o;
+    o << "temperature=" << s.temperature << " top_p=" << s.topP
+      << " top_k=" << s.topK << " min_p=" << s.minP
+      << " repetition_penalty=" << s.repetitionPenalty
+      << " presence_penalty=" << s.presencePenalty
+      << " frequency_penalty=" << s.frequencyPenalty
+      << " seed=" << (s.hasSeed ? std::to_string(s.seed) : std::string("none"));
+    return o.str();
+  }
+
   static std::string script(const std::string &prompt) {
     size_t u = prompt.rfind("<|user|>");
     std::string last = u == std::string::npos ? prompt : prompt.substr(u);
@@ -117,8 +130,14 @@ public:
   }
 
   void generate(const std::vector<int32_t> &prompt, const Sampling &s,
-                const std::function<bool(int32_t)> &onToken) override {
-    std::vector<int32_t> out = tok_.encode(script(tok_.decode(prompt)));
+                const OnToken &onToken) override {
+    std::string text = tok_.decode(prompt);
+    size_t u = text.rfind("<|user|>");
+    std::vector<int32_t> out = tok_.encode(
+        text.find("sampling please", u == std::string::npos ? 0 : u) !=
+                std::string::npos
+            ? describe(s)
+            : script(text));
     if (!eos_.empty())
       out.push_back(eos_.front());
     int n = 0;
@@ -127,7 +146,14 @@ public:
         return;
       if (delayMs_ > 0)
         std::this_thread::sleep_for(std::chrono::milliseconds(delayMs_));
-      if (!onToken(id))
+      // Made-up logprobs with the real shape: the token itself is the
+      // most likely, then ids after it, each 1 nat less likely.
+      TokenLogprobs lp;
+      lp.logprob = -0.125f * float(id % 4);
+      for (int k = 0; k < s.logprobs; ++k)
+        lp.top.emplace_back(k == 0 ? id : (id + k) % tok_.vocabSize(),
+                            lp.logprob - float(k));
+      if (!onToken(id, s.logprobs >= 0 ? &lp : nullptr))
         return;
     }
   }
@@ -141,12 +167,17 @@ private:
 
 // serve --tokenizer F --template F [--host H] [--port N] [--port-file F]
 //       [--max-context N] [--delay-ms N] [--concurrency N] [--max-queue N]
+//       [--api-key K,...] [--allowed-origins O,...] [--generation-config F]
+//       [--served-model-name NAME]... (the first replaces "glm-fake")
+// The prompt "sampling please" is answered with the sampling settings the
+// engine received.
 static int cmdServe(const std::vector<std::string> &a) {
   std::string tokPath, tplPath, portFile;
   ServerOptions opt;
   opt.port = 0;
   opt.modelName = "glm-fake";
   int maxContext = 2048, delayMs = 0, slots = 1;
+  bool named = false;
   for (size_t i = 1; i + 1 < a.size(); i += 2) {
     const std::string &k = a[i], &v = a[i + 1];
     if (k == "--tokenizer")
@@ -167,6 +198,17 @@ static int cmdServe(const std::vector<std::string> &a) {
       slots = std::stoi(v);
     else if (k == "--max-queue")
       opt.maxQueue = size_t(std::stoul(v));
+    else if (k == "--api-key")
+      opt.apiKeys = splitList(v);
+    else if (k == "--allowed-origins")
+      opt.allowedOrigins = splitList(v);
+    else if (k == "--served-model-name" && !named) {
+      opt.modelName = v;
+      named = true;
+    } else if (k == "--served-model-name")
+      opt.modelAliases.push_back(v);
+    else if (k == "--generation-config")
+      applyGenerationConfig(v, opt);
     else
       fail("serve: unknown option ", k);
   }

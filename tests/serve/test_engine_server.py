@@ -1,10 +1,14 @@
 """`glm-engine serve` on the tiny pack with the cpu backend, through the
 official `openai` client: streamed and plain chat, a tool-call round trip
 rendered through the pack's template, 20 concurrent requests, bad requests
-answered with 4xx while the server stays up, /metrics counting them.
+answered with 4xx while the server stays up, /metrics counting them; the
+deployment flags (API key from GLMC_API_KEY, model aliases, --chat-template,
+--max-model-len, generation_config.json defaults) and the real sampler
+behind the request fields (seeds, top_k 1 = greedy, raw logprobs).
 Skipped while glm-engine has no `serve` subcommand or glmc cannot compile."""
 import concurrent.futures
 import json
+import math
 import os
 import re
 import socket
@@ -23,8 +27,26 @@ def free_port():
         return s.getsockname()[1]
 
 
+KEY = "secret-2"
+
+
+def serve_cmd(engine, plan, pack, port, port_file, flags, env=""):
+    # The server prints its address; a small wrapper writes the port file
+    # once /health answers.
+    return ["bash", "-c",
+            f'{env} "{engine}" serve "{plan}" --pack "{pack}" '
+            f'--backend cpu --host 127.0.0.1 --port {port} {flags} & '
+            f'pid=$!; trap "kill -TERM $pid; wait $pid" TERM; '
+            f'for i in $(seq 1200); do '
+            f'if python3 -c "import urllib.request as u; '
+            f"u.urlopen('http://127.0.0.1:{port}/health', "
+            f'timeout=2)" 2>/dev/null; then '
+            f'echo {port} > "{port_file}"; break; fi; '
+            f'kill -0 $pid || exit 1; sleep 0.1; done; wait $pid']
+
+
 @pytest.fixture(scope="module")
-def engine_server(scratch):
+def tiny(scratch):
     engine, glmc = find_binary("glm-engine"), find_binary("glmc")
     if not engine or not glmc:
         pytest.skip("glm-engine or glmc is not built")
@@ -43,20 +65,17 @@ def engine_server(scratch):
     if r.returncode != 0:
         pytest.skip("glmc compile is unavailable: " +
                     r.stderr.decode(errors="replace")[-300:])
+    return engine, d, pack, plan
+
+
+@pytest.fixture(scope="module")
+def engine_server(tiny):
+    engine, d, pack, plan = tiny
     port = free_port()
     port_file = os.path.join(d, "port")
-    # The server prints its address; a small wrapper writes the port file
-    # once /health answers.
-    s = ServerProcess(["bash", "-c",
-                       f'"{engine}" serve "{plan}" --pack "{pack}" '
-                       f'--backend cpu --host 127.0.0.1 --port {port} & '
-                       f'pid=$!; trap "kill -TERM $pid; wait $pid" TERM; '
-                       f'for i in $(seq 1200); do '
-                       f'if python3 -c "import urllib.request as u; '
-                       f"u.urlopen('http://127.0.0.1:{port}/health', "
-                       f'timeout=2)" 2>/dev/null; then '
-                       f'echo {port} > "{port_file}"; break; fi; '
-                       f'kill -0 $pid || exit 1; sleep 0.1; done; wait $pid'],
+    s = ServerProcess(serve_cmd(engine, plan, pack, port, port_file,
+                                "--served-model-name tiny tiny-alias",
+                                env=f"GLMC_API_KEY=secret-1,{KEY}"),
                       port_file, os.path.join(d, "server.log"))
     yield s
     s.stop()
@@ -64,7 +83,7 @@ def engine_server(scratch):
 
 @pytest.fixture(scope="module")
 def client(engine_server):
-    return openai.OpenAI(base_url=engine_server.base + "/v1", api_key="none",
+    return openai.OpenAI(base_url=engine_server.base + "/v1", api_key=KEY,
                          timeout=300, max_retries=0)
 
 
@@ -123,3 +142,135 @@ def test_bad_requests_and_metrics(engine_server, client):
     assert bad >= 3
     assert engine_server.alive()
     assert engine_server.get("/health")[0] == 200
+
+
+def test_key_from_env_aliases_and_generation_config(engine_server, client):
+    bad = openai.OpenAI(base_url=engine_server.base + "/v1", api_key="none",
+                        timeout=60, max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    assert engine_server.get("/health")[0] == 200
+    assert [m.id for m in client.models.list().data] == ["tiny",
+                                                         "tiny-alias"]
+    r = client.chat.completions.create(
+        model="tiny-alias", max_tokens=3,
+        messages=[{"role": "user", "content": "Hello"}])
+    assert r.model == "tiny-alias"
+    log = open(engine_server.log.name, errors="replace").read()
+    # The synthetic pack's generation_config.json: temperature 1, top_p 0.95.
+    assert re.search(r"sampling defaults from \S*generation_config\.json "
+                     r"\(temperature 1, top_p 0\.95", log), log[-2000:]
+    assert re.search(r"glm serve: chatcmpl-\w+ POST /v1/chat/completions "
+                     r"status=200 prompt_tokens=\d+ completion_tokens=\d+ "
+                     r"ttft_ms=[0-9.]+ tok_s=[0-9.-]+ finish=\w+", log)
+
+
+def completion(client, **kw):
+    # (A prompt the tiny model does not end at once with greedy decoding.)
+    args = dict(model="tiny", prompt="hello world, how are you",
+                max_tokens=12, logprobs=5)
+    args.update(kw)
+    return client.completions.create(**args).choices[0]
+
+
+def test_same_seed_same_tokens_with_every_sampling_field(client):
+    kw = dict(temperature=0.9, seed=1234, top_p=0.9, presence_penalty=0.3,
+              frequency_penalty=0.2,
+              extra_body={"top_k": 20, "min_p": 0.02,
+                          "repetition_penalty": 1.2})
+    a, b = completion(client, **kw), completion(client, **kw)
+    assert a.logprobs.tokens == b.logprobs.tokens and a.text == b.text
+    # Another seed draws another sequence (12 draws from a wide
+    # distribution; equal only by a very unlikely accident).
+    others = [completion(client, **dict(kw, seed=s)).logprobs.tokens
+              for s in (1, 2, 3)]
+    assert any(o != a.logprobs.tokens for o in others)
+
+
+def test_top_k_1_is_greedy_and_logprobs_are_raw(client):
+    greedy = completion(client, temperature=0)
+    hot = completion(client, temperature=1.7, seed=5,
+                     extra_body={"top_k": 1})
+    assert hot.logprobs.tokens == greedy.logprobs.tokens
+    lp = greedy.logprobs
+    for tok, l, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        # Greedy picks the most likely token; the logprobs are of the
+        # model's distribution (log-softmax), so they sum to <= 1.
+        assert l == pytest.approx(max(top.values()), abs=1e-5)
+        assert sum(math.exp(v) for v in top.values()) <= 1 + 1e-4
+        assert len(top) == 5 or len(set(top)) < 5  # token strings may repeat
+    # Raw: the same prompt gives the same first-position logprobs whatever
+    # the temperature and penalties (they change the sampling only).
+    other = completion(client, temperature=1.7, seed=8,
+                       frequency_penalty=2.0, max_tokens=1)
+    assert other.logprobs.top_logprobs[0] == pytest.approx(
+        lp.top_logprobs[0], abs=1e-5)
+
+
+def test_chat_logprobs_and_penalties(client):
+    r = client.chat.completions.create(
+        model="tiny", max_tokens=10, temperature=0, logprobs=True,
+        top_logprobs=2, messages=[{"role": "user", "content": "Hello"}])
+    entries = r.choices[0].logprobs.content
+    assert 0 < len(entries) <= r.usage.completion_tokens
+    for e in entries:
+        assert e.logprob == pytest.approx(e.top_logprobs[0].logprob,
+                                          abs=1e-5)
+    plain = completion(client, temperature=0, max_tokens=16).logprobs.tokens
+    penalised = completion(client, temperature=0, max_tokens=16,
+                           frequency_penalty=2.0).logprobs.tokens
+    if len(set(plain)) < len(plain):  # greedy repeated a token
+        assert penalised != plain
+
+
+def test_unsupported_fields_refused(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "x"}],
+            response_format={"type": "json_object"})
+    assert "json_object" in e.value.message
+
+
+def test_chat_template_and_max_model_len_flags(tiny, scratch):
+    engine, d, pack, plan = tiny
+    # A template that ignores the messages: every chat has the same prompt,
+    # the text it renders.
+    tpl = os.path.join(d, "fixed.jinja")
+    open(tpl, "w").write("{{ 'The quick brown fox' }}")
+    port = free_port()
+    port_file = os.path.join(d, "port2")
+    s = ServerProcess(serve_cmd(engine, plan, pack, port, port_file,
+                                f'--chat-template "{tpl}" '
+                                f'--max-model-len 48'),
+                      port_file, os.path.join(d, "server2.log"))
+    try:
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="none",
+                          timeout=300, max_retries=0)
+        outs = [c.chat.completions.create(
+            model="tiny", max_tokens=4, temperature=0,
+            messages=[{"role": "user", "content": m}])
+            for m in ("Hello", "something else entirely")]
+        ref = c.completions.create(model="tiny", max_tokens=4,
+                                   temperature=0,
+                                   prompt="The quick brown fox")
+        for o in outs:
+            assert o.usage.prompt_tokens == ref.usage.prompt_tokens
+        assert outs[0].usage.completion_tokens == \
+            outs[1].usage.completion_tokens
+        assert [m.max_model_len for m in c.models.list().data] == [48]
+        with pytest.raises(openai.BadRequestError) as e:
+            c.completions.create(model="tiny", prompt="word " * 60,
+                                 max_tokens=2)
+        assert "48" in e.value.message
+    finally:
+        s.stop()
+    # A template that is missing or does not parse: exit 1 naming it.
+    bad = os.path.join(d, "broken.jinja")
+    open(bad, "w").write("{% for x in %}")
+    for path in (os.path.join(d, "missing.jinja"), bad):
+        r = subprocess.run([engine, "serve", plan, "--pack", pack,
+                            "--backend", "cpu", "--port", "0",
+                            "--chat-template", path],
+                           capture_output=True, timeout=300)
+        assert r.returncode == 1
+        assert path in r.stderr.decode(errors="replace")
