@@ -101,8 +101,10 @@ inline int denseTrellisSplit(int64_t in, int64_t out, int sms,
   s = std::max<int64_t>(s, nw);
   while (s > rows) // tiny inputs: fewer warps than rows
     s -= nw;
-  // Fixed-point sums over rank-owned units: the largest split (a multiple
-  // of the warps) whose chunks respect the units.
+  // Fixed-point sums over rank-owned units: the largest split at or below
+  // whose chunks respect the units (measured on the H200, docs/perf.md
+  // "Session 9": GLM-5.3's o_proj at split 32 beats the next aligned one
+  // above, 64, by 3 us per launch).
   for (int64_t a = s; a >= nw; a -= nw)
     if (denseTrellisChunksAligned(rows, a, unitRows))
       return int(a);

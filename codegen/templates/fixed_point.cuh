@@ -10,10 +10,11 @@
 // added what (docs/passes.md, "Byte-identical across ranks"). One final
 // fromFixed gives the fp32 value on every rank count.
 //
-// Range: |v| is clamped to kFixedLimit (2^19) per unit; with at most 2^15
-// units per output the int64 sum cannot overflow. NaN becomes -kFixedLimit
-// (a visibly wrong value, never a silent plausible one). Resolution 2^-28
-// (3.7e-9) absolute per unit.
+// Range and resolution: 2^-28 (3.7e-9) absolute per unit; sums are exact
+// while they stay below 2^35 (3.4e10) in magnitude, far beyond any fp32
+// activation a model produces. A unit's partial is clamped to kFixedLimit
+// (2^34) so that the conversion is always defined (inf saturates); NaN
+// becomes -kFixedLimit (a visibly wrong value, never a plausible one).
 //
 // Host and device: the CPU twins include this file, so both round the same
 // way (llrintf: round to nearest even; int64 -> float: round to nearest).
@@ -34,7 +35,7 @@ namespace glm {
 constexpr int kFixedFracBits = 28;
 constexpr float kFixedScale = 268435456.0f;        // 2^28
 constexpr float kFixedInvScale = 1.0f / 268435456.0f;
-constexpr float kFixedLimit = 524288.0f;           // 2^19
+constexpr float kFixedLimit = 17179869184.0f;      // 2^34
 
 GLM_FIXED_HD long long toFixed(float v) {
   v = v >= -kFixedLimit ? v : -kFixedLimit; // NaN takes this branch too

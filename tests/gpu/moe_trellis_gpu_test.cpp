@@ -34,8 +34,9 @@ const char *cbName(int cb) { return cb == 0 ? "3inst" : cb == 1 ? "mcg" : "mul1"
 
 KernelSpec moeSpec(const std::string &widths, int cb, bool e4m3, int batchT,
                    int sv, int stage, int threads, int pipe,
-                   bool persist = false) {
+                   bool persist = false, const std::string &sum = "f32") {
   return spec("moe_trellis", {{"widths", widths},
+                              {"sum", stage == 1 ? sum : "f32"},
                               {"codebook", cbName(cb)},
                               {"e4m3", e4m3 ? "1" : "0"},
                               {"batch", std::to_string(batchT)},
@@ -275,6 +276,7 @@ struct LayerCase {
   bool shareRows; // rows pick overlapping experts
   int split, group, threads, pipe;
   int blocks = 0; // > 0: grid of this many blocks (the persistent path)
+  std::string sum = "f32"; // stage down's sum (fixed: int64 partials)
 };
 
 std::vector<LayerCase> layerCases() {
@@ -332,6 +334,16 @@ std::vector<LayerCase> layerCases() {
       // No half of the chosen experts on this rank: out must still be 0.
       {"persist_exlr8_k2_none_owned_b2_g5", false, "2", 1, true, 2, 2, 1,
        1536, 12, 3, 1, 0.0, false, 16, 1, 128, 4, 5},
+      // Fixed-point down sums (templates/fixed_point.cuh): int64 partials
+      // and tail, the same numbers within the fp32 cases' tolerances.
+      {"fixed_exlr8_k234_mcg_e4m3_b1_tp", false, "234", 1, true, 1, 1, 1,
+       1536, 12, 3, 1, 0.75, false, 16, 2, 128, 4, 0, "fixed"},
+      {"fixed_exl3_k234_mcg_b4_on_b8", true, "234", 1, false, 8, 4, 1, 1024,
+       10, 3, 1, 0.8, false, 16, 2, 128, 4, 0, "fixed"},
+      {"fixed_persist_exlr8_k234_mcg_e4m3_b8_g7", false, "234", 1, true, 8,
+       8, 1, 1536, 6, 3, 1, 0.8, true, 8, 1, 128, 3, 7, "fixed"},
+      {"fixed_glm53_k234_mcg_e4m3_b1_tp", false, "234", 1, true, 1, 1, 1,
+       6144, 256, 8, 1, 0.5, false, 24, 2, 128, 4, 0, "fixed"},
   };
 }
 
@@ -349,7 +361,7 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
     for (const LayerCase &x : layerCases())
       for (int st = 0; st < 2; ++st)
         all.push_back(moeSpec(x.widths, x.cb, x.e4m3, x.batchT, x.sv, st,
-                              x.threads, x.pipe, x.blocks > 0));
+                              x.threads, x.pipe, x.blocks > 0, x.sum));
     KernelCache::get().prefetch(all);
   }
   const int H = c.H, I = 2048, E = c.E, nS = c.nShared, eTot = E + nS,
@@ -358,6 +370,7 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
   d.batch = B, d.topk = topk, d.nRouted = E, d.nShared = nS, d.hidden = H;
   d.guSplit = c.split, d.downGroup = c.group, d.threads = c.threads;
   d.persistBlocks = c.blocks;
+  d.sum = c.sum != "f32";
   ASSERT_TRUE(d.valid()) << c.name;
   if (c.blocks > 0) { // both launches must take the persistent path
     MoeTrellisDims full = d;
@@ -590,7 +603,7 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
           << guSI << guSI8 << dSI << dSJ8 << d.guSplit << d.downGroup
           << accumulate;
       a.launch(kernel(moeSpec(c.widths, c.cb, c.e4m3, c.batchT, c.sv, st,
-                              c.threads, c.pipe, c.blocks > 0)),
+                              c.threads, c.pipe, c.blocks > 0, c.sum)),
                st == 0 ? g.gridGateUp() : g.gridDown(), 1,
                unsigned(c.threads),
                glm::codegen::moeTrellisDynSmem(c.e4m3, c.threads,
@@ -622,7 +635,7 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
     std::vector<float> tOut(size_t(B) * H, NAN);
     for (int st = 0; st < 2; ++st)
       runTwin(moeSpec(c.widths, c.cb, c.e4m3, c.batchT, c.sv, st, c.threads,
-                      c.pipe, c.blocks > 0),
+                      c.pipe, c.blocks > 0, c.sum),
               st == 0 ? d.gridGateUp() : d.gridDown(), 1, unsigned(c.threads),
               glm::codegen::moeTrellisDynSmem(c.e4m3, c.threads, c.blocks > 0),
               {hp(xh.data()),
