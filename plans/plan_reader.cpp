@@ -212,8 +212,9 @@ RankPlan rank(const fbs::RankPlanDef *r) {
 void validatePlan(const Plan &plan, const std::string &source) {
   auto bad = [&](auto &&...parts) {
     rt::fail(source, ": invalid plan: ", parts...,
-             "; the plan is corrupt or from a broken compiler: ",
-             replanHint("", plan.numRanks, source));
+             "; the plan is corrupt or from a broken compiler: re-plan "
+             "with: ",
+             replanCommand(plan, "", source));
   };
   if (plan.ranks.size() != plan.numRanks)
     bad("num_ranks is ", plan.numRanks, " but ", plan.ranks.size(),
