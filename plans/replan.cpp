@@ -88,8 +88,8 @@ std::string replanCommand(const KeyValues &opts,
   if (!planPath.empty())
     words = rt::withOption(std::move(words), {"-o", "--output"}, planPath);
   for (const auto &[flag, value] : overrides)
-    words = rt::withOption(std::move(words), {flag.c_str()}, value,
-                           !isFlag(flag));
+    words =
+        rt::withOption(std::move(words), {flag.c_str()}, value, !isFlag(flag));
   return rt::shellJoin(words);
 }
 

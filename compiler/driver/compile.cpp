@@ -200,8 +200,8 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
       break;
     }
     const double perToken = double(r.context) / double(context);
-    fitContext = std::min<int64_t>(
-        fitContext, int64_t(double(budget - fixed) / perToken));
+    fitContext = std::min<int64_t>(fitContext,
+                                   int64_t(double(budget - fixed) / perToken));
   }
   fitContext = roundContext(fitContext);
   if (fitContext >= 256 && fitContext < context) {
@@ -278,8 +278,8 @@ static int runCompile(const CompileArgs &a) {
                       "(max_position_embeddings in "
                    << a.pack << "/config.json); compile for the model's "
                    << "context:\n  "
-                   << commandWith(a, {{"--max-context",
-                                       std::to_string(modelContext)}})
+                   << commandWith(
+                          a, {{"--max-context", std::to_string(modelContext)}})
                    << "\nor, to size the KV cache beyond it anyway, add "
                       "--allow-context-beyond-model:\n  "
                    << glm::rt::shellJoin(glm::rt::withOption(

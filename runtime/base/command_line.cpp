@@ -68,7 +68,8 @@ std::vector<std::string> shellSplit(const std::string &line) {
 }
 
 static bool isOption(const std::string &word,
-                     std::initializer_list<const char *> names, bool &inlineValue) {
+                     std::initializer_list<const char *> names,
+                     bool &inlineValue) {
   for (const char *n : names) {
     const size_t len = std::strlen(n);
     if (word == n) {
@@ -83,9 +84,9 @@ static bool isOption(const std::string &word,
   return false;
 }
 
-std::vector<std::string> withoutOption(std::vector<std::string> words,
-                                       std::initializer_list<const char *> names,
-                                       bool takesValue) {
+std::vector<std::string>
+withoutOption(std::vector<std::string> words,
+              std::initializer_list<const char *> names, bool takesValue) {
   std::vector<std::string> out;
   for (size_t i = 0; i < words.size(); ++i) {
     bool inlineValue = false;

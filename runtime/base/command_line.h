@@ -35,8 +35,9 @@ std::vector<std::string> withOption(std::vector<std::string> words,
                                     bool takesValue = true);
 
 /// `words` without any occurrence of the option named by one of `names`.
-std::vector<std::string> withoutOption(std::vector<std::string> words,
-                                       std::initializer_list<const char *> names,
-                                       bool takesValue = true);
+std::vector<std::string>
+withoutOption(std::vector<std::string> words,
+              std::initializer_list<const char *> names,
+              bool takesValue = true);
 
 } // namespace glm::rt

@@ -25,8 +25,7 @@ static std::string duration(double s) {
   if (s < 60)
     std::snprintf(buf, sizeof buf, "%.1f s", s);
   else if (s < 3600)
-    std::snprintf(buf, sizeof buf, "%d min %d s", int(s / 60),
-                  int(s) % 60);
+    std::snprintf(buf, sizeof buf, "%d min %d s", int(s / 60), int(s) % 60);
   else
     std::snprintf(buf, sizeof buf, "%d h %d min", int(s / 3600),
                   int(s / 60) % 60);
@@ -135,8 +134,7 @@ void Progress::maybeLine(bool final) {
     // A run too short to have printed anything stays silent.
     if (printedLine_)
       std::fprintf(stderr, "%s\n",
-                   progressLine(label_, unit_, stage_, d, total_, elapsed,
-                                true)
+                   progressLine(label_, unit_, stage_, d, total_, elapsed, true)
                        .c_str());
     return;
   }
@@ -146,9 +144,9 @@ void Progress::maybeLine(bool final) {
   if (!progressLineDue(elapsed, secondsSince(lastDraw_), printedLine_,
                        firstLineAfterS_, decile, lastDecile_, stageChanged_))
     return;
-  std::fprintf(stderr, "%s\n",
-               progressLine(label_, unit_, stage_, d, total_, elapsed, false)
-                   .c_str());
+  std::fprintf(
+      stderr, "%s\n",
+      progressLine(label_, unit_, stage_, d, total_, elapsed, false).c_str());
   std::fflush(stderr);
   printedLine_ = true;
   stageChanged_ = false;

@@ -44,8 +44,8 @@ TEST(CommandLine, QuotesOnlyWhatTheShellWouldSplit) {
 }
 
 TEST(CommandLine, WithOptionReplacesEveryForm) {
-  std::vector<std::string> w = {"glmc", "compile", "tiny", "--max-context",
-                                "300000", "--sparks=2", "-o", "p.glmplan"};
+  std::vector<std::string> w = {"glmc",   "compile",    "tiny", "--max-context",
+                                "300000", "--sparks=2", "-o",   "p.glmplan"};
   EXPECT_EQ(shellJoin(glm::rt::withOption(w, {"--max-context"}, "4096")),
             "glmc compile tiny --sparks=2 -o p.glmplan --max-context 4096");
   EXPECT_EQ(shellJoin(glm::rt::withOption(w, {"--sparks"}, "4")),
@@ -72,9 +72,8 @@ TEST(Replan, KeepsTheRecordedChoices) {
 }
 
 TEST(Replan, PlansWithoutACommandUseTheirOptions) {
-  glm::plan::KeyValues opts = {{"manifest", "k3"},
-                               {"max_context", "2048"},
-                               {"kv_dtype", "bf16"}};
+  glm::plan::KeyValues opts = {
+      {"manifest", "k3"}, {"max_context", "2048"}, {"kv_dtype", "bf16"}};
   EXPECT_EQ(glm::plan::replanCommand(opts, {"sm_121", "sm_90"}, 2, "tiny",
                                      "p.glmplan"),
             "glmc compile tiny --sparks 2 --manifest k3 --max-context 2048 "
@@ -92,11 +91,10 @@ TEST(Progress, PipedLinesAreRateLimited) {
   EXPECT_TRUE(progressLineDue(4.0, 2.0, true, 2.0, 2, 1, false));
   EXPECT_TRUE(progressLineDue(4.0, 2.0, true, 2.0, 1, 1, true));
   EXPECT_TRUE(progressLineDue(9.0, 5.0, true, 2.0, 1, 1, false));
-  EXPECT_EQ(glm::rt::progressLine("compile", "stages", "glm-fuse", 2, 7, 4.0,
-                                  false),
-            "compile: 2/7 stages (glm-fuse), 4.0 s, about 10.0 s left");
-  EXPECT_EQ(glm::rt::progressLine("verify", "objects", "", 10, 10, 125.0,
-                                  true),
+  EXPECT_EQ(
+      glm::rt::progressLine("compile", "stages", "glm-fuse", 2, 7, 4.0, false),
+      "compile: 2/7 stages (glm-fuse), 4.0 s, about 10.0 s left");
+  EXPECT_EQ(glm::rt::progressLine("verify", "objects", "", 10, 10, 125.0, true),
             "verify: done, 10/10 objects in 2 min 5 s");
 }
 
