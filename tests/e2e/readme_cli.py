@@ -30,7 +30,10 @@ ROWS = {
 # Flags every command has; the `glmc, glm-engine` row documents them.
 COMMON = {"--help", "--help-all", "-h"}
 FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*|-[a-zA-Z])(?![\w-])")
-OPTION_LINE = re.compile(r"^  (-[a-zA-Z],)?(--[a-z][a-z0-9-]*)")
+NAME = r"(?:-[a-zA-Z]|--[a-z][a-z0-9-]*)"
+# "  -o,--output TEXT", "  --served-model-name,--model-name TEXT ...":
+# an option and its aliases.
+OPTION_LINE = re.compile(r"^  (" + NAME + r"(?:," + NAME + r")*)(?![\w-])")
 
 
 def help_flags(bin_dir, cmd):
@@ -39,19 +42,21 @@ def help_flags(bin_dir, cmd):
         return None
     out = subprocess.run([exe] + cmd[1:] + ["--help"], capture_output=True,
                          text=True).stdout
-    flags = {}
+    flags = {}  # first long name -> every name of that option
     glm_opt = cmd[0] == "glmc-opt"
     for line in out.splitlines():
         if glm_opt:
             # MLIR's opt driver lists hundreds of options: ours are --glm-*.
             m = re.match(r"^\s+(--glm-[a-z0-9-]+)", line)
             if m:
-                flags[m.group(1)] = None
+                flags[m.group(1)] = {m.group(1)}
             continue
         m = OPTION_LINE.match(line)
         if m:
-            short = m.group(1)[:-1] if m.group(1) else None
-            flags[m.group(2)] = short
+            names = m.group(1).split(",")
+            longs = [n for n in names if n.startswith("--")]
+            if longs:
+                flags[longs[0]] = set(names)
     return flags
 
 
@@ -97,10 +102,10 @@ def main():
         # The first cell names flags too (`glm-engine launch --sparks N`).
         text += " " + " ".join(k for k in keys)
         named = row_flags(text)
-        for long, short in sorted(helped.items()):
+        for long, names in sorted(helped.items()):
             if long in COMMON or (keys == ["glmc, glm-engine"]):
                 continue
-            if long not in named and (short is None or short not in named):
+            if not names & named:
                 problems.append(f"{name} --help lists {long}, README row "
                                 f"`{keys[0]}` does not")
         if keys == ["glmc, glm-engine"]:
@@ -108,11 +113,11 @@ def main():
                 if f not in helped:
                     problems.append(f"{name} --help lacks {f}")
             continue
-        shorts = {s for s in helped.values() if s}
+        every = set().union(*helped.values()) if helped else set()
         for f in sorted(named - COMMON):
             if cmd[0] == "glmc-opt" and not f.startswith("--glm-"):
                 continue
-            if f not in helped and f not in shorts:
+            if f not in every:
                 problems.append(f"README row `{keys[0]}` names {f}, "
                                 f"`{name} --help` does not list it")
     for p in problems:
