@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace glm::plan {
@@ -312,6 +313,9 @@ struct ReadExpectations {
   std::string indexHash;
   std::string packDir;       // for messages ("PACK" if empty)
   uint32_t runtimeAbi = kRuntimeAbi;
+  /// Options the printed re-plan command changes (e.g. the --manifest the
+  /// runtime was given instead of the plan's).
+  std::vector<std::pair<std::string, std::string>> replanOverrides;
 };
 
 /// Parses and verifies plan bytes; `source` names the file in errors.
@@ -323,8 +327,26 @@ Plan parsePlan(const uint8_t *data, size_t size, const std::string &source,
 /// Reads `path` and calls parsePlan.
 Plan readPlan(const std::string &path, const ReadExpectations &expect = {});
 
-/// "re-plan with: glmc compile PACK --sparks N -o PLAN" with what is known.
+/// "re-plan with: glmc compile PACK --sparks N -o PLAN" with what is known
+/// (for a plan too damaged to read its recorded command).
 std::string replanHint(const std::string &packDir, uint32_t sparks,
                        const std::string &planPath);
+
+/// Options a re-plan changes: {"--sparks", "4"}, {"--max-context", "8192"}.
+using OptionOverrides = std::vector<std::pair<std::string, std::string>>;
+
+/// The `glmc compile` command that makes this plan again, pasteable: the
+/// command the plan records (compile option `command`) with PACK replaced by
+/// `packDir` and -o by `planPath` (each when non-empty) and `overrides`
+/// applied; for plans that record none, one built from the options they
+/// record (sparks, manifest, archs, max context, KV dtype, tunings).
+std::string replanCommand(const KeyValues &compileOptions,
+                          const std::vector<std::string> &targetArchs,
+                          uint32_t sparks, const std::string &packDir,
+                          const std::string &planPath,
+                          const OptionOverrides &overrides = {});
+std::string replanCommand(const Plan &plan, const std::string &packDir,
+                          const std::string &planPath,
+                          const OptionOverrides &overrides = {});
 
 } // namespace glm::plan

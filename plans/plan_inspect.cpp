@@ -203,6 +203,8 @@ std::string kernelTable(const Plan &plan, const RankPlan &r,
 
 } // namespace
 
+std::string humanBytes(uint64_t bytes) { return human(bytes); }
+
 std::map<std::string, double> parseMeasured(const std::string &text,
                                             const std::string &source) {
   using nlohmann::json;
@@ -314,9 +316,14 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
   if (!plan.compileOptions.empty()) {
     os << "compiled with";
     for (const auto &[k, v] : plan.compileOptions)
-      os << " " << k << "=" << v;
+      if (k != "command")
+        os << " " << k << "=" << v;
     os << "\n";
   }
+  // The command that made the plan, pasteable (plans since it is recorded).
+  if (auto c = plan.compileOptions.find("command");
+      c != plan.compileOptions.end())
+    os << "command: " << c->second << "\n";
 
   for (const RankPlan *r : selectedRanks(plan, opt)) {
     os << "\nrank " << r->rank << "\n";
@@ -381,6 +388,9 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
   j["runtime_abi"] = plan.runtimeAbi;
   j["compiler_version"] = plan.compilerVersion;
   j["compile_options"] = plan.compileOptions;
+  if (auto c = plan.compileOptions.find("command");
+      c != plan.compileOptions.end())
+    j["command"] = c->second;
   j["num_ranks"] = plan.numRanks;
   j["target_archs"] = plan.targetArchs;
   j["bandwidth_gbps"] = bw;
@@ -587,6 +597,9 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
      << " rank(s), archs " << escapeHtml(joinNames(plan.targetArchs)) << ", "
      << plan.kernels.size() << " kernels; times at " << fixed(bw, 0)
      << " GB/s.</p>\n";
+  if (auto c = plan.compileOptions.find("command");
+      c != plan.compileOptions.end())
+    os << "<p>Compiled by <code>" << escapeHtml(c->second) << "</code></p>\n";
   const InspectSummary s = summarize(plan, bw);
   os << "<h2>Summary</h2>\n<table><tr><th>rank</th><th>bytes/token</th>"
         "<th>predicted us</th></tr>\n";

@@ -24,6 +24,11 @@ namespace glm::plan {
 constexpr double kDefaultIntRateTops = 15.0;
 constexpr double kDefaultOpsPerWeight = 8.0;
 
+/// Bytes in the inspector's units: "3.85 MiB", "106.31 GiB" (binary
+/// prefixes, two decimals). glmc compile's budget lines use it too, so the
+/// figures read the same in both.
+std::string humanBytes(uint64_t bytes);
+
 struct InspectOptions {
   int rank = -1;             // -1 = every rank
   int layer = INT_MIN;       // INT_MIN = every layer (-1 = outside layers)

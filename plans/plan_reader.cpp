@@ -212,8 +212,9 @@ RankPlan rank(const fbs::RankPlanDef *r) {
 void validatePlan(const Plan &plan, const std::string &source) {
   auto bad = [&](auto &&...parts) {
     rt::fail(source, ": invalid plan: ", parts...,
-             "; the plan is corrupt or from a broken compiler: ",
-             replanHint("", plan.numRanks, source));
+             "; the plan is corrupt or from a broken compiler: re-plan "
+             "with: ",
+             replanCommand(plan, "", source));
   };
   if (plan.ranks.size() != plan.numRanks)
     bad("num_ranks is ", plan.numRanks, " but ", plan.ranks.size(),
@@ -356,7 +357,13 @@ Plan parsePlan(const uint8_t *data, size_t size, const std::string &source,
              hint);
   const fbs::PlanDef *p = fbs::GetPlanDef(data);
   const uint32_t sparks = p->num_ranks();
-  const std::string fullHint = replanHint(expect.packDir, sparks, source);
+  // The plan verified: its recorded command re-plans with what the user
+  // chose (manifest, archs, width, tunings) kept.
+  const std::string fullHint =
+      "re-plan with: " + replanCommand(keyValues(p->compile_options()),
+                                       strs(p->target_archs()), sparks,
+                                       expect.packDir, source,
+                                       expect.replanOverrides);
   if (p->schema_major() != kPlanSchemaMajor)
     rt::fail(source, ": plan schema version ", p->schema_major(), ".",
              p->schema_minor(), " is not supported (this build reads ",

@@ -6,6 +6,9 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace CLI {
 class App;
 }
@@ -18,7 +21,9 @@ void addVerifyCommand(CLI::App &app, int &rc);
 void addDequantCommand(CLI::App &app, int &rc);
 void addInspectCommand(CLI::App &app, int &rc); // needs no MLIR
 #ifdef GLM_WITH_MLIR
-void addCompileCommand(CLI::App &app, int &rc);
+/// `argv`: the command line as typed, which the plan records.
+void addCompileCommand(CLI::App &app, int &rc,
+                       const std::vector<std::string> &argv);
 #endif
 
 } // namespace glmc

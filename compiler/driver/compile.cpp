@@ -11,8 +11,10 @@
 #include "compiler/driver/commands.h"
 #include "compiler/mlir/Import.h"
 #include "compiler/mlir/Passes.h"
-#include "runtime/base/error.h"
+#include "plans/plan_inspect.h"
 #include "runtime/base/cli_numbers.h"
+#include "runtime/base/command_line.h"
+#include "runtime/base/error.h"
 #include "runtime/base/progress.h"
 #include "runtime/formats/pack.h"
 
@@ -22,6 +24,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "mlir/Support/Timing.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/raw_ostream.h"
@@ -57,12 +60,20 @@ struct CompileArgs {
   bool timing = false;
   std::string decodeBatches = "1,2,4,8";
   std::string prefillChunks = "512,2048";
+  bool allowContextBeyondModel = false;
+  bool maxContextGiven = false; // --max-context on the command line
+  /// The command line as typed (argv[0] first): recorded in the plan and
+  /// the base of every command a refusal prints.
+  std::vector<std::string> argv;
 };
 
-/// Advances the progress bar after every pass.
+/// Names each pass as its stage and advances the progress after it.
 class ProgressInstrumentation : public mlir::PassInstrumentation {
 public:
   explicit ProgressInstrumentation(glm::rt::Progress &p) : progress(p) {}
+  void runBeforePass(mlir::Pass *pass, mlir::Operation *) override {
+    progress.stage(pass->getArgument().str());
+  }
   void runAfterPass(mlir::Pass *, mlir::Operation *) override {
     progress.advance();
   }
@@ -99,6 +110,126 @@ static std::vector<int64_t> intList(const std::string &s,
   return out;
 }
 
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+/// "104", "0.5": a GiB figure as a person types it.
+static std::string gibText(double gib) {
+  std::ostringstream os;
+  os << gib;
+  return os.str();
+}
+
+/// A context size people pick: a multiple of 1024 (of 256 below 4096).
+static int64_t roundContext(int64_t tokens) {
+  const int64_t step = tokens >= 4096 ? 1024 : 256;
+  return tokens / step * step;
+}
+
+/// The command line with `overrides` applied, quoted for pasting.
+static std::string commandWith(
+    const CompileArgs &a,
+    std::initializer_list<std::pair<const char *, std::string>> overrides) {
+  std::vector<std::string> words = a.argv;
+  for (const auto &[flag, value] : overrides)
+    words = glm::rt::withOption(std::move(words), {flag}, value);
+  return glm::rt::shellJoin(words);
+}
+
+/// One rank's final memory, from glm-emit-plan's `glm.final_memory`.
+struct RankMemory {
+  int64_t rank = 0;
+  uint64_t total = 0, weights = 0, kv = 0, context = 0;
+};
+
+/// The "rank r: X of Y GiB" lines: the arena of the final plan per rank,
+/// the figure `glmc inspect` shows; then, for a plan over the budget, what
+/// would fit, each as a command that works when pasted. Returns false when
+/// glm-emit-plan recorded nothing (it failed before its budget check).
+static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
+                         bool over) {
+  auto fm = module->getAttrOfType<mlir::DictionaryAttr>("glm.final_memory");
+  if (!fm)
+    return false;
+  auto intOf = [](mlir::DictionaryAttr d, llvm::StringRef k) -> int64_t {
+    auto v = d.getAs<mlir::IntegerAttr>(k);
+    return v ? v.getInt() : 0;
+  };
+  const uint64_t budget = uint64_t(intOf(fm, "budget"));
+  const int64_t context = intOf(fm, "max_context");
+  std::vector<RankMemory> ranks;
+  for (mlir::Attribute r : fm.getAs<mlir::ArrayAttr>("ranks")) {
+    auto d = llvm::cast<mlir::DictionaryAttr>(r);
+    ranks.push_back({intOf(d, "rank"), uint64_t(intOf(d, "total")),
+                     uint64_t(intOf(d, "weights")), uint64_t(intOf(d, "kv")),
+                     uint64_t(intOf(d, "context"))});
+  }
+  auto &os = llvm::errs();
+  os << "glmc: memory per rank (weights + KV + activations and scratch: the "
+        "arena glmc inspect shows)\n";
+  for (const RankMemory &r : ranks) {
+    os << "  rank " << r.rank << ": "
+       << llvm::format(r.total >= kGiB ? "%.2f" : "%.4f", r.total / kGiB);
+    if (budget)
+      os << " of " << gibText(a.memoryPerSpark) << " GiB";
+    else
+      os << " GiB (no limit)";
+    os << " (" << glm::plan::humanBytes(r.total) << ": weights "
+       << glm::plan::humanBytes(r.weights) << ", KV "
+       << glm::plan::humanBytes(r.kv) << ", activations and scratch "
+       << glm::plan::humanBytes(r.total - r.weights - r.kv) << ")"
+       << (budget && r.total > budget ? "  OVER" : "") << "\n";
+  }
+  bool anyOver = false;
+  for (const RankMemory &r : ranks)
+    anyOver |= budget && r.total > budget;
+  if (!over || !anyOver)
+    return true;
+
+  // What would fit. Estimates from this plan's figures: the context-sized
+  // bytes (KV cache, selection and score rows) scale with --max-context,
+  // weights spread over more ranks (replicated tensors do not shrink, so a
+  // suggested rank count may in turn be refused: the refusal then says by
+  // how much).
+  os << "glmc: to fit " << gibText(a.memoryPerSpark) << " GiB per Spark:\n";
+  bool any = false;
+  int64_t fitContext = context;
+  for (const RankMemory &r : ranks) {
+    const uint64_t fixed = r.total - r.context;
+    if (fixed >= budget || r.context == 0) {
+      fitContext = 0;
+      break;
+    }
+    const double perToken = double(r.context) / double(context);
+    fitContext = std::min<int64_t>(fitContext,
+                                   int64_t(double(budget - fixed) / perToken));
+  }
+  fitContext = roundContext(fitContext);
+  if (fitContext >= 256 && fitContext < context) {
+    os << "  a shorter context (" << fitContext << " tokens):\n    "
+       << commandWith(a, {{"--max-context", std::to_string(fitContext)}})
+       << "\n";
+    any = true;
+  }
+  uint64_t maxWeights = 0, maxRest = 0;
+  for (const RankMemory &r : ranks) {
+    maxWeights = std::max(maxWeights, r.weights);
+    maxRest = std::max(maxRest, r.total - r.weights);
+  }
+  for (int64_t n = a.sparks + 1; n <= 64 && maxRest < budget; ++n)
+    if (maxRest + maxWeights * uint64_t(a.sparks) / uint64_t(n) <= budget) {
+      os << "  more Sparks (about " << n << "; weights spread, the KV cache "
+         << "is on every rank):\n    "
+         << commandWith(a, {{"--sparks", std::to_string(n)}}) << "\n";
+      any = true;
+      break;
+    }
+  if (!any)
+    os << "  neither a shorter --max-context nor more --sparks alone fits "
+          "by this plan's figures: combine them, give fewer "
+          "--decode-batches/--prefill-chunks, or use a smaller manifest\n";
+  return true;
+}
+
 static int runCompile(const CompileArgs &a) {
   Stage stop = a.emit == "model"    ? Stage::Model
                : a.emit == "kernel" ? Stage::Kernel
@@ -117,6 +248,7 @@ static int runCompile(const CompileArgs &a) {
   int stages = stop == Stage::Model ? 3 : stop == Stage::Kernel ? 5
                : stop == Stage::Cuda ? 6 : 7;
   glm::rt::Progress progress("compile", stages, "stages");
+  progress.stage("import");
   ImportOptions io;
   io.manifest = a.manifest;
   io.width = a.width;
@@ -130,6 +262,33 @@ static int runCompile(const CompileArgs &a) {
   mlir::OwningOpRef<mlir::ModuleOp> module = importPack(ctx, a.pack, io);
   importTimer.stop();
   progress.advance();
+  // The context the model was trained for bounds --max-context: positions
+  // past it are extrapolation (and every rank pays KV for them).
+  int64_t maxContext = a.maxContext;
+  if (module && pack && pack->config() &&
+      pack->config()->maxPositionEmbeddings > 0) {
+    const int64_t modelContext = pack->config()->maxPositionEmbeddings;
+    if (!a.maxContextGiven && maxContext > modelContext) {
+      maxContext = modelContext; // the default is 8192 or the model's
+    } else if (maxContext > modelContext && !a.allowContextBeyondModel) {
+      progress.finish();
+      llvm::errs() << "glmc: error: --max-context " << maxContext
+                   << " is more than the " << modelContext
+                   << " tokens the model was trained for "
+                      "(max_position_embeddings in "
+                   << a.pack << "/config.json); compile for the model's "
+                   << "context:\n  "
+                   << commandWith(
+                          a, {{"--max-context", std::to_string(modelContext)}})
+                   << "\nor, to size the KV cache beyond it anyway, add "
+                      "--allow-context-beyond-model:\n  "
+                   << glm::rt::shellJoin(glm::rt::withOption(
+                          a.argv, {"--allow-context-beyond-model"}, "",
+                          /*takesValue=*/false))
+                   << "\n";
+      return 1;
+    }
+  }
   // The passes need the module only. The pack's index is ~10^6 small
   // allocations (~0.3 s of CPU to free) and the process ends when the plan
   // is written, so it is left to the OS rather than freed on a core that
@@ -140,7 +299,8 @@ static int runCompile(const CompileArgs &a) {
 
   PipelineOptions opt;
   opt.ranks = a.sparks;
-  opt.maxContext = a.maxContext;
+  opt.maxContext = maxContext;
+  opt.command = glm::rt::shellJoin(a.argv);
   opt.kvDtype = a.kvDtype;
   opt.memoryPerSpark = a.memoryPerSpark;
   opt.archs = splitList(a.arch);
@@ -188,12 +348,17 @@ static int runCompile(const CompileArgs &a) {
         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
         /*printAfterOnlyOnFailure=*/false, llvm::errs());
   }
-  if (mlir::failed(pm.run(*module)))
+  if (mlir::failed(pm.run(*module))) {
+    progress.finish();
+    if (stop == Stage::Plan)
+      reportMemory(a, *module, /*over=*/true);
     return 1;
+  }
   progress.finish();
   if (stop == Stage::Plan) {
     llvm::errs() << "glmc: wrote " << a.output << " for " << a.sparks
                  << (a.sparks == 1 ? " Spark\n" : " Sparks\n");
+    reportMemory(a, *module, /*over=*/false);
     return 0;
   }
   std::string err;
@@ -232,18 +397,20 @@ template <class Parse> static auto parsesAs(Parse parse) {
   };
 }
 
-void addCompileCommand(CLI::App &app, int &rc) {
+void addCompileCommand(CLI::App &app, int &rc,
+                       const std::vector<std::string> &argv) {
   auto args = std::make_shared<CompileArgs>();
+  args->argv = argv;
   CLI::App *cmd = app.add_subcommand(
       "compile",
       "Compile a pack into a plan for N Sparks. Reads config.json, the\n"
       "manifest and the pack index only (no weight bytes), shards experts\n"
       "by the exlr8 rule (half h of expert e in layer L on rank\n"
       "(16e + h + L) mod N), attention by heads and the LM head by\n"
-      "vocabulary, fuses the model into kernels, plans each rank's memory\n"
-      "(refusing plans that do not fit --memory-per-spark), compiles the\n"
-      "kernels with NVRTC for every --arch and writes the plan.\n"
-      "Same inputs give byte-identical plans.");
+      "vocabulary, fuses the model into kernels, plans each rank's memory,\n"
+      "compiles the kernels with NVRTC for every --arch and writes the plan\n"
+      "if every rank's final arena fits --memory-per-spark. The plan records\n"
+      "this command line: the same command gives byte-identical plans.");
   cmd->add_option("PACK", args->pack, "pack directory (hf, exl3 or exlr8)")
       ->required();
   cmd->add_option("--sparks", args->sparks,
@@ -260,16 +427,26 @@ void addCompileCommand(CLI::App &app, int &rc) {
                   "target archs, comma-separated (sm_121 = Spark, sm_90 = "
                   "Hopper)")
       ->default_val("sm_121");
-  cmd->add_option("--max-context", args->maxContext,
-                  "tokens the KV cache holds per sequence")
-      ->default_val(8192)
-      ->check(glm::rt::cliInt(1, glm::rt::kMaxContextTokens));
+  CLI::Option *maxContext =
+      cmd->add_option("--max-context", args->maxContext,
+                      "tokens the KV cache holds per sequence (default 8192, "
+                      "or the model's max_position_embeddings when smaller; "
+                      "more than max_position_embeddings is refused unless "
+                      "--allow-context-beyond-model)")
+          ->default_val(8192)
+          ->check(glm::rt::cliInt(1, glm::rt::kMaxContextTokens));
+  cmd->add_flag("--allow-context-beyond-model", args->allowContextBeyondModel,
+                "accept a --max-context above config.json's "
+                "max_position_embeddings");
   cmd->add_option("--kv-dtype", args->kvDtype, "KV cache element type")
       ->default_val("bf16")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--memory-per-spark", args->memoryPerSpark,
-                  "GiB each rank may use (weights + KV + activations); 0 = "
-                  "no limit. A plan over it is refused with a per-rank table")
+                  "GiB each rank may use (weights + KV + activations and "
+                  "scratch: the final plan's arena, as glmc inspect shows "
+                  "it); 0 = no limit. Every compile prints 'rank r: X of Y "
+                  "GiB'; a plan over it is refused naming each rank over "
+                  "it, with commands that fit")
       ->default_val(104)
       ->check(glm::rt::cliNumber(0, 1 << 20));
   cmd->add_option("--emit", args->emit,
@@ -318,7 +495,10 @@ void addCompileCommand(CLI::App &app, int &rc) {
   cmd->add_option("-o,--output", args->output,
                   "plan file (--emit=plan), else IR/source output (default "
                   "stdout)");
-  cmd->callback([args, &rc] { rc = runCompile(*args); });
+  cmd->callback([args, maxContext, &rc] {
+    args->maxContextGiven = maxContext->count() > 0;
+    rc = runCompile(*args);
+  });
 }
 
 } // namespace glmc

@@ -13,6 +13,8 @@
 
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 int main(int argc, char **argv) {
   CLI::App app{"glmc: ahead-of-time compiler and pack tools for quantized "
@@ -26,7 +28,7 @@ int main(int argc, char **argv) {
   glmc::addVerifyCommand(app, rc);
   glmc::addDequantCommand(app, rc);
 #ifdef GLM_WITH_MLIR
-  glmc::addCompileCommand(app, rc);
+  glmc::addCompileCommand(app, rc, std::vector<std::string>(argv, argv + argc));
 #endif
   glmc::addInspectCommand(app, rc);
   try {

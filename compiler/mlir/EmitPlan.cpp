@@ -18,12 +18,14 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 
 #ifdef GLM_PLANS_AVAILABLE
 #include "compiler/mlir/KernelArgs.h"
@@ -216,6 +218,9 @@ struct RankState {
     int64_t n = 0;
   };
   llvm::DenseMap<Operation *, FixedSum> fixedSum;
+  /// Names of the scratch buffers sized by max_context (the budget's
+  /// suggestions scale them with --max-context); null = not collected.
+  std::set<std::string> *contextScratch = nullptr;
 
   /// A Scratch buffer whose contents are `init` at load (a table of ints
   /// or bytes, created once per name).
@@ -421,6 +426,16 @@ private:
       post.name = "post"; // (a runtime arg's name is its value)
     st.fixedSum[&op] = {rowsArg, post, n};
     return rowsArg;
+  }
+  /// A scratch row buffer of `perContextToken` bytes per token of
+  /// max_context per token of the step (selections, scores, flags).
+  gp::ArgDef contextRows(const std::string &name, uint64_t perContextToken,
+                         const std::string &label) {
+    const uint64_t ctx = std::max<int64_t>(st.maxContext, 1);
+    gp::ArgDef a = scratchRows(name, perContextToken * ctx, label);
+    if (st.contextScratch)
+      st.contextScratch->insert(st.rp.buffers[a.buffer].name);
+    return a;
   }
   WeightOp weightOp(StringRef sym) {
     return dyn_cast_or_null<WeightOp>(symbols.lookup(sym));
@@ -802,7 +817,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
   // a count per row), written by a full layer's indexer and read by its
   // attention and by the shared layers after it.
   auto sel = [&](const char *label) {
-    return scratchRows("dsa_sel", ctx * 4, label);
+    return contextRows("dsa_sel", 4, label);
   };
   auto nsel = [&](const char *label) {
     return scratchRows("dsa_nsel", 4, label);
@@ -944,7 +959,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     } else if (f == "mla_core") {
       a = {in(op, 0, "qAll"), named(qabs, "qabsAll"), cache, seqA,
            sel("selAll"), nsel("nselp"),
-           scratchRows("mla_p", 2 * H * ctx * 4, "pAll"),
+           contextRows("mla_p", 2 * H * 4, "pAll"),
            i32Arg(ctx, "maxCtx"), ctxv, headsA, i32Arg(H, "H"),
            i32Arg(dn, "dn"), i32Arg(dr, "dr"), i32Arg(kvr, "kvr"),
            f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale")};
@@ -978,7 +993,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     const gp::ArgDef keys =
         bufferArg(st.keysOf.count(layer) ? st.keysOf[layer] : 0, "keys");
     const gp::ArgDef qi = scratchRows("indexer_q", nh * hd * 4, "qi");
-    const gp::ArgDef score = scratchRows("dsa_score", ctx * 8, "score");
+    const gp::ArgDef score = contextRows("dsa_score", 8, "score");
     if (f == "rope_rows") {
       a = {named(qi, "x"), i32Arg(dr, "dim"), i32Arg(hd, "stride"),
            i32Arg(nh * hd, "rowStride"), posA, f64Arg(ropeTheta, "theta")};
@@ -997,7 +1012,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
       grid(64, R, 1, 256);
     } else if (f == "dsa_select") {
       a = {named(score, "scoreAll"), posA, i32Arg(ix.getTopk(), "k"),
-           scratchRows("dsa_flags", ctx * 4, "flagsAll"), sel("selAll"),
+           contextRows("dsa_flags", 4, "flagsAll"), sel("selAll"),
            nsel("nsel"), i32Arg(ctx, "maxCtx")};
       grid(1, R, 1, 1024);
     } else {
@@ -1510,7 +1525,7 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
   } else if (f == "indexer_scores" || f == "topk") {
     auto ix = cast<IndexerTopkOp>(op);
     uint64_t ctx = std::max<int64_t>(st.maxContext, 1);
-    gp::ArgDef scores = scratchRows("indexer_scores", ctx * 4, "scores");
+    gp::ArgDef scores = contextRows("indexer_scores", 4, "scores");
     if (f == "indexer_scores") {
       a = {scratchRows("indexer_q", ix.getHeads() * ix.getHeadDim() * 4, "q"),
            scratchRows("indexer_w", ix.getHeads() * 4, "w"),
@@ -1915,6 +1930,10 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                                                  : std::string(output));
 #endif
       gp::validatePlan(plan, output.empty() ? std::string("plan") : std::string(output));
+      if (!command.empty())
+        plan.compileOptions["command"] = command;
+      if (failed(checkBudget(module, plan)))
+        return signalPassFailure();
       if (!output.empty())
         gp::writePlan(plan, std::string(output));
       annotate(module, plan, *table);
@@ -1926,6 +1945,65 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
   }
 
 #ifdef GLM_PLANS_AVAILABLE
+  /// The budget check on the final plan: each rank's arena (weights, KV,
+  /// activations and scratch: what the runtime allocates and `glmc inspect`
+  /// shows) against memory-per-spark. Records the figures as
+  /// `glm.final_memory` either way (the driver prints them and sizes its
+  /// suggestions from them); refuses naming every rank over the budget.
+  std::set<std::string> contextScratch; // filled by buildPlan
+
+  LogicalResult checkBudget(ModuleOp module, gp::Plan &plan) {
+    constexpr double kGiB = 1024.0 * 1024 * 1024;
+    const uint64_t budget = static_cast<uint64_t>(memoryPerSpark * kGiB);
+    plan.memoryPerRank = budget;
+    OpBuilder b(&getContext());
+    SmallVector<Attribute> perRank;
+    std::string over;
+    for (const gp::RankPlan &r : plan.ranks) {
+      // Bytes that grow with max_context: the KV cache (latent rows and
+      // index keys) and the scratch rows of max_context entries per token
+      // of the largest step (DSA selections, scores, attention weights).
+      uint64_t contextBytes = 0;
+      for (const gp::BufferDef &bd : r.buffers)
+        if (bd.kind == gp::BufferKind::KvCache ||
+            contextScratch.count(bd.name))
+          contextBytes += bd.bytes;
+      perRank.push_back(b.getDictionaryAttr({
+          b.getNamedAttr("rank", b.getI64IntegerAttr(r.rank)),
+          b.getNamedAttr("total", b.getI64IntegerAttr(r.arenaBytes)),
+          b.getNamedAttr("weights", b.getI64IntegerAttr(r.weightBytes)),
+          b.getNamedAttr("kv", b.getI64IntegerAttr(r.kvBytes)),
+          b.getNamedAttr("context", b.getI64IntegerAttr(contextBytes)),
+      }));
+      if (budget && r.arenaBytes > budget)
+        over += llvm::formatv("\n  rank {0} needs {1:F2} GiB (weights "
+                              "{2:F2}, KV {3:F2}, activations and scratch "
+                              "{4:F2})",
+                              r.rank, r.arenaBytes / kGiB,
+                              r.weightBytes / kGiB, r.kvBytes / kGiB,
+                              (r.arenaBytes - r.weightBytes - r.kvBytes) /
+                                  kGiB)
+                    .str();
+    }
+    module->setAttr(
+        "glm.final_memory",
+        b.getDictionaryAttr({
+            b.getNamedAttr("budget", b.getI64IntegerAttr(budget)),
+            b.getNamedAttr("max_context",
+                           b.getI64IntegerAttr(plan.model.maxContext)),
+            b.getNamedAttr("ranks", b.getArrayAttr(perRank)),
+        }));
+    if (over.empty())
+      return success();
+    std::ostringstream gib;
+    gib << double(memoryPerSpark);
+    module.emitError() << "the plan does not fit " << gib.str()
+                       << " GiB per Spark (--memory-per-spark); OVER the "
+                          "budget:"
+                       << over;
+    return failure();
+  }
+
   /// The binaries of glm-emit-kernels{async}: NVRTC ran while the plan was
   /// built; wait for it and put each kernel's PTX/CUBIN in place.
   void collectKernelBuilds(gp::Plan &plan) {
@@ -2185,6 +2263,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
           for (auto [res, off] : llvm::zip(op.getResults(), offs.asArrayRef()))
             valueBuffer(res, off);
       RankState st{rp, bufferOf, {}, {}, {}, 0, maxTokens, m.maxContext};
+      st.contextScratch = &contextScratch;
       for (const gp::BufferDef &bd : rp.buffers)
         st.top = std::max(st.top, bd.arenaOffset + bd.bytes);
       ArrayAttr roles = pack.getRoles();

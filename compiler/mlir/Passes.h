@@ -39,6 +39,7 @@ struct PipelineOptions {
   std::vector<int64_t> decodeBatches;
   std::vector<int64_t> prefillChunks;
   std::string output; // plan file; empty = none
+  std::string command; // the glmc compile command line the plan records
   /// Launch tunings (codegen/tuning.h text forms; "" = the defaults).
   std::string moeTrellisTuning, denseTrellisTuning;
 };

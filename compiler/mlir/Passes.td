@@ -115,11 +115,21 @@ def GlmEmitPlan : Pass<"glm-emit-plan", "::mlir::ModuleOp"> {
     Binds every weight byte range to the ranks that read it (replicated
     tensors on every rank), lists buffers and kernels, and serialises the
     plan to `output`. Annotates the module with `glm.plan_summary`
-    (per-rank bytes per decoded token, binding counts) for tests.
+    (per-rank bytes per decoded token, binding counts) for tests and with
+    `glm.final_memory` (per rank: the arena the runtime allocates, its
+    weight, KV and context-sized parts, and the budget). The budget check
+    runs here, on the final plan (weights + KV + activations + scratch, the
+    arena `glmc inspect` shows): a rank over `memory-per-spark` refuses the
+    plan, naming every rank over it, and nothing is written.
   }];
   let options = [
     Option<"output", "output", "std::string", "\"\"",
-           "plan file to write (empty: summary only)">
+           "plan file to write (empty: summary only)">,
+    Option<"memoryPerSpark", "memory-per-spark", "double", "0",
+           "GiB each rank's arena may use; 0 = no limit">,
+    Option<"command", "command", "std::string", "\"\"",
+           "the glmc compile command line, recorded in the plan's "
+           "compile options (key `command`)">
   ];
 }
 

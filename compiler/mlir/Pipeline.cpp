@@ -26,7 +26,10 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opt,
   GlmPlanMemoryOptions mem;
   mem.maxContext = opt.maxContext;
   mem.kvDtype = opt.kvDtype;
-  mem.memoryPerSpark = opt.memoryPerSpark;
+  // A whole compile checks the budget once, on the final plan (scratch
+  // included: glm-emit-plan); the stages before it check plan-memory's
+  // figures, which have no scratch yet.
+  mem.memoryPerSpark = stop == Stage::Plan ? 0 : opt.memoryPerSpark;
   // The arena holds the largest step: the largest prefill chunk (default
   // 2048 tokens) or decode batch.
   int64_t tokens = 0;
@@ -63,7 +66,11 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opt,
   pm.addPass(createGlmPlanMemory(mem));
   if (stop == Stage::Cuda)
     return;
-  pm.addPass(createGlmEmitPlan(GlmEmitPlanOptions{opt.output}));
+  GlmEmitPlanOptions emit;
+  emit.output = opt.output;
+  emit.memoryPerSpark = opt.memoryPerSpark;
+  emit.command = opt.command;
+  pm.addPass(createGlmEmitPlan(emit));
 }
 
 namespace {

@@ -54,7 +54,9 @@ void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
   auto p = std::make_shared<plan::Plan>(plan::readPlan(opt.planPath, ex));
   check(p->numRanks == 1, opt.planPath, ": the step benchmark runs a "
         "1-Spark plan on one GPU, this plan has ", p->numRanks, " ranks; "
-        "compile one with glmc compile ", opt.stepPack, " --sparks 1");
+        "compile one with: ",
+        plan::replanCommand(*p, opt.stepPack, "step-1spark.glmplan",
+                            {{"--sparks", "1"}}));
 
   CudaDevice dev(opt.device);
   if (r.device.empty())

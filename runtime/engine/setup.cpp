@@ -3,6 +3,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/cli_numbers.h"
+#include "runtime/base/command_line.h"
 #include "runtime/base/host_memory.h"
 #include "runtime/base/progress.h"
 #include "runtime/cpu/model_weights.h"
@@ -199,11 +200,22 @@ LoadedEngine loadEngine(const EngineOptions &opts) {
     ex.manifestHash = le.pack->manifestHash();
     ex.indexHash = le.pack->indexHash();
     ex.packDir = o.pack;
+    if (!o.manifest.empty())
+      ex.replanOverrides.push_back({"--manifest", o.manifest});
     plan = plan::readPlan(o.plan, ex);
     check(o.sparks == 0 || o.sparks == (int)plan->numRanks, o.plan,
           ": the plan is for ", plan->numRanks, " Sparks, --sparks says ",
-          o.sparks, "; re-plan with: glmc compile ", o.pack, " --sparks ",
-          o.sparks, " -o PLAN");
+          o.sparks, "; leave out --sparks (the plan sets it) or re-plan "
+          "with: ",
+          plan::replanCommand(*plan, o.pack, o.plan,
+                              {{"--sparks", std::to_string(o.sparks)}}));
+    check(o.maxContext == 0 || o.maxContext <= plan->model.maxContext,
+          o.plan, ": --max-context ", o.maxContext, " exceeds the ",
+          plan->model.maxContext, " tokens the plan's KV cache holds; leave "
+          "out --max-context or re-plan with: ",
+          plan::replanCommand(*plan, o.pack, o.plan,
+                              {{"--max-context",
+                                std::to_string(o.maxContext)}}));
     ranks = (int)plan->numRanks;
     tp = cpu::tpLayoutFromPlan(cfg, *plan);
     if (!plan->model.eosTokenIds.empty())
@@ -244,9 +256,20 @@ LoadedEngine loadEngine(const EngineOptions &opts) {
 #ifdef GLM_HAVE_PLANS
   if (o.backend != "reference") {
     check(plan.has_value(), "--backend ", o.backend, " runs a plan and "
-          "PLAN is `-`: compile one with `glmc compile ", o.pack,
-          " -o PLAN.glmplan`, or run the reference forward with --backend "
-          "reference");
+          "PLAN is `-`: compile one with `",
+          shellJoin([&] {
+            std::vector<std::string> w = {"glmc", "compile", o.pack};
+            if (o.sparks > 0)
+              w.insert(w.end(), {"--sparks", std::to_string(o.sparks)});
+            if (!o.manifest.empty())
+              w.insert(w.end(), {"--manifest", o.manifest});
+            if (o.maxContext > 0)
+              w.insert(w.end(), {"--max-context",
+                                 std::to_string(o.maxContext)});
+            w.insert(w.end(), {"-o", "model.glmplan"});
+            return w;
+          }()),
+          "`, or run the reference forward with --backend reference");
     le.generator = makePlanEngine(o, std::make_shared<plan::Plan>(
                                          std::move(*plan)),
                                   cfg, maxContext);

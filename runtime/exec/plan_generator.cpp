@@ -22,7 +22,10 @@ public:
     const int64_t planContext = exec_->plan().model.maxContext;
     check(maxContext_ <= planContext, "--max-context ", maxContext_,
           " exceeds the ", planContext, " tokens the plan's KV cache holds; "
-          "re-plan with glmc compile --max-context ", maxContext_);
+          "re-plan with: ",
+          plan::replanCommand(exec_->plan(), "", "",
+                              {{"--max-context",
+                                std::to_string(maxContext_)}}));
   }
 
   GenerationResult generate(const std::vector<int64_t> &prompt,

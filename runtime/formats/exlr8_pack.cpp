@@ -739,7 +739,7 @@ void Exlr8Pack::chooseWidths() {
       os << dir_ << ": choose a manifest: the pack ships " << list
          << " and stores several widths; pass --manifest NAME (e.g. "
          << (shipped.empty() ? std::string("a manifest file") : shipped[0])
-         << ") or --width K";
+         << "), or --width K to glmc compile, verify or dequant";
       choiceError_ = os.str();
       for (auto &L : layers_) {
         int top = *std::max_element(L.widths.begin(), L.widths.end());

@@ -146,6 +146,8 @@ ModelConfig parseModelConfig(const std::string &text, const std::string &src) {
   c.indexTopk = getInt(j, "index_topk", src, 0, kMaxContextTokens, false, 0);
   c.numNextnPredictLayers = getInt(j, "num_nextn_predict_layers", src, 0,
                                    kMaxCount, false, 0);
+  c.maxPositionEmbeddings = getInt(j, "max_position_embeddings", src, 0,
+                                   int64_t(1) << 40, false, 0);
   c.rmsNormEps = getNum(j, "rms_norm_eps", src, 1e-5, 0, 1, true);
   c.routedScalingFactor =
       getNum(j, "routed_scaling_factor", src, 1.0, 0, 1e6, true);

@@ -35,6 +35,10 @@ struct ModelConfig {
   int64_t indexHeadDim = 0;
   int64_t indexTopk = 0;
   int64_t numNextnPredictLayers = 0;
+  /// max_position_embeddings: the context the model was trained for
+  /// (0 = config.json does not say). glmc compile refuses a longer
+  /// --max-context unless forced.
+  int64_t maxPositionEmbeddings = 0;
   double rmsNormEps = 1e-5;
   double ropeTheta = 10000.0;
   double routedScalingFactor = 1.0;

@@ -312,7 +312,8 @@ TEST(Plan, RefusesANewerMajorAndAcceptsANewerMinor) {
   EXPECT_NE(m.find("new.glmplan: plan schema version 2.0 is not supported"),
             std::string::npos)
       << m;
-  EXPECT_NE(m.find("re-plan with: glmc compile /packs/glm53 --sparks 2 -o "
+  EXPECT_NE(m.find("re-plan with: glmc compile /packs/glm53 --sparks 2 --arch "
+                   "sm_121,sm_90 -o "
                    "new.glmplan"),
             std::string::npos)
       << m;
@@ -348,10 +349,26 @@ TEST(Plan, RefusesAChangedManifestAndChecksOnlyWhatIsAsked) {
                    "00000000000000a2)"),
             std::string::npos)
       << m;
-  EXPECT_NE(m.find("re-plan with: glmc compile /packs/glm53 --sparks 2 -o "
+  EXPECT_NE(m.find("re-plan with: glmc compile /packs/glm53 --sparks 2 --arch "
+                   "sm_121,sm_90 -o "
                    "p.glmplan"),
             std::string::npos)
       << m;
+  // A plan that records its command gets it back, with the manifest the
+  // runtime was given and this plan path: pasteable as printed.
+  Plan recorded = smallPlan();
+  recorded.compileOptions["command"] =
+      "glmc compile ../glm53 --manifest k3 --arch sm_90 --width 3 -o x.glmplan";
+  const std::vector<uint8_t> rb = serializePlan(recorded);
+  ReadExpectations other = changed;
+  other.replanOverrides = {{"--manifest", "k4"}};
+  const std::string r = errorOf([&] {
+    parsePlan(rb.data(), rb.size(), "p.glmplan", other);
+  });
+  EXPECT_NE(r.find("re-plan with: glmc compile /packs/glm53 --arch sm_90 "
+                   "--width 3 -o p.glmplan --manifest k4"),
+            std::string::npos)
+      << r;
   ReadExpectations cfg = ok;
   cfg.configHash = "ffffffffffffffff";
   EXPECT_NE(errorOf([&] {
