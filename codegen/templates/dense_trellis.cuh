@@ -152,26 +152,6 @@ __device__ __forceinline__ void denseStoreFixed(const long long *fx, int b,
 /// (integer atomics: any order gives the same sum); one block per output
 /// block stores them, else int64 partials, and the last block to arrive
 /// adds them (its warps split the partials, again by integer atomics).
-/// Integer arrival counter per output block (the moe_trellis protocol, per
-/// block), after this block's partials are stored: true in the last of the
-/// nSB blocks to arrive, which then reduces and resets the counter.
-__device__ __forceinline__ bool lastBlockToArrive(int *counter, int nSB,
-                                                  int &lastBlock) {
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const int old = atomicAdd(counter, 1);
-    lastBlock = old == nSB - 1;
-    if (lastBlock)
-      *counter = 0;
-  }
-  __syncthreads();
-  if (!lastBlock)
-    return false;
-  __threadfence();
-  return true;
-}
-
 /// acc (hi + lo per column) to fixed point, added into the block's int64
 /// row sums fx (integer atomics: any order gives the same sum); acc = 0.
 template <int NB>
@@ -218,8 +198,18 @@ denseTrellisFixedTail(unsigned long long *fx, float *scratch, int *counters,
                     ((long long)blk * nSB + sb) * batch * 128;
   for (int i = threadIdx.x; i < batch * 128; i += NW * 32)
     __stcg(part + i, sum[i]);
-  if (!lastBlockToArrive(counters + blk, nSB, lastBlock))
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int old = atomicAdd(&counters[blk], 1);
+    lastBlock = old == nSB - 1;
+    if (lastBlock)
+      counters[blk] = 0;
+  }
+  __syncthreads();
+  if (!lastBlock)
     return;
+  __threadfence();
   for (int i = threadIdx.x; i < BATCH * 128; i += NW * 32)
     fx[i] = 0;
   __syncthreads();
@@ -360,8 +350,20 @@ __device__ __forceinline__ void denseTrellis(GLM_DENSE_TRELLIS_PARAMS) {
   if (nSB == 1)
     return;
 
-  if (!lastBlockToArrive(counters + blk, nSB, lastBlock))
+  // Integer arrival counter per output block (the moe_trellis protocol,
+  // per block): the last block to arrive reduces and resets it.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int old = atomicAdd(&counters[blk], 1);
+    lastBlock = old == nSB - 1;
+    if (lastBlock)
+      counters[blk] = 0;
+  }
+  __syncthreads();
+  if (!lastBlock)
     return;
+  __threadfence();
 
   // Last block: warp w sums the block partials sb in [w nSB/NW,
   // (w+1) nSB/NW) in order (loads eight at a time), then the NW range sums
