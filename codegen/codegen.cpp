@@ -436,7 +436,9 @@ std::string generateSource(const KernelSpec &spec) {
      << f.header << ".\n// Template arguments:";
   for (const TemplateParam &p : f.params)
     os << " " << p.name << "=" << argValue(spec, p);
-  os << "\n#include \"" << f.header << "\"\n\n";
+  // The family's header first: nvrtcOptionsFor reads it as the unit's family.
+  os << "\n#include \"" << f.header
+     << "\"\n#include \"grid_dependency.cuh\"\n\n";
   os << "extern \"C\" __global__ void";
   if (!f.threadsParam.empty()) {
     os << " __launch_bounds__(" << spec.args.at(f.threadsParam);
@@ -445,6 +447,8 @@ std::string generateSource(const KernelSpec &spec) {
     os << ")";
   }
   os << "\n" << name << "(" << f.paramsMacro << ") {\n";
+  // Every kernel may be launched programmatically (grid_dependency.cuh).
+  os << "  glm::programmaticEntry();\n";
   os << "  " << f.function << "<" << targs << ">(" << f.argsMacro << ");\n";
   os << "}\n";
   return os.str();

@@ -23,7 +23,7 @@ namespace glm::plan {
 /// Schema version of plans this build writes. A reader accepts any minor of
 /// its own major (minor versions only append fields).
 constexpr uint32_t kPlanSchemaMajor = 1;
-constexpr uint32_t kPlanSchemaMinor = 4; // 1.1: decoded_weights, repeat,
+constexpr uint32_t kPlanSchemaMinor = 5; // 1.1: decoded_weights, repeat,
                                           // rows_per_launch, row_bytes;
                                           // 1.2: decode graphs list the
                                           // CUDA executor's codegen
@@ -31,7 +31,8 @@ constexpr uint32_t kPlanSchemaMinor = 4; // 1.1: decoded_weights, repeat,
                                           // rotations, router/indexer/MLP
                                           // GEMVs); 1.3: checksum trailer;
                                           // 1.4: Load graphs, buffer init
-                                          // bytes and relocations
+                                          // bytes and relocations;
+                                          // 1.5: programmatic_launch
 /// Kernel-argument and buffer conventions between the plan's kernels and the
 /// runtime; bump when a template's parameter list or meaning changes.
 constexpr uint32_t kRuntimeAbi = 1;
@@ -213,6 +214,8 @@ struct OpDef {
   uint64_t decodedWeights = 0; // trellis weights decoded per step
   uint32_t repeat = 1;       // launches per step (prefill via a GEMV kernel)
   uint32_t rowsPerLaunch = 0; // tokens per launch, 0 = the graph's size
+  /// May start while the previous kernel runs; its entry waits (1.5).
+  bool programmaticLaunch = false;
   bool operator==(const OpDef &o) const;
 };
 

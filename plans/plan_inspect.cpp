@@ -480,6 +480,7 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
                                         : std::string()},
                    {"layer", o.layer},
                    {"repeat", o.repeat},
+                   {"programmatic_launch", o.programmaticLaunch},
                    {"grid", {d.gridX, d.gridY, d.gridZ}},
                    {"block", {d.blockX, d.blockY, d.blockZ}},
                    {"bytes", o.bytesRead}};

@@ -141,6 +141,7 @@ OpDef op(const fbs::OpDef *x) {
   o.decodedWeights = x->decoded_weights();
   o.repeat = x->repeat();
   o.rowsPerLaunch = x->rows_per_launch();
+  o.programmaticLaunch = x->programmatic_launch();
   return o;
 }
 
@@ -269,6 +270,17 @@ void validatePlan(const Plan &plan, const std::string &source) {
         if (o.kernel >= 0 && size_t(o.kernel) >= plan.kernels.size())
           bad("rank ", ri, " op '", o.name, "' uses kernel ", o.kernel, " of ",
               plan.kernels.size());
+        // A programmatic launch overlaps the previous kernel: only safe when
+        // the kernel waits for it before touching memory.
+        if (o.programmaticLaunch &&
+            (o.kernel < 0 || plan.kernels[o.kernel].source.find(
+                                 "glm::programmaticEntry();") ==
+                                 std::string::npos))
+          bad("rank ", ri, " op '", o.name, "' is a programmatic launch of ",
+              o.kernel < 0 ? std::string("no kernel")
+                           : "kernel " + plan.kernels[o.kernel].name +
+                                 ", whose source does not wait for the "
+                                 "previous kernel (grid_dependency.cuh)");
         if (o.collective >= 0 && size_t(o.collective) >= r.collectives.size())
           bad("rank ", ri, " op '", o.name, "' uses collective ",
               o.collective, " of ", r.collectives.size());

@@ -168,10 +168,11 @@ bool ArgDef::operator==(const ArgDef &o) const {
 bool OpDef::operator==(const OpDef &o) const {
   return std::tie(kind, name, kernel, collective, inputs, outputs, layer,
                   bytesRead, predictedNs, launch, args, decodedWeights,
-                  repeat, rowsPerLaunch) ==
+                  repeat, rowsPerLaunch, programmaticLaunch) ==
          std::tie(o.kind, o.name, o.kernel, o.collective, o.inputs, o.outputs,
                   o.layer, o.bytesRead, o.predictedNs, o.launch, o.args,
-                  o.decodedWeights, o.repeat, o.rowsPerLaunch);
+                  o.decodedWeights, o.repeat, o.rowsPerLaunch,
+                  o.programmaticLaunch);
 }
 bool GraphDef::operator==(const GraphDef &o) const {
   return std::tie(kind, size, ops) == std::tie(o.kind, o.size, o.ops);
@@ -405,7 +406,7 @@ public:
     return fbs::CreateOpDef(b, fbs::OpKind(o.kind), name, o.kernel,
                             o.collective, in, out, o.layer, o.bytesRead,
                             o.predictedNs, &l, argsV, o.decodedWeights,
-                            o.repeat, o.rowsPerLaunch);
+                            o.repeat, o.rowsPerLaunch, o.programmaticLaunch);
   }
 
   flatbuffers::Offset<fbs::RankPlanDef> rank(const RankPlan &r) {

@@ -51,6 +51,7 @@ struct CompileArgs {
   int64_t maxContext = 8192;
   std::string kvDtype = "bf16";
   std::string moeTrellisTuning, denseTrellisTuning;
+  std::string programmaticLaunch = "on";
   double memoryPerSpark = 104;
   std::string emit = "plan";
   std::string dumpIrAfter;
@@ -312,6 +313,7 @@ static int runCompile(const CompileArgs &a) {
   opt.output = stop == Stage::Plan ? a.output : "";
   opt.moeTrellisTuning = a.moeTrellisTuning;
   opt.denseTrellisTuning = a.denseTrellisTuning;
+  opt.programmaticLaunch = a.programmaticLaunch == "on";
   opt.decodeBatches = intList(a.decodeBatches, "--decode-batches");
   for (int64_t b : opt.decodeBatches)
     glm::rt::check(b >= 1 && b <= 8, "glmc compile: --decode-batches: batch ",
@@ -467,6 +469,14 @@ void addCompileCommand(CLI::App &app, int &rc,
                   "prefill graph buckets: chunk sizes in tokens, "
                   "comma-separated; 0 = no prefill graphs (the activation "
                   "arena is sized for the largest)")
+      ->capture_default_str();
+  cmd->add_option("--programmatic-launch", args->programmaticLaunch,
+                  "on: each kernel launch may be scheduled while the one "
+                  "before it runs (CUDA programmatic dependent launch, "
+                  "sm_90 and later; the kernel waits for its predecessor "
+                  "before touching memory), hiding launch latency; off: "
+                  "plain stream order. Recorded in the plan")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   cmd->add_option("--moe-trellis-tuning", args->moeTrellisTuning,
                   "launch tuning of the moe_trellis expert kernels, "

@@ -1279,32 +1279,9 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
           dd.in = inPad;
           dd.out = outPad;
           dd.threads = t.threads;
-          // A fixed-point sum over rank-owned units needs k-chunks that
-          // never straddle two of them: a dense MLP's pairs of 128-channel
-          // chunks (16 tile rows), o_proj's heads (the same split at every
-          // rank count, so the same chunk sums).
-          int64_t unitRows = 0;
-          if (fixedSum(k)) {
-            if (isa<MlpOp>(op)) {
-              unitRows = 16;
-            } else if (auto at = op.getOperand(0)
-                                     .getDefiningOp<AttentionDecodeOp>()) {
-              ::glm::rt::check(inPad % (16 * at.getHeads()) == 0, "o_proj ",
-                               g.sym.str(), ": ", inPad, " inputs are not ",
-                               at.getHeads(), " heads of whole 16-row tiles");
-              unitRows = inPad / 16 / at.getHeads();
-            }
-            dd.sum = 1;
-          }
+          dd.sum = fixedSum(k) ? 1 : 0; // int64 partials
           dd.split = ::glm::codegen::denseTrellisSplit(inPad, outPad, sms(),
-                                                       t, unitRows);
-          ::glm::rt::check(::glm::codegen::denseTrellisChunksAligned(
-                               inPad / 16, dd.split, unitRows),
-                           g.sym.str(), ": no dense_trellis split of ",
-                           inPad / 16, " tile rows over ", dd.warps(),
-                           " warps keeps its ", unitRows,
-                           "-row units whole (needed for the same bits at "
-                           "every rank count)");
+                                                       t);
           const bool fx = fixedOut(k);
           // Scratch and counters by size (shared by the GEMVs of that
           // size; the counters return to zero after each launch).
@@ -1946,6 +1923,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       return signalPassFailure();
     try {
       gp::Plan plan = buildPlan(module, pack, step, *table);
+      markProgrammaticLaunches(plan);
       collectKernelBuilds(plan);
       gp::finalizePlan(plan);
 #ifdef GLM_CODEGEN_AVAILABLE
@@ -2029,6 +2007,18 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
 
   /// The binaries of glm-emit-kernels{async}: NVRTC ran while the plan was
   /// built; wait for it and put each kernel's PTX/CUBIN in place.
+  /// Every kernel launch of every graph may start while the previous one
+  /// runs (each codegen kernel's entry waits for it: grid_dependency.cuh),
+  /// unless compiled with --programmatic-launch off.
+  void markProgrammaticLaunches(gp::Plan &plan) {
+    plan.compileOptions["programmatic_launch"] =
+        programmaticLaunch ? "on" : "off";
+    for (gp::RankPlan &r : plan.ranks)
+      for (gp::GraphDef &g : r.graphs)
+        for (gp::OpDef &op : g.ops)
+          op.programmaticLaunch = programmaticLaunch && op.kernel >= 0;
+  }
+
   void collectKernelBuilds(gp::Plan &plan) {
     auto builds = getCachedAnalysis<glmc::KernelBuilds>();
     if (!builds || !builds->get().started())

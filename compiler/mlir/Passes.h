@@ -42,6 +42,8 @@ struct PipelineOptions {
   std::string command; // the glmc compile command line the plan records
   /// Launch tunings (codegen/tuning.h text forms; "" = the defaults).
   std::string moeTrellisTuning, denseTrellisTuning;
+  /// Launches marked programmatic (OpDef::programmaticLaunch).
+  bool programmaticLaunch = true;
 };
 
 /// The stages `glmc compile --emit=` can stop after.

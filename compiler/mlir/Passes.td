@@ -129,7 +129,11 @@ def GlmEmitPlan : Pass<"glm-emit-plan", "::mlir::ModuleOp"> {
            "GiB each rank's arena may use; 0 = no limit">,
     Option<"command", "command", "std::string", "\"\"",
            "the glmc compile command line, recorded in the plan's "
-           "compile options (key `command`)">
+           "compile options (key `command`)">,
+    Option<"programmaticLaunch", "programmatic-launch", "bool", "true",
+           "mark every kernel launch programmatic (CUDA programmatic "
+           "dependent launch: scheduled while the previous kernel runs, "
+           "its entry waits for it); false: plain stream order">
   ];
 }
 

@@ -70,6 +70,7 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opt,
   emit.output = opt.output;
   emit.memoryPerSpark = opt.memoryPerSpark;
   emit.command = opt.command;
+  emit.programmaticLaunch = opt.programmaticLaunch;
   pm.addPass(createGlmEmitPlan(emit));
 }
 

@@ -85,7 +85,8 @@ public:
   }
 
   void launch(uint32_t kernel, const plan::LaunchDims &dims,
-              const std::vector<exec::ResolvedArg> &args) override {
+              const std::vector<exec::ResolvedArg> &args,
+              bool programmatic) override {
     CUfunction f = fns_.at(kernel);
     check(f != nullptr, "cuda backend: kernel ", plan_.kernels[kernel].name,
           " launched but not prepared");
@@ -125,9 +126,24 @@ public:
     }
     if (timing_)
       GLM_CU(cuEventRecord(event(), stream_));
-    GLM_CU(cuLaunchKernel(f, dims.gridX, dims.gridY, dims.gridZ, dims.blockX,
-                          dims.blockY, dims.blockZ, dims.smemBytes, stream_,
-                          params_.data(), nullptr));
+    CUlaunchConfig cfg{};
+    cfg.gridDimX = dims.gridX, cfg.gridDimY = dims.gridY;
+    cfg.gridDimZ = dims.gridZ;
+    cfg.blockDimX = dims.blockX, cfg.blockDimY = dims.blockY;
+    cfg.blockDimZ = dims.blockZ;
+    cfg.sharedMemBytes = dims.smemBytes;
+    cfg.hStream = stream_;
+    // Programmatic dependent launch (sm_90+): scheduled while the previous
+    // kernel of the stream runs; the kernel's entry waits for it
+    // (grid_dependency.cuh). Stream capture keeps it as a programmatic edge.
+    CUlaunchAttribute attr{};
+    if (programmatic && programmaticOk_) {
+      attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attr.value.programmaticStreamSerializationAllowed = 1;
+      cfg.attrs = &attr;
+      cfg.numAttrs = 1;
+    }
+    GLM_CU(cuLaunchKernelEx(&cfg, f, params_.data(), nullptr));
     if (timing_)
       GLM_CU(cuEventRecord(event(), stream_));
   }
@@ -220,6 +236,8 @@ private:
   }
   const plan::Plan &plan_;
   std::string arch_;
+  /// sm_90 and later run programmatic launches; older parts serialize.
+  bool programmaticOk_ = arch_.size() > 3 && std::stoi(arch_.substr(3)) >= 90;
   DeviceBuffer arena_;
   std::vector<std::unique_ptr<Module>> modules_;
   std::vector<CUfunction> fns_;

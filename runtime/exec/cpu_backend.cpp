@@ -46,7 +46,8 @@ public:
           "plan (runtime/twins lists the families it runs)");
   }
   void launch(uint32_t kernel, const plan::LaunchDims &dims,
-              const std::vector<ResolvedArg> &args) override {
+              const std::vector<ResolvedArg> &args,
+              bool /*programmatic: launches run one by one*/) override {
     const plan::KernelDef &k = plan_.kernels[kernel];
     twins::Launch l;
     l.family = k.templateName;

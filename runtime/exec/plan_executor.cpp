@@ -460,7 +460,8 @@ void PlanExecutor::runGraph(const gp::GraphDef *const *graphs, uint32_t rows) {
             }
             args.push_back(v);
           }
-          st.backend->launch(uint32_t(op.kernel), dims, args);
+          st.backend->launch(uint32_t(op.kernel), dims, args,
+                             op.programmaticLaunch);
           ++launches_;
           if (profiled_ && r == 0)
             profiled_->emplace_back(op.name, k.name);

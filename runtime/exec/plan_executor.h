@@ -53,8 +53,12 @@ public:
   /// Makes kernel `index` of the plan launchable (load its code, find its
   /// twin); throws Error naming the kernel when it cannot.
   virtual void prepareKernel(uint32_t index, const plan::KernelDef &k) = 0;
+  /// `programmatic`: the plan lets this launch start while the stream's
+  /// previous kernel runs (OpDef::programmaticLaunch; the kernel's entry
+  /// waits for it). A backend that runs launches one by one ignores it.
   virtual void launch(uint32_t kernel, const plan::LaunchDims &dims,
-                      const std::vector<ResolvedArg> &args) = 0;
+                      const std::vector<ResolvedArg> &args,
+                      bool programmatic) = 0;
   /// Waits for everything launched so far.
   virtual void synchronize() = 0;
   /// Fills `words` 32-bit words at `address` (4-byte aligned) as one launch

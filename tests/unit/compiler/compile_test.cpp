@@ -59,7 +59,8 @@ struct Compiled {
   std::vector<uint8_t> bytes;
 };
 
-Compiled compile(const std::string &dir, int ranks, int width) {
+Compiled compile(const std::string &dir, int ranks, int width,
+                 bool programmaticLaunch = true) {
   mlir::DialectRegistry registry;
   glmc::registerGlmDialects(registry);
   mlir::MLIRContext ctx(registry);
@@ -75,6 +76,7 @@ Compiled compile(const std::string &dir, int ranks, int width) {
   opt.memoryPerSpark = 0;
   opt.maxContext = 4096;
   opt.output = out.string();
+  opt.programmaticLaunch = programmaticLaunch;
   mlir::PassManager pm(&ctx);
   glmc::buildPipeline(pm, opt);
   if (mlir::failed(pm.run(*module)))
@@ -525,6 +527,59 @@ TEST(Compile, KernelArgumentsFollowTheFamilyParameterLists) {
   EXPECT_NE(errorOf([] { glmc::kernelParams("no_such_family"); })
                 .find("unknown kernel family"),
             std::string::npos);
+}
+
+TEST(Compile, EveryKernelLaunchIsProgrammaticAndItsKernelWaitsFirst) {
+  using namespace glm::plan;
+  Compiled on = compile(exlr8Pack("tiny"), 2, 3);
+  EXPECT_EQ(on.plan.compileOptions.at("programmatic_launch"), "on");
+  size_t launches = 0;
+  for (const RankPlan &r : on.plan.ranks)
+    for (const GraphDef &g : r.graphs)
+      for (const OpDef &op : g.ops) {
+        // Collectives are not kernels of the plan: plain stream order.
+        EXPECT_EQ(op.programmaticLaunch, op.kernel >= 0) << op.name;
+        launches += op.kernel >= 0;
+      }
+  EXPECT_GT(launches, 20u);
+  // The kernel's first statement lets the next launch go and waits for the
+  // previous kernel (grid_dependency.cuh), before the family's body.
+  for (const KernelDef &k : on.plan.kernels) {
+    const size_t entry = k.source.find("glm::programmaticEntry();");
+    ASSERT_NE(entry, std::string::npos) << k.name;
+    EXPECT_LT(entry, k.source.rfind("glm::")) << k.name; // the family's call
+  }
+  EXPECT_TRUE(parsePlan(on.bytes.data(), on.bytes.size(), "on.plan") ==
+              on.plan);
+
+  // A programmatic launch of a kernel that does not wait is refused at load:
+  // it could read its inputs before they are written.
+  Plan racy = on.plan;
+  OpDef *firstOp = nullptr;
+  for (OpDef &op : racy.ranks[0].graphs[0].ops)
+    if (!firstOp && op.kernel >= 0)
+      firstOp = &op;
+  ASSERT_NE(firstOp, nullptr);
+  OpDef &first = *firstOp;
+  std::string &src = racy.kernels[first.kernel].source;
+  src.erase(src.find("glm::programmaticEntry();"), 25);
+  std::vector<uint8_t> rb = serializePlan(racy);
+  const std::string m =
+      errorOf([&] { parsePlan(rb.data(), rb.size(), "racy.plan"); });
+  EXPECT_NE(m.find("op '" + first.name + "' is a programmatic launch of "
+                   "kernel " + racy.kernels[first.kernel].name),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("does not wait for the previous kernel"),
+            std::string::npos)
+      << m;
+
+  Compiled off = compile(exlr8Pack("tiny"), 2, 3, false);
+  EXPECT_EQ(off.plan.compileOptions.at("programmatic_launch"), "off");
+  for (const RankPlan &r : off.plan.ranks)
+    for (const GraphDef &g : r.graphs)
+      for (const OpDef &op : g.ops)
+        EXPECT_FALSE(op.programmaticLaunch) << op.name;
 }
 
 TEST(Compile, PlanFieldsOfSchema11RoundTrip) {

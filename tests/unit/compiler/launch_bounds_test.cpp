@@ -109,7 +109,7 @@ public:
   std::vector<double> takeLaunchTimes() override { return {}; }
 
   void launch(uint32_t kernel, const gp::LaunchDims &dims,
-              const std::vector<exec::ResolvedArg> &args) override {
+              const std::vector<exec::ResolvedArg> &args, bool) override {
     const gp::KernelDef &k = plan_.kernels[kernel];
     twins::Launch l;
     l.family = k.templateName;
@@ -145,7 +145,7 @@ public:
     }
     gProbing[0] = 0;
     probed_.insert(k.templateName);
-    inner_->launch(kernel, dims, args);
+    inner_->launch(kernel, dims, args, false);
   }
 
 private:
