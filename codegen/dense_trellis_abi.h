@@ -73,8 +73,25 @@ inline int denseTrellisPipe(const DenseTrellisTuning &t, int K, int b) {
 /// out/128 output blocks (a second, partial wave costs more than it
 /// hides), each warp with at least minRows tile rows, at most maxSplit; a
 /// multiple of the block's warps (the kernel's rule).
+/// True when no k-chunk of `split` straddles two units of `unitRows` tile
+/// rows (a head, a 128-channel chunk: what one rank owns), so that every
+/// chunk's sum is the same at every rank count. unitRows 0: no units.
+inline bool denseTrellisChunksAligned(int64_t rows, int64_t split,
+                                      int64_t unitRows) {
+  if (unitRows <= 0)
+    return true;
+  for (int64_t s = 0; s < split; ++s) {
+    const int64_t r0 = s * rows / split, r1 = (s + 1) * rows / split;
+    if (r1 > r0 && r0 / unitRows != (r1 - 1) / unitRows &&
+        (r0 % unitRows != 0 || r1 % unitRows != 0))
+      return false;
+  }
+  return true;
+}
+
 inline int denseTrellisSplit(int64_t in, int64_t out, int sms,
-                             const DenseTrellisTuning &t) {
+                             const DenseTrellisTuning &t,
+                             int64_t unitRows = 0) {
   const int64_t nw = t.threads / 32, rows = in / 16;
   const int64_t blocks = std::max<int64_t>(1, out / 128);
   int64_t s = int64_t(sms) * t.warpsPerSm / blocks;
@@ -84,6 +101,13 @@ inline int denseTrellisSplit(int64_t in, int64_t out, int sms,
   s = std::max<int64_t>(s, nw);
   while (s > rows) // tiny inputs: fewer warps than rows
     s -= nw;
+  // Fixed-point sums over rank-owned units: the largest split at or below
+  // whose chunks respect the units (measured on the H200, docs/perf.md
+  // "Session 9": GLM-5.3's o_proj at split 32 beats the next aligned one
+  // above, 64, by 3 us per launch).
+  for (int64_t a = s; a >= nw; a -= nw)
+    if (denseTrellisChunksAligned(rows, a, unitRows))
+      return int(a);
   return int(std::max<int64_t>(s, nw));
 }
 

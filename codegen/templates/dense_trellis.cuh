@@ -33,19 +33,15 @@
 //           PIPE * 256 * K bytes per warp, <= 32 KB per block)
 //   MINBLOCKS  min resident blocks per SM in the entry's __launch_bounds__
 //           (0 = none)
-//   SUM     0 fp32 sums as above; 1 a warp item's sum over each 128-input
-//           block (8 tile rows: one Hadamard block, the smallest unit a
-//           rank owns) rounded to fixed point (fixed_point.cuh) and every
-//           sum after it exact in int64 (shared-memory and scratch partials
-//           int64: scratch twice the floats), y = H(fromFixed(sum)) * svh
-//           as above; 2 the int64 sum of the rotated-domain z written to y
-//           reinterpreted as long long [batch][y_stride] (svh must be null:
-//           H follows the all-reduce). A 128-input block's sum is the
-//           same wherever the other blocks' inputs are zero, so a rank
-//           that owns some units (the others' inputs zero, the same split)
-//           adds up to the same bits as one rank. The flushes are in
-//           registers (int64 per lane), the block's rows summed by shared-
-//           memory atomics once after the k loop.
+//   SUM     0 fp32 sums as above; 1 each warp item's z_s rounded to fixed
+//           point (fixed_point.cuh) and every sum after it exact in int64
+//           (shared-memory and scratch partials int64: scratch twice the
+//           floats), y = H(fromFixed(sum)) * svh as above; 2 the int64 sum
+//           of the rotated-domain z written to y reinterpreted as long long
+//           [batch][y_stride] (svh must be null: H follows the all-reduce).
+//           With chunks that never straddle a unit another rank owns (the
+//           planner aligns split), the result is the same bits at every
+//           rank count.
 // Runtime parameters (GLM_DENSE_TRELLIS_PARAMS, in order):
 //   xh        f32 [batch][in]: the input times suh, rotated (hadamard128)
 //   tiles     the trellis tiles; tile (i, j) (rows 16i.., cols 16j..) at
@@ -151,30 +147,23 @@ __device__ __forceinline__ void denseStoreFixed(const long long *fx, int b,
   denseStore<BATCH>(v, b, blk, svh, y, y_stride, out_valid);
 }
 
-/// acc (hi + lo per column) rounded to fixed point and added into this
-/// lane's int64 sums fx (registers, exact); acc = 0.
-template <int NB>
-__device__ __forceinline__ void flushFixed(float (&acc)[NB][8][4],
-                                           long long (&fx)[NB][8][2]) {
-#pragma unroll
-  for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      fx[nb][c][0] += toFixed(acc[nb][c][0] + acc[nb][c][1]);
-      fx[nb][c][1] += toFixed(acc[nb][c][2] + acc[nb][c][3]);
-#pragma unroll
-      for (int t = 0; t < 4; ++t)
-        acc[nb][c][t] = 0.0f;
-    }
-}
-
-/// This warp's register sums fx added into the block's int64 rows fxs
-/// (integer atomics: any order gives the same sum).
-template <int NB>
-__device__ __forceinline__ void addFixedRows(const long long (&fx)[NB][8][2],
-                                             unsigned long long *fxs,
-                                             int batch) {
-  const int lane = threadIdx.x & 31, j4 = lane & 3, g = lane >> 2;
+/// SUM 1 / 2 after the k loop: each warp's z_s (hi + lo) rounded to fixed
+/// point and added into the block's int64 row sums in shared memory
+/// (integer atomics: any order gives the same sum); one block per output
+/// block stores them, else int64 partials, and the last block to arrive
+/// adds them (its warps split the partials, again by integer atomics).
+template <int NB, int NW, int BATCH, int SUM>
+__device__ __forceinline__ void
+denseTrellisFixedTail(const float (&acc)[NB][8][4], u32 *smem, float *scratch,
+                      int *counters, const float *svh, float *y, int batch,
+                      int y_stride, int out_valid, int blk, int sb, int nSB,
+                      int &lastBlock) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int j4 = lane & 3, g = lane >> 2;
+  unsigned long long *fx = reinterpret_cast<unsigned long long *>(smem);
+  for (int i = threadIdx.x; i < BATCH * 128; i += NW * 32)
+    fx[i] = 0;
+  __syncthreads();
 #pragma unroll
   for (int nb = 0; nb < NB; ++nb) {
     const int b = j4 + 4 * nb;
@@ -182,24 +171,13 @@ __device__ __forceinline__ void addFixedRows(const long long (&fx)[NB][8][2],
       continue;
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
-      atomicAdd(&fxs[b * 128 + 16 * c + g], (unsigned long long)fx[nb][c][0]);
-      atomicAdd(&fxs[b * 128 + 16 * c + g + 8],
-                (unsigned long long)fx[nb][c][1]);
+      atomicAdd(&fx[b * 128 + 16 * c + g],
+                (unsigned long long)toFixed(acc[nb][c][0] + acc[nb][c][1]));
+      atomicAdd(&fx[b * 128 + 16 * c + g + 8],
+                (unsigned long long)toFixed(acc[nb][c][2] + acc[nb][c][3]));
     }
   }
-}
-
-/// SUM 1 / 2 after the k loop, with every warp's 128-input block sums
-/// added into the block's rows fx: one block per output block stores them, else int64
-/// partials, and the last block to arrive adds them (its warps split the
-/// partials, again by integer atomics).
-template <int NW, int BATCH, int SUM>
-__device__ __forceinline__ void
-denseTrellisFixedTail(unsigned long long *fx, float *scratch, int *counters,
-                      const float *svh, float *y, int batch, int y_stride,
-                      int out_valid, int blk, int sb, int nSB,
-                      int &lastBlock) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
   const long long *sum = reinterpret_cast<const long long *>(fx);
   if (nSB == 1) {
     for (int b = warp; b < batch; b += NW)
@@ -256,10 +234,9 @@ __device__ __forceinline__ void denseTrellis(GLM_DENSE_TRELLIS_PARAMS) {
                 "cp.async ring over 32 KB: fewer stages or threads");
   // One buffer: the warps' cp.async rings while streaming, then their
   // output rows zs[w][b][128] (<= 8 * 8 * 512 B = 32 KB).
-  constexpr int kZs = NW * BATCH * 128;
+  constexpr int kZs0 = SUM ? BATCH * 256 : NW * BATCH * 128; // fixed: int64
+  constexpr int kZs = kZs0 > NW * BATCH * 128 ? kZs0 : NW * BATCH * 128;
   constexpr int kSmem = NW * kRing > kZs ? NW * kRing : kZs;
-  // Fixed-point sums: the block's int64 rows, filled during the k loop.
-  __shared__ unsigned long long fxs[SUM ? BATCH * 128 : 1];
   __shared__ __align__(16) u32 smem[kSmem];
   __shared__ int lastBlock;
   const int nRows = in >> 4, nBlk = out >> 7;
@@ -295,23 +272,6 @@ __device__ __forceinline__ void denseTrellis(GLM_DENSE_TRELLIS_PARAMS) {
         acc[nb][c][t] = 0.0f;
   const TileStrides st{sI, sI8, sJ8};
   const u32 *base = reinterpret_cast<const u32 *>(tiles);
-  if (SUM != 0) {
-    for (int i = threadIdx.x; i < BATCH * 128; i += NW * 32)
-      fxs[i] = 0;
-    __syncthreads();
-  }
-  // SUM: each 128-input block's fp32 sum rounded to fixed point after its
-  // last row (and at the chunk's end), summed exactly in registers.
-  long long fx[NB][8][2];
-#pragma unroll
-  for (int nb = 0; nb < NB; ++nb)
-#pragma unroll
-    for (int c = 0; c < 8; ++c)
-      fx[nb][c][0] = fx[nb][c][1] = 0;
-  auto flushAtBlocks = [&](int i) {
-    if (SUM != 0 && ((r0 + i + 1) & 7) == 0)
-      flushFixed<NB>(acc, fx);
-  };
   decodeRows<K, CB, E4M3, NB, PIPE>(
       r1 - r0,
       [&](int i) { return base + tileIndex(r0 + i, 8 * blk, st) * W; },
@@ -327,18 +287,14 @@ __device__ __forceinline__ void denseTrellis(GLM_DENSE_TRELLIS_PARAMS) {
           b[nb][1] = splitHiLo(r[nb][2], r[nb][3], lo);
         }
       },
-      smem + warp * kRing, acc, flushAtBlocks);
+      smem + warp * kRing, acc);
+  __syncthreads(); // every ring drained: the buffer becomes zs
   if (SUM != 0) {
-    if ((r1 & 7) != 0) // a chunk ending inside a 128-input block
-      flushFixed<NB>(acc, fx);
-    addFixedRows<NB>(fx, fxs, batch);
-    __syncthreads();
-    denseTrellisFixedTail<NW, BATCH, SUM>(fxs, scratch, counters, svh, y,
-                                          batch, y_stride, out_valid, blk, sb,
-                                          nSB, lastBlock);
+    denseTrellisFixedTail<NB, NW, BATCH, SUM>(
+        acc, smem, scratch, counters, svh, y, batch, y_stride, out_valid, blk,
+        sb, nSB, lastBlock);
     return;
   }
-  __syncthreads(); // every ring drained: the buffer becomes zs
 
   // D fragment: batch row j4 (+4), columns 16c + g (+8): hi + lo parts.
   float *zs = reinterpret_cast<float *>(smem);

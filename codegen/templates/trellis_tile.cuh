@@ -269,17 +269,11 @@ __host__ __device__ constexpr int kNB(int batch) { return batch > 4 ? 2 : 1; }
 /// The activations of row i are loaded one row ahead too (loadX(i, raw)
 /// fills this lane's 4 floats per batch group, toB(i, raw, b) makes the B
 /// fragment), so no row waits on an L2 round trip for them.
-/// `after(i)` runs after row i is in acc (a fixed-point sum flushes acc at
-/// unit boundaries there); the default does nothing.
-struct NoRowHook {
-  __device__ __forceinline__ void operator()(int) const {}
-};
 template <int K, int CB, bool E4M3, int NB, int PIPE, int TP = 0,
-          class RowFn, class XFn, class BFn, class AfterFn = NoRowHook>
+          class RowFn, class XFn, class BFn>
 __device__ __forceinline__ void decodeRows(int nRows, RowFn rowTile,
                                            XFn loadX, BFn toB, u32 *ring,
-                                           float (&acc)[NB][8][4],
-                                           AfterFn after = AfterFn()) {
+                                           float (&acc)[NB][8][4]) {
   constexpr int NL = TileLane<K>::kLoad, W = TileLane<K>::kWords;
   const int lane = threadIdx.x & 31;
   const LaneMap<K> map(lane);
@@ -296,7 +290,6 @@ __device__ __forceinline__ void decodeRows(int nRows, RowFn rowTile,
       for (int t = 0; t < 4; ++t)
         xCur[nb][t] = xNext[nb][t];
     mmaRow<K, CB, E4M3, NB, TP>(src, map.shift, b, acc);
-    after(i);
   };
   if constexpr (PIPE == 0) {
     u32 buf[2][8][NL];

@@ -1279,9 +1279,32 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
           dd.in = inPad;
           dd.out = outPad;
           dd.threads = t.threads;
-          dd.sum = fixedSum(k) ? 1 : 0; // int64 partials
+          // A fixed-point sum over rank-owned units needs k-chunks that
+          // never straddle two of them: a dense MLP's pairs of 128-channel
+          // chunks (16 tile rows), o_proj's heads (the same split at every
+          // rank count, so the same chunk sums).
+          int64_t unitRows = 0;
+          if (fixedSum(k)) {
+            if (isa<MlpOp>(op)) {
+              unitRows = 16;
+            } else if (auto at = op.getOperand(0)
+                                     .getDefiningOp<AttentionDecodeOp>()) {
+              ::glm::rt::check(inPad % (16 * at.getHeads()) == 0, "o_proj ",
+                               g.sym.str(), ": ", inPad, " inputs are not ",
+                               at.getHeads(), " heads of whole 16-row tiles");
+              unitRows = inPad / 16 / at.getHeads();
+            }
+            dd.sum = 1;
+          }
           dd.split = ::glm::codegen::denseTrellisSplit(inPad, outPad, sms(),
-                                                       t);
+                                                       t, unitRows);
+          ::glm::rt::check(::glm::codegen::denseTrellisChunksAligned(
+                               inPad / 16, dd.split, unitRows),
+                           g.sym.str(), ": no dense_trellis split of ",
+                           inPad / 16, " tile rows over ", dd.warps(),
+                           " warps keeps its ", unitRows,
+                           "-row units whole (needed for the same bits at "
+                           "every rank count)");
           const bool fx = fixedOut(k);
           // Scratch and counters by size (shared by the GEMVs of that
           // size; the counters return to zero after each launch).

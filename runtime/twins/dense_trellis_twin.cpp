@@ -13,10 +13,10 @@
 // the padded tail not written. CUDA against the twin: max|cuda - twin| <=
 // 2e-5 * max|twin| (fp32 mma accumulation of up to in/16/split k16 steps).
 //
-// With a fixed-point sum (template sum = fixed / fixed_out) a warp item's
-// sum over each 128-input block is rounded to fixed point
-// (fixed_point.cuh) and the sums after it are exact int64: the same
-// tolerance against CUDA, and the same bits for every split and rank count.
+// With a fixed-point sum (template sum = fixed / fixed_out) each z_s is
+// rounded to fixed point (fixed_point.cuh) and the sums after it are exact
+// int64: the same tolerance against CUDA, and the same bits for every
+// split of the ranks' units (the planner aligns the chunks to them).
 //
 // dense_gemv_trellis: fp32 per-lane sums with compiler-chosen FMA
 // contraction and a 4-lane shuffle; the twin sums each output in fp64 and
@@ -136,16 +136,6 @@ void denseTrellisTwin(const Launch &l) {
           const int r0 = int(int64_t(s) * nRows / split);
           const int r1 = int(int64_t(s + 1) * nRows / split);
           std::vector<HiLoSum> acc(size_t(batch) * 128);
-          // Fixed point: the kernel flushes acc after the last row of each
-          // 128-input block (8 tile rows) and at the chunk's end.
-          auto flush = [&] {
-            for (int b = 0; b < batch; ++b)
-              for (int j = 0; j < 128; ++j) {
-                HiLoSum &a = acc[size_t(b) * 128 + j];
-                fx[size_t(b) * 128 + j] += toFixed(a.value());
-                a = HiLoSum();
-              }
-          };
           for (int i = r0; i < r1; ++i) {
             float hi[8][16], lo[8][16];
             for (int b = 0; b < batch; ++b)
@@ -163,18 +153,13 @@ void denseTrellisTwin(const Launch &l) {
                   }
                 }
             }
-            if (sum && ((i + 1) & 7) == 0)
-              flush();
-          }
-          if (sum) {
-            if (r1 & 7)
-              flush();
-            continue;
           }
           for (int b = 0; b < batch; ++b)
-            for (int j = 0; j < 128; ++j)
-              zs[(size_t(warp) * batch + b) * 128 + j] =
-                  acc[size_t(b) * 128 + j].value();
+            for (int j = 0; j < 128; ++j) {
+              const float z = acc[size_t(b) * 128 + j].value();
+              zs[(size_t(warp) * batch + b) * 128 + j] = z;
+              fx[size_t(b) * 128 + j] += toFixed(z); // sum: order-free
+            }
         }
         if (sum)
           continue;

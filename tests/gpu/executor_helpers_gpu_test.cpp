@@ -950,10 +950,9 @@ TEST_F(ExecutorHelpersGpu, FixedPointGemvsAreTheSameBitsForEverySplit) {
     bad += !sameBits(oneG[i], glm::fromFixed(whole[i]));
   reportExact("dense_gemv fixed = fromFixed(fixed_out)", bad, oneG.size());
 
-  // dense_trellis, K4 mcg E4M3, EXL3 row-major tiles, split 12 over 4
-  // warps: k-chunks of 2-3 tile rows that straddle the 8-row (128-input)
-  // units, whose sums the kernel flushes to fixed point separately.
-  const int K = 4, split = 12;
+  // dense_trellis, K4 mcg E4M3, EXL3 row-major tiles, split 8 over 4 warps
+  // (chunks of 4 tile rows inside the 8-row units).
+  const int K = 4, split = 8;
   std::vector<uint8_t> tiles((size_t)(in / 16) * (out / 16) * 32 * K);
   for (auto &t : tiles)
     t = uint8_t(rng());
