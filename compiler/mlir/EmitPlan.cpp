@@ -391,6 +391,18 @@ private:
     auto t = cast<RankedTensorType>(v.getType());
     if (t.getRank() == 0 || !ShapedType::isDynamic(t.getShape()[0]))
       return 0;
+    // From the row's type, not the buffer's size: buffers are rounded up
+    // to 256 bytes, which would stretch short rows (two int32 expert ids
+    // of 16 tokens: 128 bytes, stored in 256).
+    Type e = t.getElementType();
+    if (e.isIntOrFloat()) {
+      uint64_t row = (e.getIntOrFloatBitWidth() + 7) / 8;
+      bool known = true;
+      for (int64_t d : t.getShape().drop_front())
+        known &= !ShapedType::isDynamic(d), row *= uint64_t(d);
+      if (known)
+        return row;
+    }
     return st.rp.buffers[st.bufferOf.lookup(v)].bytes / st.maxTokens;
   }
   gp::ArgDef in(Operation &op, unsigned i, const std::string &label) {
@@ -1892,7 +1904,29 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
           costs[reader].weights -= costs[j].weights;
           break;
         }
-    for (size_t i = 0; i < launches.size(); ++i) {
+    // Consecutive launches repeated over the same row blocks (a prefill
+    // chunk through decode kernels of `rows` tokens) share their scratch
+    // (moe_trellis gate/up -> down): they run block by block, each block's
+    // launches in order, as launches of repeat 1 whose row offsets are in
+    // their arguments.
+    std::vector<std::pair<size_t, uint32_t>> order; // (launch, row block)
+    for (size_t i = 0; i < launches.size();) {
+      size_t e = i + 1;
+      const int64_t r = launches[i].rows;
+      if (r && ceilDiv(bk.size, r) > 1)
+        while (e < launches.size() && launches[e].rows == r)
+          ++e;
+      const uint32_t blocks = r ? uint32_t(ceilDiv(bk.size, r)) : 1;
+      if (e - i > 1) {
+        for (uint32_t j = 0; j < blocks; ++j)
+          for (size_t x = i; x < e; ++x)
+            order.push_back({x, j});
+      } else {
+        order.push_back({i, UINT32_MAX}); // one op, repeated by the runtime
+      }
+      i = e;
+    }
+    for (auto [i, block] : order) {
       const Launch &l = launches[i];
       gp::OpDef launch = od;
       launch.name = base + (launches.size() > 1 ? "." + std::to_string(i)
@@ -1900,6 +1934,12 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
       launch.kernel = l.index;
       launch.repeat = l.rows ? uint32_t(ceilDiv(bk.size, l.rows)) : 1;
       launch.rowsPerLaunch = uint32_t(l.rows);
+      if (block != UINT32_MAX) {
+        launch.repeat = 1;
+        for (gp::ArgDef &a : infos[i].args)
+          if (a.kind == gp::ArgKind::Buffer && a.rowBytes)
+            a.offset += uint64_t(block) * uint64_t(l.rows) * a.rowBytes;
+      }
       launch.bytesRead = costs[i].bytes * launch.repeat;
       launch.decodedWeights = costs[i].weights * launch.repeat;
       // A tensor-core GEMM reads its weights once per step but decodes
@@ -1911,8 +1951,12 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
         launch.decodedWeights *= ceilDiv(bk.size, m);
       }
       if (l.kernel) {
-        launch.args = std::move(infos[i].args);
+        launch.args = infos[i].args;
         launch.launch = infos[i].dims;
+        if (block != UINT32_MAX) // back to row block 0 for the next one
+          for (gp::ArgDef &a : infos[i].args)
+            if (a.kind == gp::ArgKind::Buffer && a.rowBytes)
+              a.offset -= uint64_t(block) * uint64_t(l.rows) * a.rowBytes;
       }
       graph.ops.push_back(std::move(launch));
     }

@@ -600,6 +600,61 @@ uint64_t PlanExecutor::decodeWeightBytes(uint32_t rows) const {
   return bytes;
 }
 
+std::vector<uint32_t> PlanExecutor::prefillChunks() const {
+  std::vector<uint32_t> c;
+  for (const gp::GraphDef &g : ranks_[0]->rp->graphs)
+    if (g.kind == gp::GraphKind::Prefill)
+      c.push_back(g.size);
+  std::sort(c.begin(), c.end());
+  return c;
+}
+
+std::vector<float> PlanExecutor::prefill(const std::vector<int32_t> &tokens,
+                                         int32_t start, int32_t slot) {
+  check(loaded_, "plan executor: prefill() before load()");
+  const uint32_t n = uint32_t(tokens.size());
+  check(n > 0, "plan executor: an empty prefill chunk");
+  uint32_t C = 0;
+  for (uint32_t c : prefillChunks())
+    if (c >= n) {
+      C = c;
+      break;
+    }
+  check(C > 0, "plan executor: no prefill graph holds ", n, " tokens");
+  check(int64_t(start) + C <= plan_->model.maxContext, "plan executor: a ",
+        C, "-token prefill chunk at position ", start, " passes the ",
+        plan_->model.maxContext, "-token KV cache");
+  // Padding rows: the first token again, at the following positions.
+  std::vector<int32_t> tok(C, tokens[0]), pos(C), slots(C, slot);
+  std::copy(tokens.begin(), tokens.end(), tok.begin());
+  for (uint32_t j = 0; j < C; ++j)
+    pos[j] = start + int32_t(j);
+  std::vector<const gp::GraphDef *> graphs;
+  for (auto &st : ranks_) {
+    graphs.push_back(st->graph(gp::GraphKind::Prefill, C));
+    check(graphs.back() != nullptr, "rank ", st->rp->rank,
+          " has no prefill graph of ", C, " tokens");
+    for (auto [name, v] : {std::pair{"io.tokens", &tok},
+                           std::pair{"io.positions", &pos},
+                           std::pair{"io.slots", &slots}}) {
+      uint32_t b = st->ioBuffer(name);
+      check(st->rp->buffers[b].bytes >= C * 4ull, "Io buffer ", name,
+            " holds fewer than ", C, " rows: re-plan");
+      st->backend->write(st->address(b, 0), v->data(), C * 4ull);
+    }
+  }
+  runGraph(graphs.data(), C);
+  RankState &st = *ranks_[0];
+  st.backend->synchronize();
+  const uint64_t V = uint64_t(plan_->model.vocabSize);
+  const uint32_t lb = st.ioBuffer("io.logits");
+  check(st.rp->buffers[lb].bytes >= n * V * 4, "Io buffer io.logits holds "
+        "fewer than ", n, " rows of ", V, " logits: re-plan");
+  std::vector<float> logits(n * V);
+  st.backend->read(st.address(lb, 0), logits.data(), logits.size() * 4);
+  return logits;
+}
+
 std::vector<float> PlanExecutor::step(const std::vector<int32_t> &tokens,
                                       const std::vector<int32_t> &positions,
                                       const std::vector<int32_t> &slots) {

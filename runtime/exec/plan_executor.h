@@ -157,6 +157,17 @@ public:
                           const std::vector<int32_t> &positions,
                           const std::vector<int32_t> &slots);
 
+  /// One prefill chunk: `tokens` at positions start, start + 1, ... of KV
+  /// slot `slot`, run through the smallest prefill graph of at least
+  /// tokens.size() rows (the rows past the prompt are padding at the next
+  /// positions, which later tokens overwrite before anything reads them:
+  /// start + the graph's size must fit the KV cache). Returns the logits
+  /// [tokens.size(), vocab] of the first local rank.
+  std::vector<float> prefill(const std::vector<int32_t> &tokens,
+                             int32_t start, int32_t slot);
+  /// The prefill graph sizes (chunk tokens) of the plan, ascending.
+  std::vector<uint32_t> prefillChunks() const;
+
   /// Random-weights mode (benchmarks of index-only packs): load() fills each
   /// weight binding's destination with fill_random words (kRandomWeightMask:
   /// finite as fp8, bf16, f16 and fp32; a seed per binding; a partial last

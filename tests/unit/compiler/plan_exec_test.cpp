@@ -342,3 +342,87 @@ TEST(PlanExecCpu, RandomWeightsRunAnIndexOnlyPack) {
 }
 
 } // namespace
+
+namespace {
+
+/// Per row of [rows, V]: the largest relative error and whether the
+/// argmax (the greedy token) agrees.
+void compareRows(const std::vector<float> &want, const std::vector<float> &got,
+                 int64_t V, double tol, const std::string &what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  for (size_t r = 0; r * V < want.size(); ++r) {
+    const auto w0 = want.begin() + r * V, g0 = got.begin() + r * V;
+    worst = std::max(worst, worstRelative(std::vector<double>(w0, w0 + V),
+                                          std::vector<float>(g0, g0 + V), V));
+    EXPECT_EQ(std::max_element(w0, w0 + V) - w0,
+              std::max_element(g0, g0 + V) - g0)
+        << what << ": greedy token of row " << r;
+  }
+  std::printf("[ prefill ] %s: worst relative %.2e\n", what.c_str(), worst);
+  EXPECT_LE(worst, tol) << what;
+}
+
+/// A 12-token prompt through the plan's prefill graphs (one 16-token chunk:
+/// four padding rows and two 8-row blocks of the batch-8 decode kernels;
+/// then two 8-token chunks) against the same plan token by token: the
+/// logits of every prompt row and of the decode step after it.
+void checkPrefillAgainstTokens(const std::string &dir,
+                               const std::string &manifest, double tol) {
+  PackOpenOptions po;
+  po.manifest = manifest;
+  auto pack = Pack::open(dir, po);
+  const int64_t V = pack->config()->vocabSize;
+  auto plan = compilePlan(dir, 1, manifest, {1}, "", {8, 16});
+  const std::vector<int32_t> prompt = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12};
+  auto tokens = cpuExecutor(plan, dir);
+  std::vector<float> want;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    std::vector<float> l = tokens->step({prompt[i]}, {int32_t(i)}, {0});
+    want.insert(want.end(), l.begin(), l.end());
+  }
+  const std::vector<float> next = tokens->step({13}, {12}, {0});
+  const std::string name = fs::path(dir).filename().string();
+
+  auto one = cpuExecutor(plan, dir);
+  EXPECT_EQ(one->prefillChunks(), (std::vector<uint32_t>{8, 16}));
+  compareRows(want, one->prefill(prompt, 0, 0), V, tol,
+              name + ", one 16-token chunk");
+  compareRows(next, one->step({13}, {12}, {0}), V, tol,
+              name + ", the step after it");
+
+  auto two = cpuExecutor(plan, dir);
+  std::vector<float> got =
+      two->prefill({prompt.begin(), prompt.begin() + 8}, 0, 0);
+  const std::vector<float> rest =
+      two->prefill({prompt.begin() + 8, prompt.end()}, 8, 0);
+  got.insert(got.end(), rest.begin(), rest.end());
+  compareRows(want, got, V, tol, name + ", chunks of 8 and 4");
+  compareRows(next, two->step({13}, {12}, {0}), V, tol,
+              name + ", the step after them");
+
+  // A chunk that would pass the KV cache is refused, naming the sizes.
+  const std::string m = [&] {
+    try {
+      two->prefill(prompt, int32_t(plan->model.maxContext) - 8, 0);
+    } catch (const Error &e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  }();
+  EXPECT_NE(m.find("16-token prefill chunk at position"), std::string::npos)
+      << m;
+}
+
+} // namespace
+
+/// BF16 weights: the prefill graphs launch the decode families over row
+/// blocks, so the numbers are the same bits as token by token.
+TEST(PlanExecCpu, PrefillChunksOfTinyHfAreTheSameBitsAsTokenByToken) {
+  checkPrefillAgainstTokens(tinyPack("hf"), "", 0.0);
+}
+/// exlr8: the dense trellis GEMMs of a chunk run on gemm_trellis (fp16
+/// tensor-core inputs in CUDA, the twin rounds the same), about 3e-4.
+TEST(PlanExecCpu, PrefillChunksOfTinyExlr8MatchTokenByToken) {
+  checkPrefillAgainstTokens(tinyPack("exlr8"), "mixed", 1e-3);
+}

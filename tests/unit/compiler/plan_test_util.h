@@ -35,7 +35,8 @@ using glm::rt::Pack;
 inline std::shared_ptr<glm::plan::Plan>
 compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
             const std::vector<int64_t> &batches = {1},
-            const std::string &denseTrellisTuning = "") {
+            const std::string &denseTrellisTuning = "",
+            const std::vector<int64_t> &prefillChunks = {0}) {
   mlir::DialectRegistry registry;
   glmc::registerGlmDialects(registry);
   mlir::MLIRContext ctx(registry);
@@ -54,7 +55,7 @@ compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
   opt.memoryPerSpark = 0;
   opt.maxContext = 256;
   opt.decodeBatches = batches;
-  opt.prefillChunks = {0};
+  opt.prefillChunks = prefillChunks;
   opt.denseTrellisTuning = denseTrellisTuning;
   opt.output = out.string();
   mlir::PassManager pm(&ctx);
