@@ -89,10 +89,14 @@ __device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
   }
 }
 
-/// A lane issues kDenseLoads 16-byte loads before using them (a row of a
-/// short matrix is otherwise a chain of dependent-latency loads); chunks
-/// are added in the same order either way.
-constexpr int kDenseLoads = 4;
+/// A lane issues up to kDenseLoads 16-byte loads before using any of them,
+/// the last round predicated, so a row of up to 32 * kDenseLoads loads
+/// (GLM-5.3's 6144 FP8 inputs: 12 per lane) is one memory latency rather
+/// than a chain of them; chunks are added in the same order either way.
+#ifndef GLM_DENSE_GEMV_LOADS // experiments: GLM_NVRTC_EXTRA_OPTIONS=-D...
+#define GLM_DENSE_GEMV_LOADS 12
+#endif
+constexpr int kDenseLoads = GLM_DENSE_GEMV_LOADS;
 template <int FMT, int SCT, int BATCH, int SUM, int THREADS>
 __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
   static_assert(FMT >= 0 && FMT <= 3, "format");
@@ -138,18 +142,17 @@ __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
     const uint4 *row = reinterpret_cast<const uint4 *>(
         static_cast<const u8 *>(w) + (long long)o * rowBytes);
     const int nv = in / kElems, step = 32 * S;
-    int v = 32 * slice + lane;
-    for (; v + step * (kDenseLoads - 1) < nv; v += step * kDenseLoads) {
+    for (int v = 32 * slice + lane; v < nv; v += step * kDenseLoads) {
       uint4 q[kDenseLoads];
 #pragma unroll
       for (int u = 0; u < kDenseLoads; ++u)
-        q[u] = row[v + step * u];
+        if (v + step * u < nv)
+          q[u] = row[v + step * u];
 #pragma unroll
       for (int u = 0; u < kDenseLoads; ++u)
-        chunk(q[u], (v + step * u) * kElems);
+        if (v + step * u < nv)
+          chunk(q[u], (v + step * u) * kElems);
     }
-    for (; v < nv; v += step)
-      chunk(row[v], v * kElems);
   }
   if (SUM != 0) {
 #pragma unroll
