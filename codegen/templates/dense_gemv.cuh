@@ -89,14 +89,13 @@ __device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
   }
 }
 
-/// A lane issues up to kDenseLoads 16-byte loads before using any of them,
-/// the last round predicated, so a row of up to 32 * kDenseLoads loads
-/// (GLM-5.3's 6144 FP8 inputs: 12 per lane) is one memory latency rather
-/// than a chain of them; chunks are added in the same order either way.
-#ifndef GLM_DENSE_GEMV_LOADS // experiments: GLM_NVRTC_EXTRA_OPTIONS=-D...
-#define GLM_DENSE_GEMV_LOADS 12
-#endif
-constexpr int kDenseLoads = GLM_DENSE_GEMV_LOADS;
+/// A lane issues up to kDenseLoads 16-byte loads before using any of them
+/// (a row is otherwise a chain of dependent-latency loads), the last round
+/// predicated; chunks are added in the same order either way. 4: measured
+/// on the H200 against 12 (one round for a 6144-input FP8 row, but 95
+/// registers instead of 38, so fewer warps): the 36-layer step 12.235 vs
+/// 12.447 ms, the LM head 507 vs 562 us (docs/perf.md, "Session 10").
+constexpr int kDenseLoads = 4;
 template <int FMT, int SCT, int BATCH, int SUM, int THREADS>
 __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
   static_assert(FMT >= 0 && FMT <= 3, "format");
