@@ -143,6 +143,13 @@ struct SpecContext {
         return w.getShape()[1];
     return 0;
   }
+  /// Outputs of a linear weight; 0 when unknown.
+  int64_t outputsOf(StringRef sym) {
+    if (auto w = symbols.lookup<WeightOp>(sym))
+      if (w.getShape().size() == 2)
+        return w.getShape()[0];
+    return 0;
+  }
 };
 
 /// True when codegen knows `family` (a family another change may add).
@@ -301,7 +308,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
   // A trellis GEMV runs as the executor runs it: rotate the input
   // (H(x * suh)), multiply, rotate the output (H(z) * svh).
   const Spec had{"hadamard128", {{"vt", "f32"}, {"threads", "256"}}};
-  auto gemv = [&](Type t, int64_t in) {
+  auto gemv = [&](Type t, int64_t in, int64_t outputs) {
     FailureOr<Spec> s = gemvSpec(t, in, b, ctx.tunings, why);
     if (failed(s))
       return false;
@@ -312,6 +319,11 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     out.push_back(*s);
     if (trellis && s->family != "dense_trellis")
       out.push_back(had);
+    // The rotation covers whole 128-blocks: an output of another width
+    // (kv_a's 576, an indexer key of 64) is computed and rotated padded,
+    // then its valid columns are copied out (vocab_gather of one slice).
+    if (trellis && s->family == "gemm_trellis" && outputs % 128 != 0)
+      out.push_back({"vocab_gather", {{"threads", "256"}}});
     return true;
   };
   if (auto f = dyn_cast<FusedExpertGemvOp>(op)) {
@@ -408,7 +420,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     if (g.getShard() && g.getShard()->getKind() == ShardKind::Vocab &&
         g.getShard()->getRanks() > 1)
       out.push_back({"fill_f32", {{"threads", "256"}}});
-    if (!gemv(g.getFormat(), g.getIn()))
+    if (!gemv(g.getFormat(), g.getIn(), g.getOut()))
       return failure();
   } else if (auto m = dyn_cast<MlpOp>(op)) {
     // Gate, up and down GEMVs of the dense SwiGLU (the SwiGLU itself is an
@@ -416,7 +428,8 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     for (StringRef sym : {m.getGate(), m.getUp(), m.getDown()}) {
       if (sym == m.getDown())
         out.push_back({"swiglu", {{"threads", "256"}}});
-      if (Type t = ctx.typeOf(sym); t && !gemv(t, ctx.inputsOf(sym)))
+      if (Type t = ctx.typeOf(sym);
+          t && !gemv(t, ctx.inputsOf(sym), ctx.outputsOf(sym)))
         return failure();
     }
   } else if (auto a = dyn_cast<AttentionDecodeOp>(op)) {
@@ -455,14 +468,19 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                  ? ctx.inputsOf(cast<FlatSymbolRefAttr>(w[i]).getValue())
                  : 0;
     };
-    if (Type t = proj(0); t && !gemv(t, projIn(0)))
+    auto projOut = [&](unsigned i) -> int64_t {
+      return w && i < w.size()
+                 ? ctx.outputsOf(cast<FlatSymbolRefAttr>(w[i]).getValue())
+                 : 0;
+    };
+    if (Type t = proj(0); t && !gemv(t, projIn(0), projOut(0)))
       return failure();
     out.push_back({"rope_rows",
                    {{"threads", str(std::max<int64_t>(32, (ix.getRope() / 2 + 31) / 32 * 32))}}});
-    if (Type t = proj(1); t && !gemv(t, projIn(1)))
+    if (Type t = proj(1); t && !gemv(t, projIn(1), projOut(1)))
       return failure();
     out.push_back({"index_key_store", {{"threads", "256"}}});
-    if (Type t = proj(4); t && !gemv(t, projIn(4)))
+    if (Type t = proj(4); t && !gemv(t, projIn(4), projOut(4)))
       return failure();
     out.push_back({"indexer_scores_ctx", {{"threads", "256"}}});
     out.push_back({"dsa_select", {{"threads", "1024"}}});
@@ -484,7 +502,8 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
   } else if (auto r = dyn_cast<RouterOp>(op)) {
     // The gate GEMV (router logits), then the selection.
     if (Type t = ctx.typeOf(r.getWeight());
-        t && !gemv(t, ctx.inputsOf(r.getWeight())))
+        t && !gemv(t, ctx.inputsOf(r.getWeight()),
+                   ctx.outputsOf(r.getWeight())))
       return failure();
     if (r.getExperts() > 1024 || r.getTopK() > 64) {
       why.reason = "route takes 1..1024 experts and top 1..64";

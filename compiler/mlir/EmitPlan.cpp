@@ -1189,13 +1189,20 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
   } else if (f == "dense_gemv" || f == "dense_gemv_f32" ||
              f == "dense_gemv_trellis" || f == "gemm_trellis" ||
              f == "dense_trellis" ||
-             (f == "hadamard128" && trellisNeighbour(seq, launch))) {
-    // A GEMV launch (or a trellis GEMV's input/output rotation): which
-    // weight, input and output the op's k-th GEMV has.
+             (f == "hadamard128" && trellisNeighbour(seq, launch)) ||
+             (f == "vocab_gather" && launch >= 2 &&
+              isTrellisGemv(seq[launch - 2]))) {
+    // A GEMV launch (or a trellis GEMV's input/output rotation, or the copy
+    // of a padded output's valid columns): which weight, input and output
+    // the op's k-th GEMV has.
     const bool hadIn = f == "hadamard128" &&
                        launch + 1 < seq.size() && isTrellisGemv(seq[launch + 1]);
     const bool hadOut = f == "hadamard128" && !hadIn;
-    const size_t gemvAt = hadIn ? launch + 1 : hadOut ? launch - 1 : launch;
+    const bool copyOut = f == "vocab_gather";
+    const size_t gemvAt = hadIn    ? launch + 1
+                          : hadOut ? launch - 1
+                          : copyOut ? launch - 2
+                                    : launch;
     size_t ordinal = 0;
     for (size_t i = 0; i < gemvAt; ++i)
       ordinal += isGemv(seq[i]);
@@ -1212,13 +1219,36 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
     const int64_t fullOutPad = ceilDiv(g.out, 128) * 128;
     gp::ArgDef xh = scratchRows("trellis_xh." + std::to_string(inPad),
                                 inPad * 4, "xh");
-    gp::ArgDef z = scratchRows("trellis_z." + std::to_string(g.outRows),
-                               g.outRows * 4, "z");
-    if (hadIn || hadOut) {
-      gp::ArgDef x = hadIn ? g.x : z, y = hadIn ? xh : g.y;
+    // With a copy after the output rotation (EmitKernels: an output width
+    // that is not whole 128-blocks), z holds the padded rows, rotated in
+    // place, and the copy writes the valid columns to the op's value.
+    const bool padded = gemvAt + 2 < seq.size() &&
+                        seq[gemvAt + 2] == "vocab_gather";
+    const int64_t zCols = padded ? outPad : g.outRows;
+    gp::ArgDef z = scratchRows("trellis_z." + std::to_string(zCols),
+                               zCols * 4, "z");
+    if (copyOut) {
+      std::vector<uint8_t> bounds(16, 0); // int64 {0, valid columns}
+      const int64_t valid = g.outRows;
+      std::memcpy(bounds.data() + 8, &valid, 8);
+      gp::ArgDef from = z, to = g.y;
+      from.name = "g";
+      to.name = "out";
+      a = {from,
+           byteTable("valid_columns." + std::to_string(valid), bounds,
+                     "vb"),
+           batch, i32Arg(zCols, "maxCount"), to,
+           i32Arg(g.outStride, "V")};
+      li.weightSym.clear();
+      d.gridX = uint32_t(ceilDiv(zCols, threads));
+      d.gridY = 1;
+      d.gridZ = uint32_t(rows);
+    } else if (hadIn || hadOut) {
+      gp::ArgDef x = hadIn ? g.x : z,
+                 y = hadIn ? xh : padded ? z : g.y;
       x.name = "x";
       y.name = "y";
-      int64_t n = hadIn ? inPad : g.outRows;
+      int64_t n = hadIn ? inPad : zCols;
       a = {x, hadIn ? roleArg(g.sym, "suh", "pre") : runtimeArg("null"),
            hadIn ? runtimeArg("null") : roleArg(g.sym, "svh", "post"), y,
            batch,
@@ -1349,11 +1379,11 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
         } else {
           int64_t bm = std::stoll(targ("bm").empty() ? "64" : targ("bm"));
           a = {x, wt, y, runtimeArg("batch"), i32Arg(g.in, "in"),
-               i32Arg(g.outRows, "out"), i32Arg(g.in, "x_stride"),
-               i32Arg(g.outRows, "z_stride"), i32Arg(0, "accumulate"), sI,
+               i32Arg(zCols, "out"), i32Arg(g.in, "x_stride"),
+               i32Arg(zCols, "z_stride"), i32Arg(0, "accumulate"), sI,
                sI8, sJ8};
           // Block tile bm tokens x `threads` outputs (BN = THREADS).
-          d.gridX = ceilDiv(g.outRows, threads);
+          d.gridX = ceilDiv(zCols, threads);
           d.gridY = ceilDiv(rows, bm);
         }
       }

@@ -426,3 +426,9 @@ TEST(PlanExecCpu, PrefillChunksOfTinyHfAreTheSameBitsAsTokenByToken) {
 TEST(PlanExecCpu, PrefillChunksOfTinyExlr8MatchTokenByToken) {
   checkPrefillAgainstTokens(tinyPack("exlr8"), "mixed", 1e-3);
 }
+/// EXL3: every projection is trellis, including outputs that are not whole
+/// 128-blocks (kv_a's 160, the indexer key's 64): computed and rotated
+/// padded, then their valid columns copied out (vocab_gather).
+TEST(PlanExecCpu, PrefillChunksOfTinyExl3MatchTokenByToken) {
+  checkPrefillAgainstTokens(tinyPack("exl3"), "", 1e-3);
+}
