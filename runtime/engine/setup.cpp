@@ -57,6 +57,15 @@ void addEngineOptions(CLI::App &sub, EngineOptions &o) {
                "--backend cuda: launch each step op by op instead of "
                "replaying the CUDA graph captured at its first step "
                "(profilers that cannot see inside graphs)");
+  sub.add_option("--prefill", o.prefill,
+                 "How a prompt is fed: `chunked` runs it through the plan's "
+                 "prefill graphs (glmc compile --prefill-chunks) a chunk at a "
+                 "time, where at least a quarter of a chunk's rows are "
+                 "prompt tokens; what is left, and every prompt of a plan "
+                 "without prefill graphs, goes token by token. `tokens`: "
+                 "every prompt token as one decode step (for comparison)")
+      ->check(CLI::IsMember({"chunked", "tokens"}))
+      ->capture_default_str();
   sub.add_option("--sparks", o.sparks,
                  "Ranks to emulate when PLAN is `-` (default 1); with a plan "
                  "it must equal the plan's rank count")
@@ -155,7 +164,8 @@ makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
     });
   }
   ex->load();
-  return exec::makePlanGenerator(std::move(ex), cfg, maxContext, o.backend);
+  return exec::makePlanGenerator(std::move(ex), cfg, maxContext, o.backend,
+                                 o.prefill == "chunked");
 }
 #endif
 

@@ -33,6 +33,7 @@ struct EngineOptions {
   std::string backend;
   std::string trace;            // --trace FILE: one JSON line per launch
   bool noCudaGraphs = false;    // --no-cuda-graphs: cuda launches op by op
+  std::string prefill = "chunked"; // --prefill chunked|tokens
   int sparks = 0;      // without a plan: ranks to emulate (default 1)
   std::string manifest; // exlr8 manifest (default: the plan's)
   int64_t maxContext = 0; // 0 = the plan's, else 4096

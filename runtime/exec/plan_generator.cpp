@@ -12,9 +12,9 @@ namespace {
 class PlanGenerator final : public Generator {
 public:
   PlanGenerator(std::unique_ptr<PlanExecutor> e, const ModelConfig &c,
-                int64_t maxContext, std::string backend)
+                int64_t maxContext, std::string backend, bool chunked)
       : exec_(std::move(e)), config_(c), maxContext_(maxContext),
-        backend_(std::move(backend)) {
+        backend_(std::move(backend)), chunked_(chunked) {
     const auto it = exec_->plan().compileOptions.find("kv_slots");
     check(it != exec_->plan().compileOptions.end(),
           "the plan records no KV slots (kv_slots): it was compiled by a "
@@ -35,15 +35,38 @@ public:
                             const SampleCallback &onSample) override {
     std::lock_guard<std::mutex> lock(mu_);
     int32_t position = 0;
-    return runGeneration(
-        config_, maxContext_, prompt, params, onToken, logitsOut,
-        [&](int64_t token) {
-          std::vector<float> l =
-              exec_->step({int32_t(token)}, {position}, {0});
-          ++position;
-          return l;
-        },
-        onSample);
+    auto step = [&](int64_t token) {
+      std::vector<float> l = exec_->step({int32_t(token)}, {position}, {0});
+      ++position;
+      return l;
+    };
+    // Chunk after chunk; what no chunk takes goes token by token.
+    auto prefill = [&](const std::vector<int64_t> &p) {
+      const std::vector<uint32_t> chunks = exec_->prefillChunks();
+      const int64_t ctx = exec_->plan().model.maxContext;
+      std::vector<float> rows;
+      for (size_t i = 0; i < p.size();) {
+        const uint32_t n =
+            choosePrefillChunk(chunks, position, int64_t(p.size() - i), ctx);
+        std::vector<float> l;
+        if (n == 0) {
+          l = step(p[i]);
+          ++i;
+        } else {
+          const std::vector<int32_t> t(p.begin() + i, p.begin() + i + n);
+          l = exec_->prefill(t, position, 0);
+          position += int32_t(n);
+          i += n;
+        }
+        rows.insert(rows.end(), l.begin(), l.end());
+      }
+      return rows;
+    };
+    using PrefillFn =
+        std::function<std::vector<float>(const std::vector<int64_t> &)>;
+    return runGeneration(config_, maxContext_, prompt, params, onToken,
+                         logitsOut, step, onSample,
+                         chunked_ ? PrefillFn(prefill) : PrefillFn());
   }
   const ModelConfig &config() const override { return config_; }
   int64_t maxContext() const override { return maxContext_; }
@@ -55,6 +78,7 @@ private:
   ModelConfig config_;
   int64_t maxContext_;
   std::string backend_;
+  bool chunked_;
 };
 
 } // namespace
@@ -62,9 +86,24 @@ private:
 std::unique_ptr<Generator>
 makePlanGenerator(std::unique_ptr<PlanExecutor> executor,
                   const ModelConfig &config, int64_t maxContext,
-                  std::string backend) {
+                  std::string backend, bool chunkedPrefill) {
   return std::make_unique<PlanGenerator>(std::move(executor), config,
-                                         maxContext, std::move(backend));
+                                         maxContext, std::move(backend),
+                                         chunkedPrefill);
+}
+
+uint32_t choosePrefillChunk(const std::vector<uint32_t> &chunks,
+                            int64_t position, int64_t remaining,
+                            int64_t maxContext) {
+  uint32_t largest = 0;
+  for (uint32_t c : chunks) {
+    if (position + int64_t(c) > maxContext)
+      break; // ascending: the larger ones pass the cache too
+    if (int64_t(c) >= remaining) // the smallest graph that holds the rest
+      return remaining * 4 >= int64_t(c) ? uint32_t(remaining) : 0;
+    largest = c;
+  }
+  return largest; // a whole chunk of the largest graph that fits (or 0)
 }
 
 } // namespace glm::rt::exec

@@ -17,9 +17,21 @@
 namespace glm::rt::exec {
 
 /// `executor` must be loaded. `backend` names it in backendName().
+/// `chunkedPrefill`: prompts go through the plan's prefill graphs where
+/// that pays (choosePrefillChunk), else token by token.
 std::unique_ptr<Generator>
 makePlanGenerator(std::unique_ptr<PlanExecutor> executor,
                   const ModelConfig &config, int64_t maxContext,
-                  std::string backend);
+                  std::string backend, bool chunkedPrefill = false);
+
+/// How many of `remaining` prompt tokens at `position` the next prefill
+/// chunk takes, given the plan's chunk sizes (ascending) and KV context:
+/// all of them when a graph that fits the cache holds them, else a whole
+/// graph of the largest size that fits; 0 (token by token) when no graph
+/// fits or fewer than a quarter of the chosen graph's rows would be prompt
+/// tokens (padding rows cost as much as real ones).
+uint32_t choosePrefillChunk(const std::vector<uint32_t> &chunks,
+                            int64_t position, int64_t remaining,
+                            int64_t maxContext);
 
 } // namespace glm::rt::exec

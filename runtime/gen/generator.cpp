@@ -13,7 +13,9 @@ runGeneration(const ModelConfig &c, int64_t maxContext,
               const Generator::TokenCallback &onToken,
               std::vector<float> *logitsOut,
               const std::function<std::vector<float>(int64_t)> &step,
-              const Generator::SampleCallback &onSample) {
+              const Generator::SampleCallback &onSample,
+              const std::function<std::vector<float>(
+                  const std::vector<int64_t> &)> &prefill) {
   check(!prompt.empty(), "the prompt is empty: give at least one token");
   check(params.maxNew >= 0, "--max-new must be >= 0");
   // Written as a difference: prompt + maxNew overflows for a huge maxNew.
@@ -35,8 +37,19 @@ runGeneration(const ModelConfig &c, int64_t maxContext,
     if (logitsOut)
       logitsOut->insert(logitsOut->end(), logits.begin(), logits.end());
   };
-  for (int64_t t : prompt)
-    feed(t);
+  if (prefill) {
+    std::vector<float> rows = prefill(prompt);
+    const size_t V = size_t(c.vocabSize);
+    check(rows.size() == prompt.size() * V, "prefill returned ",
+          rows.size() / V, " logits rows for ", prompt.size(),
+          " prompt tokens (internal)");
+    logits.assign(rows.end() - V, rows.end());
+    if (logitsOut)
+      logitsOut->insert(logitsOut->end(), rows.begin(), rows.end());
+  } else {
+    for (int64_t t : prompt)
+      feed(t);
+  }
   res.finishReason = "length";
   for (int64_t i = 0; i < params.maxNew; ++i) {
     SampledToken info;

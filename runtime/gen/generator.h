@@ -60,12 +60,16 @@ public:
 /// request against `config` and `maxContext`, feeds the prompt through
 /// `step` (one decode position -> its logits [vocab]), then samples and feeds
 /// back, with the stop, cancel and logits-row rules documented above.
+/// `prefill`, when given, feeds the whole prompt instead (its logits rows
+/// [prompt, vocab]: chunked prefill).
 GenerationResult
 runGeneration(const ModelConfig &config, int64_t maxContext,
               const std::vector<int64_t> &prompt, const SamplingParams &params,
               const Generator::TokenCallback &onToken,
               std::vector<float> *logitsOut,
               const std::function<std::vector<float>(int64_t)> &step,
-              const Generator::SampleCallback &onSample = {});
+              const Generator::SampleCallback &onSample = {},
+              const std::function<std::vector<float>(
+                  const std::vector<int64_t> &)> &prefill = {});
 
 } // namespace glm::rt
