@@ -600,6 +600,33 @@ uint64_t PlanExecutor::decodeWeightBytes(uint32_t rows) const {
   return bytes;
 }
 
+void PlanExecutor::writeIoRows(const std::vector<int32_t> &tokens,
+                               const std::vector<int32_t> &positions,
+                               const std::vector<int32_t> &slots) {
+  const uint32_t rows = uint32_t(tokens.size());
+  for (auto &st : ranks_)
+    for (auto [name, v] : {std::pair{"io.tokens", &tokens},
+                           std::pair{"io.positions", &positions},
+                           std::pair{"io.slots", &slots}}) {
+      uint32_t b = st->ioBuffer(name);
+      check(st->rp->buffers[b].bytes >= rows * 4ull, "Io buffer ", name,
+            " holds fewer than ", rows, " rows: re-plan");
+      st->backend->write(st->address(b, 0), v->data(), rows * 4ull);
+    }
+}
+
+std::vector<float> PlanExecutor::readLogits(uint32_t rows) {
+  RankState &st = *ranks_[0];
+  st.backend->synchronize();
+  const uint64_t V = uint64_t(plan_->model.vocabSize);
+  const uint32_t lb = st.ioBuffer("io.logits");
+  check(st.rp->buffers[lb].bytes >= rows * V * 4, "Io buffer io.logits "
+        "holds fewer than ", rows, " rows of ", V, " logits: re-plan");
+  std::vector<float> logits(rows * V);
+  st.backend->read(st.address(lb, 0), logits.data(), logits.size() * 4);
+  return logits;
+}
+
 std::vector<uint32_t> PlanExecutor::prefillChunks() const {
   std::vector<uint32_t> c;
   for (const gp::GraphDef &g : ranks_[0]->rp->graphs)
@@ -624,35 +651,20 @@ std::vector<float> PlanExecutor::prefill(const std::vector<int32_t> &tokens,
   check(int64_t(start) + C <= plan_->model.maxContext, "plan executor: a ",
         C, "-token prefill chunk at position ", start, " passes the ",
         plan_->model.maxContext, "-token KV cache");
-  // Padding rows: the first token again, at the following positions.
-  std::vector<int32_t> tok(C, tokens[0]), pos(C), slots(C, slot);
-  std::copy(tokens.begin(), tokens.end(), tok.begin());
-  for (uint32_t j = 0; j < C; ++j)
-    pos[j] = start + int32_t(j);
   std::vector<const gp::GraphDef *> graphs;
   for (auto &st : ranks_) {
     graphs.push_back(st->graph(gp::GraphKind::Prefill, C));
     check(graphs.back() != nullptr, "rank ", st->rp->rank,
           " has no prefill graph of ", C, " tokens");
-    for (auto [name, v] : {std::pair{"io.tokens", &tok},
-                           std::pair{"io.positions", &pos},
-                           std::pair{"io.slots", &slots}}) {
-      uint32_t b = st->ioBuffer(name);
-      check(st->rp->buffers[b].bytes >= C * 4ull, "Io buffer ", name,
-            " holds fewer than ", C, " rows: re-plan");
-      st->backend->write(st->address(b, 0), v->data(), C * 4ull);
-    }
   }
+  // Padding rows: the first token again, at the following positions.
+  std::vector<int32_t> tok(C, tokens[0]), pos(C), slots(C, slot);
+  std::copy(tokens.begin(), tokens.end(), tok.begin());
+  for (uint32_t j = 0; j < C; ++j)
+    pos[j] = start + int32_t(j);
+  writeIoRows(tok, pos, slots);
   runGraph(graphs.data(), C);
-  RankState &st = *ranks_[0];
-  st.backend->synchronize();
-  const uint64_t V = uint64_t(plan_->model.vocabSize);
-  const uint32_t lb = st.ioBuffer("io.logits");
-  check(st.rp->buffers[lb].bytes >= n * V * 4, "Io buffer io.logits holds "
-        "fewer than ", n, " rows of ", V, " logits: re-plan");
-  std::vector<float> logits(n * V);
-  st.backend->read(st.address(lb, 0), logits.data(), logits.size() * 4);
-  return logits;
+  return readLogits(n);
 }
 
 std::vector<float> PlanExecutor::step(const std::vector<int32_t> &tokens,
@@ -663,26 +675,9 @@ std::vector<float> PlanExecutor::step(const std::vector<int32_t> &tokens,
   check(B > 0 && positions.size() == B && slots.size() == B,
         "plan executor: a step needs one position and slot per token");
   decodeGraphs(B); // names the missing bucket before any write
-  for (auto &st : ranks_) {
-    for (auto [name, v] : {std::pair{"io.tokens", &tokens},
-                           std::pair{"io.positions", &positions},
-                           std::pair{"io.slots", &slots}}) {
-      uint32_t b = st->ioBuffer(name);
-      check(st->rp->buffers[b].bytes >= B * 4ull, "Io buffer ", name,
-            " holds fewer than ", B, " rows: re-plan");
-      st->backend->write(st->address(b, 0), v->data(), B * 4ull);
-    }
-  }
+  writeIoRows(tokens, positions, slots);
   runDecode(B, true);
-  RankState &st = *ranks_[0];
-  st.backend->synchronize();
-  const uint64_t V = uint64_t(plan_->model.vocabSize);
-  const uint32_t lb = st.ioBuffer("io.logits");
-  check(st.rp->buffers[lb].bytes >= B * V * 4, "Io buffer io.logits holds "
-        "fewer than ", B, " rows of ", V, " logits: re-plan");
-  std::vector<float> logits(B * V);
-  st.backend->read(st.address(lb, 0), logits.data(), logits.size() * 4);
-  return logits;
+  return readLogits(B);
 }
 
 } // namespace glm::rt::exec

@@ -207,6 +207,12 @@ private:
   DType storedDtype(const std::string &path, const plan::WeightBinding &w);
   std::map<std::string, std::shared_ptr<SafetensorsFile>> headers_;
   void runGraph(const plan::GraphDef *const *graphs, uint32_t rows);
+  /// io.tokens / io.positions / io.slots of every rank: one row each.
+  void writeIoRows(const std::vector<int32_t> &tokens,
+                   const std::vector<int32_t> &positions,
+                   const std::vector<int32_t> &slots);
+  /// The first `rows` rows of local rank 0's io.logits, after the step.
+  std::vector<float> readLogits(uint32_t rows);
   std::vector<const plan::GraphDef *> decodeGraphs(uint32_t rows) const;
   void uploadBindings();
   void fillBindingsRandom();
