@@ -161,6 +161,28 @@ void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
   r.rows.push_back(
       {"step", tag + " launch-gap share", graphMs * 1e3 * gap, 0, gap});
 
+  // Prefill chunks of the plan: one chunk from position 0 (random tokens),
+  // op by op, against the token loop of as many decode steps.
+  for (uint32_t c : engine.prefillChunks()) {
+    if (c > p->model.maxContext)
+      continue;
+    std::vector<int32_t> toks(c);
+    for (uint32_t j = 0; j < c; ++j)
+      toks[j] = int32_t((j * 7919u) % uint32_t(p->model.vocabSize));
+    engine.prefill(toks, 0, 0); // writes the rows (and warms up)
+    const double ms = timeMedianMs(s, 3, 2000.0,
+                                   [&] { engine.runPrefill(c); });
+    const double loopMs = double(c) * graphMs;
+    char pl[320];
+    std::snprintf(pl, sizeof pl,
+                  "plan-prefill: chunk %u tokens: %.2f ms = %.0f tok/s; the "
+                  "token loop (%u decode steps at %.3f ms) %.1f ms: %.1fx\n",
+                  c, ms, c / (ms * 1e-3), c, graphMs, loopMs, loopMs / ms);
+    log << pl;
+    r.rows.push_back({"prefill", tag + " chunk " + std::to_string(c),
+                      ms * 1e3, 0, loopMs / ms});
+  }
+
   if (opt.measuredOut.empty())
     return;
   nlohmann::json out, kernels = nlohmann::json::object(),

@@ -636,6 +636,17 @@ std::vector<uint32_t> PlanExecutor::prefillChunks() const {
   return c;
 }
 
+void PlanExecutor::runPrefill(uint32_t chunk) {
+  check(loaded_, "plan executor: runPrefill() before load()");
+  std::vector<const gp::GraphDef *> graphs;
+  for (auto &st : ranks_) {
+    graphs.push_back(st->graph(gp::GraphKind::Prefill, chunk));
+    check(graphs.back() != nullptr, "rank ", st->rp->rank,
+          " has no prefill graph of ", chunk, " tokens");
+  }
+  runGraph(graphs.data(), chunk);
+}
+
 std::vector<float> PlanExecutor::prefill(const std::vector<int32_t> &tokens,
                                          int32_t start, int32_t slot) {
   check(loaded_, "plan executor: prefill() before load()");

@@ -167,6 +167,10 @@ public:
                              int32_t start, int32_t slot);
   /// The prefill graph sizes (chunk tokens) of the plan, ascending.
   std::vector<uint32_t> prefillChunks() const;
+  /// Runs the prefill graph of `chunk` tokens on what the Io buffers hold
+  /// (no Io writes, no logits read), op by op: the unit the prefill
+  /// benchmark times after one prefill() has written the rows.
+  void runPrefill(uint32_t chunk);
 
   /// Random-weights mode (benchmarks of index-only packs): load() fills each
   /// weight binding's destination with fill_random words (kRandomWeightMask:
