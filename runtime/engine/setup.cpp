@@ -60,7 +60,7 @@ void addEngineOptions(CLI::App &sub, EngineOptions &o) {
   sub.add_option("--prefill", o.prefill,
                  "How a prompt is fed: `chunked` runs it through the plan's "
                  "prefill graphs (glmc compile --prefill-chunks) a chunk at a "
-                 "time, where at least a quarter of a chunk's rows are "
+                 "time, where at least half of a chunk's rows are "
                  "prompt tokens; what is left, and every prompt of a plan "
                  "without prefill graphs, goes token by token. `tokens`: "
                  "every prompt token as one decode step (for comparison)")

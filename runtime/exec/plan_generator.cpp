@@ -100,7 +100,7 @@ uint32_t choosePrefillChunk(const std::vector<uint32_t> &chunks,
     if (position + int64_t(c) > maxContext)
       break; // ascending: the larger ones pass the cache too
     if (int64_t(c) >= remaining) // the smallest graph that holds the rest
-      return remaining * 4 >= int64_t(c) ? uint32_t(remaining) : 0;
+      return remaining * 2 >= int64_t(c) ? uint32_t(remaining) : largest;
     largest = c;
   }
   return largest; // a whole chunk of the largest graph that fits (or 0)

@@ -26,10 +26,13 @@ makePlanGenerator(std::unique_ptr<PlanExecutor> executor,
 
 /// How many of `remaining` prompt tokens at `position` the next prefill
 /// chunk takes, given the plan's chunk sizes (ascending) and KV context:
-/// all of them when a graph that fits the cache holds them, else a whole
-/// graph of the largest size that fits; 0 (token by token) when no graph
-/// fits or fewer than a quarter of the chosen graph's rows would be prompt
-/// tokens (padding rows cost as much as real ones).
+/// all of them when a graph that fits the cache holds them at least half
+/// full, else a whole chunk of the largest smaller graph that fits; 0
+/// (token by token) when there is none: no graph fits, or fewer than half
+/// of the smallest holding graph's rows would be prompt
+/// tokens (padding rows cost as much as real ones: on the H200 a 512-token
+/// chunk of the 36-layer model took as long as 183 decode steps,
+/// docs/perf.md "Session 10").
 uint32_t choosePrefillChunk(const std::vector<uint32_t> &chunks,
                             int64_t position, int64_t remaining,
                             int64_t maxContext);

@@ -436,13 +436,15 @@ TEST(PlanExecCpu, PrefillChunksOfTinyExl3MatchTokenByToken) {
 }
 
 /// The rule that picks a prefill chunk: a graph that holds the rest when
-/// a quarter of it is prompt, whole chunks of the largest graph that fits
+/// half of it is prompt, whole chunks of the largest graph that fits
 /// the cache, token by token otherwise.
 TEST(PlanExecCpu, PrefillChunkChoice) {
   const std::vector<uint32_t> c = {512, 2048};
   EXPECT_EQ(exec::choosePrefillChunk(c, 0, 3, 8192), 0u);     // 3 of 512
-  EXPECT_EQ(exec::choosePrefillChunk(c, 0, 128, 8192), 128u); // a quarter
-  EXPECT_EQ(exec::choosePrefillChunk(c, 0, 600, 8192), 600u); // in 2048
+  EXPECT_EQ(exec::choosePrefillChunk(c, 0, 255, 8192), 0u);
+  EXPECT_EQ(exec::choosePrefillChunk(c, 0, 256, 8192), 256u); // half
+  EXPECT_EQ(exec::choosePrefillChunk(c, 0, 600, 8192), 512u); // 600 < 1024
+  EXPECT_EQ(exec::choosePrefillChunk(c, 0, 1024, 8192), 1024u); // in 2048
   EXPECT_EQ(exec::choosePrefillChunk(c, 0, 5000, 8192), 2048u);
   EXPECT_EQ(exec::choosePrefillChunk(c, 7000, 1000, 8192), 512u); // 2048 passes
   EXPECT_EQ(exec::choosePrefillChunk(c, 7800, 200, 8192), 0u);    // none fits
@@ -457,15 +459,16 @@ TEST(PlanExecCpu, ChunkedPrefillGeneratesTheTokensOfTokenByToken) {
   auto pack = Pack::open(dir);
   const ModelConfig &cfg = *pack->config();
   auto plan = compilePlan(dir, 1, "", {1}, "", {8, 16});
-  const std::vector<int64_t> prompt = {1,  5, 9, 2,  7,  3,  11, 4, 6,
-                                       8, 10, 12, 14, 13, 15, 16, 17, 18};
+  const std::vector<int64_t> prompt = {1,  5,  9,  2,  7,  3,  11,
+                                       4,  6,  8,  10, 12, 14, 13,
+                                       15, 16, 17, 18, 19, 20};
   SamplingParams sp; // greedy
   sp.maxNew = 6;
   std::vector<float> want, got;
   GenerationResult a =
       exec::makePlanGenerator(cpuExecutor(plan, dir), cfg, 256, "cpu", false)
           ->generate(prompt, sp, {}, &want);
-  // 18 tokens: a whole 16-token chunk, then 2 (a quarter of the 8 graph)
+  // 20 tokens: a whole 16-token chunk, then 4 (half of the 8 graph)
   GenerationResult b =
       exec::makePlanGenerator(cpuExecutor(plan, dir), cfg, 256, "cpu", true)
           ->generate(prompt, sp, {}, &got);
