@@ -10,6 +10,8 @@
 #     within 1e-4 of the reference with the same greedy tokens, `--trace`
 #     listing every launch, the goldens through 1- and 3-Spark plans within
 #     1e-5 of transformers;
+#  4b. an EXL3 plan with prefill graphs: --prefill chunked (the default)
+#     against --prefill tokens, same greedy tokens, within 1e-3;
 #  5. bad input: one line on stderr, exit 1.
 set -euo pipefail
 T=${GLM_TEST_TMP:-/tmp/glm-e2e-engine}
@@ -109,6 +111,32 @@ PY
     echo "a plan ran on a pack it was not compiled for"; exit 1
   fi
   [ "$(wc -l < "$T/mismatch.err")" -eq 1 ]
+  # 4b. Chunked prefill (the default) through an EXL3 plan's prefill graphs
+  # against --prefill tokens: the same greedy tokens, logits within the
+  # prefill kernels' tolerance; the chunk shows in the trace.
+  glmc compile "$T/tiny-exl3" --no-nvrtc --decode-batches 1 --prefill-chunks 8,16 \
+    -o "$T/exl3-prefill.glmplan" > /dev/null 2>&1
+  for mode in chunked tokens; do
+    glm-engine run "$T/exl3-prefill.glmplan" --pack "$T/tiny-exl3" --prefill $mode \
+      --tokens 1,5,9,2,7,3,11,4,6,8,10,12 --max-new 6 --greedy \
+      --dump-logits "$T/prefill-$mode.safetensors" --trace "$T/prefill-$mode.trace" > /dev/null
+  done
+  grep -q '"graph":"prefill.16"' "$T/prefill-chunked.trace"
+  if grep -q '"graph":"prefill' "$T/prefill-tokens.trace"; then
+    echo "--prefill tokens ran a prefill graph"; exit 1
+  fi
+  python3 - "$T/prefill-chunked.safetensors" "$T/prefill-tokens.safetensors" "$ROOT/tests/oracle" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+from dumps import read, worst_row_relative
+got, want = read(sys.argv[1]), read(sys.argv[2])
+worst = worst_row_relative(got["logits"], want["logits"])
+print(f"exl3 plan, chunked prefill vs token by token: worst relative error {worst:.2e}")
+if worst > 1e-3:
+    sys.exit("chunked prefill differs from token by token by more than 1e-3")
+if list(got["tokens"][1]) != list(want["tokens"][1]):
+    sys.exit("chunked prefill changed the greedy tokens")
+PY
   # The oracle goldens through compiled plans (1 and 3 Sparks): still within
   # 1e-5 of transformers, greedy tokens identical.
   for g in "$ROOT"/tests/oracle/goldens/*/; do
