@@ -77,6 +77,18 @@ TemplateParam sumParam() {
   p.defaultValue = "f32";
   return p;
 }
+/// dense_gemv: rows per warp when the grid gives a block more rows than
+/// warps (dense_gemv_abi.h), and how weights are loaded.
+TemplateParam rowsParam() {
+  TemplateParam p = intParam("rows", "r", {"1", "2", "4"});
+  p.defaultValue = "1";
+  return p;
+}
+TemplateParam loadsParam() {
+  TemplateParam p = enumParam("loads", "", {{"cached", "0"}, {"stream", "1"}});
+  p.defaultValue = "cached";
+  return p;
+}
 TemplateParam threadsParam(std::vector<std::string> allowed) {
   return intParam("threads", "t", std::move(allowed));
 }
@@ -181,6 +193,7 @@ std::vector<FamilyInfo> buildFamilies() {
                                 {{"none", "0"}, {"f32", "0"}, {"f16", "1"},
                                  {"bf16", "2"}}),
                       intParam("batch", "b", batch), sumParam(),
+                      rowsParam(), loadsParam(),
                       threadsParam({"128", "256"})}));
   f.push_back(family("dense_gemv_f32", "glm::denseGemvF32",
                      {enumParam("out", "o", {{"f32", "0"}, {"f64", "1"}}),

@@ -11,7 +11,10 @@
 // S = warps / R interleaved slices, summed in slice order. A grid of
 // ceil(out / warps) blocks is the plain warp-per-row GEMV (S = 1, the same
 // sums); a launcher gives a short-output matrix (kv_a 576 rows, the
-// indexer's 128) a larger grid so it still spreads over every SM.
+// indexer's 128) a larger grid so it still spreads over every SM. ROWS > 1
+// (template): a grid with more rows per block than warps gives each warp
+// ROWS consecutive rows (ceil(out / (warps * ROWS)) blocks), the same sums.
+// HINT 1 streams the weight loads past L1.
 // SUM (fixed_point.cuh): 0 fp32 sums as above; 1 each 16-byte load's dot
 // (one product chain, the same for every rank count) rounded to fixed point
 // and summed exactly in int64, y = fromFixed(sum) (+ y); 2 the same sum
@@ -34,23 +37,28 @@ namespace glm {
 
 constexpr int kFmtBf16 = 0, kFmtFp8Block = 1, kFmtFp8Row = 2, kFmtMxfp8 = 3;
 
-/// acc[b] += W[o, i0 .. i0 + kElems) . x[b, same] for one 16-byte load q.
-template <int FMT, int SCT, int BATCH>
-__device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
-                                           int in, const void *scale,
-                                           const float *__restrict__ x,
-                                           int batch, float (&acc)[BATCH]) {
+/// A lane issues up to kDenseLoads 16-byte loads before using any of them
+/// (a row is otherwise a chain of dependent-latency loads), the last round
+/// predicated; chunks are added in the same order either way. 4: measured
+/// on the H200 against 12 (one round for a 6144-input FP8 row, but 95
+/// registers instead of 38, so fewer warps): the 36-layer step 12.235 vs
+/// 12.447 ms, the LM head 507 vs 562 us (docs/perf.md, "Session 10").
+constexpr int kDenseLoads = 4;
+
+/// The kElems weights of one 16-byte load q at inputs i0.. of row o,
+/// decoded as the format defines them (times the row's / block's scale).
+template <int FMT, int SCT>
+__device__ __forceinline__ void denseDecode(const uint4 &q, int i0, int o,
+                                            int in, const void *scale,
+                                            float (&wv)[FMT == 0 ? 8 : 16]) {
   typedef typename StorageOf<SCT>::type SC;
-  constexpr int kElems = FMT == kFmtBf16 ? 8 : 16;
   const SC *sc = static_cast<const SC *>(scale);
-  float wv[kElems];
   if (FMT == kFmtBf16) {
     const __nv_bfloat16 *p = reinterpret_cast<const __nv_bfloat16 *>(&q);
 #pragma unroll
     for (int t = 0; t < 8; ++t)
       wv[t] = __bfloat162float(p[t]);
   } else {
-    const u8 *p = reinterpret_cast<const u8 *>(&q);
     float s = 1.0f;
     if (FMT == kFmtFp8Block)
       s = toFloat<SC>(sc[(long long)(o >> 7) * ((in + 127) >> 7) + (i0 >> 7)]);
@@ -62,7 +70,7 @@ __device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
                       127));
     // Two bytes per conversion (E4M3x2 -> f16x2 is exact, f16 -> f32 too):
     // the same values as e4m3ToFloat byte by byte, in fewer instructions.
-    const u32 *p32 = reinterpret_cast<const u32 *>(p);
+    const u32 *p32 = reinterpret_cast<const u32 *>(&q);
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
       const u32 word = p32[t >> 1];
@@ -74,10 +82,47 @@ __device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
       wv[2 * t + 1] = f.y * s;
     }
   }
+}
+
+/// acc += wv . xv, four products a term: every path of the family sums a
+/// load's products in this one expression (the same FMA contraction).
+template <int E>
+__device__ __forceinline__ void denseDot(const float (&wv)[E],
+                                         const float (&xv)[E], float &acc) {
+#pragma unroll
+  for (int t = 0; t < E / 4; ++t)
+    acc += wv[4 * t] * xv[4 * t] + wv[4 * t + 1] * xv[4 * t + 1] +
+           wv[4 * t + 2] * xv[4 * t + 2] + wv[4 * t + 3] * xv[4 * t + 3];
+}
+
+/// The kElems inputs i0.. of x row b.
+template <int E>
+__device__ __forceinline__ void denseInputs(const float *__restrict__ x, int b,
+                                            int in, int i0, float (&xv)[E]) {
+  const float4 *xp = reinterpret_cast<const float4 *>(x + (long long)b * in + i0);
+#pragma unroll
+  for (int t = 0; t < E / 4; ++t) {
+    const float4 v = xp[t];
+    xv[4 * t] = v.x, xv[4 * t + 1] = v.y, xv[4 * t + 2] = v.z,
+           xv[4 * t + 3] = v.w;
+  }
+}
+
+/// acc[b] += W[o, i0 .. i0 + kElems) . x[b, same] for one 16-byte load q.
+template <int FMT, int SCT, int BATCH>
+__device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
+                                           int in, const void *scale,
+                                           const float *__restrict__ x,
+                                           int batch, float (&acc)[BATCH]) {
+  constexpr int kElems = FMT == kFmtBf16 ? 8 : 16;
+  float wv[kElems];
+  denseDecode<FMT, SCT>(q, i0, o, in, scale, wv);
 #pragma unroll
   for (int b = 0; b < BATCH; ++b) {
     if (b >= batch)
       break;
+    // x a float4 at a time (fewer live registers than denseInputs), summed
+    // as denseDot sums.
     const float4 *xp =
         reinterpret_cast<const float4 *>(x + (long long)b * in + i0);
 #pragma unroll
@@ -89,16 +134,135 @@ __device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
   }
 }
 
-/// A lane issues up to kDenseLoads 16-byte loads before using any of them
-/// (a row is otherwise a chain of dependent-latency loads), the last round
-/// predicated; chunks are added in the same order either way. 4: measured
-/// on the H200 against 12 (one round for a 6144-input FP8 row, but 95
-/// registers instead of 38, so fewer warps): the 36-layer step 12.235 vs
-/// 12.447 ms, the LM head 507 vs 562 us (docs/perf.md, "Session 10").
-constexpr int kDenseLoads = 4;
-template <int FMT, int SCT, int BATCH, int SUM, int THREADS>
+/// One 16-byte weight load. HINT 1 streams it past L1
+/// (ld.global.nc.L1::no_allocate): each weight byte is read once, while the
+/// x row every warp of the SM re-reads stays in L1.
+template <int HINT>
+__device__ __forceinline__ uint4 denseLoad(const uint4 *row, int i) {
+  if (HINT == 0)
+    return row[i];
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(row + i));
+  return v;
+}
+
+/// Adds a load's dot to a row's sum: into acc (fp32 sums), or rounded to
+/// fixed point into fx (SUM 1, 2).
+template <int SUM>
+__device__ __forceinline__ void denseAdd(float t, float &acc, long long &fx) {
+  if (SUM == 0)
+    acc += t;
+  else
+    fx += toFixed(t);
+}
+
+/// Writes one row's sum (lane 0 of the warp that owns it).
+template <int SUM>
+__device__ __forceinline__ void denseStore(float *y, long long at, float acc,
+                                           long long fx, int accumulate) {
+  if (SUM != 0) {
+    storeFixedSum<SUM>(y, at, fx, accumulate);
+    return;
+  }
+  float *dst = y + at;
+  *dst = accumulate ? *dst + acc : acc;
+}
+
+/// ROWS > 1 rows per warp (a grid of ceil(out / (warps * ROWS)) blocks,
+/// dense_gemv_abi.h): the lane's x inputs of a load are read once for the
+/// ROWS rows (at batch 1), so a long output such as the LM head reads x
+/// from L1 ROWS times less. Each row's sum is the warp-per-row sum: the same
+/// loads, in the same order, the same expression.
+template <int FMT, int SCT, int BATCH, int SUM, int ROWS, int HINT, int THREADS>
+__device__ __forceinline__ void denseGemvRows(GLM_DENSE_GEMV_PARAMS) {
+  constexpr int kElems = FMT == kFmtBf16 ? 8 : 16;
+  constexpr int kWarps = THREADS / 32;
+  // About kDenseLoads loads in flight per lane, as with one row a warp.
+  constexpr int kLoads = kDenseLoads / ROWS > 0 ? kDenseLoads / ROWS : 1;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int o0 = (blockIdx.x * kWarps + warp) * ROWS;
+  if (o0 >= out)
+    return;
+  float acc[ROWS][BATCH];
+  long long fx[ROWS][BATCH];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b)
+      acc[r][b] = 0.0f, fx[r][b] = 0;
+  const long long rowBytes = FMT == kFmtBf16 ? 2LL * in : in;
+  const uint4 *row0 =
+      reinterpret_cast<const uint4 *>(static_cast<const u8 *>(w) + o0 * rowBytes);
+  const int rowVecs = int(rowBytes / 16), nv = in / kElems;
+  for (int v = lane; v < nv; v += 32 * kLoads) {
+    uint4 q[kLoads][ROWS];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u)
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+        if (v + 32 * u < nv && o0 + r < out)
+          q[u][r] = denseLoad<HINT>(row0 + (long long)r * rowVecs, v + 32 * u);
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int i0 = (v + 32 * u) * kElems;
+      if (v + 32 * u >= nv)
+        break;
+      // Batch 1: x read once for the ROWS rows. Larger batches decode each
+      // row once and read x per row (registers for ROWS x BATCH inputs).
+      float xv1[kElems];
+      if (BATCH == 1)
+        denseInputs(x, 0, in, i0, xv1);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        if (o0 + r >= out)
+          break;
+        float wv[kElems];
+        denseDecode<FMT, SCT>(q[u][r], i0, o0 + r, in, scale, wv);
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b) {
+          if (b >= batch)
+            break;
+          float xv[kElems];
+          if (BATCH == 1) {
+#pragma unroll
+            for (int e = 0; e < kElems; ++e)
+              xv[e] = xv1[e];
+          } else {
+            denseInputs(x, b, in, i0, xv);
+          }
+          float t = 0.0f;
+          denseDot(wv, xv, SUM == 0 ? acc[r][b] : t);
+          if (SUM != 0)
+            denseAdd<SUM>(t, acc[r][b], fx[r][b]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    if (o0 + r >= out)
+      break;
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      if (b >= batch)
+        break;
+      const float s = SUM == 0 ? warpSum(acc[r][b]) : 0.0f;
+      const long long f = SUM != 0 ? warpSumFixed(fx[r][b]) : 0;
+      if (lane == 0)
+        denseStore<SUM>(y, (long long)b * out_stride + o0 + r, s, f,
+                        accumulate);
+    }
+  }
+}
+
+template <int FMT, int SCT, int BATCH, int SUM, int ROWS, int HINT,
+          int THREADS>
 __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
   static_assert(FMT >= 0 && FMT <= 3, "format");
+  static_assert(ROWS == 1 || ROWS == 2 || ROWS == 4, "rows per warp 1, 2, 4");
+  static_assert(HINT == 0 || HINT == 1, "weight loads: cached or streamed");
   static_assert(SUM >= 0 && SUM <= 2, "sum: f32, fixed or fixed_out");
   static_assert(BATCH >= 1 && BATCH <= 8, "batch 1..8");
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
@@ -108,6 +272,11 @@ __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
   __shared__ long long partFx[SUM ? kWarps : 1][BATCH];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int need = (out + gridDim.x - 1) / gridDim.x;
+  if (ROWS > 1 && need > kWarps) {
+    denseGemvRows<FMT, SCT, BATCH, SUM, ROWS, HINT, THREADS>(
+        GLM_DENSE_GEMV_ARGS);
+    return;
+  }
   int R = 1;
   while (R < need && R < kWarps)
     R *= 2;
@@ -146,7 +315,7 @@ __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
 #pragma unroll
       for (int u = 0; u < kDenseLoads; ++u)
         if (v + step * u < nv)
-          q[u] = row[v + step * u];
+          q[u] = denseLoad<HINT>(row, v + step * u);
 #pragma unroll
       for (int u = 0; u < kDenseLoads; ++u)
         if (v + step * u < nv)

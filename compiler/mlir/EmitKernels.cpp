@@ -27,6 +27,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
 
+#include "codegen/dense_gemv_abi.h"
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/moe_trellis_abi.h"
 
@@ -171,8 +172,9 @@ static std::string widthText(int32_t twice) {
 /// The GEMV (or prefill GEMM) of one weight format with `in` inputs (0:
 /// unknown) for `b`; fails with the reason when no template decodes the
 /// format.
-static FailureOr<Spec> gemvSpec(Type format, int64_t in, const Bucket &b,
-                                const glmc::Tunings &tunings, NoKernel &why) {
+static FailureOr<Spec> gemvSpec(Type format, int64_t in, int64_t outputs,
+                                const Bucket &b, const glmc::Tunings &tunings,
+                                NoKernel &why) {
   if (auto t = dyn_cast<TrellisType>(format)) {
     if (!t.isResolved() || t.getTwiceBits() % 2) {
       why.reason = "trellis width " +
@@ -259,11 +261,18 @@ static FailureOr<Spec> gemvSpec(Type format, int64_t in, const Bucket &b,
                  "fp8_row and mxfp8, dense_gemv_f32 takes f32";
     return failure();
   }
-  return Spec{"dense_gemv",
-              {{"format", fmt},
-               {"scale", scale},
-               {"batch", str(::glm::codegen::decodeKernelBatch(int(b.batch)))},
-               {"threads", "256"}}};
+  // Long outputs (the LM head) take several rows a warp; the grid decides
+  // per rank whether they are used (codegen/dense_gemv_abi.h).
+  Spec s{"dense_gemv",
+         {{"format", fmt},
+          {"scale", scale},
+          {"batch", str(::glm::codegen::decodeKernelBatch(int(b.batch)))},
+          {"threads", "256"}}};
+  if (const int rows = ::glm::codegen::denseGemvRowsFor(outputs); rows > 1)
+    s.args["rows"] = str(rows);
+  if (::glm::codegen::kDenseGemvStream)
+    s.args["loads"] = "stream";
+  return s;
 }
 
 /// Whether the executor runs this layer's trellis experts through
@@ -309,7 +318,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
   // (H(x * suh)), multiply, rotate the output (H(z) * svh).
   const Spec had{"hadamard128", {{"vt", "f32"}, {"threads", "256"}}};
   auto gemv = [&](Type t, int64_t in, int64_t outputs) {
-    FailureOr<Spec> s = gemvSpec(t, in, b, ctx.tunings, why);
+    FailureOr<Spec> s = gemvSpec(t, in, outputs, b, ctx.tunings, why);
     if (failed(s))
       return false;
     // dense_trellis applies the output rotation itself.

@@ -1294,9 +1294,12 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
              i32Arg(fx ? g.outRows : g.outStride, "out_stride"),
              i32Arg(0, "accumulate")};
         // Short outputs split their rows' inputs over more warps so every
-        // SM streams (codegen/dense_gemv_abi.h).
-        d.gridX = ::glm::codegen::denseGemvBlocks(int(g.outRows), sms(),
-                                                  int(warps));
+        // SM streams; long ones take the kernel's rows a warp
+        // (codegen/dense_gemv_abi.h).
+        const std::string rowsPerWarp = targ("rows");
+        d.gridX = ::glm::codegen::denseGemvBlocks(
+            int(g.outRows), sms(), int(warps),
+            rowsPerWarp.empty() ? 1 : std::stoi(rowsPerWarp));
       } else if (f == "dense_gemv_f32") {
         a = {x, wt, y, i32Arg(g.in, "in"), i32Arg(g.outRows, "out")};
         d.gridX = ceilDiv(g.outRows, warps);

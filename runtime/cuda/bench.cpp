@@ -742,9 +742,9 @@ void benchMoeLayer(Ctx &c) {
 BenchResult runBench(const BenchOptions &opt, std::ostream &log) {
   const std::string &s = opt.suite;
   check(s == "all" || s == "copy" || s == "expert" || s == "moe-layer" ||
-            s == "dense",
+            s == "dense" || s == "gemv",
         "bench: unknown suite '", s,
-        "' (use copy, expert, moe-layer, dense or all)");
+        "' (use copy, expert, moe-layer, dense, gemv or all)");
   CudaDevice dev(opt.device);
   Ctx c{opt, log, nullptr, KernelSet(dev.arch()), nullptr, {}, 1,
         dev.smCount()};
@@ -766,6 +766,8 @@ BenchResult runBench(const BenchOptions &opt, std::ostream &log) {
     benchMoeLayer(c);
   if (s == "dense")
     runDenseBench(opt, c.res, log); // bench_dense.cpp
+  if (s == "gemv")
+    runGemvBench(opt, c.res, log); // bench_gemv.cpp
   return c.res;
 }
 

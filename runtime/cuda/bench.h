@@ -93,4 +93,10 @@ void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
 /// r.copyGBs; rows are appended to `r`.
 void runDenseBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
 
+/// `--suite gemv` (bench_gemv.cpp): dense_gemv at the step's bf16 / FP8-row
+/// / MXFP8 shapes (LM head, q_a, kv_a, indexer, router) for each rows-per-
+/// warp and weight-load choice, the compiler's default marked; µs and ratio
+/// to r.copyGBs; rows are appended to `r`.
+void runGemvBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
+
 } // namespace glm::rt::cuda

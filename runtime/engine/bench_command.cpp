@@ -39,9 +39,10 @@ void addBenchCommand(CLI::App &app, int &rc) {
                "decode step; each printed as a ratio to the measured copy "
                "bandwidth");
   cmd->add_option("--suite", o->suite,
-                  "copy | expert | moe-layer | all | prefill | step | dense")
+                  "copy | expert | moe-layer | all | prefill | step | dense | "
+                  "gemv (dense_gemv rows-per-warp and load choices)")
       ->check(CLI::IsMember({"copy", "expert", "moe-layer", "all",
-                             "prefill", "step", "dense"}));
+                             "prefill", "step", "dense", "gemv"}));
   cmd->add_option("--table", o->table, "Also write the result table to FILE");
   cmd->add_option("--device", o->device, "CUDA device ordinal")
       ->check(cliInt(0, 1023));

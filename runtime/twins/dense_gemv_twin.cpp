@@ -5,7 +5,8 @@
 // add (FMA), so CUDA against the twin is max|cuda - twin| <= 1e-6 *
 // max|twin| (a few fp32 ulps), bit-exact where pre is null.
 //
-// dense_gemv: weights decoded exactly as the kernel does (bf16; E4M3 times
+// dense_gemv: the same sums whatever `rows` (rows per warp) and `loads`;
+// weights decoded exactly as the kernel does (bf16; E4M3 times
 // the fp32 block / row scale, one fp32 product; MXFP8 times 2^(e - 127));
 // the kernel sums w * x per lane in fp32 (in 16-byte chunks, compiler-chosen
 // FMA contraction) then across the warp and the row's slices; the twin sums
@@ -20,6 +21,7 @@
 // the kernel's order, and the kernel's xor-shuffle tree: bit-exact.
 //
 //===----------------------------------------------------------------------===//
+#include "codegen/dense_gemv_abi.h"
 #include "runtime/twins/families.h"
 #include "runtime/twins/twin_common.h"
 
@@ -114,12 +116,10 @@ void denseGemvTwin(const Launch &l) {
   const int sum = l.sumMode();
   check(in > 0 && in % 128 == 0 && warps >= 1, "twin of dense_gemv: in ", in,
         " is not a positive multiple of 128");
-  // Rows per block R (the kernel derives it from the grid): the rows the
+  // Rows per block R (the kernel's rule, dense_gemv_abi.h): the rows the
   // grid covers are o < grid.x * R.
-  const int64_t need = (int64_t(out) + l.grid[0] - 1) / l.grid[0];
-  int64_t R = 1;
-  while (R < need && R < warps)
-    R *= 2;
+  const int64_t R = codegen::denseGemvRowsPerBlock(
+      out, l.grid[0], warps, l.targIntOr("rows", 1));
   const int64_t rowsCovered = std::min<int64_t>(out, int64_t(l.grid[0]) * R);
   const int64_t nBlkIn = (int64_t(in) + 127) >> 7;
   parallelFor(rowsCovered, 16, 0, [&](int64_t o0, int64_t o1, int) {

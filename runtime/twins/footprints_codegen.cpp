@@ -7,6 +7,7 @@
 // traps) are checked here too, naming the argument.
 //
 //===----------------------------------------------------------------------===//
+#include "codegen/dense_gemv_abi.h"
 #include "runtime/twins/footprint_util.h"
 
 #include <limits>
@@ -87,10 +88,8 @@ void denseGemvFp(const Launch &l, Footprint &f) {
   const Wide warps = std::max<Wide>(r.block(0) / 32, 1);
   r.require(r.grid(0) > 0, 0, "is launched on an empty grid");
   // Rows per block as the kernel derives them from the grid.
-  const Wide need = ceilDiv(out, r.grid(0));
-  Wide R = 1;
-  while (R < need && R < warps)
-    R *= 2;
+  const Wide R = codegen::denseGemvRowsPerBlock(
+      (long long)out, (long long)r.grid(0), int(warps), l.targIntOr("rows", 1));
   const Wide rows = std::min(out, r.grid(0) * R);
   r.need(0, rows ? batch * in : 0, 4);
   r.need(1, rows * in, fmt == "bf16" ? 2 : 1);

@@ -25,6 +25,12 @@ int Launch::targInt(const std::string &key) const {
   return static_cast<int>(n);
 }
 
+int Launch::targIntOr(const std::string &key, int dflt) const {
+  if (!templateArgs || !templateArgs->count(key))
+    return dflt;
+  return targInt(key);
+}
+
 int Launch::sumMode() const {
   if (!templateArgs)
     return 0;

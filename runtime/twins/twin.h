@@ -54,6 +54,8 @@ struct Launch {
   const std::string &targ(const std::string &key) const;
   /// Template argument `key` as an integer (throws when absent or not one).
   int targInt(const std::string &key) const;
+  /// targInt, or `dflt` when the kernel leaves the argument at its default.
+  int targIntOr(const std::string &key, int dflt) const;
   /// The `sum` template argument of the GEMV families that take one
   /// (codegen sumParam): 0 f32 (also when absent), 1 fixed, 2 fixed_out.
   int sumMode() const;

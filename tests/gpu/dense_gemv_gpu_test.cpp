@@ -91,14 +91,39 @@ TEST_P(DenseGemvGpu, MatchesFloat64Reference) {
   auto dW = upload(wBytes);
   auto dS = upload(scaleBytes);
   auto dX = upload(x);
-  KernelSpec s = spec("dense_gemv", {{"format", c.format},
-                                     {"scale", c.scale},
-                                     {"batch", std::to_string(c.batchT)},
-                                     {"threads", "256"}});
-  // Rows per block 8 (a warp a row) down to 1 (8 input slices a row), the
-  // grids denseGemvBlocks picks for short outputs, each against the
-  // float64 reference.
-  for (int r : {8, 4, 2, 1}) {
+  const std::map<std::string, std::string> base = {
+      {"format", c.format},
+      {"scale", c.scale},
+      {"batch", std::to_string(c.batchT)},
+      {"threads", "256"}};
+  // Launches: rows per block 8 (a warp a row) down to 1 (8 input slices a
+  // row), the grids denseGemvBlocks picks for short outputs; then kernels
+  // with 2 and 4 rows a warp (8 * rows a block, the last warp partly past
+  // `out`) and weights streamed past L1. Each against the float64
+  // reference and the twin.
+  struct Variant {
+    int rows;        // template rows per warp
+    bool stream;     // template loads = stream
+    unsigned perBlk; // rows a block the grid gives
+  };
+  std::vector<Variant> variants = {{1, false, 8}, {1, false, 4},
+                                   {1, false, 2}, {1, false, 1},
+                                   {1, true, 8},  {2, false, 16},
+                                   {4, true, 32}, {4, false, 2}};
+  for (const Variant &v : variants) {
+    auto args = base;
+    if (v.rows > 1)
+      args["rows"] = std::to_string(v.rows);
+    if (v.stream)
+      args["loads"] = "stream";
+    KernelSpec s = spec("dense_gemv", args);
+    const unsigned grid = unsigned((out + v.perBlk - 1) / v.perBlk);
+    const std::string label =
+        "dense_gemv " + c.format + " s" + c.scale + " b" +
+        std::to_string(c.batchT) + "/" + std::to_string(B) +
+        (c.accumulate ? " acc" : "") + " rows/warp " + std::to_string(v.rows) +
+        (v.stream ? " stream" : "") + " rows/block " +
+        std::to_string(v.perBlk);
     auto dY = c.accumulate ? upload(y0) : poisoned<float>(y0.size());
     Args a;
     a.ptr(dX).ptr(dW);
@@ -107,22 +132,18 @@ TEST_P(DenseGemvGpu, MatchesFloat64Reference) {
     else
       a.ptr(dS);
     a.ptr(dY) << B << in << out << outStride << c.accumulate;
-    a.launch(kernel(s), (out + r - 1) / r, 1, 256);
+    a.launch(kernel(s), grid, 1, 256);
     auto y = download<float>(dY, y0.size());
     Err e;
     for (int b = 0; b < B; ++b)
       for (int o = 0; o < out; ++o)
         e.add(y[size_t(b) * outStride + o], ref[size_t(b) * outStride + o]);
-    report("dense_gemv " + c.format + " s" + c.scale + " b" +
-               std::to_string(c.batchT) + "/" + std::to_string(B) +
-               (c.accumulate ? " acc" : "") + " rows/block " +
-               std::to_string(r),
-           e, 1e-5, "fp32 accumulation vs float64");
+    report(label, e, 1e-5, "fp32 accumulation vs float64");
     // The twin (runtime/twins/dense_gemv_twin.cpp): the same decoded
     // weights, fp64 sums.
     std::vector<float> tY =
         c.accumulate ? y0 : std::vector<float>(y0.size(), NAN);
-    runTwin(s, unsigned((out + r - 1) / r), 1, 256, 0,
+    runTwin(s, grid, 1, 256, 0,
             {hp(x.data()), hp(wBytes.data()),
              hp(scaleBytes.empty() ? nullptr : scaleBytes.data()),
              hp(tY.data()), hi(B), hi(in), hi(out), hi(outStride),
@@ -131,11 +152,8 @@ TEST_P(DenseGemvGpu, MatchesFloat64Reference) {
     for (int b = 0; b < B; ++b)
       for (int o = 0; o < out; ++o)
         et.add(y[size_t(b) * outStride + o], tY[size_t(b) * outStride + o]);
-    report("dense_gemv " + c.format + " s" + c.scale + " b" +
-               std::to_string(c.batchT) + "/" + std::to_string(B) +
-               (c.accumulate ? " acc" : "") + " rows/block " +
-               std::to_string(r) + " vs_twin",
-           et, 1e-5, "fp32 accumulation vs the twin's fp64 sums");
+    report(label + " vs_twin", et, 1e-5,
+           "fp32 accumulation vs the twin's fp64 sums");
   }
 }
 

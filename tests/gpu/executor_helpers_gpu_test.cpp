@@ -926,17 +926,21 @@ TEST_F(ExecutorHelpersGpu, FixedPointGemvsAreTheSameBitsForEverySplit) {
   // dense_gemv, BF16, 4 slices per row (grid out/2: R = 2 rows per block).
   const std::vector<float> x = randn(rng, (size_t)B * in);
   const std::vector<uint8_t> wb = storeAs(2, randn(rng, (size_t)out * in, 0.05f));
-  auto gemv = [&](const std::vector<float> &xs, const char *sum) {
-    Dual g("dense_gemv", 256,
-           {{"format", "bf16"}, {"scale", "none"}, {"batch", "2"},
-            {"sum", sum}});
+  // rowsPerWarp 4: the kernel with 4 rows a warp on a grid of out / 32.
+  auto gemv = [&](const std::vector<float> &xs, const char *sum,
+                  int rowsPerWarp = 1) {
+    std::map<std::string, std::string> args = {
+        {"format", "bf16"}, {"scale", "none"}, {"batch", "2"}, {"sum", sum}};
+    if (rowsPerWarp > 1)
+      args["rows"] = std::to_string(rowsPerWarp), args["loads"] = "stream";
+    Dual g("dense_gemv", 256, args);
     g.buf(xs).buf(wb).null();
     if (std::string(sum) == "fixed_out")
       g.out<long long>((size_t)B * out);
     else
       g.out<float>((size_t)B * out);
     g.i32(B).i32(in).i32(out).i32(out).i32(0);
-    g.run(out / 2, 1, 1, 256);
+    g.run(rowsPerWarp > 1 ? out / (8 * rowsPerWarp) : out / 2, 1, 1, 256);
     return g;
   };
   Dual one = gemv(x, "fixed");
@@ -949,6 +953,16 @@ TEST_F(ExecutorHelpersGpu, FixedPointGemvsAreTheSameBitsForEverySplit) {
   for (size_t i = 0; i < oneG.size(); ++i)
     bad += !sameBits(oneG[i], glm::fromFixed(whole[i]));
   reportExact("dense_gemv fixed = fromFixed(fixed_out)", bad, oneG.size());
+  // 4 rows a warp: the same unit dots, so the same int64 rows.
+  {
+    const std::vector<long long> rows4 =
+        gemv(x, "fixed_out", 4).gpu<long long>(3);
+    size_t diff = 0;
+    for (size_t i = 0; i < rows4.size(); ++i)
+      diff += rows4[i] != whole[i];
+    reportExact("dense_gemv 4 rows a warp fixed_out = 1 row a warp", diff,
+                rows4.size());
+  }
 
   // dense_trellis, K4 mcg E4M3, EXL3 row-major tiles, split 8 over 4 warps
   // (chunks of 4 tile rows inside the 8-row units).
