@@ -9,46 +9,51 @@
 
 namespace glm::codegen {
 
-/// Rows per warp of a long output (the template's `rows`, 1 = a warp a
-/// row) and whether weight loads bypass L1 (`loads` = stream). Chosen from
-/// `glm-engine bench --suite gemv` on the H200 (docs/perf.md, "Session 11").
+/// Rows per warp (the template's `rows`, 1 = a warp a row) and whether
+/// weight loads bypass L1 (`loads` = stream): chosen from `glm-engine bench
+/// --suite gemv` on the H200 (docs/perf.md, "Session 11"). At batch 1, 4
+/// rows a warp from 1024 outputs (q_a 10.3 -> 7.5 us, the LM head 0.44 ->
+/// 1.0 of copy bandwidth), 2 from 512 (kv_a 5.3 -> 4.6 us), 1 below (the
+/// router, the indexer key: fewer blocks cost more than x reads save).
 constexpr int kDenseGemvRows = 4;
 constexpr bool kDenseGemvStream = true;
 
-/// Rows per warp a dense_gemv kernel of an `outputs`-row matrix is built
-/// with: kDenseGemvRows when that many rows a warp still fill two 8-warp
-/// blocks on each of 148 SMs, else 1. The grid (denseGemvBlocks) decides
-/// per rank whether they are used.
-inline int denseGemvRowsFor(long long outputs) {
-  return outputs >= 2LL * 148 * 8 * kDenseGemvRows ? kDenseGemvRows : 1;
+/// Rows per warp a dense_gemv kernel of an `outputs`-row matrix at template
+/// batch `batch` is built with. At larger batches x is read per row anyway:
+/// rows a warp only where they still fill two 8-warp blocks on each of 148
+/// SMs.
+inline int denseGemvRowsFor(long long outputs, int batch) {
+  if (outputs >= 2LL * 148 * 8 * kDenseGemvRows)
+    return kDenseGemvRows;
+  if (batch > 1)
+    return 1;
+  return outputs >= 1024 ? kDenseGemvRows : outputs >= 512 ? 2 : 1;
 }
 
-/// Blocks for `out` rows with `warps` warps a block on `sms` SMs. rows > 1
-/// (a kernel built with that many rows per warp): ceil(out / (warps *
-/// rows)) blocks when that leaves two blocks per SM. Else R rows a block
-/// (R = warps: one warp a row), halved while that leaves fewer than two
-/// blocks per SM, so a short-output matrix (kv_a's 576 rows, the indexer's
-/// 128) splits each row's inputs over warps / R warps instead of running on
-/// a few SMs.
+/// Blocks for `out` rows with `warps` warps a block on `sms` SMs: R rows a
+/// block, from R = warps * rows (every warp its own rows) halved down to
+/// `rows` while that leaves too few blocks, so a short-output matrix
+/// (kv_a's 576 rows, the indexer's 128) splits each row's inputs over more
+/// warps instead of running on a few SMs. Too few: one-row kernels, under
+/// two blocks per SM; several rows a warp, under three blocks per two SMs
+/// (measured: q_a 256 blocks of 8 rows 7.5 us, 512 of 4 9.9 us).
 inline unsigned denseGemvBlocks(int out, int sms, int warps = 8,
                                 int rows = 1) {
-  if (rows > 1 && (out + warps * rows - 1) / (warps * rows) >= 2 * sms)
-    return unsigned((out + warps * rows - 1) / (warps * rows));
-  int r = warps;
-  while (r > 1 && (out + r - 1) / r < 2 * sms)
+  const long long minBlocks = rows > 1 ? (3LL * sms + 1) / 2 : 2LL * sms;
+  int r = warps * rows;
+  while (r > rows && (out + r - 1) / r < minBlocks)
     r /= 2;
   return unsigned((out + r - 1) / r);
 }
 
-/// Rows a block computes on a grid of `grid` blocks: the kernel's rule
-/// (dense_gemv.cuh), for the twin and the footprint of a launch.
+/// Rows a block computes on a grid of `grid` blocks: the power of two >=
+/// ceil(out / grid), at least rowsPerWarp and at most warps * rowsPerWarp
+/// (the kernel's rule, dense_gemv.cuh; for the twin and the footprint).
 inline long long denseGemvRowsPerBlock(long long out, long long grid,
                                        int warps, int rowsPerWarp) {
   const long long need = (out + grid - 1) / grid;
-  if (rowsPerWarp > 1 && need > warps)
-    return (long long)warps * rowsPerWarp;
-  long long r = 1;
-  while (r < need && r < warps)
+  long long r = rowsPerWarp;
+  while (r < need && r < (long long)warps * rowsPerWarp)
     r *= 2;
   return r;
 }

@@ -12,9 +12,9 @@
 // ceil(out / warps) blocks is the plain warp-per-row GEMV (S = 1, the same
 // sums); a launcher gives a short-output matrix (kv_a 576 rows, the
 // indexer's 128) a larger grid so it still spreads over every SM. ROWS > 1
-// (template): a grid with more rows per block than warps gives each warp
-// ROWS consecutive rows (ceil(out / (warps * ROWS)) blocks), the same sums.
-// HINT 1 streams the weight loads past L1.
+// (template): each warp computes ROWS consecutive rows (denseGemvRows), a
+// block a power-of-two multiple of ROWS. HINT 1 streams the weight loads
+// past L1.
 // SUM (fixed_point.cuh): 0 fp32 sums as above; 1 each 16-byte load's dot
 // (one product chain, the same for every rank count) rounded to fixed point
 // and summed exactly in int64, y = fromFixed(sum) (+ y); 2 the same sum
@@ -45,29 +45,43 @@ constexpr int kFmtBf16 = 0, kFmtFp8Block = 1, kFmtFp8Row = 2, kFmtMxfp8 = 3;
 /// 12.447 ms, the LM head 507 vs 562 us (docs/perf.md, "Session 10").
 constexpr int kDenseLoads = 4;
 
-/// The kElems weights of one 16-byte load q at inputs i0.. of row o,
-/// decoded as the format defines them (times the row's / block's scale).
-template <int FMT, int SCT>
-__device__ __forceinline__ void denseDecode(const uint4 &q, int i0, int o,
-                                            int in, const void *scale,
-                                            float (&wv)[FMT == 0 ? 8 : 16]) {
+/// The scale of the 16-byte load at inputs i0.. of row o, loaded with the
+/// weights (the load phase) and converted when the load is used: a scale
+/// read only after the weights arrive is a second memory round trip.
+template <int FMT, int SCT> struct DenseScale {
   typedef typename StorageOf<SCT>::type SC;
-  const SC *sc = static_cast<const SC *>(scale);
+  SC s;      // FP8 block / row scale as stored
+  u32 e = 0; // MXFP8 e8m0 exponent byte
+  __device__ __forceinline__ void load(const void *scale, int o, int i0,
+                                       int in) {
+    if (FMT == kFmtFp8Block)
+      s = static_cast<const SC *>(
+          scale)[(long long)(o >> 7) * ((in + 127) >> 7) + (i0 >> 7)];
+    else if (FMT == kFmtFp8Row)
+      s = static_cast<const SC *>(scale)[o];
+    else if (FMT == kFmtMxfp8) // the 16 inputs share one 32-input exponent
+      e = static_cast<const u8 *>(scale)[(long long)o * (in / 32) + (i0 >> 5)];
+  }
+  __device__ __forceinline__ float value() const {
+    if (FMT == kFmtFp8Block || FMT == kFmtFp8Row)
+      return toFloat<SC>(s);
+    if (FMT == kFmtMxfp8)
+      return exp2f(float(int(e) - 127));
+    return 1.0f;
+  }
+};
+
+/// The kElems weights of one 16-byte load q, decoded as the format defines
+/// them (times the load's scale s).
+template <int FMT>
+__device__ __forceinline__ void denseDecode(const uint4 &q, float s,
+                                            float (&wv)[FMT == 0 ? 8 : 16]) {
   if (FMT == kFmtBf16) {
     const __nv_bfloat16 *p = reinterpret_cast<const __nv_bfloat16 *>(&q);
 #pragma unroll
     for (int t = 0; t < 8; ++t)
       wv[t] = __bfloat162float(p[t]);
   } else {
-    float s = 1.0f;
-    if (FMT == kFmtFp8Block)
-      s = toFloat<SC>(sc[(long long)(o >> 7) * ((in + 127) >> 7) + (i0 >> 7)]);
-    else if (FMT == kFmtFp8Row)
-      s = toFloat<SC>(sc[o]);
-    else if (FMT == kFmtMxfp8) // the 16 inputs share one 32-input exponent
-      s = exp2f(float(int(static_cast<const u8 *>(
-                              scale)[(long long)o * (in / 32) + (i0 >> 5)]) -
-                      127));
     // Two bytes per conversion (E4M3x2 -> f16x2 is exact, f16 -> f32 too):
     // the same values as e4m3ToFloat byte by byte, in fewer instructions.
     const u32 *p32 = reinterpret_cast<const u32 *>(&q);
@@ -108,15 +122,15 @@ __device__ __forceinline__ void denseInputs(const float *__restrict__ x, int b,
   }
 }
 
-/// acc[b] += W[o, i0 .. i0 + kElems) . x[b, same] for one 16-byte load q.
-template <int FMT, int SCT, int BATCH>
-__device__ __forceinline__ void denseChunk(const uint4 &q, int i0, int o,
-                                           int in, const void *scale,
-                                           const float *__restrict__ x,
+/// acc[b] += W[o, i0 .. i0 + kElems) . x[b, same] for one 16-byte load q
+/// of scale s.
+template <int FMT, int BATCH>
+__device__ __forceinline__ void denseChunk(const uint4 &q, float s, int i0,
+                                           int in, const float *__restrict__ x,
                                            int batch, float (&acc)[BATCH]) {
   constexpr int kElems = FMT == kFmtBf16 ? 8 : 16;
   float wv[kElems];
-  denseDecode<FMT, SCT>(q, i0, o, in, scale, wv);
+  denseDecode<FMT>(q, s, wv);
 #pragma unroll
   for (int b = 0; b < BATCH; ++b) {
     if (b >= batch)
@@ -170,21 +184,32 @@ __device__ __forceinline__ void denseStore(float *y, long long at, float acc,
   *dst = accumulate ? *dst + acc : acc;
 }
 
-/// ROWS > 1 rows per warp (a grid of ceil(out / (warps * ROWS)) blocks,
-/// dense_gemv_abi.h): the lane's x inputs of a load are read once for the
-/// ROWS rows (at batch 1), so a long output such as the LM head reads x
-/// from L1 ROWS times less. Each row's sum is the warp-per-row sum: the same
-/// loads, in the same order, the same expression.
+/// ROWS > 1 rows per warp. A block computes RB rows (the power of two >=
+/// ceil(out / gridDim.x), at least ROWS, at most warps * ROWS): G = RB /
+/// ROWS groups of ROWS consecutive rows, each group's inputs split over
+/// S = warps / G warps in interleaved slices summed in slice order (as the
+/// one-row path). The lane's x inputs of a load are read once for the ROWS
+/// rows (at batch 1), so x comes from L1 ROWS times less: the one-row
+/// kernel is bound by those reads (LM head 0.44 of copy bandwidth against
+/// 1.0 with 4 rows, docs/perf.md "Session 11").
 template <int FMT, int SCT, int BATCH, int SUM, int ROWS, int HINT, int THREADS>
 __device__ __forceinline__ void denseGemvRows(GLM_DENSE_GEMV_PARAMS) {
   constexpr int kElems = FMT == kFmtBf16 ? 8 : 16;
   constexpr int kWarps = THREADS / 32;
   // About kDenseLoads loads in flight per lane, as with one row a warp.
   constexpr int kLoads = kDenseLoads / ROWS > 0 ? kDenseLoads / ROWS : 1;
+  __shared__ float part[SUM ? 1 : kWarps][ROWS][BATCH]; // slice sums
+  __shared__ long long partFx[SUM ? kWarps : 1][ROWS][BATCH];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int o0 = (blockIdx.x * kWarps + warp) * ROWS;
-  if (o0 >= out)
-    return;
+  const int need = (out + gridDim.x - 1) / gridDim.x;
+  int RB = ROWS;
+  while (RB < need && RB < kWarps * ROWS)
+    RB *= 2;
+  const int S = kWarps / (RB / ROWS); // slices per group (a power of two)
+  const int o0 = blockIdx.x * RB + (warp / S) * ROWS, slice = warp % S;
+  const bool valid = o0 < out;
+  if (S == 1 && !valid)
+    return; // no barrier below when every group has one warp
   float acc[ROWS][BATCH];
   long long fx[ROWS][BATCH];
 #pragma unroll
@@ -192,68 +217,101 @@ __device__ __forceinline__ void denseGemvRows(GLM_DENSE_GEMV_PARAMS) {
 #pragma unroll
     for (int b = 0; b < BATCH; ++b)
       acc[r][b] = 0.0f, fx[r][b] = 0;
-  const long long rowBytes = FMT == kFmtBf16 ? 2LL * in : in;
-  const uint4 *row0 =
-      reinterpret_cast<const uint4 *>(static_cast<const u8 *>(w) + o0 * rowBytes);
-  const int rowVecs = int(rowBytes / 16), nv = in / kElems;
-  for (int v = lane; v < nv; v += 32 * kLoads) {
-    uint4 q[kLoads][ROWS];
+  if (valid) {
+    const long long rowBytes = FMT == kFmtBf16 ? 2LL * in : in;
+    const uint4 *row0 = reinterpret_cast<const uint4 *>(
+        static_cast<const u8 *>(w) + o0 * rowBytes);
+    const int rowVecs = int(rowBytes / 16), nv = in / kElems, step = 32 * S;
+    for (int v = 32 * slice + lane; v < nv; v += step * kLoads) {
+      uint4 q[kLoads][ROWS];
+      DenseScale<FMT, SCT> sc[kLoads][ROWS];
 #pragma unroll
-    for (int u = 0; u < kLoads; ++u)
+      for (int u = 0; u < kLoads; ++u)
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r)
-        if (v + 32 * u < nv && o0 + r < out)
-          q[u][r] = denseLoad<HINT>(row0 + (long long)r * rowVecs, v + 32 * u);
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int i0 = (v + 32 * u) * kElems;
-      if (v + 32 * u >= nv)
-        break;
-      // Batch 1: x read once for the ROWS rows. Larger batches decode each
-      // row once and read x per row (registers for ROWS x BATCH inputs).
-      float xv1[kElems];
-      if (BATCH == 1)
-        denseInputs(x, 0, in, i0, xv1);
-#pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
-        if (o0 + r >= out)
-          break;
-        float wv[kElems];
-        denseDecode<FMT, SCT>(q[u][r], i0, o0 + r, in, scale, wv);
-#pragma unroll
-        for (int b = 0; b < BATCH; ++b) {
-          if (b >= batch)
-            break;
-          float xv[kElems];
-          if (BATCH == 1) {
-#pragma unroll
-            for (int e = 0; e < kElems; ++e)
-              xv[e] = xv1[e];
-          } else {
-            denseInputs(x, b, in, i0, xv);
+        for (int r = 0; r < ROWS; ++r)
+          if (v + step * u < nv && o0 + r < out) {
+            q[u][r] =
+                denseLoad<HINT>(row0 + (long long)r * rowVecs, v + step * u);
+            sc[u][r].load(scale, o0 + r, (v + step * u) * kElems, in);
           }
-          float t = 0.0f;
-          denseDot(wv, xv, SUM == 0 ? acc[r][b] : t);
-          if (SUM != 0)
-            denseAdd<SUM>(t, acc[r][b], fx[r][b]);
+#pragma unroll
+      for (int u = 0; u < kLoads; ++u) {
+        const int i0 = (v + step * u) * kElems;
+        if (v + step * u >= nv)
+          break;
+        // Batch 1: x read once for the ROWS rows. Larger batches decode
+        // each row once and read x per row (registers for ROWS x BATCH
+        // inputs).
+        float xv1[kElems];
+        if (BATCH == 1)
+          denseInputs(x, 0, in, i0, xv1);
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          if (o0 + r >= out)
+            break;
+          float wv[kElems];
+          denseDecode<FMT>(q[u][r], sc[u][r].value(), wv);
+#pragma unroll
+          for (int b = 0; b < BATCH; ++b) {
+            if (b >= batch)
+              break;
+            float xv[kElems];
+            if (BATCH == 1) {
+#pragma unroll
+              for (int e = 0; e < kElems; ++e)
+                xv[e] = xv1[e];
+            } else {
+              denseInputs(x, b, in, i0, xv);
+            }
+            float t = 0.0f;
+            denseDot(wv, xv, SUM == 0 ? acc[r][b] : t);
+            if (SUM != 0)
+              denseAdd<SUM>(t, acc[r][b], fx[r][b]);
+          }
         }
       }
     }
   }
+  // Warp sums; one warp a group stores, else slice sums in slice order.
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) {
-    if (o0 + r >= out)
-      break;
 #pragma unroll
     for (int b = 0; b < BATCH; ++b) {
       if (b >= batch)
         break;
       const float s = SUM == 0 ? warpSum(acc[r][b]) : 0.0f;
       const long long f = SUM != 0 ? warpSumFixed(fx[r][b]) : 0;
-      if (lane == 0)
+      if (lane != 0)
+        continue;
+      if (S > 1) {
+        if (SUM == 0)
+          part[warp][r][b] = s;
+        else
+          partFx[warp][r][b] = f;
+      } else if (o0 + r < out) {
         denseStore<SUM>(y, (long long)b * out_stride + o0 + r, s, f,
                         accumulate);
+      }
     }
+  }
+  if (S == 1)
+    return;
+  __syncthreads();
+  if (slice != 0 || !valid)
+    return;
+  for (int i = lane; i < ROWS * BATCH; i += 32) {
+    const int r = i / BATCH, b = i % BATCH;
+    if (b >= batch || o0 + r >= out)
+      continue;
+    float s = 0.0f;
+    long long f = 0;
+    for (int j = 0; j < S; ++j) {
+      if (SUM == 0)
+        s = j ? s + part[warp + j][r][b] : part[warp][r][b];
+      else
+        f += partFx[warp + j][r][b];
+    }
+    denseStore<SUM>(y, (long long)b * out_stride + o0 + r, s, f, accumulate);
   }
 }
 
@@ -272,7 +330,7 @@ __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
   __shared__ long long partFx[SUM ? kWarps : 1][BATCH];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int need = (out + gridDim.x - 1) / gridDim.x;
-  if (ROWS > 1 && need > kWarps) {
+  if (ROWS > 1) {
     denseGemvRows<FMT, SCT, BATCH, SUM, ROWS, HINT, THREADS>(
         GLM_DENSE_GEMV_ARGS);
     return;
@@ -291,16 +349,16 @@ __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
   for (int b = 0; b < BATCH; ++b)
     acc[b] = 0.0f, fx[b] = 0;
   // One 16-byte load: into acc (fp32 sums), or its own dot into fx.
-  auto chunk = [&](const uint4 &q, int i0) {
+  auto chunk = [&](const uint4 &q, float s, int i0) {
     if (SUM == 0) {
-      denseChunk<FMT, SCT, BATCH>(q, i0, o, in, scale, x, batch, acc);
+      denseChunk<FMT, BATCH>(q, s, i0, in, x, batch, acc);
       return;
     }
     float t[BATCH];
 #pragma unroll
     for (int b = 0; b < BATCH; ++b)
       t[b] = 0.0f;
-    denseChunk<FMT, SCT, BATCH>(q, i0, o, in, scale, x, batch, t);
+    denseChunk<FMT, BATCH>(q, s, i0, in, x, batch, t);
 #pragma unroll
     for (int b = 0; b < BATCH; ++b)
       fx[b] += toFixed(t[b]);
@@ -312,14 +370,17 @@ __device__ __forceinline__ void denseGemv(GLM_DENSE_GEMV_PARAMS) {
     const int nv = in / kElems, step = 32 * S;
     for (int v = 32 * slice + lane; v < nv; v += step * kDenseLoads) {
       uint4 q[kDenseLoads];
+      DenseScale<FMT, SCT> sc[kDenseLoads];
 #pragma unroll
       for (int u = 0; u < kDenseLoads; ++u)
-        if (v + step * u < nv)
+        if (v + step * u < nv) {
           q[u] = denseLoad<HINT>(row, v + step * u);
+          sc[u].load(scale, o, (v + step * u) * kElems, in);
+        }
 #pragma unroll
       for (int u = 0; u < kDenseLoads; ++u)
         if (v + step * u < nv)
-          chunk(q[u], (v + step * u) * kElems);
+          chunk(q[u], sc[u].value(), (v + step * u) * kElems);
     }
   }
   if (SUM != 0) {

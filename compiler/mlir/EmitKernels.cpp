@@ -261,14 +261,14 @@ static FailureOr<Spec> gemvSpec(Type format, int64_t in, int64_t outputs,
                  "fp8_row and mxfp8, dense_gemv_f32 takes f32";
     return failure();
   }
-  // Long outputs (the LM head) take several rows a warp; the grid decides
-  // per rank whether they are used (codegen/dense_gemv_abi.h).
+  // Several rows a warp (codegen/dense_gemv_abi.h).
+  const int kb = ::glm::codegen::decodeKernelBatch(int(b.batch));
   Spec s{"dense_gemv",
          {{"format", fmt},
           {"scale", scale},
-          {"batch", str(::glm::codegen::decodeKernelBatch(int(b.batch)))},
+          {"batch", str(kb)},
           {"threads", "256"}}};
-  if (const int rows = ::glm::codegen::denseGemvRowsFor(outputs); rows > 1)
+  if (const int rows = ::glm::codegen::denseGemvRowsFor(outputs, kb); rows > 1)
     s.args["rows"] = str(rows);
   if (::glm::codegen::kDenseGemvStream)
     s.args["loads"] = "stream";

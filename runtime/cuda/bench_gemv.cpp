@@ -71,12 +71,20 @@ void runGemvBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
       {"idx_wq_b 2048->4096", "mxfp8", 2048, 4096, 1},
       {"idx_wk 6144->128", "mxfp8", 6144, 128, 1},
       {"router 6144->256", "bf16", 6144, 256, 1}};
+  // rows: the kernel's rows per warp; perBlock > 0: a grid of ceil(out /
+  // perBlock) blocks instead of denseGemvBlocks' (the short-output grid
+  // rule: rows a block against input slices a row).
   struct Variant {
     int rows;
     bool stream;
+    int perBlock = 0;
   };
-  const std::vector<Variant> variants = {{1, false}, {1, true}, {2, false},
-                                         {2, true},  {4, false}, {4, true}};
+  const std::vector<Variant> variants = {
+      {1, false},    {1, true},     {2, false},    {2, true},
+      {4, false},    {4, true},     {1, true, 8},  {1, true, 4},
+      {1, true, 2},  {1, true, 1},  {2, true, 16}, {2, true, 8},
+      {2, true, 4},  {2, true, 2},  {4, true, 32}, {4, true, 16},
+      {4, true, 8},  {4, true, 4}};
 
   const KernelSpec fillSpec{"fill_random", {{"threads", "256"}}, {}};
   std::map<std::string, std::string> src;
@@ -131,15 +139,18 @@ void runGemvBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
         xv[i] = float(int(i * 2654435761u % 2001) - 1000) / 1000.0f;
       x.upload(xv.data(), xv.size() * 4);
     }
-    const int planRows = codegen::denseGemvRowsFor(s.out);
+    const int planRows = codegen::denseGemvRowsFor(
+        s.out, codegen::decodeKernelBatch(s.batch));
     double best = 0;
     std::string bestName;
     for (const Variant &v : variants) {
-      const unsigned grid =
+      const unsigned ruleGrid =
           codegen::denseGemvBlocks(s.out, sms, warps, v.rows);
-      // A rows variant the grid does not use is the one-row kernel again.
-      if (v.rows > 1 && codegen::denseGemvRowsPerBlock(s.out, grid, warps,
-                                                       v.rows) <= warps)
+      const unsigned grid =
+          v.perBlock ? unsigned((s.out + v.perBlock - 1) / v.perBlock)
+                     : ruleGrid;
+      // Grid sweeps for short outputs only, each grid once.
+      if (v.perBlock && (s.out > 16384 || grid == ruleGrid))
         continue;
       CUfunction f = fn(gemvSpec(s, v.rows, v.stream));
       Graph g;
@@ -154,11 +165,13 @@ void runGemvBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
       });
       const double ms =
           timeMedianMs(st, opt.reps, 200.0, [&] { g.launch(st); }) / copies;
-      const bool plan = v.rows == (planRows > 1 ? planRows : 1) &&
+      const bool plan = !v.perBlock &&
+                        v.rows == (planRows > 1 ? planRows : 1) &&
                         v.stream == codegen::kDenseGemvStream;
       const std::string name =
           std::string(s.name) + " " + fmt + " b" + std::to_string(s.batch) +
           " r" + std::to_string(v.rows) + (v.stream ? " stream" : " cached") +
+          (v.perBlock ? " " + std::to_string(v.perBlock) + "/blk" : "") +
           (plan ? " plan" : "");
       BenchRow b;
       b.suite = "gemv";

@@ -98,9 +98,10 @@ TEST_P(DenseGemvGpu, MatchesFloat64Reference) {
       {"threads", "256"}};
   // Launches: rows per block 8 (a warp a row) down to 1 (8 input slices a
   // row), the grids denseGemvBlocks picks for short outputs; then kernels
-  // with 2 and 4 rows a warp (8 * rows a block, the last warp partly past
-  // `out`) and weights streamed past L1. Each against the float64
-  // reference and the twin.
+  // with 2 and 4 rows a warp (groups of rows a block times input slices a
+  // group, the last warp partly past `out`; a grid of fewer rows a block
+  // than a warp's rounds up to one group) and weights streamed past L1.
+  // Each against the float64 reference and the twin.
   struct Variant {
     int rows;        // template rows per warp
     bool stream;     // template loads = stream
@@ -109,7 +110,9 @@ TEST_P(DenseGemvGpu, MatchesFloat64Reference) {
   std::vector<Variant> variants = {{1, false, 8}, {1, false, 4},
                                    {1, false, 2}, {1, false, 1},
                                    {1, true, 8},  {2, false, 16},
-                                   {4, true, 32}, {4, false, 2}};
+                                   {2, true, 2},  {4, true, 32},
+                                   {4, true, 16}, {4, true, 8},
+                                   {4, true, 4},  {4, false, 2}};
   for (const Variant &v : variants) {
     auto args = base;
     if (v.rows > 1)

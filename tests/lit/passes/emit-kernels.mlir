@@ -20,7 +20,7 @@
 // indexer's q_b with 64-wide inputs) run on gemv_any.
 // ORDER: glm.indexer_topk {{.*}}glm.kernels = ["glm_gemv_any_t256", "glm_rope_rows_t32", "glm_dense_gemv_fp8_block_sf32_b1_stream_t256", "glm_index_key_store_t256", "glm_dense_gemv_bf16_snone_b1_stream_t256", "glm_indexer_scores_ctx_t256", "glm_dsa_select_t1024"]
 // ORDER: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_t256", "glm_rope_rows_t32", "glm_mla_qabs_t64", "glm_mla_core_t1024", "glm_mla_out_t256"]
-// ORDER: glm.mlp {{.*}}glm.kernels = ["glm_dense_gemv_fp8_block_sf32_b1_stream_t256", "glm_dense_gemv_fp8_block_sf32_b1_stream_t256", "glm_swiglu_t256", "glm_dense_gemv_fp8_block_sf32_b1_sumfixed_stream_t256"]
+// ORDER: glm.mlp {{.*}}glm.kernels = ["glm_dense_gemv_fp8_block_sf32_b1_r2_stream_t256", "glm_dense_gemv_fp8_block_sf32_b1_r2_stream_t256", "glm_swiglu_t256", "glm_dense_gemv_fp8_block_sf32_b1_sumfixed_stream_t256"]
 // ORDER: glm.router {{.*}}glm.kernels = ["glm_dense_gemv_bf16_snone_b1_stream_t256", "glm_route_t32"]
 // ORDER: glm.fused_expert_gemv {{.*}}glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_t128"]
 // A sum over rank-owned units ends in fixed point (the same bits at every

@@ -115,18 +115,28 @@ TEST(DenseGemvAbi, BlocksSpreadShortOutputsOverTheSms) {
   EXPECT_EQ(denseGemvBlocks(128, 132), 128u);           // wk: 1 row
   EXPECT_EQ(denseGemvBlocks(2048, 48), 256u);           // a Spark: 8 rows
   EXPECT_EQ(denseGemvBlocks(3, 132), 3u);
-  // A kernel with 4 rows a warp: 32 rows a block where that leaves two
-  // blocks per SM; the warp-per-row grids otherwise.
+  // A kernel with 4 rows a warp: 32 rows a block down to 4 while that
+  // leaves under three blocks per two SMs (q_a: 8 rows, 2 groups of 4 rows
+  // over 4 input slices each).
   EXPECT_EQ(denseGemvBlocks(154880, 132, 8, 4), 154880u / 32);
-  EXPECT_EQ(denseGemvBlocks(8000, 132, 8, 4), 1000u);
-  EXPECT_EQ(denseGemvBlocks(2048, 132, 8, 4), 512u);
+  EXPECT_EQ(denseGemvBlocks(2048, 132, 8, 4), 256u);
+  EXPECT_EQ(denseGemvBlocks(4096, 132, 8, 4), 256u);
+  EXPECT_EQ(denseGemvBlocks(576, 132, 8, 2), 288u);
+  EXPECT_EQ(denseGemvBlocks(128, 132, 8, 4), 32u);
+  using glm::codegen::denseGemvRowsFor;
+  EXPECT_EQ(denseGemvRowsFor(151552, 8), 4); // LM head
+  EXPECT_EQ(denseGemvRowsFor(2048, 1), 4);   // q_a
+  EXPECT_EQ(denseGemvRowsFor(2048, 8), 1);
+  EXPECT_EQ(denseGemvRowsFor(576, 1), 2); // kv_a
+  EXPECT_EQ(denseGemvRowsFor(256, 1), 1); // router
   using glm::codegen::denseGemvRowsPerBlock;
   EXPECT_EQ(denseGemvRowsPerBlock(154880, 154880 / 32, 8, 4), 32);
   EXPECT_EQ(denseGemvRowsPerBlock(154880, 154880 / 8, 8, 4), 8);
   EXPECT_EQ(denseGemvRowsPerBlock(154880, 154880 / 8, 8, 1), 8);
-  EXPECT_EQ(denseGemvRowsPerBlock(576, 288, 8, 4), 2);
+  EXPECT_EQ(denseGemvRowsPerBlock(576, 288, 8, 4), 4); // at least a warp's
+  EXPECT_EQ(denseGemvRowsPerBlock(576, 288, 8, 1), 2);
   // Every rows-a-warp grid the rule gives covers the matrix.
-  for (int out : {9472, 20000, 151552, 154880})
+  for (int out : {128, 576, 2048, 9472, 20000, 151552, 154880})
     for (int sms : {48, 132, 148}) {
       const unsigned g = denseGemvBlocks(out, sms, 8, 4);
       EXPECT_GE(int64_t(g) * denseGemvRowsPerBlock(out, g, 8, 4), out);
