@@ -184,6 +184,20 @@ TEST(BoundedFiles, RefusesDevicesPipesDirectoriesAndOversizedFiles) {
   fs::remove_all(d);
 }
 
+TEST(BoundedFiles, SafetensorsOpenRefusesAPipeWithoutBlocking) {
+  // A FIFO in place of a pack file blocked verify, compile and run in
+  // open() (no writer ever comes).
+  std::string d = tmpDir("st-fifo");
+  std::string fifo = d + "/model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string e = errorOf([&] { SafetensorsFile::open(fifo); });
+  EXPECT_EQ(e, fifo + ": not a regular file (a device, pipe or directory); a "
+                      "safetensors file must be the file itself");
+  e = errorOf([] { SafetensorsFile::open("/dev/zero"); });
+  EXPECT_NE(e.find("not a regular file"), std::string::npos) << e;
+  fs::remove_all(d);
+}
+
 TEST(BoundedFiles, ConfigAndTokenizerReadersUseTheBound) {
   EXPECT_NE(errorOf([] { loadModelConfig("/dev/zero"); }).find("not a device"),
             std::string::npos);
