@@ -307,6 +307,65 @@ TEST(ConfigValidation, WrongTypesAndRangesAreRefusedByKey) {
             "integer in 1..16777216)");
 }
 
+TEST(ConfigValidation, KeysWithOneSupportedValueAreCheckedForEveryExecutor) {
+  // Compile and the plan executor used to ignore these keys: scoring_func
+  // "softmax" or hidden_act "gelu" ran sigmoid routing and SiLU; only the
+  // reference forward refused them, and not when given another type.
+  EXPECT_EQ(configError([](auto &j) { j["scoring_func"] = "softmax"; }),
+            "p/config.json: key \"scoring_func\" is \"softmax\"; allowed: "
+            "\"sigmoid\" (the only router scoring glmc runs)");
+  EXPECT_EQ(configError([](auto &j) { j["scoring_func"] = {"sigmoid"}; }),
+            "p/config.json: key \"scoring_func\" is [\"sigmoid\"]; allowed: "
+            "\"sigmoid\" (the only router scoring glmc runs)");
+  EXPECT_EQ(configError([](auto &j) { j["hidden_act"] = 5; }),
+            "p/config.json: key \"hidden_act\" is 5; allowed: \"silu\" (the "
+            "only MLP activation glmc runs)");
+  EXPECT_NE(configError([](auto &j) { j["topk_method"] = "greedy"; })
+                .find("key \"topk_method\" is \"greedy\"; allowed: "
+                      "\"noaux_tc\""),
+            std::string::npos);
+  EXPECT_EQ(configError([](auto &j) {
+              j["rope_parameters"] = {{"rope_theta", 1e4}, {"rope_type", "yarn"}};
+            }),
+            "p/config.json: key \"rope_type\" is \"yarn\"; allowed: "
+            "\"default\" (only default RoPE)");
+  EXPECT_EQ(configError([](auto &j) { j["n_group"] = "x"; }),
+            "p/config.json: key \"n_group\" is \"x\"; allowed: an integer in "
+            "1..65536");
+  EXPECT_EQ(configError([](auto &j) { j["n_group"] = 8, j["topk_group"] = 4; }),
+            "p/config.json: key \"topk_group\" is 4; allowed: n_group (8): "
+            "grouped expert routing is not supported");
+  EXPECT_EQ(configError([](auto &j) { j["attention_bias"] = true; }),
+            "p/config.json: key \"attention_bias\" is true; allowed: false "
+            "(attention biases are not supported)");
+  EXPECT_EQ(configError([](auto &j) { j["attention_bias"] = "no"; }),
+            "p/config.json: key \"attention_bias\" is \"no\"; allowed: true "
+            "or false");
+  EXPECT_EQ(configError([](auto &j) { j["num_key_value_heads"] = 1; }),
+            "p/config.json: key \"num_key_value_heads\" is 1; allowed: an "
+            "integer in 2..2");
+  EXPECT_EQ(configError([](auto &j) { j["rope_interleave"] = false; }),
+            "p/config.json: key \"rope_interleave\" is false; allowed: true "
+            "(only interleaved RoPE is implemented)");
+  EXPECT_EQ(configError([](auto &j) { j["indexer_rope_interleave"] = 0; }),
+            "p/config.json: key \"indexer_rope_interleave\" is 0; allowed: "
+            "true or false");
+  EXPECT_EQ(configError([](auto &j) { j["moe_layer_freq"] = 2; }),
+            "p/config.json: key \"moe_layer_freq\" is 2; allowed: an integer "
+            "in 1..1");
+  // The values GLM-5.3 and GLM-5.3-Flash ship.
+  EXPECT_EQ(configError([](auto &j) {
+              j["hidden_act"] = "silu", j["scoring_func"] = "sigmoid";
+              j["topk_method"] = "noaux_tc", j["n_group"] = 1;
+              j["topk_group"] = 1, j["attention_bias"] = false;
+              j["num_key_value_heads"] = 2, j["rope_scaling"] = nullptr;
+              j["rope_interleave"] = true, j["moe_layer_freq"] = 1;
+              j["rope_parameters"] = {{"rope_theta", 8e6},
+                                      {"rope_type", "default"}};
+            }),
+            "");
+}
+
 //===----------------------------------------------------------------------===//
 // SHA-256 and value checks
 //===----------------------------------------------------------------------===//
