@@ -10,6 +10,7 @@
 #include "runtime/base/cli_numbers.h"
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
+#include "runtime/base/host_memory.h"
 #include "runtime/base/numbers.h"
 #include "runtime/base/sha256.h"
 #include "runtime/cpu/generator.h"
@@ -146,6 +147,21 @@ TEST(BoundedNumbers, HugeMaxNewIsRefusedNotRunForever) {
   EXPECT_NE(err.find("exceeds the context of 4096 tokens"), std::string::npos)
       << err;
   EXPECT_EQ(steps, 0);
+}
+
+TEST(BoundedNumbers, HostMemoryOverrideIsBounded) {
+  // "inf" and 1e30 GiB overflowed the conversion to bytes (undefined);
+  // "nan" and "12x" were ignored or read as 12.
+  ::setenv("GLM_HOST_MEMORY_GIB", "2", 1);
+  EXPECT_EQ(availableHostMemory(), 2ull << 30);
+  for (const char *v : {"inf", "nan", "1e30", "-1", "12x"}) {
+    ::setenv("GLM_HOST_MEMORY_GIB", v, 1);
+    EXPECT_EQ(errorOf([] { availableHostMemory(); }),
+              std::string("GLM_HOST_MEMORY_GIB (GiB of host memory): \"") + v +
+                  "\" is not a finite number in " +
+                  rangeText(0.0, double(1 << 20)));
+  }
+  ::unsetenv("GLM_HOST_MEMORY_GIB");
 }
 
 //===----------------------------------------------------------------------===//
