@@ -14,7 +14,8 @@
 #  4. out-of-range numbers: --max-new 2^63-1, --port 70000, --max-queue -1,
 #     --memory-per-spark nan;
 #  5. unbounded reads: PLAN /dev/zero, --manifest /dev/zero, a FIFO in place
-#     of a pack file (used to block verify, compile and run in open());
+#     of a pack file (used to block verify, compile and run in open()) or of
+#     a kernel cache entry (blocked compile);
 #  6. config.json values of the wrong type or range, and values of keys the
 #     executors assume (scoring_func, rope_interleave: compile used to
 #     ignore them);
@@ -220,6 +221,15 @@ refused "${f#$T/}: not a regular file" timeout 60 glmc verify "$T/fifo"
 refused "${f#$T/}: not a regular file" timeout 60 glm-engine run - --pack "$T/fifo" --tokens 1
 if grep -q -- "--sparks" "$T/compile-help.txt"; then
   refused "${f#$T/}: not a regular file" timeout 60 glmc compile "$T/fifo" -o "$T/p.glmplan"
+  # A FIFO named like a kernel cache entry is a miss, not a wait.
+  export GLMC_KERNEL_CACHE="$T/kernel-cache"
+  if glmc compile "$T/hf" -o "$T/p.glmplan" > /dev/null 2>&1 &&
+     e=$(ls "$T/kernel-cache"/*.ptx 2> /dev/null | head -1) && [ -n "$e" ]; then
+    rm "$e"; mkfifo "$e"
+    timeout 120 glmc compile "$T/hf" -o "$T/p.glmplan" > /dev/null 2>&1 \
+      || fail "compile with a FIFO in the kernel cache ($?)"
+  fi # else: no NVRTC here, no cache
+  unset GLMC_KERNEL_CACHE
 fi
 echo "5. devices, pipes and oversized files refused, not read"
 
