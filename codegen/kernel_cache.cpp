@@ -1,14 +1,16 @@
 //===- kernel_cache.cpp - the on-disk NVRTC cache glmc and glm-engine share ===//
 #include "codegen/codegen.h"
 
+#include "runtime/base/error.h"
 #include "runtime/base/files.h"
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 namespace glm::codegen {
+
+/// PTX or CUBIN of one kernel: a few MB at most.
+static constexpr uint64_t kMaxKernelBytes = 256ull << 20;
 
 std::string kernelCacheDir() {
   namespace fs = std::filesystem;
@@ -26,13 +28,20 @@ std::string kernelCacheDir() {
   return ec ? "" : dir;
 }
 
+/// A cache entry, through the bounded reader: a FIFO or device named like
+/// an entry would block or never end. Anything it refuses is a miss (the
+/// kernel is compiled again and the entry rewritten).
 static bool readWhole(const std::string &path, std::string &out) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
     return false;
-  out.assign(std::istreambuf_iterator<char>(f),
-             std::istreambuf_iterator<char>());
-  return bool(f) || f.eof();
+  try {
+    out = glm::rt::readFileBounded(path, kMaxKernelBytes,
+                                   "a kernel cache entry");
+  } catch (const glm::rt::Error &) {
+    return false;
+  }
+  return true;
 }
 
 CompiledKernel compileCached(const std::string &source,

@@ -15,6 +15,7 @@
 #include "runtime/base/hash.h"
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -251,6 +252,15 @@ void validatePlan(const Plan &plan, const std::string &source) {
       }
     }
     for (const WeightBinding &w : r.weights) {
+      // A pack file is named relative to --pack: a damaged name must not
+      // reach outside it (a FIFO or device there would block the load).
+      const std::filesystem::path fp(w.file);
+      bool inside = !w.file.empty() && fp.is_relative();
+      for (const auto &part : fp)
+        inside &= part != "..";
+      if (!inside)
+        bad("rank ", ri, " binding of '", w.file, "' @", w.offset,
+            " names no file inside the pack directory");
       if (w.buffer >= nbuf)
         bad("rank ", ri, " binding of ", w.file, " @", w.offset,
             " targets buffer ", w.buffer, " of ", nbuf);

@@ -1,5 +1,6 @@
 //===- host_memory.cpp - how much host memory is left to allocate ---------===//
 #include "runtime/base/host_memory.h"
+#include "runtime/base/numbers.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,12 +14,12 @@ static const char *overrideText() {
 }
 
 uint64_t availableHostMemory() {
-  if (const char *v = overrideText()) {
-    char *end = nullptr;
-    const double gib = std::strtod(v, &end);
-    if (end != v && gib >= 0)
-      return uint64_t(gib * double(1ull << 30));
-  }
+  // Through the bounded parser: "inf" or 1e30 GiB overflowed the uint64_t
+  // conversion (undefined), "nan" or "12x" were ignored or cut short.
+  if (const char *v = overrideText())
+    return uint64_t(parseNumberIn(v, 0, double(1 << 20),
+                                  "GLM_HOST_MEMORY_GIB (GiB of host memory)") *
+                    double(1ull << 30));
   std::ifstream f("/proc/meminfo");
   std::string key;
   uint64_t kib = 0;

@@ -5,8 +5,6 @@
 #include "runtime/base/error.h"
 #include "runtime/formats/pack.h"
 
-#include <nlohmann/json.hpp>
-
 #include <sstream>
 
 namespace glm::rt::cpu {
@@ -120,42 +118,9 @@ void checkSupportedConfig(const ModelConfig &c) {
   check(c.ropeInterleave, src,
         ": rope_interleave false is not supported (GLM-5.3 uses "
         "interleaved RoPE)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(c.rawJson);
-  } catch (...) {
-    j = nlohmann::json::object(); // configs built in code carry no JSON
-  }
-  if (j.contains("text_config"))
-    j = j["text_config"];
-  auto str = [&](const char *key, const char *dflt) {
-    auto it = j.find(key);
-    return (it == j.end() || !it->is_string()) ? std::string(dflt)
-                                               : it->get<std::string>();
-  };
-  auto num = [&](const char *key, int64_t dflt) {
-    auto it = j.find(key);
-    return (it == j.end() || !it->is_number_integer()) ? dflt
-                                                       : it->get<int64_t>();
-  };
-  check(str("hidden_act", "silu") == "silu", src, ": hidden_act \"",
-        str("hidden_act", ""), "\" is not supported (expected silu)");
-  check(str("scoring_func", "sigmoid") == "sigmoid", src,
-        ": scoring_func must be sigmoid");
-  check(num("n_group", 1) == num("topk_group", 1) || num("n_group", 1) == 1,
-        src, ": grouped routing (n_group ", num("n_group", 1),
-        ", topk_group ", num("topk_group", 1), ") is not supported");
-  check(!(j.contains("attention_bias") && j["attention_bias"].is_boolean() &&
-          j["attention_bias"].get<bool>()),
-        src, ": attention_bias true is not supported");
-  check(num("num_key_value_heads", c.numHeads) == c.numHeads, src,
-        ": num_key_value_heads must equal num_attention_heads for MLA");
-  for (const char *k : {"rope_parameters", "rope_scaling"})
-    if (j.contains(k) && j[k].is_object()) {
-      std::string t = j[k].value("rope_type", j[k].value("type", "default"));
-      check(t == "default", src, ": ", k, ".rope_type \"", t,
-            "\" is not supported (only default RoPE)");
-    }
+  // hidden_act, scoring_func, topk_method, grouped routing, attention_bias,
+  // num_key_value_heads and the RoPE type are checked by key in
+  // parseModelConfig, for every executor.
   if (c.indexNHeads > 0) {
     check(c.indexHeadDim > c.qkRopeHeadDim && c.indexTopk > 0, src,
           ": index_head_dim must exceed qk_rope_head_dim and index_topk "

@@ -2,6 +2,7 @@
 #include "runtime/dist/tcp_comm.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/numbers.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -203,12 +204,8 @@ void parseHostPort(const std::string &s, std::string &host, int &port,
   host = s.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
-  std::string p = s.substr(colon + 1);
-  char *end = nullptr;
-  long v = std::strtol(p.c_str(), &end, 10);
-  check(*end == '\0' && v > 0 && v < 65536, what, " \"", s, "\": port \"",
-        p, "\" is not in 1..65535");
-  port = (int)v;
+  port = (int)parseIntIn(s.substr(colon + 1), 1, 65535,
+                         std::string(what) + " \"" + s + "\": the port");
 }
 
 int pickFreePort() {

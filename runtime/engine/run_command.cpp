@@ -51,11 +51,14 @@ std::vector<int64_t> parseTokens(const std::string &s) {
 }
 
 /// The request every rank must run: prompt ids, --max-new, sampling state
-/// and the context the generator was built with. `has*` say which parts the
-/// rank's command line gave (the rest are defaults, adopted from rank 0).
+/// and what the generator was built with (the context, chunked prefill: a
+/// rank feeding the prompt otherwise runs other graphs, whose collectives
+/// differ). `has*` say which parts the rank's command line gave (the rest
+/// are defaults, adopted from rank 0).
 struct Request {
   std::vector<int64_t> prompt;
   int64_t maxNew = 0, maxContext = 0;
+  bool chunkedPrefill = false;
   bool greedy = true;
   double temperature = 1, topP = 1;
   uint64_t seed = 0;
@@ -70,6 +73,7 @@ std::string encodeRequest(const Request &q) {
     put(t);
   put(q.maxNew);
   put(q.maxContext);
+  put((uint8_t)q.chunkedPrefill);
   put((uint8_t)q.greedy);
   put(q.temperature);
   put(q.topP);
@@ -92,9 +96,11 @@ Request decodeRequest(const std::string &s) {
   q.prompt.resize((size_t)n);
   for (int64_t &t : q.prompt)
     get(t);
-  uint8_t greedy = 0;
+  uint8_t greedy = 0, chunked = 0;
   get(q.maxNew);
   get(q.maxContext);
+  get(chunked);
+  q.chunkedPrefill = chunked != 0;
   get(greedy);
   q.greedy = greedy != 0;
   get(q.temperature);
@@ -159,6 +165,13 @@ void agreeOnRequest(dist::HostComm &comm, Request &q) {
     check(q.maxContext == root.maxContext, me, " has a context of ",
           q.maxContext, " tokens but rank 0 of ", root.maxContext,
           "; start every rank with the same --max-context");
+    auto prefillText = [](bool chunked) {
+      return chunked ? "--prefill chunked" : "--prefill tokens";
+    };
+    check(q.chunkedPrefill == root.chunkedPrefill, me, " runs ",
+          prefillText(q.chunkedPrefill), " but rank 0 runs ",
+          prefillText(root.chunkedPrefill),
+          "; start every rank with the same --prefill");
     root.hasPrompt = root.hasMaxNew = root.hasSampling = true;
     q = root;
   }
@@ -193,6 +206,8 @@ int runCommand(const RunOptions &o, const CLI::App &sub) {
   q.prompt = std::move(prompt);
   q.maxNew = o.maxNew;
   q.maxContext = le.generator->maxContext();
+  // Only the plan executor has prefill graphs.
+  q.chunkedPrefill = o.engine.plan != "-" && o.engine.prefill == "chunked";
   q.greedy = !sampling;
   q.temperature = o.temperature;
   q.topP = o.topP;

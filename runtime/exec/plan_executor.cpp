@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -242,6 +243,12 @@ void PlanExecutor::uploadBindings() {
       byFile[w.file].push_back(&w);
     for (auto &[file, ws] : byFile) {
       const std::string path = packDir_ + "/" + file;
+      // A device or FIFO in place of a pack file would block or never end.
+      std::error_code ec;
+      check(std::filesystem::is_regular_file(path, ec), path,
+            ": the pack file this plan binds (", ws.size(), " ranges) is "
+            "missing or not a regular file; is --pack the pack the plan was "
+            "compiled for?");
       std::ifstream in(path, std::ios::binary);
       check(bool(in), path, ": cannot open the pack file this plan binds (",
             ws.size(), " ranges); is --pack the pack the plan was compiled "

@@ -608,6 +608,11 @@ Exl3Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
   // exact).
   for (size_t i = 0; i < ckpt_.files().size(); ++i)
     coverSafetensorsLayout(rep, ckpt_.relNames()[i], *ckpt_.files()[i]);
+  // Parsed at open: every entry names a tensor of the file it maps to.
+  if (fs::exists(fs::path(dir_) / "model.safetensors.index.json"))
+    rep.cover("model.safetensors.index.json", 0,
+              fs::file_size(fs::path(dir_) / "model.safetensors.index.json"),
+              CheckKind::Structure);
   if (fs::exists(fs::path(dir_) / "quantization_config.json"))
     rep.cover("quantization_config.json", 0,
               fs::file_size(fs::path(dir_) / "quantization_config.json"),

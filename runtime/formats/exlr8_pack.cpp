@@ -529,25 +529,34 @@ void Exlr8Pack::openDenseFile(const std::string &rel, int64_t layer) {
     used.insert(n);
     // record[0..4]: the tensor, else (header-only file) the writer's
     // metadata copy "M.record" = "1,out,in,K,side,...".
-    std::vector<int64_t> rec;
+    std::vector<int64_t> rec, copy;
     check(isIntDType(t.dtype) && t.numel() >= 5, f.path(), ": tensor ", n,
           " must hold at least 5 integers (format, out, in, K, side), found ",
           dtypeName(t.dtype), " ", shapeStr(t.shape));
+    auto meta = f.metadata().find(n);
+    if (meta != f.metadata().end()) {
+      std::stringstream ss(meta->second);
+      std::string item;
+      while (std::getline(ss, item, ','))
+        copy.push_back(parseIntIn(item, INT64_MIN, INT64_MAX,
+                                  f.path() + ": metadata " + n));
+      check(copy.size() >= 5, f.path(), ": metadata ", n, " = \"",
+            meta->second, "\" must list format,out,in,K,side");
+    }
     if (t.data) {
       for (int64_t i = 0; i < t.numel(); ++i)
         rec.push_back(intAt(t, i));
+      // The record carries no checksum; the writer's metadata copy, where
+      // there is one, vouches for every field, the unused [5..7] included.
+      for (size_t i = 0; i < copy.size() && i < rec.size(); ++i)
+        check(rec[i] == copy[i], f.path(), ": tensor ", n, "[", i, "] = ",
+              rec[i], " but the header's metadata copy says ", copy[i],
+              ": the record is damaged; re-download ", rel);
     } else {
-      auto it = f.metadata().find(n);
-      check(it != f.metadata().end(), f.path(), ": ", n,
+      check(!copy.empty(), f.path(), ": ", n,
             " has no data (header-only file) and no metadata copy; the "
             "record's format is unknown. Use the full pack");
-      std::stringstream ss(it->second);
-      std::string item;
-      while (std::getline(ss, item, ','))
-        rec.push_back(parseIntIn(item, INT64_MIN, INT64_MAX,
-                                 f.path() + ": metadata " + n));
-      check(rec.size() >= 5, f.path(), ": metadata ", n, " = \"", it->second,
-            "\" must list format,out,in,K,side");
+      rec = copy;
     }
     r.code = rec[0], r.out = rec[1], r.in = rec[2], r.k = rec[3];
     r.side = rec[4];

@@ -184,12 +184,15 @@ std::shared_ptr<SafetensorsFile>
 SafetensorsFile::open(const std::string &path, bool allowTruncatedData) {
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in place of a pack file must not block the open (it
+  // hung verify, compile and run); it is refused below as not a regular file.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   check(fd >= 0, path, ": cannot open (", std::strerror(errno), ")");
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail(path, ": not a regular file");
+    fail(path, ": not a regular file (a device, pipe or directory); a "
+               "safetensors file must be the file itself");
   }
   f->fileSize_ = (uint64_t)st.st_size;
   if (f->fileSize_ > 0) {

@@ -23,7 +23,8 @@ runGeneration(const ModelConfig &c, int64_t maxContext,
             params.maxNew <= maxContext - (int64_t)prompt.size(),
         "prompt (",
         prompt.size(), " tokens) + max new tokens (", params.maxNew,
-        ") exceeds the context of ", maxContext, " tokens");
+        ") exceeds the context of ", maxContext, " tokens; lower --max-new, "
+        "shorten the prompt or compile the plan with a larger --max-context");
   for (int64_t t : prompt)
     check(t >= 0 && t < c.vocabSize, "prompt token id ", t,
           " is outside the vocabulary [0, ", c.vocabSize, ")");

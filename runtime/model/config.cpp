@@ -69,6 +69,18 @@ bool getBool(const json &j, const char *key, const std::string &src,
   return it->get<bool>();
 }
 
+/// A key every executor assumes to hold `only` (GLM-5.3 and GLM-5.3-Flash
+/// both do): any other value, or a value of another type, would silently run
+/// other math (scoring_func "softmax" ran sigmoid routing).
+void requireString(const json &j, const char *key, const std::string &src,
+                   const char *only, const char *what) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null())
+    return;
+  if (!it->is_string() || it->get<std::string>() != only)
+    badValue(src, key, *it, std::string("\"") + only + "\" (" + what + ")");
+}
+
 std::vector<std::string> getStrings(const json &j, const char *key,
                                     const std::string &src,
                                     std::initializer_list<const char *> ok) {
@@ -152,8 +164,12 @@ ModelConfig parseModelConfig(const std::string &text, const std::string &src) {
   c.routedScalingFactor =
       getNum(j, "routed_scaling_factor", src, 1.0, 0, 1e6, true);
   c.normTopkProb = getBool(j, "norm_topk_prob", src, true);
-  c.ropeInterleave = getBool(j, "rope_interleave", src, true);
-  c.indexerRopeInterleave = getBool(j, "indexer_rope_interleave", src, true);
+  // Only interleaved RoPE is implemented (the compiler and the plan
+  // executor used to run it whatever these said).
+  for (const char *k : {"rope_interleave", "indexer_rope_interleave"})
+    if (!getBool(j, k, src, true))
+      badValue(src, k, j[k], "true (only interleaved RoPE is implemented)");
+  c.ropeInterleave = c.indexerRopeInterleave = true;
   c.tieWordEmbeddings = getBool(root, "tie_word_embeddings", src, false);
   // A RoPE base <= 1 gives NaN or constant angles.
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
@@ -161,6 +177,38 @@ ModelConfig parseModelConfig(const std::string &text, const std::string &src) {
                          1e12, true);
   else
     c.ropeTheta = getNum(j, "rope_theta", src, 10000.0, 1, 1e12, true);
+  requireString(j, "hidden_act", src, "silu",
+                "the only MLP activation glmc runs");
+  requireString(j, "scoring_func", src, "sigmoid",
+                "the only router scoring glmc runs");
+  requireString(j, "topk_method", src, "noaux_tc",
+                "the only expert selection glmc runs: top-k of score + "
+                "e_score_correction_bias");
+  for (const char *k : {"rope_parameters", "rope_scaling"}) {
+    auto it = j.find(k);
+    if (it == j.end() || it->is_null())
+      continue;
+    if (!it->is_object())
+      badValue(src, k, *it, "an object");
+    requireString(*it, "rope_type", src, "default", "only default RoPE");
+    requireString(*it, "type", src, "default", "only default RoPE");
+  }
+  // Grouped routing is not implemented: one group, or every group chosen.
+  const int64_t nGroup = getInt(j, "n_group", src, 1, kMaxCount, false, 1);
+  const int64_t topkGroup =
+      getInt(j, "topk_group", src, 1, nGroup, false, nGroup);
+  if (nGroup != 1 && topkGroup != nGroup)
+    badValue(src, "topk_group", j["topk_group"],
+             "n_group (" + std::to_string(nGroup) +
+                 "): grouped expert routing is not supported");
+  if (getBool(j, "attention_bias", src, false))
+    badValue(src, "attention_bias", j["attention_bias"],
+             "false (attention biases are not supported)");
+  // Every layer from first_k_dense_replace on (or as mlp_layer_types says)
+  // is MoE; a stride between MoE layers is not implemented.
+  getInt(j, "moe_layer_freq", src, 1, 1, false, 1);
+  // MLA: every head has its own key and value.
+  getInt(j, "num_key_value_heads", src, c.numHeads, c.numHeads, false, 0);
   c.indexerTypes = getStrings(j, "indexer_types", src, {"full", "shared"});
   c.mlpLayerTypes = getStrings(j, "mlp_layer_types", src, {"dense", "sparse"});
   check(c.indexerTypes.empty() || (int64_t)c.indexerTypes.size() >= c.numLayers,

@@ -13,6 +13,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
+#include "runtime/base/json_numbers.h"
 #include "runtime/serve/http.h"
 #include "runtime/serve/unicode.h"
 
@@ -426,10 +427,10 @@ Common parseCommon(const ojson &body, const ServerOptions &opt) {
   for (const char *k : {"max_tokens", "max_completion_tokens"}) {
     if (!body.contains(k) || body[k].is_null())
       continue;
-    if (!body[k].is_number_integer() || body[k].get<int64_t>() < 1 ||
-        body[k].get<int64_t>() > (1 << 30))
+    std::optional<int64_t> n = jsonIntIn(body[k], 1, kMaxContextTokens);
+    if (!n)
       badRequest(std::string("'") + k + "' must be a positive integer", k);
-    c.sampling.maxTokens = int(body[k].get<int64_t>());
+    c.sampling.maxTokens = int(*n);
     c.maxTokensGiven = true;
   }
   if (body.contains("temperature") && !body["temperature"].is_null())
@@ -458,12 +459,12 @@ Common parseCommon(const ojson &body, const ServerOptions &opt) {
   if (given("min_p"))
     c.sampling.minP = float(getNumber(body, "min_p", 0, 1));
   if (given("top_k")) {
-    // -1 and 0 both mean "off" (vLLM's -1, transformers' 0).
-    if (!body["top_k"].is_number_integer() ||
-        body["top_k"].get<int64_t>() < -1 ||
-        body["top_k"].get<int64_t>() > (1 << 30))
+    // -1 and 0 both mean "off" (vLLM's -1, transformers' 0). Through
+    // jsonIntIn: get<int64_t> wrapped 2^64-1 to -1, "off".
+    std::optional<int64_t> k = jsonIntIn(body["top_k"], -1, 1 << 30);
+    if (!k)
       badRequest("'top_k' must be an integer >= -1 (-1 or 0: off)", "top_k");
-    c.sampling.topK = int(std::max<int64_t>(0, body["top_k"].get<int64_t>()));
+    c.sampling.topK = int(std::max<int64_t>(0, *k));
   }
   if (body.contains("seed") && !body["seed"].is_null()) {
     if (!body["seed"].is_number_integer())
@@ -472,7 +473,7 @@ Common parseCommon(const ojson &body, const ServerOptions &opt) {
     c.sampling.hasSeed = true;
   }
   if (body.contains("n") && !body["n"].is_null() &&
-      (!body["n"].is_number_integer() || body["n"].get<int64_t>() != 1))
+      !jsonIntIn(body["n"], 1, 1))
     badRequest("only 'n' = 1 is supported", "n");
   if (body.contains("stream") && !body["stream"].is_null()) {
     if (!body["stream"].is_boolean())
@@ -1040,15 +1041,15 @@ private:
         c.sampling.logprobs = 0;
     }
     if (body.contains("top_logprobs") && !body["top_logprobs"].is_null()) {
-      const ojson &t = body["top_logprobs"];
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
-          t.get<int64_t>() > kMaxTopLogprobs)
+      std::optional<int64_t> t =
+          jsonIntIn(body["top_logprobs"], 0, kMaxTopLogprobs);
+      if (!t)
         badRequest("'top_logprobs' must be an integer from 0 to " +
                        std::to_string(kMaxTopLogprobs),
                    "top_logprobs");
       if (c.sampling.logprobs < 0)
         badRequest("'top_logprobs' needs 'logprobs': true", "top_logprobs");
-      c.sampling.logprobs = int(t.get<int64_t>());
+      c.sampling.logprobs = int(*t);
     }
     bool parseCalls;
     ojson tools = validateTools(body, parseCalls);
@@ -1244,13 +1245,13 @@ private:
     checkHarmlessValues(body);
     Common c = parseCommon(body, opt_);
     if (body.contains("logprobs") && !body["logprobs"].is_null()) {
-      const ojson &l = body["logprobs"];
-      if (!l.is_number_integer() || l.get<int64_t>() < 0 ||
-          l.get<int64_t>() > kMaxTopLogprobs)
+      std::optional<int64_t> l =
+          jsonIntIn(body["logprobs"], 0, kMaxTopLogprobs);
+      if (!l)
         badRequest("'logprobs' must be an integer from 0 to " +
                        std::to_string(kMaxTopLogprobs),
                    "logprobs");
-      c.sampling.logprobs = int(l.get<int64_t>());
+      c.sampling.logprobs = int(*l);
     }
     if (!body.contains("prompt"))
       badRequest("'prompt' is required", "prompt");
@@ -1262,12 +1263,12 @@ private:
       ids = tok_.encode(p[0].get<std::string>());
     } else if (p.is_array() && !p.empty()) {
       for (const auto &x : p) {
-        if (!x.is_number_integer() || x.get<int64_t>() < 0 ||
-            x.get<int64_t>() >= tok_.vocabSize())
+        std::optional<int64_t> id = jsonIntIn(x, 0, tok_.vocabSize() - 1);
+        if (!id)
           badRequest("'prompt' must be a string or an array of token ids "
                      "below the vocabulary size",
                      "prompt");
-        ids.push_back(int32_t(x.get<int64_t>()));
+        ids.push_back(int32_t(*id));
       }
     } else {
       badRequest("'prompt' must be a string or an array of token ids",

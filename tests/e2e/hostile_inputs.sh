@@ -4,15 +4,21 @@
 #     serve) or >= 2^32 (used to wrap to id 0): one line naming the file and
 #     the token, exit 1;
 #  2. every byte of a fresh pack is covered by some check (verify's summary
-#     says "no check 0"), 64 flipped bytes of input_layernorm.weight are
+#     says "no check 0"; without SHA-256 sidecars only padding no reader
+#     uses is left), 64 flipped bytes of input_layernorm.weight are
 #     found (SHA-256 sidecar), and without sidecars a damaged exponent is
 #     still found (value check) and refused by run at load;
-#  3. ranks started by hand with different --tokens / sampling flags are
-#     refused naming both; a rank given no request adopts rank 0's;
+#  3. ranks started by hand with different --tokens / sampling flags or
+#     --prefill are refused naming both; a rank given no request adopts
+#     rank 0's;
 #  4. out-of-range numbers: --max-new 2^63-1, --port 70000, --max-queue -1,
 #     --memory-per-spark nan;
-#  5. unbounded reads: PLAN /dev/zero, --manifest /dev/zero;
-#  6. config.json values of the wrong type or range;
+#  5. unbounded reads: PLAN /dev/zero, --manifest /dev/zero, a FIFO in place
+#     of a pack file (used to block verify, compile and run in open()) or of
+#     a kernel cache entry (blocked compile);
+#  6. config.json values of the wrong type or range, and values of keys the
+#     executors assume (scoring_func, rope_interleave: compile used to
+#     ignore them);
 #  9. --dump-logits DIR / dequant -o DIR leave no DIR.tmp; the server
 #     accepts prompt ids the CLI accepts (ids above the tokenizer's own).
 # Every refusal is one line "...: error: ..." and exit status 1 (CLI11 flag
@@ -62,6 +68,16 @@ for layout in hf exl3 exlr8; do
   grep -q "^coverage: .*; no check 0 (0.00%" "$T/v.txt" || { cat "$T/v.txt"; fail "$layout: bytes without a check"; }
 done
 echo "2. fresh hf/exl3/exlr8 packs: every byte covered by some check"
+# Without the sidecars every byte but padding no reader uses is still
+# covered (exl3's model.safetensors.index.json used to be left out).
+for d in hf x8 e3; do
+  rm -rf "$T/nosha"; cp -r "$T/$d" "$T/nosha"; rm -rf "$T/nosha/hashes"
+  extra=(); [ $d = x8 ] && extra=(--manifest mixed)
+  glmc verify "$T/nosha" "${extra[@]}" > "$T/v.txt" || { cat "$T/v.txt"; fail "verify $d without sidecars"; }
+  grep -q "^coverage: .*; no check \([0-9]*\) (.*, of which \1 padding no reader uses)" "$T/v.txt" \
+    || { cat "$T/v.txt"; fail "$d without sidecars: bytes without a check that are not padding"; }
+done
+echo "2. without sidecars: every byte but padding covered by some check"
 
 # The dense file and offset of a plain tensor of the exlr8 pack.
 locate() { # PACK TENSOR -> "FILE OFFSET BYTES DTYPE"
@@ -137,11 +153,11 @@ ranks() { # RANK0-ARGS -- RANK1-ARGS; sets rc0 rc1, output in $T/r0.* $T/r1.*
   local a=() b=()
   while [ "$1" != -- ]; do a+=("$1"); shift; done; shift; b=("$@")
   local p; p=$(port)
-  glm-engine run - --pack "$T/hf" --rank 0 --world 2 --coordinator 127.0.0.1:$p \
+  glm-engine run "${PLAN:--}" --pack "$T/hf" --rank 0 --world 2 --coordinator 127.0.0.1:$p \
     --join-timeout 120 "${a[@]}" > "$T/r0.out" 2> "$T/r0.err" &
   local p0=$!
   rc1=0; rc0=0
-  glm-engine run - --pack "$T/hf" --rank 1 --world 2 --coordinator 127.0.0.1:$p \
+  glm-engine run "${PLAN:--}" --pack "$T/hf" --rank 1 --world 2 --coordinator 127.0.0.1:$p \
     --join-timeout 120 "${b[@]}" > "$T/r1.out" 2> "$T/r1.err" || rc1=$?
   wait $p0 || rc0=$?
 }
@@ -168,6 +184,15 @@ ranks --tokens 3,1,4,1,5 --max-new 4 --temperature 0.8 --seed 9 --
 [ $rc0 = 0 ] && [ $rc1 = 0 ] || { cat "$T/r0.err" "$T/r1.err"; fail "adopting rank failed"; }
 diff <(grep "^generated tokens" "$T/one.out") <(grep "^generated tokens" "$T/r0.out") \
   || fail "2 ranks (rank 1 adopting) differ from one process"
+# Chunked prefill runs other graphs (other collectives) than token steps:
+# the ranks must feed the prompt the same way.
+glmc compile --help > "$T/compile-help.txt" 2>&1 || true
+if grep -q -- "--sparks" "$T/compile-help.txt"; then
+  glmc compile "$T/hf" --sparks 2 --no-nvrtc --decode-batches 1 --prefill-chunks 8 \
+    -o "$T/p2.glmplan" > /dev/null 2>&1
+  PLAN="$T/p2.glmplan" mismatch "rank 1 runs --prefill chunked but rank 0 runs --prefill tokens" \
+    --tokens 1,2,3,4,5,6,7,8,9,10,11 --max-new 2 --prefill tokens --
+fi
 echo "3. ranks by hand: differing requests refused naming both; rank 1 adopts rank 0's"
 
 # 4. Numbers.
@@ -190,7 +215,23 @@ truncate -s 30G "$T/sparse.glmplan"
 refused "a plan is 32212254720 bytes (30 GiB), more than the 2 GiB" \
   glm-engine run "$T/sparse.glmplan" --pack "$T/hf" --tokens 1
 rm -f "$T/sparse.glmplan"
-echo "5. devices and oversized files refused by size, not read"
+rm -rf "$T/fifo"; cp -r "$T/hf" "$T/fifo"
+f=$(ls "$T/fifo"/model-*.safetensors | head -1); rm "$f"; mkfifo "$f"
+refused "${f#$T/}: not a regular file" timeout 60 glmc verify "$T/fifo"
+refused "${f#$T/}: not a regular file" timeout 60 glm-engine run - --pack "$T/fifo" --tokens 1
+if grep -q -- "--sparks" "$T/compile-help.txt"; then
+  refused "${f#$T/}: not a regular file" timeout 60 glmc compile "$T/fifo" -o "$T/p.glmplan"
+  # A FIFO named like a kernel cache entry is a miss, not a wait.
+  export GLMC_KERNEL_CACHE="$T/kernel-cache"
+  if glmc compile "$T/hf" -o "$T/p.glmplan" > /dev/null 2>&1 &&
+     e=$(ls "$T/kernel-cache"/*.ptx 2> /dev/null | head -1) && [ -n "$e" ]; then
+    rm "$e"; mkfifo "$e"
+    timeout 120 glmc compile "$T/hf" -o "$T/p.glmplan" > /dev/null 2>&1 \
+      || fail "compile with a FIFO in the kernel cache ($?)"
+  fi # else: no NVRTC here, no cache
+  unset GLMC_KERNEL_CACHE
+fi
+echo "5. devices, pipes and oversized files refused, not read"
 
 # 6. config.json by key.
 badcfg() { # WANT JSON-EDIT
@@ -210,6 +251,17 @@ badcfg 'config.json: key "eos_token_id" is "x"; allowed: a token id' 'eos_token_
 badcfg 'config.json: key "num_experts_per_tok" is 0; allowed: an integer in 1..' 'num_experts_per_tok=0'
 badcfg 'config.json: key "num_experts_per_tok" is -1; allowed' 'num_experts_per_tok=-1'
 badcfg 'config.json: key "rope_theta" is -1; allowed: a finite number in (1, ' 'rope_parameters.rope_theta=-1'
+badcfg 'config.json: key "scoring_func" is \["sigmoid"\]; allowed: "sigmoid"' 'scoring_func=["sigmoid"]'
+badcfg 'config.json: key "n_group" is "x"; allowed: an integer' 'n_group="x"'
+if grep -q -- "--sparks" "$T/compile-help.txt"; then
+  # Compile and the plan executor used to run sigmoid routing regardless.
+  badcfg 'config.json: key "scoring_func" is "softmax"; allowed: "sigmoid"' 'scoring_func="softmax"'
+  refused 'config.json: key "scoring_func" is "softmax"; allowed: "sigmoid"' \
+    glmc compile "$T/cfg" -o "$T/p.glmplan"
+  badcfg 'config.json: key "rope_interleave" is false; allowed: true' 'rope_interleave=false'
+  refused 'config.json: key "rope_interleave" is false; allowed: true' \
+    glmc compile "$T/cfg" -o "$T/p.glmplan"
+fi
 echo "6. config values of the wrong type or range refused by key"
 
 # 9. No DIR.tmp; the server takes the CLI's prompt ids.

@@ -239,7 +239,9 @@ def test_request_sampling_fields_reach_the_engine(client):
 
 @pytest.mark.parametrize("field,value", [
     ("top_k", -2), ("top_k", 1.5), ("min_p", 1.5), ("repetition_penalty", 0),
-    ("presence_penalty", 3), ("frequency_penalty", "x")])
+    ("presence_penalty", 3), ("frequency_penalty", "x"),
+    # 2^64 - 1 wrapped to -1 ("off") through get<int64_t> (issue 18).
+    ("top_k", 2**64 - 1)])
 def test_bad_sampling_values(client, field, value):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="glm-fake", messages=HI,

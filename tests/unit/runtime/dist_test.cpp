@@ -89,6 +89,27 @@ TEST(Dist, AllGatherAndBarrierAcrossFourRanks) {
     EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+TEST(Dist, CoordinatorPortIsABoundedInteger) {
+  std::string host;
+  int port = 0;
+  parseHostPort("[::1]:29400", host, port, "--coordinator");
+  EXPECT_EQ(host, "::1");
+  EXPECT_EQ(port, 29400);
+  for (const char *bad : {"h:0", "h:65536", "h:70000", "h: 5", "h:5x",
+                          "h:99999999999999999999"}) {
+    std::string e;
+    try {
+      parseHostPort(bad, host, port, "--coordinator");
+    } catch (const glm::rt::Error &err) {
+      e = err.what();
+    }
+    EXPECT_NE(e.find(std::string("--coordinator \"") + bad + "\": the port: "),
+              std::string::npos)
+        << bad << ": " << e;
+    EXPECT_NE(e.find("is not an integer in 1..65535"), std::string::npos) << e;
+  }
+}
+
 TEST(Dist, OneRankNeedsNoTransport) {
   auto comm = TcpHostComm::join(config(0, 1, 1));
   int v = 7, out = 0;

@@ -1026,6 +1026,23 @@ TEST(Exlr8Dense, AllFormatsDecodePerTable) {
   EXPECT_NE(errorOf([&] { q->dequantize("lm_head.weight"); }).find("index-only"),
             std::string::npos);
   fs::remove_all(io);
+
+  // A record carries no checksum: a damaged field, even one of the unused
+  // [5..7], differs from the header's metadata copy and is refused at open.
+  p.reset();
+  auto g = SafetensorsFile::open(dir + "/dense/exlr8-vocab.safetensors");
+  uint64_t r7 = g->get("lm_head.record").fileOffset + 7 * 8 + 6;
+  g.reset();
+  flipByte(dir + "/dense/exlr8-vocab.safetensors", r7);
+  const std::string rec = errorOf([&] { Pack::open(dir); });
+  EXPECT_NE(rec.find("dense/exlr8-vocab.safetensors: tensor lm_head.record[7] "
+                     "= "),
+            std::string::npos)
+      << rec;
+  EXPECT_NE(rec.find("but the header's metadata copy says 0: the record is "
+                     "damaged; re-download dense/exlr8-vocab.safetensors"),
+            std::string::npos)
+      << rec;
   fs::remove_all(dir);
 }
 

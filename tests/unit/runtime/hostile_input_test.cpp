@@ -10,6 +10,7 @@
 #include "runtime/base/cli_numbers.h"
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
+#include "runtime/base/host_memory.h"
 #include "runtime/base/numbers.h"
 #include "runtime/base/sha256.h"
 #include "runtime/cpu/generator.h"
@@ -148,6 +149,21 @@ TEST(BoundedNumbers, HugeMaxNewIsRefusedNotRunForever) {
   EXPECT_EQ(steps, 0);
 }
 
+TEST(BoundedNumbers, HostMemoryOverrideIsBounded) {
+  // "inf" and 1e30 GiB overflowed the conversion to bytes (undefined);
+  // "nan" and "12x" were ignored or read as 12.
+  ::setenv("GLM_HOST_MEMORY_GIB", "2", 1);
+  EXPECT_EQ(availableHostMemory(), 2ull << 30);
+  for (const char *v : {"inf", "nan", "1e30", "-1", "12x"}) {
+    ::setenv("GLM_HOST_MEMORY_GIB", v, 1);
+    EXPECT_EQ(errorOf([] { availableHostMemory(); }),
+              std::string("GLM_HOST_MEMORY_GIB (GiB of host memory): \"") + v +
+                  "\" is not a finite number in " +
+                  rangeText(0.0, double(1 << 20)));
+  }
+  ::unsetenv("GLM_HOST_MEMORY_GIB");
+}
+
 //===----------------------------------------------------------------------===//
 // Files
 //===----------------------------------------------------------------------===//
@@ -181,6 +197,20 @@ TEST(BoundedFiles, RefusesDevicesPipesDirectoriesAndOversizedFiles) {
   EXPECT_NE(e.find("more than the 4 bytes"), std::string::npos) << e;
   e = errorOf([&] { readFileBounded(d + "/none", 4, "the model config"); });
   EXPECT_NE(e.find("cannot open the model config"), std::string::npos) << e;
+  fs::remove_all(d);
+}
+
+TEST(BoundedFiles, SafetensorsOpenRefusesAPipeWithoutBlocking) {
+  // A FIFO in place of a pack file blocked verify, compile and run in
+  // open() (no writer ever comes).
+  std::string d = tmpDir("st-fifo");
+  std::string fifo = d + "/model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string e = errorOf([&] { SafetensorsFile::open(fifo); });
+  EXPECT_EQ(e, fifo + ": not a regular file (a device, pipe or directory); a "
+                      "safetensors file must be the file itself");
+  e = errorOf([] { SafetensorsFile::open("/dev/zero"); });
+  EXPECT_NE(e.find("not a regular file"), std::string::npos) << e;
   fs::remove_all(d);
 }
 
@@ -291,6 +321,65 @@ TEST(ConfigValidation, WrongTypesAndRangesAreRefusedByKey) {
   EXPECT_EQ(configError([](auto &j) { j.erase("vocab_size"); }),
             "p/config.json: missing integer key \"vocab_size\" (allowed: an "
             "integer in 1..16777216)");
+}
+
+TEST(ConfigValidation, KeysWithOneSupportedValueAreCheckedForEveryExecutor) {
+  // Compile and the plan executor used to ignore these keys: scoring_func
+  // "softmax" or hidden_act "gelu" ran sigmoid routing and SiLU; only the
+  // reference forward refused them, and not when given another type.
+  EXPECT_EQ(configError([](auto &j) { j["scoring_func"] = "softmax"; }),
+            "p/config.json: key \"scoring_func\" is \"softmax\"; allowed: "
+            "\"sigmoid\" (the only router scoring glmc runs)");
+  EXPECT_EQ(configError([](auto &j) { j["scoring_func"] = {"sigmoid"}; }),
+            "p/config.json: key \"scoring_func\" is [\"sigmoid\"]; allowed: "
+            "\"sigmoid\" (the only router scoring glmc runs)");
+  EXPECT_EQ(configError([](auto &j) { j["hidden_act"] = 5; }),
+            "p/config.json: key \"hidden_act\" is 5; allowed: \"silu\" (the "
+            "only MLP activation glmc runs)");
+  EXPECT_NE(configError([](auto &j) { j["topk_method"] = "greedy"; })
+                .find("key \"topk_method\" is \"greedy\"; allowed: "
+                      "\"noaux_tc\""),
+            std::string::npos);
+  EXPECT_EQ(configError([](auto &j) {
+              j["rope_parameters"] = {{"rope_theta", 1e4}, {"rope_type", "yarn"}};
+            }),
+            "p/config.json: key \"rope_type\" is \"yarn\"; allowed: "
+            "\"default\" (only default RoPE)");
+  EXPECT_EQ(configError([](auto &j) { j["n_group"] = "x"; }),
+            "p/config.json: key \"n_group\" is \"x\"; allowed: an integer in "
+            "1..65536");
+  EXPECT_EQ(configError([](auto &j) { j["n_group"] = 8, j["topk_group"] = 4; }),
+            "p/config.json: key \"topk_group\" is 4; allowed: n_group (8): "
+            "grouped expert routing is not supported");
+  EXPECT_EQ(configError([](auto &j) { j["attention_bias"] = true; }),
+            "p/config.json: key \"attention_bias\" is true; allowed: false "
+            "(attention biases are not supported)");
+  EXPECT_EQ(configError([](auto &j) { j["attention_bias"] = "no"; }),
+            "p/config.json: key \"attention_bias\" is \"no\"; allowed: true "
+            "or false");
+  EXPECT_EQ(configError([](auto &j) { j["num_key_value_heads"] = 1; }),
+            "p/config.json: key \"num_key_value_heads\" is 1; allowed: an "
+            "integer in 2..2");
+  EXPECT_EQ(configError([](auto &j) { j["rope_interleave"] = false; }),
+            "p/config.json: key \"rope_interleave\" is false; allowed: true "
+            "(only interleaved RoPE is implemented)");
+  EXPECT_EQ(configError([](auto &j) { j["indexer_rope_interleave"] = 0; }),
+            "p/config.json: key \"indexer_rope_interleave\" is 0; allowed: "
+            "true or false");
+  EXPECT_EQ(configError([](auto &j) { j["moe_layer_freq"] = 2; }),
+            "p/config.json: key \"moe_layer_freq\" is 2; allowed: an integer "
+            "in 1..1");
+  // The values GLM-5.3 and GLM-5.3-Flash ship.
+  EXPECT_EQ(configError([](auto &j) {
+              j["hidden_act"] = "silu", j["scoring_func"] = "sigmoid";
+              j["topk_method"] = "noaux_tc", j["n_group"] = 1;
+              j["topk_group"] = 1, j["attention_bias"] = false;
+              j["num_key_value_heads"] = 2, j["rope_scaling"] = nullptr;
+              j["rope_interleave"] = true, j["moe_layer_freq"] = 1;
+              j["rope_parameters"] = {{"rope_theta", 8e6},
+                                      {"rope_type", "default"}};
+            }),
+            "");
 }
 
 //===----------------------------------------------------------------------===//

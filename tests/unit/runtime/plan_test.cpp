@@ -394,6 +394,18 @@ TEST(Plan, RefusesOutOfRangeIndices) {
               parsePlan(over.data(), over.size(), "over.glmplan");
             }).find("overflows buffer 'w.l1.experts'"),
             std::string::npos);
+  // A binding names a file inside --pack: not an absolute path (/dev/zero,
+  // a FIFO) and not one that climbs out of it.
+  for (const char *file : {"/dev/zero", "../outside.safetensors",
+                           "dense/../../x.safetensors", ""}) {
+    auto esc = bytesWith([&](Plan &p) { p.ranks[1].weights[0].file = file; });
+    const std::string e = errorOf(
+        [&] { parsePlan(esc.data(), esc.size(), "esc.glmplan"); });
+    EXPECT_NE(e.find(std::string("rank 1 binding of '") + file + "' @13096 "
+                     "names no file inside the pack directory"),
+              std::string::npos)
+        << e;
+  }
   EXPECT_NE(errorOf([] { readPlan("/nonexistent/x.glmplan"); })
                 .find("cannot open the plan"),
             std::string::npos);
