@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "plans/plan.h"
+#include "plans/engine_image.h"
 #include "plans/plan_generated.h"
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
@@ -435,6 +436,10 @@ Plan readPlan(const std::string &path, const ReadExpectations &expect) {
             ": cannot open the plan (no such file?); ",
             replanHint(expect.packDir, 0, path));
   std::string bytes = rt::readFileBounded(path, rt::kMaxPlanBytes, "a plan");
+  // An engine executable (glmc compile --emit engine) carries its plan.
+  if (auto e = findEmbeddedPlan(bytes, path))
+    return parsePlan(reinterpret_cast<const uint8_t *>(bytes.data()) + e->offset,
+                     e->size, path + " (the plan inside this engine)", expect);
   return parsePlan(reinterpret_cast<const uint8_t *>(bytes.data()),
                    bytes.size(), path, expect);
 }

@@ -11,10 +11,12 @@
 #include "compiler/driver/commands.h"
 #include "compiler/mlir/Import.h"
 #include "compiler/mlir/Passes.h"
+#include "plans/engine_image.h"
 #include "plans/plan_inspect.h"
 #include "runtime/base/cli_numbers.h"
 #include "runtime/base/command_line.h"
 #include "runtime/base/error.h"
+#include "runtime/base/files.h"
 #include "runtime/base/progress.h"
 #include "runtime/formats/pack.h"
 
@@ -36,6 +38,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <sstream>
 
@@ -237,7 +240,24 @@ static int runCompile(const CompileArgs &a) {
                : a.emit == "cuda"   ? Stage::Cuda
                                     : Stage::Plan;
   glm::rt::check(stop != Stage::Plan || !a.output.empty(),
-                 "glmc compile: --emit=plan needs -o PLAN (the plan file)");
+                 "glmc compile: --emit=", a.emit, " needs -o ",
+                 a.emit == "engine" ? "ENGINE (the executable to write)"
+                                    : "PLAN (the plan file)");
+  // --emit engine: the plan goes to a temporary file, then into a copy of
+  // the glm-engine installed beside glmc (plans/engine_image.h).
+  const bool engine = a.emit == "engine";
+  std::string runtime;
+  if (engine) {
+    std::error_code ec;
+    const std::filesystem::path self =
+        std::filesystem::read_symlink("/proc/self/exe", ec);
+    runtime = (self.parent_path() / "glm-engine").string();
+    glm::rt::check(!ec && std::filesystem::is_regular_file(runtime),
+                   "glmc compile --emit engine: the runtime glm-engine is not "
+                   "beside glmc (looked for ", runtime,
+                   "); install glmc and glm-engine from the same build");
+  }
+  const std::string planOut = engine ? a.output + ".plan.tmp" : a.output;
   mlir::DialectRegistry registry;
   registerGlmDialects(registry);
   mlir::MLIRContext ctx(registry);
@@ -310,7 +330,7 @@ static int runCompile(const CompileArgs &a) {
   opt.compileKernels = !a.noKernelCompile && glm::codegen::nvrtcAvailable();
 #endif
   opt.cubin = a.kernelBinaries == "cubin";
-  opt.output = stop == Stage::Plan ? a.output : "";
+  opt.output = stop == Stage::Plan ? planOut : "";
   opt.moeTrellisTuning = a.moeTrellisTuning;
   opt.denseTrellisTuning = a.denseTrellisTuning;
   opt.programmaticLaunch = a.programmaticLaunch == "on";
@@ -352,11 +372,26 @@ static int runCompile(const CompileArgs &a) {
   }
   if (mlir::failed(pm.run(*module))) {
     progress.finish();
+    if (engine)
+      std::filesystem::remove(planOut);
     if (stop == Stage::Plan)
       reportMemory(a, *module, /*over=*/true);
     return 1;
   }
   progress.finish();
+  if (engine) {
+    const std::string bytes = glm::rt::readFileBounded(
+        planOut, glm::rt::kMaxPlanBytes, "the plan just written");
+    std::filesystem::remove(planOut);
+    glm::plan::writeEngineImage(
+        runtime, std::vector<uint8_t>(bytes.begin(), bytes.end()), a.output);
+    llvm::errs() << "glmc: wrote " << a.output << " (" << runtime
+                 << " with the plan inside: " << a.output
+                 << " run|serve|bench --pack DIR) for " << a.sparks
+                 << (a.sparks == 1 ? " Spark\n" : " Sparks\n");
+    reportMemory(a, *module, /*over=*/false);
+    return 0;
+  }
   if (stop == Stage::Plan) {
     llvm::errs() << "glmc: wrote " << a.output << " for " << a.sparks
                  << (a.sparks == 1 ? " Spark\n" : " Sparks\n");
@@ -454,9 +489,11 @@ void addCompileCommand(CLI::App &app, int &rc,
   cmd->add_option("--emit", args->emit,
                   "stop after a stage: model (sharded model-level IR), kernel "
                   "(fused kernel-level IR with memory plan), cuda (kernel "
-                  "sources), plan (the plan file)")
+                  "sources), plan (the plan file), engine (one executable: "
+                  "the glm-engine beside glmc with the plan inside, run as "
+                  "ENGINE run|serve|bench --pack DIR; glmc inspect reads it)")
       ->default_val("plan")
-      ->check(CLI::IsMember({"model", "kernel", "cuda", "plan"}));
+      ->check(CLI::IsMember({"model", "kernel", "cuda", "plan", "engine"}));
   cmd->add_option("--dump-ir-after", args->dumpIrAfter,
                   "print the IR after a pass (shard-tp, select-width, fuse, "
                   "emit-kernels, plan-memory, emit-plan) to stderr");
@@ -503,8 +540,8 @@ void addCompileCommand(CLI::App &app, int &rc,
   cmd->add_flag("--timing", args->timing,
                 "print the wall time of the import and of every pass");
   cmd->add_option("-o,--output", args->output,
-                  "plan file (--emit=plan), else IR/source output (default "
-                  "stdout)");
+                  "plan file (--emit=plan), executable (--emit=engine), else "
+                  "IR/source output (default stdout)");
   cmd->callback([args, maxContext, &rc] {
     args->maxContextGiven = maxContext->count() > 0;
     rc = runCompile(*args);

@@ -9,6 +9,8 @@
 #include "runtime/base/cli_numbers.h"
 #include "runtime/engine/commands.h"
 
+#include "plans/engine_image.h"
+
 #include <CLI/CLI.hpp>
 
 #include <fstream>
@@ -90,7 +92,11 @@ void addBenchCommand(CLI::App &app, int &rc) {
     // prefill (bench_prefill.cpp) has its own table of TFLOP/s.
     bo.stepPack = o->stepPack;
     bo.stepPosition = o->stepPosition;
-    bo.planPath = o->plan;
+    // An engine that carries its plan (glmc compile --emit engine) times
+    // that plan's step when given its pack.
+    bo.planPath = o->plan.empty() && !o->stepPack.empty()
+                      ? plan::selfEmbeddedPlanPath()
+                      : o->plan;
     bo.measuredOut = o->measuredOut;
     bo.graphs = !o->noGraphs;
     if (!bo.planPath.empty())

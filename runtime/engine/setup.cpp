@@ -23,6 +23,8 @@
 #include "runtime/serve/tokenizer.h"
 #endif
 
+#include "plans/engine_image.h"
+
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -32,10 +34,19 @@
 namespace glm::rt {
 
 void addEngineOptions(CLI::App &sub, EngineOptions &o) {
-  sub.add_option("PLAN", o.plan,
-                 "Plan file from `glmc compile` (`-` = no plan: run the pack "
-                 "directly, emulating --sparks ranks)")
-      ->required();
+  // An engine written by `glmc compile --emit engine` carries its plan:
+  // PLAN may be left out (plans/engine_image.h).
+  const std::string self = plan::selfEmbeddedPlanPath();
+  CLI::Option *planOpt = sub.add_option(
+      "PLAN", o.plan,
+      self.empty() ? "Plan file from `glmc compile` (`-` = no plan: run the "
+                     "pack directly, emulating --sparks ranks)"
+                   : "Plan file from `glmc compile`; default: the plan this "
+                     "engine carries (`-` = no plan: run the pack directly)");
+  if (self.empty())
+    planOpt->required();
+  else
+    o.plan = self;
   sub.add_option("--pack", o.pack,
                  "Pack directory the plan was compiled for (HF, EXL3 or "
                  "exlr8 layout)")

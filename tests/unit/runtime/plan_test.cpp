@@ -1,4 +1,5 @@
 //===- plan_test.cpp - plan round trip, determinism, refusals, inspect ----===//
+#include "plans/engine_image.h"
 #include "plans/plan.h"
 #include "plans/plan_inspect.h"
 #include "runtime/base/error.h"
@@ -208,6 +209,55 @@ TEST(Plan, RoundTripGivesEqualStructs) {
   Plan r = q;
   r.ranks[1].weights[0].half = 7;
   EXPECT_FALSE(r == p);
+}
+
+/// glmc compile --emit engine: a runtime executable, the plan, a trailer.
+/// readPlan finds the plan inside; damage to it or to the trailer is named.
+TEST(Plan, EngineImageCarriesItsPlan) {
+  const Plan p = smallPlan();
+  const std::string runtime = tmpPath("glm_plan_fake_runtime");
+  {
+    std::ofstream f(runtime, std::ios::binary);
+    f << std::string(4096, '\x7f') << "ELF-ish bytes";
+  }
+  const std::string image = tmpPath("glm_plan_engine_image");
+  const std::vector<uint8_t> bytes = serializePlan(p);
+  glm::plan::writeEngineImage(runtime, bytes, image);
+  EXPECT_TRUE(glm::plan::hasEmbeddedPlan(image));
+  EXPECT_FALSE(glm::plan::hasEmbeddedPlan(runtime));
+  EXPECT_TRUE(readPlan(image) == p);
+  EXPECT_EQ(std::filesystem::file_size(image),
+            std::filesystem::file_size(runtime) + bytes.size() +
+                glm::plan::kEngineTrailerBytes);
+  // An engine is not a runtime to embed into.
+  EXPECT_THROW(glm::plan::writeEngineImage(image, bytes, image + "2"),
+               glm::rt::Error);
+  auto damaged = [&](uint64_t at, uint8_t v) {
+    std::string b;
+    {
+      std::ifstream f(image, std::ios::binary);
+      b.assign(std::istreambuf_iterator<char>(f), {});
+    }
+    b[at] = char(v);
+    const std::string out = tmpPath("glm_plan_engine_damaged");
+    std::ofstream(out, std::ios::binary) << b;
+    try {
+      readPlan(out);
+    } catch (const glm::rt::Error &e) {
+      return std::string(e.what());
+    }
+    return std::string("read");
+  };
+  const uint64_t size = std::filesystem::file_size(image);
+  const uint64_t planAt = std::filesystem::file_size(runtime);
+  EXPECT_NE(damaged(planAt + bytes.size() / 2, 0xA5).find("fails its checksum"),
+            std::string::npos);
+  // The plan size's top byte: the range runs past the image.
+  EXPECT_NE(damaged(size - 32 + 16 + 7, 0x01).find("truncated or damaged"),
+            std::string::npos);
+  // No trailer at all (its magic damaged): read as a plan file, refused as
+  // one (another identifier).
+  EXPECT_NE(damaged(size - 32, 'X'), "read");
 }
 
 TEST(Plan, SerializationIsDeterministic) {
