@@ -134,8 +134,15 @@ void forward(Child &c, const char *data, size_t len, bool eof) {
   std::fflush(stderr);
 }
 
-int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
+int launch(const LaunchOptions &o, std::vector<std::string> fwd) {
   const int n = o.sparks;
+  // What each rank runs: `run` (the default) or `serve` (rank 0 answers
+  // HTTP, the others follow its requests).
+  std::string command = "run";
+  if (!fwd.empty() && (fwd[0] == "run" || fwd[0] == "serve")) {
+    command = fwd[0];
+    fwd.erase(fwd.begin());
+  }
   for (const char *own : {"--rank", "--world", "--coordinator", "--device",
                           "--sparks"})
     check(findOption(fwd, own, "\x01") == "\x01", "launch sets ", own,
@@ -190,7 +197,7 @@ int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
   const pid_t self = getpid();
   std::vector<Child> kids(n);
   for (int r = 0; r < n; ++r) {
-    std::vector<std::string> args = {exe, "run"};
+    std::vector<std::string> args = {exe, command};
     args.insert(args.end(), fwd.begin(), fwd.end());
     for (const std::string &a :
          {std::string("--sparks"), std::to_string(n), std::string("--rank"),
@@ -239,6 +246,7 @@ int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
   int firstFailed = -1;
   std::string why;
   Clock::time_point killAt = Clock::time_point::max();
+  bool serveStopping = false;
   auto running = [&] {
     for (const Child &c : kids)
       if (c.running || c.errFd >= 0)
@@ -294,7 +302,17 @@ int launch(const LaunchOptions &o, const std::vector<std::string> &fwd) {
       killAt = Clock::now() + std::chrono::milliseconds((int64_t)(o.grace *
                                                                   1000));
     }
-    if (gInterrupted && why.empty()) {
+    if (gInterrupted && why.empty() && command == "serve" &&
+        !serveStopping) {
+      // A server stops cleanly: rank 0 stops listening and tells the other
+      // ranks to end (serve_ranks.h); they get --grace seconds to.
+      serveStopping = true;
+      if (kids[0].running)
+        kill(kids[0].pid, SIGTERM);
+      killAt = Clock::now() + std::chrono::milliseconds((int64_t)(o.grace *
+                                                                  1000));
+    }
+    if (gInterrupted && why.empty() && !serveStopping) {
       why = std::string("interrupted by ") + strsignal(gInterrupted);
       for (Child &c : kids)
         if (c.running)
@@ -336,7 +354,10 @@ void addLaunchCommand(CLI::App &app, int &rc) {
       "launch",
       "Run a plan on N rank processes of this host, one per Spark/GPU");
   sub->footer(
-      "Usage: glm-engine launch --sparks N PLAN --pack DIR [run options]\n"
+      "Usage: glm-engine launch --sparks N [launch options] PLAN --pack DIR "
+      "[run options]\n"
+      "       glm-engine launch --sparks N [launch options] serve PLAN --pack "
+      "DIR [serve options]  (rank 0 serves HTTP, every rank runs the plan)\n"
       "Every argument launch does not know (PLAN, --pack, --backend, "
       "--tokens, --max-new, --dump-logits, --rank-timeout, ...; see "
       "`glm-engine run --help`) is passed to each rank, which runs\n"
@@ -372,6 +393,9 @@ void addLaunchCommand(CLI::App &app, int &rc) {
                   "Coordinator port on 127.0.0.1 (default: a free one)")
       ->check(cliInt(1, 65535));
   sub->allow_extras();
+  // Everything from the first positional (PLAN, or `serve`) on is the
+  // ranks': `launch --sparks 2 serve PLAN --port 8080` gives serve its port.
+  sub->prefix_command();
   sub->callback([o, sub, &rc] {
     std::vector<std::string> fwd = sub->remaining();
     check(!fwd.empty(), "launch: give PLAN --pack DIR and the run options "

@@ -11,13 +11,17 @@
 #include "runtime/base/cli_numbers.h"
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
+#include "runtime/engine/dist_options.h"
+#include "runtime/engine/serve_ranks.h"
 #include "runtime/engine/setup.h"
+#include "runtime/dist/comm.h"
 #include "runtime/serve/chat.h"
 #include "runtime/serve/server.h"
 
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -29,11 +33,17 @@ namespace glm::rt {
 namespace {
 
 /// The server's Engine over a Generator (which is safe to call from several
-/// threads: each generate() owns its KV cache).
+/// threads: each generate() owns its KV cache). With `ranks` (rank 0 of a
+/// multi-process plan) each generation is first sent to the other ranks
+/// and every token's go-on is agreed with them (serve_ranks.h); a failed
+/// rank makes this and every later request 503 and stops the server.
 class GeneratorEngine : public Engine {
 public:
-  GeneratorEngine(Generator &g, std::vector<int64_t> eos, int concurrency)
-      : g_(g), eos_(std::move(eos)), concurrency_(concurrency) {}
+  GeneratorEngine(Generator &g, std::vector<int64_t> eos, int concurrency,
+                  dist::HostComm *ranks = nullptr,
+                  std::atomic<bool> *stopServer = nullptr)
+      : g_(g), eos_(std::move(eos)), concurrency_(ranks ? 1 : concurrency),
+        ranks_(ranks), stopServer_(stopServer) {}
   // loadEngine bounds the context by kMaxContextTokens (2^30), so it fits
   // the server's int; a plan's 2^32 + 100 is refused there, not truncated.
   int maxContext() const override {
@@ -64,6 +74,8 @@ public:
     sp.maxNew = std::max<int64_t>(0, std::min<int64_t>(s.maxTokens, room));
     sp.stopIds = eos_;
     std::vector<int64_t> p(prompt.begin(), prompt.end());
+    if (ranks_)
+      return generateOnRanks(p, sp, s, onToken);
     // runGeneration reports a token's logprobs just before the token.
     TokenLogprobs lp;
     auto onSample = [&](const SampledToken &st) {
@@ -80,10 +92,60 @@ public:
         nullptr, onSample);
   }
 
+  /// Rank 0 after the server stopped: the other ranks end too.
+  void stopRanks() {
+    if (ranks_ && lost_.empty())
+      sendRankRequest(*ranks_, RankRequest{true, {}, {}});
+  }
+  bool ranksLost() const { return !lost_.empty(); }
+
 private:
+  void generateOnRanks(const std::vector<int64_t> &p, const SamplingParams &sp,
+                       const Sampling &s, const OnToken &onToken) {
+    if (!lost_.empty())
+      throw EngineUnavailable(lost_);
+    TokenLogprobs lp;
+    auto onSample = [&](const SampledToken &st) {
+      lp.logprob = float(st.logprob);
+      lp.top.clear();
+      for (const TokenLogprob &t : st.top)
+        lp.top.emplace_back((int32_t)t.token, float(t.logprob));
+    };
+    int64_t pos = int64_t(p.size());
+    try {
+      sendRankRequest(*ranks_, RankRequest{false, p, sp});
+      g_.generate(
+          p, sp,
+          [&](int64_t t) {
+            ranks_->setStep(pos++);
+            const bool goOn =
+                onToken((int32_t)t, s.logprobs >= 0 ? &lp : nullptr);
+            return agreeToContinue(*ranks_, goOn);
+          },
+          nullptr, onSample);
+    } catch (const Error &e) {
+      // A request the generator refuses is refused by every rank alike; a
+      // rank that died ends serving.
+      try {
+        ranks_->checkHealthy();
+      } catch (const Error &dead) {
+        lost_ = std::string("a rank of this plan failed, the server stops: ") +
+                dead.what();
+        std::cerr << "glm serve: " << lost_ << std::endl;
+        if (stopServer_)
+          *stopServer_ = true;
+        throw EngineUnavailable(lost_);
+      }
+      throw;
+    }
+  }
+
   Generator &g_;
   std::vector<int64_t> eos_;
   int concurrency_;
+  dist::HostComm *ranks_;
+  std::atomic<bool> *stopServer_;
+  std::string lost_; // why the ranks can no longer generate
 };
 
 /// Each waiting request holds a connection and its body (up to 16 MiB).
@@ -91,6 +153,7 @@ constexpr int64_t kMaxQueue = 4096;
 
 struct ServeOptions {
   EngineOptions engine;
+  DistOptions dist;
   ServerOptions server;
   int concurrency = 1;
   std::vector<std::string> modelNames;
@@ -122,6 +185,65 @@ std::unique_ptr<ChatTemplate> loadChatTemplate(const ServeOptions &o,
                                           .string());
 }
 
+/// `glm-engine serve` in this process: the HTTP server, or (a rank other
+/// than 0 of a multi-process plan) rank 0's generations in lockstep.
+int serve(ServeOptions &opt) {
+  ServeOptions *o = &opt;
+  LoadedEngine le = loadEngine(o->engine);
+  dist::HostComm *ranks = o->engine.hostComm;
+  if (ranks && ranks->size() <= 1)
+    ranks = nullptr;
+  if (ranks && ranks->rank() != 0) {
+    std::cerr << "glm serve: rank " << ranks->rank() << " of "
+              << ranks->size() << " runs rank 0's requests" << std::endl;
+    return followRankRequests(*ranks, *le.generator);
+  }
+  check(le.tokenizer != nullptr, "serve needs a tokenizer.json (looked for ",
+        le.tokenizerPath, ")");
+  std::unique_ptr<ChatTemplate> chat = loadChatTemplate(*o, le);
+  if (o->modelNames.empty()) {
+    o->server.modelName =
+        std::filesystem::path(o->engine.pack).lexically_normal()
+            .filename().string();
+  } else {
+    o->server.modelName = o->modelNames[0];
+    o->server.modelAliases.assign(o->modelNames.begin() + 1,
+                                  o->modelNames.end());
+  }
+  if (o->server.modelName.empty())
+    o->server.modelName = "glm";
+  const char *envKeys = std::getenv("GLMC_API_KEY");
+  o->server.apiKeys = splitList(!o->apiKeys.empty() ? o->apiKeys
+                                : envKeys           ? envKeys
+                                                    : "");
+  o->server.allowedOrigins = splitList(o->allowedOrigins);
+  o->server.accessLog = !o->noAccessLog;
+  std::string genConfig =
+      (std::filesystem::path(o->engine.pack) / "generation_config.json")
+          .string();
+  if (applyGenerationConfig(genConfig, o->server))
+    std::cerr << "glm serve: sampling defaults from " << genConfig
+              << " (temperature " << o->server.defaultTemperature
+              << ", top_p " << o->server.defaultTopP << ", top_k "
+              << o->server.defaultTopK << ", repetition_penalty "
+              << o->server.defaultRepetitionPenalty << ")" << std::endl;
+  std::atomic<bool> stop{false};
+  if (ranks) {
+    o->server.stop = &stop;
+    if (o->concurrency > 1)
+      std::cerr << "glm serve: --concurrency " << o->concurrency
+                << " runs as 1 across " << ranks->size()
+                << " rank processes (one generation at a time)" << std::endl;
+  }
+  GeneratorEngine engine(*le.generator, le.eosIds, o->concurrency, ranks,
+                         &stop);
+  const int rc = runServer(engine, *le.tokenizer, *chat, o->server);
+  if (engine.ranksLost())
+    return 1;
+  engine.stopRanks();
+  return rc;
+}
+
 } // namespace
 
 void addServeCommand(CLI::App &app, int &rc) {
@@ -131,6 +253,7 @@ void addServeCommand(CLI::App &app, int &rc) {
                "(/v1/chat/completions, /v1/completions, /v1/models, /health, "
                "/metrics)");
   addEngineOptions(*sub, o->engine);
+  addDistOptions(*sub, o->dist);
   sub->add_option("--host", o->server.host, "Address to listen on")
       ->capture_default_str();
   sub->add_option("--port", o->server.port,
@@ -169,38 +292,7 @@ void addServeCommand(CLI::App &app, int &rc) {
       ->check(cliInt(1, 64))
       ->capture_default_str();
   sub->callback([o, sub, &rc] {
-    LoadedEngine le = loadEngine(o->engine);
-    check(le.tokenizer != nullptr, "serve needs a tokenizer.json (looked for ",
-          le.tokenizerPath, ")");
-    std::unique_ptr<ChatTemplate> chat = loadChatTemplate(*o, le);
-    if (o->modelNames.empty()) {
-      o->server.modelName =
-          std::filesystem::path(o->engine.pack).lexically_normal()
-              .filename().string();
-    } else {
-      o->server.modelName = o->modelNames[0];
-      o->server.modelAliases.assign(o->modelNames.begin() + 1,
-                                    o->modelNames.end());
-    }
-    if (o->server.modelName.empty())
-      o->server.modelName = "glm";
-    const char *envKeys = std::getenv("GLMC_API_KEY");
-    o->server.apiKeys = splitList(!o->apiKeys.empty() ? o->apiKeys
-                                  : envKeys           ? envKeys
-                                                      : "");
-    o->server.allowedOrigins = splitList(o->allowedOrigins);
-    o->server.accessLog = !o->noAccessLog;
-    std::string genConfig =
-        (std::filesystem::path(o->engine.pack) / "generation_config.json")
-            .string();
-    if (applyGenerationConfig(genConfig, o->server))
-      std::cerr << "glm serve: sampling defaults from " << genConfig
-                << " (temperature " << o->server.defaultTemperature
-                << ", top_p " << o->server.defaultTopP << ", top_k "
-                << o->server.defaultTopK << ", repetition_penalty "
-                << o->server.defaultRepetitionPenalty << ")" << std::endl;
-    GeneratorEngine engine(*le.generator, le.eosIds, o->concurrency);
-    rc = runServer(engine, *le.tokenizer, *chat, o->server);
+    rc = runAsRank(o->dist, o->engine, [&] { return serve(*o); });
   });
 }
 

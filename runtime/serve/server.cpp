@@ -650,6 +650,13 @@ public:
       }
       logAccess(req, rec, e.status);
       return;
+    } catch (const EngineUnavailable &e) {
+      metrics_.request(rec.endpoint, 503);
+      if (!resp.started())
+        resp.send(503, "application/json",
+                  errorBody({503, e.what(), "service_unavailable", "", ""}));
+      logAccess(req, rec, 503);
+      return;
     } catch (const std::exception &e) {
       metrics_.request(rec.endpoint, 500);
       if (!resp.started())

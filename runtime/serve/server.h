@@ -50,6 +50,13 @@ struct TokenLogprobs {
 
 /// What the server needs from a model. generate() may be called from
 /// several threads at once, at most maxConcurrency() at a time.
+/// Thrown by an Engine that can no longer generate (a rank of a multi-
+/// process plan died): the server answers 503 with its message.
+class EngineUnavailable : public Error {
+public:
+  using Error::Error;
+};
+
 class Engine {
 public:
   virtual ~Engine() = default;

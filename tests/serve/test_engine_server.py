@@ -32,11 +32,11 @@ KEY = "secret-2"
 
 def serve_cmd(engine, plan, pack, port, port_file, flags, env=""):
     # The server prints its address; a small wrapper writes the port file
-    # once /health answers.
+    # once /health answers, and exits with the server's status.
     return ["bash", "-c",
             f'{env} "{engine}" serve "{plan}" --pack "{pack}" '
             f'--backend cpu --host 127.0.0.1 --port {port} {flags} & '
-            f'pid=$!; trap "kill -TERM $pid; wait $pid" TERM; '
+            f'pid=$!; trap "kill -TERM $pid; wait $pid; exit \\$?" TERM; '
             f'for i in $(seq 1200); do '
             f'if python3 -c "import urllib.request as u; '
             f"u.urlopen('http://127.0.0.1:{port}/health', "
@@ -274,3 +274,85 @@ def test_chat_template_and_max_model_len_flags(tiny, scratch):
                            capture_output=True, timeout=300)
         assert r.returncode == 1
         assert path in r.stderr.decode(errors="replace")
+
+
+def launch_serve_cmd(engine, plan, pack, port, port_file):
+    """`glm-engine launch --sparks 2 serve`: one process per rank, rank 0
+    answering HTTP (serve_cmd's wrapper around another command line)."""
+    cmd = serve_cmd(engine, plan, pack, port, port_file, "")
+    cmd[2] = cmd[2].replace(f'"{engine}" serve',
+                            f'"{engine}" launch --sparks 2 serve', 1)
+    return cmd
+
+
+def rank_pid(plan, rank):
+    out = subprocess.run(["pgrep", "-f", f"serve {plan}.* --rank {rank} "],
+                         capture_output=True, text=True).stdout.split()
+    return int(out[0]) if out else None
+
+
+def test_two_rank_processes_serve_like_one(tiny, scratch, client):
+    """A 2-rank plan served by two processes: the same greedy answers as the
+    1-rank server, streams (also one the client drops) keep the ranks in
+    step, a killed rank turns the next request into a 503 naming it and
+    stops the server; SIGTERM stops both ranks cleanly (exit 0)."""
+    engine, d, pack, _ = tiny
+    glmc = find_binary("glmc")
+    plan2 = os.path.join(d, "tiny-tp2.plan")
+    r = subprocess.run([glmc, "compile", pack, "--sparks", "2", "-o", plan2],
+                       capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    msgs = [{"role": "user", "content": "Hello there"}]
+
+    def start(name):
+        port = free_port()
+        port_file = os.path.join(d, f"port-{name}")
+        return ServerProcess(launch_serve_cmd(engine, plan2, pack, port,
+                                              port_file),
+                             port_file, os.path.join(d, f"{name}.log"))
+
+    s = start("tp2")
+    try:
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="none",
+                          timeout=300, max_retries=0)
+        one = client.chat.completions.create(model="tiny", max_tokens=8,
+                                             temperature=0, messages=msgs)
+        two = c.chat.completions.create(model="tiny", max_tokens=8,
+                                        temperature=0, messages=msgs)
+        assert two.choices[0].message.content == \
+            one.choices[0].message.content
+        assert two.usage.completion_tokens == one.usage.completion_tokens
+        # A stream the client drops after two chunks, then a whole one.
+        dropped = c.chat.completions.create(model="tiny", max_tokens=40,
+                                            stream=True, temperature=0,
+                                            messages=msgs)
+        for i, _ in enumerate(dropped):
+            if i == 1:
+                break
+        dropped.close()
+        chunks = list(c.chat.completions.create(
+            model="tiny", max_tokens=8, stream=True, temperature=0.7, seed=5,
+            stream_options={"include_usage": True}, messages=msgs))
+        assert chunks[-1].usage.completion_tokens <= 8
+        again = c.chat.completions.create(model="tiny", max_tokens=8,
+                                          temperature=0, messages=msgs)
+        assert again.choices[0].message.content == \
+            one.choices[0].message.content
+        # Kill rank 1: the next request is a 503 naming it, then the server
+        # (launch) exits.
+        victim = rank_pid(plan2, 1)
+        assert victim, "rank 1 not found"
+        os.kill(victim, 9)
+        with pytest.raises(openai.APIStatusError) as e:
+            c.chat.completions.create(model="tiny", max_tokens=8,
+                                      temperature=0, messages=msgs)
+        assert e.value.status_code == 503
+        assert "rank 1" in e.value.message
+        s.proc.wait(timeout=60)
+        assert s.proc.returncode != 0
+    finally:
+        s.stop()
+    # SIGTERM: rank 0 stops serving and ends rank 1; launch exits 0.
+    s = start("tp2-stop")
+    s.stop()
+    assert s.proc.returncode == 0, open(os.path.join(d, "tp2-stop.log")).read()

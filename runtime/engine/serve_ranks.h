@@ -1,0 +1,51 @@
+//===- serve_ranks.h - `glm-engine serve` as one rank of several ----------===//
+//
+// A plan of N ranks served by N processes (`glm-engine launch --sparks N
+// serve PLAN ...`, or each rank started by hand with --rank/--world/
+// --coordinator): rank 0 runs the HTTP server and, before each generation,
+// sends the request (prompt ids and sampling state) to the other ranks,
+// which run the same generation in lockstep. After each token rank 0 sends
+// whether to go on (a client that disconnected stops every rank at the same
+// token); at shutdown it sends a stop. All over the TCP control plane.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "runtime/gen/sampler.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace glm::rt {
+class Generator;
+namespace dist {
+class HostComm;
+}
+
+/// What rank 0 hands the other ranks: a generation, or the end of serving.
+struct RankRequest {
+  bool shutdown = false;
+  std::vector<int64_t> prompt;
+  SamplingParams sampling;
+};
+
+std::string encodeRankRequest(const RankRequest &q);
+/// Throws Error naming the field when `bytes` is not one encodeRankRequest
+/// wrote.
+RankRequest decodeRankRequest(const std::string &bytes);
+
+/// Rank 0: sends `q` to every rank (collective: the others are in
+/// receiveRankRequest).
+void sendRankRequest(dist::HostComm &comm, const RankRequest &q);
+/// A rank other than 0: waits for rank 0's next request.
+RankRequest receiveRankRequest(dist::HostComm &comm);
+/// Every rank, once per generated token: rank 0's `goOn` (the others' is
+/// ignored).
+bool agreeToContinue(dist::HostComm &comm, bool goOn);
+
+/// A rank other than 0: runs rank 0's generations until it sends a stop;
+/// returns 0. Throws Error when rank 0 or a peer fails.
+int followRankRequests(dist::HostComm &comm, Generator &generator);
+
+} // namespace glm::rt
