@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <iomanip>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -123,6 +124,73 @@ const GraphDef *smallestDecode(const RankPlan &r) {
   return best;
 }
 
+/// opt.graph of `r`, else its smallest decode graph; a name the rank does
+/// not have is refused listing the ones it has.
+const GraphDef *selectedGraph(const RankPlan &r, const InspectOptions &opt) {
+  if (opt.graph.empty())
+    return smallestDecode(r);
+  std::string names;
+  for (const GraphDef &g : r.graphs) {
+    if (graphName(g) == opt.graph)
+      return &g;
+    names += (names.empty() ? "" : ", ") + graphName(g);
+  }
+  rt::fail(opt.planPath, ": --graph ", opt.graph, " is not a graph of rank ",
+           r.rank, " (it has ", names, ")");
+}
+
+/// The context the model runs at: opt.context, or the plan's max.
+int64_t contextOf(const Plan &plan, const InspectOptions &opt) {
+  return opt.context < 0 ? plan.model.maxContext
+                         : std::min<int64_t>(opt.context, plan.model.maxContext);
+}
+
+/// KV / index-key bytes `op` reads at `context` tokens: the attention
+/// kernels read the KV rows the step attends to (min(context, the layer's
+/// DSA top-k) when an indexer selects them), the indexer's score kernels
+/// every index-key row. Row bytes come from the cache buffers (slots x max
+/// context rows).
+uint64_t contextBytes(const Plan &plan, const RankPlan &r, const GraphDef &g,
+                      const OpDef &op, int64_t context) {
+  if (op.kernel < 0 || size_t(op.kernel) >= plan.kernels.size() || context <= 0)
+    return 0;
+  const std::string &family = plan.kernels[op.kernel].templateName;
+  const bool attention = family == "mla_core" || family == "mla_decode" ||
+                         family == "mla_attn";
+  const bool scores =
+      family == "indexer_scores" || family == "indexer_scores_ctx";
+  if (!attention && !scores)
+    return 0;
+  int64_t slots = 1;
+  if (auto it = plan.compileOptions.find("kv_slots");
+      it != plan.compileOptions.end())
+    slots = std::max<int64_t>(1, std::atoll(it->second.c_str()));
+  const int64_t rows = slots * std::max<int64_t>(1, plan.model.maxContext);
+  // The layer's DSA selection size (dsa_select's `k`), if it has one.
+  int64_t topk = 0;
+  for (const OpDef &o : g.ops)
+    if (o.layer == op.layer && o.kernel >= 0 &&
+        size_t(o.kernel) < plan.kernels.size() &&
+        plan.kernels[o.kernel].templateName == "dsa_select")
+      for (const ArgDef &a : o.args)
+        if (a.kind == ArgKind::I32 && a.name == "k")
+          topk = a.i;
+  uint64_t bytes = 0;
+  for (const ArgDef &a : op.args) {
+    if (a.kind != ArgKind::Buffer || a.buffer < 0 ||
+        size_t(a.buffer) >= r.buffers.size())
+      continue;
+    const BufferDef &b = r.buffers[a.buffer];
+    if (b.kind != BufferKind::KvCache)
+      continue;
+    const bool keys = b.name.rfind("index_keys", 0) == 0;
+    const int64_t read =
+        attention && !keys && topk > 0 ? std::min(context, topk) : context;
+    bytes += uint64_t(read) * (b.bytes / uint64_t(rows));
+  }
+  return bytes;
+}
+
 std::string escapeDot(const std::string &s) {
   std::string o;
   for (char c : s) {
@@ -155,14 +223,17 @@ std::string kernelTable(const Plan &plan, const RankPlan &r,
     return "";
   std::ostringstream os;
   const bool measured = !opt.measuredUs.empty();
-  os << "  kernels (decode batch 1; predicted = max(bytes / "
-     << fixed(opt.bandwidthGBps, 0) << " GB/s, decoded weights x "
-     << fixed(opt.opsPerWeight, 0) << " ops / " << fixed(opt.intRateTops, 1)
-     << " Tops/s) per launch)\n";
+  const StepCost step = stepCost(plan, r, opt);
+  os << "  kernels of " << step.graph << " at context " << step.context
+     << " (predicted = max(bytes / " << fixed(opt.bandwidthGBps, 0)
+     << " GB/s, decoded weights x " << fixed(opt.opsPerWeight, 0) << " ops / "
+     << fixed(opt.intRateTops, 1) << " Tops/s) + " << fixed(opt.launchUs, 1)
+     << " us per launch; bytes: weights + KV / index-key rows; most time "
+        "first)\n";
   char line[256];
-  std::snprintf(line, sizeof line, "    %-52s %8s %14s %12s %5s%s\n", "kernel",
-                "launches", "bytes", "predicted us", "bound",
-                measured ? "   measured us   ratio" : "");
+  std::snprintf(line, sizeof line, "    %-52s %8s %14s %12s %5s%s %6s\n",
+                "kernel", "launches", "bytes", "predicted us", "bound",
+                measured ? "   measured us   ratio" : "", "share");
   os << line;
   for (const KernelCost &c : costs) {
     std::snprintf(line, sizeof line, "    %-52s %8u %14llu %12s %5s",
@@ -179,8 +250,15 @@ std::string kernelTable(const Plan &plan, const RankPlan &r,
                       c.ratio > 0 ? fixed(c.ratio, 2).c_str() : "-");
       os << line;
     }
-    os << "\n";
+    os << " " << std::setw(5)
+       << fixed(step.kernelUs > 0 ? 100.0 * c.predictedUs / step.kernelUs : 0,
+                1)
+       << "%\n";
   }
+  os << "    step: " << fixed(step.stepUs, 1) << " us = kernels "
+     << fixed(step.kernelUs, 1) << " us (" << step.launches << " launches, "
+     << step.contextBytes << " context bytes) + " << step.collectives
+     << " collectives x " << fixed(opt.collectiveUs, 1) << " us\n";
   if (measured) {
     // How much of the step the measurement covers (every launch is a plan
     // kernel, so a full profile covers 100%).
@@ -240,9 +318,10 @@ std::map<std::string, double> parseMeasured(const std::string &text,
 std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
                                     const InspectOptions &opt) {
   std::vector<KernelCost> out;
-  const GraphDef *g = smallestDecode(r);
+  const GraphDef *g = selectedGraph(r, opt);
   if (!g)
     return out;
+  const int64_t context = contextOf(plan, opt);
   std::map<int32_t, size_t> at; // kernel index → out index
   for (const OpDef &op : g->ops) {
     if (op.kernel < 0 || size_t(op.kernel) >= plan.kernels.size())
@@ -256,17 +335,20 @@ std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
     }
     KernelCost &c = out[it->second];
     const uint32_t n = std::max<uint32_t>(op.repeat, 1);
+    const uint64_t ctx = contextBytes(plan, r, *g, op, context);
     c.launches += n;
-    c.bytes += op.bytesRead;
+    c.bytes += op.bytesRead + ctx;
+    c.contextBytes += ctx;
     c.decodedWeights += op.decodedWeights;
-    const double bw = usAt(op.bytesRead, opt.bandwidthGBps);
+    const double bw = usAt(op.bytesRead + ctx, opt.bandwidthGBps);
     const double in = opt.intRateTops > 0
                           ? double(op.decodedWeights) * opt.opsPerWeight /
                                 (opt.intRateTops * 1e6)
                           : 0.0;
     c.bandwidthUs += bw;
     c.integerUs += in;
-    c.predictedUs += std::max(bw, in);
+    c.launchUs += n * opt.launchUs;
+    c.predictedUs += std::max(bw, in) + n * opt.launchUs;
   }
   for (KernelCost &c : out) {
     c.integerBound = c.integerUs > c.bandwidthUs;
@@ -276,7 +358,33 @@ std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
       c.ratio = c.predictedUs > 0 ? c.measuredUs / c.predictedUs : 0.0;
     }
   }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const KernelCost &a, const KernelCost &b) {
+                     return a.predictedUs > b.predictedUs;
+                   });
   return out;
+}
+
+StepCost stepCost(const Plan &plan, const RankPlan &r,
+                  const InspectOptions &opt) {
+  StepCost s;
+  const GraphDef *g = selectedGraph(r, opt);
+  if (!g)
+    return s;
+  s.graph = graphName(*g);
+  s.context = contextOf(plan, opt);
+  for (const KernelCost &c : kernelCosts(plan, r, opt)) {
+    s.kernelUs += c.predictedUs;
+    s.launches += c.launches;
+    s.contextBytes += c.contextBytes;
+  }
+  if (plan.numRanks > 1)
+    for (const OpDef &op : g->ops)
+      if (op.collective >= 0)
+        ++s.collectives;
+  s.collectiveUs = s.collectives * opt.collectiveUs;
+  s.stepUs = s.kernelUs + s.collectiveUs;
+  return s;
 }
 
 InspectSummary summarize(const Plan &plan, double bandwidthGBps) {
@@ -375,6 +483,23 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
      << " GB/s (step " << fixed(s.predictedStepUs, 1)
      << " us, bound by rank " << s.slowestRank
      << "; weight reads only, before collectives and launch gaps)\n";
+  // The model: every kernel's max(bytes incl. context reads, integer work)
+  // plus launches, plus collectives; the slowest rank bounds the step.
+  StepCost worst;
+  for (const RankPlan &r : plan.ranks) {
+    StepCost c = stepCost(plan, r, opt);
+    if (c.stepUs > worst.stepUs)
+      worst = c;
+  }
+  if (worst.stepUs > 0)
+    os << "  modelled " << worst.graph << " at context " << worst.context
+       << ": " << fixed(1e6 / worst.stepUs, 1) << " tok/s (step "
+       << fixed(worst.stepUs, 1) << " us: kernels " << fixed(worst.kernelUs, 1)
+       << " us incl. " << human(worst.contextBytes) << " of KV / index-key "
+       << "reads and " << worst.launches << " launches x "
+       << fixed(opt.launchUs, 1) << " us, " << worst.collectives
+       << " collectives x " << fixed(opt.collectiveUs, 1)
+       << " us; --context, --launch-us, --collective-us)\n";
   return os.str();
 }
 
@@ -449,6 +574,8 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
                 {"decoded_weights", c.decodedWeights},
                 {"bandwidth_us", c.bandwidthUs},
                 {"integer_us", c.integerUs},
+                {"context_bytes", c.contextBytes},
+                {"launch_us", c.launchUs},
                 {"predicted_us", c.predictedUs},
                 {"bound", c.predictedUs <= 0 ? "none"
                           : c.integerBound   ? "integer"
@@ -512,6 +639,28 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
                   {"slowest_rank", s.slowestRank},
                   {"predicted_step_us", s.predictedStepUs},
                   {"predicted_tok_per_s", s.predictedTokPerS}};
+  // The model (kernels with context reads, launches, collectives) per
+  // rank; the slowest bounds the step.
+  json modelled = json::array();
+  double worstUs = 0;
+  for (const RankPlan &r : plan.ranks) {
+    const StepCost c = stepCost(plan, r, opt);
+    worstUs = std::max(worstUs, c.stepUs);
+    modelled.push_back({{"rank", r.rank},
+                        {"graph", c.graph},
+                        {"context", c.context},
+                        {"kernel_us", c.kernelUs},
+                        {"launches", c.launches},
+                        {"context_bytes", c.contextBytes},
+                        {"collectives", c.collectives},
+                        {"collective_us", c.collectiveUs},
+                        {"step_us", c.stepUs}});
+  }
+  j["summary"]["modelled"] = modelled;
+  j["summary"]["modelled_step_us"] = worstUs;
+  j["summary"]["modelled_tok_per_s"] = worstUs > 0 ? 1e6 / worstUs : 0.0;
+  j["launch_us"] = opt.launchUs;
+  j["collective_us"] = opt.collectiveUs;
   return j.dump(2) + "\n";
 }
 
@@ -520,7 +669,7 @@ std::string inspectDot(const Plan &plan, const InspectOptions &opt) {
   InspectOptions one = opt;
   one.rank = rank;
   const RankPlan &r = *selectedRanks(plan, one).front();
-  const GraphDef *g = smallestDecode(r);
+  const GraphDef *g = selectedGraph(r, opt);
   std::ostringstream os;
   os << "digraph \"rank" << rank << "_decode\" {\n"
      << "  rankdir=TB;\n  node [shape=box, fontname=\"Helvetica\", "
@@ -667,7 +816,7 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
   } else if (!plan.ranks.empty() && size_t(rank) < plan.ranks.size()) {
     os << "<table><tr><th>#</th><th>layer</th><th>op</th><th>kernel</th>"
           "<th>bytes</th></tr>\n";
-    if (const GraphDef *g = smallestDecode(plan.ranks[rank]))
+    if (const GraphDef *g = selectedGraph(plan.ranks[rank], opt))
       for (size_t i = 0; i < g->ops.size(); ++i) {
         const OpDef &op = g->ops[i];
         if (!layerSelected(opt, op.layer))

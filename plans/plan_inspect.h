@@ -40,6 +40,18 @@ struct InspectOptions {
   /// empty = no measured column.
   std::map<std::string, double> measuredUs;
   std::string measuredSource; // file name, for headers
+  /// Tokens in the KV cache when the step runs (`--context T`): the
+  /// attention reads min(T, the DSA top-k) KV rows, the indexer T index
+  /// keys per layer. -1 = the plan's max context (the most a step reads).
+  int64_t context = -1;
+  /// Per kernel launch: the fill and drain around a dependent launch
+  /// (`--launch-us`); per collective of a multi-rank plan (`--collective-us`,
+  /// ~30 us per message of <= 32 KB over the Sparks' RoCE as users report).
+  double launchUs = 2.0;
+  double collectiveUs = 30.0;
+  /// The graph the kernel table and dot show (`--graph decode.4`,
+  /// `prefill.512`); "" = the smallest decode graph.
+  std::string graph;
 };
 
 /// Reads a measured-times file: {"kernels": {NAME: µs per launch, ...}}
@@ -55,19 +67,37 @@ struct KernelCost {
   std::string name;
   std::string family;
   uint32_t launches = 0;       // launches per step (repeats counted)
-  uint64_t bytes = 0;          // weight bytes read per step
+  uint64_t bytes = 0;          // weight + context bytes read per step
+  uint64_t contextBytes = 0;   // of them: KV and index-key rows
   uint64_t decodedWeights = 0; // trellis weights decoded per step
   double bandwidthUs = 0;      // bytes ÷ bandwidth
   double integerUs = 0;        // decoded weights × ops ÷ integer rate
-  double predictedUs = 0;      // Σ per launch max(bandwidth, integer)
+  double launchUs = 0;         // launches × InspectOptions::launchUs
+  /// Σ per launch max(bandwidth, integer) + launch overhead.
+  double predictedUs = 0;
   bool integerBound = false;   // integer time exceeds bandwidth time
   double measuredUs = -1;      // measured × launches, -1 = not measured
   double ratio = 0;            // measured ÷ predicted, 0 = n/a
 };
-/// Per distinct kernel of `r`'s smallest decode graph, in first-launch
-/// order.
+/// Per distinct kernel of `r`'s graph (opt.graph, else the smallest
+/// decode graph), most predicted time first (ties: first launch first).
 std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
                                     const InspectOptions &opt);
+
+/// The step of one rank's graph by the model: kernels (bytes, context
+/// reads, integer work, launches) plus its collectives.
+struct StepCost {
+  std::string graph;          // "decode.1"
+  int64_t context = 0;        // tokens in the cache
+  double kernelUs = 0;        // Σ KernelCost::predictedUs
+  uint32_t launches = 0;
+  uint32_t collectives = 0;   // collective ops of a multi-rank plan
+  double collectiveUs = 0;
+  uint64_t contextBytes = 0;
+  double stepUs = 0;          // kernelUs + collectiveUs
+};
+StepCost stepCost(const Plan &plan, const RankPlan &r,
+                  const InspectOptions &opt);
 
 /// Totals the summary reports.
 struct InspectSummary {

@@ -39,6 +39,9 @@ struct InspectArgs {
   double opsPerWeight = glm::plan::kDefaultOpsPerWeight;
   std::string measured;
   std::string output;
+  int64_t context = -1;
+  double launchUs = 2.0, collectiveUs = 30.0;
+  std::string graph;
 };
 
 /// Renders dot to svg with Graphviz when `dot` is on PATH; "" otherwise.
@@ -92,6 +95,10 @@ int runInspect(const InspectArgs &a) {
   glm::rt::check(a.intRate > 0, "--int-rate must be positive (Tops/s)");
   glm::rt::check(a.opsPerWeight > 0, "--ops-per-weight must be positive");
   opt.intRateTops = a.intRate;
+  opt.context = a.context;
+  opt.launchUs = a.launchUs;
+  opt.collectiveUs = a.collectiveUs;
+  opt.graph = a.graph;
   opt.opsPerWeight = a.opsPerWeight;
   if (!a.measured.empty()) {
     glm::rt::check(std::filesystem::exists(a.measured), a.measured,
@@ -166,12 +173,33 @@ void addInspectCommand(CLI::App &app, int &rc) {
                   "JSON of measured microseconds per launch by kernel name "
                   "({\"kernels\": {NAME: us}}, from glm-engine bench --plan): "
                   "shown next to the predictions with their ratio");
+  cmd->add_option("--context", args->context,
+                  "tokens in the KV cache for the modelled step: attention "
+                  "reads min(T, the DSA top-k) KV rows and the indexer T "
+                  "index-key rows per layer (default: the plan's max "
+                  "context)")
+      ->check(glm::rt::cliInt(0, int64_t(1) << 40));
+  cmd->add_option("--launch-us", args->launchUs,
+                  "modelled cost of each kernel launch in microseconds")
+      ->check(glm::rt::cliNumber(0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--collective-us", args->collectiveUs,
+                  "modelled cost of each collective of a multi-rank plan in "
+                  "microseconds (Sparks over RoCE: ~30 per message of <= "
+                  "32 KB)")
+      ->check(glm::rt::cliNumber(0, 1e6))
+      ->capture_default_str();
+  cmd->add_option("--graph", args->graph,
+                  "graph of the kernel table and the dot/html graph: "
+                  "decode.B or prefill.T (default: the smallest decode "
+                  "graph)");
   cmd->add_option("-o,--output", args->output, "write here instead of stdout");
   cmd->footer("Examples:\n  glmc inspect model.glmplan\n"
               "  glmc inspect model.glmplan --rank 1 --layer 3\n"
               "  glmc inspect model.glmplan --format dot | dot -Tsvg > g.svg\n"
               "  glmc inspect model.glmplan --format html -o plan.html\n"
-              "  glmc inspect model.glmplan --measured bench.json");
+              "  glmc inspect model.glmplan --measured bench.json\n"
+              "  glmc inspect model.glmplan --context 8192 --graph decode.4");
   cmd->callback([args, &rc] { rc = runInspect(*args); });
 }
 

@@ -6,6 +6,11 @@
 // RUN: glmc inspect %t.plan --rank 0 --measured %S/Inputs/measured.json | FileCheck %s --check-prefix=MEAS
 // RUN: glmc inspect %t.plan --rank 1 --layer head | FileCheck %s --check-prefix=HEAD
 // RUN: glmc inspect %t.plan --format json --measured %S/Inputs/measured.json > %t.json
+// RUN: glmc inspect %t.plan --format json --context 64 > %t.c64.json
+// RUN: glmc inspect %t.plan --format json --context 256 --launch-us 0 > %t.c256.json
+// RUN: python3 -c "import json,sys; a,b=[json.load(open(f))['summary']['modelled'][0] for f in sys.argv[1:]]; print('context', a['context'], b['context'], b['context_bytes'] > a['context_bytes'] > 0, b['kernel_us'] - a['kernel_us'] < 0, a['collectives'] > 0)" %t.c64.json %t.c256.json | FileCheck %s --check-prefix=CTX
+// RUN: not glmc inspect %t.plan --graph decode.9 2>&1 | FileCheck %s --check-prefix=GRAPH
+// RUN: glmc inspect %t.plan --rank 0 --graph decode.2 | FileCheck %s --check-prefix=BUCKET
 // RUN: python3 -c "import json,sys; d=json.load(open(sys.argv[1])); r=d['ranks'][0]; print('head', [l['kind'] for l in r['layers'] if l['layer']==2]); k={c['name']:c for c in r['kernel_costs']}; e=k['glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128']; print('expert', e['launches'], e['measured_us'], round(e['ratio'],6)==round(e['measured_us']/e['predicted_us'],6), e['decoded_weights']>0); print('measured', d['measured'])" %t.json | FileCheck %s --check-prefix=JSON
 // RUN: glmc inspect %t.plan --format dot | FileCheck %s --check-prefix=DOT
 // RUN: glmc inspect %t.plan --format html --measured %S/Inputs/measured.json | FileCheck %s --check-prefix=HTML
@@ -24,7 +29,7 @@
 // TEXT-NEXT: 0      dense
 // TEXT-NEXT: 1      moe {{.*}}glm_route_t32, glm_hadamard128_vf32_t256, glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128, glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_out_t128
 // TEXT-NEXT: head   head {{.*}}glm_add_rms_norm_t1024, glm_fill_f32_t256, glm_dense_gemv_fp8_block_sf32_b1_r2_stream_t256, all_gather
-// TEXT: kernels (decode batch 1; predicted = max(bytes / 273 GB/s, decoded weights x 8 ops / 15.0 Tops/s) per launch)
+// TEXT: kernels of decode.1 at context {{[0-9]+}} (predicted = max(bytes / 273 GB/s, decoded weights x 8 ops / 15.0 Tops/s) + 2.0 us per launch; bytes: weights + KV / index-key rows; most time first)
 // TEXT-NEXT: kernel {{ *}}launches {{ *}}bytes predicted us bound
 // TEXT-NOT: measured us
 // TEXT: glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128 {{ *}}1 {{ *}}[[#%u,]] {{ *}}[[#%u,]].{{[0-9]+}} {{ *}}bw
@@ -60,3 +65,11 @@
 // STR: str.json: kernel 'glm_x' has no number of microseconds ("fast")
 // MISSING: missing.json: cannot open the measured-times file (write one with glm-engine bench --plan PLAN)
 // RATE: --int-rate: "0" is not a finite number in (0, 1e+06]
+
+// The modelled step reads more KV / index-key rows at a longer context;
+// launches cost 2 us each by default (0 here: the 256-token step is
+// cheaper than the 64-token one with launches); a 2-rank plan has
+// collectives.
+// CTX: context 64 256 True True True
+// GRAPH: --graph decode.9 is not a graph of rank 0 (it has decode.1, decode.2, prefill.64)
+// BUCKET: kernels of decode.2 at context
