@@ -332,6 +332,17 @@ static bool isTrellisGemv(const std::string &family) {
 /// SMs of the first target arch: dense_trellis's split-k (and so its grid)
 /// follows the device's SM count, which a plan fixes per target (the
 /// executor uses the device's own count: the same on the target).
+/// "model.layers.3.self_attn.q_b_proj.weight" -> "q_b",
+/// "kv_a_proj_with_mqa" -> "kv_a", "lm_head.weight" -> "lm_head": the part
+/// of a weight's name an op label needs.
+static std::string shortWeightName(StringRef sym) {
+  sym.consume_back(".weight");
+  StringRef last = sym.rsplit('.').second.empty() ? sym : sym.rsplit('.').second;
+  if (!last.consume_back("_proj_with_mqa"))
+    last.consume_back("_proj");
+  return last.str();
+}
+
 static int smsOfArch(const std::string &arch) {
   if (arch == "sm_121")
     return 48; // GB10 (DGX Spark)
@@ -1780,6 +1791,10 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
     std::string base =
         (od.layer >= 0 ? "l" + std::to_string(od.layer) + "." : "") +
         op.getName().stripDialect().str();
+    // A GEMV names the weight it reads ("l3.dense_gemv.q_b",
+    // "l36.dense_gemv.lm_head"): traces and glmc inspect say which.
+    if (auto w = op.getAttrOfType<FlatSymbolRefAttr>("weight"))
+      base += "." + shortWeightName(w.getValue());
     od.name = base;
     for (Value v : op.getOperands())
       if (st.bufferOf.count(v))

@@ -134,7 +134,43 @@ void forward(Child &c, const char *data, size_t len, bool eof) {
   std::fflush(stderr);
 }
 
-int launch(const LaunchOptions &o, std::vector<std::string> fwd) {
+/// Takes launch's own options given after PLAN (`--grace`, `--devices`;
+/// `--port` too unless the ranks serve, where it is the HTTP port) out of
+/// the ranks' arguments into `o`: the command line is parsed as a prefix
+/// command, so everything from PLAN on arrives here.
+void takeLaunchOptions(std::vector<std::string> &fwd, LaunchOptions &o,
+                       bool serve) {
+  for (size_t i = 0; i < fwd.size();) {
+    std::string name = fwd[i], value;
+    const size_t eq = name.find('=');
+    const bool joined = name.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (joined) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    const bool ours = name == "--grace" || name == "--devices" ||
+                      (name == "--port" && !serve);
+    if (!ours) {
+      ++i;
+      continue;
+    }
+    size_t used = 1;
+    if (!joined) {
+      check(i + 1 < fwd.size(), "launch: ", name, " needs a value");
+      value = fwd[i + 1];
+      used = 2;
+    }
+    if (name == "--grace")
+      o.grace = parseNumberIn(value, 0, 3600, "launch --grace");
+    else if (name == "--devices")
+      o.devices = value;
+    else
+      o.port = int(parseIntIn(value, 1, 65535, "launch --port"));
+    fwd.erase(fwd.begin() + long(i), fwd.begin() + long(i + used));
+  }
+}
+
+int launch(LaunchOptions o, std::vector<std::string> fwd) {
   const int n = o.sparks;
   // What each rank runs: `run` (the default) or `serve` (rank 0 answers
   // HTTP, the others follow its requests).
@@ -143,6 +179,7 @@ int launch(const LaunchOptions &o, std::vector<std::string> fwd) {
     command = fwd[0];
     fwd.erase(fwd.begin());
   }
+  takeLaunchOptions(fwd, o, command == "serve");
   for (const char *own : {"--rank", "--world", "--coordinator", "--device",
                           "--sparks"})
     check(findOption(fwd, own, "\x01") == "\x01", "launch sets ", own,
