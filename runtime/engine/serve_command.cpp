@@ -159,6 +159,7 @@ struct ServeOptions {
   std::vector<std::string> modelNames;
   std::string apiKeys, allowedOrigins, chatTemplate;
   bool noAccessLog = false;
+  std::string reasoningParser = "glm", toolCallParser = "glm";
 };
 
 /// --chat-template FILE, else the pack's (next to the tokenizer when that
@@ -218,6 +219,8 @@ int serve(ServeOptions &opt) {
                                                     : "");
   o->server.allowedOrigins = splitList(o->allowedOrigins);
   o->server.accessLog = !o->noAccessLog;
+  o->server.reasoningParser = o->reasoningParser == "glm";
+  o->server.toolCallParser = o->toolCallParser == "glm";
   std::string genConfig =
       (std::filesystem::path(o->engine.pack) / "generation_config.json")
           .string();
@@ -279,6 +282,16 @@ void addServeCommand(CLI::App &app, int &rc) {
                   "completion tokens at most")
       ->check(cliInt(1, kMaxContextTokens))
       ->excludes("--max-context");
+  sub->add_option("--reasoning-parser", o->reasoningParser,
+                  "glm: the text between <think> and </think> is sent as "
+                  "reasoning_content; none: all of it is content")
+      ->check(CLI::IsMember({"glm", "none"}))
+      ->capture_default_str();
+  sub->add_option("--tool-call-parser", o->toolCallParser,
+                  "glm: <tool_call> blocks of a request with tools become "
+                  "tool_calls; none: they stay in the content")
+      ->check(CLI::IsMember({"glm", "none"}))
+      ->capture_default_str();
   sub->add_flag("--no-access-log", o->noAccessLog,
                 "Do not print one line per request on stderr");
   sub->add_option("--max-queue", o->server.maxQueue,

@@ -94,9 +94,12 @@ void ChatDelta::append(const ChatDelta &o) {
   toolCalls.insert(toolCalls.end(), o.toolCalls.begin(), o.toolCalls.end());
 }
 
-OutputParser::OutputParser(const ojson &tools, bool startsInThinking)
-    : tools_(tools), parseTools_(tools.is_array() && !tools.empty()),
-      state_(startsInThinking ? Reasoning : Content) {}
+OutputParser::OutputParser(const ojson &tools, bool startsInThinking,
+                           OutputParsers parsers)
+    : tools_(tools),
+      parseTools_(parsers.toolCalls && tools.is_array() && !tools.empty()),
+      state_(startsInThinking && parsers.reasoning ? Reasoning : Content),
+      sawContent_(!parsers.reasoning) {}
 
 // Length of the longest suffix of s that is a proper prefix of marker.
 static size_t partialSuffix(const std::string &s, const char *marker) {

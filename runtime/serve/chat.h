@@ -64,11 +64,19 @@ struct ChatDelta {
   void append(const ChatDelta &o);
 };
 
+/// What OutputParser splits out of the generated text (serve
+/// --reasoning-parser / --tool-call-parser): off, the text is content.
+struct OutputParsers {
+  bool reasoning = true; // <think>...</think> -> reasoning_content
+  bool toolCalls = true; // <tool_call>...</tool_call> -> tool_calls
+};
+
 class OutputParser {
 public:
   /// tools: the request's tools (null/empty: tool calls are not parsed);
   /// startsInThinking: the prompt ended with an open <think>.
-  OutputParser(const ojson &tools, bool startsInThinking);
+  OutputParser(const ojson &tools, bool startsInThinking,
+               OutputParsers parsers = OutputParsers());
   /// Feeds more generated text; returns what is decided now.
   ChatDelta feed(const std::string &text);
   /// End of generation: flushes held-back text (an unfinished call is text).
@@ -84,7 +92,7 @@ private:
   ojson tools_;
   bool parseTools_;
   State state_;
-  bool sawContent_ = false;
+  bool sawContent_ = false; // set from the start: no <think> is looked for
   bool stripLeading_ = false;
   std::string buf_;
 };

@@ -1100,7 +1100,8 @@ private:
     size_t k = prompt.find_last_not_of(" \t\r\n");
     bool thinking = k != std::string::npos && k + 1 >= 7 &&
                     prompt.compare(k + 1 - 7, 7, "<think>") == 0;
-    OutputParser parser(tools, thinking);
+    OutputParser parser(tools, thinking,
+                        {opt_.reasoningParser, opt_.toolCallParser});
 
     std::string id = "chatcmpl-" + randomHex(24);
     rec.id = id;

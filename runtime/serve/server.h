@@ -98,6 +98,10 @@ struct ServerOptions {
   float defaultRepetitionPenalty = 1.0f;
   /// Called once listening, with the actual port (tests pass port 0).
   std::function<void(int port)> onListening;
+  /// Split reasoning (<think>) and tool calls out of chat output (serve
+  /// --reasoning-parser / --tool-call-parser glm|none).
+  bool reasoningParser = true;
+  bool toolCallParser = true;
   /// Stops the server when set (SIGINT/SIGTERM also stop it).
   std::atomic<bool> *stop = nullptr;
 };

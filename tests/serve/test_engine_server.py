@@ -356,3 +356,33 @@ def test_two_rank_processes_serve_like_one(tiny, scratch, client):
     s = start("tp2-stop")
     s.stop()
     assert s.proc.returncode == 0, open(os.path.join(d, "tp2-stop.log")).read()
+
+
+def test_reasoning_parser_none_keeps_thinking_in_content(tiny, client):
+    """The tiny pack's template opens <think>: by default the generated
+    text is reasoning_content; with --reasoning-parser none the same
+    tokens come back as content."""
+    engine, d, pack, plan = tiny
+    msgs = [{"role": "user", "content": "Hello"}]
+    ref = client.chat.completions.create(model="tiny", max_tokens=6,
+                                         temperature=0, messages=msgs)
+    ref_reasoning = getattr(ref.choices[0].message, "reasoning_content",
+                            None) or ""
+    assert ref_reasoning, "the tiny template no longer opens <think>"
+    port = free_port()
+    port_file = os.path.join(d, "port-noparse")
+    s = ServerProcess(serve_cmd(engine, plan, pack, port, port_file,
+                                "--served-model-name tiny "
+                                "--reasoning-parser none"),
+                      port_file, os.path.join(d, "noparse.log"))
+    try:
+        c = openai.OpenAI(base_url=s.base + "/v1", api_key="none",
+                          timeout=300, max_retries=0)
+        r = c.chat.completions.create(model="tiny", max_tokens=6,
+                                      temperature=0, messages=msgs)
+        m = r.choices[0].message
+        assert not (getattr(m, "reasoning_content", None) or "")
+        assert (m.content or "") == \
+            ref_reasoning + (ref.choices[0].message.content or "")
+    finally:
+        s.stop()

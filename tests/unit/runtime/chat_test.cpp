@@ -79,6 +79,36 @@ TEST(ChatParser, NoToolsMeansNoParsingAndThinkAtStart) {
   EXPECT_EQ(d.content, "text <tool_call>x</tool_call>");
 }
 
+/// serve --reasoning-parser none / --tool-call-parser none: that part of
+/// the output stays content, as generated.
+TEST(ChatParser, ParsersSwitchedOffLeaveTheTextAsContent) {
+  const std::string text = "<think>hmm</think>A <tool_call>get_weather"
+                           "<arg_key>city</arg_key><arg_value>Paris"
+                           "</arg_value></tool_call>";
+  {
+    OutputParser p(weatherTools(), false, {/*reasoning=*/false, true});
+    ChatDelta d = feedAll(p, text, 3, nullptr);
+    EXPECT_EQ(d.reasoning, "");
+    EXPECT_EQ(d.content, "<think>hmm</think>A ");
+    ASSERT_EQ(d.toolCalls.size(), 1u);
+  }
+  {
+    OutputParser p(weatherTools(), false, {true, /*toolCalls=*/false});
+    ChatDelta d = feedAll(p, text, 3, nullptr);
+    EXPECT_EQ(d.reasoning, "hmm");
+    EXPECT_TRUE(d.toolCalls.empty());
+    EXPECT_EQ(d.content, text.substr(text.find("A ")));
+  }
+  {
+    // A prompt that opened <think>: without the parser the reasoning and
+    // its closing tag are content.
+    OutputParser p(ojson(), /*startsInThinking=*/true, {false, false});
+    ChatDelta d = feedAll(p, "hmm</think>ok", 2, nullptr);
+    EXPECT_EQ(d.reasoning, "");
+    EXPECT_EQ(d.content, "hmm</think>ok");
+  }
+}
+
 TEST(ChatParser, TwoCallsAndJsonObjects) {
   OutputParser p(weatherTools(), false);
   ChatDelta d = feedAll(
