@@ -145,9 +145,9 @@ int64_t contextOf(const Plan &plan, const InspectOptions &opt) {
                          : std::min<int64_t>(opt.context, plan.model.maxContext);
 }
 
-/// KV / index-key bytes `op` reads at `context` tokens: the attention
-/// kernels read the KV rows the step attends to (min(context, the layer's
-/// DSA top-k) when an indexer selects them), the indexer's score kernels
+/// KV / index-key bytes `op` (an op of `g`) reads at `context` tokens: the
+/// attention kernels read the KV rows the step attends to (min(context,
+/// the DSA top-k) when an indexer selected them), the indexer's score kernels
 /// every index-key row. Row bytes come from the cache buffers (slots x max
 /// context rows).
 uint64_t contextBytes(const Plan &plan, const RankPlan &r, const GraphDef &g,
@@ -166,15 +166,18 @@ uint64_t contextBytes(const Plan &plan, const RankPlan &r, const GraphDef &g,
       it != plan.compileOptions.end())
     slots = std::max<int64_t>(1, std::atoll(it->second.c_str()));
   const int64_t rows = slots * std::max<int64_t>(1, plan.model.maxContext);
-  // The layer's DSA selection size (dsa_select's `k`), if it has one.
+  // The DSA selection the attention reads: the last dsa_select before it
+  // (a full layer's indexer; the shared layers after it reuse its rows).
   int64_t topk = 0;
-  for (const OpDef &o : g.ops)
-    if (o.layer == op.layer && o.kernel >= 0 &&
-        size_t(o.kernel) < plan.kernels.size() &&
+  for (const OpDef &o : g.ops) {
+    if (&o == &op)
+      break;
+    if (o.kernel >= 0 && size_t(o.kernel) < plan.kernels.size() &&
         plan.kernels[o.kernel].templateName == "dsa_select")
       for (const ArgDef &a : o.args)
         if (a.kind == ArgKind::I32 && a.name == "k")
           topk = a.i;
+  }
   uint64_t bytes = 0;
   for (const ArgDef &a : op.args) {
     if (a.kind != ArgKind::Buffer || a.buffer < 0 ||
@@ -324,7 +327,8 @@ std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
   const int64_t context = contextOf(plan, opt);
   std::map<int32_t, size_t> at; // kernel index → out index
   for (const OpDef &op : g->ops) {
-    if (op.kernel < 0 || size_t(op.kernel) >= plan.kernels.size())
+    if (op.kernel < 0 || size_t(op.kernel) >= plan.kernels.size() ||
+        !layerSelected(opt, op.layer))
       continue;
     auto [it, fresh] = at.try_emplace(op.kernel, out.size());
     if (fresh) {
@@ -380,7 +384,7 @@ StepCost stepCost(const Plan &plan, const RankPlan &r,
   }
   if (plan.numRanks > 1)
     for (const OpDef &op : g->ops)
-      if (op.collective >= 0)
+      if (op.collective >= 0 && layerSelected(opt, op.layer))
         ++s.collectives;
   s.collectiveUs = s.collectives * opt.collectiveUs;
   s.stepUs = s.kernelUs + s.collectiveUs;
@@ -457,8 +461,7 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
     os << "\n  per decoded token: " << r->bytesPerToken << " bytes ("
        << human(r->bytesPerToken) << "), " << fixed(usAt(r->bytesPerToken, bw), 1)
        << " us\n";
-    if (opt.layer == INT_MIN)
-      os << kernelTable(plan, *r, opt);
+    os << kernelTable(plan, *r, opt);
   }
   if (!opt.measuredUs.empty()) {
     std::string unknown;
@@ -484,10 +487,13 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
      << " us, bound by rank " << s.slowestRank
      << "; weight reads only, before collectives and launch gaps)\n";
   // The model: every kernel's max(bytes incl. context reads, integer work)
-  // plus launches, plus collectives; the slowest rank bounds the step.
+  // plus launches, plus collectives; the slowest rank bounds the step (of
+  // every layer, whatever --layer shows).
+  InspectOptions whole = opt;
+  whole.layer = INT_MIN;
   StepCost worst;
   for (const RankPlan &r : plan.ranks) {
-    StepCost c = stepCost(plan, r, opt);
+    StepCost c = stepCost(plan, r, whole);
     if (c.stepUs > worst.stepUs)
       worst = c;
   }
@@ -643,8 +649,10 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
   // rank; the slowest bounds the step.
   json modelled = json::array();
   double worstUs = 0;
+  InspectOptions whole = opt;
+  whole.layer = INT_MIN;
   for (const RankPlan &r : plan.ranks) {
-    const StepCost c = stepCost(plan, r, opt);
+    const StepCost c = stepCost(plan, r, whole);
     worstUs = std::max(worstUs, c.stepUs);
     modelled.push_back({{"rank", r.rank},
                         {"graph", c.graph},

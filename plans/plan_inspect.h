@@ -80,7 +80,8 @@ struct KernelCost {
   double ratio = 0;            // measured ÷ predicted, 0 = n/a
 };
 /// Per distinct kernel of `r`'s graph (opt.graph, else the smallest
-/// decode graph), most predicted time first (ties: first launch first).
+/// decode graph; the ops of opt.layer when one is chosen), most predicted
+/// time first (ties: first launch first).
 std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
                                     const InspectOptions &opt);
 
