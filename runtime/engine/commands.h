@@ -7,6 +7,9 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace CLI {
 class App;
 }
@@ -20,5 +23,11 @@ void addServeCommand(CLI::App &app, int &rc);
 void addBenchCommand(CLI::App &app, int &rc);
 /// `launch`: N rank processes of this host (launch_command.cpp).
 void addLaunchCommand(CLI::App &app, int &rc);
+/// Starts `sparks` rank processes of this binary, each running `rankArgs`
+/// (a subcommand and its arguments) with --rank/--world/--coordinator
+/// added, as `launch` does; `devices`: the cuda ordinal of each ("" =
+/// 0..N-1). Returns launch's exit code.
+int launchRanks(int sparks, const std::string &devices,
+                std::vector<std::string> rankArgs);
 
 } // namespace glm::rt

@@ -385,6 +385,14 @@ int launch(LaunchOptions o, std::vector<std::string> fwd) {
 
 } // namespace
 
+int launchRanks(int sparks, const std::string &devices,
+                std::vector<std::string> rankArgs) {
+  LaunchOptions o;
+  o.sparks = sparks;
+  o.devices = devices;
+  return launch(o, std::move(rankArgs));
+}
+
 void addLaunchCommand(CLI::App &app, int &rc) {
   auto o = std::make_shared<LaunchOptions>();
   CLI::App *sub = app.add_subcommand(

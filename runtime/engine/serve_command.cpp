@@ -8,6 +8,7 @@
 #include "runtime/engine/commands.h"
 
 #ifdef GLM_HAVE_SERVER
+#include "plans/plan.h"
 #include "runtime/base/cli_numbers.h"
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -160,7 +162,36 @@ struct ServeOptions {
   std::string apiKeys, allowedOrigins, chatTemplate;
   bool noAccessLog = false;
   std::string reasoningParser = "glm", toolCallParser = "glm";
+  std::string devices;
 };
+
+/// This process's arguments from `serve` on, without --devices: what each
+/// rank of a plan this serve starts runs.
+std::vector<std::string> serveArgs() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> all;
+  for (std::string a; std::getline(f, a, '\0');)
+    all.push_back(a);
+  std::vector<std::string> out;
+  bool in = false;
+  for (size_t i = 1; i < all.size(); ++i) {
+    if (!in) {
+      in = all[i] == "serve";
+      if (in)
+        out.push_back(all[i]);
+      continue;
+    }
+    if (all[i] == "--devices") {
+      ++i;
+      continue;
+    }
+    if (all[i].rfind("--devices=", 0) == 0)
+      continue;
+    out.push_back(all[i]);
+  }
+  check(in, "serve: cannot read this process's arguments (/proc/self/cmdline)");
+  return out;
+}
 
 /// --chat-template FILE, else the pack's (next to the tokenizer when that
 /// was found elsewhere). Errors name the file.
@@ -304,7 +335,22 @@ void addServeCommand(CLI::App &app, int &rc) {
                   "KV cache)")
       ->check(cliInt(1, 64))
       ->capture_default_str();
+  sub->add_option("--devices", o->devices,
+                  "--backend cuda, a plan of N ranks: GPU ordinal of each "
+                  "rank process serve starts (default 0,1,...,N-1)");
   sub->callback([o, sub, &rc] {
+    // A multi-rank plan on cuda runs one process per GPU: serve starts
+    // them (as `launch --sparks N serve` does) unless it is one of them.
+    if (o->dist.world <= 1 && o->engine.backend == "cuda" &&
+        o->engine.plan != "-") {
+      const uint32_t n = plan::readPlan(o->engine.plan).numRanks;
+      if (n > 1) {
+        rc = launchRanks(int(n), o->devices, serveArgs());
+        return;
+      }
+    }
+    check(o->devices.empty(), "--devices is for serving a plan of several "
+          "ranks with --backend cuda (one process per GPU)");
     rc = runAsRank(o->dist, o->engine, [&] { return serve(*o); });
   });
 }

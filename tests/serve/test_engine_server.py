@@ -386,3 +386,30 @@ def test_reasoning_parser_none_keeps_thinking_in_content(tiny, client):
             ref_reasoning + (ref.choices[0].message.content or "")
     finally:
         s.stop()
+
+
+def test_serve_starts_the_ranks_of_a_multi_rank_cuda_plan(tiny):
+    """`serve PLAN --backend cuda` of a 2-rank plan starts one process per
+    rank (as `launch --sparks 2 serve` does). Here, in a build without CUDA,
+    both ranks start and fail, and launch names the rank; --devices on a
+    1-process serve is refused."""
+    engine, d, pack, plan = tiny
+    glmc = find_binary("glmc")
+    plan2 = os.path.join(d, "tiny-tp2-cuda.plan")
+    r = subprocess.run([glmc, "compile", pack, "--sparks", "2", "-o", plan2],
+                       capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    r = subprocess.run([engine, "serve", plan2, "--pack", pack, "--backend",
+                        "cuda", "--port", "0"], capture_output=True,
+                       timeout=120)
+    err = r.stderr.decode(errors="replace")
+    if "without" not in err:
+        pytest.skip("a CUDA build: the ranks would serve for real")
+    assert r.returncode == 1
+    assert "launch: rank" in err and "[rank 1]" in err, err
+    r = subprocess.run([engine, "serve", plan, "--pack", pack, "--devices",
+                        "0,1", "--port", "0"], capture_output=True,
+                       timeout=120)
+    assert r.returncode == 1
+    assert "--devices is for serving a plan of several ranks" in \
+        r.stderr.decode(errors="replace")
