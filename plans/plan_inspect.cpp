@@ -194,6 +194,29 @@ uint64_t contextBytes(const Plan &plan, const RankPlan &r, const GraphDef &g,
   return bytes;
 }
 
+/// One op of `g` by the model: its weight + context bytes and
+/// max(bandwidth, integer) + launches.
+struct OpCost {
+  uint64_t bytes = 0, context = 0;
+  double bandwidthUs = 0, integerUs = 0, launchUs = 0, us = 0;
+};
+OpCost opCost(const Plan &plan, const RankPlan &r, const GraphDef &g,
+              const OpDef &op, const InspectOptions &opt, int64_t context) {
+  OpCost c;
+  if (op.kernel < 0 || size_t(op.kernel) >= plan.kernels.size())
+    return c;
+  c.context = contextBytes(plan, r, g, op, context);
+  c.bytes = op.bytesRead + c.context;
+  c.bandwidthUs = usAt(c.bytes, opt.bandwidthGBps);
+  c.integerUs = opt.intRateTops > 0 ? double(op.decodedWeights) *
+                                          opt.opsPerWeight /
+                                          (opt.intRateTops * 1e6)
+                                    : 0.0;
+  c.launchUs = std::max<uint32_t>(op.repeat, 1) * opt.launchUs;
+  c.us = std::max(c.bandwidthUs, c.integerUs) + c.launchUs;
+  return c;
+}
+
 std::string escapeDot(const std::string &s) {
   std::string o;
   for (char c : s) {
@@ -338,21 +361,15 @@ std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
       out.push_back(c);
     }
     KernelCost &c = out[it->second];
-    const uint32_t n = std::max<uint32_t>(op.repeat, 1);
-    const uint64_t ctx = contextBytes(plan, r, *g, op, context);
-    c.launches += n;
-    c.bytes += op.bytesRead + ctx;
-    c.contextBytes += ctx;
+    const OpCost oc = opCost(plan, r, *g, op, opt, context);
+    c.launches += std::max<uint32_t>(op.repeat, 1);
+    c.bytes += oc.bytes;
+    c.contextBytes += oc.context;
     c.decodedWeights += op.decodedWeights;
-    const double bw = usAt(op.bytesRead + ctx, opt.bandwidthGBps);
-    const double in = opt.intRateTops > 0
-                          ? double(op.decodedWeights) * opt.opsPerWeight /
-                                (opt.intRateTops * 1e6)
-                          : 0.0;
-    c.bandwidthUs += bw;
-    c.integerUs += in;
-    c.launchUs += n * opt.launchUs;
-    c.predictedUs += std::max(bw, in) + n * opt.launchUs;
+    c.bandwidthUs += oc.bandwidthUs;
+    c.integerUs += oc.integerUs;
+    c.launchUs += oc.launchUs;
+    c.predictedUs += oc.us;
   }
   for (KernelCost &c : out) {
     c.integerBound = c.integerUs > c.bandwidthUs;
@@ -735,6 +752,145 @@ std::string inspectDot(const Plan &plan, const InspectOptions &opt) {
   return os.str();
 }
 
+namespace {
+
+/// Modelled µs of each op of `r`'s selected graph, and which earlier op
+/// wrote each buffer it reads (the data edges of the dot graph).
+struct OpRow {
+  size_t index = 0;
+  OpCost cost;
+  std::vector<size_t> from; // ops whose outputs this op reads
+};
+std::vector<OpRow> opRows(const Plan &plan, const RankPlan &r,
+                          const GraphDef &g, const InspectOptions &opt) {
+  const int64_t context = contextOf(plan, opt);
+  std::vector<OpRow> rows;
+  std::map<uint32_t, size_t> lastWriter;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const OpDef &op = g.ops[i];
+    OpRow row;
+    row.index = i;
+    row.cost = opCost(plan, r, g, op, opt, context);
+    for (uint32_t b : op.inputs)
+      if (auto it = lastWriter.find(b);
+          it != lastWriter.end() &&
+          std::find(row.from.begin(), row.from.end(), it->second) ==
+              row.from.end())
+        row.from.push_back(it->second);
+    for (uint32_t b : op.outputs)
+      lastWriter[b] = i;
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+/// A strip of the layers' modelled time (width by share, colour by kind),
+/// then each layer collapsible: its ops with their modelled time, a bar of
+/// their share of the layer, and the ops they read from.
+std::string layerCostsHtml(const Plan &plan, const RankPlan &r,
+                           const InspectOptions &opt) {
+  const GraphDef *g = selectedGraph(r, opt);
+  if (!g)
+    return "";
+  const std::vector<OpRow> rows = opRows(plan, r, *g, opt);
+  std::map<int32_t, double> layerUs;
+  double total = 0;
+  for (const OpRow &row : rows) {
+    const OpDef &op = g->ops[row.index];
+    if (!layerSelected(opt, op.layer))
+      continue;
+    layerUs[op.layer] += row.cost.us;
+    total += row.cost.us;
+  }
+  if (total <= 0)
+    return "";
+  auto kindOf = [&](int32_t layer) -> std::string {
+    for (const LayerSummary &l : r.layers)
+      if (l.layer == layer)
+        return kindLabel(l);
+    return layer < 0 ? "embed" : "dense";
+  };
+  std::ostringstream os;
+  os << "<p>Modelled " << escapeHtml(graphName(*g)) << " at context "
+     << contextOf(plan, opt) << ": " << fixed(total, 1)
+     << " us of kernels (max(bytes incl. KV / index-key rows at "
+     << fixed(opt.bandwidthGBps, 0) << " GB/s, integer work) + "
+     << fixed(opt.launchUs, 1) << " us a launch), by layer:</p>\n"
+     << "<div class=strip>";
+  for (const auto &[layer, us] : layerUs)
+    os << "<div class=\"k-" << kindOf(layer) << "\" style=\"width:"
+       << fixed(100.0 * us / total, 3) << "%\" title=\"layer "
+       << escapeHtml(layerLabel(plan, layer)) << " (" << kindOf(layer)
+       << "): " << fixed(us, 1) << " us, " << fixed(100.0 * us / total, 1)
+       << "%\">" << escapeHtml(layerLabel(plan, layer)) << "</div>";
+  os << "</div>\n";
+  for (const auto &[layer, us] : layerUs) {
+    os << "<details><summary>layer " << escapeHtml(layerLabel(plan, layer))
+       << " (" << kindOf(layer) << "): " << fixed(us, 1) << " us, "
+       << fixed(100.0 * us / total, 1) << "%</summary>\n"
+       << "<table><tr><th>#</th><th>op</th><th>kernel</th><th>bytes</th>"
+          "<th>context</th><th>modelled us</th><th>share of layer</th>"
+          "<th>reads from</th></tr>\n";
+    for (const OpRow &row : rows) {
+      const OpDef &op = g->ops[row.index];
+      if (op.layer != layer)
+        continue;
+      const double share = us > 0 ? 100.0 * row.cost.us / us : 0;
+      std::string from;
+      for (size_t f : row.from)
+        from += (from.empty() ? "" : ", ") + g->ops[f].name;
+      os << "<tr><td>" << row.index << "</td><td>" << escapeHtml(op.name)
+         << "</td><td>"
+         << escapeHtml(op.kernel >= 0 ? plan.kernels[op.kernel].name
+                                      : opKindName(op.kind))
+         << "</td><td class=num>" << human(op.bytesRead)
+         << "</td><td class=num>"
+         << (row.cost.context ? human(row.cost.context) : std::string("-"))
+         << "</td><td class=num>" << fixed(row.cost.us, 2)
+         << "</td><td style=\"background:linear-gradient(90deg,#f4a460 "
+         << fixed(share, 1) << "%,transparent " << fixed(share, 1)
+         << "%)\">" << fixed(share, 1) << "%</td><td>" << escapeHtml(from)
+         << "</td></tr>\n";
+    }
+    os << "</table></details>\n";
+  }
+  return os.str();
+}
+
+/// Bytes per token of every layer on every rank, cells that differ from
+/// rank 0 marked (a multi-rank plan only).
+std::string rankDifferencesHtml(const Plan &plan, const InspectOptions &opt) {
+  if (plan.ranks.size() < 2)
+    return "";
+  std::map<int32_t, std::vector<uint64_t>> byLayer;
+  for (size_t i = 0; i < plan.ranks.size(); ++i)
+    for (const LayerSummary &l : plan.ranks[i].layers) {
+      if (!layerSelected(opt, l.layer))
+        continue;
+      auto &v = byLayer[l.layer];
+      v.resize(plan.ranks.size(), 0);
+      v[i] = l.bytesPerToken;
+    }
+  std::ostringstream os;
+  os << "<h2>Ranks side by side</h2>\n<p>Weight bytes per token of each "
+        "layer; cells that differ from rank 0 are marked.</p>\n<table><tr>"
+        "<th>layer</th>";
+  for (size_t i = 0; i < plan.ranks.size(); ++i)
+    os << "<th>rank " << i << "</th>";
+  os << "</tr>\n";
+  for (const auto &[layer, v] : byLayer) {
+    os << "<tr><td>" << escapeHtml(layerLabel(plan, layer)) << "</td>";
+    for (size_t i = 0; i < v.size(); ++i)
+      os << "<td class=\"num" << (v[i] != v[0] ? " diff" : "") << "\">"
+         << human(v[i]) << "</td>";
+    os << "</tr>\n";
+  }
+  os << "</table>\n";
+  return os.str();
+}
+
+} // namespace
+
 std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
                         const std::string &svg) {
   const double bw = opt.bandwidthGBps;
@@ -748,6 +904,13 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
         "text-align:left}\nth{background:#eef}\n"
         "td.num{text-align:right;font-variant-numeric:tabular-nums}\n"
         "h2{margin-top:1.5em}\n.graph svg{max-width:100%;height:auto}\n"
+        ".strip{display:flex;height:28px;border:1px solid #999;margin:.5em 0}\n"
+        ".strip div{overflow:hidden;font-size:10px;color:#fff;"
+        "border-right:1px solid #fff;white-space:nowrap}\n"
+        ".k-dense{background:#4a7ab8}.k-moe{background:#c0504d}"
+        ".k-head{background:#6b8e23}.k-embed{background:#888}\n"
+        "details{margin:.2em 0}summary{cursor:pointer}\n"
+        "td.diff{background:#fde8c8}\n"
      << "</style></head><body>\n";
   os << "<h1>glmc plan " << escapeHtml(opt.planPath) << "</h1>\n<p>"
      << escapeHtml(plan.model.modelType) << " (" << escapeHtml(plan.model.layout)
@@ -770,6 +933,7 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
      << " tok/s</b> on " << plan.numRanks << " Spark(s) (step "
      << fixed(s.predictedStepUs, 1) << " us, bound by rank " << s.slowestRank
      << ").</p>\n";
+  os << rankDifferencesHtml(plan, opt);
   for (const RankPlan *r : selectedRanks(plan, opt)) {
     os << "<h2>Rank " << r->rank << "</h2>\n<p>Memory: weights "
        << human(r->weightBytes) << ", activation buffers "
@@ -785,6 +949,7 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
          << "</td><td>" << escapeHtml(foldNames(l.kernels)) << "</td></tr>\n";
     }
     os << "</table>\n";
+    os << layerCostsHtml(plan, *r, opt);
     std::vector<KernelCost> costs = kernelCosts(plan, *r, opt);
     if (!costs.empty()) {
       const bool measured = !opt.measuredUs.empty();

@@ -532,6 +532,16 @@ TEST(PlanInspect, DotIsAValidGraphAndHtmlIsSelfContained) {
   EXPECT_EQ(html.find("<script src"), std::string::npos);
   EXPECT_NE(html.find("<style>"), std::string::npos);
   EXPECT_NE(html.find("l1.experts"), std::string::npos); // graph as a table
+  // The layers' cost strip, one collapsible table per layer with the ops
+  // each op reads from (the dot graph's edges), and the ranks side by side
+  // with rank 1's heavier layer marked.
+  EXPECT_NE(html.find("<div class=strip>"), std::string::npos);
+  EXPECT_NE(html.find("<details><summary>layer 1 (moe)"), std::string::npos);
+  EXPECT_NE(html.find("<th>reads from</th>"), std::string::npos);
+  EXPECT_NE(html.find("Ranks side by side"), std::string::npos);
+  EXPECT_NE(html.find("class=\"num diff\""), std::string::npos) << html;
+  // The dot graph's edge op1 -> op2: l0.mlp reads from l0.norm.
+  EXPECT_NE(html.find("</td><td>l0.norm</td></tr>"), std::string::npos);
 
   if (std::system("command -v dot > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "Graphviz dot not installed";
