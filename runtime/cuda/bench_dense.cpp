@@ -88,12 +88,8 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r,
   CudaDevice dev(opt.device);
   const std::string arch = dev.arch();
   const int sms = dev.smCount();
-  CUstream st = nullptr;
-  GLM_CU(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
-  struct StreamGuard {
-    CUstream s;
-    ~StreamGuard() { cuStreamDestroy(s); }
-  } guard{st};
+  OwnedStream stream;
+  const CUstream st = stream.get();
 
   // GLM-5.3 trellis dense projections (in -> out; kv_a's 576 padded to 640).
   const std::vector<Shape> shapes = {

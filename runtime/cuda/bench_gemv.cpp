@@ -56,12 +56,8 @@ void runGemvBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   CudaDevice dev(opt.device);
   const std::string arch = dev.arch();
   const int sms = dev.smCount(), warps = 8;
-  CUstream st = nullptr;
-  GLM_CU(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
-  struct StreamGuard {
-    CUstream s;
-    ~StreamGuard() { cuStreamDestroy(s); }
-  } guard{st};
+  OwnedStream stream;
+  const CUstream st = stream.get();
 
   const std::vector<GemvShape> shapes = {
       {"lm_head 6144->151552", "fp8_row", 6144, 151552, 1},

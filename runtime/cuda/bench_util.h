@@ -37,6 +37,19 @@ private:
   std::vector<uint64_t> slots_;
 };
 
+/// A non-blocking stream destroyed with the owner.
+class OwnedStream {
+public:
+  OwnedStream() { GLM_CU(cuStreamCreate(&s_, CU_STREAM_NON_BLOCKING)); }
+  ~OwnedStream() { cuStreamDestroy(s_); }
+  OwnedStream(const OwnedStream &) = delete;
+  OwnedStream &operator=(const OwnedStream &) = delete;
+  CUstream get() const { return s_; }
+
+private:
+  CUstream s_ = nullptr;
+};
+
 /// A graph captured from one stream, instantiated once, replayed.
 class Graph {
 public:

@@ -76,8 +76,6 @@ public:
     sp.maxNew = std::max<int64_t>(0, std::min<int64_t>(s.maxTokens, room));
     sp.stopIds = eos_;
     std::vector<int64_t> p(prompt.begin(), prompt.end());
-    if (ranks_)
-      return generateOnRanks(p, sp, s, onToken);
     // runGeneration reports a token's logprobs just before the token.
     TokenLogprobs lp;
     auto onSample = [&](const SampledToken &st) {
@@ -86,12 +84,13 @@ public:
       for (const TokenLogprob &t : st.top)
         lp.top.emplace_back((int32_t)t.token, float(t.logprob));
     };
-    g_.generate(
-        p, sp,
-        [&](int64_t t) {
-          return onToken((int32_t)t, s.logprobs >= 0 ? &lp : nullptr);
-        },
-        nullptr, onSample);
+    auto emit = [&](int64_t t) {
+      return onToken((int32_t)t, s.logprobs >= 0 ? &lp : nullptr);
+    };
+    if (ranks_)
+      generateOnRanks(p, sp, emit, onSample);
+    else
+      g_.generate(p, sp, emit, nullptr, onSample);
   }
 
   /// Rank 0 after the server stopped: the other ranks end too.
@@ -103,16 +102,10 @@ public:
 
 private:
   void generateOnRanks(const std::vector<int64_t> &p, const SamplingParams &sp,
-                       const Sampling &s, const OnToken &onToken) {
+                       const Generator::TokenCallback &emit,
+                       const Generator::SampleCallback &onSample) {
     if (!lost_.empty())
       throw EngineUnavailable(lost_);
-    TokenLogprobs lp;
-    auto onSample = [&](const SampledToken &st) {
-      lp.logprob = float(st.logprob);
-      lp.top.clear();
-      for (const TokenLogprob &t : st.top)
-        lp.top.emplace_back((int32_t)t.token, float(t.logprob));
-    };
     int64_t pos = int64_t(p.size());
     try {
       sendRankRequest(*ranks_, RankRequest{false, p, sp});
@@ -120,9 +113,7 @@ private:
           p, sp,
           [&](int64_t t) {
             ranks_->setStep(pos++);
-            const bool goOn =
-                onToken((int32_t)t, s.logprobs >= 0 ? &lp : nullptr);
-            return agreeToContinue(*ranks_, goOn);
+            return agreeToContinue(*ranks_, emit(t));
           },
           nullptr, onSample);
     } catch (const Error &e) {
