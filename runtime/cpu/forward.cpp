@@ -2,6 +2,7 @@
 #include "runtime/cpu/forward.h"
 
 #include "runtime/base/error.h"
+#include "runtime/cpu/flash_ops.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,12 +13,17 @@ namespace {
 
 /// SwiGLU over intermediate channels [begin, begin+count) of `m`, scaled by
 /// `weight`: out[r] = weight · Σ_j down[r, j]·SiLU(gate_j·x)·(up_j·x).
+/// `limit` > 0 clamps (GLM-5.3-Flash): gate <= limit, up in [−limit, limit].
 void swigluPart(const MlpWeights &m, const float *x, int64_t begin,
-                int64_t count, double weight, double *out) {
+                int64_t count, double weight, double limit, double *out) {
   std::vector<double> act(count);
   for (int64_t j = 0; j < count; ++j) {
     double g = dot(m.gate.row(begin + j), x, m.gate.cols);
     double u = dot(m.up.row(begin + j), x, m.up.cols);
+    if (limit > 0) {
+      g = std::min(g, limit);
+      u = std::clamp(u, -limit, limit);
+    }
     act[j] = silu(g) * u;
   }
   for (int64_t r = 0; r < m.down.rows; ++r) {
@@ -83,225 +89,325 @@ CpuForward::CpuForward(std::shared_ptr<const ModelWeights> weights,
 }
 
 Session CpuForward::newSession() const {
+  const ModelConfig &c = w_->config;
   Session s;
-  s.latent.resize(w_->config.numLayers);
-  s.indexKeys.resize(w_->config.numLayers);
+  s.latent.resize(c.numLayers);
+  s.indexKeys.resize(c.numLayers);
+  s.indexGates.resize(c.numLayers);
+  s.poolKeys.resize(c.numLayers);
+  s.kdaState.resize(c.numLayers);
+  s.convState.resize(c.numLayers);
+  for (int64_t l = 0; l < c.numLayers; ++l)
+    if (c.isKdaLayer(l)) {
+      const int64_t qkv = c.linearNumHeads * c.linearHeadDim;
+      s.kdaState[l].assign(c.linearNumHeads * c.linearHeadDim *
+                               c.linearHeadDim,
+                           0.0);
+      s.convState[l].assign(3 * qkv * (c.linearConvKernel - 1), 0.0f);
+    }
   return s;
 }
 
-std::vector<float> CpuForward::step(Session &s, int64_t token,
-                                    StepTrace *trace) const {
+std::pair<int, int> CpuForward::myRanks() const {
+  return comm_ ? std::pair{comm_->rank(), comm_->rank() + 1}
+               : std::pair{0, tp_.ranks};
+}
+
+std::vector<float> CpuForward::attendMla(Session &s, int64_t l,
+                                         const float *hIn,
+                                         std::vector<int64_t> &sel,
+                                         bool &haveSel,
+                                         StepTrace *trace) const {
   const ModelConfig &c = w_->config;
-  check(token >= 0 && token < c.vocabSize, "token id ", token,
-        " is outside the vocabulary [0, ", c.vocabSize, ")");
   const int64_t d = c.hiddenSize, H = c.numHeads, dn = c.qkNopeHeadDim,
                 dr = c.qkRopeHeadDim, dv = c.vHeadDim, kvr = c.kvLoraRank,
                 lat = kvr + dr, pos = s.length, T = pos + 1;
   const double eps = c.rmsNormEps, theta = c.ropeTheta;
   const double scale = 1.0 / std::sqrt((double)(dn + dr));
-  const int N = tp_.ranks;
-  // With a comm this process computes only its rank's units.
-  const int rBegin = comm_ ? comm_->rank() : 0, rEnd = comm_ ? rBegin + 1 : N;
-  if (comm_)
-    comm_->setStep(pos);
-  if (trace) {
-    trace->selected.assign(c.numLayers, {});
-    trace->experts.assign(c.numLayers, {});
-  }
+  const auto [rBegin, rEnd] = myRanks();
+  const LayerWeights &L = w_->layers[l];
+  const TpLayerLayout &TL = tp_.layers[l];
+  const float *h = hIn;
+  std::vector<float> qa(c.qLoraRank), q(H * (dn + dr)), kva(kvr + dr);
 
-  std::vector<float> x(w_->embed.row(token), w_->embed.row(token) + d);
-  std::vector<float> h(d), qa(c.qLoraRank), q(H * (dn + dr)),
-      kva(kvr + dr);
-  std::vector<int64_t> sel; // the current query's DSA selection
-  bool haveSel = false;
+  // Replicated projections (each output row is computed identically on
+  // whichever rank needs it).
+  gemv(L.qA, h, qa.data());
+  rmsNorm(qa.data(), L.qANorm.data(), qa.data(), c.qLoraRank, eps);
+  gemv(L.qB, qa.data(), q.data());
+  gemv(L.kvA, h, kva.data());
+  std::vector<float> &cache = s.latent[l];
+  cache.resize(T * lat);
+  float *cur = cache.data() + pos * lat;
+  rmsNorm(kva.data(), L.kvANorm.data(), cur, kvr, eps);
+  std::copy(kva.begin() + kvr, kva.end(), cur + kvr);
+  ropeInterleave(cur + kvr, dr, pos, theta);
 
-  for (int64_t l = 0; l < c.numLayers; ++l) {
-    const LayerWeights &L = w_->layers[l];
-    const TpLayerLayout &TL = tp_.layers[l];
-    rmsNorm(x.data(), L.inputNorm.data(), h.data(), d, eps);
-
-    // Replicated projections (each output row is computed identically on
-    // whichever rank needs it).
-    gemv(L.qA, h.data(), qa.data());
-    rmsNorm(qa.data(), L.qANorm.data(), qa.data(), c.qLoraRank, eps);
-    gemv(L.qB, qa.data(), q.data());
-    gemv(L.kvA, h.data(), kva.data());
-    std::vector<float> &cache = s.latent[l];
-    cache.resize(T * lat);
-    float *cur = cache.data() + pos * lat;
-    rmsNorm(kva.data(), L.kvANorm.data(), cur, kvr, eps);
-    std::copy(kva.begin() + kvr, kva.end(), cur + kvr);
-    ropeInterleave(cur + kvr, dr, pos, theta);
-
-    // DSA selection.
-    if (L.fullIndexer) {
-      const IndexerWeights &I = L.indexer;
-      const int64_t nh = c.indexNHeads, hd = c.indexHeadDim;
-      std::vector<float> qi(nh * hd);
-      gemv(I.wqB, qa.data(), qi.data());
-      for (int64_t hh = 0; hh < nh; ++hh)
-        ropeInterleave(qi.data() + hh * hd, dr, pos, theta);
-      std::vector<float> k(hd);
-      gemv(I.wk, h.data(), k.data());
-      layerNorm(k.data(), I.kNormW.data(), I.kNormB.data(), k.data(), hd,
-                1e-6);
-      ropeInterleave(k.data(), dr, pos, theta);
-      std::vector<float> &keys = s.indexKeys[l];
-      keys.insert(keys.end(), k.begin(), k.end());
-      if (T <= c.indexTopk) {
-        sel.resize(T);
-        std::iota(sel.begin(), sel.end(), 0);
-      } else {
-        std::vector<double> wts(nh);
-        gemvD(I.weightsProj, h.data(), wts.data());
-        const double headScale = 1.0 / std::sqrt((double)nh);
-        const double dotScale = 1.0 / std::sqrt((double)hd);
-        std::vector<double> score(T, 0.0);
-        for (int64_t t = 0; t < T; ++t) {
-          const float *kt = keys.data() + t * hd;
-          double acc = 0;
-          for (int64_t hh = 0; hh < nh; ++hh) {
-            double v = dot(qi.data() + hh * hd, kt, hd) * dotScale;
-            acc += wts[hh] * headScale * std::max(v, 0.0);
-          }
-          score[t] = acc;
-        }
-        sel = topkIndices(score, c.indexTopk);
-        std::sort(sel.begin(), sel.end());
+  // DSA selection.
+  if (L.fullIndexer) {
+    const IndexerWeights &I = L.indexer;
+    const int64_t nh = c.indexNHeads, hd = c.indexHeadDim, P = c.indexKpool;
+    std::vector<float> qi(nh * hd);
+    gemv(I.wqB, qa.data(), qi.data());
+    for (int64_t hh = 0; hh < nh; ++hh)
+      ropeInterleave(qi.data() + hh * hd, dr, pos, theta);
+    std::vector<float> k(hd);
+    gemv(I.wk, h, k.data());
+    layerNorm(k.data(), I.kNormW.data(), I.kNormB.data(), k.data(), hd, 1e-6);
+    ropeInterleave(k.data(), dr, pos, theta);
+    std::vector<float> &keys = s.indexKeys[l];
+    keys.insert(keys.end(), k.begin(), k.end());
+    // Candidates: single tokens, or (k-pool) the complete pools, whose
+    // pooled key is made once, when the pool's last token arrives.
+    const float *candKeys = keys.data();
+    int64_t cands = T;
+    if (P > 1) {
+      std::vector<float> gate(hd);
+      gemv(I.kpoolGate, h, gate.data());
+      std::vector<float> &gates = s.indexGates[l];
+      gates.insert(gates.end(), gate.begin(), gate.end());
+      if (T % P == 0) {
+        std::vector<float> pk =
+            kpoolKey(keys.data() + (T - P) * hd, gates.data() + (T - P) * hd,
+                     I.kpoolApe.data.data(), P, hd);
+        s.poolKeys[l].insert(s.poolKeys[l].end(), pk.begin(), pk.end());
       }
-      haveSel = true;
-    } else if (c.indexNHeads == 0) {
-      sel.resize(T); // no indexer in this model: dense attention
-      std::iota(sel.begin(), sel.end(), 0);
-      haveSel = true;
+      candKeys = s.poolKeys[l].data();
+      cands = T / P;
     }
-    check(haveSel, "layer ", l,
-          " is a shared indexer layer with no full layer before it");
-    if (trace)
-      trace->selected[l] = sel;
-
-    // Attention: each rank computes its heads' o_proj contributions.
-    std::vector<double> contrib(H * d, 0.0);
-    for (int r = rBegin; r < rEnd; ++r) {
-      for (int64_t hh = 0; hh < H; ++hh) {
-        if (TL.headRank[hh] != r)
-          continue;
-        const float *qn = q.data() + hh * (dn + dr);
-        std::vector<float> qp(qn + dn, qn + dn + dr);
-        ropeInterleave(qp.data(), dr, pos, theta);
-        // Absorb W_UK into the query: qabs = W_UK_hᵀ q_nope.
-        std::vector<double> qabs(kvr, 0.0);
-        for (int64_t i = 0; i < dn; ++i) {
-          const float *wr = L.kvB.row(hh * (dn + dv) + i);
-          double qv = qn[i];
-          for (int64_t cc = 0; cc < kvr; ++cc)
-            qabs[cc] += (double)wr[cc] * qv;
-        }
-        std::vector<double> p(sel.size());
-        for (size_t j = 0; j < sel.size(); ++j) {
-          const float *ent = cache.data() + sel[j] * lat;
-          p[j] = (dot(ent, qabs.data(), kvr) + dot(ent + kvr, qp.data(), dr)) *
-                 scale;
-        }
-        softmax(p);
-        std::vector<double> ctx(kvr, 0.0);
-        for (size_t j = 0; j < sel.size(); ++j) {
-          const float *ent = cache.data() + sel[j] * lat;
-          for (int64_t cc = 0; cc < kvr; ++cc)
-            ctx[cc] += p[j] * (double)ent[cc];
-        }
-        std::vector<float> ov(dv);
-        for (int64_t j = 0; j < dv; ++j)
-          ov[j] = (float)dot(L.kvB.row(hh * (dn + dv) + dn + j), ctx.data(),
-                             kvr);
-        double *out = contrib.data() + hh * d;
-        for (int64_t rr = 0; rr < d; ++rr)
-          out[rr] = dot(L.o.row(rr) + hh * dv, ov.data(), dv);
-      }
-    }
-    if (comm_)
-      gatherUnits(*comm_, TL.headRank, d, contrib);
-    std::vector<float> attn = reduceInOrder(contrib, H, d);
-    for (int64_t i = 0; i < d; ++i)
-      x[i] += attn[i];
-
-    // MLP.
-    rmsNorm(x.data(), L.postNorm.data(), h.data(), d, eps);
-    std::vector<float> mlp;
-    if (L.moe) {
-      std::vector<double> logits(c.numRoutedExperts);
-      gemvD(L.router, h.data(), logits.data());
-      RouterChoice rc =
-          routeExperts(logits, L.routerBias.data(), c.numExpertsPerTok,
-                       c.normTopkProb, c.routedScalingFactor);
-      if (trace)
-        trace->experts[l] = rc.experts;
-      // Units in global order: routed experts ascending, then shared.
-      struct Unit {
-        const MlpWeights *m;
-        int64_t expert;
-        double weight;
-      };
-      std::vector<Unit> units;
-      for (size_t k = 0; k < rc.experts.size(); ++k)
-        units.push_back({&L.experts[rc.experts[k]], rc.experts[k],
-                         rc.weights[k]});
-      if (c.numSharedExperts > 0)
-        units.push_back({&L.shared, c.numRoutedExperts, 1.0});
-      // Slots: one per 128-channel chunk of each unit, in global order.
-      // A shared expert wider than a routed one (n_shared > 1) has extra
-      // chunks; they follow the rule's formula past the plan's halves.
-      const int64_t halves = tp_.expertHalves;
-      std::vector<int64_t> slot0(units.size() + 1, 0);
-      for (size_t u = 0; u < units.size(); ++u)
-        slot0[u + 1] = slot0[u] + numChunks(units[u].m->gate.rows);
-      std::vector<double> part(slot0.back() * d, 0.0);
-      std::vector<int> slotRank(slot0.back());
-      for (size_t u = 0; u < units.size(); ++u)
-        for (int64_t ch = 0; ch < numChunks(units[u].m->gate.rows); ++ch)
-          slotRank[slot0[u] + ch] =
-              ch < halves ? tp_.expertHalfRank(l, units[u].expert, ch)
-                          : (int)((halves * units[u].expert + ch + l) % N);
-      for (int r = rBegin; r < rEnd; ++r)
-        for (size_t u = 0; u < units.size(); ++u) {
-          const int64_t width = units[u].m->gate.rows;
-          for (int64_t ch = 0; ch < numChunks(width); ++ch) {
-            if (slotRank[slot0[u] + ch] != r)
-              continue;
-            int64_t begin = ch * kHalfWidth;
-            int64_t count = std::min(kHalfWidth, width - begin);
-            swigluPart(*units[u].m, h.data(), begin, count, units[u].weight,
-                       part.data() + (slot0[u] + ch) * d);
-          }
-        }
-      if (comm_)
-        gatherUnits(*comm_, slotRank, d, part);
-      mlp = reduceInOrder(part, slot0.back(), d);
+    const int64_t want = c.indexTopk / P;
+    std::vector<int64_t> chosen;
+    if (cands <= want) {
+      chosen.resize(cands);
+      std::iota(chosen.begin(), chosen.end(), 0);
     } else {
-      const int64_t chunks = numChunks(c.intermediateSize);
-      std::vector<double> part(chunks * d, 0.0);
-      for (int r = rBegin; r < rEnd; ++r)
-        for (int64_t ch = 0; ch < chunks; ++ch) {
-          if (TL.denseChunkRank[ch] != r)
+      std::vector<double> wts(nh);
+      gemvD(I.weightsProj, h, wts.data());
+      const double headScale = 1.0 / std::sqrt((double)nh);
+      const double dotScale = 1.0 / std::sqrt((double)hd);
+      std::vector<double> score(cands, 0.0);
+      for (int64_t t = 0; t < cands; ++t) {
+        const float *kt = candKeys + t * hd;
+        double acc = 0;
+        for (int64_t hh = 0; hh < nh; ++hh) {
+          double v = dot(qi.data() + hh * hd, kt, hd) * dotScale;
+          acc += wts[hh] * headScale * std::max(v, 0.0);
+        }
+        score[t] = acc;
+      }
+      chosen = topkIndices(score, want);
+      std::sort(chosen.begin(), chosen.end());
+    }
+    sel.clear();
+    for (int64_t p : chosen) // pools expand to their tokens
+      for (int64_t j = 0; j < P; ++j)
+        sel.push_back(p * P + j);
+    for (int64_t t = (T / P) * P; t < T; ++t) // the incomplete tail
+      sel.push_back(t);
+    haveSel = true;
+  } else if (c.indexNHeads == 0) {
+    sel.resize(T); // no indexer in this model: dense attention
+    std::iota(sel.begin(), sel.end(), 0);
+    haveSel = true;
+  }
+  check(haveSel, "layer ", l,
+        " is a shared indexer layer with no full layer before it");
+  if (trace)
+    trace->selected[l] = sel;
+
+  // Attention: each rank computes its heads' o_proj contributions.
+  std::vector<double> contrib(H * d, 0.0);
+  for (int r = rBegin; r < rEnd; ++r) {
+    for (int64_t hh = 0; hh < H; ++hh) {
+      if (TL.headRank[hh] != r)
+        continue;
+      const float *qn = q.data() + hh * (dn + dr);
+      std::vector<float> qp(qn + dn, qn + dn + dr);
+      ropeInterleave(qp.data(), dr, pos, theta);
+      // Absorb W_UK into the query: qabs = W_UK_hᵀ q_nope.
+      std::vector<double> qabs(kvr, 0.0);
+      for (int64_t i = 0; i < dn; ++i) {
+        const float *wr = L.kvB.row(hh * (dn + dv) + i);
+        double qv = qn[i];
+        for (int64_t cc = 0; cc < kvr; ++cc)
+          qabs[cc] += (double)wr[cc] * qv;
+      }
+      std::vector<double> p(sel.size());
+      for (size_t j = 0; j < sel.size(); ++j) {
+        const float *ent = cache.data() + sel[j] * lat;
+        p[j] = (dot(ent, qabs.data(), kvr) + dot(ent + kvr, qp.data(), dr)) *
+               scale;
+      }
+      softmax(p);
+      std::vector<double> ctx(kvr, 0.0);
+      for (size_t j = 0; j < sel.size(); ++j) {
+        const float *ent = cache.data() + sel[j] * lat;
+        for (int64_t cc = 0; cc < kvr; ++cc)
+          ctx[cc] += p[j] * (double)ent[cc];
+      }
+      std::vector<float> ov(dv);
+      for (int64_t j = 0; j < dv; ++j)
+        ov[j] =
+            (float)dot(L.kvB.row(hh * (dn + dv) + dn + j), ctx.data(), kvr);
+      double *out = contrib.data() + hh * d;
+      for (int64_t rr = 0; rr < d; ++rr)
+        out[rr] = dot(L.o.row(rr) + hh * dv, ov.data(), dv);
+    }
+  }
+  if (comm_)
+    gatherUnits(*comm_, TL.headRank, d, contrib);
+  return reduceInOrder(contrib, H, d);
+}
+
+std::vector<float> CpuForward::attendKda(Session &s, int64_t l,
+                                         const float *h) const {
+  const ModelConfig &c = w_->config;
+  const KdaWeights &W = w_->layers[l].linear;
+  const TpLayerLayout &TL = tp_.layers[l];
+  const int64_t d = c.hiddenSize, H = c.linearNumHeads, hd = c.linearHeadDim,
+                qkv = H * hd, K = c.linearConvKernel;
+  const auto [rBegin, rEnd] = myRanks();
+  // The low-rank gate inputs are shared by all heads (replicated).
+  std::vector<float> fa(hd), ga(hd);
+  gemv(W.fA, h, fa.data());
+  gemv(W.gA, h, ga.data());
+  std::vector<double> contrib(H * d, 0.0);
+  float *conv = s.convState[l].data();
+  for (int r = rBegin; r < rEnd; ++r)
+    for (int64_t hh = 0; hh < H; ++hh) {
+      if (TL.headRank[hh] != r)
+        continue;
+      // Projections, conv and SiLU of this head's channels.
+      std::vector<double> q(hd), k(hd), v(hd), g(hd);
+      const Matrix *proj[3] = {&W.q, &W.k, &W.v};
+      const std::vector<float> *taps[3] = {&W.convQ, &W.convK, &W.convV};
+      double *dst[3] = {q.data(), k.data(), v.data()};
+      for (int x = 0; x < 3; ++x)
+        for (int64_t j = 0; j < hd; ++j) {
+          const int64_t ch = hh * hd + j;
+          const float raw = (float)dot(proj[x]->row(ch), h, d);
+          dst[x][j] = causalConvStep(taps[x]->data() + ch * K,
+                                     conv + (x * qkv + ch) * (K - 1), K, raw);
+        }
+      kdaL2Norm(q.data(), hd);
+      kdaL2Norm(k.data(), hd);
+      const double qScale = 1.0 / std::sqrt((double)hd);
+      for (double &x : q)
+        x *= qScale;
+      for (int64_t j = 0; j < hd; ++j) {
+        const int64_t ch = hh * hd + j;
+        const double pre = dot(W.fB.row(ch), fa.data(), hd) + W.dtBias[ch];
+        g[j] = kdaForgetGate(pre, W.aLog[hh], c.hasLinearLowerBound,
+                             c.linearLowerBound);
+      }
+      const double beta = sigmoid(dot(W.b.row(hh), h, d));
+      std::vector<double> S(s.kdaState[l].begin() + hh * hd * hd,
+                            s.kdaState[l].begin() + (hh + 1) * hd * hd);
+      std::vector<double> o(hd);
+      kdaRecurrentStep(S, q.data(), k.data(), v.data(), g.data(), beta, hd,
+                       hd, o.data());
+      std::copy(S.begin(), S.end(), s.kdaState[l].begin() + hh * hd * hd);
+      // Gated RMS norm over the head's dv channels, then o_proj's columns.
+      double ss = 0;
+      for (double x : o)
+        ss += x * x;
+      const double inv = 1.0 / std::sqrt(ss / (double)hd + c.rmsNormEps);
+      std::vector<float> on(hd);
+      for (int64_t j = 0; j < hd; ++j) {
+        const double gate = dot(W.gB.row(hh * hd + j), ga.data(), hd);
+        on[j] = (float)(W.oNorm[j] * (o[j] * inv) * sigmoid(gate));
+      }
+      double *out = contrib.data() + hh * d;
+      for (int64_t rr = 0; rr < d; ++rr)
+        out[rr] = dot(W.o.row(rr) + hh * hd, on.data(), hd);
+    }
+  if (comm_)
+    gatherUnits(*comm_, TL.headRank, d, contrib);
+  return reduceInOrder(contrib, H, d);
+}
+
+std::vector<float> CpuForward::feedForward(int64_t l, const float *h,
+                                           StepTrace *trace) const {
+  const ModelConfig &c = w_->config;
+  const LayerWeights &L = w_->layers[l];
+  const TpLayerLayout &TL = tp_.layers[l];
+  const int64_t d = c.hiddenSize;
+  const int N = tp_.ranks;
+  const double limit = c.swigluLimit;
+  const auto [rBegin, rEnd] = myRanks();
+  if (L.moe) {
+    std::vector<double> logits(c.numRoutedExperts);
+    gemvD(L.router, h, logits.data());
+    RouterChoice rc =
+        routeExperts(logits, L.routerBias.data(), c.numExpertsPerTok,
+                     c.normTopkProb, c.routedScalingFactor);
+    if (trace)
+      trace->experts[l] = rc.experts;
+    // Units in global order: routed experts ascending, then shared.
+    struct Unit {
+      const MlpWeights *m;
+      int64_t expert;
+      double weight;
+    };
+    std::vector<Unit> units;
+    for (size_t k = 0; k < rc.experts.size(); ++k)
+      units.push_back(
+          {&L.experts[rc.experts[k]], rc.experts[k], rc.weights[k]});
+    if (c.numSharedExperts > 0)
+      units.push_back({&L.shared, c.numRoutedExperts, 1.0});
+    // Slots: one per 128-channel chunk of each unit, in global order.
+    // A shared expert wider than a routed one (n_shared > 1) has extra
+    // chunks; they follow the rule's formula past the plan's halves.
+    const int64_t halves = tp_.expertHalves;
+    std::vector<int64_t> slot0(units.size() + 1, 0);
+    for (size_t u = 0; u < units.size(); ++u)
+      slot0[u + 1] = slot0[u] + numChunks(units[u].m->gate.rows);
+    std::vector<double> part(slot0.back() * d, 0.0);
+    std::vector<int> slotRank(slot0.back());
+    for (size_t u = 0; u < units.size(); ++u)
+      for (int64_t ch = 0; ch < numChunks(units[u].m->gate.rows); ++ch)
+        slotRank[slot0[u] + ch] =
+            ch < halves ? tp_.expertHalfRank(l, units[u].expert, ch)
+                        : (int)((halves * units[u].expert + ch + l) % N);
+    for (int r = rBegin; r < rEnd; ++r)
+      for (size_t u = 0; u < units.size(); ++u) {
+        const int64_t width = units[u].m->gate.rows;
+        for (int64_t ch = 0; ch < numChunks(width); ++ch) {
+          if (slotRank[slot0[u] + ch] != r)
             continue;
           int64_t begin = ch * kHalfWidth;
-          int64_t count = std::min(kHalfWidth, c.intermediateSize - begin);
-          swigluPart(L.dense, h.data(), begin, count, 1.0,
-                     part.data() + ch * d);
+          int64_t count = std::min(kHalfWidth, width - begin);
+          swigluPart(*units[u].m, h, begin, count, units[u].weight, limit,
+                     part.data() + (slot0[u] + ch) * d);
         }
-      if (comm_)
-        gatherUnits(*comm_, TL.denseChunkRank, d, part);
-      mlp = reduceInOrder(part, chunks, d);
-    }
-    for (int64_t i = 0; i < d; ++i)
-      x[i] += mlp[i];
+      }
+    if (comm_)
+      gatherUnits(*comm_, slotRank, d, part);
+    return reduceInOrder(part, slot0.back(), d);
   }
+  const int64_t chunks = numChunks(c.intermediateSize);
+  std::vector<double> part(chunks * d, 0.0);
+  for (int r = rBegin; r < rEnd; ++r)
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      if (TL.denseChunkRank[ch] != r)
+        continue;
+      int64_t begin = ch * kHalfWidth;
+      int64_t count = std::min(kHalfWidth, c.intermediateSize - begin);
+      swigluPart(L.dense, h, begin, count, 1.0, limit, part.data() + ch * d);
+    }
+  if (comm_)
+    gatherUnits(*comm_, TL.denseChunkRank, d, part);
+  return reduceInOrder(part, chunks, d);
+}
 
-  rmsNorm(x.data(), w_->finalNorm.data(), h.data(), d, eps);
+std::vector<float> CpuForward::lmHead(const float *h) const {
+  const ModelConfig &c = w_->config;
+  const int N = tp_.ranks;
+  const auto [rBegin, rEnd] = myRanks();
   std::vector<float> logits(c.vocabSize);
   for (int r = rBegin; r < rEnd; ++r) // LM head split by vocabulary
-    gemv(w_->lmHead, h.data(), logits.data() + tp_.vocabBegin[r],
-         tp_.vocabBegin[r], tp_.vocabBegin[r + 1] - tp_.vocabBegin[r]);
+    gemv(w_->lmHead, h, logits.data() + tp_.vocabBegin[r], tp_.vocabBegin[r],
+         tp_.vocabBegin[r + 1] - tp_.vocabBegin[r]);
   if (comm_) { // gather = concatenation of the slices (padded to the widest)
     int64_t most = 0;
     for (int r = 0; r < N; ++r)
@@ -315,8 +421,77 @@ std::vector<float> CpuForward::step(Session &s, int64_t token,
                   tp_.vocabBegin[r + 1] - tp_.vocabBegin[r],
                   logits.begin() + tp_.vocabBegin[r]);
   }
-  s.length = T;
   return logits;
+}
+
+std::vector<float> CpuForward::step(Session &s, int64_t token,
+                                    StepTrace *trace) const {
+  const ModelConfig &c = w_->config;
+  check(token >= 0 && token < c.vocabSize, "token id ", token,
+        " is outside the vocabulary [0, ", c.vocabSize, ")");
+  const int64_t d = c.hiddenSize, pos = s.length;
+  const double eps = c.rmsNormEps;
+  if (comm_)
+    comm_->setStep(pos);
+  if (trace) {
+    trace->selected.assign(c.numLayers, {});
+    trace->experts.assign(c.numLayers, {});
+  }
+  std::vector<float> h(d);
+  std::vector<int64_t> sel; // the current query's DSA selection
+  bool haveSel = false;
+  const float *embed = w_->embed.row(token);
+
+  if (c.hcMult == 0) { // plain pre-norm residual (GLM-5.3)
+    std::vector<float> x(embed, embed + d);
+    for (int64_t l = 0; l < c.numLayers; ++l) {
+      const LayerWeights &L = w_->layers[l];
+      rmsNorm(x.data(), L.inputNorm.data(), h.data(), d, eps);
+      std::vector<float> attn = attendMla(s, l, h.data(), sel, haveSel, trace);
+      for (int64_t i = 0; i < d; ++i)
+        x[i] += attn[i];
+      rmsNorm(x.data(), L.postNorm.data(), h.data(), d, eps);
+      std::vector<float> mlp = feedForward(l, h.data(), trace);
+      for (int64_t i = 0; i < d; ++i)
+        x[i] += mlp[i];
+    }
+    rmsNorm(x.data(), w_->finalNorm.data(), h.data(), d, eps);
+    s.length = pos + 1;
+    return lmHead(h.data());
+  }
+
+  // mHC (GLM-5.3-Flash): S residual streams, each starting as the embedding;
+  // every sublayer reads a pre-weighted sum of them and writes back through
+  // post and the Sinkhorn-normalised comb.
+  const int64_t S = c.hcMult;
+  std::vector<float> X(S * d);
+  for (int64_t j = 0; j < S; ++j)
+    std::copy(embed, embed + d, X.begin() + j * d);
+  for (int64_t l = 0; l < c.numLayers; ++l) {
+    const LayerWeights &L = w_->layers[l];
+    HyperMix mix = hyperConnMix(L.attnHc, X, S, eps, c.hcEps,
+                                c.hcSinkhornIters);
+    std::vector<float> u = hyperConnCollapse(mix, X, S);
+    rmsNorm(u.data(), L.inputNorm.data(), h.data(), d, eps);
+    std::vector<float> y = L.kda ? attendKda(s, l, h.data())
+                                 : attendMla(s, l, h.data(), sel, haveSel,
+                                             trace);
+    hyperConnExpand(mix, y, X, S);
+    mix = hyperConnMix(L.ffnHc, X, S, eps, c.hcEps, c.hcSinkhornIters);
+    u = hyperConnCollapse(mix, X, S);
+    rmsNorm(u.data(), L.postNorm.data(), h.data(), d, eps);
+    hyperConnExpand(mix, feedForward(l, h.data(), trace), X, S);
+  }
+  std::vector<float> mean(d); // the unweighted mean of the streams
+  for (int64_t i = 0; i < d; ++i) {
+    double acc = 0;
+    for (int64_t j = 0; j < S; ++j)
+      acc += X[j * d + i];
+    mean[i] = (float)(acc / (double)S);
+  }
+  rmsNorm(mean.data(), w_->finalNorm.data(), h.data(), d, eps);
+  s.length = pos + 1;
+  return lmHead(h.data());
 }
 
 } // namespace glm::rt::cpu

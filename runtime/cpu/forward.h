@@ -1,5 +1,13 @@
 //===- forward.h - the reference GLM-5.3 forward, one token at a time -----===//
 //
+// GLM-5.3-Flash (glm5_next) runs here too: KDA layers (their fp64 delta-rule
+// state and conv inputs live in the Session), NoPE MLA with the k-pool
+// indexer (pooled keys cached once their pool completes; a query selects the
+// top index_topk/index_kpool complete pools plus its own incomplete tail),
+// mHC residual streams around every sublayer and clamped SwiGLU. The math is
+// shared/specs/glm53-architecture.md section 3 and transformers'
+// modeling_glm5_next; flash_ops.h holds its pieces.
+//
 // Incremental decoding over a latent KV cache (MLA in the absorbed form: per
 // token and layer the cache holds [c (kv_lora) | RoPE(k_pe) (rope dim)]; full
 // indexer layers also cache their index keys). Every prompt token goes
@@ -40,6 +48,11 @@ struct Session {
   int64_t length = 0;                        // tokens processed so far
   std::vector<std::vector<float>> latent;    // per layer [T, kv_lora + dr]
   std::vector<std::vector<float>> indexKeys; // per full layer [T, hd]
+  // GLM-5.3-Flash.
+  std::vector<std::vector<float>> indexGates; // per full layer [T, hd]: k-pool gate
+  std::vector<std::vector<float>> poolKeys;   // per full layer [T/kpool, hd]
+  std::vector<std::vector<double>> kdaState;  // per KDA layer [heads, dk, dv]
+  std::vector<std::vector<float>> convState;  // per KDA layer [3·qkv, K−1]
 };
 
 /// What a step decided, for tests and debugging.
@@ -66,6 +79,21 @@ public:
   const ModelWeights &weights() const { return *w_; }
 
 private:
+  /// The ranks this process computes: all of them, or the comm's one.
+  std::pair<int, int> myRanks() const;
+  /// MLA (+ DSA selection into `sel`) of layer l on its input h; returns
+  /// the all-reduced attention output [d].
+  std::vector<float> attendMla(Session &s, int64_t l, const float *h,
+                               std::vector<int64_t> &sel, bool &haveSel,
+                               StepTrace *trace) const;
+  /// Flash's KDA layer l on h (conv, gates, delta-rule state update, gated
+  /// output norm, o_proj); returns the all-reduced output [d].
+  std::vector<float> attendKda(Session &s, int64_t l, const float *h) const;
+  /// Dense MLP or MoE of layer l on h; returns the all-reduced output [d].
+  std::vector<float> feedForward(int64_t l, const float *h,
+                                 StepTrace *trace) const;
+  std::vector<float> lmHead(const float *h) const;
+
   std::shared_ptr<const ModelWeights> w_;
   TpLayout tp_;
   dist::HostComm *comm_ = nullptr;

@@ -107,8 +107,16 @@ std::vector<float> MapWeightSource::load(const std::string &name) const {
 
 void checkSupportedConfig(const ModelConfig &c) {
   const char *src = "config.json";
-  check(c.modelType == "glm_moe_dsa", src, ": model_type \"", c.modelType,
-        "\": the cpu backend runs glm_moe_dsa (GLM-5.3) models");
+  check(c.modelType == "glm_moe_dsa" || c.isFlash(), src, ": model_type \"",
+        c.modelType,
+        "\": the reference runs glm_moe_dsa (GLM-5.3) and glm5_next "
+        "(GLM-5.3-Flash) models");
+  if (c.isFlash())
+    check(c.hcMult > 0 && c.linearNumHeads > 0 && c.linearHeadDim > 0 &&
+              c.linearConvKernel > 0,
+          src, ": glm5_next needs hc_mult and the KDA geometry "
+               "(linear_attn_config num_heads, head_dim, "
+               "short_conv_kernel_size)");
   check(c.qLoraRank > 0, src,
         ": q_lora_rank must be set (the q_proj form is not supported)");
   check(c.kvLoraRank > 0 && c.qkNopeHeadDim > 0 && c.vHeadDim > 0, src,
@@ -127,9 +135,42 @@ void checkSupportedConfig(const ModelConfig &c) {
           "must be positive");
     check(c.indexerRopeInterleave, src,
           ": indexer_rope_interleave false is not supported");
-    check(c.isFullIndexerLayer(0), src,
-          ": indexer_types[0] is \"shared\" but a shared layer reuses the "
-          "selection of an earlier full layer");
+    int64_t firstMla = 0;
+    while (firstMla < c.numLayers && c.isKdaLayer(firstMla))
+      ++firstMla;
+    check(firstMla == c.numLayers || c.isFullIndexerLayer(firstMla), src,
+          ": indexer_types[", firstMla,
+          "] is \"shared\" but a shared layer reuses the selection of an "
+          "earlier full layer");
+  }
+}
+
+/// MLA and (on full layers) the indexer of one layer.
+static void mlaWeights(Loader &ld, const ModelConfig &c, const std::string &a,
+                       int64_t l, LayerWeights &L) {
+  const int64_t d = c.hiddenSize, H = c.numHeads;
+  const int64_t dn = c.qkNopeHeadDim, dr = c.qkRopeHeadDim, dv = c.vHeadDim;
+  L.qA = ld.mat(a + "q_a_proj.weight", c.qLoraRank, d);
+  L.qANorm = ld.vec(a + "q_a_layernorm.weight", c.qLoraRank);
+  L.qB = ld.mat(a + "q_b_proj.weight", H * (dn + dr), c.qLoraRank);
+  L.kvA = ld.mat(a + "kv_a_proj_with_mqa.weight", c.kvLoraRank + dr, d);
+  L.kvANorm = ld.vec(a + "kv_a_layernorm.weight", c.kvLoraRank);
+  L.kvB = ld.mat(a + "kv_b_proj.weight", H * (dn + dv), c.kvLoraRank);
+  L.o = ld.mat(a + "o_proj.weight", d, H * dv);
+  L.fullIndexer = c.indexNHeads > 0 && c.isFullIndexerLayer(l);
+  if (L.fullIndexer) {
+    std::string ix = a + "indexer.";
+    const int64_t nh = c.indexNHeads, hd = c.indexHeadDim;
+    L.indexer.wqB = ld.mat(ix + "wq_b.weight", nh * hd, c.qLoraRank);
+    L.indexer.wk = ld.mat(ix + "wk.weight", hd, d);
+    L.indexer.kNormW = ld.vec(ix + "k_norm.weight", hd);
+    L.indexer.kNormB = ld.vec(ix + "k_norm.bias", hd);
+    L.indexer.weightsProj = ld.mat(ix + "weights_proj.weight", nh, d);
+    if (c.isFlash()) {
+      L.indexer.kpoolGate = ld.mat(ix + "index_kpool_compress_gate", hd, d);
+      L.indexer.kpoolApe = ld.mat(ix + "index_kpool_compress_ape",
+                                  c.indexKpool, hd);
+    }
   }
 }
 
@@ -140,43 +181,60 @@ static std::shared_ptr<ModelWeights> walkWeights(const ModelConfig &c,
   checkSupportedConfig(c);
   auto w = std::make_shared<ModelWeights>();
   w->config = c;
-  const int64_t d = c.hiddenSize, H = c.numHeads;
-  const int64_t dn = c.qkNopeHeadDim, dr = c.qkRopeHeadDim, dv = c.vHeadDim;
+  const int64_t d = c.hiddenSize;
+  const std::string root = c.tensorPrefix();
   // Tensor count, for the progress callback only.
   ld.total = 3;
   for (int64_t l = 0; l < c.numLayers; ++l) {
-    ld.total += 9;
-    if (c.indexNHeads > 0 && c.isFullIndexerLayer(l))
-      ld.total += 5;
+    ld.total += c.isKdaLayer(l) ? 18 : 9;
+    ld.total += c.hcMult > 0 ? 6 : 0;
+    if (!c.isKdaLayer(l) && c.indexNHeads > 0 && c.isFullIndexerLayer(l))
+      ld.total += c.isFlash() ? 7 : 5;
     ld.total += c.isMoeLayer(l)
                     ? 2 + 3 * (c.numRoutedExperts + (c.numSharedExperts > 0))
                     : 3;
   }
   ld.total += c.tieWordEmbeddings ? 0 : 1;
 
-  w->embed = ld.mat("model.embed_tokens.weight", c.vocabSize, d);
+  w->embed = ld.mat(root + "embed_tokens.weight", c.vocabSize, d);
   for (int64_t l = 0; l < c.numLayers; ++l) {
     LayerWeights L;
-    std::string p = "model.layers." + std::to_string(l) + ".";
+    std::string p = root + "layers." + std::to_string(l) + ".";
     L.inputNorm = ld.vec(p + "input_layernorm.weight", d);
     L.postNorm = ld.vec(p + "post_attention_layernorm.weight", d);
+    if (c.hcMult > 0) {
+      const int64_t S = c.hcMult, mix = (2 + S) * S;
+      for (auto [site, hc] : {std::pair{"attn", &L.attnHc},
+                              std::pair{"ffn", &L.ffnHc}}) {
+        const std::string h = p + "hc_" + site + "_";
+        hc->fn = ld.mat(h + "fn", mix, S * d);
+        hc->base = ld.vec(h + "base", mix);
+        hc->scale = ld.vec(h + "scale", 3);
+      }
+    }
     std::string a = p + "self_attn.";
-    L.qA = ld.mat(a + "q_a_proj.weight", c.qLoraRank, d);
-    L.qANorm = ld.vec(a + "q_a_layernorm.weight", c.qLoraRank);
-    L.qB = ld.mat(a + "q_b_proj.weight", H * (dn + dr), c.qLoraRank);
-    L.kvA = ld.mat(a + "kv_a_proj_with_mqa.weight", c.kvLoraRank + dr, d);
-    L.kvANorm = ld.vec(a + "kv_a_layernorm.weight", c.kvLoraRank);
-    L.kvB = ld.mat(a + "kv_b_proj.weight", H * (dn + dv), c.kvLoraRank);
-    L.o = ld.mat(a + "o_proj.weight", d, H * dv);
-    L.fullIndexer = c.indexNHeads > 0 && c.isFullIndexerLayer(l);
-    if (L.fullIndexer) {
-      std::string ix = a + "indexer.";
-      const int64_t nh = c.indexNHeads, hd = c.indexHeadDim;
-      L.indexer.wqB = ld.mat(ix + "wq_b.weight", nh * hd, c.qLoraRank);
-      L.indexer.wk = ld.mat(ix + "wk.weight", hd, d);
-      L.indexer.kNormW = ld.vec(ix + "k_norm.weight", hd);
-      L.indexer.kNormB = ld.vec(ix + "k_norm.bias", hd);
-      L.indexer.weightsProj = ld.mat(ix + "weights_proj.weight", nh, d);
+    L.kda = c.isKdaLayer(l);
+    if (L.kda) {
+      const int64_t nh = c.linearNumHeads, hd = c.linearHeadDim,
+                    qkv = nh * hd, K = c.linearConvKernel;
+      KdaWeights &k = L.linear;
+      k.q = ld.mat(a + "q_proj.weight", qkv, d);
+      k.k = ld.mat(a + "k_proj.weight", qkv, d);
+      k.v = ld.mat(a + "v_proj.weight", qkv, d);
+      k.convQ = ld.get(a + "q_conv1d.weight", {qkv, 1, K});
+      k.convK = ld.get(a + "k_conv1d.weight", {qkv, 1, K});
+      k.convV = ld.get(a + "v_conv1d.weight", {qkv, 1, K});
+      k.fA = ld.mat(a + "f_a_proj.weight", hd, d);
+      k.fB = ld.mat(a + "f_b_proj.weight", qkv, hd);
+      k.dtBias = ld.vec(a + "dt_bias", qkv);
+      k.aLog = ld.vec(a + "A_log", nh);
+      k.b = ld.mat(a + "b_proj.weight", nh, d);
+      k.gA = ld.mat(a + "g_a_proj.weight", hd, d);
+      k.gB = ld.mat(a + "g_b_proj.weight", qkv, hd);
+      k.oNorm = ld.vec(a + "o_norm.weight", hd);
+      k.o = ld.mat(a + "o_proj.weight", d, qkv);
+    } else {
+      mlaWeights(ld, c, a, l, L);
     }
     std::string m = p + "mlp.";
     L.moe = c.isMoeLayer(l);
@@ -195,7 +253,7 @@ static std::shared_ptr<ModelWeights> walkWeights(const ModelConfig &c,
     }
     w->layers.push_back(std::move(L));
   }
-  w->finalNorm = ld.vec("model.norm.weight", d);
+  w->finalNorm = ld.vec(root + "norm.weight", d);
   if (c.tieWordEmbeddings && !ld.src.has("lm_head.weight")) {
     w->lmHead = w->embed; // a copy: count it
     ld.bytes += uint64_t(c.vocabSize) * uint64_t(d) * sizeof(float);

@@ -70,10 +70,35 @@ struct IndexerWeights {
   Matrix wk;           // [hd, d]
   std::vector<float> kNormW, kNormB; // [hd]
   Matrix weightsProj;  // [nh, d]
+  Matrix kpoolGate;    // Flash: [hd, d] compression gate of the k-pool
+  Matrix kpoolApe;     // Flash: [kpool, hd] position bias within a pool
+};
+
+/// Flash's KDA attention (shapes per transformers' Glm5NextTextLinearAttention;
+/// qkv = heads·head_dim, K = conv taps).
+struct KdaWeights {
+  Matrix q, k, v;                       // [qkv, d]
+  std::vector<float> convQ, convK, convV; // [qkv, K] depthwise causal taps
+  Matrix fA, fB;                        // forget gate [hd, d], [qkv, hd]
+  std::vector<float> dtBias, aLog;      // [qkv], [heads]
+  Matrix b;                             // beta [heads, d]
+  Matrix gA, gB;                        // output gate [hd, d], [qkv, hd]
+  std::vector<float> oNorm;             // [hd]
+  Matrix o;                             // [d, qkv]
+};
+
+/// One mHC site: the stream-mixing map of the flattened streams.
+struct HyperConnWeights {
+  Matrix fn;                 // [(2+S)·S, S·d]
+  std::vector<float> base;   // [(2+S)·S]
+  std::vector<float> scale;  // [3]: pre, post, comb
 };
 
 struct LayerWeights {
   std::vector<float> inputNorm, postNorm; // [d]
+  bool kda = false;          // Flash linear-attention layer (else MLA)
+  KdaWeights linear;         // KDA layers only
+  HyperConnWeights attnHc, ffnHc; // Flash (hc_mult > 0) only
   // MLA
   Matrix qA;                 // [q_lora, d]
   std::vector<float> qANorm; // [q_lora]
@@ -113,7 +138,8 @@ struct ModelWeights {
 
 /// Checks the parts of config.json the reference forward relies on (MLA
 /// with q_lora, sigmoid router without groups, SwiGLU, default RoPE, a full
-/// indexer layer before any shared one); throws Error naming the key.
+/// indexer layer before any shared one; for Flash the KDA, mHC and k-pool
+/// geometry); throws Error naming the key.
 void checkSupportedConfig(const ModelConfig &config);
 
 } // namespace glm::rt::cpu

@@ -10,9 +10,10 @@ TpLayout TpLayout::fromRule(const ModelConfig &c, int n) {
   TpLayout t;
   t.ranks = n;
   t.expertHalves = numChunks(c.moeIntermediateSize);
-  const int64_t H = c.numHeads, E = c.numRoutedExperts;
+  const int64_t E = c.numRoutedExperts;
   for (int64_t l = 0; l < c.numLayers; ++l) {
     TpLayerLayout L;
+    const int64_t H = c.headsOf(l); // KDA heads split the same way
     for (int64_t h = 0; h < H; ++h) {
       // Contiguous split: rank r owns heads [r·H/N, (r+1)·H/N).
       int r = 0;

@@ -29,7 +29,7 @@ namespace glm::rt::cpu {
 constexpr int64_t kHalfWidth = 128;
 
 struct TpLayerLayout {
-  std::vector<int> headRank;       // [H]
+  std::vector<int> headRank;       // [H] (KDA layers: KDA heads)
   std::vector<int> expertHalfRank; // [(E+1)·halves]; e = E is shared
   std::vector<int> denseChunkRank; // [ceil(intermediate/128)]
 };

@@ -106,6 +106,80 @@ std::vector<std::string> getStrings(const json &j, const char *key,
   }
   return out;
 }
+/// GLM-5.3-Flash's text_config keys (transformers' Glm5NextTextConfig): the
+/// layer schedule, KDA geometry (linear_attn_config wins over linear_*, as
+/// transformers reads it), mHC and the k-pool indexer. Defaults are
+/// transformers' only where the released config relies on them.
+void parseFlashKeys(const json &j, const std::string &src, ModelConfig &c) {
+  c.layerTypes = getStrings(j, "layer_types", src,
+                            {"linear_attention", "deepseek_sparse_attention",
+                             "full_attention"});
+  if (c.layerTypes.empty()) // transformers' rule: every fourth layer MLA
+    for (int64_t l = 0; l < c.numLayers; ++l)
+      c.layerTypes.push_back(l % 4 == 3 ? "deepseek_sparse_attention"
+                                        : "linear_attention");
+  for (auto &t : c.layerTypes)
+    if (t == "full_attention")
+      t = "deepseek_sparse_attention";
+  check((int64_t)c.layerTypes.size() >= c.numLayers, src, ": layer_types has ",
+        c.layerTypes.size(), " entries, num_hidden_layers is ", c.numLayers);
+  c.layerTypes.resize(c.numLayers);
+  c.linearNumHeads = getInt(j, "linear_num_heads", src, 1, kMaxCount, false, 64);
+  c.linearHeadDim = getInt(j, "linear_head_dim", src, 1, kMaxDim, false, 128);
+  c.linearConvKernel =
+      getInt(j, "linear_conv_kernel_dim", src, 1, 64, false, 4);
+  const json *lb = j.contains("linear_lower_bound") ? &j["linear_lower_bound"]
+                                                    : nullptr;
+  c.hasLinearLowerBound = !lb || !lb->is_null();
+  if (c.hasLinearLowerBound)
+    c.linearLowerBound = getNum(j, "linear_lower_bound", src, -5.0, -1e6, 0,
+                                false);
+  auto la = j.find("linear_attn_config");
+  if (la != j.end() && !la->is_null()) {
+    if (!la->is_object())
+      badValue(src, "linear_attn_config", *la, "an object");
+    const std::string lsrc = src + " (linear_attn_config)";
+    c.linearNumHeads = getInt(*la, "num_heads", lsrc, 1, kMaxCount, false,
+                              c.linearNumHeads);
+    c.linearHeadDim = getInt(*la, "head_dim", lsrc, 1, kMaxDim, false,
+                             c.linearHeadDim);
+    c.linearConvKernel = getInt(*la, "short_conv_kernel_size", lsrc, 1, 64,
+                                false, c.linearConvKernel);
+    auto g = la->find("gate_lower_bound");
+    if (g != la->end() && !g->is_null()) {
+      c.hasLinearLowerBound = true;
+      c.linearLowerBound =
+          getNum(*la, "gate_lower_bound", lsrc, -5.0, -1e6, 0, false);
+    }
+  }
+  c.hcMult = getInt(j, "hc_mult", src, 1, 64, false, 4);
+  c.hcEps = getNum(j, "hc_eps", src, 1e-6, 0, 1, false);
+  c.hcSinkhornIters = getInt(j, "hc_sinkhorn_iters", src, 1, 1000, false, 20);
+  c.swigluLimit = getNum(j, "swiglu_limit", src, 10.0, 0, 1e9, true);
+  if (c.qkRopeHeadDim != 0)
+    badValue(src, "qk_rope_head_dim", j["qk_rope_head_dim"],
+             "0 (GLM-5.3-Flash attention is NoPE)");
+  if (c.indexNHeads > 0) {
+    // transformers' default (16) is not the released value (4): require it.
+    c.indexKpool = getInt(j, "index_kpool", src, 1, kMaxDim, true);
+    if (c.indexTopk % c.indexKpool != 0)
+      badValue(src, "index_topk", j["index_topk"],
+               "a multiple of index_kpool (" + std::to_string(c.indexKpool) +
+                   ")");
+    if (c.indexKpool > 1 &&
+        !getBool(j, "index_kpool_always_select_tail", src, true))
+      badValue(src, "index_kpool_always_select_tail",
+               j["index_kpool_always_select_tail"],
+               "true (a query must see its own incomplete pool)");
+  }
+  // transformers hands a "shared" MLA layer the selection of the layer just
+  // before it; after a KDA layer there is none (it raises).
+  for (int64_t l = 0; l < c.numLayers; ++l)
+    if (!c.isKdaLayer(l) && !c.isFullIndexerLayer(l))
+      check(l > 0 && !c.isKdaLayer(l - 1), src, ": indexer_types[", l,
+            "] is \"shared\" but layer ", l - 1,
+            " is not an MLA layer whose selection it could reuse");
+}
 } // namespace
 
 ModelConfig parseModelConfig(const std::string &text, const std::string &src) {
@@ -240,6 +314,8 @@ ModelConfig parseModelConfig(const std::string &text, const std::string &src) {
   }
   c.padTokenId = getInt(j, "pad_token_id", src, -1, c.vocabSize - 1, false,
                         -1);
+  if (c.isFlash())
+    parseFlashKeys(j, src, c);
   return c;
 }
 

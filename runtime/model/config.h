@@ -48,6 +48,25 @@ struct ModelConfig {
   bool tieWordEmbeddings = false;
   std::vector<std::string> indexerTypes; // per layer: "full" | "shared"
   std::vector<std::string> mlpLayerTypes; // per layer: "dense" | "sparse"
+  // GLM-5.3-Flash (glm5_next) only; empty / zero for glm_moe_dsa.
+  /// Per layer "linear_attention" (KDA) or "deepseek_sparse_attention"
+  /// (MLA + DSA); empty = every layer MLA.
+  std::vector<std::string> layerTypes;
+  int64_t linearNumHeads = 0;  // KDA heads
+  int64_t linearHeadDim = 0;   // dk = dv per KDA head
+  int64_t linearConvKernel = 0; // causal short conv taps
+  /// Forget gate g = lower_bound·sigmoid(exp(A_log)·x) when set (the
+  /// released checkpoint), else −exp(A_log)·softplus(x).
+  bool hasLinearLowerBound = false;
+  double linearLowerBound = 0;
+  int64_t hcMult = 0;          // mHC residual streams; 0 = plain residual
+  double hcEps = 1e-6;
+  int64_t hcSinkhornIters = 0;
+  /// Index keys pooled over index_kpool consecutive tokens (1 = per token,
+  /// GLM-5.3); the incomplete tail is always attended (Flash requires it).
+  int64_t indexKpool = 1;
+  /// SwiGLU clamp: gate <= limit, up in [−limit, limit]; 0 = none.
+  double swigluLimit = 0;
   std::vector<int64_t> eosTokenIds;
   int64_t padTokenId = -1;
   std::string rawJson; // config.json as read (hashed into plans)
@@ -56,6 +75,19 @@ struct ModelConfig {
   bool isMoeLayer(int64_t layer) const {
     return mlpLayerTypes.empty() ? layer >= firstKDenseReplace
                                  : mlpLayerTypes.at(layer) == "sparse";
+  }
+  bool isFlash() const { return modelType == "glm5_next"; }
+  bool isKdaLayer(int64_t layer) const {
+    return !layerTypes.empty() && layerTypes.at(layer) == "linear_attention";
+  }
+  /// Heads of a layer's attention (KDA heads on KDA layers).
+  int64_t headsOf(int64_t layer) const {
+    return isKdaLayer(layer) ? linearNumHeads : numHeads;
+  }
+  /// Where the text model's tensors live: "model.language_model." (Flash,
+  /// an image-text-to-text checkpoint) or "model.".
+  std::string tensorPrefix() const {
+    return isFlash() ? "model.language_model." : "model.";
   }
   bool isFullIndexerLayer(int64_t layer) const {
     return indexerTypes.empty() || indexerTypes.at(layer) == "full";

@@ -1,5 +1,10 @@
 //===- hf_names.cpp - the Hugging Face tensor list of a GLM-5.3 config ----===//
 //
+// GLM-5.3-Flash (glm5_next) checkpoints put the text model under
+// model.language_model., name the mHC maps hc_{attn,ffn}_{fn,base,scale} and
+// keep KDA's three convs and forget-gate parameters under self_attn
+// (transformers renames them on load; the goldens of
+// tests/oracle/make_flash_goldens.py are saved under these names).
 // Names and shapes follow transformers' GlmMoeDsa modules: GlmMoeDsaAttention
 // (q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm,
 // kv_b_proj, o_proj), GlmMoeDsaIndexer on "full" layers only (wq_b, wk,
@@ -47,42 +52,91 @@ struct Builder {
 };
 } // namespace
 
-std::vector<HfTensorSpec> expectedHfTensors(const ModelConfig &c) {
-  check(c.modelType == "glm_moe_dsa", "expectedHfTensors: model_type \"",
-        c.modelType,
-        "\" has no known Hugging Face tensor list (only glm_moe_dsa)");
+/// MLA (q_a/q_b or q_proj, kv_a, kv_b, o_proj) and, on "full" layers, the
+/// indexer: GLM-5.3's every layer, Flash's "deepseek_sparse_attention" ones.
+static void mlaTensors(Builder &b, const ModelConfig &c, const std::string &a,
+                       int64_t l) {
+  const int L = (int)l;
   const int64_t d = c.hiddenSize, H = c.numHeads;
+  if (c.qLoraRank > 0) {
+    b.add(a + "q_a_proj.weight", {c.qLoraRank, d}, true, L);
+    b.add(a + "q_a_layernorm.weight", {c.qLoraRank}, false, L);
+    b.add(a + "q_b_proj.weight", {H * c.qkHeadDim(), c.qLoraRank}, true, L);
+  } else {
+    b.add(a + "q_proj.weight", {H * c.qkHeadDim(), d}, true, L);
+  }
+  b.add(a + "kv_a_proj_with_mqa.weight", {c.kvLoraRank + c.qkRopeHeadDim, d},
+        true, L);
+  b.add(a + "kv_a_layernorm.weight", {c.kvLoraRank}, false, L);
+  b.add(a + "kv_b_proj.weight",
+        {H * (c.qkNopeHeadDim + c.vHeadDim), c.kvLoraRank}, true, L);
+  b.add(a + "o_proj.weight", {d, H * c.vHeadDim}, true, L);
+  // Shared indexer layers reuse the last full layer's selection and carry
+  // no indexer weights.
+  if (c.indexNHeads > 0 && c.isFullIndexerLayer(l)) {
+    const std::string ix = a + "indexer.";
+    const int64_t qIn = c.qLoraRank > 0 ? c.qLoraRank : d;
+    b.add(ix + "wq_b.weight", {c.indexNHeads * c.indexHeadDim, qIn}, true, L);
+    b.add(ix + "wk.weight", {c.indexHeadDim, d}, true, L);
+    b.add(ix + "k_norm.weight", {c.indexHeadDim}, false, L);
+    b.add(ix + "k_norm.bias", {c.indexHeadDim}, false, L);
+    b.add(ix + "weights_proj.weight", {c.indexNHeads, d}, false, L);
+    if (c.isFlash()) { // the k-pool's compression gate and position bias
+      b.add(ix + "index_kpool_compress_gate", {c.indexHeadDim, d}, false, L);
+      b.add(ix + "index_kpool_compress_ape", {c.indexKpool, c.indexHeadDim},
+            false, L);
+    }
+  }
+}
+
+/// Flash's KDA layer: q/k/v projections, each with its depthwise causal conv
+/// (transformers fuses the three on load), the low-rank forget gate (f_a,
+/// f_b, dt_bias, A_log), beta (b_proj), the low-rank output gate (g_a, g_b),
+/// the gated output norm and o_proj.
+static void kdaTensors(Builder &b, const ModelConfig &c, const std::string &a,
+                       int64_t l) {
+  const int L = (int)l;
+  const int64_t d = c.hiddenSize, nh = c.linearNumHeads, hd = c.linearHeadDim,
+                qkv = nh * hd;
+  for (const char *x : {"q", "k", "v"})
+    b.add(a + x + "_proj.weight", {qkv, d}, true, L);
+  for (const char *x : {"q", "k", "v"})
+    b.add(a + x + "_conv1d.weight", {qkv, 1, c.linearConvKernel}, false, L);
+  b.add(a + "f_a_proj.weight", {hd, d}, false, L);
+  b.add(a + "f_b_proj.weight", {qkv, hd}, false, L);
+  b.add(a + "dt_bias", {qkv}, false, L);
+  b.add(a + "A_log", {nh}, false, L);
+  b.add(a + "b_proj.weight", {nh, d}, false, L);
+  b.add(a + "g_a_proj.weight", {hd, d}, false, L);
+  b.add(a + "g_b_proj.weight", {qkv, hd}, false, L);
+  b.add(a + "o_norm.weight", {hd}, false, L);
+  b.add(a + "o_proj.weight", {d, qkv}, true, L);
+}
+
+std::vector<HfTensorSpec> expectedHfTensors(const ModelConfig &c) {
+  check(c.modelType == "glm_moe_dsa" || c.isFlash(),
+        "expectedHfTensors: model_type \"", c.modelType,
+        "\" has no known Hugging Face tensor list");
+  const int64_t d = c.hiddenSize;
+  const std::string root = c.tensorPrefix();
   Builder b;
-  b.add("model.embed_tokens.weight", {c.vocabSize, d}, false);
+  b.add(root + "embed_tokens.weight", {c.vocabSize, d}, false);
   for (int64_t l = 0; l < c.numLayers; ++l) {
     const int L = (int)l;
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    const std::string a = p + "self_attn.";
+    const std::string p = root + "layers." + std::to_string(l) + ".";
+    if (c.hcMult > 0) // mHC maps of both sites, as the checkpoint names them
+      for (const char *site : {"attn", "ffn"}) {
+        const std::string h = p + "hc_" + site + "_";
+        const int64_t S = c.hcMult, mix = (2 + S) * S;
+        b.add(h + "fn", {mix, S * d}, false, L);
+        b.add(h + "base", {mix}, false, L);
+        b.add(h + "scale", {3}, false, L);
+      }
     b.add(p + "input_layernorm.weight", {d}, false, L);
-    if (c.qLoraRank > 0) {
-      b.add(a + "q_a_proj.weight", {c.qLoraRank, d}, true, L);
-      b.add(a + "q_a_layernorm.weight", {c.qLoraRank}, false, L);
-      b.add(a + "q_b_proj.weight", {H * c.qkHeadDim(), c.qLoraRank}, true, L);
-    } else {
-      b.add(a + "q_proj.weight", {H * c.qkHeadDim(), d}, true, L);
-    }
-    b.add(a + "kv_a_proj_with_mqa.weight", {c.kvLoraRank + c.qkRopeHeadDim, d},
-          true, L);
-    b.add(a + "kv_a_layernorm.weight", {c.kvLoraRank}, false, L);
-    b.add(a + "kv_b_proj.weight",
-          {H * (c.qkNopeHeadDim + c.vHeadDim), c.kvLoraRank}, true, L);
-    b.add(a + "o_proj.weight", {d, H * c.vHeadDim}, true, L);
-    // Shared indexer layers reuse the last full layer's selection and carry
-    // no indexer weights.
-    if (c.indexNHeads > 0 && c.isFullIndexerLayer(l)) {
-      const std::string ix = a + "indexer.";
-      const int64_t qIn = c.qLoraRank > 0 ? c.qLoraRank : d;
-      b.add(ix + "wq_b.weight", {c.indexNHeads * c.indexHeadDim, qIn}, true, L);
-      b.add(ix + "wk.weight", {c.indexHeadDim, d}, true, L);
-      b.add(ix + "k_norm.weight", {c.indexHeadDim}, false, L);
-      b.add(ix + "k_norm.bias", {c.indexHeadDim}, false, L);
-      b.add(ix + "weights_proj.weight", {c.indexNHeads, d}, false, L);
-    }
+    if (c.isKdaLayer(l))
+      kdaTensors(b, c, p + "self_attn.", l);
+    else
+      mlaTensors(b, c, p + "self_attn.", l);
     b.add(p + "post_attention_layernorm.weight", {d}, false, L);
     const std::string m = p + "mlp.";
     if (!c.isMoeLayer(l)) {
@@ -98,7 +152,7 @@ std::vector<HfTensorSpec> expectedHfTensors(const ModelConfig &c) {
       b.mlp(m + "shared_experts.", d,
             c.moeIntermediateSize * c.numSharedExperts, L, -1, true);
   }
-  b.add("model.norm.weight", {d}, false);
+  b.add(root + "norm.weight", {d}, false);
   if (!c.tieWordEmbeddings)
     b.add("lm_head.weight", {c.vocabSize, d}, true);
   return std::move(b.out);
