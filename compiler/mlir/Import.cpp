@@ -483,6 +483,17 @@ OwningOpRef<ModuleOp> importModel(MLIRContext &ctx, const Pack &pack,
            "geometry: copy the model's config.json into the pack";
     return nullptr;
   }
+  if (pack.config()->isFlash()) {
+    // Until KDA, mHC and the k-pool indexer have dialect ops and kernel
+    // families, a plan would silently run GLM-5.3 math on Flash weights.
+    InFlightDiagnostic d =
+        emitError(configLoc(ctx, pack, "model_type"))
+        << "GLM-5.3-Flash (glm5_next) has no plan lowering yet";
+    d.attachNote() << "run it without a plan on the reference forward: "
+                      "`glm-engine run - --pack "
+                   << pack.dir() << " --backend reference --prompt TEXT`";
+    return nullptr;
+  }
   return Importer(ctx, pack, manifestName).run();
 }
 
