@@ -322,6 +322,16 @@ LoadedEngine loadEngine(const EngineOptions &opts) {
   }
   le.generator = makeCpuGenerator(std::move(weights), std::move(tp),
                                   maxContext, o.hostComm);
+  // Flash checkpoints carry a vision tower; prompts are text only for now.
+  size_t vision = 0;
+  for (const WeightInfo &w : le.pack->weights())
+    vision += w.name.rfind("model.visual.", 0) == 0;
+  if (vision)
+    std::fprintf(stderr,
+                 "glm-engine: note: %zu vision tensors (model.visual.*) are "
+                 "not loaded: the vision tower is not run (text prompts "
+                 "only)\n",
+                 vision);
 
   le.tokenizerPath = (std::filesystem::path(o.pack) / tokFile).string();
 #ifdef GLM_HAVE_TOKENIZER
