@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/mlir/Import.h"
+#include "runtime/model/hf_names.h"
 
 #include "glm/GlmDialect.h"
 #include "runtime/base/error.h"
@@ -148,6 +149,11 @@ private:
   bool anyTrellisBank = false;
 };
 
+/// The layer number of a "….layers.L." prefix.
+static int64_t parseLayer(const std::string &prefix) {
+  return ::glm::rt::parseHfTensorName(prefix).layer;
+}
+
 FailureOr<FlatSymbolRefAttr> Importer::weight(const std::string &name,
                                               const std::string &configKey) {
   if (!weightNames.count(name)) {
@@ -233,6 +239,9 @@ LogicalResult Importer::importWeights(ModuleOp module) {
   // layer → [(expert, projection)] of its expert weights.
   std::map<int64_t, std::vector<const WeightInfo *>> banks;
   for (const WeightInfo &w : pack.weights()) {
+    // Flash's vision tower: not part of the text model a plan runs.
+    if (w.name.rfind("model.visual.", 0) == 0)
+      continue;
     bool isExpert = w.expert >= 0 || w.shared;
     if (!isExpert) {
       Type type;
@@ -285,11 +294,13 @@ LogicalResult Importer::importWeights(ModuleOp module) {
 
 LogicalResult Importer::buildStep(ModuleOp module) {
   Location loc = configLoc(ctx, pack, "num_hidden_layers");
-  const int64_t d = cfg.hiddenSize;
+  const int64_t d = cfg.hiddenSize, S = cfg.hcMult;
+  const std::string root = cfg.tensorPrefix();
   Type f32 = b.getF32Type(), i32 = b.getI32Type();
   auto act = [&](int64_t cols, Type t) {
     return RankedTensorType::get({ShapedType::kDynamic, cols}, t);
   };
+  auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
   auto tokensType = RankedTensorType::get({ShapedType::kDynamic}, i32);
   auto fn = b.create<func::FuncOp>(
       loc, "decode_step", b.getFunctionType({tokensType}, {tokensType}));
@@ -297,75 +308,142 @@ LogicalResult Importer::buildStep(ModuleOp module) {
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(entry);
   auto eps = b.getF64FloatAttr(cfg.rmsNormEps);
+  // GLM-5.3-Flash clamps every SwiGLU.
+  FloatAttr swigluLimit =
+      cfg.swigluLimit > 0 ? b.getF64FloatAttr(cfg.swigluLimit) : FloatAttr();
+  auto weights = [&](const std::string &prefix,
+                     std::initializer_list<const char *> names,
+                     const char *key) -> FailureOr<ArrayAttr> {
+    SmallVector<Attribute> ws;
+    for (const char *n : names) {
+      auto w = weight(prefix + n, key);
+      if (failed(w))
+        return failure();
+      ws.push_back(*w);
+    }
+    return b.getArrayAttr(ws);
+  };
 
-  auto embedW = weight("model.embed_tokens.weight", "vocab_size");
+  auto embedW = weight(root + "embed_tokens.weight", "vocab_size");
   if (failed(embedW))
     return failure();
   Value x = b.create<EmbedOp>(loc, act(d, f32), entry->getArgument(0), *embedW);
+  // With mHC (hc_mult S > 0) the residual is S streams [?, S·d]: each
+  // sublayer reads glm.hc_pre's mix of them and glm.hc_post writes back.
+  if (S > 0)
+    x = b.create<HcStreamsOp>(loc, act(S * d, f32), x, i64(S));
+  // The sublayer input of site `site` (and, with mHC, its mix).
+  auto sublayerInput = [&](const std::string &p, const char *site,
+                           const std::string &normName,
+                           Value &mix) -> FailureOr<Value> {
+    auto norm = weight(p + normName, "num_hidden_layers");
+    if (failed(norm))
+      return failure();
+    Value in = x;
+    if (S > 0) {
+      const std::string h = p + "hc_" + site + "_";
+      auto fnW = weight(h + "fn", "hc_mult"), base = weight(h + "base", "hc_mult"),
+           scale = weight(h + "scale", "hc_mult");
+      if (failed(fnW) || failed(base) || failed(scale))
+        return failure();
+      auto pre = b.create<HcPreOp>(
+          loc, TypeRange{act(d, f32), act(S + S * S, f32)}, x,
+          i64(parseLayer(p)), b.getStringAttr(site), i64(S),
+          i64(cfg.hcSinkhornIters), b.getF64FloatAttr(cfg.hcEps), eps, *fnW,
+          *base, *scale);
+      in = pre.getResult();
+      mix = pre.getMix();
+    }
+    return Value(b.create<RmsNormOp>(loc, in, *norm, eps));
+  };
+  auto writeBack = [&](Value y, Value mix, int64_t layer) {
+    x = S > 0 ? Value(b.create<HcPostOp>(loc, x.getType(), x, y, mix,
+                                         i64(layer), i64(S)))
+              : Value(b.create<AddOp>(loc, x, y));
+  };
+
   Value selection;
   for (int64_t l = 0; l < cfg.numLayers; ++l) {
-    std::string p = "model.layers." + std::to_string(l) + ".";
+    std::string p = root + "layers." + std::to_string(l) + ".";
     std::string a = p + "self_attn.";
-    auto inNorm = weight(p + "input_layernorm.weight", "num_hidden_layers");
-    if (failed(inNorm))
+    Value mix;
+    auto h = sublayerInput(p, "attn", "input_layernorm.weight", mix);
+    if (failed(h))
       return failure();
-    Value h = b.create<RmsNormOp>(loc, x, *inNorm, eps);
-    // DSA indexer: full layers score, shared ones reuse the last selection.
-    bool full = cfg.isFullIndexerLayer(l);
-    auto selType = act(ShapedType::kDynamic, i32);
-    auto ixAttrs = [&](int64_t layer) {
-      return std::make_tuple(b.getI64IntegerAttr(layer),
-                             b.getI64IntegerAttr(cfg.indexNHeads),
-                             b.getI64IntegerAttr(cfg.indexHeadDim),
-                             b.getI64IntegerAttr(cfg.qkRopeHeadDim),
-                             b.getI64IntegerAttr(cfg.indexTopk));
-    };
-    auto [lAttr, hAttr, dAttr, rAttr, kAttr] = ixAttrs(l);
-    if (full) {
-      std::string ix = a + "indexer.";
-      SmallVector<Attribute> ws;
-      for (const char *n : {"wq_b.weight", "wk.weight", "k_norm.weight",
-                            "k_norm.bias", "weights_proj.weight"}) {
-        auto w = weight(ix + n, "indexer_types");
+    Value att;
+    if (cfg.isKdaLayer(l)) {
+      auto ws = weights(a,
+                        {"q_proj.weight", "k_proj.weight", "v_proj.weight",
+                         "q_conv1d.weight", "k_conv1d.weight",
+                         "v_conv1d.weight", "f_a_proj.weight",
+                         "f_b_proj.weight", "dt_bias", "A_log",
+                         "b_proj.weight", "g_a_proj.weight", "g_b_proj.weight",
+                         "o_norm.weight", "o_proj.weight"},
+                        "linear_attn_config");
+      if (failed(ws))
+        return failure();
+      att = b.create<KdaOp>(
+          loc, act(d, f32), *h, i64(l), i64(cfg.linearNumHeads),
+          i64(cfg.linearHeadDim), i64(cfg.linearConvKernel),
+          cfg.hasLinearLowerBound ? b.getF64FloatAttr(cfg.linearLowerBound)
+                                  : FloatAttr(),
+          eps, *ws, ShardAttr());
+    } else {
+      // DSA indexer: full layers score, shared ones reuse the last selection.
+      auto selType = act(ShapedType::kDynamic, i32);
+      auto attrs = std::make_tuple(i64(l), i64(cfg.indexNHeads),
+                                   i64(cfg.indexHeadDim),
+                                   i64(cfg.qkRopeHeadDim), i64(cfg.indexTopk));
+      auto [lAttr, hAttr, dAttr, rAttr, kAttr] = attrs;
+      if (cfg.isFullIndexerLayer(l)) {
+        auto ws = cfg.indexKpool > 1
+                      ? weights(a + "indexer.",
+                                {"wq_b.weight", "wk.weight", "k_norm.weight",
+                                 "k_norm.bias", "weights_proj.weight",
+                                 "index_kpool_compress_gate",
+                                 "index_kpool_compress_ape"},
+                                "index_kpool")
+                      : weights(a + "indexer.",
+                                {"wq_b.weight", "wk.weight", "k_norm.weight",
+                                 "k_norm.bias", "weights_proj.weight"},
+                                "indexer_types");
+        if (failed(ws))
+          return failure();
+        selection = b.create<DsaIndexerOp>(
+            loc, selType, IndexerKindAttr::get(&ctx, IndexerKind::Full), *h,
+            lAttr, hAttr, dAttr, rAttr, kAttr, *ws, i64(cfg.indexKpool));
+      } else {
+        if (!selection)
+          return emitError(configLoc(ctx, pack, "indexer_types"))
+                 << "layer " << l << " is a shared indexer layer with no "
+                 << "full layer before it";
+        selection = b.create<DsaIndexerOp>(
+            loc, selType, IndexerKindAttr::get(&ctx, IndexerKind::Shared),
+            selection, lAttr, hAttr, dAttr, rAttr, kAttr, b.getArrayAttr({}),
+            i64(cfg.indexKpool));
+      }
+      SmallVector<FlatSymbolRefAttr> mw;
+      for (const char *n : {"q_a_proj.weight", "q_a_layernorm.weight",
+                            "q_b_proj.weight", "kv_a_proj_with_mqa.weight",
+                            "kv_a_layernorm.weight", "kv_b_proj.weight",
+                            "o_proj.weight"}) {
+        auto w = weight(a + n, "q_lora_rank");
         if (failed(w))
           return failure();
-        ws.push_back(*w);
+        mw.push_back(*w);
       }
-      selection = b.create<DsaIndexerOp>(
-          loc, selType, IndexerKindAttr::get(&ctx, IndexerKind::Full), h,
-          lAttr, hAttr, dAttr, rAttr, kAttr, b.getArrayAttr(ws));
-    } else {
-      if (!selection)
-        return emitError(configLoc(ctx, pack, "indexer_types"))
-               << "layer " << l << " is a shared indexer layer with no full "
-               << "layer before it";
-      selection = b.create<DsaIndexerOp>(
-          loc, selType, IndexerKindAttr::get(&ctx, IndexerKind::Shared),
-          selection, lAttr, hAttr, dAttr, rAttr, kAttr, b.getArrayAttr({}));
+      att = b.create<MlaOp>(
+          loc, act(d, f32), *h, selection, i64(l), i64(cfg.numHeads),
+          i64(cfg.qLoraRank), i64(cfg.kvLoraRank), i64(cfg.qkNopeHeadDim),
+          i64(cfg.qkRopeHeadDim), i64(cfg.vHeadDim),
+          b.getF64FloatAttr(cfg.ropeTheta), eps, mw[0], mw[1], mw[2], mw[3],
+          mw[4], mw[5], mw[6], ShardAttr());
     }
-    SmallVector<FlatSymbolRefAttr> mw;
-    for (const char *n : {"q_a_proj.weight", "q_a_layernorm.weight",
-                          "q_b_proj.weight", "kv_a_proj_with_mqa.weight",
-                          "kv_a_layernorm.weight", "kv_b_proj.weight",
-                          "o_proj.weight"}) {
-      auto w = weight(a + n, "q_lora_rank");
-      if (failed(w))
-        return failure();
-      mw.push_back(*w);
-    }
-    auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
-    Value att = b.create<MlaOp>(
-        loc, act(d, f32), h, selection, i64(l), i64(cfg.numHeads),
-        i64(cfg.qLoraRank), i64(cfg.kvLoraRank), i64(cfg.qkNopeHeadDim),
-        i64(cfg.qkRopeHeadDim), i64(cfg.vHeadDim),
-        b.getF64FloatAttr(cfg.ropeTheta), eps, mw[0], mw[1], mw[2], mw[3],
-        mw[4], mw[5], mw[6], ShardAttr());
-    x = b.create<AddOp>(loc, x, att);
-    auto postNorm =
-        weight(p + "post_attention_layernorm.weight", "num_hidden_layers");
-    if (failed(postNorm))
+    writeBack(att, mix, l);
+
+    h = sublayerInput(p, "ffn", "post_attention_layernorm.weight", mix);
+    if (failed(h))
       return failure();
-    h = b.create<RmsNormOp>(loc, x, *postNorm, eps);
     Value mlpOut;
     if (cfg.isMoeLayer(l)) {
       auto gate = weight(p + "mlp.gate.weight", "n_routed_experts");
@@ -379,13 +457,14 @@ LogicalResult Importer::buildStep(ModuleOp module) {
                << "experts for it";
       int64_t k = cfg.numExpertsPerTok;
       auto router = b.create<RouterOp>(
-          loc, TypeRange{act(k, i32), act(k, f32)}, h, *gate, *bias,
+          loc, TypeRange{act(k, i32), act(k, f32)}, *h, *gate, *bias,
           i64(cfg.numRoutedExperts), i64(k),
           b.getF64FloatAttr(cfg.routedScalingFactor),
           b.getBoolAttr(cfg.normTopkProb));
       mlpOut = b.create<MoeOp>(
-          loc, act(d, f32), h, router.getIndices(), router.getWeights(),
-          FlatSymbolRefAttr::get(&ctx, bankOfLayer[l]), i64(l), ShardAttr());
+          loc, act(d, f32), *h, router.getIndices(), router.getWeights(),
+          FlatSymbolRefAttr::get(&ctx, bankOfLayer[l]), i64(l), ShardAttr(),
+          swigluLimit);
     } else {
       SmallVector<FlatSymbolRefAttr> fw;
       for (const char *n :
@@ -395,15 +474,17 @@ LogicalResult Importer::buildStep(ModuleOp module) {
           return failure();
         fw.push_back(*w);
       }
-      mlpOut = b.create<MlpOp>(loc, act(d, f32), h, i64(l),
+      mlpOut = b.create<MlpOp>(loc, act(d, f32), *h, i64(l),
                                i64(cfg.intermediateSize), fw[0], fw[1], fw[2],
-                               ShardAttr());
+                               ShardAttr(), swigluLimit);
     }
-    x = b.create<AddOp>(loc, x, mlpOut);
+    writeBack(mlpOut, mix, l);
   }
-  auto finalNorm = weight("model.norm.weight", "hidden_size");
-  auto head = weight(cfg.tieWordEmbeddings ? "model.embed_tokens.weight"
-                                           : "lm_head.weight",
+  if (S > 0) // the unweighted mean of the streams
+    x = b.create<HcHeadOp>(loc, act(d, f32), x, i64(S));
+  auto finalNorm = weight(root + "norm.weight", "hidden_size");
+  auto head = weight(cfg.tieWordEmbeddings ? root + "embed_tokens.weight"
+                                           : std::string("lm_head.weight"),
                      "tie_word_embeddings");
   if (failed(finalNorm) || failed(head))
     return failure();
@@ -481,17 +562,6 @@ OwningOpRef<ModuleOp> importModel(MLIRContext &ctx, const Pack &pack,
             .attachNote()
         << "the pack has no config.json; `glmc compile` needs the model "
            "geometry: copy the model's config.json into the pack";
-    return nullptr;
-  }
-  if (pack.config()->isFlash()) {
-    // Until KDA, mHC and the k-pool indexer have dialect ops and kernel
-    // families, a plan would silently run GLM-5.3 math on Flash weights.
-    InFlightDiagnostic d =
-        emitError(configLoc(ctx, pack, "model_type"))
-        << "GLM-5.3-Flash (glm5_next) has no plan lowering yet";
-    d.attachNote() << "run it without a plan on the reference forward: "
-                      "`glm-engine run - --pack "
-                   << pack.dir() << " --backend reference --prompt TEXT`";
     return nullptr;
   }
   return Importer(ctx, pack, manifestName).run();

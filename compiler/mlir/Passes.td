@@ -57,7 +57,10 @@ def GlmPlanMemory : Pass<"glm-plan-memory", "::mlir::ModuleOp"> {
     the decode step), sizes the KV cache from max-context × layers ×
     (kv_lora + qk_rope) × dtype bytes (+ index keys on full indexer layers),
     sums each rank's weight bytes, and refuses the compile with a per-rank
-    table when a rank exceeds memory-per-spark (0 = no limit).
+    table when a rank exceeds memory-per-spark (0 = no limit). KDA layers
+    (GLM-5.3-Flash) add recurrent state per sequence on the rank owning each
+    head: the fp32 state heads × dk × dv and the conv inputs
+    3 · heads · dk · (conv_kernel − 1), fp32 ("state" per rank).
   }];
   let options = [
     Option<"maxContext", "max-context", "int64_t", "8192",
@@ -67,7 +70,9 @@ def GlmPlanMemory : Pass<"glm-plan-memory", "::mlir::ModuleOp"> {
     Option<"memoryPerSpark", "memory-per-spark", "double", "0",
            "GiB available per rank; 0 = no limit">,
     Option<"maxTokens", "max-tokens", "int64_t", "2048",
-           "tokens per step the activation arena holds (prefill chunk)">
+           "tokens per step the activation arena holds (prefill chunk)">,
+    Option<"maxSequences", "max-sequences", "int64_t", "1",
+           "sequences whose recurrent state (GLM-5.3-Flash KDA) is held">
   ];
 }
 

@@ -1,8 +1,9 @@
 //===- PlanMemory.cpp - glm-plan-memory: per-rank memory and its limit ----===//
 //
-// Three numbers per rank: weight bytes bound (Bindings.h), the KV cache
+// Four numbers per rank: weight bytes bound (Bindings.h), the KV cache
 // (latent cache of every layer, all heads need it, plus the index keys of
-// full indexer layers) and one activation arena laid out by liveness over
+// full indexer layers), the recurrent state of the KDA heads it owns
+// (GLM-5.3-Flash, per sequence) and one activation arena laid out by liveness over
 // the decode step (best fit, 256-byte aligned). Sparks freeze rather than
 // fail when memory runs out, so a rank over the budget refuses the compile
 // with a table of what needs how much.
@@ -15,6 +16,9 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
 
 #include <map>
 #include <sstream>
@@ -168,9 +172,11 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
                          << kvDtype << "'";
       return signalPassFailure();
     }
-    if (maxContext < 1 || maxTokens < 1 || memoryPerSpark < 0) {
-      module.emitError() << "glm-plan-memory: max-context and max-tokens must "
-                            "be positive and memory-per-spark not negative";
+    if (maxContext < 1 || maxTokens < 1 || maxSequences < 1 ||
+        memoryPerSpark < 0) {
+      module.emitError() << "glm-plan-memory: max-context, max-tokens and "
+                            "max-sequences must be positive and "
+                            "memory-per-spark not negative";
       return signalPassFailure();
     }
     uint64_t kvElemBytes = kvDtype == "fp8" ? 1 : 2;
@@ -199,26 +205,40 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
     });
     kvBytes += indexBytes;
 
-    uint64_t arenaBytes = 0;
-    for (auto func : module.getOps<func::FuncOp>())
-      arenaBytes = std::max(arenaBytes, planArena(func));
-
     const FailureOr<glmc::BindingTable> &table =
         getAnalysis<glmc::BindingAnalysis>().table;
     if (failed(table))
       return signalPassFailure();
+    // Recurrent state (KDA): per sequence, on the rank that owns each head.
+    std::vector<uint64_t> stateBytes(table->perRank.size(), 0);
+    module.walk([&](KdaOp k) {
+      const uint64_t hd = k.getHeadDim(), taps = k.getConvKernel() - 1;
+      const uint64_t perHead = (hd * hd + 3 * hd * taps) * sizeof(float) *
+                               static_cast<uint64_t>(maxSequences);
+      for (size_t r = 0; r < stateBytes.size(); ++r) {
+        auto [h0, h1] = k.getShard()
+                            ? k.getShard()->rangeOf((int64_t)r)
+                            : std::pair<int64_t, int64_t>{0, k.getHeads()};
+        stateBytes[r] += uint64_t(h1 - h0) * perHead;
+      }
+    });
+
+    uint64_t arenaBytes = 0;
+    for (auto func : module.getOps<func::FuncOp>())
+      arenaBytes = std::max(arenaBytes, planArena(func));
 
     OpBuilder b(&getContext());
     SmallVector<Attribute> perRank;
     uint64_t budget = static_cast<uint64_t>(memoryPerSpark * kGiB);
     bool over = false;
     for (auto [r, use] : llvm::enumerate(table->perRank)) {
-      uint64_t total = use.weightBytes + kvBytes + arenaBytes;
+      uint64_t total = use.weightBytes + kvBytes + stateBytes[r] + arenaBytes;
       over |= budget && total > budget;
       perRank.push_back(b.getDictionaryAttr({
           b.getNamedAttr("rank", b.getI64IntegerAttr(r)),
           b.getNamedAttr("weights", b.getI64IntegerAttr(use.weightBytes)),
           b.getNamedAttr("kv", b.getI64IntegerAttr(kvBytes)),
+          b.getNamedAttr("state", b.getI64IntegerAttr(stateBytes[r])),
           b.getNamedAttr("activations", b.getI64IntegerAttr(arenaBytes)),
           b.getNamedAttr("total", b.getI64IntegerAttr(total)),
       }));
@@ -229,14 +249,22 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
       InFlightDiagnostic d = module.emitError()
                              << "the plan does not fit " << gib.str()
                              << " GiB per Spark; per rank (GiB):\n";
-      d << "  rank   weights        KV  activations     total    budget\n";
+      // The state column only where a model has recurrent state (Flash).
+      const bool anyState =
+          std::any_of(stateBytes.begin(), stateBytes.end(),
+                      [](uint64_t v) { return v != 0; });
+      d << "  rank   weights        KV" << (anyState ? "     state" : "")
+        << "  activations     total    budget\n";
       for (auto [r, use] : llvm::enumerate(table->perRank)) {
-        uint64_t total = use.weightBytes + kvBytes + arenaBytes;
-        std::string line;
+        uint64_t total =
+            use.weightBytes + kvBytes + stateBytes[r] + arenaBytes;
+        std::string line, state;
+        if (anyState)
+          state = llvm::formatv("  {0,8:f2}", stateBytes[r] / kGiB).str();
         llvm::raw_string_ostream os(line);
-        os << llvm::format("  %4zu  %8.2f  %8.2f  %11.2f  %8.2f  %8.2f%s\n", r,
-                          use.weightBytes / kGiB, kvBytes / kGiB,
-                          arenaBytes / kGiB, total / kGiB,
+        os << llvm::format("  %4zu  %8.2f  %8.2f%s  %11.2f  %8.2f  %8.2f%s\n",
+                          r, use.weightBytes / kGiB, kvBytes / kGiB,
+                          state.c_str(), arenaBytes / kGiB, total / kGiB,
                           double(memoryPerSpark), total > budget ? "  OVER" : "");
         d << os.str();
       }

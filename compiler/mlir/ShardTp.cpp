@@ -1,8 +1,9 @@
 //===- ShardTp.cpp - glm-shard-tp: split the model over N ranks -----------===//
 //
 // Marks every model-level block with how it is split (#glm.shard) and
-// inserts the collectives: an all-reduce after attention (o_proj partial
-// sums), after each MoE and dense MLP, an all-gather after the LM head.
+// inserts the collectives: an all-reduce after attention (MLA or KDA: o_proj
+// partial sums), after each MoE and dense MLP, an all-gather after the LM
+// head. mHC's stream mixing is replicated (a few hundred multiply-adds).
 // The program stays SPMD: one copy, every rank runs it on its own units.
 //
 //===----------------------------------------------------------------------===//
@@ -58,6 +59,11 @@ struct ShardTp : glmc::impl::GlmShardTpBase<ShardTp> {
       if (auto mla = dyn_cast<MlaOp>(op)) {
         mla.setShardAttr(
             shard(ShardKind::Heads, mla.getHeads(), mla.getLayer()));
+        addCollectiveAfter<AllReduceOp>(op, ranks);
+      } else if (auto kda = dyn_cast<KdaOp>(op)) {
+        // KDA heads split like MLA heads; o_proj's partial sums all-reduce.
+        kda.setShardAttr(
+            shard(ShardKind::Heads, kda.getHeads(), kda.getLayer()));
         addCollectiveAfter<AllReduceOp>(op, ranks);
       } else if (auto moe = dyn_cast<MoeOp>(op)) {
         auto bank = symbols.lookup<ExpertsOp>(moe.getExperts());

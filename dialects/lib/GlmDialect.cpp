@@ -388,10 +388,13 @@ LogicalResult DsaIndexerOp::verify() {
                    .getElementType()
                    .isInteger(32);
   if (getKind() == IndexerKind::Full) {
-    if (getWeights().size() != 5)
-      return emitOpError() << "full indexer needs 5 weights (wq_b, wk, k_norm,"
-                           << " k_norm_bias, weights_proj), got "
-                           << getWeights().size();
+    const size_t want = getKpool() > 1 ? 7 : 5;
+    if (getWeights().size() != want)
+      return emitOpError() << "full indexer needs " << want
+                           << " weights (wq_b, wk, k_norm, k_norm_bias, "
+                              "weights_proj"
+                           << (want == 7 ? ", kpool gate, kpool ape" : "")
+                           << "), got " << getWeights().size();
     if (isInt)
       return emitOpError() << "full indexer reads hidden states (f32)";
   } else {
@@ -404,6 +407,9 @@ LogicalResult DsaIndexerOp::verify() {
   if (getTopk() < 1 || getHeads() < 1)
     return emitOpError() << "topk and heads must be positive, got "
                          << getTopk() << ", " << getHeads();
+  if (getKpool() < 1 || getTopk() % getKpool())
+    return emitOpError() << "kpool " << getKpool()
+                         << " must be positive and divide topk " << getTopk();
   if (getRope() % 2 || getRope() > getHeadDim())
     return emitOpError() << "rope dims " << getRope()
                          << " must be even and at most head_dim "
@@ -425,6 +431,14 @@ LogicalResult RouterOp::verify() {
   return success();
 }
 
+static LogicalResult verifySwigluLimit(Operation *op,
+                                       std::optional<APFloat> limit) {
+  if (limit && !(limit->convertToDouble() > 0))
+    return op->emitOpError() << "swiglu_limit must be positive, got "
+                             << limit->convertToDouble();
+  return success();
+}
+
 LogicalResult MoeOp::verify() {
   if (getIndices().getType().getShape() != getWeights().getType().getShape())
     return emitOpError() << "indices " << getIndices().getType()
@@ -434,12 +448,80 @@ LogicalResult MoeOp::verify() {
     return emitOpError() << "result type must equal input type";
   if (getShard() && getShard()->getKind() != ShardKind::Halves)
     return emitOpError() << "experts are sharded by halves";
+  return verifySwigluLimit(*this, getSwigluLimit());
+}
+
+LogicalResult KdaOp::verify() {
+  if (getHeads() < 1 || getHeadDim() < 1 || getConvKernel() < 1)
+    return emitOpError() << "heads, head_dim and conv_kernel must be "
+                         << "positive";
+  if (getWeights().size() != 15)
+    return emitOpError() << "needs 15 weights (q, k, v, q_conv, k_conv, "
+                            "v_conv, f_a, f_b, dt_bias, A_log, b, g_a, g_b, "
+                            "o_norm, o), got "
+                         << getWeights().size();
+  if (auto lb = getLowerBound(); lb && !(lb->convertToDouble() < 0))
+    return emitOpError() << "lower_bound must be negative (a log decay), got "
+                         << lb->convertToDouble();
+  if (getInput().getType() != getResult().getType())
+    return emitOpError() << "result type " << getResult().getType()
+                         << " differs from input type "
+                         << getInput().getType();
+  return verifyShard(*this, getShard(), {ShardKind::Heads}, getHeads());
+}
+
+/// Rows of streams·width: the mHC ops' stream tensors.
+static LogicalResult verifyStreams(Operation *op, Value streams, Value one,
+                                   int64_t S) {
+  if (S < 1)
+    return op->emitOpError() << "streams must be positive, got " << S;
+  int64_t wide = lastDim(streams), narrow = lastDim(one);
+  if (!ShapedType::isDynamic(wide) && !ShapedType::isDynamic(narrow) &&
+      wide != S * narrow)
+    return op->emitOpError() << S << " streams of width " << narrow
+                             << " need " << S * narrow << " columns, got "
+                             << wide;
   return success();
+}
+
+LogicalResult HcStreamsOp::verify() {
+  return verifyStreams(*this, getResult(), getInput(), getStreams());
+}
+
+LogicalResult HcHeadOp::verify() {
+  return verifyStreams(*this, getInput(), getResult(), getStreams());
+}
+
+LogicalResult HcPreOp::verify() {
+  if (getSite() != "attn" && getSite() != "ffn")
+    return emitOpError() << "site must be \"attn\" or \"ffn\", got \""
+                         << getSite() << "\"";
+  if (getSinkhornIters() < 1)
+    return emitOpError() << "sinkhorn_iters must be positive";
+  const int64_t S = getStreams();
+  if (!ShapedType::isDynamic(lastDim(getMix())) &&
+      lastDim(getMix()) != S + S * S)
+    return emitOpError() << "mix holds post (" << S << ") and comb (" << S * S
+                         << "): " << S + S * S << " columns, got "
+                         << lastDim(getMix());
+  return verifyStreams(*this, getInput(), getResult(), S);
+}
+
+LogicalResult HcPostOp::verify() {
+  const int64_t S = getStreams();
+  if (getInput().getType() != getResult().getType())
+    return emitOpError() << "result type must equal the streams' type";
+  if (!ShapedType::isDynamic(lastDim(getMix())) &&
+      lastDim(getMix()) != S + S * S)
+    return emitOpError() << "mix must have " << S + S * S << " columns";
+  return verifyStreams(*this, getInput(), getUpdate(), S);
 }
 
 LogicalResult MlpOp::verify() {
   if (getInter() < 1)
     return emitOpError() << "inter must be positive";
+  if (failed(verifySwigluLimit(*this, getSwigluLimit())))
+    return failure();
   if (getInput().getType() != getResult().getType())
     return emitOpError() << "result type must equal input type";
   if (getShard() && getShard()->getKind() != ShardKind::Halves)

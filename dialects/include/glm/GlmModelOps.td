@@ -204,6 +204,14 @@ def Glm_DsaIndexerOp : Glm_Op<"dsa_indexer", [Pure]> {
     top `topk` keys (all keys while t < topk). `shared`: the input is the
     selection of the most recent full layer (`source`), returned as is.
 
+    `kpool` > 1 (GLM-5.3-Flash's k-pool): keys are pooled over `kpool`
+    consecutive tokens (per channel, a softmax over the members of the
+    compression gate `index_kpool_compress_gate · h` plus the position bias
+    `index_kpool_compress_ape`), only complete pools are scored, the top
+    `topk / kpool` pools are expanded to their tokens and the query's
+    incomplete tail pool is always added. Two more weights follow the five:
+    the gate and the position bias.
+
     ```mlir
     %s0 = glm.dsa_indexer full %h {layer = 0 : i64, heads = 32 : i64,
             head_dim = 128 : i64, rope = 64 : i64, topk = 2048 : i64,
@@ -217,7 +225,8 @@ def Glm_DsaIndexerOp : Glm_Op<"dsa_indexer", [Pure]> {
   }];
   let arguments = (ins Glm_IndexerKindAttr:$kind, 2DTensorOf<[F32, I32]>:$input,
       I64Attr:$layer, I64Attr:$heads, I64Attr:$head_dim, I64Attr:$rope,
-      I64Attr:$topk, SymbolRefArrayAttr:$weights);
+      I64Attr:$topk, SymbolRefArrayAttr:$weights,
+      DefaultValuedAttr<I64Attr, "1">:$kpool);
   let results = (outs 2DTensorOf<[I32]>:$result);
   let assemblyFormat = [{
     $kind $input attr-dict `:` functional-type(operands, results)
@@ -249,7 +258,9 @@ def Glm_MoeOp : Glm_Op<"moe", [Pure]> {
   let summary = "routed experts (weighted by the router) plus shared experts";
   let description = [{
     `Σ_k w_k · Expert_{idx_k}(x) + Σ shared(x)`, each expert a SwiGLU
-    `down(SiLU(gate x) ⊙ up x)`, weights from the bank `experts`.
+    `down(SiLU(gate x) ⊙ up x)`, weights from the bank `experts`. With
+    `swiglu_limit` L (GLM-5.3-Flash) gate x is clamped to ≤ L and up x to
+    [−L, L] first (every expert, routed and shared).
 
     ```mlir
     %m = glm.moe %h, %idx, %w {experts = @L3.experts, layer = 3 : i64}
@@ -258,7 +269,7 @@ def Glm_MoeOp : Glm_Op<"moe", [Pure]> {
   }];
   let arguments = (ins 2DTensorOf<[F32]>:$input, 2DTensorOf<[I32]>:$indices,
       2DTensorOf<[F32]>:$weights, FlatSymbolRefAttr:$experts, I64Attr:$layer,
-      OptionalAttr<Glm_ShardAttr>:$shard);
+      OptionalAttr<Glm_ShardAttr>:$shard, OptionalAttr<F64Attr>:$swiglu_limit);
   let results = (outs 2DTensorOf<[F32]>:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -267,6 +278,8 @@ def Glm_MoeOp : Glm_Op<"moe", [Pure]> {
 def Glm_MlpOp : Glm_Op<"mlp", [Pure]> {
   let summary = "dense SwiGLU MLP (the first_k_dense_replace layers)";
   let description = [{
+    `swiglu_limit` clamps as in `glm.moe`.
+
     ```mlir
     %m = glm.mlp %h {layer = 0 : i64, inter = 12288 : i64, gate = @L0.gate,
                      up = @L0.up, down = @L0.down} : (tensor<?x6144xf32>) -> tensor<?x6144xf32>
@@ -274,7 +287,114 @@ def Glm_MlpOp : Glm_Op<"mlp", [Pure]> {
   }];
   let arguments = (ins 2DTensorOf<[F32]>:$input, I64Attr:$layer,
       I64Attr:$inter, FlatSymbolRefAttr:$gate, FlatSymbolRefAttr:$up,
-      FlatSymbolRefAttr:$down, OptionalAttr<Glm_ShardAttr>:$shard);
+      FlatSymbolRefAttr:$down, OptionalAttr<Glm_ShardAttr>:$shard,
+      OptionalAttr<F64Attr>:$swiglu_limit);
+  let results = (outs 2DTensorOf<[F32]>:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// GLM-5.3-Flash (glm5_next): KDA and the mHC residual streams
+//===----------------------------------------------------------------------===//
+
+def Glm_KdaOp : Glm_Op<"kda", [Pure]> {
+  let summary = "Kimi delta attention (KDA): linear attention with a recurrent state";
+  let description = [{
+    Per head (`heads` × `head_dim`, dk = dv): q, k, v projections, each
+    through a depthwise causal conv of `conv_kernel` taps and SiLU (the
+    rolling conv state holds the last `conv_kernel − 1` raw inputs per
+    channel); q, k l2-normalised (q also × head_dim^−½); the per-channel
+    forget gate `g = lower_bound · sigmoid(exp(A_log) · (f_b f_a h +
+    dt_bias))` (without `lower_bound`: `−exp(A_log) · softplus(·)`), `β =
+    sigmoid(b h)`; the fp32 state S [dk, dv] per head: `S ← diag(e^g) S;
+    δ = β (v − Sᵀk); S ← S + k δᵀ; o = Sᵀq`; `o` through the gated RMS norm
+    (`o_norm`, `eps`, × sigmoid(g_b g_a h)) and `o_proj`. Per sequence the
+    state is heads·dk·dv fp32 plus 3·heads·dk·(conv_kernel − 1) conv inputs.
+
+    ```mlir
+    %a = glm.kda %h {layer = 0 : i64, heads = 64 : i64, head_dim = 128 : i64,
+           conv_kernel = 4 : i64, lower_bound = -5.0 : f64, eps = 1.0e-05 : f64,
+           weights = [@q, @k, @v, @q_conv, @k_conv, @v_conv, @f_a, @f_b,
+                      @dt_bias, @A_log, @b, @g_a, @g_b, @o_norm, @o]}
+         : (tensor<?x4096xf32>) -> tensor<?x4096xf32>
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$input, I64Attr:$layer,
+      I64Attr:$heads, I64Attr:$head_dim, I64Attr:$conv_kernel,
+      OptionalAttr<F64Attr>:$lower_bound, F64Attr:$eps,
+      SymbolRefArrayAttr:$weights, OptionalAttr<Glm_ShardAttr>:$shard);
+  let results = (outs 2DTensorOf<[F32]>:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Glm_HcStreamsOp : Glm_Op<"hc_streams", [Pure]> {
+  let summary = "mHC: the residual streams, each a copy of the embedding";
+  let description = [{
+    ```mlir
+    %X = glm.hc_streams %x {streams = 4 : i64} : (tensor<?x4096xf32>) -> tensor<?x16384xf32>
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$input, I64Attr:$streams);
+  let results = (outs 2DTensorOf<[F32]>:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Glm_HcPreOp : Glm_Op<"hc_pre", [Pure]> {
+  let summary = "mHC site: the mixing map of the streams and the sublayer input";
+  let description = [{
+    From the S streams X [S, d] of a token: `m = fn · X / rms(X)` (the
+    unweighted RMS of the flattened streams, `eps`), `pre_j = sigmoid(m_j ·
+    scale_0 + base_j) + hc_eps`, `post_j = 2 sigmoid(m_{S+j} · scale_1 +
+    base_{S+j})`, `comb` = the row softmax of the next S×S (× scale_2 + base)
+    + hc_eps, Sinkhorn-normalised (columns, then `sinkhorn_iters − 1` rounds
+    of rows and columns, each normaliser + hc_eps). Results: the sublayer
+    input `u = Σ_j pre_j X_j` and the mix `[post (S) | comb (S·S)]` that
+    `glm.hc_post` applies. `site` is "attn" or "ffn".
+
+    ```mlir
+    %u, %mix = glm.hc_pre %X {layer = 0 : i64, site = "attn", streams = 4 : i64,
+                 sinkhorn_iters = 20 : i64, hc_eps = 1.0e-06 : f64, eps = 1.0e-05 : f64,
+                 fn = @fn, base = @base, scale = @scale}
+        : (tensor<?x16384xf32>) -> (tensor<?x4096xf32>, tensor<?x20xf32>)
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$input, I64Attr:$layer, StrAttr:$site,
+      I64Attr:$streams, I64Attr:$sinkhorn_iters, F64Attr:$hc_eps, F64Attr:$eps,
+      FlatSymbolRefAttr:$fn, FlatSymbolRefAttr:$base, FlatSymbolRefAttr:$scale);
+  let results = (outs 2DTensorOf<[F32]>:$result, 2DTensorOf<[F32]>:$mix);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Glm_HcPostOp : Glm_Op<"hc_post", [Pure]> {
+  let summary = "mHC site: write the sublayer output back into the streams";
+  let description = [{
+    `X'_i = post_i · y + Σ_j comb[j, i] · X_j` with the mix of the matching
+    `glm.hc_pre`.
+
+    ```mlir
+    %X1 = glm.hc_post %X, %y, %mix {layer = 0 : i64, streams = 4 : i64}
+        : (tensor<?x16384xf32>, tensor<?x4096xf32>, tensor<?x20xf32>) -> tensor<?x16384xf32>
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$input, 2DTensorOf<[F32]>:$update,
+      2DTensorOf<[F32]>:$mix, I64Attr:$layer, I64Attr:$streams);
+  let results = (outs 2DTensorOf<[F32]>:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Glm_HcHeadOp : Glm_Op<"hc_head", [Pure]> {
+  let summary = "mHC: the unweighted mean of the streams (before the final norm)";
+  let description = [{
+    ```mlir
+    %h = glm.hc_head %X {streams = 4 : i64} : (tensor<?x16384xf32>) -> tensor<?x4096xf32>
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$input, I64Attr:$streams);
   let results = (outs 2DTensorOf<[F32]>:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;

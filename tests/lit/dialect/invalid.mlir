@@ -198,3 +198,68 @@ func.func @f(%x: tensor<?x256xf32>) {
   %a = glm.mlp %x {layer = 0 : i64, inter = 512 : i64, gate = @g, up = @u, down = @d, shard = #glm.shard<halves, ranks = 0, units = 4, layer = 0>} : (tensor<?x256xf32>) -> tensor<?x256xf32>
   return
 }
+
+// -----
+
+// GLM-5.3-Flash ops.
+func.func @kda_weights(%h: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{needs 15 weights}}
+  %a = glm.kda %h {layer = 0 : i64, heads = 4 : i64, head_dim = 16 : i64, conv_kernel = 4 : i64, eps = 1.0e-05 : f64, weights = [@q]} : (tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %a : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @kda_bound(%h: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{lower_bound must be negative}}
+  %a = glm.kda %h {layer = 0 : i64, heads = 4 : i64, head_dim = 16 : i64, conv_kernel = 4 : i64, lower_bound = 5.0 : f64, eps = 1.0e-05 : f64, weights = [@a, @a, @a, @a, @a, @a, @a, @a, @a, @a, @a, @a, @a, @a, @a]} : (tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %a : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @hc_pre_mix(%X: tensor<?x256xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{mix holds post (4) and comb (16): 20 columns, got 16}}
+  %u, %m = glm.hc_pre %X {layer = 0 : i64, site = "attn", streams = 4 : i64, sinkhorn_iters = 20 : i64, hc_eps = 1.0e-06 : f64, eps = 1.0e-05 : f64, fn = @f, base = @b, scale = @s} : (tensor<?x256xf32>) -> (tensor<?x64xf32>, tensor<?x16xf32>)
+  return %u : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @hc_pre_site(%X: tensor<?x256xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{site must be "attn" or "ffn"}}
+  %u, %m = glm.hc_pre %X {layer = 0 : i64, site = "mlp", streams = 4 : i64, sinkhorn_iters = 20 : i64, hc_eps = 1.0e-06 : f64, eps = 1.0e-05 : f64, fn = @f, base = @b, scale = @s} : (tensor<?x256xf32>) -> (tensor<?x64xf32>, tensor<?x20xf32>)
+  return %u : tensor<?x64xf32>
+}
+
+// -----
+
+func.func @hc_post_width(%X: tensor<?x256xf32>, %y: tensor<?x32xf32>, %m: tensor<?x20xf32>) -> tensor<?x256xf32> {
+  // expected-error @+1 {{4 streams of width 32 need 128 columns, got 256}}
+  %r = glm.hc_post %X, %y, %m {layer = 0 : i64, streams = 4 : i64} : (tensor<?x256xf32>, tensor<?x32xf32>, tensor<?x20xf32>) -> tensor<?x256xf32>
+  return %r : tensor<?x256xf32>
+}
+
+// -----
+
+func.func @kpool_topk(%h: tensor<?x64xf32>) -> tensor<?x?xi32> {
+  // expected-error @+1 {{kpool 3 must be positive and divide topk 8}}
+  %s = glm.dsa_indexer full %h {layer = 3 : i64, heads = 4 : i64, head_dim = 16 : i64, rope = 0 : i64, topk = 8 : i64, kpool = 3 : i64, weights = [@a, @a, @a, @a, @a, @a, @a]} : (tensor<?x64xf32>) -> tensor<?x?xi32>
+  return %s : tensor<?x?xi32>
+}
+
+// -----
+
+func.func @kpool_weights(%h: tensor<?x64xf32>) -> tensor<?x?xi32> {
+  // expected-error @+1 {{full indexer needs 7 weights}}
+  %s = glm.dsa_indexer full %h {layer = 3 : i64, heads = 4 : i64, head_dim = 16 : i64, rope = 0 : i64, topk = 8 : i64, kpool = 4 : i64, weights = [@a, @a, @a, @a, @a]} : (tensor<?x64xf32>) -> tensor<?x?xi32>
+  return %s : tensor<?x?xi32>
+}
+
+// -----
+
+func.func @swiglu_limit(%x: tensor<?x256xf32>) -> tensor<?x256xf32> {
+  // expected-error @+1 {{swiglu_limit must be positive}}
+  %a = glm.mlp %x {layer = 0 : i64, inter = 512 : i64, gate = @g, up = @u, down = @d, swiglu_limit = -1.0 : f64} : (tensor<?x256xf32>) -> tensor<?x256xf32>
+  return %a : tensor<?x256xf32>
+}

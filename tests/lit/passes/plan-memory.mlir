@@ -6,7 +6,7 @@
 // KV: 2 layers x 1024 tokens x (64 + 16) x 2 bytes = 327680, plus layer 0's
 // index keys 1024 x 32 x 2 = 65536: 393216 bytes on every rank.
 // CHECK: glm.kv = {bytes = 393216 : i64, dtype = "bf16", max_context = 1024 : i64, max_tokens = 8 : i64}
-// CHECK-SAME: glm.memory = [{activations = [[ACT:[0-9]+]] : i64, kv = 393216 : i64, rank = 0 : i64, total = {{[0-9]+}} : i64, weights = {{[0-9]+}} : i64}, {activations = [[ACT]] : i64, kv = 393216 : i64, rank = 1 : i64
+// CHECK-SAME: glm.memory = [{activations = [[ACT:[0-9]+]] : i64, kv = 393216 : i64, rank = 0 : i64, state = 0 : i64, total = {{[0-9]+}} : i64, weights = {{[0-9]+}} : i64}, {activations = [[ACT]] : i64, kv = 393216 : i64, rank = 1 : i64
 // Every value has an arena offset; the embedding output and a later value
 // reuse freed space.
 // CHECK: glm.embed {{.*}}glm.arena = array<i64: [[EMB:[0-9]+]]>
