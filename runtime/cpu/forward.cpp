@@ -11,6 +11,10 @@
 namespace glm::rt::cpu {
 namespace {
 
+/// Tokens per chunk of the chunked KDA form in prefill (any value gives the
+/// same result up to rounding; 64 is what prefill kernels use).
+constexpr int64_t kKdaChunk = 64;
+
 /// SwiGLU over intermediate channels [begin, begin+count) of `m`, scaled by
 /// `weight`: out[r] = weight · Σ_j down[r, j]·SiLU(gate_j·x)·(up_j·x).
 /// `limit` > 0 clamps (GLM-5.3-Flash): gate <= limit, up in [−limit, limit].
@@ -260,70 +264,95 @@ std::vector<float> CpuForward::attendMla(Session &s, int64_t l,
 }
 
 std::vector<float> CpuForward::attendKda(Session &s, int64_t l,
-                                         const float *h) const {
+                                         const float *H, int64_t T,
+                                         bool chunked) const {
   const ModelConfig &c = w_->config;
   const KdaWeights &W = w_->layers[l].linear;
   const TpLayerLayout &TL = tp_.layers[l];
-  const int64_t d = c.hiddenSize, H = c.linearNumHeads, hd = c.linearHeadDim,
-                qkv = H * hd, K = c.linearConvKernel;
+  const int64_t d = c.hiddenSize, nh = c.linearNumHeads, hd = c.linearHeadDim,
+                qkv = nh * hd, K = c.linearConvKernel;
   const auto [rBegin, rEnd] = myRanks();
   // The low-rank gate inputs are shared by all heads (replicated).
-  std::vector<float> fa(hd), ga(hd);
-  gemv(W.fA, h, fa.data());
-  gemv(W.gA, h, ga.data());
-  std::vector<double> contrib(H * d, 0.0);
+  std::vector<float> fa(T * hd), ga(T * hd);
+  for (int64_t t = 0; t < T; ++t) {
+    gemv(W.fA, H + t * d, fa.data() + t * hd);
+    gemv(W.gA, H + t * d, ga.data() + t * hd);
+  }
+  std::vector<double> contrib(T * nh * d, 0.0); // [token][head][d]
   float *conv = s.convState[l].data();
+  const double qScale = 1.0 / std::sqrt((double)hd);
   for (int r = rBegin; r < rEnd; ++r)
-    for (int64_t hh = 0; hh < H; ++hh) {
+    for (int64_t hh = 0; hh < nh; ++hh) {
       if (TL.headRank[hh] != r)
         continue;
-      // Projections, conv and SiLU of this head's channels.
-      std::vector<double> q(hd), k(hd), v(hd), g(hd);
+      // Per token: projections, conv and SiLU of this head's channels,
+      // l2-normalised q and k, the forget gate and beta.
+      std::vector<double> q(T * hd), k(T * hd), v(T * hd), g(T * hd),
+          beta(T);
       const Matrix *proj[3] = {&W.q, &W.k, &W.v};
       const std::vector<float> *taps[3] = {&W.convQ, &W.convK, &W.convV};
-      double *dst[3] = {q.data(), k.data(), v.data()};
-      for (int x = 0; x < 3; ++x)
+      for (int64_t t = 0; t < T; ++t) {
+        const float *h = H + t * d;
+        double *dst[3] = {&q[t * hd], &k[t * hd], &v[t * hd]};
+        for (int x = 0; x < 3; ++x)
+          for (int64_t j = 0; j < hd; ++j) {
+            const int64_t ch = hh * hd + j;
+            const float raw = (float)dot(proj[x]->row(ch), h, d);
+            dst[x][j] =
+                causalConvStep(taps[x]->data() + ch * K,
+                               conv + (x * qkv + ch) * (K - 1), K, raw);
+          }
+        kdaL2Norm(&q[t * hd], hd);
+        kdaL2Norm(&k[t * hd], hd);
         for (int64_t j = 0; j < hd; ++j) {
+          q[t * hd + j] *= qScale;
           const int64_t ch = hh * hd + j;
-          const float raw = (float)dot(proj[x]->row(ch), h, d);
-          dst[x][j] = causalConvStep(taps[x]->data() + ch * K,
-                                     conv + (x * qkv + ch) * (K - 1), K, raw);
+          const double pre =
+              dot(W.fB.row(ch), fa.data() + t * hd, hd) + W.dtBias[ch];
+          g[t * hd + j] = kdaForgetGate(pre, W.aLog[hh], c.hasLinearLowerBound,
+                                        c.linearLowerBound);
         }
-      kdaL2Norm(q.data(), hd);
-      kdaL2Norm(k.data(), hd);
-      const double qScale = 1.0 / std::sqrt((double)hd);
-      for (double &x : q)
-        x *= qScale;
-      for (int64_t j = 0; j < hd; ++j) {
-        const int64_t ch = hh * hd + j;
-        const double pre = dot(W.fB.row(ch), fa.data(), hd) + W.dtBias[ch];
-        g[j] = kdaForgetGate(pre, W.aLog[hh], c.hasLinearLowerBound,
-                             c.linearLowerBound);
+        beta[t] = sigmoid(dot(W.b.row(hh), h, d));
       }
-      const double beta = sigmoid(dot(W.b.row(hh), h, d));
+      // The delta rule: token by token, or the chunked form of a prompt.
       std::vector<double> S(s.kdaState[l].begin() + hh * hd * hd,
                             s.kdaState[l].begin() + (hh + 1) * hd * hd);
-      std::vector<double> o(hd);
-      kdaRecurrentStep(S, q.data(), k.data(), v.data(), g.data(), beta, hd,
-                       hd, o.data());
+      std::vector<double> o(T * hd);
+      if (chunked)
+        kdaChunked(S, q, k, v, g, beta, T, hd, hd, kKdaChunk, o);
+      else
+        for (int64_t t = 0; t < T; ++t)
+          kdaRecurrentStep(S, &q[t * hd], &k[t * hd], &v[t * hd], &g[t * hd],
+                           beta[t], hd, hd, &o[t * hd]);
       std::copy(S.begin(), S.end(), s.kdaState[l].begin() + hh * hd * hd);
       // Gated RMS norm over the head's dv channels, then o_proj's columns.
-      double ss = 0;
-      for (double x : o)
-        ss += x * x;
-      const double inv = 1.0 / std::sqrt(ss / (double)hd + c.rmsNormEps);
-      std::vector<float> on(hd);
-      for (int64_t j = 0; j < hd; ++j) {
-        const double gate = dot(W.gB.row(hh * hd + j), ga.data(), hd);
-        on[j] = (float)(W.oNorm[j] * (o[j] * inv) * sigmoid(gate));
+      for (int64_t t = 0; t < T; ++t) {
+        const double *ot = &o[t * hd];
+        double ss = 0;
+        for (int64_t j = 0; j < hd; ++j)
+          ss += ot[j] * ot[j];
+        const double inv = 1.0 / std::sqrt(ss / (double)hd + c.rmsNormEps);
+        std::vector<float> on(hd);
+        for (int64_t j = 0; j < hd; ++j) {
+          const double gate =
+              dot(W.gB.row(hh * hd + j), ga.data() + t * hd, hd);
+          on[j] = (float)(W.oNorm[j] * (ot[j] * inv) * sigmoid(gate));
+        }
+        double *out = contrib.data() + (t * nh + hh) * d;
+        for (int64_t rr = 0; rr < d; ++rr)
+          out[rr] = dot(W.o.row(rr) + hh * hd, on.data(), hd);
       }
-      double *out = contrib.data() + hh * d;
-      for (int64_t rr = 0; rr < d; ++rr)
-        out[rr] = dot(W.o.row(rr) + hh * hd, on.data(), hd);
     }
-  if (comm_)
-    gatherUnits(*comm_, TL.headRank, d, contrib);
-  return reduceInOrder(contrib, H, d);
+  std::vector<float> y(T * d);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> part(contrib.begin() + t * nh * d,
+                             contrib.begin() + (t + 1) * nh * d);
+    if (comm_)
+      gatherUnits(*comm_, TL.headRank, d, part);
+    std::vector<float> yt = reduceInOrder(part, nh, d);
+    std::copy(yt.begin(), yt.end(), y.begin() + t * d);
+  }
+  return y;
 }
 
 std::vector<float> CpuForward::feedForward(int64_t l, const float *h,
@@ -426,72 +455,119 @@ std::vector<float> CpuForward::lmHead(const float *h) const {
 
 std::vector<float> CpuForward::step(Session &s, int64_t token,
                                     StepTrace *trace) const {
+  return runTokens(s, {token}, false, trace);
+}
+
+std::vector<float> CpuForward::prefill(Session &s,
+                                       const std::vector<int64_t> &tokens) const {
+  return runTokens(s, tokens, true, nullptr);
+}
+
+std::vector<float> CpuForward::runTokens(Session &s,
+                                         const std::vector<int64_t> &tokens,
+                                         bool chunked, StepTrace *trace) const {
   const ModelConfig &c = w_->config;
-  check(token >= 0 && token < c.vocabSize, "token id ", token,
-        " is outside the vocabulary [0, ", c.vocabSize, ")");
-  const int64_t d = c.hiddenSize, pos = s.length;
+  for (int64_t token : tokens)
+    check(token >= 0 && token < c.vocabSize, "token id ", token,
+          " is outside the vocabulary [0, ", c.vocabSize, ")");
+  const int64_t d = c.hiddenSize, base = s.length, T = (int64_t)tokens.size();
   const double eps = c.rmsNormEps;
   if (comm_)
-    comm_->setStep(pos);
+    comm_->setStep(base);
   if (trace) {
     trace->selected.assign(c.numLayers, {});
     trace->experts.assign(c.numLayers, {});
   }
-  std::vector<float> h(d);
-  std::vector<int64_t> sel; // the current query's DSA selection
-  bool haveSel = false;
-  const float *embed = w_->embed.row(token);
+  // Layer by layer over all tokens (what a prefill chunk does); each token's
+  // DSA selection carries from a full indexer layer to the shared ones.
+  std::vector<std::vector<int64_t>> sel(T);
+  std::vector<char> haveSel(T, 0);
+  auto attend = [&](int64_t l, const std::vector<float> &Hin) {
+    if (w_->layers[l].kda)
+      return attendKda(s, l, Hin.data(), T, chunked);
+    std::vector<float> y(T * d);
+    for (int64_t t = 0; t < T; ++t) {
+      s.length = base + t; // the MLA caches of layer l hold base + t tokens
+      bool have = haveSel[t];
+      std::vector<float> yt =
+          attendMla(s, l, Hin.data() + t * d, sel[t], have, trace);
+      haveSel[t] = have;
+      std::copy(yt.begin(), yt.end(), y.begin() + t * d);
+    }
+    return y;
+  };
+  std::vector<float> Hin(T * d), finalIn(T * d);
 
   if (c.hcMult == 0) { // plain pre-norm residual (GLM-5.3)
-    std::vector<float> x(embed, embed + d);
+    std::vector<float> x(T * d);
+    for (int64_t t = 0; t < T; ++t)
+      std::copy_n(w_->embed.row(tokens[t]), d, x.begin() + t * d);
     for (int64_t l = 0; l < c.numLayers; ++l) {
       const LayerWeights &L = w_->layers[l];
-      rmsNorm(x.data(), L.inputNorm.data(), h.data(), d, eps);
-      std::vector<float> attn = attendMla(s, l, h.data(), sel, haveSel, trace);
-      for (int64_t i = 0; i < d; ++i)
+      for (int64_t t = 0; t < T; ++t)
+        rmsNorm(x.data() + t * d, L.inputNorm.data(), Hin.data() + t * d, d,
+                eps);
+      std::vector<float> attn = attend(l, Hin);
+      for (int64_t i = 0; i < T * d; ++i)
         x[i] += attn[i];
-      rmsNorm(x.data(), L.postNorm.data(), h.data(), d, eps);
-      std::vector<float> mlp = feedForward(l, h.data(), trace);
-      for (int64_t i = 0; i < d; ++i)
-        x[i] += mlp[i];
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> h(d);
+        rmsNorm(x.data() + t * d, L.postNorm.data(), h.data(), d, eps);
+        std::vector<float> mlp = feedForward(l, h.data(), trace);
+        for (int64_t i = 0; i < d; ++i)
+          x[t * d + i] += mlp[i];
+      }
     }
-    rmsNorm(x.data(), w_->finalNorm.data(), h.data(), d, eps);
-    s.length = pos + 1;
-    return lmHead(h.data());
+    finalIn = std::move(x);
+  } else {
+    // mHC (GLM-5.3-Flash): S residual streams per token, each starting as
+    // the embedding; every sublayer reads a pre-weighted sum of them and
+    // writes back through post and the Sinkhorn-normalised comb.
+    const int64_t S = c.hcMult;
+    std::vector<std::vector<float>> X(T, std::vector<float>(S * d));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < S; ++j)
+        std::copy_n(w_->embed.row(tokens[t]), d, X[t].begin() + j * d);
+    std::vector<HyperMix> mix(T);
+    for (int64_t l = 0; l < c.numLayers; ++l) {
+      const LayerWeights &L = w_->layers[l];
+      for (int64_t t = 0; t < T; ++t) {
+        mix[t] = hyperConnMix(L.attnHc, X[t], S, eps, c.hcEps,
+                              c.hcSinkhornIters);
+        std::vector<float> u = hyperConnCollapse(mix[t], X[t], S);
+        rmsNorm(u.data(), L.inputNorm.data(), Hin.data() + t * d, d, eps);
+      }
+      std::vector<float> y = attend(l, Hin);
+      for (int64_t t = 0; t < T; ++t) {
+        hyperConnExpand(mix[t],
+                        std::vector<float>(y.begin() + t * d,
+                                           y.begin() + (t + 1) * d),
+                        X[t], S);
+        HyperMix m = hyperConnMix(L.ffnHc, X[t], S, eps, c.hcEps,
+                                  c.hcSinkhornIters);
+        std::vector<float> u = hyperConnCollapse(m, X[t], S), h(d);
+        rmsNorm(u.data(), L.postNorm.data(), h.data(), d, eps);
+        hyperConnExpand(m, feedForward(l, h.data(), trace), X[t], S);
+      }
+    }
+    for (int64_t t = 0; t < T; ++t) // the unweighted mean of the streams
+      for (int64_t i = 0; i < d; ++i) {
+        double acc = 0;
+        for (int64_t j = 0; j < S; ++j)
+          acc += X[t][j * d + i];
+        finalIn[t * d + i] = (float)(acc / (double)S);
+      }
   }
-
-  // mHC (GLM-5.3-Flash): S residual streams, each starting as the embedding;
-  // every sublayer reads a pre-weighted sum of them and writes back through
-  // post and the Sinkhorn-normalised comb.
-  const int64_t S = c.hcMult;
-  std::vector<float> X(S * d);
-  for (int64_t j = 0; j < S; ++j)
-    std::copy(embed, embed + d, X.begin() + j * d);
-  for (int64_t l = 0; l < c.numLayers; ++l) {
-    const LayerWeights &L = w_->layers[l];
-    HyperMix mix = hyperConnMix(L.attnHc, X, S, eps, c.hcEps,
-                                c.hcSinkhornIters);
-    std::vector<float> u = hyperConnCollapse(mix, X, S);
-    rmsNorm(u.data(), L.inputNorm.data(), h.data(), d, eps);
-    std::vector<float> y = L.kda ? attendKda(s, l, h.data())
-                                 : attendMla(s, l, h.data(), sel, haveSel,
-                                             trace);
-    hyperConnExpand(mix, y, X, S);
-    mix = hyperConnMix(L.ffnHc, X, S, eps, c.hcEps, c.hcSinkhornIters);
-    u = hyperConnCollapse(mix, X, S);
-    rmsNorm(u.data(), L.postNorm.data(), h.data(), d, eps);
-    hyperConnExpand(mix, feedForward(l, h.data(), trace), X, S);
+  s.length = base + T;
+  std::vector<float> logits;
+  logits.reserve(T * c.vocabSize);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> h(d);
+    rmsNorm(finalIn.data() + t * d, w_->finalNorm.data(), h.data(), d, eps);
+    std::vector<float> row = lmHead(h.data());
+    logits.insert(logits.end(), row.begin(), row.end());
   }
-  std::vector<float> mean(d); // the unweighted mean of the streams
-  for (int64_t i = 0; i < d; ++i) {
-    double acc = 0;
-    for (int64_t j = 0; j < S; ++j)
-      acc += X[j * d + i];
-    mean[i] = (float)(acc / (double)S);
-  }
-  rmsNorm(mean.data(), w_->finalNorm.data(), h.data(), d, eps);
-  s.length = pos + 1;
-  return lmHead(h.data());
+  return logits;
 }
 
 } // namespace glm::rt::cpu

@@ -73,6 +73,11 @@ public:
   /// Error on a token id outside the vocabulary.
   std::vector<float> step(Session &s, int64_t token,
                           StepTrace *trace = nullptr) const;
+  /// Runs a prompt chunk layer by layer (KDA layers in the chunked form)
+  /// from position s.length; returns logits [tokens, vocab]. Equals
+  /// step() per token up to rounding.
+  std::vector<float> prefill(Session &s,
+                             const std::vector<int64_t> &tokens) const;
 
   const ModelConfig &config() const { return w_->config; }
   const TpLayout &tp() const { return tp_; }
@@ -86,9 +91,15 @@ private:
   std::vector<float> attendMla(Session &s, int64_t l, const float *h,
                                std::vector<int64_t> &sel, bool &haveSel,
                                StepTrace *trace) const;
-  /// Flash's KDA layer l on h (conv, gates, delta-rule state update, gated
-  /// output norm, o_proj); returns the all-reduced output [d].
-  std::vector<float> attendKda(Session &s, int64_t l, const float *h) const;
+  /// Flash's KDA layer l on T tokens H [T, d] (conv, gates, the delta rule
+  /// token by token or `chunked`, gated output norm, o_proj); returns the
+  /// all-reduced outputs [T, d].
+  std::vector<float> attendKda(Session &s, int64_t l, const float *H,
+                               int64_t T, bool chunked) const;
+  /// step() and prefill(): tokens at positions s.length.. through every
+  /// layer, layer by layer; logits [tokens, vocab].
+  std::vector<float> runTokens(Session &s, const std::vector<int64_t> &tokens,
+                               bool chunked, StepTrace *trace) const;
   /// Dense MLP or MoE of layer l on h; returns the all-reduced output [d].
   std::vector<float> feedForward(int64_t l, const float *h,
                                  StepTrace *trace) const;

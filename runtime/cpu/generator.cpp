@@ -19,9 +19,18 @@ public:
                             std::vector<float> *logitsOut,
                             const SampleCallback &onSample) override {
     cpu::Session s = fwd_.newSession();
+    // Flash's prompt goes through the chunked KDA form (layer by layer), its
+    // generated tokens through the recurrent step: the two paths a serving
+    // engine takes. GLM-5.3 prompts run token by token as before.
+    std::function<std::vector<float>(const std::vector<int64_t> &)> prefill;
+    if (fwd_.config().isFlash())
+      prefill = [&](const std::vector<int64_t> &p) {
+        return fwd_.prefill(s, p);
+      };
     return runGeneration(
         fwd_.config(), maxContext_, prompt, params, onToken, logitsOut,
-        [&](int64_t token) { return fwd_.step(s, token); }, onSample);
+        [&](int64_t token) { return fwd_.step(s, token); }, onSample,
+        prefill);
   }
 
   const ModelConfig &config() const override { return fwd_.config(); }

@@ -5,11 +5,14 @@
 // building blocks of runtime/cpu/flash_ops.h: the chunked KDA form equals
 // the token-by-token delta rule (the prompt and decode paths agree), the
 // causal conv equals a zero-padded convolution, mHC's Sinkhorn map is
-// doubly stochastic, the k-pool key is a per-channel convex mix.
+// doubly stochastic, the k-pool key is a per-channel convex mix; the whole
+// forward's prompt path (chunked) equals its token-by-token path.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/base/error.h"
 #include "runtime/cpu/flash_ops.h"
+#include "runtime/cpu/forward.h"
+#include "runtime/formats/pack.h"
 #include "runtime/formats/safetensors.h"
 #include "runtime/model/config.h"
 #include "runtime/model/hf_names.h"
@@ -268,4 +271,46 @@ TEST(FlashOps, KpoolKeyIsAPerChannelConvexMix) {
                                        P, hd);
   EXPECT_NEAR(picked[1], 0.0f, 1e-6);
   EXPECT_FLOAT_EQ(picked[0], mean[0]);
+}
+
+// The prompt path (layer by layer, KDA in the chunked form) and the decode
+// path (token by token, recurrent KDA) give the same logits, also when a
+// prompt continues in a second chunk after some decoded tokens.
+TEST(FlashForward, ChunkedPromptEqualsTokenByToken) {
+  const std::string dir = kGoldens + "/glm_flash_b";
+  auto pack = Pack::open(dir);
+  const ModelConfig &cfg = *pack->config();
+  auto weights = ModelWeights::load(cfg, *packWeightSource(*pack));
+  for (int ranks : {1, 3}) {
+    CpuForward fwd(weights, TpLayout::fromRule(cfg, ranks));
+    std::vector<int64_t> a = {5, 9, 200, 31, 7, 7, 120, 64, 3, 18, 77},
+                         b = {41, 42, 43, 150, 2, 99, 12};
+    Session tok = fwd.newSession(), chunk = fwd.newSession();
+    std::vector<float> want, got = fwd.prefill(chunk, a);
+    for (int64_t t : a) {
+      std::vector<float> row = fwd.step(tok, t);
+      want.insert(want.end(), row.begin(), row.end());
+    }
+    std::vector<float> row = fwd.step(tok, 8), more = fwd.step(chunk, 8);
+    want.insert(want.end(), row.begin(), row.end());
+    got.insert(got.end(), more.begin(), more.end());
+    std::vector<float> rest = fwd.prefill(chunk, b);
+    got.insert(got.end(), rest.begin(), rest.end());
+    for (int64_t t : b) {
+      row = fwd.step(tok, t);
+      want.insert(want.end(), row.begin(), row.end());
+    }
+    ASSERT_EQ(got.size(), want.size());
+    const int64_t V = cfg.vocabSize;
+    for (size_t r = 0; r < want.size() / V; ++r) {
+      double most = 0, diff = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        most = std::max(most, (double)std::fabs(want[r * V + v]));
+        diff = std::max(diff, (double)std::fabs(want[r * V + v] -
+                                                got[r * V + v]));
+      }
+      EXPECT_LE(diff / most, 1e-6) << "row " << r << ", " << ranks << " ranks";
+    }
+    EXPECT_EQ(chunk.length, tok.length);
+  }
 }
