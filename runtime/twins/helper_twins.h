@@ -45,11 +45,15 @@ double blockSumFixedD(const std::vector<double> &v);
 float warpSumF(const float *lanes);
 /// hx::ropePair: interleaved RoPE of pair i, fp64 (std::pow/cos/sin).
 void ropePair(float *p, int i, int dim, int pos, double theta);
+/// hx::layerNormKey (index_key_store.cuh) with nt threads: the indexer
+/// key's LayerNorm (eps 1e-6), fp64 tree sums.
+void layerNormKey(const float *x, const float *w, const float *bias,
+                  float *dst, int hd, int nt);
 
 } // namespace hx
 
 // Area files: twin_norm_rope.cpp, twin_dsa.cpp, twin_mla.cpp,
-// twin_moe.cpp, twin_misc.cpp. Each takes one launch (twin.h).
+// twin_moe.cpp, twin_misc.cpp, twin_flash.cpp. Each takes one launch (twin.h).
 void embedTokensTwin(const Launch &l);
 void rmsNormRowsTwin(const Launch &l);
 void addRmsNormTwin(const Launch &l);
@@ -78,5 +82,10 @@ void sumPartsTwin(const Launch &l);
 void fillRandomTwin(const Launch &l);
 void fillF32Twin(const Launch &l);
 void fixedToF32Twin(const Launch &l);
+// GLM-5.3-Flash decode families (twin_flash.cpp).
+void mhcMixTwin(const Launch &l);
+void mhcPostTwin(const Launch &l);
+void kdaDecodeTwin(const Launch &l);
+void kpoolStoreTwin(const Launch &l);
 
 } // namespace glm::rt::twins
