@@ -568,7 +568,7 @@ const FootprintEntry kHelperFootprints[] = {
     {"fixed_to_f32", "pppii", fixedToF32Fp},
     {"mhc_mix", "ppppipippiddi", mhcMixFp},
     {"mhc_post", "pippppi", mhcPostFp},
-    {"kda_decode", "pppppipipppppppippppppiiiiff", kdaDecodeFp},
+    {"kda_decode", "pppppipippppppipppppiiiiff", kdaDecodeFp},
     {"kpool_store", "ppppipippppiii", kpoolStoreFp},
     {nullptr, nullptr, nullptr},
 };

@@ -310,18 +310,18 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(FlashTwins, KpoolStoreScoresAndSelectionMatchTheReference) {
   for (int hd : {128, 16}) {
-    const int P = 4, maxCtx = 64, B = 2, slots = 2, nh = 4, want = 2, T = 23;
+    const int Pool = 4, maxCtx = 64, B = 2, slots = 2, nh = 4, want = 2, T = 23;
     const int threads = hd == 128 ? 128 : 64, adt = 2, gs = hd + 5;
     const int seq[B] = {1, 0};
     std::mt19937 rng(hd);
     const std::vector<float> lnW = randn(rng, hd, 0.3f),
                              lnB = randn(rng, hd, 0.1f);
-    std::vector<float> ape = randn(rng, (size_t)P * hd);
+    std::vector<float> ape = randn(rng, (size_t)Pool * hd);
     for (float &x : ape)
       x = roundTo(adt, x);
     const std::vector<uint8_t> apeS = storeAs(adt, ape);
-    std::vector<float> ring((size_t)slots * 2 * P * hd, kNaN),
-        pools((size_t)slots * (maxCtx / P) * hd, kNaN);
+    std::vector<float> ring((size_t)slots * 2 * Pool * hd, kNaN),
+        pools((size_t)slots * (maxCtx / Pool) * hd, kNaN);
     std::vector<std::vector<float>> keys(B), gates(B), poolRef(B);
     const KV ts = {{"threads", std::to_string(threads)}};
     for (int t = 0; t < T; ++t) {
@@ -331,7 +331,7 @@ TEST(FlashTwins, KpoolStoreScoresAndSelectionMatchTheReference) {
       run("kpool_store", ts, 1, B, threads,
           {P(k.data()), P(lnW.data()), P(lnB.data()), P(gate.data()), I(gs),
            P(apeS.data()), I(adt), P(ring.data()), P(pools.data()), P(seq),
-           P(pos.data()), I(hd), I(P), I(maxCtx)});
+           P(pos.data()), I(hd), I(Pool), I(maxCtx)});
       for (int b = 0; b < B; ++b) {
         std::vector<float> kn(hd);
         cpu::layerNorm(k.data() + (size_t)b * hd, lnW.data(), lnB.data(),
@@ -339,16 +339,16 @@ TEST(FlashTwins, KpoolStoreScoresAndSelectionMatchTheReference) {
         keys[b].insert(keys[b].end(), kn.begin(), kn.end());
         gates[b].insert(gates[b].end(), gate.begin() + (size_t)b * gs,
                         gate.begin() + (size_t)b * gs + hd);
-        if ((t + 1) % P == 0) {
+        if ((t + 1) % Pool == 0) {
           const std::vector<float> pk =
-              cpu::kpoolKey(keys[b].data() + (size_t)(t + 1 - P) * hd,
-                            gates[b].data() + (size_t)(t + 1 - P) * hd,
-                            ape.data(), P, hd);
+              cpu::kpoolKey(keys[b].data() + (size_t)(t + 1 - Pool) * hd,
+                            gates[b].data() + (size_t)(t + 1 - Pool) * hd,
+                            ape.data(), Pool, hd);
           const std::vector<double> pkD = toD(pk);
           expectRel("kpool_store pool hd" + std::to_string(hd) + " token " +
                         std::to_string(t),
                     pools.data() +
-                        ((size_t)seq[b] * (maxCtx / P) + t / P) * hd,
+                        ((size_t)seq[b] * (maxCtx / Pool) + t / Pool) * hd,
                     pkD.data(), hd, kTol);
         }
       }
@@ -357,20 +357,20 @@ TEST(FlashTwins, KpoolStoreScoresAndSelectionMatchTheReference) {
                                wts = randn(rng, (size_t)B * nh);
       const double headScale = 1.0 / std::sqrt((double)nh),
                    dotScale = 1.0 / std::sqrt((double)hd);
-      std::vector<double> score((size_t)B * (maxCtx / P), 0.0);
+      std::vector<double> score((size_t)B * (maxCtx / Pool), 0.0);
       const KV tp = {{"pool", "4"}, {"threads", "128"}};
       run("indexer_scores_ctx", tp, 2, B, 128,
           {P(qi.data()), P(pools.data()), P(wts.data()), P(score.data()),
            P(seq), P(pos.data()), I(nh), I(hd), I(maxCtx), F(headScale),
            F(dotScale)});
-      std::vector<int> flags((size_t)B * (maxCtx / P)), sel((size_t)B * maxCtx),
+      std::vector<int> flags((size_t)B * (maxCtx / Pool)), sel((size_t)B * maxCtx),
           nsel(B);
       run("dsa_select", {{"pool", "4"}, {"threads", "256"}}, 1, B, 256,
           {P(score.data()), P(pos.data()), I(want), P(flags.data()),
            P(sel.data()), P(nsel.data()), I(maxCtx)});
       for (int b = 0; b < B; ++b) {
         // The reference forward's rule (cpu/forward.cpp attendMla).
-        const int cands = (t + 1) / P;
+        const int cands = (t + 1) / Pool;
         std::vector<int64_t> chosen;
         if (cands <= want) {
           chosen.resize(cands);
@@ -379,7 +379,7 @@ TEST(FlashTwins, KpoolStoreScoresAndSelectionMatchTheReference) {
           std::vector<double> sc(cands);
           for (int p = 0; p < cands; ++p) {
             const float *kp =
-                pools.data() + ((size_t)seq[b] * (maxCtx / P) + p) * hd;
+                pools.data() + ((size_t)seq[b] * (maxCtx / Pool) + p) * hd;
             double acc = 0;
             for (int hh = 0; hh < nh; ++hh) {
               const double v =
@@ -389,7 +389,7 @@ TEST(FlashTwins, KpoolStoreScoresAndSelectionMatchTheReference) {
                      std::max(v, 0.0);
             }
             sc[p] = acc;
-            EXPECT_NEAR(score[(size_t)b * (maxCtx / P) + p], acc,
+            EXPECT_NEAR(score[(size_t)b * (maxCtx / Pool) + p], acc,
                         1e-12 * std::max(1.0, std::fabs(acc)));
           }
           chosen = cpu::topkIndices(sc, want);
@@ -397,9 +397,9 @@ TEST(FlashTwins, KpoolStoreScoresAndSelectionMatchTheReference) {
         }
         std::vector<int> ref;
         for (int64_t p : chosen)
-          for (int j = 0; j < P; ++j)
-            ref.push_back(int(p * P + j));
-        for (int u = cands * P; u <= t; ++u)
+          for (int j = 0; j < Pool; ++j)
+            ref.push_back(int(p * Pool + j));
+        for (int u = cands * Pool; u <= t; ++u)
           ref.push_back(u);
         ASSERT_EQ(nsel[b], (int)ref.size()) << "hd " << hd << " token " << t;
         EXPECT_TRUE(std::equal(ref.begin(), ref.end(),
