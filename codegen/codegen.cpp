@@ -321,7 +321,10 @@ std::vector<FamilyInfo> buildFamilies() {
     // GLM-5.3-Flash decode: the mHC site's pre and post sides (S streams),
     // one KDA token (ROWS state rows per thread, in registers), the k-pool
     // store. ABIs in their templates.
-    const TemplateParam streams = intParam("streams", "s", range(1, 8));
+    // Streams 1..4 (GLM-5.3-Flash has 4): at 8 streams the H200 differed
+    // from the twin in some Sinkhorn coefficients (tests/gpu
+    // flash_decode_gpu_test, session 12), unexplained, so 8 is not offered.
+    const TemplateParam streams = intParam("streams", "s", range(1, 4));
     helper("mhc_mix", "mhcMix", any, {streams});
     helper("mhc_post", "mhcPost", any, {streams});
     helper("kda_decode", "kdaDecode", {"128", "256", "512"},

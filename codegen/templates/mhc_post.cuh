@@ -34,7 +34,7 @@ namespace glm {
 
 template <int S, int THREADS>
 __device__ __forceinline__ void mhcPost(GLM_MHC_POST_PARAMS) {
-  static_assert(S >= 1 && S <= 8, "S: 1..8 streams");
+  static_assert(S >= 1 && S <= 4, "S: 1..4 streams (see codegen.cpp)");
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
   constexpr int M = (2 + S) * S;
   __shared__ float co[M]; // (M) post at S.., comb at 2S..

@@ -448,7 +448,7 @@ void mhcMixFp(const Launch &l, Footprint &f) {
   const Wide B = r.grid(1), S = r.targ("streams"), M = (2 + S) * S;
   const Wide nParts = r.at(6), d = r.at(9);
   r.at(12);
-  r.require(S >= 1 && S <= 8, 0, "streams=", int64_t(S), " is not 1..8");
+  r.require(S >= 1 && S <= 4, 0, "streams=", int64_t(S), " is not 1..4");
   const int wb = dtBytes(r, 4);
   r.need(0, B * S * d, 4);
   r.need(1, B * M, 4);
@@ -464,7 +464,7 @@ void mhcPostFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide B = r.grid(1), G = r.grid(0), S = r.targ("streams");
   const Wide M = (2 + S) * S, d = r.at(6), ys = r.at(1);
-  r.require(S >= 1 && S <= 8, 0, "streams=", int64_t(S), " is not 1..8");
+  r.require(S >= 1 && S <= 4, 0, "streams=", int64_t(S), " is not 1..4");
   r.require(ys >= d, 1, "is ", int64_t(ys), ", under d ", int64_t(d));
   r.need(0, G && d ? span(B, ys, d) : 0, 4);
   r.opt(2, G ? B * S * d : 0, 4);

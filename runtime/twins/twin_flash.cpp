@@ -34,13 +34,9 @@ void mhcCoefficientsAny(int S, const float *mRaw, double inv,
     GLM_MHC_CASE(2)
     GLM_MHC_CASE(3)
     GLM_MHC_CASE(4)
-    GLM_MHC_CASE(5)
-    GLM_MHC_CASE(6)
-    GLM_MHC_CASE(7)
-    GLM_MHC_CASE(8)
 #undef GLM_MHC_CASE
   default:
-    fail("mhc twin: streams=", S, " is not 1..8");
+    fail("mhc twin: streams=", S, " is not 1..4 (codegen.cpp)");
   }
 }
 

@@ -29,7 +29,7 @@ TEST_F(FlashDecodeGpu, MhcMixAndPostMatchTwinsExactly) {
     int S, d, G, threads;
   };
   for (const Case c : {Case{4, 4096, 16, 256}, Case{4, 4096, 1, 1024},
-                       Case{2, 20, 3, 128}, Case{8, 40, 4, 256}}) {
+                       Case{2, 20, 3, 128}, Case{3, 40, 4, 256}}) {
     const int B = 3, M = (2 + c.S) * c.S;
     std::mt19937 rng(c.S * 100 + c.G);
     const std::string tag = "S" + std::to_string(c.S) + " d" +

@@ -149,7 +149,7 @@ INSTANTIATE_TEST_SUITE_P(
     Sizes, FlashTwinsMhc,
     ::testing::Values(MhcCase{4, 4096, 16, 256}, MhcCase{4, 64, 1, 128},
                       MhcCase{2, 20, 3, 128}, MhcCase{1, 7, 2, 128},
-                      MhcCase{8, 40, 4, 256}),
+                      MhcCase{3, 40, 4, 256}),
     [](const auto &i) {
       return "S" + std::to_string(i.param.S) + "_d" +
              std::to_string(i.param.d) + "_G" + std::to_string(i.param.G);
