@@ -98,8 +98,8 @@ void addSynthCommand(CLI::App &app, int &rc) {
     int threads = 0, layers = 0;
   };
   auto a = std::make_shared<Args>();
-  cmd->add_option("--preset", a->preset, "tiny | glm53")
-      ->check(CLI::IsMember({"tiny", "glm53"}))
+  cmd->add_option("--preset", a->preset, "tiny | glm53 | flash-tiny | flash")
+      ->check(CLI::IsMember({"tiny", "glm53", "flash-tiny", "flash"}))
       ->capture_default_str();
   cmd->add_option("--layout", a->layout, "hf | exl3 | exlr8")
       ->check(CLI::IsMember({"hf", "exl3", "exlr8"}))
@@ -119,9 +119,13 @@ void addSynthCommand(CLI::App &app, int &rc) {
   cmd->add_option("-o,--output", a->out, "output directory")->required();
   cmd->callback([a, &rc] {
     auto t0 = std::chrono::steady_clock::now();
-    check(!(a->preset == "glm53" && !a->indexOnly && a->layout != "hf"),
-          "--preset glm53 writes ~800 GB of quantized weights; add --index-only "
-          "(the compiler needs only config, manifests and indexes)");
+    check(!(presetIsFullSize(a->preset) && !a->indexOnly &&
+            a->layout != "hf"),
+          "--preset ", a->preset, " writes ",
+          a->preset == "flash" ? "~150 GB" : "~800 GB",
+          " of quantized weights; add --index-only (the compiler needs only "
+          "config, manifests and indexes)");
+    const bool flash = a->preset.rfind("flash", 0) == 0;
     if (a->layout == "hf") {
       writeRandomHfModel(a->preset, a->seed, a->out, a->indexOnly, a->layers);
     } else {
@@ -134,6 +138,12 @@ void addSynthCommand(CLI::App &app, int &rc) {
       opt.indexOnly = a->indexOnly;
       if (a->layout == "exl3")
         opt.codebook = "mcg";
+      // GLM-5.3-Flash's EXL3 release is a MUL1 "mosaic": whole layers at
+      // K2 or K3 (2.05 / 3.05 bpw with the side vectors).
+      if (a->layout == "exl3" && flash) {
+        opt.codebook = "mul1";
+        opt.layerBits = {2, 3};
+      }
       quantizeInto(hfDir, a->layout, a->out, opt);
       fs::remove_all(hfDir);
     }
@@ -312,6 +322,8 @@ void addVerifyCommand(CLI::App &app, int &rc) {
     if (bar)
       bar->finish();
     verifySideFiles(*pack, report);
+    for (auto &n : report.notes)
+      std::printf("note: %s\n", n.c_str());
     for (auto &i : report.issues)
       std::printf("DAMAGED %s: %s at offset %llu: %s\n", i.file.c_str(),
                   i.object.c_str(), (unsigned long long)i.offset,

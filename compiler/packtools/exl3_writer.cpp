@@ -23,6 +23,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 namespace fs = std::filesystem;
 using glm::rt::check;
@@ -175,11 +176,38 @@ void quantizeToExl3(const glm::rt::ModelConfig &cfg,
           " (half-integer) exists only as 1.5/2.5/3.5 with --codebook mul1");
   }
 
-  // Plan every tensor first: widths, storage, sizes, shards.
+  std::vector<tr::Width> mosaic;
+  for (double b : opt.layerBits) {
+    tr::Width w = tr::Width::fromDouble(b);
+    check(w.twiceBits >= 2 && w.twiceBits <= 16 &&
+              (!w.isHalfInteger() ||
+               (cb == tr::Codebook::Mul1 && w.twiceBits <= 7)),
+          "quantize exl3: layer width ", b,
+          " is not 1..8 (or 1.5/2.5/3.5 with --codebook mul1)");
+    mosaic.push_back(w);
+  }
+
+  // Plan every tensor first: widths, storage, sizes, shards. The causal
+  // LM's tensors, then whatever else the source ships (MTP layers, the
+  // vision tower), copied as they are.
+  std::vector<glm::rt::HfTensorSpec> specs = glm::rt::expectedHfTensors(cfg);
+  if (source) {
+    std::set<std::string> known;
+    for (const auto &s : specs)
+      known.insert(s.name);
+    for (const auto &w : source->weights())
+      if (!known.count(w.name)) {
+        glm::rt::HfTensorSpec s = glm::rt::parseHfTensorName(w.name);
+        s.name = w.name;
+        s.shape = w.shape;
+        s.quantizable = false;
+        specs.push_back(std::move(s));
+      }
+  }
   std::vector<Item> items;
   uint64_t total = 0;
   double bitSum = 0, weightSum = 0;
-  for (const glm::rt::HfTensorSpec &s : glm::rt::expectedHfTensors(cfg)) {
+  for (const glm::rt::HfTensorSpec &s : specs) {
     Item it;
     it.name = s.name;
     it.shape = s.shape;
@@ -202,7 +230,10 @@ void quantizeToExl3(const glm::rt::ModelConfig &cfg,
                 s.name.compare(s.name.size() - 7, 7, ".weight") == 0,
             "quantize exl3: quantizable tensor ", s.name,
             " does not end in .weight");
-      it.width = fixed ? fixedWidth : mixedWidth(s.name, cb);
+      it.width = !mosaic.empty() && s.layer >= 0
+                     ? mosaic[(size_t)s.layer % mosaic.size()]
+                 : fixed ? fixedWidth
+                         : mixedWidth(s.name, cb);
       it.k = roundUp128(s.shape[1]);
       it.n = roundUp128(s.shape[0]);
       it.bytes = (uint64_t)(it.k * it.n / 256) * it.width.bytesPerTile() +

@@ -74,6 +74,17 @@ struct ExpertPlan {
   bool hasShared = false;
 };
 
+/// One layer's index tables of one width, kept for the index slices.
+struct WidthTables {
+  std::vector<uint64_t> index, checksum;        // [row][p][h](x2)
+  std::array<std::vector<uint16_t>, 3> chan, block; // F16; empty: index-only
+};
+struct LayerTables {
+  int64_t layer = 0, rows = 0, halves = 0, hidden = 0;
+  std::map<int, WidthTables> widths;
+  std::vector<uint16_t> signsIn, signsOut; // F16
+};
+
 std::vector<uint16_t> toHalf(const std::vector<float> &v) {
   std::vector<uint16_t> h(v.size());
   for (size_t i = 0; i < v.size(); ++i)
@@ -94,6 +105,20 @@ public:
       : cfg_(cfg), source_(source), out_(outDir), opt_(opt), widths_(widths),
         plan_(plan), bar_(bar) {}
   void run();
+  /// The routed (and row-E shared) tables after run(), for index slices.
+  LayerTables tables() const {
+    LayerTables t;
+    t.layer = plan_.layer;
+    t.rows = rows_;
+    t.halves = halves_;
+    t.hidden = H_;
+    for (auto &kv : main_)
+      t.widths[kv.first] = {kv.second.index, kv.second.checksum,
+                            kv.second.chan, kv.second.block};
+    t.signsIn = toHalf(signsIn_);
+    t.signsOut = toHalf(signsOut_);
+    return t;
+  }
 
 private:
   struct Width {
@@ -206,13 +231,13 @@ void ExpertLayerWriter::run() {
     for (int64_t e = 0; e < E_; ++e) {
       std::string names[3];
       for (int p = 0; p < 3; ++p)
-        names[p] = x8::expertWeightName(L, e, p);
+        names[p] = x8::expertWeightName(cfg_.tensorPrefix(), L, e, p);
       quantizeRow(e, names);
     }
     if (plan_.hasShared) {
       std::string names[3];
       for (int p = 0; p < 3; ++p)
-        names[p] = x8::sharedWeightName(L, p);
+        names[p] = x8::sharedWeightName(cfg_.tensorPrefix(), L, p);
       quantizeRow(sharedRow_ ? E_ : -1, names);
     }
     for (auto &kv : main_)
@@ -411,7 +436,8 @@ RecordChoice chooseRecord(const std::string &m, int64_t out, int64_t in) {
            is("mlp.up_proj"))
     c = {x8::kTrellis, 1, 4};
   else if (is("q_a_proj") || is("kv_a_proj_with_mqa") || is("indexer.wk") ||
-           is("eh_proj"))
+           is("eh_proj") || is("self_attn.q_proj") || is("self_attn.k_proj") ||
+           is("self_attn.v_proj")) // KDA's q/k/v: attention input projections
     c = {x8::kMxfp8, 0, 8};
   else if (is("indexer.wq_b"))
     c = {x8::kMxfp8, 1, 8};
@@ -634,12 +660,21 @@ void encodeRecord(EncodedRecord &r, const std::vector<float> &W,
 }
 
 /// Writes one dense file: records for 2-D linear weights, the rest as is.
+/// Group of the vision tower's tensors (dense/exlr8-vision.safetensors).
+constexpr int64_t kVisionGroup = -2;
+
 void writeDenseFile(const std::string &path, int64_t layer,
+                    const std::string &prefix,
                     const std::vector<Tensor> &tensors,
                     const glm::rt::Pack *source, const QuantizeOptions &opt,
                     glm::rt::Progress &bar) {
-  std::string lp =
-      layer >= 0 ? "model.layers." + std::to_string(layer) + "." : "model.";
+  // Names are stored relative to the layer (or, in the vocab file, to the
+  // text model's prefix); the vision tower keeps its full names and stays
+  // plain: glmc does not run it, so nothing is gained by encoding it.
+  const bool vision = layer == kVisionGroup;
+  std::string lp = vision       ? std::string()
+                   : layer >= 0 ? prefix + "layers." + std::to_string(layer) + "."
+                                : prefix;
   x8::LaidOutFile f(256);
   f.setMetadata("format", "exlr8 v2 dense");
   struct Pending {
@@ -650,7 +685,7 @@ void writeDenseFile(const std::string &path, int64_t layer,
   for (const Tensor &t : tensors) {
     std::string rel = t.name.rfind(lp, 0) == 0 ? t.name.substr(lp.size())
                                                : t.name;
-    bool linear = t.shape.size() == 2 && endsWith(rel, ".weight");
+    bool linear = !vision && t.shape.size() == 2 && endsWith(rel, ".weight");
     if (!linear) {
       // Stored as is under the HF suffix (norms, biases, ...).
       DType dt = t.srcFormat == glm::rt::WeightFormat::F32   ? DType::F32
@@ -764,6 +799,144 @@ void writeManifests(const std::string &outDir,
     layers[std::to_string(L)] = l;
   }
   write("mixed", json{{"layers", layers}});
+
+  // The release's budget manifests: bit201 / bit349 = 2.01 / 3.49 bits per
+  // expert weight, K floor everywhere and K floor+1 spread evenly over
+  // halves (gate/up) and experts (down) until the average reaches the
+  // target. Written where the pack stores both widths.
+  for (auto [name, target] : {std::pair<const char *, double>{"bit201", 2.01},
+                              {"bit349", 3.49}}) {
+    const int lo = (int)target, hi = lo + 1;
+    if (!std::count(widths.begin(), widths.end(), lo) ||
+        !std::count(widths.begin(), widths.end(), hi))
+      continue;
+    const double frac = target - lo;
+    double seen = 0, raised = 0;
+    // Each decision covers `w` halves; raise it while raised halves stay
+    // at or below their share of what has been seen.
+    auto pick = [&](double w) {
+      seen += w;
+      if (raised + w <= frac * seen + w / 2) {
+        raised += w;
+        return hi;
+      }
+      return lo;
+    };
+    json ls = json::object();
+    for (auto &pl : plans) {
+      json gate = json::array(), up = json::array(), down = json::array();
+      auto row = [&](json &g, json &u, json &d) {
+        std::vector<int> gv(halves), uv(halves);
+        for (int64_t h = 0; h < halves; ++h) {
+          gv[h] = pick(1);
+          uv[h] = pick(1);
+        }
+        g = gv, u = uv, d = pick((double)halves);
+      };
+      for (int64_t e = 0; e < experts; ++e) {
+        json g, u, d;
+        row(g, u, d);
+        gate.push_back(g), up.push_back(u), down.push_back(d);
+      }
+      json l{{"gate", gate}, {"up", up}, {"down", down}};
+      if (pl.hasShared) {
+        json g, u, d;
+        row(g, u, d);
+        l["shared"] = {{"gate", g}, {"up", u}, {"down", d}};
+      }
+      ls[std::to_string(pl.layer)] = l;
+    }
+    write(name, json{{"layers", ls}});
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Index slices
+//===----------------------------------------------------------------------===//
+
+/// index-slices/tp<N>/k<K>/rank<r>.safetensors: for every expert layer, the
+/// halves §7 places on rank r (gate, up and down half h of a row go
+/// together) with their (offset, length) and checksum per projection, their
+/// 128-entry intermediate-side slices, every row's hidden-side block scales
+/// and the layer's signs: what the rank needs to read, check and decode its
+/// halves without the whole index. Tensors are `layers.L.<field>`.
+void writeIndexSlices(const std::string &outDir,
+                      const std::vector<LayerTables> &tables, bool indexOnly) {
+  if (tables.empty())
+    return;
+  std::set<int> ks;
+  for (auto &t : tables)
+    for (auto &kv : t.widths)
+      ks.insert(kv.first);
+  for (int tp : x8::kSliceTps)
+    for (int k : ks)
+      for (int r = 0; r < tp; ++r) {
+        x8::LaidOutFile f(kAlign);
+        f.setMetadata("format", "exlr8 v2 index slice");
+        f.setMetadata("tp", std::to_string(tp));
+        f.setMetadata("rank", std::to_string(r));
+        f.setMetadata("width", std::to_string(k));
+        struct Pending {
+          size_t id;
+          std::vector<uint8_t> bytes;
+        };
+        std::vector<Pending> pending;
+        for (const LayerTables &t : tables) {
+          auto wt = t.widths.find(k);
+          if (wt == t.widths.end())
+            continue;
+          const WidthTables &w = wt->second;
+          const int64_t H = t.halves, hb = t.hidden / kB, I = H * kB;
+          std::vector<int32_t> owned;
+          std::vector<uint64_t> index, checksum;
+          std::vector<uint16_t> chan, block;
+          for (int64_t row = 0; row < t.rows; ++row)
+            for (int64_t h = 0; h < H; ++h) {
+              if (x8::ownerRank(H, row, h, t.layer, tp) != r)
+                continue;
+              owned.push_back((int32_t)row);
+              owned.push_back((int32_t)h);
+              for (int p = 0; p < 3; ++p) {
+                size_t at = (size_t)((row * 3 + p) * H + h);
+                index.push_back(w.index[at * 2]);
+                index.push_back(w.index[at * 2 + 1]);
+                if (!indexOnly) {
+                  checksum.push_back(w.checksum[at]);
+                  chan.insert(chan.end(),
+                              w.chan[p].begin() + row * I + h * kB,
+                              w.chan[p].begin() + row * I + h * kB + kB);
+                }
+              }
+            }
+          if (!indexOnly)
+            for (int64_t row = 0; row < t.rows; ++row)
+              for (int p = 0; p < 3; ++p)
+                block.insert(block.end(), w.block[p].begin() + row * hb,
+                             w.block[p].begin() + row * hb + hb);
+          const int64_t n = (int64_t)owned.size() / 2;
+          const std::string L = "layers." + std::to_string(t.layer) + ".";
+          pending.push_back({f.add(L + "owned", DType::I32, {n, 2}),
+                             bytesOf(owned)});
+          pending.push_back({f.add(L + "index", DType::I64, {n, 3, 2}),
+                             bytesOf(index)});
+          size_t cs = f.add(L + "checksum", DType::U64, {n, 3});
+          size_t ch = f.add(L + "chan", DType::F16, {n, 3, kB});
+          size_t bl = f.add(L + "block", DType::F16, {t.rows, 3, hb});
+          if (!indexOnly) {
+            pending.push_back({cs, bytesOf(checksum)});
+            pending.push_back({ch, bytesOf(chan)});
+            pending.push_back({bl, bytesOf(block)});
+          }
+          pending.push_back({f.add(L + "signs.in", DType::F16, {t.hidden}),
+                             bytesOf(t.signsIn)});
+          pending.push_back({f.add(L + "signs.out", DType::F16, {t.hidden}),
+                             bytesOf(t.signsOut)});
+        }
+        f.create((fs::path(outDir) / x8::sliceFile(tp, k, r)).string());
+        for (auto &p : pending)
+          f.write(p.id, p.bytes.data(), p.bytes.size());
+        f.close();
+      }
 }
 
 } // namespace
@@ -814,6 +987,8 @@ void quantizeToExlr8(const glm::rt::ModelConfig &cfg,
         pl.hasShared = true;
       else
         pl.experts.insert(p.expert);
+    } else if (t.name.rfind("model.visual.", 0) == 0) {
+      dense[kVisionGroup].push_back(t);
     } else {
       dense[p.layer >= 0 ? p.layer : -1].push_back(t);
     }
@@ -831,8 +1006,11 @@ void quantizeToExlr8(const glm::rt::ModelConfig &cfg,
   glm::rt::Progress bar(opt.indexOnly ? "exlr8 index" : "exlr8 quantize",
                         total, "objects");
   std::vector<ExpertPlan> plans;
+  std::vector<LayerTables> tables;
   for (auto &kv : experts) {
-    ExpertLayerWriter(cfg, source, outDir, opt, widths, kv.second, bar).run();
+    ExpertLayerWriter w(cfg, source, outDir, opt, widths, kv.second, bar);
+    w.run();
+    tables.push_back(w.tables());
     plans.push_back(kv.second);
   }
   for (auto &kv : dense) {
@@ -840,12 +1018,15 @@ void quantizeToExlr8(const glm::rt::ModelConfig &cfg,
     // index-only pack then has the same offsets as the full one).
     std::sort(kv.second.begin(), kv.second.end(),
               [](const Tensor &a, const Tensor &b) { return a.name < b.name; });
-    std::string rel = kv.first >= 0 ? x8::denseFile(kv.first) : x8::vocabFile();
-    writeDenseFile((fs::path(outDir) / rel).string(), kv.first, kv.second,
-                   source, opt, bar);
+    std::string rel = kv.first >= 0               ? x8::denseFile(kv.first)
+                      : kv.first == kVisionGroup ? x8::visionFile()
+                                                 : x8::vocabFile();
+    writeDenseFile((fs::path(outDir) / rel).string(), kv.first,
+                   cfg.tensorPrefix(), kv.second, source, opt, bar);
   }
   bar.finish();
   writeManifests(outDir, plans, cfg.numRoutedExperts, halves, widths);
+  writeIndexSlices(outDir, tables, opt.indexOnly);
 
   if (source) {
     copyModelSideFiles(source->dir(), outDir);

@@ -12,6 +12,9 @@
 #include "runtime/base/parallel.h"
 #include "runtime/base/sha256.h"
 
+#include "runtime/formats/exlr8_layout.h"
+#include "runtime/formats/pack.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -34,8 +37,10 @@ void writeHashSidecars(const std::string &dir) {
       it.disable_recursion_pending();
       continue;
     }
-    if (it->is_regular_file() && p.filename().string()[0] != '.')
-      files.push_back(p.lexically_relative(root).string());
+    const std::string rel = p.lexically_relative(root).string();
+    if (it->is_regular_file() && p.filename().string()[0] != '.' &&
+        rel != glm::rt::exlr8::setIdFile())
+      files.push_back(rel);
   }
   std::sort(files.begin(), files.end());
   std::vector<std::string> digests(files.size());
@@ -53,6 +58,18 @@ void writeHashSidecars(const std::string &dir) {
         << "\n";
     glm::rt::check(out.good(), side.string(), ": cannot write");
   }
+  // exlr8 releases name their weight set by these hashes (set_id).
+  if (glm::rt::Pack::detect(dir) != glm::rt::PackLayout::Exlr8)
+    return;
+  std::vector<glm::rt::exlr8::SetIdEntry> set;
+  for (size_t i = 0; i < files.size(); ++i)
+    set.push_back({files[i], (uint64_t)fs::file_size(root / files[i]),
+                   digests[i]});
+  std::ofstream out(root / glm::rt::exlr8::setIdFile(),
+                    std::ios::binary | std::ios::trunc);
+  out << glm::rt::exlr8::setIdOf(set) << "\n";
+  glm::rt::check(out.good(), (root / glm::rt::exlr8::setIdFile()).string(),
+                 ": cannot write");
 }
 
 } // namespace glmc

@@ -19,14 +19,19 @@
 namespace glmc {
 
 /// config.json text of a preset: "tiny" (a few MB, runs anywhere; exercises
-/// sparse selection, shared indexer layers, dense and MoE layers) or "glm53"
-/// (shared/configs/glm53.config.json geometry).
+/// sparse selection, shared indexer layers, dense and MoE layers), "glm53"
+/// (shared/configs/glm53.config.json geometry), "flash-tiny" (a few MB
+/// GLM-5.3-Flash: KDA and DSA layers, dense and MoE, mHC, an MTP layer and a
+/// 1-block vision tower) or "flash" (glm53-architecture.md §1b geometry).
 std::string presetConfigJson(const std::string &preset);
+/// glm53 and flash: weights only with --index-only.
+bool presetIsFullSize(const std::string &preset);
 
 /// Writes DIR/config.json, DIR/tokenizer.json (+ tokenizer_config.json,
 /// generation_config.json, chat_template.jinja) and, unless indexOnly, random
 /// weights as Hugging Face safetensors (BF16 or F32) with a
-/// model.safetensors.index.json. `layers` > 0 keeps only the first `layers`
+/// model.safetensors.index.json: the causal LM's tensors and, where the
+/// config has them, its MTP layers and vision tower as a release ships them. `layers` > 0 keeps only the first `layers`
 /// decoder layers of the preset (num_hidden_layers and the per-layer lists
 /// cut to match): a full-width model that fits one GPU, for benchmarks.
 void writeRandomHfModel(const std::string &preset, uint64_t seed,
@@ -50,6 +55,10 @@ struct QuantizeOptions {
   /// mix across experts and projections; exlr8 = the set of widths written
   /// (each half stored at every width), default {2, 3, 4}.
   double bits = 0;
+  /// exl3 "mosaic": every quantized tensor of decoder layer l at
+  /// layerBits[l % size] (half-integers with mul1); overrides `bits` for
+  /// layer tensors. Empty = `bits` or the mixed allocation.
+  std::vector<double> layerBits;
   std::vector<int> widths;
   std::string codebook = "mcg"; // exl3 only; exlr8 is always MCG + E4M3
   uint64_t seed = 1234;

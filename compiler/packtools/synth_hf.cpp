@@ -329,6 +329,213 @@ std::string tinyConfigJson() {
   return j.dump(2) + "\n";
 }
 
+/// GLM-5.3-Flash (glm5_next) config.json: `tiny` = flash-tiny, else the
+/// full geometry of glm53-architecture.md §1b. flash-tiny has one KDA layer
+/// (dense MLP), one NoPE DSA layer with the k-pool indexer (MoE: 4 experts
+/// of two 128-channel halves + 1 shared), mHC with 4 streams, the SwiGLU
+/// clamp, an MTP layer (so readers meet layer num_hidden_layers) and a
+/// 1-block vision tower; linear widths are multiples of 128 where a layout
+/// quantizes them.
+std::string flashConfigJson(bool tiny) {
+  using ojson = nlohmann::ordered_json;
+  const std::string tok = tiny ? "flash-tiny" : "flash";
+  const int64_t eot = specialTokenId(tok, "<|endoftext|>");
+  const int64_t layers = tiny ? 2 : 45;
+  ojson t;
+  t["model_type"] = "glm5_next_text";
+  t["attention_bias"] = false;
+  t["attention_dropout"] = 0.0;
+  t["eos_token_id"] = {eot, specialTokenId(tok, "<|user|>"),
+                       specialTokenId(tok, "<|observation|>")};
+  t["pad_token_id"] = eot;
+  t["first_k_dense_replace"] = tiny ? 1 : 3;
+  t["hc_eps"] = 1e-06;
+  t["hc_mult"] = 4;
+  t["hc_sinkhorn_iters"] = 20;
+  t["head_dim"] = 0;
+  t["hidden_act"] = "silu";
+  t["hidden_size"] = tiny ? 128 : 4096;
+  t["index_head_dim"] = tiny ? 64 : 128;
+  t["index_kpool"] = 4;
+  t["index_kpool_always_select_tail"] = true;
+  t["index_kpool_compress"] = true;
+  t["index_n_heads"] = tiny ? 2 : 32;
+  t["index_share_for_mtp_iteration"] = true;
+  t["index_topk"] = tiny ? 8 : 2048; // tiny: prompts past 8 tokens select
+  t["indexer_rope_interleave"] = true;
+  t["indexer_types"] = std::vector<std::string>(layers, "full");
+  t["initializer_range"] = 0.02;
+  t["intermediate_size"] = tiny ? 256 : 12288;
+  t["kv_lora_rank"] = tiny ? 128 : 512;
+  std::vector<std::string> types, mlp;
+  std::vector<int64_t> kda, full;
+  for (int64_t l = 0; l < layers; ++l) {
+    bool dsa = tiny ? l == 1 : l % 4 == 3;
+    types.push_back(dsa ? "deepseek_sparse_attention" : "linear_attention");
+    (dsa ? full : kda).push_back(l);
+    mlp.push_back(l < (tiny ? 1 : 3) ? "dense" : "sparse");
+  }
+  t["layer_types"] = types;
+  t["linear_attn_config"] = {{"num_heads", tiny ? 2 : 64},
+                             {"head_dim", tiny ? 64 : 128},
+                             {"short_conv_kernel_size", 4},
+                             {"gate_lower_bound", -5.0},
+                             {"kda_layers", kda},
+                             {"full_attn_layers", full}};
+  t["linear_lower_bound"] = -5.0;
+  t["max_position_embeddings"] = tiny ? 4096 : 1048576;
+  t["mhc"] = true;
+  t["mla_use_nope"] = true;
+  t["mlp_layer_types"] = mlp;
+  t["moe_intermediate_size"] = tiny ? 256 : 2048;
+  t["moe_router_dtype"] = "float32";
+  t["n_group"] = 1;
+  t["n_routed_experts"] = tiny ? 4 : 288;
+  t["n_shared_experts"] = 1;
+  t["norm_topk_prob"] = true;
+  t["num_attention_heads"] = tiny ? 2 : 64;
+  t["num_experts_per_tok"] = tiny ? 2 : 8;
+  t["num_hidden_layers"] = layers;
+  t["num_key_value_heads"] = tiny ? 2 : 64;
+  t["num_nextn_predict_layers"] = 1;
+  t["q_lora_rank"] = tiny ? 128 : 1536;
+  t["qk_head_dim"] = tiny ? 64 : 256;
+  t["qk_nope_head_dim"] = tiny ? 64 : 256;
+  t["qk_rope_head_dim"] = 0;
+  t["rms_norm_eps"] = 1e-05;
+  t["rope_parameters"] = nullptr;
+  t["routed_scaling_factor"] = 2.5;
+  t["scoring_func"] = "sigmoid";
+  t["swiglu_limit"] = 10.0;
+  t["tie_word_embeddings"] = false;
+  t["topk_group"] = 1;
+  t["topk_method"] = "noaux_tc";
+  t["use_cache"] = true;
+  t["v_head_dim"] = tiny ? 64 : 256;
+  t["vocab_size"] = tiny ? 512 : 154880;
+  ojson v;
+  v["model_type"] = "glm5_next_vision";
+  v["attention_bias"] = true;
+  v["depth"] = tiny ? 1 : 24;
+  v["hidden_act"] = "silu";
+  v["hidden_size"] = tiny ? 32 : 1024;
+  v["image_size"] = tiny ? 28 : 448;
+  v["in_channels"] = 3;
+  v["intermediate_size"] = tiny ? 64 : 4096;
+  v["num_heads"] = tiny ? 2 : 16;
+  v["out_hidden_size"] = t["hidden_size"];
+  v["patch_size"] = 14;
+  v["projection_intermediate_size"] = tiny ? 64 : 10240;
+  v["rms_norm_eps"] = 1e-05;
+  v["spatial_merge_size"] = 2;
+  v["swiglu_limit"] = 10.0;
+  v["temporal_patch_size"] = 2;
+  ojson j;
+  j["architectures"] = {"Glm5NextForConditionalGeneration"};
+  j["model_type"] = "glm5_next";
+  j["dtype"] = "bfloat16";
+  j["image_start_token_id"] = 154830;
+  j["image_end_token_id"] = 154831;
+  j["image_token_id"] = 154854;
+  j["video_start_token_id"] = 154832;
+  j["video_end_token_id"] = 154833;
+  j["video_token_id"] = 154855;
+  j["tie_word_embeddings"] = false;
+  j["text_config"] = t;
+  j["vision_config"] = v;
+  return j.dump(2) + "\n";
+}
+
+/// The vision tower's tensors as transformers saves them (model.visual.*,
+/// the layout of tests/oracle/goldens/glm_flash_a): glmc does not run it
+/// yet, but packs carry it so readers meet it and skip it by name.
+std::vector<glm::rt::HfTensorSpec> visionTensors(const std::string &cfgText) {
+  auto root = nlohmann::json::parse(cfgText);
+  std::vector<glm::rt::HfTensorSpec> out;
+  if (!root.contains("vision_config"))
+    return out;
+  const auto &v = root["vision_config"];
+  const int64_t h = v.at("hidden_size"), inter = v.at("intermediate_size"),
+                heads = v.at("num_heads"), o = v.at("out_hidden_size"),
+                pi = v.at("projection_intermediate_size"),
+                m = v.at("spatial_merge_size"), p = v.at("patch_size"),
+                tp = v.at("temporal_patch_size"), ch = v.at("in_channels"),
+                depth = v.at("depth");
+  auto add = [&](const std::string &n, std::vector<int64_t> shape) {
+    glm::rt::HfTensorSpec s;
+    s.name = "model.visual." + n;
+    s.shape = std::move(shape);
+    out.push_back(std::move(s));
+  };
+  for (int64_t b = 0; b < depth; ++b) {
+    const std::string k = "blocks." + std::to_string(b) + ".";
+    add(k + "attn.qkv.weight", {3 * h, h});
+    add(k + "attn.qkv.bias", {3 * h});
+    add(k + "attn.proj.weight", {h, h});
+    add(k + "attn.proj.bias", {h});
+    add(k + "attn.q_norm.weight", {h / heads});
+    add(k + "attn.k_norm.weight", {h / heads});
+    for (const char *x : {"gate_proj", "up_proj"}) {
+      add(k + "mlp." + x + ".weight", {inter, h});
+      add(k + "mlp." + x + ".bias", {inter});
+    }
+    add(k + "mlp.down_proj.weight", {h, inter});
+    add(k + "mlp.down_proj.bias", {h});
+    add(k + "norm1.weight", {h});
+    add(k + "norm2.weight", {h});
+  }
+  add("downsample.weight", {o, h, m, m});
+  add("downsample.bias", {o});
+  add("merger.proj.weight", {o, o});
+  add("merger.post_projection_norm.weight", {o});
+  add("merger.post_projection_norm.bias", {o});
+  add("merger.gate_proj.weight", {pi, o});
+  add("merger.up_proj.weight", {pi, o});
+  add("merger.down_proj.weight", {o, pi});
+  add("patch_embed.proj.weight", {h, ch, tp, p, p});
+  add("patch_embed.proj.bias", {h});
+  add("post_layernorm.weight", {h});
+  return out;
+}
+
+/// The MTP layers' tensors (layer num_hidden_layers ..): a plain pre-norm
+/// MLA + MoE block (no mHC maps) plus eh_proj, enorm, hnorm and
+/// shared_head.norm, as the release ships them. Derived from the causal
+/// LM's own list for one more MLA/MoE layer, so the names stay in one place.
+std::vector<glm::rt::HfTensorSpec> mtpTensors(const glm::rt::ModelConfig &c) {
+  std::vector<glm::rt::HfTensorSpec> out;
+  for (int64_t m = 0; m < c.numNextnPredictLayers; ++m) {
+    glm::rt::ModelConfig x = c;
+    const int64_t L = c.numLayers + m;
+    x.numLayers = L + 1;
+    x.layerTypes.resize(L + 1, "linear_attention");
+    x.layerTypes[L] = "deepseek_sparse_attention";
+    x.mlpLayerTypes.resize(L + 1, "dense");
+    x.mlpLayerTypes[L] = "sparse";
+    if (!x.indexerTypes.empty()) {
+      x.indexerTypes.resize(L + 1, "full");
+      x.indexerTypes[L] = "full";
+    }
+    const std::string p = c.tensorPrefix() + "layers." + std::to_string(L) + ".";
+    for (auto &s : glm::rt::expectedHfTensors(x))
+      if (s.layer == L && s.name.find(".hc_") == std::string::npos)
+        out.push_back(s);
+    auto add = [&](const std::string &n, std::vector<int64_t> shape) {
+      glm::rt::HfTensorSpec s;
+      s.name = p + n;
+      s.shape = std::move(shape);
+      s.layer = (int)L;
+      out.push_back(std::move(s));
+    };
+    const int64_t d = c.hiddenSize;
+    add("eh_proj.weight", {d, 2 * d});
+    add("enorm.weight", {d});
+    add("hnorm.weight", {d});
+    add("shared_head.norm.weight", {d});
+  }
+  return out;
+}
+
 /// splitmix64: a tiny, portable generator (std distributions differ
 /// between standard libraries, and the bytes must not).
 struct Rng {
@@ -362,15 +569,25 @@ std::vector<float> randomValues(const glm::rt::HfTensorSpec &s, uint64_t seed) {
   std::vector<float> v((size_t)n);
   const bool norm = endsWith(s.name, "norm.weight");
   const bool bias = endsWith(s.name, "e_score_correction_bias");
-  const bool lnBias = endsWith(s.name, "k_norm.bias");
+  // Flash's vectors at the scale of the oracle's goldens
+  // (tests/oracle/make_flash_goldens.py): the gates and mHC maps then do
+  // more than pass their input through.
+  const bool wide = endsWith(s.name, "A_log") || endsWith(s.name, "dt_bias") ||
+                    endsWith(s.name, "_base") ||
+                    endsWith(s.name, "index_kpool_compress_ape") ||
+                    s.name.find("_conv1d.") != std::string::npos;
+  const bool hcScale = endsWith(s.name, "_scale") &&
+                       s.name.find(".hc_") != std::string::npos;
   for (auto &x : v) {
     double z = rng.normal();
     if (norm)
       x = (float)(1.0 + 0.05 * z);
     else if (bias)
       x = (float)(0.05 * z);
-    else if (lnBias)
-      x = (float)(0.02 * z);
+    else if (wide)
+      x = (float)(0.5 * z);
+    else if (hcScale)
+      x = (float)(1.0 + 0.2 * z);
     else
       x = (float)(0.02 * z);
   }
@@ -384,6 +601,13 @@ void writeText(const fs::path &p, const std::string &text) {
   check(out.good(), p.string(), ": write failed");
 }
 
+/// Kept in fp32 by transformers (and by the release): the router bias and
+/// KDA's forget-gate parameters.
+bool storedAsF32(const std::string &name) {
+  return endsWith(name, "e_score_correction_bias") ||
+         endsWith(name, "A_log") || endsWith(name, "dt_bias");
+}
+
 } // namespace
 
 std::string presetConfigJson(const std::string &preset) {
@@ -391,11 +615,20 @@ std::string presetConfigJson(const std::string &preset) {
     return tinyConfigJson();
   if (preset == "glm53")
     return kGlm53Config;
-  fail("unknown preset \"", preset, "\" (expected tiny or glm53)");
+  if (preset == "flash-tiny" || preset == "flash")
+    return flashConfigJson(preset == "flash-tiny");
+  fail("unknown preset \"", preset,
+       "\" (expected tiny, glm53, flash-tiny or flash)");
+}
+
+bool presetIsFullSize(const std::string &preset) {
+  return preset == "glm53" || preset == "flash";
 }
 
 std::string truncatedConfigJson(const std::string &configText, int layers) {
-  auto j = nlohmann::ordered_json::parse(configText);
+  auto root = nlohmann::ordered_json::parse(configText);
+  // GLM-5.3-Flash keeps the text geometry under text_config.
+  auto &j = root.contains("text_config") ? root["text_config"] : root;
   const int64_t have = j.at("num_hidden_layers").get<int64_t>();
   check(layers >= 1 && layers <= have, "--layers ", layers,
         ": the preset has ", have, " decoder layers; give 1..", have);
@@ -404,7 +637,18 @@ std::string truncatedConfigJson(const std::string &configText, int layers) {
   for (auto &[key, v] : j.items())
     if (v.is_array() && (int64_t)v.size() == have)
       v.erase(v.begin() + layers, v.end());
-  return j.dump(2) + "\n";
+  // linear_attn_config lists layer numbers: keep those that remain.
+  if (j.contains("linear_attn_config"))
+    for (const char *k : {"kda_layers", "full_attn_layers"})
+      if (j["linear_attn_config"].contains(k)) {
+        auto &list = j["linear_attn_config"][k];
+        nlohmann::ordered_json kept = nlohmann::ordered_json::array();
+        for (auto &l : list)
+          if (l.get<int64_t>() < layers)
+            kept.push_back(l);
+        list = kept;
+      }
+  return root.dump(2) + "\n";
 }
 
 void writeRandomHfModel(const std::string &preset, uint64_t seed,
@@ -414,9 +658,10 @@ void writeRandomHfModel(const std::string &preset, uint64_t seed,
                  : presetConfigJson(preset);
   const glm::rt::ModelConfig cfg =
       glm::rt::parseModelConfig(cfgText, "preset " + preset + " config.json");
-  check(indexOnly || preset != "glm53",
-        "--preset glm53 with random weights would write ~1.5 TB of BF16; use "
-        "--index-only (the compiler needs no weight bytes)");
+  check(indexOnly || !presetIsFullSize(preset), "--preset ", preset,
+        " with random weights would write ~",
+        preset == "flash" ? "640 GB" : "1.5 TB",
+        " of BF16; use --index-only (the compiler needs no weight bytes)");
   fs::path root(dir);
   fs::create_directories(root);
   writeText(root / "config.json", cfgText);
@@ -429,9 +674,15 @@ void writeRandomHfModel(const std::string &preset, uint64_t seed,
     return;
 
   // Two shards split at half the bytes, as save_pretrained shards by size.
+  // The causal LM, then what a release ships beside it: MTP layers and the
+  // vision tower (readers recognise and skip both).
   std::vector<glm::rt::HfTensorSpec> specs = glm::rt::expectedHfTensors(cfg);
+  for (auto &s : mtpTensors(cfg))
+    specs.push_back(std::move(s));
+  for (auto &s : visionTensors(cfgText))
+    specs.push_back(std::move(s));
   auto bytesOf = [](const glm::rt::HfTensorSpec &s) {
-    int64_t n = endsWith(s.name, "e_score_correction_bias") ? 4 : 2;
+    int64_t n = storedAsF32(s.name) ? 4 : 2;
     for (int64_t d : s.shape)
       n *= d;
     return (uint64_t)n;
@@ -448,8 +699,8 @@ void writeRandomHfModel(const std::string &preset, uint64_t seed,
     int k = running < total / 2 ? 0 : 1;
     running += bytesOf(s);
     std::vector<float> v = randomValues(s, seed);
-    if (endsWith(s.name, "e_score_correction_bias"))
-      shard[k].addF32(s.name, s.shape, v); // kept in fp32 by transformers
+    if (storedAsF32(s.name))
+      shard[k].addF32(s.name, s.shape, v);
     else
       shard[k].addBF16(s.name, s.shape, v);
     weightMap[s.name] = names[k];

@@ -258,7 +258,8 @@ std::vector<std::pair<std::string, int64_t>>
 specialTokenIds(const std::string &preset) {
   std::vector<std::pair<std::string, int64_t>> out;
   const auto &toks = glmSpecialTokens();
-  if (preset == "glm53") {
+  // GLM-5.3-Flash ships GLM-5.3's tokenizer; flash-tiny the tiny one.
+  if (preset == "glm53" || preset == "flash") {
     // shared/specs/glm53-architecture.md §4: 154820..154829, <think> 154841,
     // </think> 154842. The tool tokens follow </think> in GLM-4.5's order
     // (<tool_call> </tool_call> <tool_response> </tool_response> <arg_key>
@@ -278,8 +279,8 @@ specialTokenIds(const std::string &preset) {
       out.push_back({t, ids.at(t)});
     return out;
   }
-  check(preset == "tiny", "unknown preset \"", preset,
-        "\" (expected tiny or glm53)");
+  check(preset == "tiny" || preset == "flash-tiny", "unknown preset \"",
+        preset, "\" (expected tiny, glm53, flash-tiny or flash)");
   for (size_t i = 0; i < toks.size(); ++i)
     out.push_back({toks[i], kTinyBpeVocab + (int64_t)i});
   return out;
@@ -363,7 +364,8 @@ std::string tokenizerConfigJson(const std::string &preset) {
   j["do_lower_case"] = false;
   j["eos_token"] = "<|endoftext|>";
   j["pad_token"] = "<|endoftext|>";
-  j["model_max_length"] = preset == "glm53" ? 1048576 : 4096;
+  j["model_max_length"] =
+      preset == "glm53" || preset == "flash" ? 1048576 : 4096;
   j["padding_side"] = "left";
   j["remove_space"] = false;
   j["tokenizer_class"] = "PreTrainedTokenizerFast";

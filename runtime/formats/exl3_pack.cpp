@@ -141,6 +141,7 @@ private:
   std::map<std::string, size_t> byName_;
   /// Consistency findings that do not stop reading (config, metadata).
   std::vector<VerifyIssue> deferred_;
+  ExtraTensorNotes extra_; // vision / MTP tensors recognised at open
 };
 
 Exl3Pack::Exl3Pack(const std::string &dir, const PackOpenOptions &opt) {
@@ -422,11 +423,9 @@ void Exl3Pack::checkAgainstConfig() {
   for (size_t i = 0; i < weights_.size(); ++i) {
     WeightInfo &w = weights_[i];
     auto it = expected.find(w.name);
-    // MTP layers (index >= num_hidden_layers) may be stored (mtp_bits) but
-    // are not part of the causal LM's tensor list.
-    bool mtp = w.layer >= config_->numLayers &&
-               w.layer < config_->numLayers + config_->numNextnPredictLayers;
-    if (it == expected.end() && mtp)
+    // MTP layers (stored at mtp_bits) and the vision tower ship beside
+    // the causal LM: recognised, skipped, reported as notes.
+    if (it == expected.end() && extra_.add(*config_, w.name, w.layer))
       continue;
     if (it == expected.end()) {
       deferred_.push_back({w.ranges[0].file, w.name, w.ranges[0].offset,
@@ -602,6 +601,7 @@ Exl3Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
     const {
   VerifyReport rep;
   rep.issues = deferred_;
+  extra_.report(rep);
   verifyCommon(rep);
   // EXL3 has no checksum: headers are structure, every tensor is decoded
   // and value-checked (finite; norms and biases in range; codebook markers

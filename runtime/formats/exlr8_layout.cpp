@@ -7,9 +7,11 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/json_numbers.h"
+#include "runtime/base/sha256.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -43,16 +45,34 @@ std::string manifestFile(const std::string &name) {
   return "manifests/exlr8-manifest-" + name + ".json";
 }
 
+const char *visionFile() { return "dense/exlr8-vision.safetensors"; }
+std::string sliceFile(int tp, int k, int rank) {
+  return "index-slices/tp" + std::to_string(tp) + "/k" + std::to_string(k) +
+         "/rank" + std::to_string(rank) + ".safetensors";
+}
+const char *setIdFile() { return "set_id"; }
+std::string setIdOf(std::vector<SetIdEntry> files) {
+  std::sort(files.begin(), files.end(),
+            [](const SetIdEntry &a, const SetIdEntry &b) { return a.rel < b.rel; });
+  std::string text;
+  for (const auto &f : files)
+    text += f.rel + " " + std::to_string(f.size) + " " + f.sha256 + "\n";
+  Sha256 h;
+  h.update(text.data(), text.size());
+  return h.hexDigest();
+}
+
 const char *projName(int p) {
   static const char *names[] = {"gate", "up", "down"};
   return p >= 0 && p < 3 ? names[p] : "?";
 }
-std::string expertWeightName(int64_t layer, int64_t expert, int p) {
-  return "model.layers." + std::to_string(layer) + ".mlp.experts." +
+std::string expertWeightName(const std::string &prefix, int64_t layer,
+                             int64_t expert, int p) {
+  return prefix + "layers." + std::to_string(layer) + ".mlp.experts." +
          std::to_string(expert) + "." + projName(p) + "_proj.weight";
 }
-std::string sharedWeightName(int64_t layer, int p) {
-  return "model.layers." + std::to_string(layer) + ".mlp.shared_experts." +
+std::string sharedWeightName(const std::string &prefix, int64_t layer, int p) {
+  return prefix + "layers." + std::to_string(layer) + ".mlp.shared_experts." +
          projName(p) + "_proj.weight";
 }
 std::string widthTensor(bool shared, int k, const std::string &suffix) {

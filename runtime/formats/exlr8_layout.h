@@ -34,13 +34,40 @@ std::string denseFile(int64_t layer);
 const char *vocabFile();
 /// "manifests/exlr8-manifest-<name>.json".
 std::string manifestFile(const std::string &name);
+/// "dense/exlr8-vision.safetensors": the vision tower (GLM-5.3-Flash), plain
+/// tensors under their full Hugging Face names (glmc does not run it yet).
+const char *visionFile();
+/// "index-slices/tp<N>/k<K>/rank<r>.safetensors": rank r's part of every
+/// layer index at width K for N ranks (the halves placed on it by §7's
+/// rule), so a rank reads only what it serves.
+std::string sliceFile(int tp, int k, int rank);
+/// The tensor-parallel degrees index slices are written for (1 = the whole
+/// index file).
+inline constexpr int kSliceTps[] = {2, 3, 4};
+/// §7: half h of expert row e in layer L lives on rank
+/// (halves·e + h + L) mod N (16e with the release's 16 halves).
+inline int ownerRank(int64_t halves, int64_t row, int64_t h, int64_t layer,
+                     int tp) {
+  return (int)((halves * row + h + layer) % tp);
+}
+/// "set_id": the weight set's identity, sha256 over the sorted lines
+/// "<path> <size> <sha256>\n" of every file with a SHA-256 sidecar.
+const char *setIdFile();
+struct SetIdEntry {
+  std::string rel;
+  uint64_t size = 0;
+  std::string sha256; // lower-case hex
+};
+std::string setIdOf(std::vector<SetIdEntry> files);
 
 /// Projection p of an expert: 0 gate, 1 up, 2 down.
 const char *projName(int p);
-/// model.layers.L.mlp.experts.e.{gate,up,down}_proj.weight
-std::string expertWeightName(int64_t layer, int64_t expert, int p);
-/// model.layers.L.mlp.shared_experts.{gate,up,down}_proj.weight
-std::string sharedWeightName(int64_t layer, int p);
+/// <prefix>layers.L.mlp.experts.e.{gate,up,down}_proj.weight; prefix is the
+/// config's tensorPrefix() ("model." or Flash's "model.language_model.").
+std::string expertWeightName(const std::string &prefix, int64_t layer,
+                             int64_t expert, int p);
+/// <prefix>layers.L.mlp.shared_experts.{gate,up,down}_proj.weight
+std::string sharedWeightName(const std::string &prefix, int64_t layer, int p);
 /// Index-file tensor of width K: "k3.<suffix>", or "shared.k3.<suffix>".
 std::string widthTensor(bool shared, int k, const std::string &suffix);
 

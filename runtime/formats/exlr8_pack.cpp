@@ -289,7 +289,16 @@ private:
     return " (glmc verify " + dir_ + " lists every damaged part)";
   }
 
+  /// The HF name a tensor stored as `stored` in dense file `rel` (layer
+  /// `layer`, -1 for the vocab and vision files) has.
+  std::string hfNameOf(const std::string &rel, int64_t layer,
+                       const std::string &stored) const;
+  void verifySlices(VerifyReport &rep) const;
+
   PackOpenOptions opt_;
+  /// The text model's tensor prefix (config's tensorPrefix(); "model."
+  /// without config.json).
+  std::string prefix_ = "model.";
   std::vector<ExpertLayer> layers_;
   std::vector<DenseRecord> records_;
   std::vector<PlainTensor> plains_;
@@ -311,6 +320,8 @@ Exlr8Pack::Exlr8Pack(const std::string &dir, const PackOpenOptions &opt)
   dir_ = dir;
   if (fs::exists(fs::path(dir) / "config.json"))
     config_ = loadModelConfig((fs::path(dir) / "config.json").string());
+  if (config_)
+    prefix_ = config_->tensorPrefix();
 
   std::error_code ec;
   std::regex idxRe(R"(exlr8-layer-(\d+)\.index\.safetensors)");
@@ -334,7 +345,8 @@ Exlr8Pack::Exlr8Pack(const std::string &dir, const PackOpenOptions &opt)
       std::string fn = de.path().filename().string();
       if (std::regex_match(fn, m, denseRe))
         dense.push_back({layerNumber(m[1], fn), "dense/" + fn});
-      else if (fn == "exlr8-vocab.safetensors")
+      else if (fn == "exlr8-vocab.safetensors" ||
+               "dense/" + fn == visionFile())
         dense.push_back({-1, "dense/" + fn});
     }
   std::sort(dense.begin(), dense.end());
@@ -347,6 +359,18 @@ Exlr8Pack::Exlr8Pack(const std::string &dir, const PackOpenOptions &opt)
   chooseWidths();
   buildWeights();
   computeIndexHash();
+}
+
+std::string Exlr8Pack::hfNameOf(const std::string &rel, int64_t layer,
+                                const std::string &stored) const {
+  // Dense files store names relative to their layer, the vocab file
+  // relative to the text model (lm_head has no prefix); the vision file
+  // keeps full names.
+  if (rel == visionFile())
+    return stored;
+  if (layer >= 0)
+    return prefix_ + "layers." + std::to_string(layer) + "." + stored;
+  return stored.rfind("lm_head", 0) == 0 ? stored : prefix_ + stored;
 }
 
 void Exlr8Pack::openExpertLayer(const std::string &rel, int64_t layer) {
@@ -508,8 +532,6 @@ void Exlr8Pack::openDenseFile(const std::string &rel, int64_t layer) {
       SafetensorsFile::open((fs::path(dir_) / rel).string(), opt_.indexOnly);
   const SafetensorsFile &f = *file;
   std::set<std::string> used;
-  std::string lp =
-      layer >= 0 ? "model.layers." + std::to_string(layer) + "." : "";
   for (auto &t : f.tensors()) {
     const std::string &n = t.name;
     if (n.size() <= 7 || n.compare(n.size() - 7, 7, ".record") != 0)
@@ -519,11 +541,7 @@ void Exlr8Pack::openDenseFile(const std::string &rel, int64_t layer) {
     r.rel = rel;
     r.layer = layer;
     r.prefix = n.substr(0, n.size() - 7);
-    if (layer >= 0)
-      r.name = lp + r.prefix + ".weight";
-    else
-      r.name = r.prefix == "lm_head" ? "lm_head.weight"
-                                     : "model." + r.prefix + ".weight";
+    r.name = hfNameOf(rel, layer, r.prefix + ".weight");
     r.object = (layer >= 0 ? "layer " + std::to_string(layer) + " " : "") +
                r.prefix;
     used.insert(n);
@@ -881,10 +899,7 @@ void Exlr8Pack::buildWeights() {
     std::string fn = fs::path(pt.rel).filename().string();
     if (std::regex_match(fn, m, lre))
       layer = layerNumber(m[1], fn);
-    if (layer >= 0)
-      w.name = "model.layers." + std::to_string(layer) + "." + v.name;
-    else
-      w.name = v.name.rfind("lm_head", 0) == 0 ? v.name : "model." + v.name;
+    w.name = hfNameOf(pt.rel, layer, v.name);
     w.layer = (int)layer;
     w.shape = v.shape;
     w.format = plainFormat(v.dtype);
@@ -924,8 +939,8 @@ void Exlr8Pack::makeExpertWeight(size_t li, int64_t row, int p,
   bool sep = row == L.rows;
   bool isShared = sep || (L.sharedRow && row == L.experts);
   int64_t trow = sep ? 0 : row; // row inside the width tensors
-  w.name = isShared ? sharedWeightName(L.layer, p)
-                    : expertWeightName(L.layer, row, p);
+  w.name = isShared ? sharedWeightName(prefix_, L.layer, p)
+                    : expertWeightName(prefix_, L.layer, row, p);
   w.shape = p < 2 ? std::vector<int64_t>{L.inter, L.hidden}
                   : std::vector<int64_t>{L.hidden, L.inter};
   w.format = WeightFormat::Trellis;
@@ -1118,8 +1133,8 @@ std::vector<float> Exlr8Pack::dequantizeExpert(const Locator &loc) const {
   int64_t H = L.hidden, I = L.inter, hb = H / kBlock;
   const WeightInfo &w = weights_[byName_.at(
       (sep || (L.sharedRow && loc.row == L.experts))
-          ? sharedWeightName(L.layer, p)
-          : expertWeightName(L.layer, loc.row, p))];
+          ? sharedWeightName(prefix_, L.layer, p)
+          : expertWeightName(prefix_, L.layer, loc.row, p))];
   // The signs carry no checksum; a damaged one flips a hidden channel.
   for (const TensorView *s : {L.signsIn, L.signsOut}) {
     std::string bad = checkSigns(*s);
@@ -1453,9 +1468,14 @@ Exlr8Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
     }
   }
 
-  // Every tensor config.json implies, with its shape (MTP layers are not
-  // listed by expectedHfTensors; glm5_next names are not known to it).
-  if (config_ && config_->modelType == "glm_moe_dsa") {
+  // Every tensor config.json implies, with its shape; what a release ships
+  // beside the causal LM (MTP layers, the vision tower) is recognised and
+  // noted, anything else stored is the pack's own business.
+  if (config_) {
+    ExtraTensorNotes extra;
+    for (const WeightInfo &w : weights_)
+      extra.add(*config_, w.name, w.layer);
+    extra.report(rep);
     for (const HfTensorSpec &s : expectedHfTensors(*config_)) {
       auto it = byName_.find(s.name);
       if (it == byName_.end()) {
@@ -1602,10 +1622,151 @@ Exlr8Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
   }
   for (auto &r : records_)
     verifyRecord(r, rep, tick);
+  verifySlices(rep);
   verifyCommon(rep);
   if (progress)
     progress(done, total);
   return rep;
+}
+
+/// index-slices/tp<N>/k<K>/rank<r>.safetensors: each slice must hold
+/// exactly the halves §7 places on its rank, with the offsets, checksums,
+/// side-vector slices, block scales and signs of the layer index it was cut
+/// from (a rank that reads only its slice trusts these). The index itself
+/// is covered by the halves' xxh64, so a slice equal to it is covered too.
+void Exlr8Pack::verifySlices(VerifyReport &rep) const {
+  const fs::path root = fs::path(dir_) / "index-slices";
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    return;
+  std::regex tpRe(R"(tp(\d+))");
+  std::set<int> widths;
+  for (auto &L : layers_)
+    for (auto &kv : L.main)
+      widths.insert(kv.first);
+  for (auto &de : fs::directory_iterator(root, ec)) {
+    std::smatch m;
+    std::string dn = de.path().filename().string();
+    if (!de.is_directory() || !std::regex_match(dn, m, tpRe))
+      continue;
+    const int tp = (int)parseIntIn(m[1].str(), 1, 1024, "index-slices/" + dn);
+    for (int k : widths)
+      for (int r = 0; r < tp; ++r) {
+        const std::string rel = sliceFile(tp, k, r);
+        rep.checkedObjects++;
+        auto issue = [&](const std::string &obj, uint64_t off,
+                         const std::string &what) {
+          rep.issues.push_back({rel, obj, off,
+                                what + "; re-download " + rel +
+                                    " (or use the layer index files)"});
+        };
+        if (!fs::exists(fs::path(dir_) / rel)) {
+          issue("slice", 0,
+                "missing: the pack ships index slices for tp" +
+                    std::to_string(tp) + " but not rank " +
+                    std::to_string(r) + " at K" + std::to_string(k));
+          continue;
+        }
+        std::shared_ptr<SafetensorsFile> f;
+        try {
+          f = SafetensorsFile::open((fs::path(dir_) / rel).string());
+        } catch (const Error &e) {
+          issue("slice", 0, e.what());
+          continue;
+        }
+        coverSafetensorsLayout(rep, rel, *f);
+        for (const ExpertLayer &L : layers_) {
+          auto wsIt = L.main.find(k);
+          if (wsIt == L.main.end())
+            continue;
+          const WidthSet &ws = wsIt->second;
+          const std::string pre = "layers." + std::to_string(L.layer) + ".";
+          const int64_t hb = L.hidden / kBlock;
+          const TensorView *own = f->find(pre + "owned"),
+                           *ix = f->find(pre + "index"),
+                           *cs = f->find(pre + "checksum"),
+                           *ch = f->find(pre + "chan"),
+                           *bl = f->find(pre + "block"),
+                           *si = f->find(pre + "signs.in"),
+                           *so = f->find(pre + "signs.out");
+          if (!own || !ix || !cs || !ch || !bl || !si || !so) {
+            issue(pre + "*", 0,
+                  "layer " + std::to_string(L.layer) +
+                      " is incomplete (needs owned, index, checksum, chan, "
+                      "block, signs.in, signs.out)");
+            continue;
+          }
+          std::vector<std::pair<int64_t, int64_t>> want;
+          for (int64_t row = 0; row < L.rows; ++row)
+            for (int64_t h = 0; h < L.halves; ++h)
+              if (ownerRank(L.halves, row, h, L.layer, tp) == r)
+                want.push_back({row, h});
+          const int64_t n = (int64_t)want.size();
+          if (!isIntDType(own->dtype) ||
+              own->shape != std::vector<int64_t>{n, 2} ||
+              !isIntDType(ix->dtype) ||
+              ix->shape != std::vector<int64_t>{n, 3, 2} ||
+              !isIntDType(cs->dtype) ||
+              cs->shape != std::vector<int64_t>{n, 3} ||
+              !isFloatDType(ch->dtype) ||
+              ch->shape != std::vector<int64_t>{n, 3, kBlock} ||
+              !isFloatDType(bl->dtype) ||
+              bl->shape != std::vector<int64_t>{L.rows, 3, hb} ||
+              si->shape != L.signsIn->shape || so->shape != L.signsOut->shape) {
+            issue(pre + "owned", own->fileOffset,
+                  "shapes do not fit " + std::to_string(n) +
+                      " halves of layer " + std::to_string(L.layer) +
+                      " on rank " + std::to_string(r) + " of " +
+                      std::to_string(tp) + " (rule (halves*e + h + L) mod N)");
+            continue;
+          }
+          std::string bad;
+          for (int64_t i = 0; i < n && bad.empty(); ++i) {
+            auto [row, h] = want[(size_t)i];
+            if (intAt(*own, 2 * i) != row || intAt(*own, 2 * i + 1) != h) {
+              bad = "entry " + std::to_string(i) + " is not expert row " +
+                    std::to_string(row) + " half " + std::to_string(h);
+              break;
+            }
+            for (int p = 0; p < 3 && bad.empty(); ++p) {
+              int64_t at = (row * 3 + p) * L.halves + h;
+              if (intAt(*ix, (i * 3 + p) * 2) != intAt(*ws.index, at * 2) ||
+                  intAt(*ix, (i * 3 + p) * 2 + 1) !=
+                      intAt(*ws.index, at * 2 + 1))
+                bad = "offset/length of row " + std::to_string(row) + " " +
+                      projName(p) + " half " + std::to_string(h) +
+                      " differs from " + L.indexRel;
+              else if (intAt(*cs, i * 3 + p) != intAt(*ws.checksum, at))
+                bad = "checksum of row " + std::to_string(row) + " " +
+                      projName(p) + " half " + std::to_string(h) +
+                      " differs from " + L.indexRel;
+              for (int64_t c = 0; c < kBlock && bad.empty(); ++c)
+                if (floatAt(*ch, (i * 3 + p) * kBlock + c) !=
+                    floatAt(*ws.chan[p], row * L.inter + h * kBlock + c))
+                  bad = std::string(p < 2 ? "svh" : "suh") + " slice of row " +
+                        std::to_string(row) + " " + projName(p) + " half " +
+                        std::to_string(h) + " differs from " + L.indexRel;
+            }
+          }
+          for (int64_t row = 0; row < L.rows && bad.empty(); ++row)
+            for (int p = 0; p < 3 && bad.empty(); ++p)
+              for (int64_t b = 0; b < hb && bad.empty(); ++b)
+                if (floatAt(*bl, (row * 3 + p) * hb + b) !=
+                    floatAt(*ws.block[p], row * hb + b))
+                  bad = "block scales of row " + std::to_string(row) + " " +
+                        projName(p) + " differ from " + L.indexRel;
+          for (int64_t i = 0; i < L.hidden && bad.empty(); ++i)
+            if (floatAt(*si, i) != floatAt(*L.signsIn, i) ||
+                floatAt(*so, i) != floatAt(*L.signsOut, i))
+              bad = "signs differ from " + L.indexRel + " at channel " +
+                    std::to_string(i);
+          for (const TensorView *t : {own, ix, cs, ch, bl, si, so})
+            rep.cover(rel, t->fileOffset, t->byteSize, CheckKind::Structure);
+          if (!bad.empty())
+            issue("layer " + std::to_string(L.layer), own->fileOffset, bad);
+        }
+      }
+  }
 }
 
 } // namespace

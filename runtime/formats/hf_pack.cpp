@@ -200,8 +200,8 @@ std::vector<float> HfPack::dequantize(const std::string &name) const {
 }
 
 void HfPack::checkArchitecture(VerifyReport &r) const {
-  if (!config_ || config_->modelType != "glm_moe_dsa")
-    return; // only glm_moe_dsa has a known tensor list
+  if (!config_)
+    return; // a bare directory of safetensors: nothing to check against
   auto fileOf = [&](const std::string &n) {
     return ckpt_ && ckpt_->find(n) ? ckpt_->fileOf(n) : std::string();
   };
@@ -224,18 +224,21 @@ void HfPack::checkArchitecture(VerifyReport &r) const {
                           "shape " + shapeStr(w->shape) +
                               " but config.json expects " + shapeStr(s.shape)});
   }
-  const int64_t mtpEnd = config_->numLayers + config_->numNextnPredictLayers;
+  // Real checkpoints ship the MTP layers and (Flash) the vision tower
+  // beside the causal LM: recognised by name, skipped, and said so.
+  ExtraTensorNotes extra;
   for (const auto &w : weights_) {
-    if (expected.count(w.name))
-      continue;
-    // MTP layers ship in real checkpoints but are not part of the causal LM.
-    if (w.layer >= config_->numLayers && w.layer < mtpEnd)
+    if (expected.count(w.name) || extra.add(*config_, w.name, w.layer))
       continue;
     r.issues.push_back(
         {fileOf(w.name), w.name, w.ranges.empty() ? 0 : w.ranges[0].offset,
-         "unexpected tensor: not part of GlmMoeDsaForCausalLM for this "
-         "config.json (wrong config, or a damaged checkpoint)"});
+         "unexpected tensor: not part of " +
+             (config_->architecture.empty() ? config_->modelType
+                                            : config_->architecture) +
+             " for this config.json (wrong config, or a damaged "
+             "checkpoint)"});
   }
+  extra.report(r);
 }
 
 VerifyReport

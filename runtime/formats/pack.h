@@ -116,6 +116,9 @@ struct CoveredRange {
 struct VerifyReport {
   uint64_t checkedObjects = 0, checkedBytes = 0;
   std::vector<VerifyIssue> issues;
+  /// What verify recognised and deliberately left out (vision tower, MTP
+  /// layers): one line each, printed by `glmc verify`; not damage.
+  std::vector<std::string> notes;
   /// The bytes each check covered (damaged or not).
   std::vector<CoveredRange> covered;
   /// Bytes no reader uses: safetensors alignment padding.

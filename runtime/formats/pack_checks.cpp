@@ -7,6 +7,7 @@
 #include "runtime/base/parallel.h"
 #include "runtime/base/sha256.h"
 #include "runtime/base/strings.h"
+#include "runtime/formats/exlr8_layout.h"
 
 #include <algorithm>
 #include <cctype>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -46,9 +48,15 @@ double elementAt(const TensorView &t, int64_t i) {
   }
 }
 
+/// Vectors that act as a norm weight or an additive bias: +-kMaxNormValue.
+/// GLM-5.3-Flash adds KDA's dt_bias, the mHC maps' base (a bias) and scale
+/// (3 multipliers of the maps' logits) and the k-pool's position bias.
 bool isNormOrBias(const std::string &n) {
   return endsWith(n, "norm.weight") || endsWith(n, "norm.bias") ||
-         endsWith(n, "e_score_correction_bias") || endsWith(n, ".bias");
+         endsWith(n, "e_score_correction_bias") || endsWith(n, ".bias") ||
+         endsWith(n, "dt_bias") || endsWith(n, "_base") ||
+         (endsWith(n, "_scale") && n.find(".hc_") != std::string::npos) ||
+         endsWith(n, "index_kpool_compress_ape");
 }
 
 } // namespace
@@ -66,8 +74,13 @@ const char *checkKindName(CheckKind k) {
 std::string checkPlainValues(const std::string &hfName, const TensorView &t) {
   if (!t.data)
     return "";
-  const bool norm = isNormOrBias(hfName);
-  const double limit = norm ? kMaxNormValue : kMaxPlainValue;
+  // One bound per kind of tensor; the conv taps, hc_*_fn and the k-pool
+  // gate are matrices like any other (finite, within fp16's range).
+  const bool aLog = endsWith(hfName, "A_log");
+  const bool norm = !aLog && isNormOrBias(hfName);
+  const double limit = aLog ? kMaxALogValue
+                       : norm ? kMaxNormValue
+                              : kMaxPlainValue;
   const int64_t n = t.numel();
   for (int64_t i = 0; i < n; ++i) {
     double v = elementAt(t, i);
@@ -75,12 +88,57 @@ std::string checkPlainValues(const std::string &hfName, const TensorView &t) {
       continue;
     std::ostringstream os;
     os << "element " << i << " is " << v << "; a "
-       << (norm ? "norm weight or bias" : "tensor stored without a checksum")
+       << (aLog   ? "KDA A_log (exp(A_log) scales the forget gate)"
+           : norm ? "norm weight or bias"
+                  : "tensor stored without a checksum")
        << " must be finite and within +-" << limit
        << " (the bytes are damaged; re-download the file)";
     return os.str();
   }
   return "";
+}
+
+ExtraTensor classifyExtraTensor(const ModelConfig &cfg,
+                                const std::string &hfName, int layer) {
+  if (hfName.rfind("model.visual.", 0) == 0)
+    return ExtraTensor::Vision;
+  if (layer >= cfg.numLayers &&
+      layer < cfg.numLayers + cfg.numNextnPredictLayers)
+    return ExtraTensor::Mtp;
+  return ExtraTensor::None;
+}
+
+bool ExtraTensorNotes::add(const ModelConfig &cfg, const std::string &hfName,
+                           int layer) {
+  switch (classifyExtraTensor(cfg, hfName, layer)) {
+  case ExtraTensor::Vision:
+    ++vision;
+    return true;
+  case ExtraTensor::Mtp:
+    ++mtp;
+    if (std::find(mtpLayers.begin(), mtpLayers.end(), layer) ==
+        mtpLayers.end())
+      mtpLayers.push_back(layer);
+    return true;
+  case ExtraTensor::None:
+    return false;
+  }
+  return false;
+}
+
+void ExtraTensorNotes::report(VerifyReport &rep) const {
+  if (vision)
+    rep.notes.push_back(std::to_string(vision) +
+                        " vision tensors (model.visual.*) recognised and "
+                        "skipped: glmc does not run the vision tower yet");
+  if (mtp) {
+    std::string ls;
+    for (int64_t l : mtpLayers)
+      ls += (ls.empty() ? "" : ", ") + std::to_string(l);
+    rep.notes.push_back(std::to_string(mtp) + " MTP tensors (layer " + ls +
+                        ") recognised and skipped: the multi-token "
+                        "prediction layer is not part of the causal LM");
+  }
 }
 
 std::string checkSigns(const TensorView &t) {
@@ -217,6 +275,65 @@ void Pack::verifyCommon(VerifyReport &rep) const {
            "SHA-256 " + s.got + " differs from " + s.want + " in " +
                s.sidecarRel + ": the file is damaged; re-download " + s.rel});
   }
+
+  // set_id (exlr8 releases): the weight set's identity over every file's
+  // path, size and SHA-256; recomputed from the files as they are, so an
+  // added, removed or altered file (or a stale set_id) shows.
+  const fs::path setId = root / exlr8::setIdFile();
+  if (!fs::is_regular_file(setId, ec))
+    return;
+  rep.checkedObjects++;
+  std::vector<exlr8::SetIdEntry> set;
+  std::set<std::string> withSidecar;
+  bool complete = true;
+  for (const Sidecar &s : cars) {
+    withSidecar.insert(fs::path(s.rel).lexically_normal().string());
+    if (!s.error.empty())
+      complete = false;
+    else
+      set.push_back({s.rel, s.size, s.got});
+  }
+  for (auto it = fs::recursive_directory_iterator(root, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec)
+      break;
+    const std::string name = it->path().filename().string();
+    const std::string rel = it->path().lexically_relative(root).string();
+    if (it->is_directory() && (it->path() == hashes || name[0] == '.')) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file() || name[0] == '.' || rel == exlr8::setIdFile())
+      continue;
+    if (!withSidecar.count(rel)) {
+      complete = false;
+      rep.issues.push_back({rel, "set_id", 0,
+                            "no SHA-256 sidecar (hashes/" + rel +
+                                ".sha256), so set_id cannot cover it: a file "
+                                "that is not part of the release, or its "
+                                "sidecar is missing"});
+    }
+  }
+  std::string want;
+  try {
+    std::istringstream in(readFileBounded(setId.string(), 4096, "set_id"));
+    in >> want;
+  } catch (const Error &err) {
+    rep.issues.push_back({exlr8::setIdFile(), "set_id", 0, err.what()});
+    return;
+  }
+  rep.cover(exlr8::setIdFile(), 0, fs::file_size(setId, ec),
+            CheckKind::Sha256);
+  if (!complete)
+    return; // the files above are already reported
+  const std::string got = exlr8::setIdOf(set);
+  if (got != want)
+    rep.issues.push_back(
+        {exlr8::setIdFile(), "set_id", 0,
+         "set_id " + want + " but the pack's files give " + got +
+             ": the weight set differs from the one released (a file was "
+             "added, removed or replaced together with its sidecar); "
+             "re-download the pack"});
 }
 
 CoverageSummary summarizeCoverage(const std::string &dir,

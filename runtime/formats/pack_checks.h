@@ -39,5 +39,26 @@ void coverSafetensorsLayout(VerifyReport &rep, const std::string &rel,
 /// other tensor stored as plain floats.
 inline constexpr double kMaxNormValue = 1024;
 inline constexpr double kMaxPlainValue = 65504; // the largest fp16
+/// KDA's A_log: the forget gate multiplies by exp(A_log), so beyond +-20 the
+/// rate under/overflows what an fp32 gate can use (trained values are
+/// log(1..16)).
+inline constexpr double kMaxALogValue = 20;
+
+/// Tensors a release ships beside the causal LM that glmc recognises by
+/// name and does not run yet: the vision tower (model.visual.*) and the MTP
+/// layers (layer index num_hidden_layers ..). Readers skip them in the
+/// architecture check and say so in VerifyReport::notes.
+enum class ExtraTensor : uint8_t { None, Vision, Mtp };
+ExtraTensor classifyExtraTensor(const ModelConfig &cfg,
+                                const std::string &hfName, int layer);
+
+/// Counts extra tensors and adds one note per kind to a report.
+struct ExtraTensorNotes {
+  int64_t vision = 0, mtp = 0;
+  std::vector<int64_t> mtpLayers;
+  /// Classifies and counts; true when `hfName` is an extra tensor.
+  bool add(const ModelConfig &cfg, const std::string &hfName, int layer);
+  void report(VerifyReport &rep) const;
+};
 
 } // namespace glm::rt

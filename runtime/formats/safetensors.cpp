@@ -304,7 +304,8 @@ SafetensorsFile::open(const std::string &path, bool allowTruncatedData) {
     for (const auto &s : spans)
       check(s.end <= dataSize, path, ": tensor ", s.name, ": data_offsets [",
             s.begin, ", ", s.end, "] run past the data section (", dataSize,
-            " bytes); the file is truncated or its header lies");
+            " bytes); the file is truncated or its header lies: re-download "
+            "it (glmc verify names every damaged file of a pack)");
   std::sort(spans.begin(), spans.end(), [](const Span &a, const Span &b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -353,4 +354,138 @@ print("ok")
 )PY",
                      out);
   EXPECT_EQ(rc, 0) << readAll(out);
+}
+
+//===----------------------------------------------------------------------===//
+// GLM-5.3-Flash presets (glm5_next)
+//===----------------------------------------------------------------------===//
+
+TEST(Presets, FlashParsesWithRealKeys) {
+  ModelConfig t =
+      parseModelConfig(glmc::presetConfigJson("flash-tiny"), "flash-tiny");
+  EXPECT_TRUE(t.isFlash());
+  EXPECT_EQ(t.tensorPrefix(), "model.language_model.");
+  EXPECT_EQ(t.hcMult, 4);
+  EXPECT_EQ(t.indexKpool, 4);
+  EXPECT_DOUBLE_EQ(t.swigluLimit, 10.0);
+  EXPECT_TRUE(t.isKdaLayer(0));
+  EXPECT_FALSE(t.isKdaLayer(1));
+  EXPECT_FALSE(t.isMoeLayer(0));
+  EXPECT_TRUE(t.isMoeLayer(1));
+  EXPECT_EQ(t.numNextnPredictLayers, 1);
+  // Linear widths an exlr8 half or dense trellis record needs.
+  EXPECT_EQ(t.hiddenSize % 128, 0);
+  EXPECT_EQ(t.moeIntermediateSize % 128, 0);
+  EXPECT_EQ(t.linearNumHeads * t.linearHeadDim % 128, 0);
+
+  ModelConfig f = parseModelConfig(glmc::presetConfigJson("flash"), "flash");
+  EXPECT_EQ(f.hiddenSize, 4096);
+  EXPECT_EQ(f.numLayers, 45);
+  EXPECT_EQ(f.numRoutedExperts, 288);
+  EXPECT_EQ(f.linearNumHeads, 64);
+  EXPECT_EQ(f.linearHeadDim, 128);
+  EXPECT_EQ(f.linearConvKernel, 4);
+  EXPECT_DOUBLE_EQ(f.linearLowerBound, -5.0);
+  int kda = 0;
+  for (int64_t l = 0; l < f.numLayers; ++l)
+    kda += f.isKdaLayer(l) ? 1 : 0;
+  EXPECT_EQ(kda, 34); // §3: 34 KDA, 11 DSA ([3, 7, .., 43])
+  EXPECT_FALSE(f.isKdaLayer(43));
+  auto j = nlohmann::json::parse(glmc::presetConfigJson("flash"));
+  EXPECT_EQ(j["vision_config"]["depth"], 24);
+  EXPECT_EQ(j["architectures"][0], "Glm5NextForConditionalGeneration");
+  // --layers cuts the text_config lists, linear_attn_config's included.
+  ModelConfig cut = parseModelConfig(
+      glmc::truncatedConfigJson(glmc::presetConfigJson("flash"), 5), "cut");
+  EXPECT_EQ(cut.numLayers, 5);
+  auto jc = nlohmann::json::parse(
+      glmc::truncatedConfigJson(glmc::presetConfigJson("flash"), 5));
+  EXPECT_EQ(jc["text_config"]["linear_attn_config"]["full_attn_layers"],
+            nlohmann::json::array({3}));
+}
+
+TEST(HfNames, FlashParameterCountsMatchSpec) {
+  ModelConfig c = parseModelConfig(glmc::presetConfigJson("flash"), "flash");
+  // glm53-architecture.md §6 (GLM-5.3-Flash), counted per component.
+  std::map<std::string, double> kda, mla, ix, hc;
+  double expert = 0, dense = 0, embed = 0, routed = 0;
+  for (const auto &s : expectedHfTensors(c)) {
+    double n = 1;
+    for (int64_t d : s.shape)
+      n *= (double)d;
+    const std::string L = std::to_string(s.layer);
+    if (s.name.find(".hc_") != std::string::npos)
+      hc[L] += n;
+    else if (s.name.find(".indexer.") != std::string::npos)
+      ix[L] += n;
+    else if (s.name.find(".self_attn.") != std::string::npos)
+      (c.isKdaLayer(s.layer) ? kda : mla)[L] += n;
+    else if (s.expert >= 0) {
+      routed += n;
+      if (s.layer == 3 && s.expert == 0)
+        expert += n;
+    } else if (s.layer == 0 && s.name.find(".mlp.") != std::string::npos)
+      dense += n;
+    else if (s.name.find("embed_tokens") != std::string::npos)
+      embed = n;
+  }
+  EXPECT_EQ(kda.size(), 34u);
+  EXPECT_EQ(mla.size(), 11u);
+  EXPECT_EQ(ix.size(), 11u);
+  EXPECT_EQ(hc.size(), 45u);
+  for (auto &[l, n] : kda)
+    EXPECT_EQ(n, 137732288.0) << "KDA layer " << l;
+  for (auto &[l, n] : mla)
+    EXPECT_EQ(n, 117442560.0) << "MLA layer " << l;
+  for (auto &[l, n] : ix)
+    EXPECT_EQ(n, 7471872.0) << "indexer layer " << l;
+  for (auto &[l, n] : hc)
+    EXPECT_EQ(n, 786486.0) << "mHC layer " << l;
+  EXPECT_EQ(expert, 25165824.0);
+  EXPECT_NEAR(routed / 1e9, 304.41, 0.01); // 288 x 42 layers
+  EXPECT_EQ(dense, 150994944.0);
+  EXPECT_NEAR(embed / 1e9, 0.634, 0.001);
+}
+
+TEST(HfNames, FlashTinyListMatchesWhatSynthWrites) {
+  std::string dir = tmpDir("flashlist");
+  glmc::writeRandomHfModel("flash-tiny", 3, dir, false);
+  ModelConfig c = loadModelConfig(dir);
+  auto ckpt = SafetensorsCheckpoint::open(dir);
+  const std::vector<std::string> names = ckpt.names();
+  std::set<std::string> written(names.begin(), names.end());
+  size_t vision = 0, mtp = 0;
+  for (const auto &n : written) {
+    vision += n.rfind("model.visual.", 0) == 0;
+    mtp += n.rfind("model.language_model.layers.2.", 0) == 0;
+  }
+  const auto specs = expectedHfTensors(c);
+  EXPECT_GT(vision, 20u);
+  EXPECT_GT(mtp, 20u);
+  EXPECT_EQ(written.size(), specs.size() + vision + mtp);
+  for (const auto &s : specs) {
+    const TensorView *t = ckpt.find(s.name);
+    ASSERT_TRUE(t) << s.name << " not written";
+    EXPECT_EQ(t->shape, s.shape) << s.name;
+  }
+  // The MTP layer: eh_proj over [enorm(emb); hnorm(h)], no mHC maps.
+  const TensorView *eh =
+      ckpt.find("model.language_model.layers.2.eh_proj.weight");
+  ASSERT_TRUE(eh);
+  EXPECT_EQ(eh->shape, (std::vector<int64_t>{128, 256}));
+  EXPECT_TRUE(ckpt.find("model.language_model.layers.2.shared_head.norm.weight"));
+  EXPECT_FALSE(ckpt.find("model.language_model.layers.2.hc_attn_fn"));
+  // KDA's gate parameters in fp32, as the release keeps them; plausible.
+  const TensorView &alog =
+      ckpt.get("model.language_model.layers.0.self_attn.A_log");
+  EXPECT_EQ(alog.dtype, DType::F32);
+  EXPECT_EQ(ckpt.get("model.language_model.layers.0.self_attn.dt_bias").dtype,
+            DType::F32);
+  for (float x : alog.toFloat())
+    EXPECT_LT(std::fabs(x), 4.0f);
+  EXPECT_EQ(ckpt.get("model.visual.patch_embed.proj.weight").shape,
+            (std::vector<int64_t>{32, 3, 2, 14, 14}));
+  // The full geometry refuses random weights (640 GB), index-only works.
+  EXPECT_THROW(glmc::writeRandomHfModel("flash", 1, tmpDir("flashbig"), false),
+               Error);
 }

@@ -662,3 +662,40 @@ TEST(Exl3Writer, IndexOnlyWritesHeaders) {
   EXPECT_NE(errorOf([&] { pack->dequantize(pack->weights()[0].name); }), "");
   fs::remove_all(out);
 }
+
+TEST(Exl3Writer, FlashMosaicPerLayerWidthsMul1) {
+  // GLM-5.3-Flash's EXL3 "mosaic": every quantized tensor of a layer at its
+  // layer's width (2 / 3 cycled), MUL1; KDA q/k/v/o_proj and the MLA
+  // projections quantized, conv taps, gates, norms and hc maps plain.
+  fs::path out = freshDir("mosaic");
+  ModelConfig cfg =
+      parseModelConfig(glmc::presetConfigJson("flash-tiny"), "flash-tiny");
+  glmc::QuantizeOptions opt;
+  opt.indexOnly = true;
+  opt.codebook = "mul1";
+  opt.layerBits = {2, 3};
+  glmc::quantizeToExl3(cfg, nullptr, out.string(), opt);
+  PackOpenOptions popt;
+  popt.indexOnly = true;
+  auto pack = openExl3Pack(out.string(), popt);
+  VerifyReport rep = pack->verify({});
+  for (auto &i : rep.issues)
+    ADD_FAILURE() << i.file << " " << i.object << ": " << i.message;
+  const std::string P = "model.language_model.layers.";
+  auto fmt = [&](const std::string &n) { return pack->get(n).format; };
+  for (const char *n : {"0.self_attn.q_proj.weight", "0.self_attn.o_proj.weight",
+                        "1.self_attn.q_b_proj.weight",
+                        "1.mlp.experts.3.down_proj.weight"})
+    EXPECT_EQ(fmt(P + n), WeightFormat::Trellis) << n;
+  for (const char *n : {"0.self_attn.q_conv1d.weight", "0.self_attn.A_log",
+                        "0.self_attn.f_a_proj.weight", "0.hc_attn_fn",
+                        "1.self_attn.kv_b_proj.weight"})
+    EXPECT_NE(fmt(P + n), WeightFormat::Trellis) << n;
+  for (auto &w : pack->weights()) {
+    if (w.format != WeightFormat::Trellis)
+      continue;
+    EXPECT_EQ(w.parts[0].codebook, trellis::Codebook::Mul1) << w.name;
+    EXPECT_EQ(w.parts[0].width.twiceBits, w.layer % 2 == 0 ? 4 : 6) << w.name;
+  }
+  fs::remove_all(out);
+}

@@ -701,21 +701,30 @@ TEST(Exlr8Flash, SharedExpertAsRowEWithOtherDtypes) {
       "num_attention_heads": 2, "q_lora_rank": 64, "kv_lora_rank": 64,
       "qk_nope_head_dim": 32, "qk_rope_head_dim": 0, "v_head_dim": 32}})");
   auto p = Pack::open(dir);
-  EXPECT_EQ(p->find("model.layers.5.mlp.experts.4.up_proj.weight"), nullptr);
-  const WeightInfo &sh = p->get("model.layers.5.mlp.shared_experts.down_proj.weight");
+  EXPECT_EQ(p->find("model.language_model.layers.5.mlp.experts.4.up_proj.weight"), nullptr);
+  const WeightInfo &sh = p->get("model.language_model.layers.5.mlp.shared_experts.down_proj.weight");
   EXPECT_TRUE(sh.shared);
   EXPECT_EQ(sh.parts[1].trellisBytes.offset, pack.main[3].offset.at({4, 2, 1}));
   for (int pr = 0; pr < 3; ++pr) {
-    std::string name = std::string("model.layers.5.mlp.shared_experts.") +
+    std::string name = std::string("model.language_model.layers.5.mlp.shared_experts.") +
                        (pr == 0 ? "gate" : pr == 1 ? "up" : "down") +
                        "_proj.weight";
     expectClose(p->dequantize(name), pack.expected(false, 4, pr, {3, 3}),
                 1e-6, name);
   }
-  expectClose(p->dequantize("model.layers.5.mlp.experts.3.gate_proj.weight"),
+  expectClose(p->dequantize("model.language_model.layers.5.mlp.experts.3.gate_proj.weight"),
               pack.expected(false, 3, 0, {3, 3}), 1e-6, "expert 3 gate");
+  // GLM-5.3-Flash names live under model.language_model. (config.json
+  // says glm5_next). This pack stores layer 5's experts only: everything
+  // else config.json implies is reported missing, layer 5's experts are whole.
   auto rep = p->verify();
-  EXPECT_TRUE(rep.ok()) << rep.issues.front().message;
+  for (const auto &i : rep.issues) {
+    EXPECT_NE(i.message.find("missing: config.json implies"),
+              std::string::npos)
+        << i.object << ": " << i.message;
+    EXPECT_EQ(i.object.find("layers.5.mlp.experts."), std::string::npos);
+    EXPECT_EQ(i.object.find("layers.5.mlp.shared_experts."), std::string::npos);
+  }
   EXPECT_EQ(rep.checkedObjects, 5u * 3 * 2 + 2); // + signs.in/out
 
   // Without config, a manifest with 4 experts + shared marks row 4 shared.
@@ -1272,3 +1281,67 @@ TEST_F(Exlr8Writer, IndexOnlyListsTheSameRanges) {
 }
 
 } // namespace
+
+TEST(Exlr8FlashWriter, IndexOnlyNamesManifestsAndSlices) {
+  // flash-tiny from its config alone: the text model under
+  // model.language_model., the shared expert as row E, the release's
+  // manifests and per-rank index slices.
+  std::string dir = scratch("flash-writer");
+  ModelConfig cfg =
+      parseModelConfig(glmc::presetConfigJson("flash-tiny"), "flash-tiny");
+  glmc::QuantizeOptions opt;
+  opt.indexOnly = true;
+  glmc::quantizeToExlr8(cfg, nullptr, dir, opt);
+  for (const char *m : {"k2", "k3", "k4", "bit201", "bit349", "mixed"})
+    EXPECT_TRUE(fs::exists(dir + "/manifests/exlr8-manifest-" +
+                           std::string(m) + ".json"))
+        << m;
+
+  PackOpenOptions popt;
+  popt.indexOnly = true;
+  popt.manifest = "bit349";
+  auto pack = Pack::open(dir, popt);
+  const std::string P = "model.language_model.layers.1.";
+  const WeightInfo *sh = pack->find(P + "mlp.shared_experts.up_proj.weight");
+  ASSERT_NE(sh, nullptr);
+  EXPECT_TRUE(sh->shared);
+  EXPECT_NE(pack->find(P + "mlp.experts.3.down_proj.weight"), nullptr);
+  EXPECT_EQ(pack->find(P + "mlp.experts.4.down_proj.weight"), nullptr);
+  for (const char *n : {"self_attn.indexer.index_kpool_compress_ape",
+                        "hc_attn_fn", "self_attn.q_b_proj.weight"})
+    EXPECT_NE(pack->find(P + n), nullptr) << n;
+  EXPECT_NE(pack->find("model.language_model.layers.0.self_attn.q_conv1d.weight"),
+            nullptr);
+  EXPECT_NE(pack->find("model.language_model.embed_tokens.weight"), nullptr);
+  EXPECT_NE(pack->find("lm_head.weight"), nullptr);
+
+  // bit349: 3.49 bits per expert weight on average (within one decision).
+  double bits = 0, n = 0;
+  for (auto &w : pack->weights())
+    if (w.expert >= 0 || w.shared) {
+      double numel = (double)w.shape[0] * (double)w.shape[1];
+      bits += w.bitsPerWeight() * numel;
+      n += numel;
+    }
+  EXPECT_NEAR(bits / n, 3.49, 0.1);
+
+  // Slices: every (row, half) on exactly one rank of each TP degree, by §7.
+  for (int tp : {2, 3, 4}) {
+    std::set<std::pair<int64_t, int64_t>> seen;
+    for (int r = 0; r < tp; ++r) {
+      auto f = SafetensorsFile::open(dir + "/index-slices/tp" +
+                                     std::to_string(tp) + "/k3/rank" +
+                                     std::to_string(r) + ".safetensors");
+      const TensorView &own = f->get("layers.1.owned");
+      std::vector<int32_t> v((size_t)own.numel());
+      std::memcpy(v.data(), own.data, own.byteSize);
+      for (size_t i = 0; i < v.size(); i += 2) {
+        EXPECT_EQ((2 * v[i] + v[i + 1] + 1) % tp, r);
+        EXPECT_TRUE(seen.insert({v[i], v[i + 1]}).second);
+      }
+      EXPECT_EQ(f->get("layers.1.index").shape[0], own.shape[0]);
+    }
+    EXPECT_EQ(seen.size(), 5u * 2u) << "tp" << tp; // 4 experts + shared, 2 halves
+  }
+  fs::remove_all(dir);
+}

@@ -50,9 +50,10 @@ const std::string &tinyDir() {
 /// `edit` (which may drop or replace tensors) and whose index follows.
 std::string damagedCopy(
     const std::string &name, const std::string &victim,
-    const std::function<void(SafetensorsWriter &, const TensorView &)> &edit) {
+    const std::function<void(SafetensorsWriter &, const TensorView &)> &edit,
+    const std::string &src = tinyDir()) {
   std::string dir = tmpDir(name);
-  fs::copy(tinyDir(), dir,
+  fs::copy(src, dir,
            fs::copy_options::recursive | fs::copy_options::overwrite_existing);
   auto ckpt = SafetensorsCheckpoint::open(dir);
   std::string file = ckpt.fileOf(victim);
@@ -306,4 +307,85 @@ TEST(PackDetect, EachLayoutByItsMarks) {
 
   EXPECT_STREQ(packLayoutName(PackLayout::Exlr8), "exlr8");
   EXPECT_STREQ(weightFormatName(WeightFormat::Fp8Block), "fp8-block");
+}
+
+/// One synthesized flash-tiny model (GLM-5.3-Flash: KDA, DSA, mHC, an MTP
+/// layer and a vision tower) per test binary run.
+const std::string &flashDir() {
+  static const std::string dir = [] {
+    std::string d = tmpDir("flash");
+    glmc::writeRandomHfModel("flash-tiny", 5, d, false);
+    return d;
+  }();
+  return dir;
+}
+
+bool hasNote(const VerifyReport &r, const std::string &needle) {
+  for (const auto &n : r.notes)
+    if (n.find(needle) != std::string::npos)
+      return true;
+  return false;
+}
+
+TEST(HfPackFlash, VerifiesAndNotesVisionAndMtp) {
+  auto pack = Pack::open(flashDir());
+  ASSERT_TRUE(pack->config()->isFlash());
+  VerifyReport r = pack->verify();
+  for (const auto &i : r.issues)
+    ADD_FAILURE() << i.file << ": " << i.object << ": " << i.message;
+  EXPECT_TRUE(hasNote(r, "vision tensors (model.visual.*) recognised and "
+                         "skipped"));
+  EXPECT_TRUE(hasNote(r, "MTP tensors (layer 2) recognised and skipped"));
+  // The vision tower and the MTP layer are listed and readable all the same.
+  EXPECT_NE(pack->find("model.visual.blocks.0.attn.qkv.weight"), nullptr);
+  EXPECT_EQ(pack->dequantize("model.language_model.layers.0.self_attn.A_log")
+                .size(),
+            2u);
+}
+
+TEST(HfPackFlash, VerifyNamesMissingKdaAndDamagedVectors) {
+  const std::string conv = "model.language_model.layers.0.self_attn.k_conv1d.weight";
+  std::string d1 = damagedCopy(
+      "flash-noconv", conv, [](SafetensorsWriter &, const TensorView &) {},
+      flashDir());
+  EXPECT_TRUE(hasIssue(Pack::open(d1)->verify(), conv, "missing"));
+
+  // A_log beyond +-20: exp(A_log) is no usable gate rate. The ±1024 norm
+  // bound would have let it through.
+  const std::string alog = "model.language_model.layers.0.self_attn.A_log";
+  std::string d2 = damagedCopy(
+      "flash-alog", alog,
+      [](SafetensorsWriter &w, const TensorView &t) {
+        std::vector<float> v = t.toFloat();
+        v[1] = 100.0f;
+        w.addF32(t.name, t.shape, v);
+      },
+      flashDir());
+  VerifyReport r2 = Pack::open(d2)->verify();
+  EXPECT_TRUE(hasIssue(r2, alog, "A_log"));
+  EXPECT_THROW(Pack::open(d2)->dequantize(alog), Error);
+
+  // mHC base is a bias: +-1024.
+  const std::string base = "model.language_model.layers.1.hc_ffn_base";
+  std::string d3 = damagedCopy(
+      "flash-base", base,
+      [](SafetensorsWriter &w, const TensorView &t) {
+        std::vector<float> v = t.toFloat();
+        v[0] = 5000.0f;
+        w.addBF16(t.name, t.shape, v);
+      },
+      flashDir());
+  EXPECT_TRUE(hasIssue(Pack::open(d3)->verify(), base, "within +-1024"));
+
+  // A tensor that is neither the model's, MTP's nor the vision tower's.
+  const std::string odd = "model.language_model.layers.0.self_attn.z_proj.weight";
+  std::string d4 = damagedCopy(
+      "flash-extra", "model.language_model.layers.0.self_attn.q_proj.weight",
+      [&](SafetensorsWriter &w, const TensorView &t) {
+        w.add(t.name, t.dtype, t.shape, t.data, t.byteSize);
+        w.addBF16(odd, {4, 4}, std::vector<float>(16, 0.5f));
+      },
+      flashDir());
+  EXPECT_TRUE(hasIssue(Pack::open(d4)->verify(), odd,
+                       "not part of Glm5NextForConditionalGeneration"));
 }
