@@ -742,9 +742,9 @@ void benchMoeLayer(Ctx &c) {
 BenchResult runBench(const BenchOptions &opt, std::ostream &log) {
   const std::string &s = opt.suite;
   check(s == "all" || s == "copy" || s == "expert" || s == "moe-layer" ||
-            s == "dense" || s == "gemv",
+            s == "dense" || s == "gemv" || s == "flash",
         "bench: unknown suite '", s,
-        "' (use copy, expert, moe-layer, dense, gemv or all)");
+        "' (use copy, expert, moe-layer, dense, gemv, flash or all)");
   CudaDevice dev(opt.device);
   Ctx c{opt, log, nullptr, KernelSet(dev.arch()), nullptr, {}, 1,
         dev.smCount()};
@@ -768,6 +768,8 @@ BenchResult runBench(const BenchOptions &opt, std::ostream &log) {
     runDenseBench(opt, c.res, log); // bench_dense.cpp
   if (s == "gemv")
     runGemvBench(opt, c.res, log); // bench_gemv.cpp
+  if (s == "flash")
+    runFlashBench(opt, c.res, log); // bench_flash.cpp
   return c.res;
 }
 

@@ -27,7 +27,8 @@ struct ModelConfig;
 namespace glm::rt::cuda {
 
 struct BenchOptions {
-  std::string suite = "all"; // copy | expert | moe-layer | all
+  // copy | expert | moe-layer | all | prefill | step | dense | gemv | flash
+  std::string suite = "all";
   int device = 0;
   int reps = 15;               // timed repetitions (median reported)
   double copyGiB = 2.0;        // bytes per copy
@@ -98,5 +99,13 @@ void runDenseBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
 /// warp and weight-load choice, the compiler's default marked; µs and ratio
 /// to r.copyGBs; rows are appended to `r`.
 void runGemvBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
+
+/// `--suite flash` (bench_flash.cpp): the GLM-5.3-Flash decode families at
+/// full size — kda_decode (B = 1..8, two row/thread choices), mhc_mix /
+/// mhc_post and the mHC fn GEMV (B = 1, 8), kpool_store and the pooled
+/// indexer_scores_ctx / dsa_select (context 8192, 65536) — µs per launch
+/// over distinct per-layer buffers and the ratio to r.copyGBs; rows are
+/// appended to `r`, one summary line per kernel goes to `log`.
+void runFlashBench(const BenchOptions &opt, BenchResult &r, std::ostream &log);
 
 } // namespace glm::rt::cuda

@@ -42,9 +42,10 @@ void addBenchCommand(CLI::App &app, int &rc) {
                "bandwidth");
   cmd->add_option("--suite", o->suite,
                   "copy | expert | moe-layer | all | prefill | step | dense | "
-                  "gemv (dense_gemv rows-per-warp and load choices)")
-      ->check(CLI::IsMember({"copy", "expert", "moe-layer", "all",
-                             "prefill", "step", "dense", "gemv"}));
+                  "gemv (dense_gemv rows-per-warp and load choices) | flash "
+                  "(GLM-5.3-Flash decode kernels: KDA, mHC, k-pool indexer)")
+      ->check(CLI::IsMember({"copy", "expert", "moe-layer", "all", "prefill",
+                             "step", "dense", "gemv", "flash"}));
   cmd->add_option("--table", o->table, "Also write the result table to FILE");
   cmd->add_option("--device", o->device, "CUDA device ordinal")
       ->check(cliInt(0, 1023));
