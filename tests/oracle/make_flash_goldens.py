@@ -49,9 +49,10 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-MARGIN = 1e-4
-PROMPT_LEN = 24
-NEW_TOKENS = 8
+# The GLM-5.3 script's margins, lengths and checks (one definition of each).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_goldens import (  # noqa: E402
+    MARGIN, NEW_TOKENS, PROMPT_LEN, CheckFailed, expect, rel_diff)
 
 try:
     from transformers import Glm5NextConfig, Glm5NextForConditionalGeneration
@@ -117,15 +118,6 @@ MODELS = [
         ),
     ),
 ]
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def expect(cond, msg):
-    if not cond:
-        raise CheckFailed(msg)
 
 
 def check_reference_source():
@@ -367,11 +359,6 @@ def cached_logits(model, ids, split):
             rows.append(out.logits[0])
             cache = out.past_key_values
     return torch.cat(rows)
-
-
-def rel_diff(a, b):
-    return ((a.double() - b.double()).abs().max() /
-            b.double().abs().max()).item()
 
 
 def attempt(spec, seed, out_root):
