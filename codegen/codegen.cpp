@@ -272,12 +272,20 @@ std::vector<FamilyInfo> buildFamilies() {
       warps.push_back(std::to_string(t));
     const std::vector<std::string> upTo256(warps.begin(), warps.begin() + 8);
     const std::vector<std::string> pow2 = {"64", "128", "256", "512", "1024"};
+    // `more`: template parameters before the block size (the template's
+    // order), for the helpers that take any.
     auto helper = [&](std::string name, std::string fn,
-                      std::vector<std::string> threads) {
+                      std::vector<std::string> threads,
+                      std::vector<TemplateParam> more = {}) {
+      more.push_back(threadsParam(std::move(threads)));
       f.push_back(family(std::move(name), "glm::" + std::move(fn),
-                         {threadsParam(std::move(threads))}));
+                         std::move(more)));
       f.back().nvrtcExtra = {"--fmad=false"};
     };
+    // GLM-5.3-Flash's k-pool indexer: candidates of `pool` tokens (1: the
+    // plain DSA indexer, whose kernel names and ABI stay as they were).
+    TemplateParam pool = intParam("pool", "p", {"1", "2", "4", "8"});
+    pool.defaultValue = "1";
     helper("embed_tokens", "embedTokens", any);
     helper("rms_norm_rows", "rmsNormRows", {"256", "512", "1024"});
     helper("add_rms_norm", "addRmsNorm", {"256", "512", "1024"});
@@ -285,8 +293,8 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("kv_store", "kvStore", pow2);
     helper("index_key_store", "indexKeyStore", pow2);
     helper("dsa_iota", "dsaIota", any);
-    helper("indexer_scores_ctx", "indexerScoresCtx", any);
-    helper("dsa_select", "dsaSelect", {"256", "512", "1024"});
+    helper("indexer_scores_ctx", "indexerScoresCtx", any, {pool});
+    helper("dsa_select", "dsaSelect", {"256", "512", "1024"}, {pool});
     helper("mla_attn", "mlaAttn", any);
     helper("mla_qabs", "mlaQabs", upTo256);
     helper("mla_core", "mlaCore", {"256", "512", "1024"});
@@ -310,6 +318,15 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("fill_random", "fillRandom", any);
     helper("fill_f32", "fillF32", any);
     helper("fixed_to_f32", "fixedToF32", any);
+    // GLM-5.3-Flash decode: the mHC site's pre and post sides (S streams),
+    // one KDA token (ROWS state rows per thread, in registers), the k-pool
+    // store. ABIs in their templates.
+    const TemplateParam streams = intParam("streams", "s", range(1, 8));
+    helper("mhc_mix", "mhcMix", any, {streams});
+    helper("mhc_post", "mhcPost", any, {streams});
+    helper("kda_decode", "kdaDecode", {"128", "256", "512"},
+           {intParam("rows", "r", {"4", "8", "16", "32", "64", "128"})});
+    helper("kpool_store", "kpoolStore", pow2);
   }
   const auto &templates = embeddedTemplates();
   for (FamilyInfo &fi : f) {

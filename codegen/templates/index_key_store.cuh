@@ -12,16 +12,15 @@
   k, w, bias, keys, seq, pos, hd, dr, maxCtx, theta
 
 namespace glm {
+namespace hx {
 
-/// Grid (1, B); keys [slots, maxCtx, hd].
+/// dst = LayerNorm(x) over hd values (affine w, bias; eps 1e-6): mean and
+/// variance as fp64 tree sums (blockSumD), thread t writes i = t, +THREADS.
+/// Shared with kpool_store.
 template <int THREADS>
-__device__ __forceinline__ void indexKeyStore(GLM_INDEX_KEY_STORE_PARAMS) {
-  static_assert(THREADS >= 32 && THREADS <= 1024 &&
-                    (THREADS & (THREADS - 1)) == 0,
-                "THREADS: a power of two (hx::blockSumD's tree)");
-  const int b = blockIdx.y;
-  const float *x = k + (long long)b * hd;                         // (hd)
-  float *dst = keys + ((long long)seq[b] * maxCtx + pos[b]) * hd; // (hd)
+__device__ __forceinline__ void layerNormKey(const float *x, const float *w,
+                                             const float *bias, float *dst,
+                                             int hd) {
   double m = 0;
   for (int i = threadIdx.x; i < hd; i += THREADS)
     m += x[i];
@@ -35,6 +34,20 @@ __device__ __forceinline__ void indexKeyStore(GLM_INDEX_KEY_STORE_PARAMS) {
   for (int i = threadIdx.x; i < hd; i += THREADS)
     dst[i] =
         (float)(((double)x[i] - mean) * inv * (double)w[i] + (double)bias[i]);
+}
+
+} // namespace hx
+
+/// Grid (1, B); keys [slots, maxCtx, hd].
+template <int THREADS>
+__device__ __forceinline__ void indexKeyStore(GLM_INDEX_KEY_STORE_PARAMS) {
+  static_assert(THREADS >= 32 && THREADS <= 1024 &&
+                    (THREADS & (THREADS - 1)) == 0,
+                "THREADS: a power of two (hx::blockSumD's tree)");
+  const int b = blockIdx.y;
+  const float *x = k + (long long)b * hd;                         // (hd)
+  float *dst = keys + ((long long)seq[b] * maxCtx + pos[b]) * hd; // (hd)
+  hx::layerNormKey<THREADS>(x, w, bias, dst, hd);
   __syncthreads();
   for (int i = threadIdx.x; i < dr / 2; i += THREADS)
     hx::ropePair(dst, i, dr, pos[b], theta);

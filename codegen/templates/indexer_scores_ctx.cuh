@@ -2,6 +2,9 @@
 // I(t) = sum_h w_h * headScale * ReLU(q_h . k_t * dotScale) for every key
 // t < T = pos[b] + 1 of row b, in fp64 (head dots serial over i, heads added
 // in order, as the CPU reference does).
+// POOL > 1 (GLM-5.3-Flash's k-pool): the keys are pooled keys [slots,
+// maxCtx / POOL, hd] (kpool_store), the candidates the T = (pos[b] + 1) /
+// POOL complete pools, score [B, maxCtx / POOL]; maxCtx counts tokens.
 #pragma once
 
 #define GLM_INDEXER_SCORES_CTX_PARAMS                                          \
@@ -17,17 +20,18 @@ namespace glm {
 /// warps), then strides by NW*gridDim.x; lane l computes the head dot
 /// products h = l, l+32, .. of each group of 64 heads, lane 0 adds them in
 /// order. Grid (n, B).
-template <int THREADS>
+template <int POOL, int THREADS>
 __device__ __forceinline__ void
 indexerScoresCtx(GLM_INDEXER_SCORES_CTX_PARAMS) {
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
+  static_assert(POOL >= 1, "POOL: tokens per key");
   constexpr int NW = THREADS / 32;
   __shared__ double term[NW][64]; // (NW, 64) a warp's head terms
-  const int b = blockIdx.y, T = pos[b] + 1;
+  const int b = blockIdx.y, T = (pos[b] + 1) / POOL, pc = maxCtx / POOL;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const float *q = qi + (long long)b * nh * hd;             // (nh, hd)
   const float *wv = wts + (long long)b * nh;                // (nh)
-  const float *kb = keys + (long long)seq[b] * maxCtx * hd; // (maxCtx, hd)
+  const float *kb = keys + (long long)seq[b] * pc * hd; // (pc, hd)
   for (int t0 = blockIdx.x * NW; t0 < T; t0 += gridDim.x * NW) {
     const int t = t0 + w;
     const float *kt = kb + (long long)(t < T ? t : 0) * hd;
@@ -47,7 +51,7 @@ indexerScoresCtx(GLM_INDEXER_SCORES_CTX_PARAMS) {
       __syncwarp();
     }
     if (lane == 0 && t < T)
-      score[(long long)b * maxCtx + t] = acc;
+      score[(long long)b * pc + t] = acc;
   }
 }
 

@@ -139,9 +139,11 @@ void dsaIotaFp(const Launch &l, Footprint &f) {
 }
 
 // (qi, keys, wts, score, seq, pos, nh, hd, maxCtx, headScale, dotScale).
+// Template pool: keys and scores have ctx / pool rows.
 void indexerScoresCtxFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
-  const Wide B = r.grid(1), nh = r.at(6), hd = r.at(7), ctx = r.at(8);
+  const Wide B = r.grid(1), nh = r.at(6), hd = r.at(7),
+             ctx = r.at(8) / l.targIntOr("pool", 1);
   r.need(0, B * nh * hd, 4);
   r.need(1, B ? ctx * hd : 0, 4);
   r.indexed(1); // slot seq[b]
@@ -152,13 +154,14 @@ void indexerScoresCtxFp(const Launch &l, Footprint &f) {
 }
 
 // (scoreAll, pos, k, flagsAll, selAll, nsel, maxCtx); grid (1, B).
+// Template pool: scores and flags have ctx / pool rows, sel ctx.
 void dsaSelectFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
-  const Wide B = r.grid(1), ctx = r.at(6);
+  const Wide B = r.grid(1), ctx = r.at(6), pc = ctx / l.targIntOr("pool", 1);
   r.at(2);
-  r.need(0, B * ctx, 8);
+  r.need(0, B * pc, 8);
   r.need(1, B, 4);
-  r.need(3, B * ctx, 4);
+  r.need(3, B * pc, 4);
   r.need(4, B * ctx, 4);
   r.need(5, B, 4);
 }
@@ -436,6 +439,102 @@ void fixedToF32Fp(const Launch &l, Footprint &f) {
   r.need(2, rows * n, 4);
 }
 
+// ---- GLM-5.3-Flash decode (twin_flash.cpp).
+
+// mhc_mix(X, mRaw, base, scale, wdt, ssParts, nParts, u, coef, d, rmsEps,
+// hcEps, iters); grid (G, B), template streams.
+void mhcMixFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), S = r.targ("streams"), M = (2 + S) * S;
+  const Wide nParts = r.at(6), d = r.at(9);
+  r.at(12);
+  r.require(S >= 1 && S <= 8, 0, "streams=", int64_t(S), " is not 1..8");
+  const int wb = dtBytes(r, 4);
+  r.need(0, B * S * d, 4);
+  r.need(1, B * M, 4);
+  r.need(2, B ? M : 0, wb);
+  r.need(3, B ? 3 : 0, wb);
+  r.opt(5, B * nParts, 8);
+  r.need(7, B * d, 4);
+  r.need(8, B * M, 4);
+}
+
+// mhc_post(y, ys, X, coef, Xout, ssParts, d); grid (G, B).
+void mhcPostFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), G = r.grid(0), S = r.targ("streams");
+  const Wide M = (2 + S) * S, d = r.at(6), ys = r.at(1);
+  r.require(S >= 1 && S <= 8, 0, "streams=", int64_t(S), " is not 1..8");
+  r.require(ys >= d, 1, "is ", int64_t(ys), ", under d ", int64_t(d));
+  r.need(0, G && d ? span(B, ys, d) : 0, 4);
+  r.opt(2, G ? B * S * d : 0, 4);
+  r.need(3, G ? B * M : 0, 4);
+  r.need(4, G ? B * S * d : 0, 4);
+  r.opt(5, B * G, 8);
+}
+
+// kda_decode(q, k, v, f, gate, ins, bRaw, bs, convQ, convK, convV, aLog,
+// dtBias, oNorm, wdt, convState, state, seq, pos, out, h0, dk, dv, K, lower,
+// eps); grid (n, B): heads h0 .. h0+n of the weights, slots seq[b] (data).
+void kdaDecodeFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide n = r.grid(0), B = r.grid(1), ins = r.at(5), bs = r.at(7);
+  const Wide h0 = r.at(20), dk = r.at(21, 1), dv = r.at(22, 1),
+             K = r.at(23, 1);
+  const Wide nt = r.block(0), rows = r.targ("rows");
+  const Wide dvr = (dv + 31) / 32 * 32, RG = dvr <= nt ? nt / dvr : 0;
+  r.require(dk <= 256, 21, "is ", int64_t(dk), ", over 256");
+  r.require(dv <= 256 && RG > 0, 22, "is ", int64_t(dv),
+            ": over 256 or wider than the block");
+  r.require(ceilDiv(dk, RG) <= rows, 21, "is ", int64_t(dk), ": more than ",
+            int64_t(rows), " state rows per thread");
+  r.require(K <= 8, 23, "is ", int64_t(K), ", over 8 taps");
+  const int wb = dtBytes(r, 14);
+  const Wide rowsB = n ? B : 0, H = B ? h0 + n : 0;
+  for (size_t k : {0, 1, 3})
+    r.need(k, rowsB ? span(B, ins, n * dk) : 0, 4);
+  for (size_t k : {2, 4})
+    r.need(k, rowsB ? span(B, ins, n * dv) : 0, 4);
+  r.need(6, rowsB ? span(B, bs, n) : 0, 4);
+  r.need(8, H * dk * K, wb);
+  r.need(9, H * dk * K, wb);
+  r.need(10, H * dv * K, wb);
+  r.need(11, H, wb);
+  r.need(12, H * dk, wb);
+  r.need(13, rowsB ? dv : 0, wb);
+  r.need(15, rowsB ? n * (2 * dk + dv) * (K - 1) : 0, 4);
+  r.indexed(15); // slot seq[b]
+  r.need(16, rowsB ? n * dk * dv : 0, 4);
+  r.indexed(16);
+  r.need(17, rowsB, 4);
+  r.opt(18, rowsB, 4);
+  r.need(19, rowsB * n * dv, 4);
+}
+
+// kpool_store(k, w, bias, gateIn, gs, ape, adt, ring, poolKeys, seq, pos,
+// hd, P, maxCtx); grid (1, B): slots seq[b], pools pos[b] / P (data).
+void kpoolStoreFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), gs = r.at(4), hd = r.at(11, 1), P = r.at(12, 1),
+             ctx = r.at(13, 1);
+  r.require(ctx % P == 0, 13, "is ", int64_t(ctx), ", not a multiple of P ",
+            int64_t(P));
+  r.require(gs >= hd, 4, "is ", int64_t(gs), ", under hd ", int64_t(hd));
+  const int ab = dtBytes(r, 6);
+  r.need(0, B * hd, 4);
+  r.need(1, B ? hd : 0, 4);
+  r.need(2, B ? hd : 0, 4);
+  r.need(3, B ? span(B, gs, hd) : 0, 4);
+  r.need(5, B ? P * hd : 0, ab);
+  r.need(7, B ? 2 * P * hd : 0, 4);
+  r.indexed(7); // slot seq[b]
+  r.need(8, B ? ctx / P * hd : 0, 4);
+  r.indexed(8); // slot seq[b], pool pos[b] / P
+  r.need(9, B, 4);
+  r.need(10, B, 4);
+}
+
+
 } // namespace
 
 const FootprintEntry kHelperFootprints[] = {
@@ -467,6 +566,10 @@ const FootprintEntry kHelperFootprints[] = {
     {"fill_random", "plli", fillFp},
     {"fill_f32", "plf", fillFp},
     {"fixed_to_f32", "pppii", fixedToF32Fp},
+    {"mhc_mix", "ppppipippiddi", mhcMixFp},
+    {"mhc_post", "pippppi", mhcPostFp},
+    {"kda_decode", "pppppipippppppipppppiiiiff", kdaDecodeFp},
+    {"kpool_store", "ppppipippppiii", kpoolStoreFp},
     {nullptr, nullptr, nullptr},
 };
 

@@ -43,6 +43,10 @@ const TwinEntry kHelperTwins[] = {
     {"fill_random", fillRandomTwin},
     {"fill_f32", fillF32Twin},
     {"fixed_to_f32", fixedToF32Twin},
+    {"mhc_mix", mhcMixTwin},
+    {"mhc_post", mhcPostTwin},
+    {"kda_decode", kdaDecodeTwin},
+    {"kpool_store", kpoolStoreTwin},
     {nullptr, nullptr},
 };
 

@@ -11,6 +11,15 @@
 // a libm function (exp, pow, sin, cos in fp64): CUDA's and the host's may
 // differ in the last bit (see each twin).
 //
+// How close CUDA is held to the GLM-5.3-Flash twins (twin_flash.cpp,
+// tests/gpu/flash_decode_gpu_test.cpp), max|cuda - twin| / max|twin|:
+//   exact  mhc_mix, mhc_post, kpool_store, kda_decode with a gate lower
+//          bound, the pooled indexer_scores_ctx and dsa_select (their exp
+//          is flash_math.cuh's, built from IEEE-exact operations)
+//   1e-6   kda_decode's softplus form (no lower bound: fp64 log1p/exp)
+// and the twins to the fp64 reference (runtime/cpu/flash_ops.h, tests/unit/
+// runtime/flash_twins_test.cpp): <= 1e-5 relative (fp32 kernels).
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
@@ -45,11 +54,15 @@ double blockSumFixedD(const std::vector<double> &v);
 float warpSumF(const float *lanes);
 /// hx::ropePair: interleaved RoPE of pair i, fp64 (std::pow/cos/sin).
 void ropePair(float *p, int i, int dim, int pos, double theta);
+/// hx::layerNormKey (index_key_store.cuh) with nt threads: the indexer
+/// key's LayerNorm (eps 1e-6), fp64 tree sums.
+void layerNormKey(const float *x, const float *w, const float *bias,
+                  float *dst, int hd, int nt);
 
 } // namespace hx
 
 // Area files: twin_norm_rope.cpp, twin_dsa.cpp, twin_mla.cpp,
-// twin_moe.cpp, twin_misc.cpp. Each takes one launch (twin.h).
+// twin_moe.cpp, twin_misc.cpp, twin_flash.cpp. Each takes one launch (twin.h).
 void embedTokensTwin(const Launch &l);
 void rmsNormRowsTwin(const Launch &l);
 void addRmsNormTwin(const Launch &l);
@@ -78,5 +91,10 @@ void sumPartsTwin(const Launch &l);
 void fillRandomTwin(const Launch &l);
 void fillF32Twin(const Launch &l);
 void fixedToF32Twin(const Launch &l);
+// GLM-5.3-Flash decode families (twin_flash.cpp).
+void mhcMixTwin(const Launch &l);
+void mhcPostTwin(const Launch &l);
+void kdaDecodeTwin(const Launch &l);
+void kpoolStoreTwin(const Launch &l);
 
 } // namespace glm::rt::twins

@@ -23,7 +23,8 @@ void dsaIotaTwin(const Launch &l) {
 }
 
 // indexer_scores_ctx(qi, keys, wts, score, seq, pos, nh, hd, maxCtx,
-// headScale, dotScale); grid (n, B): every t < pos[b] + 1 once.
+// headScale, dotScale); grid (n, B): every t < (pos[b] + 1) / pool once
+// (template pool, default 1: keys and scores have maxCtx / pool rows).
 void indexerScoresCtxTwin(const Launch &l) {
   const float *qi = l.ptr<const float>(0), *keys = l.ptr<const float>(1),
               *wts = l.ptr<const float>(2);
@@ -31,11 +32,12 @@ void indexerScoresCtxTwin(const Launch &l) {
   const int *seq = l.ptr<const int>(4), *pos = l.ptr<const int>(5);
   const int nh = l.i32(6), hd = l.i32(7), maxCtx = l.i32(8);
   const double headScale = l.args.at(9).f, dotScale = l.args.at(10).f;
+  const int pool = l.targIntOr("pool", 1), pc = maxCtx / pool;
   for (uint32_t b = 0; b < l.grid[1]; ++b) {
-    const int T = pos[b] + 1;
+    const int T = (pos[b] + 1) / pool;
     const float *q = qi + (int64_t)b * nh * hd;
     const float *wv = wts + (int64_t)b * nh;
-    const float *kb = keys + (int64_t)seq[b] * maxCtx * hd;
+    const float *kb = keys + (int64_t)seq[b] * pc * hd;
     for (int t = 0; t < T; ++t) {
       const float *kt = kb + (int64_t)t * hd;
       double acc = 0;
@@ -46,27 +48,30 @@ void indexerScoresCtxTwin(const Launch &l) {
         const double v = d * dotScale;
         acc += (double)wv[h] * headScale * (v > 0.0 ? v : 0.0);
       }
-      score[(int64_t)b * maxCtx + t] = acc;
+      score[(int64_t)b * pc + t] = acc;
     }
   }
 }
 
 // dsa_select(scoreAll, pos, k, flagsAll, selAll, nsel, maxCtx); grid (1, B).
+// Template pool (default 1): candidates are the complete pools, expanded to
+// their tokens, then the tail tokens (dsa_select.cuh).
 void dsaSelectTwin(const Launch &l) {
   const double *scoreAll = l.ptr<const double>(0);
   const int *pos = l.ptr<const int>(1);
   const int k = l.i32(2);
   int *flagsAll = l.ptr<int>(3), *selAll = l.ptr<int>(4), *nsel = l.ptr<int>(5);
   const int maxCtx = l.i32(6);
+  const int pool = l.targIntOr("pool", 1), pc = maxCtx / pool;
   for (uint32_t b = 0; b < l.grid[1]; ++b) {
-    const int T = pos[b] + 1;
-    const double *score = scoreAll + (int64_t)b * maxCtx;
-    int *flags = flagsAll + (int64_t)b * maxCtx;
+    const int T = (pos[b] + 1) / pool;
+    const double *score = scoreAll + (int64_t)b * pc;
+    int *flags = flagsAll + (int64_t)b * pc;
     int *sel = selAll + (int64_t)b * maxCtx;
     if (T <= k) {
-      for (int t = 0; t < T; ++t)
+      for (int t = 0; t <= pos[b]; ++t)
         sel[t] = t;
-      nsel[b] = T;
+      nsel[b] = pos[b] + 1;
       continue;
     }
     for (int t = 0; t < T; ++t) {
@@ -81,7 +86,10 @@ void dsaSelectTwin(const Launch &l) {
     int n = 0;
     for (int t = 0; t < T; ++t)
       if (flags[t])
-        sel[n++] = t;
+        for (int j = 0; j < pool; ++j)
+          sel[n++] = t * pool + j;
+    for (int t = T * pool; t <= pos[b]; ++t)
+      sel[n++] = t;
     nsel[b] = n;
   }
 }

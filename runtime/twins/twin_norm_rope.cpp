@@ -130,6 +130,29 @@ void kvStoreTwin(const Launch &l) {
   }
 }
 
+namespace hx {
+
+void layerNormKey(const float *x, const float *w, const float *bias,
+                  float *dst, int hd, int nt) {
+  std::vector<double> part(nt, 0.0);
+  for (int t = 0; t < nt; ++t)
+    for (int i = t; i < hd; i += nt)
+      part[t] += x[i];
+  const double mean = blockSumD(part) / (double)hd;
+  std::fill(part.begin(), part.end(), 0.0);
+  for (int t = 0; t < nt; ++t)
+    for (int i = t; i < hd; i += nt) {
+      const double d = (double)x[i] - mean;
+      part[t] += d * d;
+    }
+  const double inv = 1.0 / std::sqrt(blockSumD(part) / (double)hd + 1e-6);
+  for (int i = 0; i < hd; ++i)
+    dst[i] =
+        (float)(((double)x[i] - mean) * inv * (double)w[i] + (double)bias[i]);
+}
+
+} // namespace hx
+
 // index_key_store(k, w, bias, keys, seq, pos, hd, dr, maxCtx, theta);
 // grid (1, B).
 void indexKeyStoreTwin(const Launch &l) {
@@ -141,23 +164,8 @@ void indexKeyStoreTwin(const Launch &l) {
   const double theta = l.args.at(9).f;
   const int nt = (int)l.block[0];
   for (uint32_t b = 0; b < l.grid[1]; ++b) {
-    const float *x = k + (int64_t)b * hd;
     float *dst = keys + ((int64_t)seq[b] * maxCtx + pos[b]) * hd;
-    std::vector<double> part(nt, 0.0);
-    for (int t = 0; t < nt; ++t)
-      for (int i = t; i < hd; i += nt)
-        part[t] += x[i];
-    const double mean = hx::blockSumD(part) / (double)hd;
-    std::fill(part.begin(), part.end(), 0.0);
-    for (int t = 0; t < nt; ++t)
-      for (int i = t; i < hd; i += nt) {
-        const double d = (double)x[i] - mean;
-        part[t] += d * d;
-      }
-    const double inv = 1.0 / std::sqrt(hx::blockSumD(part) / (double)hd + 1e-6);
-    for (int i = 0; i < hd; ++i)
-      dst[i] =
-          (float)(((double)x[i] - mean) * inv * (double)w[i] + (double)bias[i]);
+    hx::layerNormKey(k + (int64_t)b * hd, w, bias, dst, hd, nt);
     for (int i = 0; i < dr / 2; ++i)
       hx::ropePair(dst, i, dr, pos[b], theta);
   }

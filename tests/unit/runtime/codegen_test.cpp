@@ -146,6 +146,16 @@ std::vector<KernelSpec> helperSpecs() {
   add("route", {{"threads", "1024"}});
   add("mla_qabs", {{"threads", "64"}});
   add("mla_qabs", {{"threads", "256"}});
+  // GLM-5.3-Flash decode: mHC at S = 4, KDA at dk = dv = 128 (H200: 256
+  // threads x 64 rows; Sparks: 512 x 32, fewer registers per thread), the
+  // k-pool store, the pooled indexer scores and selection.
+  add("mhc_mix", {{"streams", "4"}, {"threads", "256"}});
+  add("mhc_post", {{"streams", "4"}, {"threads", "256"}});
+  add("kda_decode", {{"rows", "64"}, {"threads", "256"}});
+  add("kda_decode", {{"rows", "32"}, {"threads", "512"}});
+  add("kpool_store", {{"threads", "128"}});
+  add("indexer_scores_ctx", {{"pool", "4"}, {"threads", "256"}});
+  add("dsa_select", {{"pool", "4"}, {"threads", "1024"}});
   return s;
 }
 
