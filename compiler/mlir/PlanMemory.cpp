@@ -211,16 +211,25 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
       return signalPassFailure();
     // Recurrent state (KDA): per sequence, on the rank that owns each head.
     std::vector<uint64_t> stateBytes(table->perRank.size(), 0);
-    module.walk([&](KdaOp k) {
-      const uint64_t hd = k.getHeadDim(), taps = k.getConvKernel() - 1;
+    // Before glm-fuse glm.kda, after it glm.kda_decode.
+    auto countState = [&](int64_t heads, int64_t headDim, int64_t kernel,
+                          std::optional<ShardAttr> shard) {
+      const uint64_t hd = headDim, taps = kernel - 1;
       const uint64_t perHead = (hd * hd + 3 * hd * taps) * sizeof(float) *
                                static_cast<uint64_t>(maxSequences);
       for (size_t r = 0; r < stateBytes.size(); ++r) {
-        auto [h0, h1] = k.getShard()
-                            ? k.getShard()->rangeOf((int64_t)r)
-                            : std::pair<int64_t, int64_t>{0, k.getHeads()};
+        auto [h0, h1] = shard ? shard->rangeOf((int64_t)r)
+                              : std::pair<int64_t, int64_t>{0, heads};
         stateBytes[r] += uint64_t(h1 - h0) * perHead;
       }
+    };
+    module.walk([&](KdaOp k) {
+      countState(k.getHeads(), k.getHeadDim(), k.getConvKernel(),
+                 k.getShard());
+    });
+    module.walk([&](KdaDecodeOp k) {
+      countState(k.getHeads(), k.getHeadDim(), k.getConvKernel(),
+                 k.getShard());
     });
 
     uint64_t arenaBytes = 0;

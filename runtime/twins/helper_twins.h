@@ -13,7 +13,7 @@
 //
 // How close CUDA is held to the GLM-5.3-Flash twins (twin_flash.cpp,
 // tests/gpu/flash_decode_gpu_test.cpp), max|cuda - twin| / max|twin|:
-//   exact  mhc_mix, mhc_post, kpool_store, kda_decode with a gate lower
+//   exact  mhc_mix, mhc_post, mhc_head, kpool_store, kda_decode with a gate lower
 //          bound, the pooled indexer_scores_ctx and dsa_select (their exp
 //          is flash_math.cuh's, built from IEEE-exact operations)
 //   1e-6   kda_decode's softplus form (no lower bound: fp64 log1p/exp)
@@ -94,6 +94,7 @@ void fixedToF32Twin(const Launch &l);
 // GLM-5.3-Flash decode families (twin_flash.cpp).
 void mhcMixTwin(const Launch &l);
 void mhcPostTwin(const Launch &l);
+void mhcHeadTwin(const Launch &l);
 void kdaDecodeTwin(const Launch &l);
 void kpoolStoreTwin(const Launch &l);
 
