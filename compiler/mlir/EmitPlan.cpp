@@ -381,12 +381,39 @@ struct GemvUse {
 
 static int dtOf(Type t);
 
+/// HF names of the weights glm.kda_decode reads (conv taps, dt_bias, A_log,
+/// o_norm): the kernel reads them in one dtype (wdt), so 16-bit taps are
+/// widened to fp32 at load like the vectors beside them.
+static std::set<std::string> kdaWeightNames(ModuleOp module) {
+  std::set<std::string> out;
+  SymbolTable symbols(module);
+  module.walk([&](KdaDecodeOp k) {
+    for (Attribute a : k.getWeights())
+      if (auto w = symbols.lookup<WeightOp>(
+              cast<FlatSymbolRefAttr>(a).getValue()))
+        out.insert(w.getName().str());
+  });
+  return out;
+}
+
+/// A 16-bit dense weight the load widens to fp32 (widenedTransform): every
+/// vector (norm weights, biases: the helper kernels read them as fp32) and
+/// the KDA taps.
+static bool widenedAtLoad(WeightOp w, const std::set<std::string> &kda) {
+  auto d = w ? dyn_cast<DenseType>(w.getType()) : DenseType();
+  if (!d || (d.getFormat() != DenseFormat::BF16 &&
+             d.getFormat() != DenseFormat::F16))
+    return false;
+  return w.getShape().size() == 1 || kda.count(w.getName().str());
+}
+
 class ArgBuilder {
 public:
   ArgBuilder(ModuleOp module, SymbolTable &symbols, RankState &st,
              int64_t rank, int64_t ranks, const std::string &layout)
       : module(module), symbols(symbols), st(st), rank(rank), ranks(ranks),
-        layout(layout), tunings(glmc::tuningsOf(module)) {
+        layout(layout), tunings(glmc::tuningsOf(module)),
+        kdaWeights(kdaWeightNames(module)) {
     for (PackOp p : module.getOps<PackOp>())
       packOp = p;
   }
@@ -403,6 +430,7 @@ private:
   std::string layout;
   glmc::Tunings tunings; // glm.tuning: the compile's launch tunings
   double ropeTheta = -1; // found on first use
+  std::set<std::string> kdaWeights; // kdaWeightNames
   bool launchFixedOut = false; // the launch being built has sum = fixed_out
 
   /// Bytes per token row of a value's buffer (0 when not per token).
@@ -529,18 +557,11 @@ private:
       v.push_back(0);
     return bufferArg(st.tableBuffer(name, std::move(v)), label);
   }
-  /// Storage code (dtOf) a helper kernel reads weight `sym` in: 1-D
-  /// 16-bit vectors are widened to fp32 at load (widenedTransform).
+  /// Storage code (dtOf) a helper kernel reads weight `sym` in: 0 for the
+  /// weights the load widens to fp32 (widenedAtLoad).
   int loadedDt(StringRef sym) {
     WeightOp w = weightOp(sym);
-    if (!w)
-      return 0;
-    auto d = dyn_cast<DenseType>(w.getType());
-    if (w.getShape().size() == 1 && d &&
-        (d.getFormat() == DenseFormat::BF16 ||
-         d.getFormat() == DenseFormat::F16))
-      return 0;
-    return dtOf(w.getType());
+    return !w || widenedAtLoad(w, kdaWeights) ? 0 : dtOf(w.getType());
   }
   /// The GLM-5.3-Flash launches (mHC, KDA); false for other families.
   bool buildFlashLaunch(const std::string &f, Operation &op, int64_t rows,
@@ -1936,11 +1957,12 @@ static int64_t routedExperts(ModuleOp module, int64_t layer) {
   return n;
 }
 
-/// f32 widening of 16-bit vectors (norm weights, biases): the helper
-/// kernels read every vector as fp32.
+/// f32 widening of 16-bit vectors (norm weights, biases: the helper
+/// kernels read every vector as fp32) and of the KDA taps (widenedAtLoad).
 static gp::WeightTransform
 widenedTransform(const llvm::StringMap<WeightOp> &byName,
-                 const glmc::RankBinding &b, ArrayAttr roles) {
+                 const glmc::RankBinding &b, ArrayAttr roles,
+                 const std::set<std::string> &kda) {
   if (b.expert >= 0 || b.shared || b.sideVector)
     return gp::WeightTransform::RawCopy;
   // A dense trellis weight's suh/svh: the rotations read fp32 vectors.
@@ -1953,16 +1975,11 @@ widenedTransform(const llvm::StringMap<WeightOp> &byName,
                                           : gp::WeightTransform::RawCopy;
   }
   WeightOp w = byName.lookup(b.tensor);
-  if (!w || w.getShape().size() != 1)
+  if (!widenedAtLoad(w, kda))
     return gp::WeightTransform::RawCopy;
-  auto d = dyn_cast<DenseType>(w.getType());
-  if (!d)
-    return gp::WeightTransform::RawCopy;
-  if (d.getFormat() == DenseFormat::BF16)
-    return gp::WeightTransform::Bf16ToF32;
-  if (d.getFormat() == DenseFormat::F16)
-    return gp::WeightTransform::F16ToF32;
-  return gp::WeightTransform::RawCopy;
+  return cast<DenseType>(w.getType()).getFormat() == DenseFormat::BF16
+             ? gp::WeightTransform::Bf16ToF32
+             : gp::WeightTransform::F16ToF32;
 }
 
 /// One graph bucket of one rank: an OpDef per kernel launch or collective,
@@ -2478,6 +2495,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
     // Bindings name the HF tensor; its weight op by that name.
     llvm::StringMap<WeightOp> weightByName;
     module.walk([&](WeightOp w) { weightByName[w.getName()] = w; });
+    const std::set<std::string> kdaWeights = kdaWeightNames(module);
     for (int64_t r = 0; r < table.ranks; ++r) {
       const glmc::RankUsage &use = table.perRank[r];
       gp::RankPlan rp;
@@ -2512,7 +2530,8 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         wb.offset = b.offset;
         wb.length = b.length;
         wb.buffer = 0;
-        wb.transform = widenedTransform(weightByName, b, pack.getRoles());
+        wb.transform =
+            widenedTransform(weightByName, b, pack.getRoles(), kdaWeights);
         if (isBankTensor(b)) {
           auto [base, stride] = banks[{b.layer, b.shared, b.projection}];
           wb.bufferOffset =
