@@ -185,6 +185,13 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
     // token on full indexer layers. Every rank holds all of it (each head
     // reads the whole latent).
     uint64_t kvBytes = 0, indexBytes = 0;
+    // Index keys per token; a k-pool (Flash) keeps one pooled key per pool
+    // and a ring of the pool being filled (keys and compress-gate rows).
+    auto indexKeys = [&](uint64_t hd, uint64_t pool) -> uint64_t {
+      if (pool <= 1)
+        return maxContext * hd * kvElemBytes;
+      return (maxContext / pool + 2 * pool) * hd * kvElemBytes;
+    };
     std::set<int64_t> layers;
     module.walk([&](Operation *op) {
       int64_t latent = 0, layer = -1;
@@ -196,9 +203,9 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
         layer = a.getLayer();
       } else if (auto ix = dyn_cast<DsaIndexerOp>(op)) {
         if (ix.getKind() == IndexerKind::Full)
-          indexBytes += maxContext * ix.getHeadDim() * kvElemBytes;
+          indexBytes += indexKeys(ix.getHeadDim(), ix.getKpool());
       } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
-        indexBytes += maxContext * ix.getHeadDim() * kvElemBytes;
+        indexBytes += indexKeys(ix.getHeadDim(), ix.getKpool());
       }
       if (latent && layers.insert(layer).second)
         kvBytes += maxContext * latent * kvElemBytes;

@@ -195,9 +195,9 @@ TEST(PlanExecCpu, TraceEqualsPlanGraph) {
 
 /// The plan run on the CPU against the reference forward on the same pack:
 /// greedy tokens identical, every position within `tol` relative.
-void checkAgainstReference(const std::string &layout, int ranks, double tol,
-                           const std::string &denseTuning = "") {
-  const std::string dir = tinyPack(layout);
+void checkDirAgainstReference(const std::string &dir, const std::string &layout,
+                              int ranks, double tol,
+                              const std::string &denseTuning = "") {
   const std::string manifest = layout == "exlr8" ? "mixed" : "";
   PackOpenOptions po;
   po.manifest = manifest;
@@ -231,10 +231,35 @@ void checkAgainstReference(const std::string &layout, int ranks, double tol,
   ASSERT_EQ(got.size(), want.size());
   const std::vector<double> wantD(want.begin(), want.end());
   const double worst = worstRelative(wantD, got, cfg.vocabSize);
-  std::printf("[ plan-exec ] tiny %s, %d rank(s): worst relative error vs "
+  std::printf("[ plan-exec ] %s, %d rank(s): worst relative error vs "
               "the reference forward %.2e\n",
-              layout.c_str(), ranks, worst);
+              fs::path(dir).filename().c_str(), ranks, worst);
   EXPECT_LE(worst, tol) << layout;
+}
+
+void checkAgainstReference(const std::string &layout, int ranks, double tol,
+                           const std::string &denseTuning = "") {
+  checkDirAgainstReference(tinyPack(layout), layout, ranks, tol, denseTuning);
+}
+
+/// GLM-5.3-Flash stored in bf16 (a copy of glm_flash_a): the 16-bit paths
+/// (dense_gemv for the mHC fn, the vectors and KDA taps widened at load)
+/// against the reference forward on the same pack.
+TEST(PlanExecCpu, FlashBf16MatchesReference) {
+  const fs::path src = fs::path(kGoldens) / "glm_flash_a";
+  const fs::path dir = fs::temp_directory_path() /
+                       ("glm-plan-exec-flash-bf16-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(src / "config.json", dir / "config.json",
+                fs::copy_options::overwrite_existing);
+  auto in = SafetensorsFile::open((src / "model.safetensors").string());
+  SafetensorsWriter w;
+  for (const TensorView &t : in->tensors())
+    w.addBF16(t.name, t.shape, t.toFloat());
+  w.write((dir / "model.safetensors").string());
+  checkDirAgainstReference(dir.string(), "hf", 1, 1e-5);
+  checkDirAgainstReference(dir.string(), "hf", 3, 1e-5);
+  fs::remove_all(dir);
 }
 
 TEST(PlanExecCpu, TinyHfMatchesReference) { checkAgainstReference("hf", 1, 1e-4); }
