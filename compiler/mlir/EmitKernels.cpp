@@ -456,8 +456,10 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     }
     out.push_back({"kv_store", {{"threads", "256"}}});
     if (a.getQkRope() > 0) // GLM-5.3-Flash's MLA has no rope part
-      out.push_back({"rope_rows",
-                     {{"threads", str(std::max<int64_t>(32, (a.getQkRope() / 2 + 31) / 32 * 32))}}});
+      out.push_back(
+          {"rope_rows",
+           {{"threads",
+             str(std::max<int64_t>(32, (a.getQkRope() / 2 + 31) / 32 * 32))}}});
     if (a.getShard().getRanks() > 1)
       out.push_back({"fill_f32", {{"threads", "256"}}});
     out.push_back({"mla_qabs", {{"threads", "64"}}});
@@ -487,8 +489,10 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
       return failure();
     const int64_t P = ix.getKpool();
     if (P == 1 || ix.getRope() > 0) // Flash's k-pool indexer is NoPE
-      out.push_back({"rope_rows",
-                     {{"threads", str(std::max<int64_t>(32, (ix.getRope() / 2 + 31) / 32 * 32))}}});
+      out.push_back(
+          {"rope_rows",
+           {{"threads",
+             str(std::max<int64_t>(32, (ix.getRope() / 2 + 31) / 32 * 32))}}});
     if (Type t = proj(1); t && !gemv(t, projIn(1), projOut(1)))
       return failure();
     if (P > 1) {
@@ -542,21 +546,22 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
       if (r <= 32)
         break;
     }
-    out.push_back({"kda_decode", {{"rows", str(rows)}, {"threads", str(threads)}}});
+    out.push_back(
+        {"kda_decode", {{"rows", str(rows)}, {"threads", str(threads)}}});
   } else if (auto pre = dyn_cast<HcPreOp>(op)) {
     // m = fn · X over the flattened streams, then the site's map and u.
     if (Type t = ctx.typeOf(pre.getFn());
         t && !gemv(t, ctx.inputsOf(pre.getFn()), ctx.outputsOf(pre.getFn())))
       return failure();
-    out.push_back({"mhc_mix",
-                   {{"streams", str(pre.getStreams())}, {"threads", "256"}}});
+    out.push_back(
+        {"mhc_mix", {{"streams", str(pre.getStreams())}, {"threads", "256"}}});
   } else if (auto post = dyn_cast<HcPostOp>(op)) {
     out.push_back({"mhc_post",
                    {{"streams", str(post.getStreams())}, {"threads", "256"}}});
   } else if (auto st = dyn_cast<HcStreamsOp>(op)) {
     // The embedding broadcast into the streams: mhc_post without X.
-    out.push_back({"mhc_post",
-                   {{"streams", str(st.getStreams())}, {"threads", "256"}}});
+    out.push_back(
+        {"mhc_post", {{"streams", str(st.getStreams())}, {"threads", "256"}}});
   } else if (auto head = dyn_cast<HcHeadOp>(op)) {
     out.push_back({"mhc_head",
                    {{"streams", str(head.getStreams())}, {"threads", "256"}}});

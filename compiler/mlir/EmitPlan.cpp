@@ -377,8 +377,6 @@ struct GemvUse {
   int64_t outStride = 0;    // floats between the output's token rows
 };
 
-
-
 static int dtOf(Type t);
 
 /// HF names of the weights glm.kda_decode reads (conv taps, dt_bias, A_log,
@@ -389,8 +387,8 @@ static std::set<std::string> kdaWeightNames(ModuleOp module) {
   SymbolTable symbols(module);
   module.walk([&](KdaDecodeOp k) {
     for (Attribute a : k.getWeights())
-      if (auto w = symbols.lookup<WeightOp>(
-              cast<FlatSymbolRefAttr>(a).getValue()))
+      if (auto w =
+              symbols.lookup<WeightOp>(cast<FlatSymbolRefAttr>(a).getValue()))
         out.insert(w.getName().str());
   });
   return out;
@@ -401,16 +399,16 @@ static std::set<std::string> kdaWeightNames(ModuleOp module) {
 /// the KDA taps.
 static bool widenedAtLoad(WeightOp w, const std::set<std::string> &kda) {
   auto d = w ? dyn_cast<DenseType>(w.getType()) : DenseType();
-  if (!d || (d.getFormat() != DenseFormat::BF16 &&
-             d.getFormat() != DenseFormat::F16))
+  if (!d ||
+      (d.getFormat() != DenseFormat::BF16 && d.getFormat() != DenseFormat::F16))
     return false;
   return w.getShape().size() == 1 || kda.count(w.getName().str());
 }
 
 class ArgBuilder {
 public:
-  ArgBuilder(ModuleOp module, SymbolTable &symbols, RankState &st,
-             int64_t rank, int64_t ranks, const std::string &layout)
+  ArgBuilder(ModuleOp module, SymbolTable &symbols, RankState &st, int64_t rank,
+             int64_t ranks, const std::string &layout)
       : module(module), symbols(symbols), st(st), rank(rank), ranks(ranks),
         layout(layout), tunings(glmc::tuningsOf(module)),
         kdaWeights(kdaWeightNames(module)) {
@@ -1093,11 +1091,19 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
       grid(1, R, 1, 256);
     } else if (f == "kpool_store") {
       const std::string ring = "kpool_ring." + std::to_string(layer);
-      a = {scratchRows("indexer_k", hd * 4, "k"), weight(wsym(2), "w"),
-           weight(wsym(3), "bias"), scratchRows("indexer_gate", hd * 4, "gateIn"),
-           i32Arg(hd, "gs"), weight(wsym(6), "ape"), i32Arg(loadedDt(wsym(6)), "adt"),
+      a = {scratchRows("indexer_k", hd * 4, "k"),
+           weight(wsym(2), "w"),
+           weight(wsym(3), "bias"),
+           scratchRows("indexer_gate", hd * 4, "gateIn"),
+           i32Arg(hd, "gs"),
+           weight(wsym(6), "ape"),
+           i32Arg(loadedDt(wsym(6)), "adt"),
            bufferArg(st.stateOf.count(ring) ? st.stateOf[ring] : 0, "ring"),
-           named(keys, "poolKeys"), seqA, posA, i32Arg(hd, "hd"), i32Arg(P, "P"),
+           named(keys, "poolKeys"),
+           seqA,
+           posA,
+           i32Arg(hd, "hd"),
+           i32Arg(P, "P"),
            i32Arg(ctx, "maxCtx")};
       grid(1, R, 1, 256);
     } else if (f == "indexer_scores_ctx") {
@@ -1107,9 +1113,13 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            f64Arg(1.0 / std::sqrt(double(hd)), "dotScale")};
       grid(64, R, 1, 256);
     } else if (f == "dsa_select") {
-      a = {named(score, "scoreAll"), posA, i32Arg(ix.getTopk() / P, "k"),
-           contextRows("dsa_flags", 4, "flagsAll"), sel("selAll"),
-           nsel("nsel"), i32Arg(ctx, "maxCtx")};
+      a = {named(score, "scoreAll"),
+           posA,
+           i32Arg(ix.getTopk() / P, "k"),
+           contextRows("dsa_flags", 4, "flagsAll"),
+           sel("selAll"),
+           nsel("nsel"),
+           i32Arg(ctx, "maxCtx")};
       grid(1, R, 1, 1024);
     } else {
       return false;
@@ -1137,12 +1147,15 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     std::vector<uint8_t> own(ceilDiv(I, 128));
     for (size_t c = 0; c < own.size(); ++c)
       own[c] = ranks == 1 || m.getShard()->ownerOf(0, int64_t(c)) == rank;
-    a = {scratchRows("mlp_gate", I * 4, "g"),
-         scratchRows("mlp_up", I * 4, "u"), i32Arg(I, "gs"),
-         scratchRows("mlp_act", I * 4, "act"), i32Arg(I, "n"),
-         byteTable("mlp_own." + std::to_string(m.getLayer()), own, "own"),
-         f64Arg(m.getSwigluLimit() ? m.getSwigluLimit()->convertToDouble() : 0.0,
-                "limit")};
+    a = {
+        scratchRows("mlp_gate", I * 4, "g"),
+        scratchRows("mlp_up", I * 4, "u"),
+        i32Arg(I, "gs"),
+        scratchRows("mlp_act", I * 4, "act"),
+        i32Arg(I, "n"),
+        byteTable("mlp_own." + std::to_string(m.getLayer()), own, "own"),
+        f64Arg(m.getSwigluLimit() ? m.getSwigluLimit()->convertToDouble() : 0.0,
+               "limit")};
     grid(ceilDiv(I, 256), R, 1, 256);
     return true;
   }
@@ -1192,12 +1205,17 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     };
     const int64_t stride = int64_t(bank(false, 0).second) / elem;
     if (f == "hf_expert_act") {
-      a = {proj(shared, 0, "gate"), proj(shared, 1, "up"), i32Arg(dt, "dt"),
+      a = {proj(shared, 0, "gate"),
+           proj(shared, 1, "up"),
+           i32Arg(dt, "dt"),
            in(op, 0, "x"),
            shared ? runtimeArg("null") : in(op, 1, "ids"),
-           i64Arg(shared ? 0 : stride, "stride"), i32Arg(shared ? IS : I, "I"),
-           i32Arg(hidden, "d"), ownTable(shared),
-           i32Arg(shared ? chunksS : chunks, "halves"), i32Arg(0, "ownE"),
+           i64Arg(shared ? 0 : stride, "stride"),
+           i32Arg(shared ? IS : I, "I"),
+           i32Arg(hidden, "d"),
+           ownTable(shared),
+           i32Arg(shared ? chunksS : chunks, "halves"),
+           i32Arg(0, "ownE"),
            act,
            f64Arg(e.getSwigluLimit() ? e.getSwigluLimit()->convertToDouble()
                                      : 0.0,
@@ -1256,13 +1274,19 @@ bool ArgBuilder::buildFlashLaunch(const std::string &f, Operation &op,
       fresh &= !isa<HcPostOp, HcStreamsOp>(o);
     const int wdt = loadedDt(pre.getBase());
     ::glm::rt::check(wdt == loadedDt(pre.getScale()), "mhc_mix of layer ",
-                     pre.getLayer(), ": base and scale are stored in "
+                     pre.getLayer(),
+                     ": base and scale are stored in "
                      "different dtypes; the kernel reads both as one");
-    a = {in(op, 0, "X"), scratchRows("mhc_m", M * 4, "mRaw"),
-         weight(pre.getBase(), "base"), weight(pre.getScale(), "scale"),
-         i32Arg(wdt, "wdt"), fresh ? ssParts(dim) : runtimeArg("null"),
-         i32Arg(fresh ? mhcBlocks(dim) : 0, "nParts"), out(op, 0, "u"),
-         out(op, 1, "coef"), i32Arg(dim, "d"),
+    a = {in(op, 0, "X"),
+         scratchRows("mhc_m", M * 4, "mRaw"),
+         weight(pre.getBase(), "base"),
+         weight(pre.getScale(), "scale"),
+         i32Arg(wdt, "wdt"),
+         fresh ? ssParts(dim) : runtimeArg("null"),
+         i32Arg(fresh ? mhcBlocks(dim) : 0, "nParts"),
+         out(op, 0, "u"),
+         out(op, 1, "coef"),
+         i32Arg(dim, "d"),
          f64Arg(pre.getEps().convertToDouble(), "rmsEps"),
          f64Arg(pre.getHcEps().convertToDouble(), "hcEps"),
          i32Arg(pre.getSinkhornIters(), "iters")};
@@ -1292,7 +1316,12 @@ bool ArgBuilder::buildFlashLaunch(const std::string &f, Operation &op,
                                       std::move(table)),
                        "coef", M * 4);
     }
-    a = {y, i32Arg(dim, "ys"), X, coef, out(op, 0, "Xout"), ssParts(dim),
+    a = {y,
+         i32Arg(dim, "ys"),
+         X,
+         coef,
+         out(op, 0, "Xout"),
+         ssParts(dim),
          i32Arg(dim, "d")};
     grid(mhcBlocks(dim), R, 256);
     return true;
@@ -1349,19 +1378,34 @@ bool ArgBuilder::buildFlashLaunch(const std::string &f, Operation &op,
   };
   gp::ArgDef o = out(op, 0, "out");
   o.offset += uint64_t(hb * hd) * 4;
-  a = {heads(0, hd, "q"), heads(1, hd, "k"), heads(2, hd, "v"),
-       heads(3, hd, "f"), heads(4, hd, "gate"), i32Arg(H * hd, "ins"),
-       heads(5, 1, "bRaw"), i32Arg(H, "bs"), weight(wsym(0), "convQ"),
-       weight(wsym(1), "convK"), weight(wsym(2), "convV"),
-       weight(wsym(4), "aLog"), weight(wsym(3), "dtBias"),
-       weight(wsym(5), "oNorm"), i32Arg(wdt, "wdt"),
-       state("kda_conv." + L, "convState"), state("kda_state." + L, "state"),
-       io(st.ioSlots, "seq"), io(st.ioPositions, "pos"), o,
-       i32Arg(hb, "h0"), i32Arg(hd, "dk"), i32Arg(hd, "dv"),
-       i32Arg(kda.getConvKernel(), "K"),
-       f32Arg(kda.getLowerBound() ? kda.getLowerBound()->convertToDouble() : 0.0,
-              "lower"),
-       f32Arg(kda.getEps().convertToDouble(), "eps")};
+  a = {
+      heads(0, hd, "q"),
+      heads(1, hd, "k"),
+      heads(2, hd, "v"),
+      heads(3, hd, "f"),
+      heads(4, hd, "gate"),
+      i32Arg(H * hd, "ins"),
+      heads(5, 1, "bRaw"),
+      i32Arg(H, "bs"),
+      weight(wsym(0), "convQ"),
+      weight(wsym(1), "convK"),
+      weight(wsym(2), "convV"),
+      weight(wsym(4), "aLog"),
+      weight(wsym(3), "dtBias"),
+      weight(wsym(5), "oNorm"),
+      i32Arg(wdt, "wdt"),
+      state("kda_conv." + L, "convState"),
+      state("kda_state." + L, "state"),
+      io(st.ioSlots, "seq"),
+      io(st.ioPositions, "pos"),
+      o,
+      i32Arg(hb, "h0"),
+      i32Arg(hd, "dk"),
+      i32Arg(hd, "dv"),
+      i32Arg(kda.getConvKernel(), "K"),
+      f32Arg(kda.getLowerBound() ? kda.getLowerBound()->convertToDouble() : 0.0,
+             "lower"),
+      f32Arg(kda.getEps().convertToDouble(), "eps")};
   grid(he - hb, R, d.blockX); // build() set the kernel's block (THREADS)
   li.skip = he == hb;
   return true;

@@ -231,12 +231,10 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
       }
     };
     module.walk([&](KdaOp k) {
-      countState(k.getHeads(), k.getHeadDim(), k.getConvKernel(),
-                 k.getShard());
+      countState(k.getHeads(), k.getHeadDim(), k.getConvKernel(), k.getShard());
     });
     module.walk([&](KdaDecodeOp k) {
-      countState(k.getHeads(), k.getHeadDim(), k.getConvKernel(),
-                 k.getShard());
+      countState(k.getHeads(), k.getHeadDim(), k.getConvKernel(), k.getShard());
     });
 
     uint64_t arenaBytes = 0;

@@ -247,8 +247,9 @@ void checkAgainstReference(const std::string &layout, int ranks, double tol,
 /// against the reference forward on the same pack.
 TEST(PlanExecCpu, FlashBf16MatchesReference) {
   const fs::path src = fs::path(kGoldens) / "glm_flash_a";
-  const fs::path dir = fs::temp_directory_path() /
-                       ("glm-plan-exec-flash-bf16-" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() /
+      ("glm-plan-exec-flash-bf16-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   fs::copy_file(src / "config.json", dir / "config.json",
                 fs::copy_options::overwrite_existing);
@@ -328,10 +329,10 @@ TEST(PlanExecCpu, GoldenBIsTheSameBitsOnOneAndThreeRanks) {
       (fs::path(kGoldens) / "glm_dsa_b").string(), "", {3});
 }
 TEST(PlanExecCpu, FlashIsTheSameBitsOnOneToThreeRanks) {
-  checkByteIdenticalAcrossRanks(
-      (fs::path(kGoldens) / "glm_flash_a").string(), "", {2, 3});
-  checkByteIdenticalAcrossRanks(
-      (fs::path(kGoldens) / "glm_flash_b").string(), "", {3});
+  checkByteIdenticalAcrossRanks((fs::path(kGoldens) / "glm_flash_a").string(),
+                                "", {2, 3});
+  checkByteIdenticalAcrossRanks((fs::path(kGoldens) / "glm_flash_b").string(),
+                                "", {3});
 }
 
 TEST(PlanExecCpu, TinyHfIsTheSameBitsOnOneToFourRanks) {
