@@ -327,6 +327,7 @@ std::vector<FamilyInfo> buildFamilies() {
     const TemplateParam streams = intParam("streams", "s", range(1, 4));
     helper("mhc_mix", "mhcMix", any, {streams});
     helper("mhc_post", "mhcPost", any, {streams});
+    helper("mhc_head", "mhcHead", any, {streams}); // the streams' mean
     helper("kda_decode", "kdaDecode", {"128", "256", "512"},
            {intParam("rows", "r", {"4", "8", "16", "32", "64", "128"})});
     helper("kpool_store", "kpoolStore", pow2);

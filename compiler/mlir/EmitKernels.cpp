@@ -455,8 +455,11 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
       return failure();
     }
     out.push_back({"kv_store", {{"threads", "256"}}});
-    out.push_back({"rope_rows",
-                   {{"threads", str(std::max<int64_t>(32, (a.getQkRope() / 2 + 31) / 32 * 32))}}});
+    if (a.getQkRope() > 0) // GLM-5.3-Flash's MLA has no rope part
+      out.push_back(
+          {"rope_rows",
+           {{"threads",
+             str(std::max<int64_t>(32, (a.getQkRope() / 2 + 31) / 32 * 32))}}});
     if (a.getShard().getRanks() > 1)
       out.push_back({"fill_f32", {{"threads", "256"}}});
     out.push_back({"mla_qabs", {{"threads", "64"}}});
@@ -484,15 +487,84 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     };
     if (Type t = proj(0); t && !gemv(t, projIn(0), projOut(0)))
       return failure();
-    out.push_back({"rope_rows",
-                   {{"threads", str(std::max<int64_t>(32, (ix.getRope() / 2 + 31) / 32 * 32))}}});
+    const int64_t P = ix.getKpool();
+    if (P == 1 || ix.getRope() > 0) // Flash's k-pool indexer is NoPE
+      out.push_back(
+          {"rope_rows",
+           {{"threads",
+             str(std::max<int64_t>(32, (ix.getRope() / 2 + 31) / 32 * 32))}}});
     if (Type t = proj(1); t && !gemv(t, projIn(1), projOut(1)))
       return failure();
-    out.push_back({"index_key_store", {{"threads", "256"}}});
+    if (P > 1) {
+      // The k-pool: the compress gate's GEMV, then the key and gate go into
+      // the ring and a completed pool's key is written (kpool_store).
+      if (P != 2 && P != 4 && P != 8) {
+        why.reason = "index_kpool " + str(P) +
+                     " has no GPU kernel: indexer_scores_ctx and dsa_select "
+                     "take pool 1, 2, 4 or 8";
+        return failure();
+      }
+      if (Type t = proj(5); t && !gemv(t, projIn(5), projOut(5)))
+        return failure();
+      out.push_back({"kpool_store", {{"threads", "256"}}});
+    } else {
+      out.push_back({"index_key_store", {{"threads", "256"}}});
+    }
     if (Type t = proj(4); t && !gemv(t, projIn(4), projOut(4)))
       return failure();
-    out.push_back({"indexer_scores_ctx", {{"threads", "256"}}});
-    out.push_back({"dsa_select", {{"threads", "1024"}}});
+    // pool = 1 (the plain DSA indexer) stays out of the spec: its kernels
+    // keep their names.
+    Spec scores{"indexer_scores_ctx", {{"threads", "256"}}},
+        select{"dsa_select", {{"threads", "1024"}}};
+    if (P > 1)
+      scores.args["pool"] = select.args["pool"] = str(P);
+    out.push_back(scores);
+    out.push_back(select);
+  } else if (auto k = dyn_cast<KdaDecodeOp>(op)) {
+    // Other ranks' heads are zero in o_proj's input (as attention_decode's);
+    // then one block per (head, row): the state column slices in registers,
+    // ROWS rows a thread, the fewest threads that keep ROWS <= 32.
+    if (k.getShard().getRanks() > 1)
+      out.push_back({"fill_f32", {{"threads", "256"}}});
+    const int64_t hd = k.getHeadDim(), dvr = (hd + 31) / 32 * 32;
+    if (hd > 256 || k.getConvKernel() > 8) {
+      why.reason = "KDA head_dim " + str(hd) + " / conv kernel " +
+                   str(k.getConvKernel()) +
+                   " has no GPU kernel: kda_decode takes head_dim <= 256 "
+                   "and at most 8 taps";
+      return failure();
+    }
+    int64_t threads = 0, rows = 0;
+    for (int64_t t : {128, 256, 512}) {
+      if (dvr > t)
+        continue;
+      int64_t need = (hd + t / dvr - 1) / (t / dvr), r = 4;
+      while (r < need)
+        r *= 2;
+      if (!threads || r <= 32)
+        threads = t, rows = r;
+      if (r <= 32)
+        break;
+    }
+    out.push_back(
+        {"kda_decode", {{"rows", str(rows)}, {"threads", str(threads)}}});
+  } else if (auto pre = dyn_cast<HcPreOp>(op)) {
+    // m = fn · X over the flattened streams, then the site's map and u.
+    if (Type t = ctx.typeOf(pre.getFn());
+        t && !gemv(t, ctx.inputsOf(pre.getFn()), ctx.outputsOf(pre.getFn())))
+      return failure();
+    out.push_back(
+        {"mhc_mix", {{"streams", str(pre.getStreams())}, {"threads", "256"}}});
+  } else if (auto post = dyn_cast<HcPostOp>(op)) {
+    out.push_back({"mhc_post",
+                   {{"streams", str(post.getStreams())}, {"threads", "256"}}});
+  } else if (auto st = dyn_cast<HcStreamsOp>(op)) {
+    // The embedding broadcast into the streams: mhc_post without X.
+    out.push_back(
+        {"mhc_post", {{"streams", str(st.getStreams())}, {"threads", "256"}}});
+  } else if (auto head = dyn_cast<HcHeadOp>(op)) {
+    out.push_back({"mhc_head",
+                   {{"streams", str(head.getStreams())}, {"threads", "256"}}});
   } else if (isa<RmsNormOp>(op)) {
     out.push_back({"rms_norm_rows", {{"threads", "1024"}}});
   } else if (isa<AddRmsNormOp>(op)) {
@@ -772,7 +844,13 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
                             "decode graph";
       return failure();
     }
-    if (prefill.size() > 1 || *prefill.begin() != 0)
+    // GLM-5.3-Flash: a KDA layer's prompt is sequential in its state, which
+    // the decode families cannot run over the rows of one sequence; its
+    // prompts go token by token through the decode graphs (glm-engine does
+    // that for a plan without prefill graphs).
+    bool recurrent = false;
+    module.walk([&](KdaDecodeOp) { recurrent = true; });
+    if (!recurrent && (prefill.size() > 1 || *prefill.begin() != 0))
       for (int64_t p : prefill) {
         if (p < 1 || p > (int64_t(1) << 20)) {
           module.emitError() << "glm-emit-kernels: prefill chunk " << p

@@ -221,6 +221,9 @@ struct RankState {
   /// Names of the scratch buffers sized by max_context (the budget's
   /// suggestions scale them with --max-context); null = not collected.
   std::set<std::string> *contextScratch = nullptr;
+  /// Other per-sequence state by buffer name (GLM-5.3-Flash: "kda_state.L",
+  /// "kda_conv.L", "kpool_ring.L").
+  std::map<std::string, uint32_t> stateOf;
 
   /// A Scratch buffer whose contents are `init` at load (a table of ints
   /// or bytes, created once per name).
@@ -323,6 +326,9 @@ struct LaunchInfo {
   /// The one weight this launch reads (an op's k-th GEMV); empty = the
   /// op's weights not claimed by another launch.
   std::string weightSym;
+  /// Nothing for this rank to do (a KDA layer with fewer heads than
+  /// ranks): the launch is left out of its graph.
+  bool skip = false;
 };
 
 static bool isTrellisGemv(const std::string &family) {
@@ -371,14 +377,41 @@ struct GemvUse {
   int64_t outStride = 0;    // floats between the output's token rows
 };
 
+static int dtOf(Type t);
 
+/// HF names of the weights glm.kda_decode reads (conv taps, dt_bias, A_log,
+/// o_norm): the kernel reads them in one dtype (wdt), so 16-bit taps are
+/// widened to fp32 at load like the vectors beside them.
+static std::set<std::string> kdaWeightNames(ModuleOp module) {
+  std::set<std::string> out;
+  SymbolTable symbols(module);
+  module.walk([&](KdaDecodeOp k) {
+    for (Attribute a : k.getWeights())
+      if (auto w =
+              symbols.lookup<WeightOp>(cast<FlatSymbolRefAttr>(a).getValue()))
+        out.insert(w.getName().str());
+  });
+  return out;
+}
+
+/// A 16-bit dense weight the load widens to fp32 (widenedTransform): every
+/// vector (norm weights, biases: the helper kernels read them as fp32) and
+/// the KDA taps.
+static bool widenedAtLoad(WeightOp w, const std::set<std::string> &kda) {
+  auto d = w ? dyn_cast<DenseType>(w.getType()) : DenseType();
+  if (!d ||
+      (d.getFormat() != DenseFormat::BF16 && d.getFormat() != DenseFormat::F16))
+    return false;
+  return w.getShape().size() == 1 || kda.count(w.getName().str());
+}
 
 class ArgBuilder {
 public:
-  ArgBuilder(ModuleOp module, SymbolTable &symbols, RankState &st,
-             int64_t rank, int64_t ranks, const std::string &layout)
+  ArgBuilder(ModuleOp module, SymbolTable &symbols, RankState &st, int64_t rank,
+             int64_t ranks, const std::string &layout)
       : module(module), symbols(symbols), st(st), rank(rank), ranks(ranks),
-        layout(layout), tunings(glmc::tuningsOf(module)) {
+        layout(layout), tunings(glmc::tuningsOf(module)),
+        kdaWeights(kdaWeightNames(module)) {
     for (PackOp p : module.getOps<PackOp>())
       packOp = p;
   }
@@ -395,6 +428,7 @@ private:
   std::string layout;
   glmc::Tunings tunings; // glm.tuning: the compile's launch tunings
   double ropeTheta = -1; // found on first use
+  std::set<std::string> kdaWeights; // kdaWeightNames
   bool launchFixedOut = false; // the launch being built has sum = fixed_out
 
   /// Bytes per token row of a value's buffer (0 when not per token).
@@ -521,6 +555,15 @@ private:
       v.push_back(0);
     return bufferArg(st.tableBuffer(name, std::move(v)), label);
   }
+  /// Storage code (dtOf) a helper kernel reads weight `sym` in: 0 for the
+  /// weights the load widens to fp32 (widenedAtLoad).
+  int loadedDt(StringRef sym) {
+    WeightOp w = weightOp(sym);
+    return !w || widenedAtLoad(w, kdaWeights) ? 0 : dtOf(w.getType());
+  }
+  /// The GLM-5.3-Flash launches (mHC, KDA); false for other families.
+  bool buildFlashLaunch(const std::string &f, Operation &op, int64_t rows,
+                        LaunchInfo &li);
   /// SMs of the plan's first target arch.
   int sms() {
     if (auto archs = module->getAttrOfType<ArrayAttr>("glm.archs"))
@@ -576,15 +619,24 @@ GemvUse ArgBuilder::gemvUse(Operation &op, size_t ordinal) {
     g.x = in(op, 0, "x");
     toScratch("router_logits");
   } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
-    // wq_b from q_a (operand 0); wk and weights_proj from x (operand 1).
-    static const unsigned slot[3] = {0, 1, 4};
-    static const char *const dst[3] = {"indexer_q", "indexer_k", "indexer_w"};
-    unsigned i = unsigned(std::min<size_t>(ordinal, 2));
+    // wq_b from q_a (operand 0); wk, (k-pool) the compress gate and
+    // weights_proj from x (operand 1), in glm-emit-kernels' order.
+    const bool kpool = ix.getKpool() > 1;
+    static const unsigned slot[2][4] = {{0, 1, 4, 4}, {0, 1, 5, 4}};
+    static const char *const dst[2][4] = {
+        {"indexer_q", "indexer_k", "indexer_w", "indexer_w"},
+        {"indexer_q", "indexer_k", "indexer_gate", "indexer_w"}};
+    unsigned i = unsigned(std::min<size_t>(ordinal, kpool ? 3 : 2));
     ArrayAttr w = ix.getWeights();
-    if (w && slot[i] < w.size())
-      shape(cast<FlatSymbolRefAttr>(w[slot[i]]).getValue());
+    if (w && slot[kpool][i] < w.size())
+      shape(cast<FlatSymbolRefAttr>(w[slot[kpool][i]]).getValue());
     g.x = in(op, i == 0 ? 0 : 1, "x");
-    toScratch(dst[i]);
+    toScratch(dst[kpool][i]);
+  } else if (auto pre = dyn_cast<HcPreOp>(op)) {
+    // m = fn · X over the flattened streams, for mhc_mix.
+    shape(pre.getFn());
+    g.x = in(op, 0, "x");
+    toScratch("mhc_m");
   } else {
     // Dense (non-trellis) experts: listed for their bytes only.
     g.x = in(op, 0, "x");
@@ -642,6 +694,12 @@ static gp::ArgDef i64Arg(int64_t v, const std::string &label) {
   a.name = label;
   return a;
 }
+/// The mHC families' column blocks of a row of width d (mhc_post's grid x,
+/// so also the Σx² partials it leaves for the next mhc_mix).
+static int64_t mhcBlocks(int64_t d) {
+  return std::min<int64_t>((d + 255) / 256, 32);
+}
+
 static gp::ArgDef named(gp::ArgDef a, const std::string &label) {
   a.name = label;
   return a;
@@ -921,6 +979,8 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     grid(ceilDiv(n, 1024), R, 1, 1024);
     return true;
   }
+  if (buildFlashLaunch(f, op, rows, li))
+    return true;
   if (f == "fill_f32" && isa<DenseGemvOp>(op)) {
     // The rows of a vocabulary-split LM head outside this rank's slice are
     // zero for the gather's exact sum.
@@ -1017,6 +1077,8 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
         bufferArg(st.keysOf.count(layer) ? st.keysOf[layer] : 0, "keys");
     const gp::ArgDef qi = scratchRows("indexer_q", nh * hd * 4, "qi");
     const gp::ArgDef score = contextRows("dsa_score", 8, "score");
+    // The k-pool (P > 1): keys are pooled keys, candidates whole pools.
+    const int64_t P = ix.getKpool();
     if (f == "rope_rows") {
       a = {named(qi, "x"), i32Arg(dr, "dim"), i32Arg(hd, "stride"),
            i32Arg(nh * hd, "rowStride"), posA, f64Arg(ropeTheta, "theta")};
@@ -1027,6 +1089,23 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            i32Arg(dr, "dr"), i32Arg(ctx, "maxCtx"),
            f64Arg(ropeTheta, "theta")};
       grid(1, R, 1, 256);
+    } else if (f == "kpool_store") {
+      const std::string ring = "kpool_ring." + std::to_string(layer);
+      a = {scratchRows("indexer_k", hd * 4, "k"),
+           weight(wsym(2), "w"),
+           weight(wsym(3), "bias"),
+           scratchRows("indexer_gate", hd * 4, "gateIn"),
+           i32Arg(hd, "gs"),
+           weight(wsym(6), "ape"),
+           i32Arg(loadedDt(wsym(6)), "adt"),
+           bufferArg(st.stateOf.count(ring) ? st.stateOf[ring] : 0, "ring"),
+           named(keys, "poolKeys"),
+           seqA,
+           posA,
+           i32Arg(hd, "hd"),
+           i32Arg(P, "P"),
+           i32Arg(ctx, "maxCtx")};
+      grid(1, R, 1, 256);
     } else if (f == "indexer_scores_ctx") {
       a = {qi, keys, scratchRows("indexer_w", nh * 4, "wts"), score, seqA,
            posA, i32Arg(nh, "nh"), i32Arg(hd, "hd"), i32Arg(ctx, "maxCtx"),
@@ -1034,9 +1113,13 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            f64Arg(1.0 / std::sqrt(double(hd)), "dotScale")};
       grid(64, R, 1, 256);
     } else if (f == "dsa_select") {
-      a = {named(score, "scoreAll"), posA, i32Arg(ix.getTopk(), "k"),
-           contextRows("dsa_flags", 4, "flagsAll"), sel("selAll"),
-           nsel("nsel"), i32Arg(ctx, "maxCtx")};
+      a = {named(score, "scoreAll"),
+           posA,
+           i32Arg(ix.getTopk() / P, "k"),
+           contextRows("dsa_flags", 4, "flagsAll"),
+           sel("selAll"),
+           nsel("nsel"),
+           i32Arg(ctx, "maxCtx")};
       grid(1, R, 1, 1024);
     } else {
       return false;
@@ -1064,10 +1147,15 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     std::vector<uint8_t> own(ceilDiv(I, 128));
     for (size_t c = 0; c < own.size(); ++c)
       own[c] = ranks == 1 || m.getShard()->ownerOf(0, int64_t(c)) == rank;
-    a = {scratchRows("mlp_gate", I * 4, "g"),
-         scratchRows("mlp_up", I * 4, "u"), i32Arg(I, "gs"),
-         scratchRows("mlp_act", I * 4, "act"), i32Arg(I, "n"),
-         byteTable("mlp_own." + std::to_string(m.getLayer()), own, "own")};
+    a = {
+        scratchRows("mlp_gate", I * 4, "g"),
+        scratchRows("mlp_up", I * 4, "u"),
+        i32Arg(I, "gs"),
+        scratchRows("mlp_act", I * 4, "act"),
+        i32Arg(I, "n"),
+        byteTable("mlp_own." + std::to_string(m.getLayer()), own, "own"),
+        f64Arg(m.getSwigluLimit() ? m.getSwigluLimit()->convertToDouble() : 0.0,
+               "limit")};
     grid(ceilDiv(I, 256), R, 1, 256);
     return true;
   }
@@ -1117,13 +1205,21 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     };
     const int64_t stride = int64_t(bank(false, 0).second) / elem;
     if (f == "hf_expert_act") {
-      a = {proj(shared, 0, "gate"), proj(shared, 1, "up"), i32Arg(dt, "dt"),
+      a = {proj(shared, 0, "gate"),
+           proj(shared, 1, "up"),
+           i32Arg(dt, "dt"),
            in(op, 0, "x"),
            shared ? runtimeArg("null") : in(op, 1, "ids"),
-           i64Arg(shared ? 0 : stride, "stride"), i32Arg(shared ? IS : I, "I"),
-           i32Arg(hidden, "d"), ownTable(shared),
-           i32Arg(shared ? chunksS : chunks, "halves"), i32Arg(0, "ownE"),
-           act};
+           i64Arg(shared ? 0 : stride, "stride"),
+           i32Arg(shared ? IS : I, "I"),
+           i32Arg(hidden, "d"),
+           ownTable(shared),
+           i32Arg(shared ? chunksS : chunks, "halves"),
+           i32Arg(0, "ownE"),
+           act,
+           f64Arg(e.getSwigluLimit() ? e.getSwigluLimit()->convertToDouble()
+                                     : 0.0,
+                  "limit")};
       grid(ceilDiv(shared ? IS : I, 256), shared ? 1 : uint32_t(K), R, 256);
     } else if (f == "hf_expert_down") {
       a = {proj(shared, 2, "down"), i32Arg(dt, "dt"), act,
@@ -1144,6 +1240,175 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     return true;
   }
   return false;
+}
+
+bool ArgBuilder::buildFlashLaunch(const std::string &f, Operation &op,
+                                  int64_t rows, LaunchInfo &li) {
+  auto &a = li.args;
+  gp::LaunchDims &d = li.dims;
+  const uint32_t R = uint32_t(rows);
+  auto grid = [&](uint64_t x, uint32_t y, uint32_t block) {
+    d.gridX = uint32_t(std::max<uint64_t>(x, 1));
+    d.gridY = y;
+    d.gridZ = 1;
+    d.blockX = block;
+  };
+  // Σ X² partials of the streams (fp64 per column block), written by every
+  // mhc_post and read by the mhc_mix right after it: the next site's RMS
+  // without a pass of its own over the streams.
+  auto ssParts = [&](int64_t dim) {
+    return scratchRows("mhc_ss", uint64_t(mhcBlocks(dim)) * 8, "ssParts");
+  };
+  if (auto pre = dyn_cast<HcPreOp>(op)) {
+    if (f != "mhc_mix")
+      return false;
+    const int64_t S = pre.getStreams(), M = (2 + S) * S,
+                  dim = hiddenOf(pre.getResult());
+    // The partials hold this input's Σ X² when the mhc_post that wrote the
+    // input is the last one before this op.
+    Operation *src = pre.getInput().getDefiningOp();
+    bool fresh = src && isa<HcPostOp, HcStreamsOp>(src) &&
+                 src->getBlock() == op.getBlock();
+    for (Operation *o = fresh ? src->getNextNode() : nullptr; o && o != &op;
+         o = o->getNextNode())
+      fresh &= !isa<HcPostOp, HcStreamsOp>(o);
+    const int wdt = loadedDt(pre.getBase());
+    ::glm::rt::check(wdt == loadedDt(pre.getScale()), "mhc_mix of layer ",
+                     pre.getLayer(),
+                     ": base and scale are stored in "
+                     "different dtypes; the kernel reads both as one");
+    a = {in(op, 0, "X"),
+         scratchRows("mhc_m", M * 4, "mRaw"),
+         weight(pre.getBase(), "base"),
+         weight(pre.getScale(), "scale"),
+         i32Arg(wdt, "wdt"),
+         fresh ? ssParts(dim) : runtimeArg("null"),
+         i32Arg(fresh ? mhcBlocks(dim) : 0, "nParts"),
+         out(op, 0, "u"),
+         out(op, 1, "coef"),
+         i32Arg(dim, "d"),
+         f64Arg(pre.getEps().convertToDouble(), "rmsEps"),
+         f64Arg(pre.getHcEps().convertToDouble(), "hcEps"),
+         i32Arg(pre.getSinkhornIters(), "iters")};
+    grid(ceilDiv(dim, 256), R, 256);
+    return true;
+  }
+  if (isa<HcPostOp, HcStreamsOp>(op)) {
+    if (f != "mhc_post")
+      return false;
+    const int64_t S = cast<IntegerAttr>(op.getAttr("streams")).getInt(),
+                  M = (2 + S) * S;
+    const int64_t dim = hiddenOf(op.getResult(0)) / S;
+    gp::ArgDef y, X = runtimeArg("null"), coef;
+    if (isa<HcPostOp>(op)) {
+      y = in(op, 1, "y");
+      X = in(op, 0, "X");
+      coef = in(op, 2, "coef");
+    } else {
+      // Every stream a copy of the embedding: post = 1, no mixing term.
+      std::vector<uint8_t> table(uint64_t(st.maxTokens) * M * 4, 0);
+      const float one = 1.0f;
+      for (int64_t t = 0; t < st.maxTokens; ++t)
+        for (int64_t i = 0; i < S; ++i)
+          std::memcpy(table.data() + (t * M + S + i) * 4, &one, 4);
+      y = in(op, 0, "y");
+      coef = bufferArg(st.tableBuffer("mhc_broadcast." + std::to_string(S),
+                                      std::move(table)),
+                       "coef", M * 4);
+    }
+    a = {y,
+         i32Arg(dim, "ys"),
+         X,
+         coef,
+         out(op, 0, "Xout"),
+         ssParts(dim),
+         i32Arg(dim, "d")};
+    grid(mhcBlocks(dim), R, 256);
+    return true;
+  }
+  if (auto head = dyn_cast<HcHeadOp>(op)) {
+    if (f != "mhc_head")
+      return false;
+    const int64_t dim = hiddenOf(head.getResult());
+    a = {in(op, 0, "X"), out(op, 0, "out"), i32Arg(dim, "d")};
+    grid(ceilDiv(dim, 256), R, 256);
+    return true;
+  }
+  auto kda = dyn_cast<KdaDecodeOp>(op);
+  if (!kda)
+    return false;
+  const int64_t H = kda.getHeads(), hd = kda.getHeadDim();
+  auto [hb, he] = kda.getShard().rangeOf(rank);
+  if (ranks == 1) {
+    hb = 0;
+    he = H;
+  }
+  if (f == "fill_f32") {
+    // Other ranks' heads contribute zeros to o_proj's input.
+    a = {out(op, 0, "p"), i64Arg(rows * H * hd, "n"), f32Arg(0.0, "v")};
+    grid(std::min<uint64_t>(ceilDiv(uint64_t(rows * H * hd), 256), 1024), 1,
+         256);
+    return true;
+  }
+  if (f != "kda_decode")
+    return false;
+  ArrayAttr ws = kda.getWeights();
+  auto wsym = [&](unsigned i) {
+    return cast<FlatSymbolRefAttr>(ws[i]).getValue();
+  };
+  // One storage dtype for the taps and vectors (the kernel's wdt).
+  const int wdt = loadedDt(wsym(0));
+  for (unsigned i = 1; i < 6; ++i)
+    ::glm::rt::check(loadedDt(wsym(i)) == wdt, "kda_decode of layer ",
+                     kda.getLayer(), ": ", wsym(i).str(),
+                     " is read in another dtype than the conv taps (",
+                     wsym(0).str(), "); the kernel takes one (wdt)");
+  // This rank's heads: their columns of the projections, their state.
+  auto heads = [&](unsigned i, int64_t width, const char *label) {
+    gp::ArgDef x = in(op, i, label);
+    x.offset += uint64_t(hb * width) * 4;
+    return x;
+  };
+  const std::string L = std::to_string(kda.getLayer());
+  auto state = [&](const std::string &name, const char *label) {
+    auto it = st.stateOf.find(name);
+    ::glm::rt::check(it != st.stateOf.end(), "kda_decode of layer ", L,
+                     ": no buffer ", name);
+    return bufferArg(it->second, label);
+  };
+  gp::ArgDef o = out(op, 0, "out");
+  o.offset += uint64_t(hb * hd) * 4;
+  a = {
+      heads(0, hd, "q"),
+      heads(1, hd, "k"),
+      heads(2, hd, "v"),
+      heads(3, hd, "f"),
+      heads(4, hd, "gate"),
+      i32Arg(H * hd, "ins"),
+      heads(5, 1, "bRaw"),
+      i32Arg(H, "bs"),
+      weight(wsym(0), "convQ"),
+      weight(wsym(1), "convK"),
+      weight(wsym(2), "convV"),
+      weight(wsym(4), "aLog"),
+      weight(wsym(3), "dtBias"),
+      weight(wsym(5), "oNorm"),
+      i32Arg(wdt, "wdt"),
+      state("kda_conv." + L, "convState"),
+      state("kda_state." + L, "state"),
+      io(st.ioSlots, "seq"),
+      io(st.ioPositions, "pos"),
+      o,
+      i32Arg(hb, "h0"),
+      i32Arg(hd, "dk"),
+      i32Arg(hd, "dv"),
+      i32Arg(kda.getConvKernel(), "K"),
+      f32Arg(kda.getLowerBound() ? kda.getLowerBound()->convertToDouble() : 0.0,
+             "lower"),
+      f32Arg(kda.getEps().convertToDouble(), "eps")};
+  grid(he - hb, R, d.blockX); // build() set the kernel's block (THREADS)
+  li.skip = he == hb;
+  return true;
 }
 
 LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
@@ -1715,7 +1980,8 @@ static bool readsWeights(const std::string &family) {
          family == "add_rms_norm" || family == "kv_store" ||
          family == "mla_qabs" || family == "index_key_store" ||
          family == "route" || family == "hf_expert_act" ||
-         family == "gemv_any";
+         family == "gemv_any" || family == "mhc_mix" ||
+         family == "kda_decode" || family == "kpool_store";
 }
 
 /// An unquantized routed or shared expert tensor (one whole matrix of an
@@ -1735,11 +2001,12 @@ static int64_t routedExperts(ModuleOp module, int64_t layer) {
   return n;
 }
 
-/// f32 widening of 16-bit vectors (norm weights, biases): the helper
-/// kernels read every vector as fp32.
+/// f32 widening of 16-bit vectors (norm weights, biases: the helper
+/// kernels read every vector as fp32) and of the KDA taps (widenedAtLoad).
 static gp::WeightTransform
 widenedTransform(const llvm::StringMap<WeightOp> &byName,
-                 const glmc::RankBinding &b, ArrayAttr roles) {
+                 const glmc::RankBinding &b, ArrayAttr roles,
+                 const std::set<std::string> &kda) {
   if (b.expert >= 0 || b.shared || b.sideVector)
     return gp::WeightTransform::RawCopy;
   // A dense trellis weight's suh/svh: the rotations read fp32 vectors.
@@ -1752,16 +2019,11 @@ widenedTransform(const llvm::StringMap<WeightOp> &byName,
                                           : gp::WeightTransform::RawCopy;
   }
   WeightOp w = byName.lookup(b.tensor);
-  if (!w || w.getShape().size() != 1)
+  if (!widenedAtLoad(w, kda))
     return gp::WeightTransform::RawCopy;
-  auto d = dyn_cast<DenseType>(w.getType());
-  if (!d)
-    return gp::WeightTransform::RawCopy;
-  if (d.getFormat() == DenseFormat::BF16)
-    return gp::WeightTransform::Bf16ToF32;
-  if (d.getFormat() == DenseFormat::F16)
-    return gp::WeightTransform::F16ToF32;
-  return gp::WeightTransform::RawCopy;
+  return cast<DenseType>(w.getType()).getFormat() == DenseFormat::BF16
+             ? gp::WeightTransform::Bf16ToF32
+             : gp::WeightTransform::F16ToF32;
 }
 
 /// One graph bucket of one rank: an OpDef per kernel launch or collective,
@@ -1902,6 +2164,11 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
           l.rows = 1;
         else if (l.kernel->templateName == "moe_reduce" && !launches.empty())
           l.rows = launches.back().rows; // reduces the expert launch's rows
+        // A rank's heads are a column slice of each row; kda_decode writes
+        // them as [rows, its heads · dv], so several ranks launch it per
+        // row (the slice of that row).
+        else if (l.kernel->templateName == "kda_decode" && plan.numRanks > 1)
+          l.rows = 1;
       }
       if (l.rows >= bk.size)
         l.rows = 0;
@@ -1976,6 +2243,8 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
     }
     for (auto [i, block] : order) {
       const Launch &l = launches[i];
+      if (l.kernel && infos[i].skip)
+        continue;
       gp::OpDef launch = od;
       launch.name = base + (launches.size() > 1 ? "." + std::to_string(i)
                                                 : std::string());
@@ -2270,6 +2539,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
     // Bindings name the HF tensor; its weight op by that name.
     llvm::StringMap<WeightOp> weightByName;
     module.walk([&](WeightOp w) { weightByName[w.getName()] = w; });
+    const std::set<std::string> kdaWeights = kdaWeightNames(module);
     for (int64_t r = 0; r < table.ranks; ++r) {
       const glmc::RankUsage &use = table.perRank[r];
       gp::RankPlan rp;
@@ -2304,7 +2574,8 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         wb.offset = b.offset;
         wb.length = b.length;
         wb.buffer = 0;
-        wb.transform = widenedTransform(weightByName, b, pack.getRoles());
+        wb.transform =
+            widenedTransform(weightByName, b, pack.getRoles(), kdaWeights);
         if (isBankTensor(b)) {
           auto [base, stride] = banks[{b.layer, b.shared, b.projection}];
           wb.bufferOffset =
@@ -2337,28 +2608,47 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       // index_key_store write fp32), one max_context row block per KV slot
       // (sequence).
       const int64_t kvSlots = 1;
-      step.walk([&](Operation *op) {
-        int64_t row = 0, layer = layerOf(op);
-        std::string name;
-        if (auto a = dyn_cast<AttentionDecodeOp>(op)) {
-          row = a.getKvLora() + a.getQkRope();
-          name = "kv." + std::to_string(layer);
-        } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
-          row = ix.getHeadDim();
-          name = "index_keys." + std::to_string(layer);
-        }
-        if (!row)
-          return;
+      auto kvBuffer = [&](const std::string &name, int64_t layer,
+                          uint64_t floatsPerSlot) {
         gp::BufferDef kb;
         kb.name = name;
         kb.kind = gp::BufferKind::KvCache;
-        kb.dtype = m.kvDtype;
         kb.layer = layer;
         kb.dtype = gp::DType::F32;
-        kb.bytes = alignUp(uint64_t(kvSlots) * m.maxContext * row * 4);
+        kb.bytes = alignUp(
+            std::max<uint64_t>(uint64_t(kvSlots) * floatsPerSlot * 4, 4));
         kb.arenaOffset = top;
         top += kb.bytes;
         rp.buffers.push_back(kb);
+      };
+      step.walk([&](Operation *op) {
+        const int64_t layer = layerOf(op);
+        const std::string L = std::to_string(layer);
+        if (auto a = dyn_cast<AttentionDecodeOp>(op)) {
+          kvBuffer("kv." + L, layer,
+                   uint64_t(m.maxContext) * (a.getKvLora() + a.getQkRope()));
+        } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
+          const int64_t P = ix.getKpool(), hd = ix.getHeadDim();
+          if (P > 1 && m.maxContext % P)
+            ::glm::rt::fail("max context ", m.maxContext,
+                            " is not a multiple of the k-pool's ", P,
+                            " tokens (layer ", layer,
+                            "): give a --max-context that is");
+          // k-pool: the pooled keys, and a ring of the pool being filled
+          // (keys and compress-gate rows).
+          kvBuffer("index_keys." + L, layer, uint64_t(m.maxContext / P) * hd);
+          if (P > 1)
+            kvBuffer("kpool_ring." + L, layer, uint64_t(2 * P * hd));
+        } else if (auto k = dyn_cast<KdaDecodeOp>(op)) {
+          // KDA: this rank's heads' fp32 state and conv inputs.
+          auto [hb, he] = k.getShard().rangeOf(r);
+          if (table.ranks == 1)
+            hb = 0, he = k.getHeads();
+          const uint64_t n = he - hb, hd = k.getHeadDim();
+          kvBuffer("kda_state." + L, layer, n * hd * hd);
+          kvBuffer("kda_conv." + L, layer,
+                   n * 3 * hd * uint64_t(k.getConvKernel() - 1));
+        }
       });
 
       // Activations at their arena offsets (glm-plan-memory).
@@ -2435,9 +2725,14 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         }
       });
       for (auto [i, bd] : llvm::enumerate(rp.buffers))
-        if (bd.kind == gp::BufferKind::KvCache)
-          (bd.name.rfind("kv.", 0) == 0 ? st.kvOf : st.keysOf)[bd.layer] =
-              uint32_t(i);
+        if (bd.kind == gp::BufferKind::KvCache) {
+          if (bd.name.rfind("kv.", 0) == 0)
+            st.kvOf[bd.layer] = uint32_t(i);
+          else if (bd.name.rfind("index_keys.", 0) == 0)
+            st.keysOf[bd.layer] = uint32_t(i);
+          else
+            st.stateOf[bd.name] = uint32_t(i);
+        }
       for (auto [i, bk] : llvm::enumerate(buckets))
         rp.graphs.push_back(buildGraph(module, symbols, body, bk, use,
                                        kernelIndex, plan, layers, st, i, r));

@@ -6,6 +6,11 @@
 // indexers vanish: their users read the source selection); LM head → a
 // vocabulary-split dense_gemv; residual add + RMSNorm → add_rms_norm.
 // glm.mlp, glm.embed, glm.router and glm.sample are already single kernels.
+// GLM-5.3-Flash: glm.kda → its projection GEMVs (this rank's heads' rows of
+// q/k/v/f_b/g_b/b; f_a and g_a whole), glm.kda_decode and an input-split
+// o_proj; the mHC ops (hc_streams, hc_pre = fn GEMV + mhc_mix, hc_post,
+// hc_head) stay as they are: each is one kernel family (two for hc_pre),
+// as glm.mlp is. A k-pool indexer keeps its kpool on glm.indexer_topk.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/mlir/Passes.h"
@@ -72,7 +77,8 @@ struct Fuser {
           indexer.getLoc(), indexer.getType(), qa, indexer.getInput(),
           indexer.getLayerAttr(), indexer.getHeadsAttr(),
           indexer.getHeadDimAttr(), indexer.getRopeAttr(),
-          indexer.getTopkAttr(), indexer.getWeightsAttr());
+          indexer.getTopkAttr(), indexer.getWeightsAttr(),
+          indexer.getKpoolAttr());
       indexer.replaceAllUsesWith(topk.getResult());
       indexer.erase();
     }
@@ -99,6 +105,49 @@ struct Fuser {
       return failure();
     mla.replaceAllUsesWith(*o);
     mla.erase();
+    return success();
+  }
+
+  /// glm.kda → q, k, v, f_a → f_b, b, g_a → g_b GEMVs, glm.kda_decode (the
+  /// conv, delta rule and gated norm on the rank's heads) and o_proj reading
+  /// the heads' columns (zero for other ranks' heads: a partial sum that
+  /// glm-shard-tp's all-reduce completes).
+  LogicalResult fuseKda(KdaOp kda) {
+    b.setInsertionPoint(kda);
+    ArrayAttr w = kda.getWeights();
+    auto sym = [&](unsigned i) { return cast<FlatSymbolRefAttr>(w[i]); };
+    ShardAttr shard = kda.getShardAttr()
+                          ? kda.getShardAttr()
+                          : ShardAttr::get(b.getContext(), ShardKind::Heads, 1,
+                                           kda.getHeads(), kda.getLayer());
+    Value h = kda.getInput();
+    // Weights (KdaOp order): q k v q_conv k_conv v_conv f_a f_b dt_bias
+    // A_log b g_a g_b o_norm o.
+    FailureOr<Value> q = gemv(kda, h, sym(0), shard);
+    FailureOr<Value> k = gemv(kda, h, sym(1), shard);
+    FailureOr<Value> v = gemv(kda, h, sym(2), shard);
+    FailureOr<Value> fa = gemv(kda, h, sym(6)); // low rank: every head's
+    FailureOr<Value> bb = gemv(kda, h, sym(10), shard);
+    FailureOr<Value> ga = gemv(kda, h, sym(11));
+    if (failed(q) || failed(k) || failed(v) || failed(fa) || failed(bb) ||
+        failed(ga))
+      return failure();
+    FailureOr<Value> f = gemv(kda, *fa, sym(7), shard);
+    FailureOr<Value> g = gemv(kda, *ga, sym(12), shard);
+    if (failed(f) || failed(g))
+      return failure();
+    const int64_t width = kda.getHeads() * kda.getHeadDim();
+    auto dec = b.create<KdaDecodeOp>(
+        kda.getLoc(), act(width, b.getF32Type()), *q, *k, *v, *f, *g, *bb,
+        kda.getLayerAttr(), kda.getHeadsAttr(), kda.getHeadDimAttr(),
+        kda.getConvKernelAttr(), kda.getLowerBoundAttr(), kda.getEpsAttr(),
+        b.getArrayAttr({w[3], w[4], w[5], w[8], w[9], w[13]}), shard);
+    FailureOr<Value> o = gemv(kda, dec.getResult(), sym(14), shard,
+                              /*splitOut=*/false);
+    if (failed(o))
+      return failure();
+    kda.replaceAllUsesWith(*o);
+    kda.erase();
     return success();
   }
 
@@ -130,6 +179,15 @@ struct Fuser {
     } else {
       dense = TypeAttr::get(bank.getType());
     }
+    // The clamp lives in the HF experts' gate/up kernel (hf_expert_act);
+    // the trellis expert kernels have none.
+    if (moe.getSwigluLimit() && !dense)
+      return moe.emitOpError()
+             << "clamps its SwiGLU (swiglu_limit = "
+             << moe.getSwigluLimit()->convertToDouble()
+             << ") but its experts are trellis-quantized: expert_gemv_trellis "
+                "and moe_trellis have no clamp yet; use a pack with "
+                "unquantized (HF) experts or add the clamp to those kernels";
     int64_t topK =
         cast<RankedTensorType>(moe.getIndices().getType()).getShape().back();
     if (ShapedType::isDynamic(topK))
@@ -142,7 +200,7 @@ struct Fuser {
         b.getI64IntegerAttr(bank.getHidden()),
         b.getI64IntegerAttr(bank.getInter()),
         b.getI64IntegerAttr(bank.getHalves()), b.getDenseI32ArrayAttr(widths),
-        codebook, b.getBoolAttr(e4m3), dense, shard);
+        codebook, b.getBoolAttr(e4m3), dense, shard, moe.getSwigluLimitAttr());
     moe.replaceAllUsesWith(fused.getResult());
     moe.erase();
     return success();
@@ -187,7 +245,7 @@ struct Fuser {
   LogicalResult run() {
     SmallVector<Operation *> work;
     module.walk([&](Operation *op) {
-      if (isa<MlaOp, MoeOp, LmHeadOp>(op))
+      if (isa<MlaOp, MoeOp, LmHeadOp, KdaOp>(op))
         work.push_back(op);
     });
     for (Operation *op : work) {
@@ -198,6 +256,8 @@ struct Fuser {
         r = fuseMoe(moe);
       else if (auto head = dyn_cast<LmHeadOp>(op))
         r = fuseLmHead(head);
+      else if (auto kda = dyn_cast<KdaOp>(op))
+        r = fuseKda(kda);
       if (failed(r))
         return failure();
     }
@@ -221,21 +281,6 @@ struct Fuser {
 
 struct Fuse : glmc::impl::GlmFuseBase<Fuse> {
   void runOnOperation() override {
-    // GLM-5.3-Flash's blocks have no kernel lowering yet: stop here rather
-    // than plan a step that would skip them.
-    Operation *flash = nullptr;
-    getOperation().walk([&](Operation *op) {
-      if (!flash && isa<KdaOp, HcStreamsOp, HcPreOp, HcPostOp, HcHeadOp>(op))
-        flash = op;
-    });
-    if (flash) {
-      flash->emitError()
-          << "'" << flash->getName()
-          << "' (GLM-5.3-Flash) has no kernel lowering yet; `glmc compile "
-             "--emit model` shows the imported step, and `glm-engine run - "
-             "--backend reference` runs the model without a plan";
-      return signalPassFailure();
-    }
     Fuser f(getOperation());
     if (failed(f.run()))
       signalPassFailure();

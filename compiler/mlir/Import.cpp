@@ -347,7 +347,7 @@ LogicalResult Importer::buildStep(ModuleOp module) {
       if (failed(fnW) || failed(base) || failed(scale))
         return failure();
       auto pre = b.create<HcPreOp>(
-          loc, TypeRange{act(d, f32), act(S + S * S, f32)}, x,
+          loc, TypeRange{act(d, f32), act((2 + S) * S, f32)}, x,
           i64(parseLayer(p)), b.getStringAttr(site), i64(S),
           i64(cfg.hcSinkhornIters), b.getF64FloatAttr(cfg.hcEps), eps, *fnW,
           *base, *scale);

@@ -185,6 +185,13 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
     // token on full indexer layers. Every rank holds all of it (each head
     // reads the whole latent).
     uint64_t kvBytes = 0, indexBytes = 0;
+    // Index keys per token; a k-pool (Flash) keeps one pooled key per pool
+    // and a ring of the pool being filled (keys and compress-gate rows).
+    auto indexKeys = [&](uint64_t hd, uint64_t pool) -> uint64_t {
+      if (pool <= 1)
+        return maxContext * hd * kvElemBytes;
+      return (maxContext / pool + 2 * pool) * hd * kvElemBytes;
+    };
     std::set<int64_t> layers;
     module.walk([&](Operation *op) {
       int64_t latent = 0, layer = -1;
@@ -196,9 +203,9 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
         layer = a.getLayer();
       } else if (auto ix = dyn_cast<DsaIndexerOp>(op)) {
         if (ix.getKind() == IndexerKind::Full)
-          indexBytes += maxContext * ix.getHeadDim() * kvElemBytes;
+          indexBytes += indexKeys(ix.getHeadDim(), ix.getKpool());
       } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
-        indexBytes += maxContext * ix.getHeadDim() * kvElemBytes;
+        indexBytes += indexKeys(ix.getHeadDim(), ix.getKpool());
       }
       if (latent && layers.insert(layer).second)
         kvBytes += maxContext * latent * kvElemBytes;
@@ -211,16 +218,23 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
       return signalPassFailure();
     // Recurrent state (KDA): per sequence, on the rank that owns each head.
     std::vector<uint64_t> stateBytes(table->perRank.size(), 0);
-    module.walk([&](KdaOp k) {
-      const uint64_t hd = k.getHeadDim(), taps = k.getConvKernel() - 1;
+    // Before glm-fuse glm.kda, after it glm.kda_decode.
+    auto countState = [&](int64_t heads, int64_t headDim, int64_t kernel,
+                          std::optional<ShardAttr> shard) {
+      const uint64_t hd = headDim, taps = kernel - 1;
       const uint64_t perHead = (hd * hd + 3 * hd * taps) * sizeof(float) *
                                static_cast<uint64_t>(maxSequences);
       for (size_t r = 0; r < stateBytes.size(); ++r) {
-        auto [h0, h1] = k.getShard()
-                            ? k.getShard()->rangeOf((int64_t)r)
-                            : std::pair<int64_t, int64_t>{0, k.getHeads()};
+        auto [h0, h1] = shard ? shard->rangeOf((int64_t)r)
+                              : std::pair<int64_t, int64_t>{0, heads};
         stateBytes[r] += uint64_t(h1 - h0) * perHead;
       }
+    };
+    module.walk([&](KdaOp k) {
+      countState(k.getHeads(), k.getHeadDim(), k.getConvKernel(), k.getShard());
+    });
+    module.walk([&](KdaDecodeOp k) {
+      countState(k.getHeads(), k.getHeadDim(), k.getConvKernel(), k.getShard());
     });
 
     uint64_t arenaBytes = 0;

@@ -499,11 +499,12 @@ LogicalResult HcPreOp::verify() {
   if (getSinkhornIters() < 1)
     return emitOpError() << "sinkhorn_iters must be positive";
   const int64_t S = getStreams();
+  // The layout mhc_mix writes and mhc_post reads (codegen/templates).
   if (!ShapedType::isDynamic(lastDim(getMix())) &&
-      lastDim(getMix()) != S + S * S)
-    return emitOpError() << "mix holds post (" << S << ") and comb (" << S * S
-                         << "): " << S + S * S << " columns, got "
-                         << lastDim(getMix());
+      lastDim(getMix()) != (2 + S) * S)
+    return emitOpError() << "mix holds pre (" << S << "), post (" << S
+                         << ") and comb (" << S * S << "): " << (2 + S) * S
+                         << " columns, got " << lastDim(getMix());
   return verifyStreams(*this, getInput(), getResult(), S);
 }
 
@@ -512,8 +513,9 @@ LogicalResult HcPostOp::verify() {
   if (getInput().getType() != getResult().getType())
     return emitOpError() << "result type must equal the streams' type";
   if (!ShapedType::isDynamic(lastDim(getMix())) &&
-      lastDim(getMix()) != S + S * S)
-    return emitOpError() << "mix must have " << S + S * S << " columns";
+      lastDim(getMix()) != (2 + S) * S)
+    return emitOpError() << "mix must have " << (2 + S) * S
+                         << " columns ([pre | post | comb])";
   return verifyStreams(*this, getInput(), getUpdate(), S);
 }
 
@@ -584,7 +586,7 @@ LogicalResult FusedExpertGemvOp::verify() {
   if (shard.getLayer() != getLayer())
     return emitOpError() << "shard layer " << shard.getLayer()
                          << " differs from op layer " << getLayer();
-  return success();
+  return verifySwigluLimit(*this, getSwigluLimit());
 }
 
 LogicalResult DenseGemvOp::verify() {
@@ -632,11 +634,42 @@ LogicalResult AttentionDecodeOp::verify() {
 }
 
 LogicalResult IndexerTopkOp::verify() {
-  if (getWeights().size() != 5)
-    return emitOpError() << "needs 5 weights, got " << getWeights().size();
+  // The k-pool (GLM-5.3-Flash) adds its compress gate and position bias.
+  const size_t want = getKpool() > 1 ? 7 : 5;
+  if (getKpool() < 1)
+    return emitOpError() << "kpool must be positive, got " << getKpool();
+  if (getWeights().size() != want)
+    return emitOpError() << "needs " << want << " weights, got "
+                         << getWeights().size();
+  if (getKpool() > 1 && getTopk() % getKpool())
+    return emitOpError() << "topk " << getTopk()
+                         << " is not a multiple of kpool " << getKpool();
   if (getTopk() < 1 || getRope() % 2 || getRope() > getHeadDim())
     return emitOpError() << "needs topk >= 1 and an even rope <= head_dim";
   return success();
+}
+
+LogicalResult KdaDecodeOp::verify() {
+  const int64_t H = getHeads(), hd = getHeadDim();
+  if (H < 1 || hd < 1 || getConvKernel() < 1)
+    return emitOpError() << "heads, head_dim and conv_kernel must be "
+                         << "positive";
+  if (getWeights().size() != 6)
+    return emitOpError() << "needs 6 weights (q_conv, k_conv, v_conv, "
+                            "dt_bias, A_log, o_norm), got "
+                         << getWeights().size();
+  if (auto lb = getLowerBound(); lb && !(lb->convertToDouble() < 0))
+    return emitOpError() << "lower_bound must be negative (a log decay), got "
+                         << lb->convertToDouble();
+  for (Value v : {getQ(), getK(), getV(), getF(), getGate(), getResult()})
+    if (known(lastDim(v)) && lastDim(v) != H * hd)
+      return emitOpError() << "q, k, v, f, gate and the result have heads · "
+                              "head_dim = "
+                           << H * hd << " columns, got " << lastDim(v);
+  if (known(lastDim(getB())) && lastDim(getB()) != H)
+    return emitOpError() << "b has one column per head (" << H << "), got "
+                         << lastDim(getB());
+  return verifyShard(*this, getShard(), {ShardKind::Heads}, H);
 }
 
 LogicalResult AddRmsNormOp::verify() {

@@ -125,6 +125,22 @@ makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
                const ModelConfig &cfg, int64_t maxContext) {
   // A damaged plan is refused before any memory is sized or allocated.
   exec::checkLaunchBounds(*plan);
+  // GLM-5.3-Flash plans have decode graphs only (a KDA layer's prompt is
+  // sequential in its state): the generator feeds prompts token by token.
+  if (o.prefill == "chunked" && !plan->ranks.empty()) {
+    bool prefillGraphs = false, recurrent = false;
+    for (const plan::GraphDef &g : plan->ranks[0].graphs)
+      prefillGraphs |= g.kind == plan::GraphKind::Prefill;
+    for (const plan::BufferDef &b : plan->ranks[0].buffers)
+      recurrent |= b.kind == plan::BufferKind::KvCache &&
+                   b.name.rfind("kda_state.", 0) == 0;
+    if (recurrent && !prefillGraphs)
+      std::fprintf(stderr,
+                   "glm-engine: note: %s has no prefill graphs (KDA layers, "
+                   "GLM-5.3-Flash): the prompt runs token by token, as "
+                   "--prefill tokens\n",
+                   o.plan.c_str());
+  }
   std::vector<uint32_t> ranks;
   std::vector<std::unique_ptr<exec::Backend>> backends;
   std::unique_ptr<exec::Collectives> coll;

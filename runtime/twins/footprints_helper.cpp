@@ -473,6 +473,16 @@ void mhcPostFp(const Launch &l, Footprint &f) {
   r.opt(5, B * G, 8);
 }
 
+// mhc_head(X, out, d); grid (ceil(d/T), B).
+void mhcHeadFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), S = r.targ("streams"), d = r.at(2);
+  const Wide m = std::min(d, r.coveredX());
+  r.require(S >= 1 && S <= 8, 0, "streams=", int64_t(S), " is not 1..8");
+  r.need(0, m ? span(B, S * d, (S - 1) * d + m) : 0, 4);
+  r.need(1, span(B, d, m), 4);
+}
+
 // kda_decode(q, k, v, f, gate, ins, bRaw, bs, convQ, convK, convV, aLog,
 // dtBias, oNorm, wdt, convState, state, seq, pos, out, h0, dk, dv, K, lower,
 // eps); grid (n, B): heads h0 .. h0+n of the weights, slots seq[b] (data).
@@ -555,8 +565,8 @@ const FootprintEntry kHelperFootprints[] = {
     {"gemv_any", "pipipipiii", gemvAnyFp},
     {"reduce_units", "piip", reduceUnitsFp},
     {"route", "ppiiidpp", routeFp},
-    {"swiglu", "ppipip", swigluFp},
-    {"hf_expert_act", "ppippliipiip", hfExpertActFp},
+    {"swiglu", "ppipipd", swigluFp},
+    {"hf_expert_act", "ppippliipiipd", hfExpertActFp},
     {"hf_expert_down", "pipppliiipii", hfExpertDownFp},
     {"exl3_expert_in", "ppppiii", exl3ExpertInFp},
     {"moe_exl3_in", "ppppiiiii", moeExl3InFp},
@@ -568,6 +578,7 @@ const FootprintEntry kHelperFootprints[] = {
     {"fixed_to_f32", "pppii", fixedToF32Fp},
     {"mhc_mix", "ppppipippiddi", mhcMixFp},
     {"mhc_post", "pippppi", mhcPostFp},
+    {"mhc_head", "ppi", mhcHeadFp},
     {"kda_decode", "pppppipippppppipppppiiiiff", kdaDecodeFp},
     {"kpool_store", "ppppipippppiii", kpoolStoreFp},
     {nullptr, nullptr, nullptr},

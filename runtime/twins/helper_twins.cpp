@@ -45,6 +45,7 @@ const TwinEntry kHelperTwins[] = {
     {"fixed_to_f32", fixedToF32Twin},
     {"mhc_mix", mhcMixTwin},
     {"mhc_post", mhcPostTwin},
+    {"mhc_head", mhcHeadTwin},
     {"kda_decode", kdaDecodeTwin},
     {"kpool_store", kpoolStoreTwin},
     {nullptr, nullptr},

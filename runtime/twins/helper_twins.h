@@ -15,7 +15,8 @@
 // tests/gpu/flash_decode_gpu_test.cpp), max|cuda - twin| / max|twin|:
 //   exact  mhc_mix, mhc_post, kpool_store, kda_decode with a gate lower
 //          bound, the pooled indexer_scores_ctx and dsa_select (their exp
-//          is flash_math.cuh's, built from IEEE-exact operations)
+//          is flash_math.cuh's, built from IEEE-exact operations); mhc_head
+//          (fp64 adds and one division) is not run on a GPU yet
 //   1e-6   kda_decode's softplus form (no lower bound: fp64 log1p/exp)
 // and the twins to the fp64 reference (runtime/cpu/flash_ops.h, tests/unit/
 // runtime/flash_twins_test.cpp): <= 1e-5 relative (fp32 kernels).
@@ -94,6 +95,7 @@ void fixedToF32Twin(const Launch &l);
 // GLM-5.3-Flash decode families (twin_flash.cpp).
 void mhcMixTwin(const Launch &l);
 void mhcPostTwin(const Launch &l);
+void mhcHeadTwin(const Launch &l);
 void kdaDecodeTwin(const Launch &l);
 void kpoolStoreTwin(const Launch &l);
 

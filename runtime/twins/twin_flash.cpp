@@ -1,6 +1,7 @@
 //===- twin_flash.cpp - twins of the GLM-5.3-Flash decode families --------===//
 //
-// mhc_mix, mhc_post, kda_decode and kpool_store (codegen/templates/*.cuh):
+// mhc_mix, mhc_post, mhc_head, kda_decode and kpool_store
+// (codegen/templates/*.cuh):
 // each kernel's fp32 operations in its order, its fp64 block sums in the
 // kernel's butterfly order, and the scalar math of flash_math.cuh itself
 // (included here: exp, sigmoid, SiLU, the mHC map and the forget gate built
@@ -141,6 +142,21 @@ void mhcPostTwin(const Launch &l) {
         ssParts[(int64_t)b * G + x] = hx::blockSumFixedD(part);
     }
   }
+}
+
+// mhc_head(X, out, d); grid (ceil(d/T), B), template streams S.
+void mhcHeadTwin(const Launch &l) {
+  const float *X = l.ptr<const float>(0);
+  float *out = l.ptr<float>(1);
+  const int d = l.i32(2), S = l.targInt("streams");
+  const int64_t m = std::min<int64_t>(d, (int64_t)l.grid[0] * l.block[0]);
+  for (uint32_t b = 0; b < l.grid[1]; ++b)
+    for (int64_t c = 0; c < m; ++c) {
+      double acc = 0;
+      for (int j = 0; j < S; ++j)
+        acc += (double)X[((int64_t)b * S + j) * d + c];
+      out[(int64_t)b * d + c] = (float)(acc / (double)S);
+    }
 }
 
 // kda_decode(q, k, v, f, gate, ins, bRaw, bs, convQ, convK, convV, aLog,

@@ -133,26 +133,32 @@ void routeTwin(const Launch &l) {
   }
 }
 
-// swiglu(g, u, gs, act, n, own); grid (ceil(n/T), B).
+// swiglu(g, u, gs, act, n, own, limit); grid (ceil(n/T), B).
 void swigluTwin(const Launch &l) {
   const float *g = l.ptr<const float>(0), *u = l.ptr<const float>(1);
   const int gs = l.i32(2);
   float *act = l.ptr<float>(3);
   const int n = l.i32(4);
   const uint8_t *own = l.ptr<const uint8_t>(5);
+  const double limit = l.args.at(6).f;
   const int64_t m = std::min<int64_t>(n, coveredX(l));
   for (uint32_t b = 0; b < l.grid[1]; ++b)
     for (int64_t j = 0; j < m; ++j) {
       float v = 0.0f;
       if (!own || own[j >> 7]) {
-        const double gg = g[(int64_t)b * gs + j], uu = u[(int64_t)b * gs + j];
+        double gg = g[(int64_t)b * gs + j], uu = u[(int64_t)b * gs + j];
+        if (limit > 0) {
+          gg = std::min(gg, limit);
+          uu = std::clamp(uu, -limit, limit);
+        }
         v = (float)(gg / (1.0 + std::exp(-gg)) * uu);
       }
       act[(int64_t)b * n + j] = v;
     }
 }
 
-// hf_expert_act(gate, up, dt, x, ids, stride, I, d, own, halves, ownE, act);
+// hf_expert_act(gate, up, dt, x, ids, stride, I, d, own, halves, ownE, act,
+// limit);
 // grid (ceil(I/T), U, B).
 void hfExpertActTwin(const Launch &l) {
   const void *gate = l.ptr<const void>(0), *up = l.ptr<const void>(1);
@@ -164,6 +170,7 @@ void hfExpertActTwin(const Launch &l) {
   const uint8_t *own = l.ptr<const uint8_t>(8);
   const int halves = l.i32(9), ownE = l.i32(10);
   double *act = l.ptr<double>(11);
+  const double limit = l.args.at(12).f;
   const int U = (int)l.grid[1];
   const int64_t m = std::min<int64_t>(I, coveredX(l));
   for (uint32_t b = 0; b < l.grid[2]; ++b)
@@ -180,6 +187,10 @@ void hfExpertActTwin(const Launch &l) {
               g += (double)hx::ldAny(gate, base + i, dt) * (double)xb[i];
             for (int i = 0; i < d; ++i)
               v += (double)hx::ldAny(up, base + i, dt) * (double)xb[i];
+            if (limit > 0) {
+              g = std::min(g, limit);
+              v = std::clamp(v, -limit, limit);
+            }
             r = g / (1.0 + std::exp(-g)) * v;
           }
           act[((int64_t)b * U + u) * I + j] = r;

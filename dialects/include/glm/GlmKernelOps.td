@@ -38,7 +38,7 @@ def Glm_FusedExpertGemvOp : Glm_Op<"fused_expert_gemv", [Pure]> {
       I64Attr:$inter, I64Attr:$halves, DenseI32ArrayAttr:$widths,
       OptionalAttr<Glm_CodebookAttr>:$codebook, BoolAttr:$e4m3,
       OptionalAttr<TypeAttrOf<Glm_DenseType>>:$dense_format,
-      Glm_ShardAttr:$shard);
+      Glm_ShardAttr:$shard, OptionalAttr<F64Attr>:$swiglu_limit);
   let results = (outs 2DTensorOf<[F32]>:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -98,6 +98,9 @@ def Glm_IndexerTopkOp : Glm_Op<"indexer_topk", [Pure]> {
   let summary = "DSA indexer scores and top-k selection of a full layer";
   let description = [{
     Reuses the MLA's normalised `%qa`; caches the layer's index keys.
+    `kpool` > 1 (GLM-5.3-Flash): keys pooled over `kpool` tokens, as
+    `glm.dsa_indexer`; the compress gate and position bias follow the five
+    weights.
 
     ```mlir
     %s = glm.indexer_topk %qa, %h {layer = 0 : i64, heads = 32 : i64,
@@ -108,8 +111,41 @@ def Glm_IndexerTopkOp : Glm_Op<"indexer_topk", [Pure]> {
   }];
   let arguments = (ins 2DTensorOf<[F32]>:$qa, 2DTensorOf<[F32]>:$input,
       I64Attr:$layer, I64Attr:$heads, I64Attr:$head_dim, I64Attr:$rope,
-      I64Attr:$topk, SymbolRefArrayAttr:$weights);
+      I64Attr:$topk, SymbolRefArrayAttr:$weights,
+      DefaultValuedAttr<I64Attr, "1">:$kpool);
   let results = (outs 2DTensorOf<[I32]>:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Glm_KdaDecodeOp : Glm_Op<"kda_decode", [Pure]> {
+  let summary = "one KDA token per row after its projections (GLM-5.3-Flash)";
+  let description = [{
+    The recurrent part of `glm.kda`: from the raw projections `%q`, `%k`,
+    `%v` (`heads`·`head_dim` columns), the forget-gate input `%f` (f_b f_a
+    h), the output-gate input `%gate` (g_b g_a h) and `%b` (b h, `heads`
+    columns): the causal conv + SiLU, the delta rule on the per-sequence
+    fp32 state and the gated RMS norm, for the heads the `shard` gives this
+    rank (their columns of the inputs; the other heads' output columns are
+    zero, as `glm.attention_decode`'s, for o_proj's input-split GEMV).
+    `weights`: q_conv, k_conv, v_conv, dt_bias, A_log, o_norm.
+
+    ```mlir
+    %o = glm.kda_decode %q, %k, %v, %f, %g, %b {layer = 0 : i64, heads = 4 : i64,
+           head_dim = 16 : i64, conv_kernel = 4 : i64, lower_bound = -5.0 : f64,
+           eps = 1.0e-05 : f64, weights = [@q_conv, @k_conv, @v_conv, @dt_bias,
+           @A_log, @o_norm], shard = #glm.shard<heads, ranks = 2, units = 4, layer = 0>}
+        : (tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>,
+           tensor<?x64xf32>, tensor<?x4xf32>) -> tensor<?x64xf32>
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$q, 2DTensorOf<[F32]>:$k,
+      2DTensorOf<[F32]>:$v, 2DTensorOf<[F32]>:$f, 2DTensorOf<[F32]>:$gate,
+      2DTensorOf<[F32]>:$b, I64Attr:$layer, I64Attr:$heads,
+      I64Attr:$head_dim, I64Attr:$conv_kernel,
+      OptionalAttr<F64Attr>:$lower_bound, F64Attr:$eps,
+      SymbolRefArrayAttr:$weights, Glm_ShardAttr:$shard);
+  let results = (outs 2DTensorOf<[F32]>:$result);
   let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }

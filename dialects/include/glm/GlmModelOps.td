@@ -351,14 +351,15 @@ def Glm_HcPreOp : Glm_Op<"hc_pre", [Pure]> {
     base_{S+j})`, `comb` = the row softmax of the next S×S (× scale_2 + base)
     + hc_eps, Sinkhorn-normalised (columns, then `sinkhorn_iters − 1` rounds
     of rows and columns, each normaliser + hc_eps). Results: the sublayer
-    input `u = Σ_j pre_j X_j` and the mix `[post (S) | comb (S·S)]` that
-    `glm.hc_post` applies. `site` is "attn" or "ffn".
+    input `u = Σ_j pre_j X_j` and the mix `[pre (S) | post (S) | comb (S·S)]`
+    ((2+S)·S columns, mhc_mix's layout) whose post and comb `glm.hc_post`
+    applies. `site` is "attn" or "ffn".
 
     ```mlir
     %u, %mix = glm.hc_pre %X {layer = 0 : i64, site = "attn", streams = 4 : i64,
                  sinkhorn_iters = 20 : i64, hc_eps = 1.0e-06 : f64, eps = 1.0e-05 : f64,
                  fn = @fn, base = @base, scale = @scale}
-        : (tensor<?x16384xf32>) -> (tensor<?x4096xf32>, tensor<?x20xf32>)
+        : (tensor<?x16384xf32>) -> (tensor<?x4096xf32>, tensor<?x24xf32>)
     ```
   }];
   let arguments = (ins 2DTensorOf<[F32]>:$input, I64Attr:$layer, StrAttr:$site,
@@ -377,7 +378,7 @@ def Glm_HcPostOp : Glm_Op<"hc_post", [Pure]> {
 
     ```mlir
     %X1 = glm.hc_post %X, %y, %mix {layer = 0 : i64, streams = 4 : i64}
-        : (tensor<?x16384xf32>, tensor<?x4096xf32>, tensor<?x20xf32>) -> tensor<?x16384xf32>
+        : (tensor<?x16384xf32>, tensor<?x4096xf32>, tensor<?x24xf32>) -> tensor<?x16384xf32>
     ```
   }];
   let arguments = (ins 2DTensorOf<[F32]>:$input, 2DTensorOf<[F32]>:$update,

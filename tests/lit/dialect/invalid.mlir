@@ -219,7 +219,7 @@ func.func @kda_bound(%h: tensor<?x64xf32>) -> tensor<?x64xf32> {
 // -----
 
 func.func @hc_pre_mix(%X: tensor<?x256xf32>) -> tensor<?x64xf32> {
-  // expected-error @+1 {{mix holds post (4) and comb (16): 20 columns, got 16}}
+  // expected-error @+1 {{mix holds pre (4), post (4) and comb (16): 24 columns, got 16}}
   %u, %m = glm.hc_pre %X {layer = 0 : i64, site = "attn", streams = 4 : i64, sinkhorn_iters = 20 : i64, hc_eps = 1.0e-06 : f64, eps = 1.0e-05 : f64, fn = @f, base = @b, scale = @s} : (tensor<?x256xf32>) -> (tensor<?x64xf32>, tensor<?x16xf32>)
   return %u : tensor<?x64xf32>
 }
@@ -228,15 +228,15 @@ func.func @hc_pre_mix(%X: tensor<?x256xf32>) -> tensor<?x64xf32> {
 
 func.func @hc_pre_site(%X: tensor<?x256xf32>) -> tensor<?x64xf32> {
   // expected-error @+1 {{site must be "attn" or "ffn"}}
-  %u, %m = glm.hc_pre %X {layer = 0 : i64, site = "mlp", streams = 4 : i64, sinkhorn_iters = 20 : i64, hc_eps = 1.0e-06 : f64, eps = 1.0e-05 : f64, fn = @f, base = @b, scale = @s} : (tensor<?x256xf32>) -> (tensor<?x64xf32>, tensor<?x20xf32>)
+  %u, %m = glm.hc_pre %X {layer = 0 : i64, site = "mlp", streams = 4 : i64, sinkhorn_iters = 20 : i64, hc_eps = 1.0e-06 : f64, eps = 1.0e-05 : f64, fn = @f, base = @b, scale = @s} : (tensor<?x256xf32>) -> (tensor<?x64xf32>, tensor<?x24xf32>)
   return %u : tensor<?x64xf32>
 }
 
 // -----
 
-func.func @hc_post_width(%X: tensor<?x256xf32>, %y: tensor<?x32xf32>, %m: tensor<?x20xf32>) -> tensor<?x256xf32> {
+func.func @hc_post_width(%X: tensor<?x256xf32>, %y: tensor<?x32xf32>, %m: tensor<?x24xf32>) -> tensor<?x256xf32> {
   // expected-error @+1 {{4 streams of width 32 need 128 columns, got 256}}
-  %r = glm.hc_post %X, %y, %m {layer = 0 : i64, streams = 4 : i64} : (tensor<?x256xf32>, tensor<?x32xf32>, tensor<?x20xf32>) -> tensor<?x256xf32>
+  %r = glm.hc_post %X, %y, %m {layer = 0 : i64, streams = 4 : i64} : (tensor<?x256xf32>, tensor<?x32xf32>, tensor<?x24xf32>) -> tensor<?x256xf32>
   return %r : tensor<?x256xf32>
 }
 
@@ -262,4 +262,12 @@ func.func @swiglu_limit(%x: tensor<?x256xf32>) -> tensor<?x256xf32> {
   // expected-error @+1 {{swiglu_limit must be positive}}
   %a = glm.mlp %x {layer = 0 : i64, inter = 512 : i64, gate = @g, up = @u, down = @d, swiglu_limit = -1.0 : f64} : (tensor<?x256xf32>) -> tensor<?x256xf32>
   return %a : tensor<?x256xf32>
+}
+
+// -----
+
+func.func @kda_decode_b(%q: tensor<?x64xf32>, %b: tensor<?x64xf32>) -> tensor<?x64xf32> {
+  // expected-error @+1 {{b has one column per head (4), got 64}}
+  %o = glm.kda_decode %q, %q, %q, %q, %q, %b {layer = 0 : i64, heads = 4 : i64, head_dim = 16 : i64, conv_kernel = 4 : i64, eps = 1.0e-05 : f64, weights = [@a, @b, @c, @d, @e, @f], shard = #glm.shard<heads, ranks = 1, units = 4, layer = 0>} : (tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>, tensor<?x64xf32>) -> tensor<?x64xf32>
+  return %o : tensor<?x64xf32>
 }

@@ -151,6 +151,7 @@ std::vector<KernelSpec> helperSpecs() {
   // k-pool store, the pooled indexer scores and selection.
   add("mhc_mix", {{"streams", "4"}, {"threads", "256"}});
   add("mhc_post", {{"streams", "4"}, {"threads", "256"}});
+  add("mhc_head", {{"streams", "4"}, {"threads", "256"}});
   add("kda_decode", {{"rows", "64"}, {"threads", "256"}});
   add("kda_decode", {{"rows", "32"}, {"threads", "512"}});
   add("kpool_store", {{"threads", "128"}});

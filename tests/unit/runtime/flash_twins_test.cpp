@@ -174,6 +174,21 @@ TEST(FlashTwins, MhcPostWithoutStreamsBroadcastsTheEmbedding) {
   EXPECT_NEAR(parts[0] + parts[1], ss, 1e-6 * ss);
 }
 
+TEST(FlashTwins, MhcHeadIsTheStreamsMean) {
+  const int S = 4, d = 300, B = 2;
+  std::mt19937 rng(5);
+  std::vector<float> X = randn(rng, (size_t)B * S * d), out((size_t)B * d);
+  run("mhc_head", {{"streams", "4"}, {"threads", "256"}}, 2, B, 256,
+      {P(X.data()), P(out.data()), I(d)});
+  for (int b = 0; b < B; ++b)
+    for (int c = 0; c < d; ++c) {
+      double acc = 0; // the reference's order (CpuForward::runTokens)
+      for (int j = 0; j < S; ++j)
+        acc += X[((size_t)b * S + j) * d + c];
+      EXPECT_EQ(out[(size_t)b * d + c], (float)(acc / S)) << b << " " << c;
+    }
+}
+
 // ---------------------------------------------------------------- KDA
 
 struct KdaCase {

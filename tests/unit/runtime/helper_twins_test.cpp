@@ -110,7 +110,7 @@ TEST(HelperTwins, EveryHelperFamilyHasATwin) {
     ++helpers;
     EXPECT_NE(glm::rt::twins::findTwin(f.family), nullptr) << f.family;
   }
-  EXPECT_EQ(helpers, 32);
+  EXPECT_EQ(helpers, 33);
 }
 
 TEST(HelperTwins, EmbedDecodesEveryStoredValue) {
@@ -661,22 +661,31 @@ TEST(HelperTwins, SwigluIsSiluTimesUpOnOwnedChunks) {
   std::vector<float> g = randn(rng, (size_t)B * gs),
                      u = randn(rng, (size_t)B * gs);
   std::vector<uint8_t> own = {1, 0, 1};
-  std::vector<float> act((size_t)B * n, -1.0f);
-  Call("swiglu", blocks(n), B, 1, 256)
-      .p(g.data())
-      .p(u.data())
-      .i(gs)
-      .p(act.data())
-      .i(n)
-      .p(own.data())
-      .run();
-  for (int b = 0; b < B; ++b)
-    for (int j = 0; j < n; ++j) {
-      const float want = own[j / 128]
-                             ? (float)(cpu::silu(g[b * gs + j]) * u[b * gs + j])
-                             : 0.0f;
-      ASSERT_TRUE(sameBits(act[b * n + j], want)) << b << " " << j;
-    }
+  // limit 0: no clamp; 0.5 (GLM-5.3-Flash's swiglu_limit): gate <= 0.5, up
+  // in [-0.5, 0.5] before the product, as the reference's swigluPart.
+  for (double limit : {0.0, 0.5}) {
+    std::vector<float> act((size_t)B * n, -1.0f);
+    Call("swiglu", blocks(n), B, 1, 256)
+        .p(g.data())
+        .p(u.data())
+        .i(gs)
+        .p(act.data())
+        .i(n)
+        .p(own.data())
+        .f(limit)
+        .run();
+    for (int b = 0; b < B; ++b)
+      for (int j = 0; j < n; ++j) {
+        double gg = g[b * gs + j], uu = u[b * gs + j];
+        if (limit > 0) {
+          gg = std::min(gg, limit);
+          uu = std::clamp(uu, -limit, limit);
+        }
+        const float want = own[j / 128] ? (float)(cpu::silu(gg) * uu) : 0.0f;
+        ASSERT_TRUE(sameBits(act[b * n + j], want))
+            << b << " " << j << " limit " << limit;
+      }
+  }
 }
 
 TEST(HelperTwins, GemvAnyMatchesCpuGemvInEveryStoredForm) {
@@ -742,6 +751,7 @@ TEST(HelperTwins, HfExpertsMatchFp64Experts) {
       .i(2)
       .i(0)
       .p(act.data())
+      .f(0.0) // no clamp
       .run();
   Call("hf_expert_down", blocks(d), K * chunks, B, 256)
       .p(down.bytes.data())
