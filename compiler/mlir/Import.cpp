@@ -239,8 +239,10 @@ LogicalResult Importer::importWeights(ModuleOp module) {
   // layer → [(expert, projection)] of its expert weights.
   std::map<int64_t, std::vector<const WeightInfo *>> banks;
   for (const WeightInfo &w : pack.weights()) {
-    // Flash's vision tower: not part of the text model a plan runs.
-    if (w.name.rfind("model.visual.", 0) == 0)
+    // Flash's vision tower and the MTP layers (index >= num_hidden_layers):
+    // not part of the decode step a plan runs (MTP is planned by its own
+    // issue).
+    if (w.name.rfind("model.visual.", 0) == 0 || w.layer >= cfg.numLayers)
       continue;
     bool isExpert = w.expert >= 0 || w.shared;
     if (!isExpert) {

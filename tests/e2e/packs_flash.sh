@@ -77,6 +77,17 @@ done
 glm-engine run - --pack "$t/hf" --backend reference --tokens $TOK --max-new 6 --greedy \
   > "$t/hf2.out"
 cmp "$t/hf.out" "$t/hf2.out" || fail "hf greedy tokens differ between runs"
+# The hf pack through a plan (its MTP layer and vision tower stay out of the
+# plan): the same greedy tokens as the reference.
+glmc compile "$t/hf" --sparks 2 --no-nvrtc --prefill-chunks 0 -o "$t/hf.glmplan" 2> /dev/null
+glm-engine run "$t/hf.glmplan" --pack "$t/hf" --backend cpu --tokens $TOK --max-new 6 \
+  --greedy > "$t/hf-plan.out" 2> /dev/null
+[ "$(grep '^generated tokens' "$t/hf-plan.out")" = "$(grep '^generated tokens' "$t/hf.out")" ] \
+  || { cat "$t/hf-plan.out" "$t/hf.out"; fail "hf plan tokens differ from the reference"; }
+# Trellis experts have no SwiGLU clamp yet: refused by name, not run wrong.
+if glmc compile "$t/exlr8" --manifest k4 --no-nvrtc --prefill-chunks 0 -o "$t/x.glmplan" \
+  2> "$t/clamp.err"; then fail "a clamped MoE with trellis experts was planned"; fi
+grep -q "clamps its SwiGLU" "$t/clamp.err" || { cat "$t/clamp.err"; fail "clamp refusal"; }
 python3 - "$t" <<'PY'
 import json, struct, sys, math
 t = sys.argv[1]
