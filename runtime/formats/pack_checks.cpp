@@ -203,8 +203,7 @@ void Pack::verifyCommon(VerifyReport &rep) const {
               CheckKind::Structure);
   const fs::path root(dir_), hashes = root / "hashes";
   std::error_code ec;
-  if (!fs::is_directory(hashes, ec))
-    return;
+  const bool haveSidecars = fs::is_directory(hashes, ec);
   // hashes/<path>.sha256 holds the SHA-256 of <path> as 64 hex digits
   // (sha256sum's "HEX  NAME" line is accepted).
   struct Sidecar {
@@ -212,7 +211,8 @@ void Pack::verifyCommon(VerifyReport &rep) const {
     uint64_t size = 0, sidecarSize = 0;
   };
   std::vector<Sidecar> cars;
-  for (auto it = fs::recursive_directory_iterator(hashes, ec);
+  for (auto it = haveSidecars ? fs::recursive_directory_iterator(hashes, ec)
+                              : fs::recursive_directory_iterator();
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec)
       break;
@@ -293,6 +293,7 @@ void Pack::verifyCommon(VerifyReport &rep) const {
     else
       set.push_back({s.rel, s.size, s.got});
   }
+  std::vector<exlr8::SetIdEntry> unlisted; // files without a sidecar
   for (auto it = fs::recursive_directory_iterator(root, ec);
        it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec)
@@ -305,6 +306,10 @@ void Pack::verifyCommon(VerifyReport &rep) const {
     }
     if (!it->is_regular_file() || name[0] == '.' || rel == exlr8::setIdFile())
       continue;
+    if (!haveSidecars) {
+      unlisted.push_back({rel, (uint64_t)fs::file_size(it->path(), ec), ""});
+      continue;
+    }
     if (!withSidecar.count(rel)) {
       complete = false;
       rep.issues.push_back({rel, "set_id", 0,
@@ -326,14 +331,31 @@ void Pack::verifyCommon(VerifyReport &rep) const {
             CheckKind::Sha256);
   if (!complete)
     return; // the files above are already reported
+  if (!haveSidecars) {
+    // Without sidecars the files' own SHA-256 stand in for theirs; a match
+    // vouches for every byte as the sidecars would.
+    parallelFor((int64_t)unlisted.size(), 1, 0, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i)
+        unlisted[(size_t)i].sha256 =
+            sha256FileHex((root / unlisted[(size_t)i].rel).string());
+    });
+    set = unlisted;
+  }
   const std::string got = exlr8::setIdOf(set);
+  if (got == want && !haveSidecars)
+    for (const exlr8::SetIdEntry &f : set)
+      rep.cover(f.rel, 0, f.size, CheckKind::Sha256);
   if (got != want)
     rep.issues.push_back(
         {exlr8::setIdFile(), "set_id", 0,
          "set_id " + want + " but the pack's files give " + got +
-             ": the weight set differs from the one released (a file was "
-             "added, removed or replaced together with its sidecar); "
-             "re-download the pack"});
+             (haveSidecars
+                  ? ": the weight set differs from the one released (a file "
+                    "was added, removed or replaced together with its "
+                    "sidecar); re-download the pack"
+                  : ": a file differs from the release (damaged, added or "
+                    "removed; without hashes/ the damaged file is not "
+                    "named); re-download the pack")});
 }
 
 CoverageSummary summarizeCoverage(const std::string &dir,
