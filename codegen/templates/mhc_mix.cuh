@@ -23,9 +23,10 @@
 //   coef    [B, (2+S)·S] fp32  out (block 0 of the row): [pre | post |
 //           comb], comb[j·S + i] the weight of stream j in new stream i
 //   d, rmsEps (the RMS norm's eps), hcEps, iters (hc_sinkhorn_iters)
-// inv = 1/sqrt(ss/(S·d) + rmsEps) in fp64; the map itself in fp32 by
-// fm::mhcCoefficients (flash_math.cuh), computed by thread 0 of every
-// block (the same bits in each). No output aliases an input.
+// inv = 1/sqrt(ss/(S·d) + rmsEps) in fp64; the map itself in fp32 as
+// fm::mhcCoefficients (flash_math.cuh) computes it, spread over warp 0 of
+// every block (hx::mhcCoefficientsWarp: the same bits). No output aliases
+// an input.
 #pragma once
 
 #include "flash_math.cuh"
@@ -39,6 +40,73 @@
   X, mRaw, base, scale, wdt, ssParts, nParts, u, coef, d, rmsEps, hcEps, iters
 
 namespace glm {
+namespace hx {
+
+/// fm::mhcCoefficients (flash_math.cuh) on the 32 lanes of one warp, lane
+/// l < S·S owning comb entry l (row l / S, column l % S): every value is
+/// the same expression, and every sum is still one lane's loop in index
+/// order from 0, so the bits equal the serial map the twin runs (a lane
+/// recomputes its row's exps and its row/column sums redundantly). The
+/// serial map took ~14 us per site on one thread (docs/perf.md, Session 12).
+template <int S>
+__device__ __forceinline__ void mhcCoefficientsWarp(const float *mRaw,
+                                                    double inv,
+                                                    const float *base,
+                                                    const float *scale,
+                                                    float hcEps, int iters,
+                                                    float *coef) {
+  static_assert(S * S <= 32, "one lane per comb entry");
+  constexpr int M = (2 + S) * S, SS = S * S;
+  __shared__ float a[M], c[SS];
+  const int l = threadIdx.x & 31, i = l / S, j = l % S;
+  for (int k = l; k < M; k += 32)
+    a[k] = float((double)mRaw[k] * inv) * scale[k < S ? 0 : k < 2 * S ? 1 : 2] +
+           base[k];
+  __syncwarp();
+  if (l < S)
+    coef[l] = fm::sigmoidF(a[l]) + hcEps;
+  else if (l < 2 * S)
+    coef[l] = 2.0f * fm::sigmoidF(a[l]);
+  if (l < SS) { // the row softmax, + hcEps
+    const float *row = a + 2 * S + i * S;
+    float most = row[0];
+    for (int k = 1; k < S; ++k)
+      most = row[k] > most ? row[k] : most;
+    float sum = 0.0f, mine = 0.0f;
+    for (int k = 0; k < S; ++k) {
+      const float e = fm::expF(row[k] - most);
+      sum = sum + e;
+      if (k == j)
+        mine = e;
+    }
+    c[l] = mine / sum + hcEps;
+  }
+  __syncwarp();
+  for (int it = 0; it < iters; ++it) {
+    float sum = 0.0f;
+    if (it > 0) { // rows: every lane reads its row before any lane writes
+      if (l < SS)
+        for (int k = 0; k < S; ++k)
+          sum = sum + c[i * S + k];
+      __syncwarp();
+      if (l < SS)
+        c[l] = c[l] * (1.0f / (sum + hcEps));
+      __syncwarp();
+      sum = 0.0f;
+    }
+    if (l < SS) // columns
+      for (int k = 0; k < S; ++k)
+        sum = sum + c[k * S + j];
+    __syncwarp();
+    if (l < SS)
+      c[l] = c[l] * (1.0f / (sum + hcEps));
+    __syncwarp();
+  }
+  if (l < SS)
+    coef[2 * S + l] = c[l];
+}
+
+} // namespace hx
 
 template <int S, int THREADS>
 __device__ __forceinline__ void mhcMix(GLM_MHC_MIX_PARAMS) {
@@ -68,22 +136,21 @@ __device__ __forceinline__ void mhcMix(GLM_MHC_MIX_PARAMS) {
       ssAll = ss;
   }
   __syncthreads();
-  if (t == 0) {
-    float mr[M], bs[M], sc[3];
-    for (int i = 0; i < M; ++i) {
+  if (t < 32) { // warp 0: the map, one lane per coefficient
+    __shared__ float mr[M], bs[M], sc[3];
+    for (int i = t; i < M; i += 32) {
       mr[i] = mRaw[(long long)b * M + i];
       bs[i] = hx::ldAny(base, i, wdt);
     }
-    for (int i = 0; i < 3; ++i)
-      sc[i] = hx::ldAny(scale, i, wdt);
+    if (t < 3)
+      sc[t] = hx::ldAny(scale, t, wdt);
+    __syncwarp();
     const double inv = 1.0 / fm::sqrtD(ssAll / (double)n + rmsEps);
-    float out[M];
-    fm::mhcCoefficients<S>(mr, inv, bs, sc, (float)hcEps, iters, out);
-    for (int i = 0; i < M; ++i) {
-      co[i] = out[i];
-      if (blockIdx.x == 0)
-        coef[(long long)b * M + i] = out[i];
-    }
+    hx::mhcCoefficientsWarp<S>(mr, inv, bs, sc, (float)hcEps, iters, co);
+    __syncwarp();
+    if (blockIdx.x == 0)
+      for (int i = t; i < M; i += 32)
+        coef[(long long)b * M + i] = co[i];
   }
   __syncthreads();
   const int cw = (d + gridDim.x - 1) / gridDim.x;
