@@ -4,7 +4,8 @@
 // batch rows and this rank owns half h (non-null tile pointer), it computes
 //   g = H(xh_e * su_block) . Tg -> H, * svh     (128 intermediate channels)
 //   u = H(xh_e * su_block) . Tu -> H, * svh
-//   a = H(SiLU(g) * u * down.suh)
+//   a = H(SiLU(g) * u * down.suh)    (g, u clamped first when swiglu_limit
+//                                     > 0: GLM-5.3-Flash)
 //   z = a . Td                                   (hidden outputs)
 // and writes the routing-weighted fp32 partial of (row, slot, half):
 //   exlr8 (down_svh == null): z * sv_block * w   (pre-Hadamard; the reducer
@@ -30,12 +31,13 @@
       const void *gu_su_block, const void *down_suh, const void *down_sv_block, \
       const void *down_svh, float *__restrict__ partial, int batch, int topk,  \
       int hidden, int inter, int xh_row_stride, int xh_slot_stride,            \
-      int xh_proj_stride, int gu_sI, int gu_sI8, int down_sI, int down_sJ8
+      int xh_proj_stride, int gu_sI, int gu_sI8, int down_sI, int down_sJ8,    \
+      float swiglu_limit
 #define GLM_EXPERT_GEMV_TRELLIS_ARGS                                           \
   xh, expert_ids, route_w, tiles, widths, gu_svh, gu_su_block, down_suh,       \
       down_sv_block, down_svh, partial, batch, topk, hidden, inter,            \
       xh_row_stride, xh_slot_stride, xh_proj_stride, gu_sI, gu_sI8, down_sI,   \
-      down_sJ8
+      down_sJ8, swiglu_limit
 
 namespace glm {
 
@@ -303,7 +305,8 @@ expertGemvTrellis(GLM_EXPERT_GEMV_TRELLIS_PARAMS) {
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int j = 4 * lane + q;
-      const float g = z[0][b][j], u = z[1][b][j];
+      float g = z[0][b][j], u = z[1][b][j];
+      clampSwiglu(g, u, swiglu_limit);
       v[q] = g / (1.0f + expf(-g)) * u *
              optAt(dsuh, (long long)e * inter + 128 * h + j);
     }

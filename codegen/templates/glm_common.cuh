@@ -176,4 +176,13 @@ __device__ __forceinline__ float optAt(const T *p, long long i) {
   return p ? toFloat<T>(p[i]) : 1.0f;
 }
 
+/// The SwiGLU clamp of GLM-5.3-Flash (swiglu_limit; 0 = none) on the
+/// trellis experts' fp32 gate and up: gate <= limit, up in [-limit, limit].
+__device__ __forceinline__ void clampSwiglu(float &g, float &u, float limit) {
+  if (limit > 0.0f) {
+    g = fminf(g, limit);
+    u = fminf(fmaxf(u, -limit), limit);
+  }
+}
+
 } // namespace glm

@@ -96,6 +96,8 @@
 //   gu_split  k-chunks per gate/up half, divides hidden/16 (e.g. 16)
 //   down_group halves per down item, divides 16 (e.g. 4)
 //   accumulate
+//   swiglu_limit  GLM-5.3-Flash's SwiGLU clamp (gate <= l, up in [-l, l]);
+//             0 = none
 // Launch stage 0 then stage 1 on one stream (graph-capturable; nothing
 // depends on host-side routing). batch*topk <= 64.
 // Grid (x only), Umax = batch*topk + n_shared. The full grid (one item per
@@ -130,13 +132,14 @@
       float *__restrict__ out, int batch, int topk, int n_routed,              \
       int n_shared, int hidden, int inter, int xh_row_stride,                  \
       int xh_slot_stride, int xh_proj_stride, int gu_sI, int gu_sI8,           \
-      int down_sI, int down_sJ8, int gu_split, int down_group, int accumulate
+      int down_sI, int down_sJ8, int gu_split, int down_group, int accumulate,  \
+      float swiglu_limit
 #define GLM_MOE_TRELLIS_ARGS                                                   \
   xh, expert_ids, route_w, tiles, widths, gu_svh, gu_su_block, down_suh,       \
       down_sv_block, down_svh, signs_out, scratch, counters, out, batch, topk, \
       n_routed, n_shared, hidden, inter, xh_row_stride, xh_slot_stride,        \
       xh_proj_stride, gu_sI, gu_sI8, down_sI, down_sJ8, gu_split, down_group,  \
-      accumulate
+      accumulate, swiglu_limit
 
 namespace glm {
 
@@ -497,8 +500,9 @@ moeGateUp(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords], u64 *tabBar,
     float a[4];
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-      const float gg = gu[0][t];
-      a[t] = gg / (1.0f + expf(-gg)) * gu[1][t] *
+      float gg = gu[0][t], uu = gu[1][t];
+      clampSwiglu(gg, uu, swiglu_limit);
+      a[t] = gg / (1.0f + expf(-gg)) * uu *
              optAt(dsuh, (long long)e * inter + 128 * h + 4 * lane + t);
     }
     hadamard128Warp(a, lane);
@@ -1036,7 +1040,7 @@ template <int BATCH, int SVT, class ValidFn>
 __device__ __forceinline__ void
 guFinish(const int (&q)[BATCH], int e, int h, int split, int eTot, int inter,
          const float *guPart, float *act, const void *gu_svh,
-         const void *down_suh, ValidFn valid) {
+         const void *down_suh, float swiglu_limit, ValidFn valid) {
   typedef typename StorageOf<SVT>::type SV;
   const int lane = threadIdx.x & 31;
   const SV *svh = static_cast<const SV *>(gu_svh);
@@ -1069,8 +1073,9 @@ guFinish(const int (&q)[BATCH], int e, int h, int split, int eTot, int inter,
     float a[4];
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-      const float gg = gu[0][t];
-      a[t] = gg / (1.0f + expf(-gg)) * gu[1][t] *
+      float gg = gu[0][t], uu = gu[1][t];
+      clampSwiglu(gg, uu, swiglu_limit);
+      a[t] = gg / (1.0f + expf(-gg)) * uu *
              optAt(dsuh, (long long)e * inter + 128 * h + 4 * lane + t);
     }
     hadamard128Warp(a, lane);
@@ -1158,7 +1163,8 @@ moeGateUpPersistent(u32 *ring, int *ringK, MoeUnitTable<BATCH> &T,
     for (int b = 0; b < BATCH; ++b)
       q[b] = b < batch && T.k[f.u][b] >= 0 ? b * nSlot + T.k[f.u][b] : -1;
     guFinish<BATCH, SVT>(q, T.e[f.u], f.h, gu_split, eTot, inter, guPart, act,
-                         gu_svh, down_suh, [](int, int) { return true; });
+                         gu_svh, down_suh, swiglu_limit,
+                         [](int, int) { return true; });
   };
   const TileStrides st{gu_sI, gu_sI8, 0};
   const int W = gridDim.x * (THREADS / 32);

@@ -1713,6 +1713,11 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
                                 "route_w")
                         : in(op, 2, "route_w");
     const bool last = launch + 1 == seq.size();
+    // GLM-5.3-Flash's SwiGLU clamp (0 = none), applied in the fp32 tail of
+    // gate/up (clampSwiglu, glm_common.cuh).
+    const gp::ArgDef limit = f32Arg(
+        e.getSwigluLimit() ? e.getSwigluLimit()->convertToDouble() : 0.0,
+        "swiglu_limit");
     if (f == "exl3_expert_in") {
       a = {in(op, 0, "x"), named(T.suhIn, "suh"), ids, named(xh, "xh"),
            i32Arg(hidden, "d"), i32Arg(sharedGroup ? shared : E, "E"),
@@ -1777,7 +1782,7 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
            i32Arg(exl3 ? inter / 2 : 64, "gu_sI8"),
            i32Arg(exl3 ? hidden / 16 : 8, "down_sI"),
            i32Arg(exl3 ? 8 : 64, "down_sJ8"), i32Arg(t.guSplit, "gu_split"),
-           i32Arg(t.downGroup, "down_group"), i32Arg(0, "accumulate")};
+           i32Arg(t.downGroup, "down_group"), i32Arg(0, "accumulate"), limit};
       d.gridX = targ("stage") == "gu" ? dm.gridGateUp() : dm.gridDown();
       d.blockX = uint32_t(t.threads);
       d.smemBytes = ::glm::codegen::moeTrellisDynSmem(
@@ -1806,7 +1811,7 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
              i32Arg(exlr8 ? 8 : inter / 16, "gu_sI"),
              i32Arg(exlr8 ? 64 : inter / 2, "gu_sI8"),
              i32Arg(exlr8 ? 8 : hidden / 16, "down_sI"),
-             i32Arg(exlr8 ? 64 : 8, "down_sJ8")};
+             i32Arg(exlr8 ? 64 : 8, "down_sJ8"), limit};
         d.gridX = e.getHalves();
         d.gridY = sharedGroup ? shared : E;
       }

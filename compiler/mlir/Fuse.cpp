@@ -179,15 +179,6 @@ struct Fuser {
     } else {
       dense = TypeAttr::get(bank.getType());
     }
-    // The clamp lives in the HF experts' gate/up kernel (hf_expert_act);
-    // the trellis expert kernels have none.
-    if (moe.getSwigluLimit() && !dense)
-      return moe.emitOpError()
-             << "clamps its SwiGLU (swiglu_limit = "
-             << moe.getSwigluLimit()->convertToDouble()
-             << ") but its experts are trellis-quantized: expert_gemv_trellis "
-                "and moe_trellis have no clamp yet; use a pack with "
-                "unquantized (HF) experts or add the clamp to those kernels";
     int64_t topK =
         cast<RankedTensorType>(moe.getIndices().getType()).getShape().back();
     if (ShapedType::isDynamic(topK))

@@ -359,7 +359,7 @@ struct MoeWorld {
       << guSu.ptr() << dSuh.ptr() << dSvB.ptr() << null << signs.ptr()
       << scratch.ptr() << counters.ptr() << out.ptr() << batch << topk << E
       << nShared << H << 2048 << H << 0 << 0 << 8 << 64 << 8 << 64 << m.split
-      << m.group << 0;
+      << m.group << 0 << 0.0f;
     p.launch(f, st == 0 ? d.gridGateUp() : d.gridDown(), 1,
              unsigned(m.threads), c.stream, smem);
   }
@@ -589,13 +589,13 @@ void benchMoeLayer(Ctx &c) {
       p << dXh.ptr() << dIds.ptr() << dW.ptr() << tables[l].ptr()
         << dWidths.ptr() << guSvh.ptr() << guSu.ptr() << dSuh.ptr()
         << dSvB.ptr() << null << dPartial.ptr() << 1 << topk << H << I << H
-        << 0 << 0 << 8 << 64 << 8 << 64;
+        << 0 << 0 << 8 << 64 << 8 << 64 << 0.0f;
       p.launch(fExp, halves, E, 256, c.stream);
       Params q;
       q << dXh.ptr() << dIdsS.ptr() << dWS.ptr() << tablesS[l].ptr()
         << dWidthsS.ptr() << guSvhS.ptr() << guSuS.ptr() << dSuhS.ptr()
         << dSvBS.ptr() << null << dPartialS.ptr() << 1 << 1 << H << I << H
-        << 0 << 0 << 8 << 64 << 8 << 64;
+        << 0 << 0 << 8 << 64 << 8 << 64 << 0.0f;
       q.launch(fExp, halves, 1, 256, c.stream);
     };
     auto step = [&](int l) {

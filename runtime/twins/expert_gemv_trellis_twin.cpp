@@ -49,6 +49,7 @@ enum ExpertArg {
   kGuSI8,
   kDownSI,
   kDownSJ8,
+  kSwigluLimit,
   kNumExpertArgs
 };
 
@@ -158,7 +159,8 @@ void expertBlock(const Launch &l, int h, int e, int nExperts) {
             optAt(svh, svt, int64_t(p * nExperts + e) * inter + 128 * h + j);
     }
     for (int j = 0; j < 128; ++j) {
-      const float g = z[0][b][j], u = z[1][b][j];
+      float g = z[0][b][j], u = z[1][b][j];
+      clampSwiglu(g, u, l.f32(kSwigluLimit));
       act[b][j] = g / (1.0f + std::exp(-g)) * u *
                   optAt(dsuh, svt, int64_t(e) * inter + 128 * h + j);
     }

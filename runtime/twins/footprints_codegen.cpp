@@ -480,8 +480,8 @@ void mlaDecodeFp(const Launch &l, Footprint &f) {
 } // namespace
 
 const FootprintEntry kCodegenFootprints[] = {
-    {"moe_trellis", "ppppppppppppppiiiiiiiiiiiiiiii", moeTrellisFp},
-    {"expert_gemv_trellis", "pppppppppppiiiiiiiiiii", expertGemvTrellisFp},
+    {"moe_trellis", "ppppppppppppppiiiiiiiiiiiiiiiif", moeTrellisFp},
+    {"expert_gemv_trellis", "pppppppppppiiiiiiiiiiif", expertGemvTrellisFp},
     {"moe_reduce", "ppppiiii", moeReduceFp},
     {"dense_trellis", "ppppppiiiiiiiii", denseTrellisFp},
     {"dense_gemv_trellis", "pppiiiiii", denseGemvTrellisFp},

@@ -65,6 +65,7 @@ enum MoeArg {
   kGuSplit,
   kDownGroup,
   kAccumulate,
+  kSwigluLimit,
   kNumArgs
 };
 
@@ -273,8 +274,9 @@ void gateUpHalf(const MoeLaunch &m, const Unit &un, int h) {
     }
     float a[128];
     for (int j = 0; j < 128; ++j) {
-      const float g = gu[0][j];
-      a[j] = g / (1.0f + std::exp(-g)) * gu[1][j] *
+      float g = gu[0][j], u = gu[1][j];
+      clampSwiglu(g, u, l.f32(kSwigluLimit));
+      a[j] = g / (1.0f + std::exp(-g)) * u *
              optAt(dsuh, m.svt, int64_t(e) * m.inter + 128 * h + j);
     }
     hadamard128F32(a);

@@ -20,6 +20,7 @@
 
 #include "codegen/templates/fixed_point.cuh"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -44,6 +45,15 @@ inline void hadamard128F32(float *v) {
 
 /// Side-vector storage of the templates' SVT/VT/SCT ids: 0 f32, 1 f16,
 /// 2 bf16 (StorageOf in glm_common.cuh).
+/// clampSwiglu of glm_common.cuh: GLM-5.3-Flash's SwiGLU clamp on fp32 gate
+/// and up (limit 0 = none); min/max are exact, so the twin is the kernel.
+inline void clampSwiglu(float &g, float &u, float limit) {
+  if (limit > 0.0f) {
+    g = std::fmin(g, limit);
+    u = std::fmin(std::fmax(u, -limit), limit);
+  }
+}
+
 inline float storageAt(const void *p, int dt, int64_t i) {
   if (dt == 1)
     return halfToFloat(static_cast<const uint16_t *>(p)[i]);

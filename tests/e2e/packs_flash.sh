@@ -3,7 +3,8 @@
 # layout, verify (vision and MTP tensors noted, not errors), dequantize a KDA
 # projection against the hf source within each codec's error, run the
 # reference forward on each (hf greedy tokens the baseline, quantized layouts
-# finite logits), damage each layout and check the error names the file and
+# finite logits), every layout through plans (the reference's tokens, the
+# SwiGLU clamp applied in the trellis experts), damage each layout and check the error names the file and
 # what to do, and the full-size index-only exlr8 pack.
 set -euo pipefail
 t="${GLM_TEST_TMP:?}"
@@ -84,10 +85,56 @@ glm-engine run "$t/hf.glmplan" --pack "$t/hf" --backend cpu --tokens $TOK --max-
   --greedy > "$t/hf-plan.out" 2> /dev/null
 [ "$(grep '^generated tokens' "$t/hf-plan.out")" = "$(grep '^generated tokens' "$t/hf.out")" ] \
   || { cat "$t/hf-plan.out" "$t/hf.out"; fail "hf plan tokens differ from the reference"; }
-# Trellis experts have no SwiGLU clamp yet: refused by name, not run wrong.
-if glmc compile "$t/exlr8" --manifest k4 --no-nvrtc --prefill-chunks 0 -o "$t/x.glmplan" \
-  2> "$t/clamp.err"; then fail "a clamped MoE with trellis experts was planned"; fi
-grep -q "clamps its SwiGLU" "$t/clamp.err" || { cat "$t/clamp.err"; fail "clamp refusal"; }
+# The quantized layouts through plans (trellis experts with the SwiGLU clamp
+# in moe_trellis): the reference's greedy tokens, 1 and 2 ranks.
+for layout in exl3 exlr8; do
+  man=(); [ $layout = exlr8 ] && man=(--manifest k4)
+  for n in 1 2; do
+    glmc compile "$t/$layout" "${man[@]}" --sparks $n --no-nvrtc --prefill-chunks 0 \
+      -o "$t/$layout-$n.glmplan" 2> /dev/null
+    glm-engine run "$t/$layout-$n.glmplan" --pack "$t/$layout" "${man[@]}" --backend cpu \
+      --tokens $TOK --max-new 6 --greedy > "$t/$layout-plan-$n.out" 2> /dev/null
+    [ "$(grep '^generated tokens' "$t/$layout-plan-$n.out")" = \
+      "$(grep '^generated tokens' "$t/$layout.out")" ] \
+      || { cat "$t/$layout-plan-$n.out" "$t/$layout.out"; fail "$layout plan ($n ranks) tokens"; }
+  done
+  echo "$layout plan: $(grep '^generated tokens' "$t/$layout-plan-1.out")"
+done
+# A limit low enough to clamp most gate/up channels: the plan's logits stay
+# the reference's (trellis families: fp32 sums, 2e-5 per layer) and the
+# clamp changes the tokens, so it is applied on both sides.
+for layout in exl3 exlr8; do
+  man=(); [ $layout = exlr8 ] && man=(--manifest k4)
+  rm -rf "$t/$layout-lo" && cp -r "$t/$layout" "$t/$layout-lo"
+  python3 - "$t/$layout-lo/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.get('text_config', c)['swiglu_limit'] = 0.05
+json.dump(c, open(sys.argv[1], 'w'), indent=2)
+PY
+  glmc compile "$t/$layout-lo" "${man[@]}" --no-nvrtc --prefill-chunks 0 -o "$t/lo.glmplan" 2> /dev/null
+  glm-engine run - --pack "$t/$layout-lo" "${man[@]}" --backend reference --tokens $TOK \
+    --max-new 6 --greedy --dump-logits "$t/lo-ref.logits" > "$t/lo-ref.out" 2> /dev/null
+  glm-engine run "$t/lo.glmplan" --pack "$t/$layout-lo" "${man[@]}" --backend cpu \
+    --tokens $TOK --max-new 6 --greedy --dump-logits "$t/lo-plan.logits" > "$t/lo-plan.out" 2> /dev/null
+  [ "$(grep '^generated tokens' "$t/lo-ref.out")" = "$(grep '^generated tokens' "$t/lo-plan.out")" ] \
+    || fail "$layout clamped plan tokens differ from the reference"
+  [ "$(grep '^generated tokens' "$t/lo-ref.out")" != "$(grep '^generated tokens' "$t/$layout.out")" ] \
+    || fail "$layout: swiglu_limit 0.05 changed nothing (clamp not applied)"
+  python3 - "$t" "$layout" <<'PY'
+import json, math, struct, sys
+def load(p):
+    b = open(p, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    s, f = json.loads(b[8:8 + n])['logits']['data_offsets']
+    return struct.unpack('<%df' % ((f - s) // 4), b[8 + n + s:8 + n + f])
+t, lay = sys.argv[1:]
+a, b = load(f'{t}/lo-ref.logits'), load(f'{t}/lo-plan.logits')
+rel = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)) / sum(x * x for x in a))
+assert len(a) == len(b) and rel < 1e-4, (lay, rel)
+print(f'{lay} clamped (limit 0.05): plan vs reference logits {rel:.1e}')
+PY
+done
 python3 - "$t" <<'PY'
 import json, struct, sys, math
 t = sys.argv[1]

@@ -34,6 +34,7 @@ struct ExpertCase {
   int threads;
   double owned; // fraction of (expert, half) owned by this rank
   bool selfCheck = false;
+  double limit = 0; // SwiGLU clamp (GLM-5.3-Flash); 0 = none
 };
 
 const char *cbName(int cb) { return cb == 0 ? "3inst" : cb == 1 ? "mcg" : "mul1"; }
@@ -67,6 +68,11 @@ std::vector<ExpertCase> cases() {
       {"exl3_mixed234_mul1_b1_svf32", true, "234", 2, false, 1, 1, 0, 256,
        0.7},
       {"exl3_mixed234_3inst_b8", true, "234", 0, false, 8, 7, 1, 256, 0.8},
+      // GLM-5.3-Flash's SwiGLU clamp (limit 2 bites on many channels).
+      {"clamp_exlr8_mixed234_mcg_e4m3_b8", false, "234", 1, true, 8, 8, 1, 256,
+       0.7, false, 2.0},
+      {"clamp_exl3_k3_mul1_b1", true, "3", 2, false, 1, 1, 1, 256, 0.7, false,
+       2.0},
   };
 }
 
@@ -302,6 +308,11 @@ TEST_P(ExpertGemvGpu, MatchesFloat64Reference) {
             selfCheck.add(g, gu[0][j]);
           }
         }
+        if (c.limit > 0)
+          for (int j = 0; j < 128; ++j) {
+            gu[0][j] = std::min(gu[0][j], c.limit);
+            gu[1][j] = std::clamp(gu[1][j], -c.limit, c.limit);
+          }
         std::vector<double> a(128);
         for (int j = 0; j < 128; ++j)
           a[j] = silu(gu[0][j]) * gu[1][j] * downSuh[size_t(e) * I + 128 * h + j];
@@ -371,7 +382,7 @@ TEST_P(ExpertGemvGpu, MatchesFloat64Reference) {
   else
     a.ptr(dDownSvB).null();
   a.ptr(dPartial) << B << kTopk << H << I << xhRow << xhSlot << xhProj << guSI
-                  << guSI8 << dSI << dSJ8;
+                  << guSI8 << dSI << dSJ8 << float(c.limit);
   a.launch(kernel(expertSpec(c)), kHalves, E, unsigned(c.threads));
 
   auto partial = download<float>(dPartial, refPartial.size());
@@ -423,7 +434,8 @@ TEST_P(ExpertGemvGpu, MatchesFloat64Reference) {
              hi(guSI),
              hi(guSI8),
              hi(dSI),
-             hi(dSJ8)});
+             hi(dSJ8),
+             hf(c.limit)});
     Err et;
     for (int b = 0; b < B; ++b)
       for (int k = 0; k < kTopk; ++k)

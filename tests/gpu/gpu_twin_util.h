@@ -26,6 +26,11 @@ inline TwinArg hi(int64_t v) {
   a.i = v;
   return a;
 }
+inline TwinArg hf(double v) {
+  TwinArg a;
+  a.f = v;
+  return a;
+}
 
 /// Runs the twin of `s` over grid (gx, gy) x block bx.
 inline void runTwin(const KernelSpec &s, unsigned gx, unsigned gy, unsigned bx,

@@ -277,6 +277,7 @@ struct LayerCase {
   int split, group, threads, pipe;
   int blocks = 0; // > 0: grid of this many blocks (the persistent path)
   std::string sum = "f32"; // stage down's sum (fixed: int64 partials)
+  double limit = 0;        // SwiGLU clamp (GLM-5.3-Flash); 0 = none
 };
 
 std::vector<LayerCase> layerCases() {
@@ -331,6 +332,15 @@ std::vector<LayerCase> layerCases() {
        256, 8, 1, 1.0, false, 48, 1, 128, 4, 528},
       {"persist_glm53_k234_mcg_e4m3_b1_tp_g264", false, "234", 1, true, 1, 1,
        1, 6144, 256, 8, 1, 0.5, false, 48, 1, 128, 4, 264},
+      // GLM-5.3-Flash's SwiGLU clamp (limit 2 bites on many channels):
+      // Flash's expert shape (hidden 4096) on the full grid, an EXL3 layer
+      // and the persistent path.
+      {"clamp_flash_k234_mcg_e4m3_b1_tp", false, "234", 1, true, 1, 1, 1,
+       4096, 32, 8, 1, 0.5, false, 16, 2, 128, 4, 0, "f32", 2.0},
+      {"clamp_exl3_k3_mul1_b4", true, "3", 2, false, 4, 4, 1, 1024, 8, 3, 1,
+       0.8, true, 16, 4, 128, 4, 0, "f32", 2.0},
+      {"clamp_persist_exlr8_k234_mcg_e4m3_b8_g7", false, "234", 1, true, 8, 8,
+       1, 1536, 6, 3, 1, 0.8, true, 8, 1, 128, 3, 7, "f32", 2.0},
       // No half of the chosen experts on this rank: out must still be 0.
       {"persist_exlr8_k2_none_owned_b2_g5", false, "2", 1, true, 2, 2, 1,
        1536, 12, 3, 1, 0.0, false, 16, 1, 128, 4, 5},
@@ -528,6 +538,11 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
           for (int j = 0; j < 128; ++j)
             gu[p][j] *= guSvh[(size_t(p) * eTot + e) * I + 128 * h + j];
         }
+        if (c.limit > 0)
+          for (int j = 0; j < 128; ++j) {
+            gu[0][j] = std::min(gu[0][j], c.limit);
+            gu[1][j] = std::clamp(gu[1][j], -c.limit, c.limit);
+          }
         double a[128];
         for (int j = 0; j < 128; ++j)
           a[j] = silu(gu[0][j]) * gu[1][j] * dSuh[size_t(e) * I + 128 * h + j];
@@ -601,7 +616,7 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
       a.ptr(dScratch).ptr(dCounters).ptr(dOut)
           << B << topk << E << nS << H << I << xhRow << xhSlot << xhProj
           << guSI << guSI8 << dSI << dSJ8 << d.guSplit << d.downGroup
-          << accumulate;
+          << accumulate << float(c.limit);
       a.launch(kernel(moeSpec(c.widths, c.cb, c.e4m3, c.batchT, c.sv, st,
                               c.threads, c.pipe, c.blocks > 0, c.sum)),
                st == 0 ? g.gridGateUp() : g.gridDown(), 1,
@@ -667,7 +682,8 @@ TEST_P(MoeTrellisLayerGpu, MatchesFloat64Layer) {
                hi(dSJ8),
                hi(d.guSplit),
                hi(d.downGroup),
-               hi(0)});
+               hi(0),
+               hf(c.limit)});
     report("moe_trellis " + c.name + " vs_twin", vsTwin(out1, tOut), 2e-5,
            "fp32 mma sums of the twin's exact products");
   }

@@ -183,7 +183,7 @@ TEST(Codegen, EveryFamilyHasATemplateAndAKernelAbi) {
   }
   const cg::FamilyInfo &e = cg::familyInfo("expert_gemv_trellis");
   EXPECT_EQ(e.kernelParams.front(), "xh");
-  EXPECT_EQ(e.kernelParams.back(), "down_sJ8");
+  EXPECT_EQ(e.kernelParams.back(), "swiglu_limit");
 }
 
 TEST(Codegen, NamesEncodeParametersAndSourceIsDeterministic) {

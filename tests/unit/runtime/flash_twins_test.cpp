@@ -28,12 +28,6 @@ using namespace glm::twintest;
 namespace cpu = glm::rt::cpu;
 using KV = glm::plan::KeyValues;
 
-Arg F(double v) {
-  Arg a;
-  a.f = v;
-  return a;
-}
-
 /// Runs the twin of `family` after checking the argument count against the
 /// family's ABI (its PARAMS macro).
 void run(const std::string &family, const KV &targs, unsigned gx, unsigned gy,

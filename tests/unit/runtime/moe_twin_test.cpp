@@ -34,6 +34,7 @@ struct MoeSetup {
   double owned = 1.0;
   bool repeats = false; // row 0 repeats an expert and has an empty slot
   bool signs = true;    // exlr8: H * signs.out in the kernel
+  double limit = 0;     // SwiGLU clamp (GLM-5.3-Flash); 0 = none
 };
 
 double siluD(double x) { return x / (1.0 + std::exp(-x)); }
@@ -50,6 +51,7 @@ struct MoeProblem {
   std::vector<uint8_t> guSvhB, dSuhB, guSuB, dSvBB, dSvhB;
   int xhRow = 0, xhSlot = 0, xhProj = 0;
   std::vector<double> ref;
+  int64_t clamped = 0; // gate/up values the reference's clamp changed
   mutable std::vector<float> cache[3]; // EXL3: last decoded tensor per p
   mutable int cacheKey[3] = {-1, -1, -1};
 
@@ -262,6 +264,13 @@ struct MoeProblem {
               for (int j = 0; j < 128; ++j)
                 gu[p][j] *= guSvh[(size_t(p) * eTot + e) * inter + 128 * h + j];
             }
+            if (s.limit > 0)
+              for (int j = 0; j < 128; ++j) {
+                const double g = std::min(gu[0][j], s.limit);
+                const double u = std::clamp(gu[1][j], -s.limit, s.limit);
+                clamped += (g != gu[0][j]) + (u != gu[1][j]);
+                gu[0][j] = g, gu[1][j] = u;
+              }
             double a[128];
             for (int j = 0; j < 128; ++j)
               a[j] = siluD(gu[0][j]) * gu[1][j] *
@@ -357,7 +366,8 @@ struct MoeProblem {
            I(dSJ8),
            I(split),
            I(group),
-           I(accumulate)},
+           I(accumulate),
+           F(s.limit)},
           glm::codegen::moeTrellisDynSmem(s.e4m3, threads, persist > 0)));
     }
     for (int c : counters)
@@ -382,6 +392,15 @@ std::vector<MoeSetup> moeSetups() {
   c.cb = 0, c.e4m3 = false, c.widths = "15678", c.batch = 1, c.batchT = 1;
   c.nS = 0, c.signs = false, c.H = 384;
   v.push_back(c);
+  // GLM-5.3-Flash's SwiGLU clamp, low enough to bite on many channels.
+  MoeSetup d;
+  d.name = "exlr8_k234_mcg_e4m3_b3_swiglu_clamp";
+  d.limit = 2.0;
+  v.push_back(d);
+  MoeSetup e = b;
+  e.name = "exl3_k3_mul1_b2_svf16_swiglu_clamp";
+  e.limit = 2.0;
+  v.push_back(e);
   return v;
 }
 
@@ -399,6 +418,8 @@ TEST_P(MoeTrellisTwin, MatchesFloat64LayerOnEveryPath) {
   for (double r : pr.ref)
     maxRef = std::max(maxRef, std::fabs(r));
   EXPECT_GT(maxRef, 0.0);
+  if (pr.s.limit > 0) // the clamp case must clamp
+    EXPECT_GT(pr.clamped, 100) << pr.s.name;
 
   // 256 threads + E4M3: the table instance (needs its dynamic smem).
   const std::vector<float> t256 = pr.runMoe(2, 4, 256, 0, 0, {});
@@ -455,6 +476,7 @@ TEST(ExpertGemvTrellisTwin, WithMoeReduceAndHadamardMatchesFloat64) {
     MoeSetup s;
     s.name = "expert_gemv_" + std::to_string(sv);
     s.nS = 0, s.sv = sv, s.owned = 0.7, s.batch = 3, s.topk = 2;
+    s.limit = sv == 1 ? 2.0 : 0.0; // one case with the SwiGLU clamp
     const MoeProblem pr(s);
     const int H = s.H, B = s.batch, topk = s.topk, E = s.E;
     std::vector<float> partial(size_t(B) * topk * 16 * H, NAN);
@@ -483,7 +505,8 @@ TEST(ExpertGemvTrellisTwin, WithMoeReduceAndHadamardMatchesFloat64) {
                     I(8),
                     I(64),
                     I(8),
-                    I(64)}));
+                    I(64),
+                    F(s.limit)}));
     std::vector<float> out(size_t(B) * H, NAN);
     const glm::plan::KeyValues rargs = {{"threads", "128"}};
     runTwin(launch("moe_reduce", rargs, unsigned((H + 127) / 128), unsigned(B),
@@ -551,7 +574,8 @@ TEST(CodegenTwins, ParameterListsAreTheFamiliesAbi) {
         "down_sJ8",
         "gu_split",
         "down_group",
-        "accumulate"}},
+        "accumulate",
+        "swiglu_limit"}},
       {"expert_gemv_trellis",
        {"xh",
         "expert_ids",
@@ -574,7 +598,8 @@ TEST(CodegenTwins, ParameterListsAreTheFamiliesAbi) {
         "gu_sI",
         "gu_sI8",
         "down_sI",
-        "down_sJ8"}},
+        "down_sJ8",
+        "swiglu_limit"}},
       {"moe_reduce",
        {"partial", "expert_ids", "tiles", "out", "batch", "topk", "hidden",
         "accumulate"}},

@@ -37,6 +37,11 @@ inline Arg I(int64_t v) {
   a.i = v;
   return a;
 }
+inline Arg F(double v) {
+  Arg a;
+  a.f = v;
+  return a;
+}
 
 /// A launch of `family` with template args `targs` (kept alive by the
 /// caller), grid (gx, gy) and block bx.
