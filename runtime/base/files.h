@@ -34,6 +34,10 @@ namespace glm::rt {
 inline constexpr uint64_t kMaxPlanBytes = (1ull << 31) - 1;
 /// config.json, generation_config.json: a few KB in every release.
 inline constexpr uint64_t kMaxConfigBytes = 16ull << 20;
+/// An EXL3 quantization_config.json lists every stored tensor under
+/// tensor_storage (name, dtype, bytes, shape): about 35 MB for
+/// GLM-5.3-Flash's 288 experts x 3 projections x 42 layers.
+inline constexpr uint64_t kMaxQuantConfigBytes = 512ull << 20;
 /// An exlr8 manifest lists 3 x 16 widths per expert per layer: about 3 MB
 /// for GLM-5.3 (256 experts, 76 layers).
 inline constexpr uint64_t kMaxManifestBytes = 256ull << 20;

@@ -197,7 +197,8 @@ void Exl3Pack::readQuantConfig() {
   if (fs::exists(qPath)) {
     json q;
     try {
-      q = json::parse(readText(qPath));
+      q = json::parse(readFileBounded(qPath.string(), kMaxQuantConfigBytes,
+                                      "the EXL3 quantization config"));
     } catch (const json::exception &e) {
       fail(qPath.string(), ": not valid JSON (", e.what(), ")");
     }

@@ -237,4 +237,15 @@ PY
 if glmc verify "$t/flash" --manifest k3 > "$t/flash-verify.txt" 2>&1; then fail "index-only verify passed"; fi
 grep -q "index-only" "$t/flash-verify.txt" || { cat "$t/flash-verify.txt"; fail "index-only not said"; }
 du -sh "$t/flash"
+# Full size through plans: the exlr8 K2 release on one H200-sized rank, and the
+# EXL3 mosaic (its quantization_config.json lists every tensor: ~35 MB) on one
+# Spark.
+glmc compile "$t/flash" --manifest k2 --sparks 1 --memory-per-spark 139 --no-nvrtc \
+  --prefill-chunks 0 -o "$t/flash-k2.glmplan" 2> /dev/null || fail "flash k2 plan"
+glmc synth --preset flash --layout exl3 --index-only -o "$t/mosaic" > /dev/null 2>&1
+[ "$(stat -c %s "$t/mosaic/quantization_config.json")" -gt $((16 << 20)) ] \
+  || fail "the mosaic's quantization_config.json is not the large case"
+glmc compile "$t/mosaic" --sparks 1 --no-nvrtc --prefill-chunks 0 -o "$t/mosaic.glmplan" \
+  2> "$t/mosaic.err" || { cat "$t/mosaic.err"; fail "mosaic plan"; }
+grep "rank 0:" "$t/mosaic.err"
 echo "packs_flash: all checks passed"
