@@ -2,17 +2,23 @@
 """Predicted decode speed on DGX Sparks, from compiled plans and one measured
 roofline fraction (issue 6, "A projection for the Sparks").
 
-For GLM-5.3 the weight bytes each rank reads per decoded token come from real
-plans: `glmc compile` of the full-size index-only pack (no weight bytes) with a
-manifest at the target bits per weight, then `glmc inspect --format json`.
-GLM-5.3-Flash has no pack layout yet (exlr8-format.md: Flash constants are
-UNVERIFIED), so its bytes per token come from the parameter tables of
-glm53-architecture.md (dense FP8, routed experts at K bits) split evenly over
-the ranks, plus the KDA state read and written every token.
+For both models the weight bytes each rank reads per decoded token come from
+real plans: `glmc compile` of the full-size index-only pack (no weight bytes)
+with a manifest at the target bits per weight, then `glmc inspect --format
+json`. GLM-5.3-Flash adds the KDA state (fp32, read and written every token,
+split over the ranks with the heads), which the plans keep outside the weight
+bytes. Flash rows are the release's: exlr8 K2 on one Spark, K3 on two, K4 on
+three and four, and the 2.31 bpw EXL3 mosaic on one.
 
   predicted step = max-rank bytes / (bandwidth * roofline fraction)
                    + all-reduces per token * all-reduce latency
   tok/s = 1 / step
+
+Next to it, "GB10 model tok/s" is what `glmc inspect` models for the plan on
+a Spark (per kernel: max(bytes / 273 GB/s, decoded weights x ops / integer
+rate) + launch latency, collectives at their assumed cost): the rate if every
+kernel ran at the Spark's limits, while the first column carries the H200's
+measured shortfall over.
 
 The roofline fraction is what the H200 measured for a whole decode step
 (`glm-engine bench --suite step`: weight bytes per token / copy bandwidth /
@@ -29,10 +35,16 @@ import subprocess
 import sys
 import tempfile
 
-# GLM-5.3-Flash (glm53-architecture.md, parameter table).
-FLASH_BYTES_PER_TOKEN_GB = {2: 10.40, 3: 11.46, 4: 12.51}  # dense FP8
-FLASH_KDA_STATE_GB = 0.143 * 2  # 34 x 4 MiB fp32, read and written
+# GLM-5.3-Flash (glm53-architecture.md §1b): 34 KDA layers of 64 heads with
+# a [128, 128] fp32 state each, read and written once per token.
+FLASH_KDA_STATE_BYTES = 34 * 64 * 128 * 128 * 4 * 2
 FLASH_LAYERS = 45                 # 34 KDA + 11 MLA decoder layers
+# What users measure today (the issue's figures), tok/s, for the table.
+FLASH_USERS = {("exlr8 K2", 1): "vLLM exlr8 + drafter: 53.0",
+               ("exlr8 K3", 2): "vLLM exlr8 + drafter: 84.2",
+               ("exlr8 K4", 3): "vLLM exlr8 + drafter: 105.8",
+               ("exlr8 K4", 4): "vLLM exlr8 + drafter: 128.0",
+               ("EXL3 mosaic", 1): "SGLang, no drafter: 9-11.5"}
 GLM53_LAYERS = 78
 
 
@@ -91,24 +103,60 @@ def glm53_rows(args, tmp):
             if rc:
                 rows.append(("GLM-5.3", f"{bpw:.2f} bpw experts", n, None,
                              "refused: does not fit "
-                             f"{args.memory_gib} GiB per Spark"))
+                             f"{args.memory_gib} GiB per Spark", None))
                 continue
             rc, js = run([args.glmc, "inspect", plan, "--format", "json"])
             if rc:
                 sys.exit(f"glmc inspect failed:\n{js}")
             s = json.loads(js)["summary"]
             rows.append(("GLM-5.3", f"{bpw:.2f} bpw experts", n,
-                         s["max_rank_bytes_per_token"], "plan"))
+                         s["max_rank_bytes_per_token"], "plan",
+                         s["modelled_tok_per_s"]))
     return rows
 
 
-def flash_rows():
+def plan_bytes(args, pack, plan, extra):
+    """(max-rank weight bytes per token, the plan's modelled GB10 tok/s) of
+    `pack` compiled with `extra`, or None when the plan does not fit."""
+    rc, log = run([args.glmc, "compile", pack, "--no-nvrtc",
+                   "--prefill-chunks", "0",
+                   "--memory-per-spark", str(args.memory_gib), "-o", plan]
+                  + extra)
+    if rc:
+        return None
+    rc, js = run([args.glmc, "inspect", plan, "--format", "json"])
+    if rc:
+        sys.exit(f"glmc inspect failed:\n{js}")
+    s = json.loads(js)["summary"]
+    return s["max_rank_bytes_per_token"], s["modelled_tok_per_s"]
+
+
+def flash_rows(args, tmp):
     rows = []
-    for k, gb in FLASH_BYTES_PER_TOKEN_GB.items():
-        for n in (1, 2, 3, 4):
-            rows.append(("GLM-5.3-Flash", f"K{k} experts", n,
-                         (gb + FLASH_KDA_STATE_GB) * 1e9 / n,
-                         "spec tables / N"))
+    packs = {}
+    for layout in ("exlr8", "exl3"):
+        packs[layout] = os.path.join(tmp, f"flash-{layout}")
+        rc, log = run([args.glmc, "synth", "--preset", "flash", "--layout",
+                       layout, "--index-only", "-o", packs[layout]])
+        if rc:
+            sys.exit(f"glmc synth failed:\n{log}")
+    for what, layout, man, n in (("exlr8 K2", "exlr8", "k2", 1),
+                                 ("exlr8 K3", "exlr8", "k3", 2),
+                                 ("exlr8 K4", "exlr8", "k4", 3),
+                                 ("exlr8 K4", "exlr8", "k4", 4),
+                                 ("EXL3 mosaic", "exl3", None, 1)):
+        plan = os.path.join(tmp, f"flash-{layout}-{man}-{n}.glmplan")
+        extra = ["--sparks", str(n)] + (["--manifest", man] if man else [])
+        b = plan_bytes(args, packs[layout], plan, extra)
+        src = "plan + KDA state / N"
+        if b is None:
+            rows.append(("GLM-5.3-Flash", what, n, None,
+                         f"refused: does not fit {args.memory_gib} GiB",
+                         None))
+            continue
+        rows.append(("GLM-5.3-Flash", what, n,
+                     b[0] + FLASH_KDA_STATE_BYTES / n,
+                     src + "; users: " + FLASH_USERS[(what, n)], b[1]))
     return rows
 
 
@@ -129,37 +177,48 @@ def main():
     ap.add_argument("--memory-gib", type=float, default=104.0,
                     help="usable memory per Spark, GiB (compile refuses "
                          "plans over it)")
+    ap.add_argument("--flash-roofline", type=float,
+                    help="measured fraction for GLM-5.3-Flash's step (its "
+                         "own H200 bench); default --roofline")
+    ap.add_argument("--flash-only", action="store_true",
+                    help="only the GLM-5.3-Flash rows")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        rows = glm53_rows(args, tmp) + flash_rows()
+        rows = ([] if args.flash_only else glm53_rows(args, tmp)) + \
+            flash_rows(args, tmp)
 
     hdr = ("model", "experts", "Sparks", "GB/token/rank", "step ms",
-           "tok/s", "source")
+           "tok/s", "GB10 model tok/s", "source")
     lines = []
-    for model, what, n, b, src in rows:
+    for model, what, n, b, src, modelled in rows:
         if b is None:
-            lines.append((model, what, str(n), "-", "-", "-", src))
+            lines.append((model, what, str(n), "-", "-", "-", "-", src))
             continue
         layers = GLM53_LAYERS if model == "GLM-5.3" else FLASH_LAYERS
         # Two all-reduces per layer (attention output, MLP/MoE output).
         comm_us = 0.0 if n == 1 else 2 * layers * args.allreduce_us
-        step_us = b / (args.bandwidth * 1e3 * args.roofline) + comm_us
+        frac = args.roofline
+        if model != "GLM-5.3" and args.flash_roofline:
+            frac = args.flash_roofline
+        step_us = b / (args.bandwidth * 1e3 * frac) + comm_us
         lines.append((model, what, str(n), f"{b / 1e9:.2f}",
-                      f"{step_us / 1e3:.1f}", f"{1e6 / step_us:.1f}", src))
+                      f"{step_us / 1e3:.1f}", f"{1e6 / step_us:.1f}",
+                      f"{modelled:.1f}", src))
     if args.markdown:
         print("| " + " | ".join(hdr) + " |")
         print("|" + "---|" * len(hdr))
         for l in lines:
             print("| " + " | ".join(l) + " |")
     else:
-        fmt = "{:<14} {:<18} {:>6} {:>14} {:>8} {:>7}  {}"
+        fmt = "{:<14} {:<18} {:>6} {:>14} {:>8} {:>7} {:>16}  {}"
         print(fmt.format(*hdr))
         for l in lines:
             print(fmt.format(*l))
     print(f"\nassumed: {args.bandwidth:g} GB/s x roofline fraction "
-          f"{args.roofline:g} (measured on the H200), all-reduce "
+          f"{args.roofline:g} (Flash {args.flash_roofline or args.roofline:g}; "
+          f"measured on the H200), all-reduce "
           f"{args.allreduce_us:g} us each, 2 per layer")
 
 
