@@ -63,6 +63,7 @@ struct CompileArgs {
   std::string kernelBinaries = "ptx";
   bool timing = false;
   std::string decodeBatches = "1,2,4,8";
+  int64_t kvSlots = 1;
   std::string prefillChunks = "512,2048";
   bool allowContextBeyondModel = false;
   bool maxContextGiven = false; // --max-context on the command line
@@ -334,6 +335,10 @@ static int runCompile(const CompileArgs &a) {
   opt.moeTrellisTuning = a.moeTrellisTuning;
   opt.denseTrellisTuning = a.denseTrellisTuning;
   opt.programmaticLaunch = a.programmaticLaunch == "on";
+  glm::rt::check(a.kvSlots >= 1 && a.kvSlots <= 256,
+                 "glmc compile: --kv-slots ", a.kvSlots,
+                 " is out of range (1..256 sequences)");
+  opt.kvSlots = a.kvSlots;
   opt.decodeBatches = intList(a.decodeBatches, "--decode-batches");
   for (int64_t b : opt.decodeBatches)
     glm::rt::check(b >= 1 && b <= 8, "glmc compile: --decode-batches: batch ",
@@ -497,6 +502,12 @@ void addCompileCommand(CLI::App &app, int &rc,
   cmd->add_option("--dump-ir-after", args->dumpIrAfter,
                   "print the IR after a pass (shard-tp, select-width, fuse, "
                   "emit-kernels, plan-memory, emit-plan) to stderr");
+  cmd->add_option("--kv-slots", args->kvSlots,
+                  "sequences the plan holds at once: each has its own KV "
+                  "cache, index keys and (GLM-5.3-Flash) KDA state, so "
+                  "memory grows with it; the rows of a decode batch name "
+                  "their slots")
+      ->capture_default_str();
   cmd->add_option("--decode-batches", args->decodeBatches,
                   "decode graph buckets: batch sizes 1..8, comma-separated "
                   "(kernels are instantiated per batch; a step of a batch "

@@ -2482,7 +2482,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                            {"kv_dtype", strAttr(kv, "dtype")},
                            {"layout", m.layout},
                            {"manifest", m.manifest},
-                           {"kv_slots", "1"}};
+                           {"kv_slots", std::to_string(intAttr(kv, "slots", 1))}};
     {
       // The launch tunings in effect (given or the defaults).
       const glmc::Tunings t = glmc::tuningsOf(module);
@@ -2611,8 +2611,9 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
 
       // KV cache and index keys per layer: fp32 rows (kv_store and
       // index_key_store write fp32), one max_context row block per KV slot
-      // (sequence).
-      const int64_t kvSlots = 1;
+      // (sequence); the kernels index them by the row's io.slots entry.
+      const int64_t kvSlots = intAttr(
+          module->getAttrOfType<DictionaryAttr>("glm.kv"), "slots", 1);
       auto kvBuffer = [&](const std::string &name, int64_t layer,
                           uint64_t floatsPerSlot) {
         gp::BufferDef kb;

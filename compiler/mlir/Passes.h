@@ -28,6 +28,9 @@ namespace glmc {
 struct PipelineOptions {
   int64_t ranks = 1;
   int64_t maxContext = 8192;
+  /// Sequences the plan holds at once: KV cache, index keys and recurrent
+  /// (KDA) state per slot; a decode batch's rows name their slots.
+  int64_t kvSlots = 1;
   std::string kvDtype = "bf16";
   double memoryPerSpark = 0; // GiB; 0 = no limit
   std::vector<std::string> archs = {"sm_121"};

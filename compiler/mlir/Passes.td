@@ -72,7 +72,8 @@ def GlmPlanMemory : Pass<"glm-plan-memory", "::mlir::ModuleOp"> {
     Option<"maxTokens", "max-tokens", "int64_t", "2048",
            "tokens per step the activation arena holds (prefill chunk)">,
     Option<"maxSequences", "max-sequences", "int64_t", "1",
-           "sequences whose recurrent state (GLM-5.3-Flash KDA) is held">
+           "KV slots: sequences whose KV cache, index keys and recurrent "
+           "state (GLM-5.3-Flash KDA) the plan holds at once">
   ];
 }
 

@@ -42,11 +42,8 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opt,
   if (opt.prefillChunks.empty())
     tokens = std::max<int64_t>(tokens, 2048);
   mem.maxTokens = tokens;
-  // Each sequence of the largest decode batch keeps its own KDA state.
-  int64_t sequences = opt.decodeBatches.empty() ? 8 : 1;
-  for (int64_t v : opt.decodeBatches)
-    sequences = std::max(sequences, v);
-  mem.maxSequences = sequences;
+  // Each KV slot (sequence) keeps its own cache and KDA state.
+  mem.maxSequences = opt.kvSlots;
   if (stop == Stage::Kernel) {
     pm.addPass(createGlmPlanMemory(mem));
     return;

@@ -211,6 +211,7 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
         kvBytes += maxContext * latent * kvElemBytes;
     });
     kvBytes += indexBytes;
+    kvBytes *= static_cast<uint64_t>(maxSequences); // one set per KV slot
 
     const FailureOr<glmc::BindingTable> &table =
         getAnalysis<glmc::BindingAnalysis>().table;
@@ -296,6 +297,7 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
         b.getNamedAttr("dtype", b.getStringAttr(kvDtype)),
         b.getNamedAttr("bytes", b.getI64IntegerAttr(kvBytes)),
         b.getNamedAttr("max_tokens", b.getI64IntegerAttr(maxTokens)),
+        b.getNamedAttr("slots", b.getI64IntegerAttr(maxSequences)),
     }));
   }
 };

@@ -9,6 +9,7 @@
 #include "runtime/formats/safetensors.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -611,6 +612,15 @@ void PlanExecutor::writeIoRows(const std::vector<int32_t> &tokens,
                                const std::vector<int32_t> &positions,
                                const std::vector<int32_t> &slots) {
   const uint32_t rows = uint32_t(tokens.size());
+  // A slot past the plan's KV slots would address another buffer's bytes.
+  int64_t kvSlots = 1;
+  if (auto it = plan_->compileOptions.find("kv_slots");
+      it != plan_->compileOptions.end())
+    kvSlots = std::strtoll(it->second.c_str(), nullptr, 10);
+  for (int32_t s : slots)
+    check(s >= 0 && s < kvSlots, "plan executor: KV slot ", s,
+          " is outside the plan's ", kvSlots, " slot(s) (glmc compile "
+          "--kv-slots N holds N sequences at once); re-plan with more");
   for (auto &st : ranks_)
     for (auto [name, v] : {std::pair{"io.tokens", &tokens},
                            std::pair{"io.positions", &positions},

@@ -486,6 +486,56 @@ void checkPrefillAgainstTokens(const std::string &dir,
 
 } // namespace
 
+/// Several Flash sequences in one decode batch (a plan of 3 KV slots): each
+/// row reads and writes its own slot's KDA state, conv inputs, k-pool ring, pooled keys and MLA
+/// cache, so two sequences decoded together (batch 2, slots 0 and 2, at
+/// different positions) give each sequence's logits as decoding it alone
+/// does, at 1 and 3 ranks.
+TEST(PlanExecCpu, FlashSequencesShareADecodeBatchWithoutMixing) {
+  const fs::path dir = fs::path(kGoldens) / "glm_flash_a";
+  auto pack = Pack::open(dir.string());
+  const int64_t V = pack->config()->vocabSize;
+  const std::vector<int32_t> a = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8};
+  const std::vector<int32_t> b = {12, 3, 3, 40, 7, 1, 9, 14, 2, 5, 6, 11, 8};
+  const size_t lead = b.size() - a.size(); // b runs `lead` tokens ahead
+  for (int ranks : {1, 3}) {
+    auto plan = compilePlan(dir.string(), ranks, "", {1, 2, 3}, "", {0}, 3);
+    // Alone: each sequence through batch-1 steps on its own slot.
+    auto alone = cpuExecutor(plan, dir.string());
+    std::vector<std::vector<float>> wantA, wantB;
+    for (size_t i = 0; i < a.size(); ++i)
+      wantA.push_back(alone->step({a[i]}, {int32_t(i)}, {0}));
+    for (size_t i = 0; i < b.size(); ++i)
+      wantB.push_back(alone->step({b[i]}, {int32_t(i)}, {2}));
+    // Together: b's first tokens alone, then both in batch-2 steps.
+    auto both = cpuExecutor(plan, dir.string());
+    for (size_t i = 0; i < lead; ++i)
+      both->step({b[i]}, {int32_t(i)}, {2});
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::vector<float> rows = both->step(
+          {a[i], b[lead + i]}, {int32_t(i), int32_t(lead + i)}, {0, 2});
+      ASSERT_EQ(rows.size(), size_t(2 * V));
+      const std::string at =
+          std::to_string(ranks) + " rank(s), step " + std::to_string(i);
+      compareRows(wantA[i], {rows.begin(), rows.begin() + V}, V, 1e-6,
+                  "flash batch 2, sequence a, " + at);
+      compareRows(wantB[lead + i], {rows.begin() + V, rows.end()}, V, 1e-6,
+                  "flash batch 2, sequence b, " + at);
+    }
+    // A slot past the plan's three is refused, not written past the cache.
+    EXPECT_THROW(both->step({1}, {0}, {3}), Error);
+  }
+  // The default plan holds one sequence: slot 1 is refused by name.
+  auto one = cpuExecutor(compilePlan(dir.string(), 1), dir.string());
+  try {
+    one->step({1}, {0}, {1});
+    ADD_FAILURE() << "slot 1 of a 1-slot plan accepted";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("--kv-slots"), std::string::npos)
+        << e.what();
+  }
+}
+
 /// BF16 weights: the prefill graphs launch the decode families over row
 /// blocks, so the numbers are the same bits as token by token.
 TEST(PlanExecCpu, PrefillChunksOfTinyHfAreTheSameBitsAsTokenByToken) {

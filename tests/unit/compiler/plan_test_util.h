@@ -36,7 +36,8 @@ inline std::shared_ptr<glm::plan::Plan>
 compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
             const std::vector<int64_t> &batches = {1},
             const std::string &denseTrellisTuning = "",
-            const std::vector<int64_t> &prefillChunks = {0}) {
+            const std::vector<int64_t> &prefillChunks = {0},
+            int64_t kvSlots = 1) {
   mlir::DialectRegistry registry;
   glmc::registerGlmDialects(registry);
   mlir::MLIRContext ctx(registry);
@@ -54,6 +55,7 @@ compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
   opt.ranks = ranks;
   opt.memoryPerSpark = 0;
   opt.maxContext = 256;
+  opt.kvSlots = kvSlots;
   opt.decodeBatches = batches;
   opt.prefillChunks = prefillChunks;
   opt.denseTrellisTuning = denseTrellisTuning;
