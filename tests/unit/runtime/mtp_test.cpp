@@ -457,6 +457,33 @@ TEST(MtpHeadLoad, AbsentHeadIsRefusedAndLeavesTheModelAlone) {
   EXPECT_TRUE(ModelWeights::load(c, src)->mtp.empty());
 }
 
+// The full-size MTP layers hold the parameters glm53-architecture.md §6
+// counts (GLM-5.3 9.95 B, Flash 7.43 B), at layer num_hidden_layers, with
+// no mHC maps; the parser reads each name back to its layer and expert.
+TEST(MtpNames, FullSizeListsMatchTheSpecsCounts) {
+  for (auto [preset, billions] :
+       {std::pair<const char *, double>{"glm53", 9.95}, {"flash", 7.43}}) {
+    ModelConfig c = parseModelConfig(glmc::presetConfigJson(preset), preset);
+    double n = 0;
+    for (const HfTensorSpec &s : expectedMtpTensors(c)) {
+      double k = 1;
+      for (int64_t x : s.shape)
+        k *= (double)x;
+      n += k;
+      EXPECT_EQ(s.layer, c.numLayers) << s.name;
+      EXPECT_EQ(s.name.find(".hc_"), std::string::npos) << s.name;
+      HfTensorSpec parsed = parseHfTensorName(s.name);
+      EXPECT_EQ(parsed.layer, s.layer) << s.name;
+      EXPECT_EQ(parsed.expert, s.expert) << s.name;
+      EXPECT_EQ(parsed.shared, s.shared) << s.name;
+    }
+    EXPECT_NEAR(n / 1e9, billions, 0.005) << preset;
+  }
+  ModelConfig none = parseModelConfig(glmc::presetConfigJson("glm53"), "x");
+  none.numNextnPredictLayers = 0;
+  EXPECT_TRUE(expectedMtpTensors(none).empty());
+}
+
 bool hasNote(const VerifyReport &r, const std::string &needle) {
   for (const auto &n : r.notes)
     if (n.find(needle) != std::string::npos)
