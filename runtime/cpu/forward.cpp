@@ -85,9 +85,8 @@ CpuForward::CpuForward(std::shared_ptr<const ModelWeights> weights,
   check((int64_t)tp_.layers.size() == w_->config.numLayers,
         "tensor-parallel layout has ", tp_.layers.size(),
         " layers, the model has ", w_->config.numLayers);
-  check(tp_.mtpLayers.size() >= w_->mtp.size(),
-        "tensor-parallel layout has ", tp_.mtpLayers.size(),
-        " MTP layers, the weights have ", w_->mtp.size());
+  check(tp_.mtpLayers.size() >= w_->mtp.size(), "tensor-parallel layout has ",
+        tp_.mtpLayers.size(), " MTP layers, the weights have ", w_->mtp.size());
   if (comm_ && comm_->size() == 1)
     comm_ = nullptr; // one process computes everything
   check(!comm_ || comm_->size() == tp_.ranks, "the plan has ", tp_.ranks,
@@ -463,8 +462,7 @@ std::vector<float> CpuForward::lmHead(const float *h,
   return logits;
 }
 
-std::vector<float> CpuForward::step(Session &s, int64_t token,
-                                    StepTrace *trace,
+std::vector<float> CpuForward::step(Session &s, int64_t token, StepTrace *trace,
                                     std::vector<float> *hidden) const {
   return runTokens(s, {token}, false, trace, hidden);
 }

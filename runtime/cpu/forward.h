@@ -76,8 +76,7 @@ public:
   /// Error on a token id outside the vocabulary. `hidden` (optional)
   /// receives the final hidden row [d] before the final norm (Flash: the
   /// mean of the mHC streams): the h_t the MTP head takes.
-  std::vector<float> step(Session &s, int64_t token,
-                          StepTrace *trace = nullptr,
+  std::vector<float> step(Session &s, int64_t token, StepTrace *trace = nullptr,
                           std::vector<float> *hidden = nullptr) const;
   /// Runs a prompt chunk layer by layer (KDA layers in the chunked form)
   /// from position s.length; returns logits [tokens, vocab]. Equals
@@ -103,8 +102,7 @@ public:
   /// drafted token at t+1. The head's LM head is the main model's unless
   /// the checkpoint ships shared_head.head. Throws Error without an MTP
   /// head or on a token outside the vocabulary.
-  std::vector<float> mtpStep(Session &s, const float *hidden,
-                             int64_t nextToken,
+  std::vector<float> mtpStep(Session &s, const float *hidden, int64_t nextToken,
                              std::vector<float> *hiddenOut = nullptr,
                              StepTrace *trace = nullptr, int64_t m = 0) const;
   /// Drops MTP cache positions >= length (rejected drafts); length <=

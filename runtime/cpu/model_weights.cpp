@@ -201,8 +201,8 @@ static bool sourceHasMtp(const ModelConfig &c, const WeightSource &src) {
 /// expectedMtpTensors (runtime/model/hf_names.h).
 static MtpWeights mtpWeights(Loader &ld, const ModelConfig &c, int64_t m) {
   const int64_t d = c.hiddenSize;
-  const std::string p = c.tensorPrefix() + "layers." +
-                        std::to_string(c.numLayers + m) + ".";
+  const std::string p =
+      c.tensorPrefix() + "layers." + std::to_string(c.numLayers + m) + ".";
   MtpWeights w;
   LayerWeights &L = w.layer;
   L.inputNorm = ld.vec(p + "input_layernorm.weight", d);

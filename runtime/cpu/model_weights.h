@@ -124,11 +124,11 @@ struct LayerWeights {
 /// indexer, MoE; no mHC maps on Flash either), headNorm, the LM head.
 struct MtpWeights {
   LayerWeights layer;
-  Matrix ehProj;                 // [d, 2d]: embedding half first
+  Matrix ehProj;                             // [d, 2d]: embedding half first
   std::vector<float> enorm, hnorm, headNorm; // [d]
   /// The layer's own embed_tokens / shared_head.head when the checkpoint
   /// ships them (DeepSeek-V3 style); empty = the main model's (GLM).
-  Matrix embed, head;            // [V, d]
+  Matrix embed, head; // [V, d]
 };
 
 struct ModelWeights {

@@ -121,8 +121,8 @@ static void moeTensors(Builder &b, const ModelConfig &c, const std::string &m,
   b.add(m + "gate.weight", {c.numRoutedExperts, d}, false, L);
   b.add(m + "gate.e_score_correction_bias", {c.numRoutedExperts}, false, L);
   for (int64_t e = 0; e < c.numRoutedExperts; ++e)
-    b.mlp(m + "experts." + std::to_string(e) + ".", d, c.moeIntermediateSize,
-          L, (int)e, false);
+    b.mlp(m + "experts." + std::to_string(e) + ".", d, c.moeIntermediateSize, L,
+          (int)e, false);
   if (c.numSharedExperts > 0)
     b.mlp(m + "shared_experts.", d, c.moeIntermediateSize * c.numSharedExperts,
           L, -1, true);
@@ -173,7 +173,8 @@ std::vector<HfTensorSpec> expectedMtpTensors(const ModelConfig &c) {
   for (int64_t m = 0; m < c.numNextnPredictLayers; ++m) {
     const int64_t l = c.numLayers + m;
     const int L = (int)l;
-    const std::string p = c.tensorPrefix() + "layers." + std::to_string(l) + ".";
+    const std::string p =
+        c.tensorPrefix() + "layers." + std::to_string(l) + ".";
     // The decoder layer: plain pre-norm (no mHC maps, also on Flash), MLA
     // with its own full indexer, MoE.
     b.add(p + "input_layernorm.weight", {d}, false, L);

@@ -55,8 +55,7 @@ std::vector<HfTensorSpec> expectedMtpTensors(const ModelConfig &cfg);
 /// What an MTP layer m may carry besides expectedMtpTensors, as DeepSeek-V3
 /// checkpoints do: its own embed_tokens and shared_head.head (the LM head).
 /// GLM releases leave them out and share the main model's.
-std::vector<HfTensorSpec> optionalMtpTensors(const ModelConfig &cfg,
-                                             int64_t m);
+std::vector<HfTensorSpec> optionalMtpTensors(const ModelConfig &cfg, int64_t m);
 
 /// Layer, expert, projection and shared flag parsed from an HF tensor name
 /// (name and shape are left empty); fields stay -1/false when absent.

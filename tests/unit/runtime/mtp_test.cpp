@@ -73,8 +73,8 @@ public:
   /// receives the layer output (before shared_head.norm).
   Vec step(const Vec &h, int64_t token, Vec *out = nullptr) {
     const int64_t d = c_.hiddenSize, H = c_.numHeads, dn = c_.qkNopeHeadDim,
-                  dr = c_.qkRopeHeadDim, dv = c_.vHeadDim,
-                  kvr = c_.kvLoraRank, t = (int64_t)lat_.size();
+                  dr = c_.qkRopeHeadDim, dv = c_.vHeadDim, kvr = c_.kvLoraRank,
+                  t = (int64_t)lat_.size();
     const double eps = c_.rmsNormEps;
     // x = eh_proj [enorm(embed(token)) ; hnorm(h)].
     Vec emb = row(embedName(), token, d);
@@ -86,8 +86,8 @@ public:
     // Attention sublayer.
     const std::string a = p_ + "self_attn.";
     Vec u = rms(x, w(p_ + "input_layernorm.weight"), eps);
-    Vec qa = rms(mv(a + "q_a_proj.weight", u), w(a + "q_a_layernorm.weight"),
-                 eps);
+    Vec qa =
+        rms(mv(a + "q_a_proj.weight", u), w(a + "q_a_layernorm.weight"), eps);
     Vec q = mv(a + "q_b_proj.weight", qa);
     Vec kva = mv(a + "kv_a_proj_with_mqa.weight", u);
     Vec cLat(kva.begin(), kva.begin() + kvr);
@@ -375,11 +375,11 @@ TEST_P(MtpHead, EqualsTheFloat64Formula) {
   StepTrace trace;
   std::vector<float> out;
   for (int64_t t = 0; t + 1 < P; ++t) {
-    std::vector<float> got = fwd.mtpStep(s, hidden.data() + t * d,
-                                         tokens[t + 1], &out, &trace);
-    Vec want = ref.step(Vec(hidden.begin() + t * d,
-                            hidden.begin() + (t + 1) * d),
-                        tokens[t + 1]);
+    std::vector<float> got =
+        fwd.mtpStep(s, hidden.data() + t * d, tokens[t + 1], &out, &trace);
+    Vec want =
+        ref.step(Vec(hidden.begin() + t * d, hidden.begin() + (t + 1) * d),
+                 tokens[t + 1]);
     ASSERT_EQ(got.size(), want.size());
     worst = std::max(worst, relDiff(got, want));
     EXPECT_EQ((int64_t)trace.selected[c.numLayers].size(), ref.lastSelected)
@@ -426,8 +426,7 @@ TEST_P(MtpHead, RanksAndTruncationRepeatTheBits) {
     fwd.truncateMtp(s, 5);
     EXPECT_EQ(s.mtpLength, 5);
     for (int64_t t = 5; t + 1 < P; ++t)
-      EXPECT_EQ(fwd.mtpStep(s, hidden.data() + t * d, tokens[t + 1]),
-                first[t])
+      EXPECT_EQ(fwd.mtpStep(s, hidden.data() + t * d, tokens[t + 1]), first[t])
           << "after truncation, position " << t;
   }
 }
@@ -548,8 +547,8 @@ TEST_P(MtpPack, EveryLayoutStoresVerifiesAndLoadsIt) {
     VerifyReport r = pack->verify();
     for (const auto &i : r.issues)
       ADD_FAILURE() << i.file << ": " << i.object << ": " << i.message;
-    EXPECT_TRUE(hasNote(r, "MTP tensors (layer " + std::to_string(mtpLayer) +
-                               ")"));
+    EXPECT_TRUE(
+        hasNote(r, "MTP tensors (layer " + std::to_string(mtpLayer) + ")"));
     double worst = 0;
     for (const HfTensorSpec &s : specs) {
       const WeightInfo *w = pack->find(s.name);
@@ -567,9 +566,9 @@ TEST_P(MtpPack, EveryLayoutStoresVerifiesAndLoadsIt) {
     if (layout == "exl3")
       EXPECT_GT(pack->get(ehProj).bitsPerWeight(), 1.0); // quantized
     if (layout == "exl3" && preset == "flash-tiny") {
-      const WeightInfo &q = pack->get(cfg.tensorPrefix() + "layers." +
-                                      std::to_string(mtpLayer) +
-                                      ".self_attn.o_proj.weight");
+      const WeightInfo &q =
+          pack->get(cfg.tensorPrefix() + "layers." + std::to_string(mtpLayer) +
+                    ".self_attn.o_proj.weight");
       EXPECT_NEAR(q.bitsPerWeight(), 2.5, 0.2);
     }
 
@@ -581,8 +580,7 @@ TEST_P(MtpPack, EveryLayoutStoresVerifiesAndLoadsIt) {
     std::vector<float> hidden;
     std::vector<int64_t> tokens = randomTokens(cfg, 4, 8);
     fwd.prefill(s, tokens, &hidden);
-    std::vector<float> logits =
-        fwd.mtpStep(s, hidden.data(), tokens[1]);
+    std::vector<float> logits = fwd.mtpStep(s, hidden.data(), tokens[1]);
     ASSERT_EQ((int64_t)logits.size(), cfg.vocabSize);
     for (float v : logits)
       ASSERT_TRUE(std::isfinite(v));
@@ -595,7 +593,8 @@ TEST_P(MtpPack, EveryLayoutStoresVerifiesAndLoadsIt) {
   PackOpenOptions k2, k3;
   k2.width = 2;
   k3.width = 3;
-  auto p2 = Pack::open(root + "/exlr8", k2), p3 = Pack::open(root + "/exlr8", k3);
+  auto p2 = Pack::open(root + "/exlr8", k2),
+       p3 = Pack::open(root + "/exlr8", k3);
   EXPECT_NEAR(p2->get(expert).bitsPerWeight(), 2.0, 0.3);
   EXPECT_NEAR(p3->get(expert).bitsPerWeight(), 3.0, 0.3);
   EXPECT_NE(p2->dequantize(expert), p3->dequantize(expert));
