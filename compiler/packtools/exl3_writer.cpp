@@ -188,10 +188,14 @@ void quantizeToExl3(const glm::rt::ModelConfig &cfg,
   }
 
   // Plan every tensor first: widths, storage, sizes, shards. The causal
-  // LM's tensors, then whatever else the source ships (MTP layers, the
-  // vision tower), copied as they are.
+  // LM's tensors, the MTP layers the source ships (quantized like any
+  // layer, at the layer's width: exllamav3's mtp_bits), then whatever else
+  // the source ships (the vision tower), copied as they are.
   std::vector<glm::rt::HfTensorSpec> specs = glm::rt::expectedHfTensors(cfg);
   if (source) {
+    for (auto &s : glm::rt::expectedMtpTensors(cfg))
+      if (source->find(s.name))
+        specs.push_back(std::move(s));
     std::set<std::string> known;
     for (const auto &s : specs)
       known.insert(s.name);
@@ -206,7 +210,8 @@ void quantizeToExl3(const glm::rt::ModelConfig &cfg,
   }
   std::vector<Item> items;
   uint64_t total = 0;
-  double bitSum = 0, weightSum = 0;
+  // bits = the causal LM's average; mtp_bits the MTP layers'.
+  double bitSum = 0, weightSum = 0, mtpBitSum = 0, mtpWeightSum = 0;
   for (const glm::rt::HfTensorSpec &s : specs) {
     Item it;
     it.name = s.name;
@@ -238,8 +243,9 @@ void quantizeToExl3(const glm::rt::ModelConfig &cfg,
       it.n = roundUp128(s.shape[0]);
       it.bytes = (uint64_t)(it.k * it.n / 256) * it.width.bytesPerTile() +
                  2 * (uint64_t)(it.k + it.n) + 4;
-      bitSum += it.width.value() * (double)(it.k * it.n);
-      weightSum += (double)(it.k * it.n);
+      const bool mtp = s.layer >= cfg.numLayers;
+      (mtp ? mtpBitSum : bitSum) += it.width.value() * (double)(it.k * it.n);
+      (mtp ? mtpWeightSum : weightSum) += (double)(it.k * it.n);
     } else {
       it.dtype = DType::BF16;
       if (src && src->format == glm::rt::WeightFormat::F32)
@@ -347,6 +353,8 @@ void quantizeToExl3(const glm::rt::ModelConfig &cfg,
              {"head_bits", 16},
              {"codebook", tr::codebookName(cb)},
              {"out_scales", "never"}};
+  if (mtpWeightSum > 0)
+    qc["mtp_bits"] = mtpBitSum / mtpWeightSum;
   if (source)
     copyModelSideFiles(source->dir(), outDir);
   json config;

@@ -265,7 +265,9 @@ const char *const kGlm53Config = R"json({
 /// of two 128-channel halves, top-2, one shared expert: every code path of
 /// the model at a size that `glmc synth --layout exlr8` (each half at K2, K3
 /// and K4) encodes in ~16 s on 2 cores (measured; 3 layers x 8 experts took
-/// 48 s). Linear dimensions are multiples of 128 except kv_a_proj_with_mqa.
+/// 48 s), plus the MTP layer (layer 2: MLA with its own full indexer, MoE,
+/// eh_proj). Linear dimensions are multiples of 128 except
+/// kv_a_proj_with_mqa.
 std::string tinyConfigJson() {
   using ojson = nlohmann::ordered_json;
   const int64_t eot = specialTokenId("tiny", "<|endoftext|>");
@@ -309,7 +311,7 @@ std::string tinyConfigJson() {
   j["num_experts_per_tok"] = 2;
   j["num_hidden_layers"] = 2;
   j["num_key_value_heads"] = 4;
-  j["num_nextn_predict_layers"] = 0;
+  j["num_nextn_predict_layers"] = 1; // layer 2: the MTP head
   j["pretraining_tp"] = 1;
   j["q_lora_rank"] = 128;
   j["qk_head_dim"] = 64;
@@ -498,44 +500,6 @@ std::vector<glm::rt::HfTensorSpec> visionTensors(const std::string &cfgText) {
   return out;
 }
 
-/// The MTP layers' tensors (layer num_hidden_layers ..): a plain pre-norm
-/// MLA + MoE block (no mHC maps) plus eh_proj, enorm, hnorm and
-/// shared_head.norm, as the release ships them. Derived from the causal
-/// LM's own list for one more MLA/MoE layer, so the names stay in one place.
-std::vector<glm::rt::HfTensorSpec> mtpTensors(const glm::rt::ModelConfig &c) {
-  std::vector<glm::rt::HfTensorSpec> out;
-  for (int64_t m = 0; m < c.numNextnPredictLayers; ++m) {
-    glm::rt::ModelConfig x = c;
-    const int64_t L = c.numLayers + m;
-    x.numLayers = L + 1;
-    x.layerTypes.resize(L + 1, "linear_attention");
-    x.layerTypes[L] = "deepseek_sparse_attention";
-    x.mlpLayerTypes.resize(L + 1, "dense");
-    x.mlpLayerTypes[L] = "sparse";
-    if (!x.indexerTypes.empty()) {
-      x.indexerTypes.resize(L + 1, "full");
-      x.indexerTypes[L] = "full";
-    }
-    const std::string p = c.tensorPrefix() + "layers." + std::to_string(L) + ".";
-    for (auto &s : glm::rt::expectedHfTensors(x))
-      if (s.layer == L && s.name.find(".hc_") == std::string::npos)
-        out.push_back(s);
-    auto add = [&](const std::string &n, std::vector<int64_t> shape) {
-      glm::rt::HfTensorSpec s;
-      s.name = p + n;
-      s.shape = std::move(shape);
-      s.layer = (int)L;
-      out.push_back(std::move(s));
-    };
-    const int64_t d = c.hiddenSize;
-    add("eh_proj.weight", {d, 2 * d});
-    add("enorm.weight", {d});
-    add("hnorm.weight", {d});
-    add("shared_head.norm.weight", {d});
-  }
-  return out;
-}
-
 /// splitmix64: a tiny, portable generator (std distributions differ
 /// between standard libraries, and the bytes must not).
 struct Rng {
@@ -677,7 +641,7 @@ void writeRandomHfModel(const std::string &preset, uint64_t seed,
   // The causal LM, then what a release ships beside it: MTP layers and the
   // vision tower (readers recognise and skip both).
   std::vector<glm::rt::HfTensorSpec> specs = glm::rt::expectedHfTensors(cfg);
-  for (auto &s : mtpTensors(cfg))
+  for (auto &s : glm::rt::expectedMtpTensors(cfg))
     specs.push_back(std::move(s));
   for (auto &s : visionTensors(cfgText))
     specs.push_back(std::move(s));

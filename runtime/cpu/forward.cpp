@@ -85,6 +85,8 @@ CpuForward::CpuForward(std::shared_ptr<const ModelWeights> weights,
   check((int64_t)tp_.layers.size() == w_->config.numLayers,
         "tensor-parallel layout has ", tp_.layers.size(),
         " layers, the model has ", w_->config.numLayers);
+  check(tp_.mtpLayers.size() >= w_->mtp.size(), "tensor-parallel layout has ",
+        tp_.mtpLayers.size(), " MTP layers, the weights have ", w_->mtp.size());
   if (comm_ && comm_->size() == 1)
     comm_ = nullptr; // one process computes everything
   check(!comm_ || comm_->size() == tp_.ranks, "the plan has ", tp_.ranks,
@@ -92,13 +94,19 @@ CpuForward::CpuForward(std::shared_ptr<const ModelWeights> weights,
         " processes joined (--world); start one process per rank");
 }
 
+const LayerWeights &CpuForward::layerWeights(int64_t l) const {
+  const int64_t n = w_->config.numLayers;
+  return l < n ? w_->layers[l] : w_->mtp.at(l - n).layer;
+}
+
 Session CpuForward::newSession() const {
   const ModelConfig &c = w_->config;
   Session s;
-  s.latent.resize(c.numLayers);
-  s.indexKeys.resize(c.numLayers);
-  s.indexGates.resize(c.numLayers);
-  s.poolKeys.resize(c.numLayers);
+  const size_t layers = c.numLayers + w_->mtp.size();
+  s.latent.resize(layers);
+  s.indexKeys.resize(layers);
+  s.indexGates.resize(layers);
+  s.poolKeys.resize(layers);
   s.kdaState.resize(c.numLayers);
   s.convState.resize(c.numLayers);
   for (int64_t l = 0; l < c.numLayers; ++l)
@@ -117,7 +125,7 @@ std::pair<int, int> CpuForward::myRanks() const {
                : std::pair{0, tp_.ranks};
 }
 
-std::vector<float> CpuForward::attendMla(Session &s, int64_t l,
+std::vector<float> CpuForward::attendMla(Session &s, int64_t l, int64_t pos,
                                          const float *hIn,
                                          std::vector<int64_t> &sel,
                                          bool &haveSel,
@@ -125,12 +133,12 @@ std::vector<float> CpuForward::attendMla(Session &s, int64_t l,
   const ModelConfig &c = w_->config;
   const int64_t d = c.hiddenSize, H = c.numHeads, dn = c.qkNopeHeadDim,
                 dr = c.qkRopeHeadDim, dv = c.vHeadDim, kvr = c.kvLoraRank,
-                lat = kvr + dr, pos = s.length, T = pos + 1;
+                lat = kvr + dr, T = pos + 1;
   const double eps = c.rmsNormEps, theta = c.ropeTheta;
   const double scale = 1.0 / std::sqrt((double)(dn + dr));
   const auto [rBegin, rEnd] = myRanks();
-  const LayerWeights &L = w_->layers[l];
-  const TpLayerLayout &TL = tp_.layers[l];
+  const LayerWeights &L = layerWeights(l);
+  const TpLayerLayout &TL = tp_.layer(l);
   const float *h = hIn;
   std::vector<float> qa(c.qLoraRank), q(H * (dn + dr)), kva(kvr + dr);
 
@@ -358,8 +366,8 @@ std::vector<float> CpuForward::attendKda(Session &s, int64_t l,
 std::vector<float> CpuForward::feedForward(int64_t l, const float *h,
                                            StepTrace *trace) const {
   const ModelConfig &c = w_->config;
-  const LayerWeights &L = w_->layers[l];
-  const TpLayerLayout &TL = tp_.layers[l];
+  const LayerWeights &L = layerWeights(l);
+  const TpLayerLayout &TL = tp_.layer(l);
   const int64_t d = c.hiddenSize;
   const int N = tp_.ranks;
   const double limit = c.swigluLimit;
@@ -429,13 +437,14 @@ std::vector<float> CpuForward::feedForward(int64_t l, const float *h,
   return reduceInOrder(part, chunks, d);
 }
 
-std::vector<float> CpuForward::lmHead(const float *h) const {
+std::vector<float> CpuForward::lmHead(const float *h,
+                                      const Matrix &head) const {
   const ModelConfig &c = w_->config;
   const int N = tp_.ranks;
   const auto [rBegin, rEnd] = myRanks();
   std::vector<float> logits(c.vocabSize);
   for (int r = rBegin; r < rEnd; ++r) // LM head split by vocabulary
-    gemv(w_->lmHead, h, logits.data() + tp_.vocabBegin[r], tp_.vocabBegin[r],
+    gemv(head, h, logits.data() + tp_.vocabBegin[r], tp_.vocabBegin[r],
          tp_.vocabBegin[r + 1] - tp_.vocabBegin[r]);
   if (comm_) { // gather = concatenation of the slices (padded to the widest)
     int64_t most = 0;
@@ -453,19 +462,87 @@ std::vector<float> CpuForward::lmHead(const float *h) const {
   return logits;
 }
 
-std::vector<float> CpuForward::step(Session &s, int64_t token,
-                                    StepTrace *trace) const {
-  return runTokens(s, {token}, false, trace);
+std::vector<float> CpuForward::step(Session &s, int64_t token, StepTrace *trace,
+                                    std::vector<float> *hidden) const {
+  return runTokens(s, {token}, false, trace, hidden);
 }
 
 std::vector<float> CpuForward::prefill(Session &s,
-                                       const std::vector<int64_t> &tokens) const {
-  return runTokens(s, tokens, true, nullptr);
+                                       const std::vector<int64_t> &tokens,
+                                       std::vector<float> *hidden) const {
+  return runTokens(s, tokens, true, nullptr, hidden);
+}
+
+std::vector<float> CpuForward::mtpStep(Session &s, const float *hidden,
+                                       int64_t nextToken,
+                                       std::vector<float> *hiddenOut,
+                                       StepTrace *trace, int64_t m) const {
+  const ModelConfig &c = w_->config;
+  check(m >= 0 && m < (int64_t)w_->mtp.size(), "MTP head ", m,
+        " is not loaded (num_nextn_predict_layers ", c.numNextnPredictLayers,
+        ", the pack stores ", w_->mtp.size(), ")");
+  check(nextToken >= 0 && nextToken < c.vocabSize, "token id ", nextToken,
+        " is outside the vocabulary [0, ", c.vocabSize, ")");
+  check((int64_t)s.latent.size() == c.numLayers + (int64_t)w_->mtp.size(),
+        "session was not made by this forward's newSession()");
+  const MtpWeights &M = w_->mtp[m];
+  const LayerWeights &L = M.layer;
+  const int64_t d = c.hiddenSize, l = c.numLayers + m, pos = s.mtpLength;
+  const double eps = c.rmsNormEps;
+  if (comm_)
+    comm_->setStep(pos);
+  if (trace) {
+    trace->selected.assign(l + 1, {});
+    trace->experts.assign(l + 1, {});
+  }
+  // x = eh_proj [enorm(embed(token)) ; hnorm(h)]: the embedding half first.
+  const Matrix &embed = M.embed.empty() ? w_->embed : M.embed;
+  std::vector<float> eh(2 * d), x(d);
+  rmsNorm(embed.row(nextToken), M.enorm.data(), eh.data(), d, eps);
+  rmsNorm(hidden, M.hnorm.data(), eh.data() + d, d, eps);
+  gemv(M.ehProj, eh.data(), x.data());
+  // One plain pre-norm decoder layer (no mHC, also on Flash).
+  std::vector<float> h(d);
+  rmsNorm(x.data(), L.inputNorm.data(), h.data(), d, eps);
+  std::vector<int64_t> sel;
+  bool haveSel = false;
+  std::vector<float> attn = attendMla(s, l, pos, h.data(), sel, haveSel, trace);
+  for (int64_t i = 0; i < d; ++i)
+    x[i] += attn[i];
+  rmsNorm(x.data(), L.postNorm.data(), h.data(), d, eps);
+  std::vector<float> mlp = feedForward(l, h.data(), trace);
+  for (int64_t i = 0; i < d; ++i)
+    x[i] += mlp[i];
+  s.mtpLength = pos + 1;
+  if (hiddenOut)
+    *hiddenOut = x;
+  rmsNorm(x.data(), M.headNorm.data(), h.data(), d, eps);
+  return lmHead(h.data(), M.head.empty() ? w_->lmHead : M.head);
+}
+
+void CpuForward::truncateMtp(Session &s, int64_t length) const {
+  const ModelConfig &c = w_->config;
+  check(length >= 0 && length <= s.mtpLength, "truncateMtp: length ", length,
+        " outside [0, ", s.mtpLength, "]");
+  const int64_t lat = c.kvLoraRank + c.qkRopeHeadDim, hd = c.indexHeadDim,
+                P = c.indexKpool;
+  for (size_t m = 0; m < w_->mtp.size(); ++m) {
+    const size_t l = c.numLayers + m;
+    s.latent[l].resize(std::min<size_t>(s.latent[l].size(), length * lat));
+    s.indexKeys[l].resize(std::min<size_t>(s.indexKeys[l].size(), length * hd));
+    s.indexGates[l].resize(
+        std::min<size_t>(s.indexGates[l].size(), length * hd));
+    // A pool's key exists once its last token arrived.
+    s.poolKeys[l].resize(
+        std::min<size_t>(s.poolKeys[l].size(), (length / P) * hd));
+  }
+  s.mtpLength = length;
 }
 
 std::vector<float> CpuForward::runTokens(Session &s,
                                          const std::vector<int64_t> &tokens,
-                                         bool chunked, StepTrace *trace) const {
+                                         bool chunked, StepTrace *trace,
+                                         std::vector<float> *hidden) const {
   const ModelConfig &c = w_->config;
   for (int64_t token : tokens)
     check(token >= 0 && token < c.vocabSize, "token id ", token,
@@ -490,7 +567,7 @@ std::vector<float> CpuForward::runTokens(Session &s,
       s.length = base + t; // the MLA caches of layer l hold base + t tokens
       bool have = haveSel[t];
       std::vector<float> yt =
-          attendMla(s, l, Hin.data() + t * d, sel[t], have, trace);
+          attendMla(s, l, base + t, Hin.data() + t * d, sel[t], have, trace);
       haveSel[t] = have;
       std::copy(yt.begin(), yt.end(), y.begin() + t * d);
     }
@@ -559,12 +636,14 @@ std::vector<float> CpuForward::runTokens(Session &s,
       }
   }
   s.length = base + T;
+  if (hidden)
+    *hidden = finalIn;
   std::vector<float> logits;
   logits.reserve(T * c.vocabSize);
   for (int64_t t = 0; t < T; ++t) {
     std::vector<float> h(d);
     rmsNorm(finalIn.data() + t * d, w_->finalNorm.data(), h.data(), d, eps);
-    std::vector<float> row = lmHead(h.data());
+    std::vector<float> row = lmHead(h.data(), w_->lmHead);
     logits.insert(logits.end(), row.begin(), row.end());
   }
   return logits;

@@ -147,7 +147,7 @@ void checkSupportedConfig(const ModelConfig &c) {
 
 /// MLA and (on full layers) the indexer of one layer.
 static void mlaWeights(Loader &ld, const ModelConfig &c, const std::string &a,
-                       int64_t l, LayerWeights &L) {
+                       bool fullIndexer, LayerWeights &L) {
   const int64_t d = c.hiddenSize, H = c.numHeads;
   const int64_t dn = c.qkNopeHeadDim, dr = c.qkRopeHeadDim, dv = c.vHeadDim;
   L.qA = ld.mat(a + "q_a_proj.weight", c.qLoraRank, d);
@@ -157,7 +157,7 @@ static void mlaWeights(Loader &ld, const ModelConfig &c, const std::string &a,
   L.kvANorm = ld.vec(a + "kv_a_layernorm.weight", c.kvLoraRank);
   L.kvB = ld.mat(a + "kv_b_proj.weight", H * (dn + dv), c.kvLoraRank);
   L.o = ld.mat(a + "o_proj.weight", d, H * dv);
-  L.fullIndexer = c.indexNHeads > 0 && c.isFullIndexerLayer(l);
+  L.fullIndexer = c.indexNHeads > 0 && fullIndexer;
   if (L.fullIndexer) {
     std::string ix = a + "indexer.";
     const int64_t nh = c.indexNHeads, hd = c.indexHeadDim;
@@ -172,6 +172,52 @@ static void mlaWeights(Loader &ld, const ModelConfig &c, const std::string &a,
                                   c.indexKpool, hd);
     }
   }
+}
+
+/// Router, routed and shared experts of a MoE layer under `m`.
+static void moeWeights(Loader &ld, const ModelConfig &c, const std::string &m,
+                       LayerWeights &L) {
+  const int64_t d = c.hiddenSize;
+  L.moe = true;
+  L.router = ld.mat(m + "gate.weight", c.numRoutedExperts, d);
+  L.routerBias = ld.vec(m + "gate.e_score_correction_bias", c.numRoutedExperts);
+  for (int64_t e = 0; e < c.numRoutedExperts; ++e)
+    L.experts.push_back(ld.mlp(m + "experts." + std::to_string(e) + ".", d,
+                               c.moeIntermediateSize));
+  if (c.numSharedExperts > 0)
+    L.shared = ld.mlp(m + "shared_experts.", d,
+                      c.moeIntermediateSize * c.numSharedExperts);
+}
+
+/// Whether the source stores the MTP layers (their eh_proj decides; a
+/// partial layer then fails the load by name).
+static bool sourceHasMtp(const ModelConfig &c, const WeightSource &src) {
+  return c.numNextnPredictLayers > 0 &&
+         src.has(c.tensorPrefix() + "layers." + std::to_string(c.numLayers) +
+                 ".eh_proj.weight");
+}
+
+/// MTP head m (layer num_hidden_layers + m): the names of
+/// expectedMtpTensors (runtime/model/hf_names.h).
+static MtpWeights mtpWeights(Loader &ld, const ModelConfig &c, int64_t m) {
+  const int64_t d = c.hiddenSize;
+  const std::string p =
+      c.tensorPrefix() + "layers." + std::to_string(c.numLayers + m) + ".";
+  MtpWeights w;
+  LayerWeights &L = w.layer;
+  L.inputNorm = ld.vec(p + "input_layernorm.weight", d);
+  L.postNorm = ld.vec(p + "post_attention_layernorm.weight", d);
+  mlaWeights(ld, c, p + "self_attn.", true, L);
+  moeWeights(ld, c, p + "mlp.", L);
+  w.ehProj = ld.mat(p + "eh_proj.weight", d, 2 * d);
+  w.enorm = ld.vec(p + "enorm.weight", d);
+  w.hnorm = ld.vec(p + "hnorm.weight", d);
+  w.headNorm = ld.vec(p + "shared_head.norm.weight", d);
+  if (ld.src.has(p + "embed_tokens.weight"))
+    w.embed = ld.mat(p + "embed_tokens.weight", c.vocabSize, d);
+  if (ld.src.has(p + "shared_head.head.weight"))
+    w.head = ld.mat(p + "shared_head.head.weight", c.vocabSize, d);
+  return w;
 }
 
 /// The one walk over the weights the forward needs: loads them, or in count
@@ -195,6 +241,11 @@ static std::shared_ptr<ModelWeights> walkWeights(const ModelConfig &c,
                     : 3;
   }
   ld.total += c.tieWordEmbeddings ? 0 : 1;
+  const bool mtp = sourceHasMtp(c, ld.src);
+  if (mtp) // layer, indexer, MoE, eh_proj and three norms
+    ld.total += c.numNextnPredictLayers *
+                (13 + (c.indexNHeads > 0 ? (c.isFlash() ? 7 : 5) : 0) + 2 +
+                 3 * (c.numRoutedExperts + (c.numSharedExperts > 0)));
 
   w->embed = ld.mat(root + "embed_tokens.weight", c.vocabSize, d);
   for (int64_t l = 0; l < c.numLayers; ++l) {
@@ -234,23 +285,14 @@ static std::shared_ptr<ModelWeights> walkWeights(const ModelConfig &c,
       k.oNorm = ld.vec(a + "o_norm.weight", hd);
       k.o = ld.mat(a + "o_proj.weight", d, qkv);
     } else {
-      mlaWeights(ld, c, a, l, L);
+      mlaWeights(ld, c, a, c.isFullIndexerLayer(l), L);
     }
     std::string m = p + "mlp.";
     L.moe = c.isMoeLayer(l);
-    if (L.moe) {
-      L.router = ld.mat(m + "gate.weight", c.numRoutedExperts, d);
-      L.routerBias =
-          ld.vec(m + "gate.e_score_correction_bias", c.numRoutedExperts);
-      for (int64_t e = 0; e < c.numRoutedExperts; ++e)
-        L.experts.push_back(ld.mlp(m + "experts." + std::to_string(e) + ".",
-                                   d, c.moeIntermediateSize));
-      if (c.numSharedExperts > 0)
-        L.shared = ld.mlp(m + "shared_experts.", d,
-                          c.moeIntermediateSize * c.numSharedExperts);
-    } else {
+    if (L.moe)
+      moeWeights(ld, c, m, L);
+    else
       L.dense = ld.mlp(m, d, c.intermediateSize);
-    }
     w->layers.push_back(std::move(L));
   }
   w->finalNorm = ld.vec(root + "norm.weight", d);
@@ -260,6 +302,9 @@ static std::shared_ptr<ModelWeights> walkWeights(const ModelConfig &c,
   } else {
     w->lmHead = ld.mat("lm_head.weight", c.vocabSize, d);
   }
+  if (mtp)
+    for (int64_t m = 0; m < c.numNextnPredictLayers; ++m)
+      w->mtp.push_back(mtpWeights(ld, c, m));
   return w;
 }
 

@@ -118,15 +118,32 @@ struct LayerWeights {
   MlpWeights shared;              // width n_shared·moe_intermediate
 };
 
+/// One multi-token-prediction head (layer num_hidden_layers + m;
+/// glm53-architecture.md §2 item 8, §3 "MTP"): x = ehProj [enorm(embed(t)) ;
+/// hnorm(h)], one plain pre-norm decoder layer (MLA with its own full
+/// indexer, MoE; no mHC maps on Flash either), headNorm, the LM head.
+struct MtpWeights {
+  LayerWeights layer;
+  Matrix ehProj;                             // [d, 2d]: embedding half first
+  std::vector<float> enorm, hnorm, headNorm; // [d]
+  /// The layer's own embed_tokens / shared_head.head when the checkpoint
+  /// ships them (DeepSeek-V3 style); empty = the main model's (GLM).
+  Matrix embed, head; // [V, d]
+};
+
 struct ModelWeights {
   ModelConfig config;
   Matrix embed;   // [V, d]
   std::vector<LayerWeights> layers;
   std::vector<float> finalNorm; // [d]
   Matrix lmHead;  // [V, d]
+  /// num_nextn_predict_layers heads when the source stores the MTP layers
+  /// (their eh_proj present), else empty: the causal LM alone.
+  std::vector<MtpWeights> mtp;
 
-  /// Loads and checks every weight the forward needs. `progress` (optional)
-  /// is called with (loaded, total) tensor counts.
+  /// Loads and checks every weight the forward needs, and the MTP layers
+  /// when the source stores them. `progress` (optional) is called with
+  /// (loaded, total) tensor counts.
   static std::shared_ptr<const ModelWeights>
   load(const ModelConfig &config, const WeightSource &src,
        const std::function<void(int64_t, int64_t)> &progress = {});

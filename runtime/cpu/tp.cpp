@@ -11,9 +11,10 @@ TpLayout TpLayout::fromRule(const ModelConfig &c, int n) {
   t.ranks = n;
   t.expertHalves = numChunks(c.moeIntermediateSize);
   const int64_t E = c.numRoutedExperts;
-  for (int64_t l = 0; l < c.numLayers; ++l) {
+  for (int64_t l = 0; l < c.numLayers + c.numNextnPredictLayers; ++l) {
     TpLayerLayout L;
-    const int64_t H = c.headsOf(l); // KDA heads split the same way
+    // KDA heads split the same way; MTP layers are MLA.
+    const int64_t H = l < c.numLayers ? c.headsOf(l) : c.numHeads;
     for (int64_t h = 0; h < H; ++h) {
       // Contiguous split: rank r owns heads [r·H/N, (r+1)·H/N).
       int r = 0;
@@ -29,7 +30,7 @@ TpLayout TpLayout::fromRule(const ModelConfig &c, int n) {
         L.expertHalfRank.push_back((int)((pairs * e + h / 2 + l) % n));
     for (int64_t ch = 0; ch < numChunks(c.intermediateSize); ++ch)
       L.denseChunkRank.push_back((int)((ch / 2 + l) % n));
-    t.layers.push_back(std::move(L));
+    (l < c.numLayers ? t.layers : t.mtpLayers).push_back(std::move(L));
   }
   for (int r = 0; r <= n; ++r)
     t.vocabBegin.push_back(c.vocabSize * r / n);

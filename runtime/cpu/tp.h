@@ -38,10 +38,17 @@ struct TpLayout {
   int ranks = 1;
   int64_t expertHalves = 1; // halves per expert
   std::vector<TpLayerLayout> layers;
+  /// The MTP layers (layer num_hidden_layers + m), by the same rule.
+  std::vector<TpLayerLayout> mtpLayers;
   std::vector<int64_t> vocabBegin; // [ranks+1]
 
-  int expertHalfRank(int64_t layer, int64_t expert, int64_t half) const {
-    return layers[layer].expertHalfRank[expert * expertHalves + half];
+  /// Layer l's layout, an MTP layer's for l >= layers.size().
+  const TpLayerLayout &layer(int64_t l) const {
+    return l < (int64_t)layers.size() ? layers[l]
+                                      : mtpLayers.at(l - layers.size());
+  }
+  int expertHalfRank(int64_t l, int64_t expert, int64_t half) const {
+    return layer(l).expertHalfRank[expert * expertHalves + half];
   }
   /// The default rule above for N ranks (N >= 1).
   static TpLayout fromRule(const ModelConfig &config, int ranks);

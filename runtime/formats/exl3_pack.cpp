@@ -411,10 +411,14 @@ void Exl3Pack::collect(std::vector<std::string> &problems) {
 }
 
 void Exl3Pack::checkAgainstConfig() {
-  std::map<std::string, HfTensorSpec> expected;
+  // The causal LM's tensors, and the MTP layers' (optional: a pack may
+  // leave them out; checked alike when stored).
+  std::map<std::string, HfTensorSpec> expected, mtp;
   try {
     for (auto &s : expectedHfTensors(*config_))
       expected[s.name] = s;
+    for (auto &s : expectedMtpTensors(*config_))
+      mtp[s.name] = s;
   } catch (const Error &e) {
     deferred_.push_back({"config.json", "config", 0,
                          std::string(e.what()) +
@@ -424,17 +428,23 @@ void Exl3Pack::checkAgainstConfig() {
   for (size_t i = 0; i < weights_.size(); ++i) {
     WeightInfo &w = weights_[i];
     auto it = expected.find(w.name);
+    const HfTensorSpec *spec = it == expected.end() ? nullptr : &it->second;
     // MTP layers (stored at mtp_bits) and the vision tower ship beside
-    // the causal LM: recognised, skipped, reported as notes.
-    if (it == expected.end() && extra_.add(*config_, w.name, w.layer))
-      continue;
-    if (it == expected.end()) {
+    // the causal LM: recognised and reported as notes; the MTP layers'
+    // tensors are then checked like the model's (and get their HF shape).
+    if (!spec && extra_.add(*config_, w.name, w.layer)) {
+      auto m = mtp.find(w.name);
+      if (m == mtp.end())
+        continue;
+      spec = &m->second;
+    }
+    if (!spec) {
       deferred_.push_back({w.ranges[0].file, w.name, w.ranges[0].offset,
                            "is not a tensor of this " + config_->modelType +
                                " config (config.json)"});
       continue;
     }
-    const std::vector<int64_t> &hf = it->second.shape;
+    const std::vector<int64_t> &hf = spec->shape;
     if (!entries_[i].quantized) {
       if (hf != w.shape)
         deferred_.push_back({w.ranges[0].file, w.name, w.ranges[0].offset,
@@ -603,6 +613,8 @@ Exl3Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
   VerifyReport rep;
   rep.issues = deferred_;
   extra_.report(rep);
+  if (config_)
+    checkMtpLayers(*this, *config_, rep);
   verifyCommon(rep);
   // EXL3 has no checksum: headers are structure, every tensor is decoded
   // and value-checked (finite; norms and biases in range; codebook markers

@@ -1476,6 +1476,7 @@ Exlr8Pack::verify(const std::function<void(uint64_t, uint64_t)> &progress)
     for (const WeightInfo &w : weights_)
       extra.add(*config_, w.name, w.layer);
     extra.report(rep);
+    checkMtpLayers(*this, *config_, rep);
     for (const HfTensorSpec &s : expectedHfTensors(*config_)) {
       auto it = byName_.find(s.name);
       if (it == byName_.end()) {

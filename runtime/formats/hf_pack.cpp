@@ -239,6 +239,7 @@ void HfPack::checkArchitecture(VerifyReport &r) const {
              "checkpoint)"});
   }
   extra.report(r);
+  checkMtpLayers(*this, *config_, r);
 }
 
 VerifyReport

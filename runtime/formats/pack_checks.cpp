@@ -8,6 +8,7 @@
 #include "runtime/base/sha256.h"
 #include "runtime/base/strings.h"
 #include "runtime/formats/exlr8_layout.h"
+#include "runtime/model/hf_names.h"
 
 #include <algorithm>
 #include <cctype>
@@ -138,6 +139,51 @@ void ExtraTensorNotes::report(VerifyReport &rep) const {
     rep.notes.push_back(std::to_string(mtp) + " MTP tensors (layer " + ls +
                         ") recognised and skipped: the multi-token "
                         "prediction layer is not part of the causal LM");
+  }
+}
+
+void checkMtpLayers(const Pack &pack, const ModelConfig &cfg,
+                    VerifyReport &rep) {
+  std::vector<HfTensorSpec> specs;
+  try {
+    specs = expectedMtpTensors(cfg);
+  } catch (const Error &) {
+    return; // a model_type without names: the architecture check says so
+  }
+  for (int64_t m = 0; m < cfg.numNextnPredictLayers; ++m) {
+    const int layer = (int)(cfg.numLayers + m);
+    std::vector<const HfTensorSpec *> mine;
+    bool stored = false;
+    for (const HfTensorSpec &s : specs)
+      if (s.layer == layer) {
+        mine.push_back(&s);
+        stored |= pack.find(s.name) != nullptr;
+      }
+    if (!stored)
+      continue; // the pack leaves this MTP layer out
+    std::vector<HfTensorSpec> optional = optionalMtpTensors(cfg, m);
+    for (const HfTensorSpec &s : optional)
+      if (pack.find(s.name))
+        mine.push_back(&s);
+    for (const HfTensorSpec *s : mine) {
+      ++rep.checkedObjects;
+      const WeightInfo *w = pack.find(s->name);
+      if (!w) {
+        rep.issues.push_back(
+            {"", s->name, 0,
+             "missing: the pack stores MTP layer " + std::to_string(layer) +
+                 " but not this tensor of it (config.json implies shape " +
+                 shapeStr(s->shape) + ")"});
+        continue;
+      }
+      if (w->shape != s->shape)
+        rep.issues.push_back(
+            {w->ranges.empty() ? std::string() : w->ranges[0].file, s->name,
+             w->ranges.empty() ? 0 : w->ranges[0].offset,
+             "shape " + shapeStr(w->shape) + " but config.json implies " +
+                 shapeStr(s->shape) + " (MTP layer " + std::to_string(layer) +
+                 ")"});
+    }
   }
 }
 

@@ -52,6 +52,14 @@ enum class ExtraTensor : uint8_t { None, Vision, Mtp };
 ExtraTensor classifyExtraTensor(const ModelConfig &cfg,
                                 const std::string &hfName, int layer);
 
+/// The MTP layers a pack stores (any tensor of expectedMtpTensors for layer
+/// num_hidden_layers + m present) must be whole: every tensor of that layer
+/// present with the shape config.json implies (and the optional own
+/// embed_tokens / shared_head.head, when stored, too). A pack that stores no
+/// MTP layer passes. Adds issues to `rep`.
+void checkMtpLayers(const Pack &pack, const ModelConfig &cfg,
+                    VerifyReport &rep);
+
 /// Counts extra tensors and adds one note per kind to a report.
 struct ExtraTensorNotes {
   int64_t vision = 0, mtp = 0;

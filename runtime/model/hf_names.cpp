@@ -55,7 +55,7 @@ struct Builder {
 /// MLA (q_a/q_b or q_proj, kv_a, kv_b, o_proj) and, on "full" layers, the
 /// indexer: GLM-5.3's every layer, Flash's "deepseek_sparse_attention" ones.
 static void mlaTensors(Builder &b, const ModelConfig &c, const std::string &a,
-                       int64_t l) {
+                       int64_t l, bool fullIndexer) {
   const int L = (int)l;
   const int64_t d = c.hiddenSize, H = c.numHeads;
   if (c.qLoraRank > 0) {
@@ -73,7 +73,7 @@ static void mlaTensors(Builder &b, const ModelConfig &c, const std::string &a,
   b.add(a + "o_proj.weight", {d, H * c.vHeadDim}, true, L);
   // Shared indexer layers reuse the last full layer's selection and carry
   // no indexer weights.
-  if (c.indexNHeads > 0 && c.isFullIndexerLayer(l)) {
+  if (c.indexNHeads > 0 && fullIndexer) {
     const std::string ix = a + "indexer.";
     const int64_t qIn = c.qLoraRank > 0 ? c.qLoraRank : d;
     b.add(ix + "wq_b.weight", {c.indexNHeads * c.indexHeadDim, qIn}, true, L);
@@ -113,6 +113,21 @@ static void kdaTensors(Builder &b, const ModelConfig &c, const std::string &a,
   b.add(a + "o_proj.weight", {d, qkv}, true, L);
 }
 
+/// Router, routed experts and shared experts of a MoE layer under `m`.
+static void moeTensors(Builder &b, const ModelConfig &c, const std::string &m,
+                       int64_t l) {
+  const int L = (int)l;
+  const int64_t d = c.hiddenSize;
+  b.add(m + "gate.weight", {c.numRoutedExperts, d}, false, L);
+  b.add(m + "gate.e_score_correction_bias", {c.numRoutedExperts}, false, L);
+  for (int64_t e = 0; e < c.numRoutedExperts; ++e)
+    b.mlp(m + "experts." + std::to_string(e) + ".", d, c.moeIntermediateSize, L,
+          (int)e, false);
+  if (c.numSharedExperts > 0)
+    b.mlp(m + "shared_experts.", d, c.moeIntermediateSize * c.numSharedExperts,
+          L, -1, true);
+}
+
 std::vector<HfTensorSpec> expectedHfTensors(const ModelConfig &c) {
   check(c.modelType == "glm_moe_dsa" || c.isFlash(),
         "expectedHfTensors: model_type \"", c.modelType,
@@ -136,25 +151,51 @@ std::vector<HfTensorSpec> expectedHfTensors(const ModelConfig &c) {
     if (c.isKdaLayer(l))
       kdaTensors(b, c, p + "self_attn.", l);
     else
-      mlaTensors(b, c, p + "self_attn.", l);
+      mlaTensors(b, c, p + "self_attn.", l, c.isFullIndexerLayer(l));
     b.add(p + "post_attention_layernorm.weight", {d}, false, L);
-    const std::string m = p + "mlp.";
-    if (!c.isMoeLayer(l)) {
-      b.mlp(m, d, c.intermediateSize, L, -1, false);
-      continue;
-    }
-    b.add(m + "gate.weight", {c.numRoutedExperts, d}, false, L);
-    b.add(m + "gate.e_score_correction_bias", {c.numRoutedExperts}, false, L);
-    for (int64_t e = 0; e < c.numRoutedExperts; ++e)
-      b.mlp(m + "experts." + std::to_string(e) + ".", d, c.moeIntermediateSize,
-            L, (int)e, false);
-    if (c.numSharedExperts > 0)
-      b.mlp(m + "shared_experts.", d,
-            c.moeIntermediateSize * c.numSharedExperts, L, -1, true);
+    if (c.isMoeLayer(l))
+      moeTensors(b, c, p + "mlp.", l);
+    else
+      b.mlp(p + "mlp.", d, c.intermediateSize, L, -1, false);
   }
   b.add(root + "norm.weight", {d}, false);
   if (!c.tieWordEmbeddings)
     b.add("lm_head.weight", {c.vocabSize, d}, true);
+  return std::move(b.out);
+}
+
+std::vector<HfTensorSpec> expectedMtpTensors(const ModelConfig &c) {
+  check(c.modelType == "glm_moe_dsa" || c.isFlash(),
+        "expectedMtpTensors: model_type \"", c.modelType,
+        "\" has no known Hugging Face tensor list");
+  const int64_t d = c.hiddenSize;
+  Builder b;
+  for (int64_t m = 0; m < c.numNextnPredictLayers; ++m) {
+    const int64_t l = c.numLayers + m;
+    const int L = (int)l;
+    const std::string p =
+        c.tensorPrefix() + "layers." + std::to_string(l) + ".";
+    // The decoder layer: plain pre-norm (no mHC maps, also on Flash), MLA
+    // with its own full indexer, MoE.
+    b.add(p + "input_layernorm.weight", {d}, false, L);
+    mlaTensors(b, c, p + "self_attn.", l, true);
+    b.add(p + "post_attention_layernorm.weight", {d}, false, L);
+    moeTensors(b, c, p + "mlp.", l);
+    b.add(p + "eh_proj.weight", {d, 2 * d}, true, L);
+    b.add(p + "enorm.weight", {d}, false, L);
+    b.add(p + "hnorm.weight", {d}, false, L);
+    b.add(p + "shared_head.norm.weight", {d}, false, L);
+  }
+  return std::move(b.out);
+}
+
+std::vector<HfTensorSpec> optionalMtpTensors(const ModelConfig &c, int64_t m) {
+  const int64_t d = c.hiddenSize;
+  const int L = (int)(c.numLayers + m);
+  const std::string p = c.tensorPrefix() + "layers." + std::to_string(L) + ".";
+  Builder b;
+  b.add(p + "embed_tokens.weight", {c.vocabSize, d}, false, L);
+  b.add(p + "shared_head.head.weight", {c.vocabSize, d}, true, L);
   return std::move(b.out);
 }
 

@@ -4,7 +4,8 @@
 // its weights (model.layers.{L}.self_attn.q_a_proj.weight, ...), derived from
 // ModelConfig alone. Pack writers use it to know what to write, readers to
 // verify a checkpoint, the CPU executor to load weights. MTP layers (index
-// >= num_hidden_layers) are not part of the causal LM and are not listed.
+// >= num_hidden_layers) are not part of the causal LM: expectedHfTensors
+// leaves them out and expectedMtpTensors lists them.
 //
 // Thread-safety: pure functions.
 //
@@ -41,6 +42,20 @@ struct HfTensorSpec {
 /// then model.norm and lm_head (absent when tie_word_embeddings). Throws
 /// Error for a model_type whose names are not known (glm5_next).
 std::vector<HfTensorSpec> expectedHfTensors(const ModelConfig &cfg);
+
+/// The multi-token-prediction layers' tensors (layer num_hidden_layers + m,
+/// m < num_nextn_predict_layers; glm53-architecture.md §2 item 8 and §3
+/// "MTP"), in a stable order: a plain pre-norm decoder layer (no mHC maps,
+/// also on Flash) with MLA, its own full indexer and MoE, then eh_proj
+/// [d, 2d] (over [enorm(embed) ; hnorm(h)]), enorm, hnorm and
+/// shared_head.norm. Empty when the config has no MTP layer. A pack may
+/// leave them out (then no MTP head runs).
+std::vector<HfTensorSpec> expectedMtpTensors(const ModelConfig &cfg);
+
+/// What an MTP layer m may carry besides expectedMtpTensors, as DeepSeek-V3
+/// checkpoints do: its own embed_tokens and shared_head.head (the LM head).
+/// GLM releases leave them out and share the main model's.
+std::vector<HfTensorSpec> optionalMtpTensors(const ModelConfig &cfg, int64_t m);
 
 /// Layer, expert, projection and shared flag parsed from an HF tensor name
 /// (name and shape are left empty); fields stay -1/false when absent.

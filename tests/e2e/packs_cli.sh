@@ -21,9 +21,19 @@ for layout in hf exl3 exlr8; do
     || { cat "$t/verify-$layout.txt"; fail "verify of fresh $layout pack"; }
 done
 
-# dequant of an expert projection in every layout; the F32 output must exist
-# under the HF name with the HF shape.
-name=model.layers.1.mlp.experts.3.up_proj.weight
+# Every layout stores the MTP layer (layer 2) and verify names it.
+for layout in hf exl3 exlr8; do
+  grep -Eq "^note: [0-9]+ MTP tensors \(layer 2\)" "$t/verify-$layout.txt" \
+    || { cat "$t/verify-$layout.txt"; fail "$layout: no MTP layer noted"; }
+done
+
+# dequant of an expert projection, and of the MTP layer's eh_proj, an MTP
+# expert and its kv_a_proj_with_mqa (160 rows: EXL3 pads it), in every
+# layout; the F32 output must exist under the HF name with the HF shape.
+for name in model.layers.1.mlp.experts.3.up_proj.weight \
+            model.layers.2.eh_proj.weight \
+            model.layers.2.mlp.experts.1.down_proj.weight \
+            model.layers.2.self_attn.kv_a_proj_with_mqa.weight; do
 glmc dequant "$t/tiny-hf" --tensor "$name" -o "$t/hf.safetensors"
 glmc dequant "$t/tiny-exl3" --tensor "$name" -o "$t/exl3.safetensors"
 glmc dequant "$t/tiny-exlr8" --manifest mixed --tensor "$name" -o "$t/exlr8.safetensors"
@@ -45,9 +55,10 @@ for lay in ('exl3', 'exlr8', 'exlr8-k4'):
     s, w = load(f'{t}/{lay}.safetensors')
     assert s == shape, (lay, s, shape)
     err = math.sqrt(sum((a - b) ** 2 for a, b in zip(w, ref)) / sum(a * a for a in ref))
-    print(f'{lay}: relative RMS error vs the BF16 source {err:.4f}')
+    print(f'{name} {lay}: relative RMS error vs the BF16 source {err:.4f}')
     assert err < 0.35, (lay, err)
 PY
+done
 
 # A flipped byte inside an exlr8 expert file must be named by verify.
 f=$(ls "$t"/tiny-exlr8/experts/*.k3.safetensors | head -1)

@@ -192,7 +192,14 @@ TEST(HfNames, TinyListMatchesWhatSynthWrites) {
   ModelConfig c = loadModelConfig(dir);
   auto ckpt = SafetensorsCheckpoint::open(dir);
   EXPECT_EQ(ckpt.files().size(), 2u);
+  // The causal LM and the MTP layer (layer 2).
   std::vector<HfTensorSpec> specs = expectedHfTensors(c);
+  std::vector<HfTensorSpec> mtp = expectedMtpTensors(c);
+  EXPECT_EQ(c.numNextnPredictLayers, 1);
+  ASSERT_FALSE(mtp.empty());
+  for (const auto &s : mtp)
+    EXPECT_EQ(s.layer, 2) << s.name;
+  specs.insert(specs.end(), mtp.begin(), mtp.end());
   std::set<std::string> written;
   for (const auto &n : ckpt.names())
     written.insert(n);

@@ -99,7 +99,9 @@ TEST(HfPack, TinyOpensVerifiesAndDequantizesExactly) {
   ASSERT_TRUE(pack->config().has_value());
   EXPECT_EQ(pack->config()->numLayers, 2);
   std::vector<HfTensorSpec> specs = expectedHfTensors(*pack->config());
-  EXPECT_EQ(pack->weights().size(), specs.size());
+  // ... and the MTP layer (layer 2), noted by verify.
+  EXPECT_EQ(pack->weights().size(),
+            specs.size() + expectedMtpTensors(*pack->config()).size());
   EXPECT_EQ(pack->configHash().size(), 16u);
   EXPECT_EQ(pack->indexHash().size(), 16u);
 
