@@ -1,16 +1,19 @@
 // RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=2},glm-select-width,glm-fuse,glm-plan-memory{max-context=1024 kv-dtype=bf16 max-tokens=8})' | FileCheck %s
 // RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=2},glm-select-width,glm-fuse,glm-plan-memory{max-context=1024 kv-dtype=fp8 max-tokens=8})' | FileCheck %s --check-prefix=FP8
+// RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=2},glm-select-width,glm-fuse,glm-plan-memory{max-context=1024 kv-dtype=bf16 max-tokens=8 max-sequences=3})' | FileCheck %s --check-prefix=SLOTS
 // RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=2},glm-select-width,glm-fuse,glm-plan-memory{max-context=1048576 memory-per-spark=0.001})' 2>&1 | FileCheck %s --check-prefix=OVER
 // RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-plan-memory{kv-dtype=int8})' 2>&1 | FileCheck %s --check-prefix=DTYPE
 
 // KV: 2 layers x 1024 tokens x (64 + 16) x 2 bytes = 327680, plus layer 0's
 // index keys 1024 x 32 x 2 = 65536: 393216 bytes on every rank.
-// CHECK: glm.kv = {bytes = 393216 : i64, dtype = "bf16", max_context = 1024 : i64, max_tokens = 8 : i64}
+// CHECK: glm.kv = {bytes = 393216 : i64, dtype = "bf16", max_context = 1024 : i64, max_tokens = 8 : i64, slots = 1 : i64}
 // CHECK-SAME: glm.memory = [{activations = [[ACT:[0-9]+]] : i64, kv = 393216 : i64, rank = 0 : i64, state = 0 : i64, total = {{[0-9]+}} : i64, weights = {{[0-9]+}} : i64}, {activations = [[ACT]] : i64, kv = 393216 : i64, rank = 1 : i64
 // Every value has an arena offset; the embedding output and a later value
 // reuse freed space.
 // CHECK: glm.embed {{.*}}glm.arena = array<i64: [[EMB:[0-9]+]]>
 // FP8: glm.kv = {bytes = 196608 : i64, dtype = "fp8"
+// Three KV slots (sequences): three caches.
+// SLOTS: glm.kv = {bytes = 1179648 : i64, dtype = "bf16", max_context = 1024 : i64, max_tokens = 8 : i64, slots = 3 : i64}
 
 // OVER: the plan does not fit 0.001 GiB per Spark; per rank (GiB):
 // OVER: rank   weights        KV  activations     total    budget
