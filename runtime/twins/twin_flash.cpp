@@ -1,22 +1,28 @@
 //===- twin_flash.cpp - twins of the GLM-5.3-Flash decode families --------===//
 //
-// mhc_mix, mhc_post, mhc_head, kda_decode and kpool_store
-// (codegen/templates/*.cuh):
+// mhc_mix, mhc_post, mhc_head, kda_decode, kpool_store and the KDA prefill
+// pair kda_prep, kda_chunk (codegen/templates/*.cuh):
 // each kernel's fp32 operations in its order, its fp64 block sums in the
 // kernel's butterfly order, and the scalar math of flash_math.cuh itself
 // (included here: exp, sigmoid, SiLU, the mHC map and the forget gate built
 // from IEEE-exact operations). CUDA (--fmad=false) therefore gives the same
 // bits as these twins; the one exception is kda_decode's softplus form (no
 // lower bound, a libm log1p/exp in fp64), unused by the checkpoints.
+// kda_chunk runs on tensor cores: its twin repeats every fp32 step outside
+// the MMAs, rounds each MMA operand as cvt.rna.tf32 does (3xTF32: the hi
+// and lo parts) and sums the exact products in fp64, where the kernel's
+// MMAs sum in fp32: CUDA is held to it within 1e-4 (helper_twins.h).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/helper_twins.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/parallel.h"
 
 #include "codegen/templates/flash_math.cuh"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace glm::rt::twins {
@@ -319,6 +325,267 @@ void kpoolStoreTwin(const Launch &l) {
       dst[c] = acc / sum;
     }
   }
+}
+
+
+// kda_prep(q, k, v, f, ins, bRaw, bs, convQ, convK, convV, aLog, dtBias,
+// wdt, convState, seq, pos, qo, ko, vo, go, betaO, T, h0, dk, dv, K,
+// lower); grid (n, ceil(T/8)): kda_decode's per-token half, written out.
+void kdaPrepTwin(const Launch &l) {
+  const float *q = l.ptr<const float>(0), *k = l.ptr<const float>(1),
+              *v = l.ptr<const float>(2), *f = l.ptr<const float>(3);
+  const int ins = l.i32(4);
+  const float *bRaw = l.ptr<const float>(5);
+  const int bs = l.i32(6);
+  const void *convW[3] = {l.ptr<const void>(7), l.ptr<const void>(8),
+                          l.ptr<const void>(9)};
+  const void *aLog = l.ptr<const void>(10), *dtBias = l.ptr<const void>(11);
+  const int wdt = l.i32(12);
+  float *convState = l.ptr<float>(13);
+  const int *seq = l.ptr<const int>(14), *pos = l.ptr<const int>(15);
+  float *qo = l.ptr<float>(16), *ko = l.ptr<float>(17), *vo = l.ptr<float>(18),
+        *go = l.ptr<float>(19), *betaO = l.ptr<float>(20);
+  const int T = l.i32(21), h0 = l.i32(22), dk = l.i32(23), dv = l.i32(24),
+            K = l.i32(25);
+  const float lower = l.f32(26);
+  const int n = (int)l.grid[0];
+  check(dk >= 1 && dk <= 256 && dv >= 1 && dv <= 256 && K >= 1 && K <= 8,
+        "kda_prep twin: dk ", dk, " dv ", dv, " K ", K, " out of range");
+  // Tokens the grid covers (8 a block).
+  const int Tc = std::min<int64_t>(T, (int64_t)l.grid[1] * 8);
+  const bool fresh = pos && pos[0] == 0;
+  const int64_t slot = seq[0];
+  const int K1 = K - 1;
+  const int64_t ldk = (int64_t)n * dk, ldv = (int64_t)n * dv;
+  float *cs = convState + slot * (int64_t)n * (2 * dk + dv) * K1;
+  std::vector<float> qs(dk), ks(dk), vs(dv);
+  for (int hl = 0; hl < n; ++hl) {
+    const int h = h0 + hl;
+    const float rate = fm::expF(hx::ldAny(aLog, h, wdt));
+    const float qScale = 1.0f / fm::sqrtF((float)dk);
+    for (int tt = 0; tt < Tc; ++tt) {
+      const int64_t in0 = (int64_t)tt * ins;
+      for (int ch = 0; ch < 2 * dk + dv; ++ch) {
+        const int x = ch < dk ? 0 : ch < 2 * dk ? 1 : 2;
+        const int a = ch - x * dk, width = x == 2 ? dv : dk;
+        const float *src = x == 0 ? q : x == 1 ? k : v;
+        const int64_t col = (int64_t)hl * width + a;
+        const int64_t tapRow = ((int64_t)h * width + a) * K;
+        const float *st = cs + ((int64_t)x * n * dk + col) * K1;
+        float acc = hx::ldAny(convW[x], tapRow + K1, wdt) * src[in0 + col];
+        for (int j = 0; j < K1; ++j) {
+          const int back = tt - K1 + j;
+          const float xj = back >= 0 ? src[(int64_t)back * ins + col]
+                           : fresh  ? 0.0f
+                                    : st[back + K1];
+          acc = acc + hx::ldAny(convW[x], tapRow + j, wdt) * xj;
+        }
+        (x == 0 ? qs : x == 1 ? ks : vs)[a] = fm::siluF(acc);
+      }
+      for (int a = 0; a < dk; ++a) {
+        const float xg = f[in0 + (int64_t)hl * dk + a] +
+                         hx::ldAny(dtBias, (int64_t)h * dk + a, wdt);
+        go[tt * ldk + (int64_t)hl * dk + a] = fm::kdaLogGate(xg, rate, lower);
+      }
+      const float invQ = 1.0f / fm::sqrtF(warpSquares(qs.data(), dk) + 1e-6f);
+      const float invK = 1.0f / fm::sqrtF(warpSquares(ks.data(), dk) + 1e-6f);
+      for (int a = 0; a < dk; ++a) {
+        qo[tt * ldk + (int64_t)hl * dk + a] = (qs[a] * invQ) * qScale;
+        ko[tt * ldk + (int64_t)hl * dk + a] = ks[a] * invK;
+      }
+      for (int c = 0; c < dv; ++c)
+        vo[tt * ldv + (int64_t)hl * dv + c] = vs[c];
+      betaO[(int64_t)tt * n + hl] =
+          fm::sigmoidF(bRaw[(int64_t)tt * bs + hl]);
+    }
+    if (l.grid[1] == 0 || K1 == 0)
+      continue;
+    for (int ch = 0; ch < 2 * dk + dv; ++ch) {
+      const int x = ch < dk ? 0 : ch < 2 * dk ? 1 : 2;
+      const int a = ch - x * dk, width = x == 2 ? dv : dk;
+      const float *src = x == 0 ? q : x == 1 ? k : v;
+      const int64_t col = (int64_t)hl * width + a;
+      float *st = cs + ((int64_t)x * n * dk + col) * K1;
+      float keep[8];
+      for (int j = 0; j < K1; ++j) {
+        const int back = T - K1 + j;
+        keep[j] = back >= 0 ? src[(int64_t)back * ins + col]
+                  : fresh  ? 0.0f
+                           : st[back + K1];
+      }
+      for (int j = 0; j < K1; ++j)
+        st[j] = keep[j];
+    }
+  }
+}
+
+namespace {
+
+/// cvt.rna.tf32.f32: round to 11 significant bits, ties away from zero.
+float tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u)
+    u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+/// One product inside kda_chunk's MMAs, exact in fp64: tf32 operands, or
+/// 3xTF32's hi·hi + hi·lo + lo·hi.
+double mmaProduct(float a, float b, int split) {
+  const float ah = tf32(a), bh = tf32(b);
+  double p = (double)ah * bh;
+  if (split == 3)
+    p += (double)ah * tf32(b - bh) + (double)tf32(a - ah) * bh;
+  return p;
+}
+
+} // namespace
+
+// kda_chunk(q, k, v, g, beta, gate, gs, oNorm, wdt, state, seq, pos, out,
+// T, dk, dv, eps); grid (n, 1), templates chunk, mma, threads. Heads are
+// independent: one thread each.
+void kdaChunkTwin(const Launch &l) {
+  const float *q = l.ptr<const float>(0), *k = l.ptr<const float>(1),
+              *v = l.ptr<const float>(2), *g = l.ptr<const float>(3),
+              *beta = l.ptr<const float>(4), *gate = l.ptr<const float>(5);
+  const int gs = l.i32(6);
+  const void *oNorm = l.ptr<const void>(7);
+  const int wdt = l.i32(8);
+  float *state = l.ptr<float>(9);
+  const int *seq = l.ptr<const int>(10), *pos = l.ptr<const int>(11);
+  float *out = l.ptr<float>(12);
+  const int T = l.i32(13), dk = l.i32(14), dv = l.i32(15);
+  const float eps = l.f32(16);
+  const int C = l.targInt("chunk"), nt = (int)l.block[0];
+  const int split = l.targ("mma") == "tf32x3" ? 3 : 1;
+  const int n = (int)l.grid[0];
+  check((C == 16 || C == 32) && dk >= 8 && dk <= 128 && dk % 8 == 0 &&
+            dv >= 16 && dv % 16 == 0 && dv <= nt / 2 &&
+            l.smemBytes >= 4u * (uint32_t)fm::kdaChunkSmemFloats(C, dk, dv),
+        "kda_chunk twin: chunk ", C, " dk ", dk, " dv ", dv, " threads ", nt,
+        " smem ", l.smemBytes, " do not fit the kernel");
+  const bool fresh = pos && pos[0] == 0;
+  const int64_t slot = seq[0];
+  const int64_t ldk = (int64_t)n * dk, ldv = (int64_t)n * dv;
+  parallelFor(n, 1, 0, [&](int64_t hb, int64_t he, int) {
+    std::vector<float> gam((size_t)C * dk), ref(dk), en(dk), bet(C);
+    std::vector<float> X0((size_t)C * dk), X1((size_t)C * dk),
+        X2((size_t)C * dk), D((size_t)C * dv), Akk((size_t)C * C),
+        Aqk((size_t)C * C), O((size_t)C * dv);
+    std::vector<double> Os((size_t)C * dv);
+    for (int64_t hl = hb; hl < he; ++hl) {
+      float *S = state + ((slot * n + hl) * (int64_t)dk) * dv; // (dk, dv)
+      std::vector<float> s((size_t)dk * dv, 0.0f);
+      if (!fresh)
+        std::copy(S, S + (size_t)dk * dv, s.begin());
+      for (int t0 = 0; t0 < T; t0 += C) {
+        const int m = std::min(C, T - t0);
+        auto at = [&](int i, int c) {
+          return (t0 + i) * ldk + hl * dk + c;
+        };
+        for (int c = 0; c < dk; ++c) {
+          float acc = 0.0f;
+          for (int i = 0; i < C; ++i) {
+            if (i < m)
+              acc = acc + g[at(i, c)];
+            gam[(size_t)i * dk + c] = acc;
+          }
+          ref[c] = gam[(size_t)(C / 2 - 1) * dk + c];
+        }
+        for (int i = 0; i < C; ++i)
+          for (int c = 0; c < dk; ++c) {
+            const size_t x = (size_t)i * dk + c;
+            X0[x] = X1[x] = X2[x] = 0.0f;
+            if (i >= m)
+              continue;
+            const float up = fm::expF(gam[x] - ref[c]),
+                        dn = fm::expF(ref[c] - gam[x]);
+            X0[x] = q[at(i, c)] * up;
+            X1[x] = k[at(i, c)] * up;
+            X2[x] = k[at(i, c)] * dn;
+          }
+        for (int i = 0; i < C; ++i)
+          bet[i] = i < m ? beta[(int64_t)(t0 + i) * n + hl] : 0.0f;
+        for (int tt = 0; tt < C; ++tt)
+          for (int ii = 0; ii < C; ++ii) {
+            double akk = 0, aqk = 0;
+            for (int c = 0; c < dk; ++c) {
+              akk += mmaProduct(X1[(size_t)tt * dk + c],
+                                X2[(size_t)ii * dk + c], split);
+              aqk += mmaProduct(X0[(size_t)tt * dk + c],
+                                X2[(size_t)ii * dk + c], split);
+            }
+            Akk[(size_t)tt * C + ii] = ii < tt ? bet[tt] * (float)akk : 0.0f;
+            Aqk[(size_t)tt * C + ii] = ii <= tt ? (float)aqk : 0.0f;
+          }
+        for (int c = 0; c < dk; ++c) {
+          const float last = gam[(size_t)(C - 1) * dk + c];
+          for (int i = 0; i < C; ++i) {
+            const size_t x = (size_t)i * dk + c;
+            X0[x] = X1[x] = X2[x] = 0.0f;
+            if (i >= m)
+              continue;
+            const float up = fm::expF(gam[x]);
+            X0[x] = q[at(i, c)] * up;
+            X1[x] = k[at(i, c)] * up;
+            X2[x] = k[at(i, c)] * fm::expF(last - gam[x]);
+          }
+          en[c] = fm::expF(last);
+        }
+        for (int tt = 0; tt < C; ++tt)
+          for (int c = 0; c < dv; ++c) {
+            double w = 0, o = 0;
+            for (int a = 0; a < dk; ++a) {
+              const float sa = s[(size_t)a * dv + c];
+              w += mmaProduct(sa, X1[(size_t)tt * dk + a], split);
+              o += mmaProduct(sa, X0[(size_t)tt * dk + a], split);
+            }
+            Os[(size_t)tt * dv + c] = o;
+            D[(size_t)tt * dv + c] =
+                tt < m ? bet[tt] * (v[(t0 + tt) * ldv + hl * dv + c] -
+                                    (float)w)
+                       : 0.0f;
+          }
+        for (int c = 0; c < dv; ++c)
+          for (int tt = 1; tt < m; ++tt) {
+            float x = D[(size_t)tt * dv + c];
+            for (int i = 0; i < tt; ++i)
+              x = x - Akk[(size_t)tt * C + i] * D[(size_t)i * dv + c];
+            D[(size_t)tt * dv + c] = x;
+          }
+        for (int tt = 0; tt < C; ++tt)
+          for (int c = 0; c < dv; ++c) {
+            double o = Os[(size_t)tt * dv + c];
+            for (int i = 0; i < C; ++i)
+              o += mmaProduct(D[(size_t)i * dv + c], Aqk[(size_t)tt * C + i],
+                              split);
+            O[(size_t)tt * dv + c] = (float)o;
+          }
+        for (int a = 0; a < dk; ++a)
+          for (int c = 0; c < dv; ++c) {
+            double acc = (double)(s[(size_t)a * dv + c] * en[a]);
+            for (int i = 0; i < C; ++i)
+              acc += mmaProduct(D[(size_t)i * dv + c], X2[(size_t)i * dk + a],
+                                split);
+            s[(size_t)a * dv + c] = (float)acc;
+          }
+        for (int tt = 0; tt < m; ++tt) {
+          const float *o = O.data() + (size_t)tt * dv;
+          const float inv =
+              1.0f / fm::sqrtF(warpSquares(o, dv) / (float)dv + eps);
+          const int64_t row = t0 + tt;
+          for (int c = 0; c < dv; ++c) {
+            const float gv = gate[row * gs + hl * dv + c];
+            out[row * ldv + hl * dv + c] =
+                (hx::ldAny(oNorm, c, wdt) * (o[c] * inv)) * fm::sigmoidF(gv);
+          }
+        }
+      }
+      std::copy(s.begin(), s.end(), S);
+    }
+  });
 }
 
 } // namespace glm::rt::twins
