@@ -8,8 +8,8 @@
 // kda_decode's layout, so decode continues from it.
 //
 // Launch: grid (n, 1), block THREADS (128 or 256), dynamic shared memory
-// 4·fm::kdaChunkSmemFloats(C, dk, dv) bytes (<= 78 KB at C = 32, dk = dv = 128: the
-// caller raises CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES past 48 KB;
+// 4·fm::kdaChunkSmemFloats(C, dk, dv) bytes (<= 78 KB at C = 32, dk = dv = 128:
+// the caller raises CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES past 48 KB;
 // the kernel traps on less). Templates C (16 or 32), SPLIT (1: operands
 // rounded to tf32; 3: 3xTF32, each operand x = hi + lo with hi = tf32(x),
 // lo = tf32(x − hi), products hi·hi + hi·lo + lo·hi: near fp32), THREADS.
@@ -66,10 +66,12 @@
 namespace glm {
 namespace kc {
 
+/// x rounded to tf32 (nearest, ties away), its 13 low mantissa bits zero
+/// (masked: the MMA ignores them, 3xTF32's x − hi needs them zero).
 __device__ __forceinline__ unsigned tf32Bits(float x) {
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
+  return r & 0xffffe000u;
 }
 
 __device__ __forceinline__ void mma1688(float c[4], const unsigned a[4],
@@ -77,8 +79,7 @@ __device__ __forceinline__ void mma1688(float c[4], const unsigned a[4],
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
                "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                 "r"(b1));
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /// c += A·B on one 16x8x8 tile from fp32 fragments: a = (row g, k t),
@@ -122,15 +123,16 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
   if (dk < 8 || dk > kMaxDk || dk % 8 || dv < 16 || dv > 16 * W || dv % 16 ||
       smemBytes < 4u * (unsigned)fm::kdaChunkSmemFloats(C, dk, dv))
     __trap(); // the footprint refuses such launches first
-  const int sk = fm::kdaChunkStrideK(dk), sd = fm::kdaChunkStrideV(dv), sa = fm::kdaChunkStrideA(C);
-  float *X0 = kdaChunkSmem;     // (C,dk) q e^{Γ−r}, then q e^{Γ}
-  float *X1 = X0 + C * sk;      // (C,dk) k e^{Γ−r}, then k e^{Γ}
-  float *X2 = X1 + C * sk;      // (C,dk) k e^{r−Γ}, then k e^{Γm−Γ}
-  float *D = X2 + C * sk;       // (C,dv) δ, then O
-  float *Akk = D + C * sd;      // (C,C)
-  float *Aqk = Akk + C * sa;    // (C,C)
-  float *bet = Aqk + C * sa;    // (C)
-  float *en = bet + C;          // (dk) e^{Γm}
+  const int sk = fm::kdaChunkStrideK(dk), sd = fm::kdaChunkStrideV(dv),
+            sa = fm::kdaChunkStrideA(C);
+  float *X0 = kdaChunkSmem;  // (C,dk) q e^{Γ−r}, then q e^{Γ}
+  float *X1 = X0 + C * sk;   // (C,dk) k e^{Γ−r}, then k e^{Γ}
+  float *X2 = X1 + C * sk;   // (C,dk) k e^{r−Γ}, then k e^{Γm−Γ}
+  float *D = X2 + C * sk;    // (C,dv) δ, then O
+  float *Akk = D + C * sd;   // (C,C)
+  float *Aqk = Akk + C * sa; // (C,C)
+  float *bet = Aqk + C * sa; // (C)
+  float *en = bet + C;       // (dk) e^{Γm}
   const int hl = blockIdx.x, n = gridDim.x;
   const int t = threadIdx.x, lane = t & 31, w = t >> 5;
   const int gq = lane >> 2, tq = lane & 3;
@@ -151,8 +153,7 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int c = r0 + gq + (e & 2 ? 8 : 0), a = 8 * nt + tq + (e & 1) * 4;
-      s[nt][e] =
-          mine && nt < nk && !fresh ? S[(long long)a * dv + c] : 0.0f;
+      s[nt][e] = mine && nt < nk && !fresh ? S[(long long)a * dv + c] : 0.0f;
     }
 
   for (int t0 = 0; t0 < T; t0 += C) {
@@ -205,7 +206,8 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
       }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int tt = 16 * mt + gq + (e & 2 ? 8 : 0), ii = 8 * j + 2 * tq + (e & 1);
+        const int tt = 16 * mt + gq + (e & 2 ? 8 : 0),
+                  ii = 8 * j + 2 * tq + (e & 1);
         if (which == 0)
           Akk[tt * sa + ii] = ii < tt ? bet[tt] * c[e] : 0.0f;
         else
@@ -263,7 +265,8 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
       for (int j = 0; j < CT; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int tt = 8 * j + 2 * tq + (e & 1), c = r0 + gq + (e & 2 ? 8 : 0);
+          const int tt = 8 * j + 2 * tq + (e & 1),
+                    c = r0 + gq + (e & 2 ? 8 : 0);
           D[tt * sd + c] =
               tt < m ? bet[tt] * (v[(t0 + tt) * ldv + (long long)hl * dv + c] -
                                   wa[j][e])
@@ -316,7 +319,8 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
       for (int j = 0; j < CT; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int tt = 8 * j + 2 * tq + (e & 1), c = r0 + gq + (e & 2 ? 8 : 0);
+          const int tt = 8 * j + 2 * tq + (e & 1),
+                    c = r0 + gq + (e & 2 ? 8 : 0);
           D[tt * sd + c] = oa[j][e];
         }
     __syncthreads();
@@ -342,7 +346,8 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
       if (nt < nk)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int c = r0 + gq + (e & 2 ? 8 : 0), a = 8 * nt + tq + (e & 1) * 4;
+          const int c = r0 + gq + (e & 2 ? 8 : 0),
+                    a = 8 * nt + tq + (e & 1) * 4;
           S[(long long)a * dv + c] = s[nt][e];
         }
 }

@@ -93,8 +93,8 @@ __device__ __forceinline__ void kdaPrep(GLM_KDA_PREP_PARAMS) {
       for (int j = 0; j < K1; ++j) {
         const int back = tt - K1 + j; // the raw row j steps back
         const float xj = back >= 0 ? src[(long long)back * ins + col]
-                         : fresh  ? 0.0f
-                                  : st[back + K1];
+                         : fresh   ? 0.0f
+                                   : st[back + K1];
         acc = acc + hx::ldAny(taps, tapRow + j, wdt) * xj;
       }
       (x == 0 ? qs : x == 1 ? ks : vs)[a] = fm::siluF(acc);
@@ -142,8 +142,8 @@ __device__ __forceinline__ void kdaPrep(GLM_KDA_PREP_PARAMS) {
     for (int j = 0; j < K1; ++j) {
       const int back = T - K1 + j;
       keep[j] = back >= 0 ? src[(long long)back * ins + col]
-                : fresh  ? 0.0f
-                         : st[back + K1];
+                : fresh   ? 0.0f
+                          : st[back + K1];
     }
     for (int j = 0; j < K1; ++j)
       st[j] = keep[j];

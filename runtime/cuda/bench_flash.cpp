@@ -239,9 +239,8 @@ struct KdaChunkConfig {
   const char *mma;
   int threads;
 };
-const KdaChunkConfig kKdaChunkConfigs[] = {{16, "tf32", 256},
-                                           {32, "tf32", 256},
-                                           {32, "tf32x3", 256}};
+const KdaChunkConfig kKdaChunkConfigs[] = {
+    {16, "tf32", 256}, {32, "tf32", 256}, {32, "tf32x3", 256}};
 
 KernelSpec kdaPrepSpec() { return spec("kda_prep", {{"threads", "256"}}); }
 KernelSpec kdaChunkSpec(const KdaChunkConfig &c) {
@@ -275,8 +274,8 @@ void benchKdaChunk(Suite &s, const Kernels &k, const std::string &arch) {
   const size_t dtBiasB = size_t(n) * dk * 4, aLogB = size_t(n) * 4,
                oNormB = size_t(dv) * 4;
   DeviceBuffer state(L * stateRow), conv(L * convRow), convQ(L * tapsQk),
-      convK(L * tapsQk), convV(L * tapsV), aLog(L * aLogB),
-      dtBias(L * dtBiasB), oNorm(L * oNormB);
+      convK(L * tapsQk), convV(L * tapsV), aLog(L * aLogB), dtBias(L * dtBiasB),
+      oNorm(L * oNormB);
   for (const DeviceBuffer *b :
        {&state, &conv, &convQ, &convK, &convV, &aLog, &dtBias, &oNorm})
     s.random(*b, kF32Below2);
@@ -313,9 +312,8 @@ void benchKdaChunk(Suite &s, const Kernels &k, const std::string &arch) {
       }
     });
     // q, k, v, f and b in; q̂, k̂, v, g, β out; conv state; weights.
-    const double prepBytes =
-        4.0 * T * (double(3 * n * dk + n * dv + n) * 2) + 2.0 * convRow +
-        weightBytes;
+    const double prepBytes = 4.0 * T * (double(3 * n * dk + n * dv + n) * 2) +
+                             2.0 * convRow + weightBytes;
     const double msPrep = s.perLaunchMs(gp, L);
     s.row("kda_prep t256" + at, msPrep, prepBytes);
     s.summarize("kda_prep" + at, msPrep, prepBytes);
@@ -333,10 +331,10 @@ void benchKdaChunk(Suite &s, const Kernels &k, const std::string &arch) {
       g.capture(s.st, [&] {
         for (int l = 0; l < L; ++l) {
           Params a;
-          a << qo.ptr() << ko.ptr() << vo.ptr() << go.ptr() << betaO.ptr()
-            << xg << ins << oNorm.ptr() + l * oNormB << 0
-            << state.ptr() + l * stateRow << seq.ptr() << pos.ptr()
-            << out.ptr() << T << dk << dv << 1e-5f;
+          a << qo.ptr() << ko.ptr() << vo.ptr() << go.ptr() << betaO.ptr() << xg
+            << ins << oNorm.ptr() + l * oNormB << 0
+            << state.ptr() + l * stateRow << seq.ptr() << pos.ptr() << out.ptr()
+            << T << dk << dv << 1e-5f;
           a.launch(f, n, 1, c.threads, s.st, smem);
         }
       });
@@ -346,8 +344,9 @@ void benchKdaChunk(Suite &s, const Kernels &k, const std::string &arch) {
       s.row(name, ms, chunkBytes);
       // MMA work a chunk issues per head (kda_chunk.cuh steps 1, 2, 4):
       // Akk and Aqk over dk, W and O over dk, O += δ·Aqkᵀ, the state.
-      const double C = c.chunk, perChunk =
-          2.0 * (2 * C * C * dk + 2 * C * dk * dv + C * C * dv + C * dk * dv);
+      const double C = c.chunk,
+                   perChunk = 2.0 * (2 * C * C * dk + 2 * C * dk * dv +
+                                     C * C * dv + C * dk * dv);
       const double split = std::string(c.mma) == "tf32x3" ? 3.0 : 1.0;
       const double tflops =
           split * perChunk * std::ceil(T / C) * n / (ms * 1e-3) / 1e12;

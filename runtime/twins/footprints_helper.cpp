@@ -555,8 +555,7 @@ void kpoolStoreFp(const Launch &l, Footprint &f) {
 void kdaPrepFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide n = r.grid(0), ins = r.at(4), bs = r.at(6), T = r.at(21);
-  const Wide h0 = r.at(22), dk = r.at(23, 1), dv = r.at(24, 1),
-             K = r.at(25, 1);
+  const Wide h0 = r.at(22), dk = r.at(23, 1), dv = r.at(24, 1), K = r.at(25, 1);
   r.require(dk <= 256, 23, "is ", int64_t(dk), ", over 256");
   r.require(dv <= 256, 24, "is ", int64_t(dv), ", over 256");
   r.require(K <= 8, 25, "is ", int64_t(K), ", over 8 taps");
@@ -599,8 +598,8 @@ void kdaChunkFp(const Launch &l, Footprint &f) {
             ": over 16 columns a warp or not a multiple of 16");
   r.require(gs >= n * dv, 6, "is ", int64_t(gs), ", under n·dv ",
             int64_t(n * dv));
-  r.require(Wide(l.smemBytes) >= 4 * Wide(fm::kdaChunkSmemFloats(
-                                         int(C), int(dk), int(dv))),
+  r.require(Wide(l.smemBytes) >=
+                4 * Wide(fm::kdaChunkSmemFloats(int(C), int(dk), int(dv))),
             0, "dynamic shared memory ", int64_t(l.smemBytes),
             " bytes is under the kernel's ",
             int64_t(4 * fm::kdaChunkSmemFloats(int(C), int(dk), int(dv))));

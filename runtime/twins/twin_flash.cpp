@@ -327,7 +327,6 @@ void kpoolStoreTwin(const Launch &l) {
   }
 }
 
-
 // kda_prep(q, k, v, f, ins, bRaw, bs, convQ, convK, convV, aLog, dtBias,
 // wdt, convState, seq, pos, qo, ko, vo, go, betaO, T, h0, dk, dv, K,
 // lower); grid (n, ceil(T/8)): kda_decode's per-token half, written out.
@@ -376,8 +375,8 @@ void kdaPrepTwin(const Launch &l) {
         for (int j = 0; j < K1; ++j) {
           const int back = tt - K1 + j;
           const float xj = back >= 0 ? src[(int64_t)back * ins + col]
-                           : fresh  ? 0.0f
-                                    : st[back + K1];
+                           : fresh   ? 0.0f
+                                     : st[back + K1];
           acc = acc + hx::ldAny(convW[x], tapRow + j, wdt) * xj;
         }
         (x == 0 ? qs : x == 1 ? ks : vs)[a] = fm::siluF(acc);
@@ -395,8 +394,7 @@ void kdaPrepTwin(const Launch &l) {
       }
       for (int c = 0; c < dv; ++c)
         vo[tt * ldv + (int64_t)hl * dv + c] = vs[c];
-      betaO[(int64_t)tt * n + hl] =
-          fm::sigmoidF(bRaw[(int64_t)tt * bs + hl]);
+      betaO[(int64_t)tt * n + hl] = fm::sigmoidF(bRaw[(int64_t)tt * bs + hl]);
     }
     if (l.grid[1] == 0 || K1 == 0)
       continue;
@@ -410,8 +408,8 @@ void kdaPrepTwin(const Launch &l) {
       for (int j = 0; j < K1; ++j) {
         const int back = T - K1 + j;
         keep[j] = back >= 0 ? src[(int64_t)back * ins + col]
-                  : fresh  ? 0.0f
-                           : st[back + K1];
+                  : fresh   ? 0.0f
+                            : st[back + K1];
       }
       for (int j = 0; j < K1; ++j)
         st[j] = keep[j];
@@ -482,9 +480,7 @@ void kdaChunkTwin(const Launch &l) {
         std::copy(S, S + (size_t)dk * dv, s.begin());
       for (int t0 = 0; t0 < T; t0 += C) {
         const int m = std::min(C, T - t0);
-        auto at = [&](int i, int c) {
-          return (t0 + i) * ldk + hl * dk + c;
-        };
+        auto at = [&](int i, int c) { return (t0 + i) * ldk + hl * dk + c; };
         for (int c = 0; c < dk; ++c) {
           float acc = 0.0f;
           for (int i = 0; i < C; ++i) {
@@ -544,8 +540,7 @@ void kdaChunkTwin(const Launch &l) {
             }
             Os[(size_t)tt * dv + c] = o;
             D[(size_t)tt * dv + c] =
-                tt < m ? bet[tt] * (v[(t0 + tt) * ldv + hl * dv + c] -
-                                    (float)w)
+                tt < m ? bet[tt] * (v[(t0 + tt) * ldv + hl * dv + c] - (float)w)
                        : 0.0f;
           }
         for (int c = 0; c < dv; ++c)

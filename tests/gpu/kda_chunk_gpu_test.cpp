@@ -61,13 +61,12 @@ TEST_F(KdaChunkGpu, PrepAndChunkMatchTwinsOverTwoPrompts) {
                dtBias = w((size_t)c.H * dk, 0.5f, 0.0f),
                oNorm = w(dv, 0.2f, 1.0f);
     const int ins = 3 * n * dk + 2 * n * dv + 7, bs = n + 2;
-    std::vector<float> convState((size_t)slots * n * (2 * dk + dv) * K1,
-                                 NAN),
+    std::vector<float> convState((size_t)slots * n * (2 * dk + dv) * K1, NAN),
         state((size_t)slots * n * dk * dv, NAN);
     int done = 0;
     for (int T : {c.T1, c.T2}) {
-      const std::string tt = tag + " T" + std::to_string(T) + " at " +
-                             std::to_string(done);
+      const std::string tt =
+          tag + " T" + std::to_string(T) + " at " + std::to_string(done);
       const std::vector<float> in = randn(rng, (size_t)T * ins);
       const std::vector<int> pos = {done};
       Dual p("kda_prep", 256);

@@ -98,8 +98,8 @@ TEST_P(KdaChunkTwin, PrefillMatchesTheRecurrenceTokenByToken) {
   const unsigned smem =
       4u * (unsigned)glm::fm::kdaChunkSmemFloats(c.chunk, dk, dv);
   const std::string tag = "dk" + std::to_string(dk) + " dv" +
-                          std::to_string(dv) + " K" + std::to_string(K) +
-                          " c" + std::to_string(c.chunk) + " " + c.mma;
+                          std::to_string(dv) + " K" + std::to_string(K) + " c" +
+                          std::to_string(c.chunk) + " " + c.mma;
 
   // One token of the reference (the kda_decode test's): conv, gate, norms,
   // the recurrent step and the gated norm. Fills the prep values too.
@@ -113,8 +113,9 @@ TEST_P(KdaChunkTwin, PrefillMatchesTheRecurrenceTokenByToken) {
     p.q.assign(dk, 0), p.k.assign(dk, 0), p.v.assign(dv, 0), p.g.assign(dk, 0);
     float *cs = cref[hl].data();
     for (int a = 0; a < dk; ++a) {
-      p.q[a] = cpu::causalConvStep(convQ.data() + ((size_t)h * dk + a) * K,
-                                   cs + (size_t)a * K1, K, row[oq + hl * dk + a]);
+      p.q[a] =
+          cpu::causalConvStep(convQ.data() + ((size_t)h * dk + a) * K,
+                              cs + (size_t)a * K1, K, row[oq + hl * dk + a]);
       p.k[a] = cpu::causalConvStep(convK.data() + ((size_t)h * dk + a) * K,
                                    cs + (size_t)(dk + a) * K1, K,
                                    row[ok + hl * dk + a]);
@@ -144,8 +145,8 @@ TEST_P(KdaChunkTwin, PrefillMatchesTheRecurrenceTokenByToken) {
 
   int done = 0; // tokens of the sequence so far
   for (int T : c.prompts) {
-    const std::string seg = tag + " T" + std::to_string(T) + " at " +
-                            std::to_string(done);
+    const std::string seg =
+        tag + " T" + std::to_string(T) + " at " + std::to_string(done);
     const std::vector<float> in = randn(rng, (size_t)T * ins),
                              bRaw = randn(rng, (size_t)T * bs);
     const std::vector<int> pos = {done};
@@ -153,12 +154,33 @@ TEST_P(KdaChunkTwin, PrefillMatchesTheRecurrenceTokenByToken) {
         go(qo.size(), kNaN), vo((size_t)T * n * dv, kNaN),
         betaO((size_t)T * n, kNaN), out((size_t)T * n * dv, kNaN);
     run("kda_prep", prepArgs, n, (T + 7) / 8, 256,
-        {P(in.data() + oq), P(in.data() + ok), P(in.data() + ov),
-         P(in.data() + of), I(ins), P(bRaw.data()), I(bs), P(sQ.data()),
-         P(sK.data()), P(sV.data()), P(sA.data()), P(sD.data()), I(c.wdt),
-         P(convState.data()), P(seq.data()), P(pos.data()), P(qo.data()),
-         P(ko.data()), P(vo.data()), P(go.data()), P(betaO.data()), I(T),
-         I(h0), I(dk), I(dv), I(K), F(c.lower)});
+        {P(in.data() + oq),
+         P(in.data() + ok),
+         P(in.data() + ov),
+         P(in.data() + of),
+         I(ins),
+         P(bRaw.data()),
+         I(bs),
+         P(sQ.data()),
+         P(sK.data()),
+         P(sV.data()),
+         P(sA.data()),
+         P(sD.data()),
+         I(c.wdt),
+         P(convState.data()),
+         P(seq.data()),
+         P(pos.data()),
+         P(qo.data()),
+         P(ko.data()),
+         P(vo.data()),
+         P(go.data()),
+         P(betaO.data()),
+         I(T),
+         I(h0),
+         I(dk),
+         I(dv),
+         I(K),
+         F(c.lower)});
     run("kda_chunk", chunkArgs, n, 1, c.threads,
         {P(qo.data()), P(ko.data()), P(vo.data()), P(go.data()),
          P(betaO.data()), P(in.data() + og), I(ins), P(sN.data()), I(c.wdt),
@@ -171,8 +193,8 @@ TEST_P(KdaChunkTwin, PrefillMatchesTheRecurrenceTokenByToken) {
       std::vector<double> want((size_t)n * dv), pq, pk, pv, pg, pb;
       for (int hl = 0; hl < n; ++hl) {
         Prep p;
-        refToken(in.data() + (size_t)t * ins, bRaw.data() + (size_t)t * bs,
-                 hl, want.data() + (size_t)hl * dv, p);
+        refToken(in.data() + (size_t)t * ins, bRaw.data() + (size_t)t * bs, hl,
+                 want.data() + (size_t)hl * dv, p);
         pq.insert(pq.end(), p.q.begin(), p.q.end());
         pk.insert(pk.end(), p.k.begin(), p.k.end());
         pv.insert(pv.end(), p.v.begin(), p.v.end());
@@ -195,8 +217,8 @@ TEST_P(KdaChunkTwin, PrefillMatchesTheRecurrenceTokenByToken) {
                 prepErr, 1e-5);
     EXPECT_LE(prepErr, 1e-5) << seg;
     std::printf("[twin] %-56s rel=%.3g tol=%.3g (token %d)\n",
-                ("kda_chunk out " + seg + " worst token").c_str(), worst,
-                c.tol, worstTok);
+                ("kda_chunk out " + seg + " worst token").c_str(), worst, c.tol,
+                worstTok);
     EXPECT_LE(worst, c.tol) << seg << " token " << worstTok;
     for (int hl = 0; hl < n; ++hl) {
       const float *S = state.data() + ((size_t)slot * n + hl) * dk * dv;
@@ -229,12 +251,32 @@ TEST_P(KdaChunkTwin, PrefillMatchesTheRecurrenceTokenByToken) {
     const std::vector<int> pos = {done};
     std::vector<float> out((size_t)n * dv, kNaN);
     run("kda_decode", decArgs, n, 1, 128,
-        {P(in.data() + oq), P(in.data() + ok), P(in.data() + ov),
-         P(in.data() + of), P(in.data() + og), I(ins), P(bRaw.data()), I(bs),
-         P(sQ.data()), P(sK.data()), P(sV.data()), P(sA.data()),
-         P(sD.data()), P(sN.data()), I(c.wdt), P(convState.data()),
-         P(state.data()), P(seq.data()), P(pos.data()), P(out.data()), I(h0),
-         I(dk), I(dv), I(K), F(c.lower), F(eps)});
+        {P(in.data() + oq),
+         P(in.data() + ok),
+         P(in.data() + ov),
+         P(in.data() + of),
+         P(in.data() + og),
+         I(ins),
+         P(bRaw.data()),
+         I(bs),
+         P(sQ.data()),
+         P(sK.data()),
+         P(sV.data()),
+         P(sA.data()),
+         P(sD.data()),
+         P(sN.data()),
+         I(c.wdt),
+         P(convState.data()),
+         P(state.data()),
+         P(seq.data()),
+         P(pos.data()),
+         P(out.data()),
+         I(h0),
+         I(dk),
+         I(dv),
+         I(K),
+         F(c.lower),
+         F(eps)});
     std::vector<double> want((size_t)n * dv);
     for (int hl = 0; hl < n; ++hl) {
       Prep p;
@@ -251,32 +293,104 @@ INSTANTIATE_TEST_SUITE_P(
     Sizes, KdaChunkTwin,
     ::testing::Values(
         // Full-size heads, 3xTF32: 70 = 2·32 + 6, then a continuation.
-        ChunkCase{3, 1, 2, 128, 128, 4, 32, "tf32x3", 256, 0, -5.0f, 1.0f,
-                  {70, 33}, 2e-5},
-        ChunkCase{2, 0, 2, 128, 128, 4, 16, "tf32x3", 256, 2, -5.0f, 1.0f,
-                  {37, 16}, 2e-5},
+        ChunkCase{3,
+                  1,
+                  2,
+                  128,
+                  128,
+                  4,
+                  32,
+                  "tf32x3",
+                  256,
+                  0,
+                  -5.0f,
+                  1.0f,
+                  {70, 33},
+                  2e-5},
+        ChunkCase{2,
+                  0,
+                  2,
+                  128,
+                  128,
+                  4,
+                  16,
+                  "tf32x3",
+                  256,
+                  2,
+                  -5.0f,
+                  1.0f,
+                  {37, 16},
+                  2e-5},
         // Plain tf32 operands.
-        ChunkCase{3, 1, 2, 128, 128, 4, 32, "tf32", 256, 0, -5.0f, 1.0f,
-                  {70, 33}, 5e-3},
-        ChunkCase{2, 0, 2, 128, 128, 4, 16, "tf32", 256, 2, -5.0f, 1.0f,
-                  {37}, 5e-3},
+        ChunkCase{3,
+                  1,
+                  2,
+                  128,
+                  128,
+                  4,
+                  32,
+                  "tf32",
+                  256,
+                  0,
+                  -5.0f,
+                  1.0f,
+                  {70, 33},
+                  5e-3},
+        ChunkCase{
+            2, 0, 2, 128, 128, 4, 16, "tf32", 256, 2, -5.0f, 1.0f, {37}, 5e-3},
         // Tiny heads: T = 1 twice, then 17; and no conv state (K = 1).
-        ChunkCase{3, 0, 3, 16, 32, 4, 16, "tf32x3", 128, 2, -5.0f, 1.0f,
-                  {1, 1, 17}, 2e-5},
-        ChunkCase{2, 1, 1, 128, 64, 1, 16, "tf32x3", 128, 0, -5.0f, 1.0f,
-                  {16, 48}, 2e-5},
+        ChunkCase{3,
+                  0,
+                  3,
+                  16,
+                  32,
+                  4,
+                  16,
+                  "tf32x3",
+                  128,
+                  2,
+                  -5.0f,
+                  1.0f,
+                  {1, 1, 17},
+                  2e-5},
+        ChunkCase{2,
+                  1,
+                  1,
+                  128,
+                  64,
+                  1,
+                  16,
+                  "tf32x3",
+                  128,
+                  0,
+                  -5.0f,
+                  1.0f,
+                  {16, 48},
+                  2e-5},
         // dk 24, K 3, the softplus gate (no lower bound; small rates, since
         // kda_chunk needs g > −5 per token), f16 weights.
-        ChunkCase{2, 0, 2, 24, 16, 3, 32, "tf32x3", 128, 1, 0.0f, -1.5f,
-                  {5, 50}, 2e-5}),
+        ChunkCase{2,
+                  0,
+                  2,
+                  24,
+                  16,
+                  3,
+                  32,
+                  "tf32x3",
+                  128,
+                  1,
+                  0.0f,
+                  -1.5f,
+                  {5, 50},
+                  2e-5}),
     [](const auto &i) {
       const ChunkCase &c = i.param;
       std::string T;
       for (int t : c.prompts)
         T += "_" + std::to_string(t);
-      return "dk" + std::to_string(c.dk) + "_dv" + std::to_string(c.dv) +
-             "_K" + std::to_string(c.K) + "_c" + std::to_string(c.chunk) +
-             "_" + c.mma + "_t" + std::to_string(c.threads) + "_wdt" +
+      return "dk" + std::to_string(c.dk) + "_dv" + std::to_string(c.dv) + "_K" +
+             std::to_string(c.K) + "_c" + std::to_string(c.chunk) + "_" +
+             c.mma + "_t" + std::to_string(c.threads) + "_wdt" +
              std::to_string(c.wdt) + (c.lower == 0.0f ? "_softplus" : "") +
              "_T" + T;
     });
