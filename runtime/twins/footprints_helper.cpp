@@ -654,7 +654,7 @@ const FootprintEntry kHelperFootprints[] = {
     {"mhc_head", "ppi", mhcHeadFp},
     {"kda_decode", "pppppipippppppipppppiiiiff", kdaDecodeFp},
     {"kpool_store", "ppppipippppiii", kpoolStoreFp},
-    {"kda_prep", "ppppipipppppipppppppppiiiiif", kdaPrepFp},
+    {"kda_prep", "ppppipipppppippppppppiiiiif", kdaPrepFp},
     {"kda_chunk", "ppppppipippppiiif", kdaChunkFp},
     {nullptr, nullptr, nullptr},
 };

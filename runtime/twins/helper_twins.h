@@ -24,7 +24,7 @@
 //          MMAs sum in fp32; not yet run on a GPU)
 // and the twins to the fp64 reference (runtime/cpu/flash_ops.h, tests/unit/
 // runtime/flash_twins_test.cpp): <= 1e-5 relative (fp32 kernels; kda_chunk
-// with mma = tf32x3), 5e-3 for kda_chunk with mma = tf32 (operands with 11
+// with mma = tf32x3), 1e-2 for kda_chunk with mma = tf32 (operands with 11
 // significant bits).
 //
 //===----------------------------------------------------------------------===//

