@@ -35,13 +35,17 @@
 // contraction (--fmad=false) except inside the MMAs:
 //   1. r = Γ_{min(C/2, m) − 1} per channel (the chunk's middle, so that
 //      every factor e^{±(Γ − r)} below stays finite: |Γ − r| <= 5·C/2 <= 80
-//      for g > −5; C = 64 could overflow, hence C <= 32);
+//      for g > −5; C = 64 could overflow, hence C <= 32. The softplus
+//      gate (lower = 0, unused by the checkpoints) must stay above −5 a
+//      token as well);
 //      Akk[t][i] = β_t·Σ_c (k_t e^{Γt−r})(k_i e^{r−Γi}) for i < t, else 0;
 //      Aqk[t][i] = Σ_c (q_t e^{Γt−r})(k_i e^{r−Γi}) for i <= t, else 0.
-//   2. W = (k_t e^{Γt})·S0 and O = (q_t e^{Γt})·S0 (MMA with S0 from the
+//   2. k_t e^{Γt} = (k_t e^{Γt−r})·e^{r}, q_t e^{Γt} likewise, and
+//      k_i e^{Γm−Γi} = (k_i e^{r−Γi})·e^{Γm−r} (fp32, Γm the last token's);
+//      W = (k_t e^{Γt})·S0 and O = (q_t e^{Γt})·S0 (MMA with S0 from the
 //      registers); δ_t = β_t·(v_t − W_t) (fp32);
-//   3. δ_t = δ_t − Akk[t][i]·δ_i for i = 0 .. t−1 in order (fp32, one
-//      thread per v column): the unit lower-triangular solve;
+//   3. δ_t = δ_t − Akk[t][i]·δ_i for i = 0 .. t−1 in order, t = 1 .. C−1
+//      (fp32, one thread per v column): the unit lower-triangular solve;
 //   4. O += Aqkᵀ-weighted δ (MMA into the same accumulators); S = S·e^{Γm}
 //      per key row (fp32), then S += Σ_i (k_i e^{Γm−Γi}) δ_iᵀ (MMA);
 //   5. the gated norm of each token's O as kda_decode: warp per token,
@@ -215,22 +219,16 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
       }
     }
     __syncthreads();
-    // The chunk-start operands (all factors <= 1).
+    // The chunk-start operands (all factors <= 1), rescaled in place per
+    // channel: q e^{Γ} = (q e^{Γ−r})·e^{r}, k e^{Γm−Γ} = (k e^{r−Γ})·e^{Γm−r}.
     if (t < dk) {
-      const float last = gam[C - 1];
+      const float last = gam[C - 1], r = gam[C / 2 - 1];
+      const float er = fm::expF(r), el = fm::expF(last - r);
 #pragma unroll
       for (int i = 0; i < C; ++i) {
-        float xq = 0.0f, xk = 0.0f, xr = 0.0f;
-        if (i < m) {
-          const long long at = (t0 + i) * ldk + (long long)hl * dk + t;
-          const float up = fm::expF(gam[i]);
-          xq = q[at] * up;
-          xk = k[at] * up;
-          xr = k[at] * fm::expF(last - gam[i]);
-        }
-        X0[i * sk + t] = xq;
-        X1[i * sk + t] = xk;
-        X2[i * sk + t] = xr;
+        X0[i * sk + t] = X0[i * sk + t] * er;
+        X1[i * sk + t] = X1[i * sk + t] * er;
+        X2[i * sk + t] = X2[i * sk + t] * el;
       }
       en[t] = fm::expF(last);
     }
@@ -274,14 +272,26 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
         }
     }
     __syncthreads();
-    // 3. The unit lower-triangular solve, one thread per v column.
-    if (t < dv)
-      for (int tt = 1; tt < m; ++tt) {
-        float x = D[tt * sd + t];
+    // 3. The unit lower-triangular solve, one thread per v column, δ in
+    // registers (unrolled: row tt's early terms overlap row tt−1's; the
+    // rows past m are zeros and stay so).
+    if (t < dv) {
+      float d[C];
+#pragma unroll
+      for (int i = 0; i < C; ++i)
+        d[i] = D[i * sd + t];
+#pragma unroll
+      for (int tt = 1; tt < C; ++tt) {
+        float x = d[tt];
+#pragma unroll
         for (int i = 0; i < tt; ++i)
-          x = x - Akk[tt * sa + i] * D[i * sd + t];
-        D[tt * sd + t] = x;
+          x = x - Akk[tt * sa + i] * d[i];
+        d[tt] = x;
       }
+#pragma unroll
+      for (int i = 1; i < C; ++i)
+        D[i * sd + t] = d[i];
+    }
     __syncthreads();
     // 4. O += δ·Aqkᵀ; S = S·e^{Γm} + Σ_i (k_i e^{Γm−Γi}) δ_iᵀ.
     if (mine) {

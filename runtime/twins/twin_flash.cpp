@@ -518,15 +518,12 @@ void kdaChunkTwin(const Launch &l) {
           }
         for (int c = 0; c < dk; ++c) {
           const float last = gam[(size_t)(C - 1) * dk + c];
+          const float er = fm::expF(ref[c]), el = fm::expF(last - ref[c]);
           for (int i = 0; i < C; ++i) {
             const size_t x = (size_t)i * dk + c;
-            X0[x] = X1[x] = X2[x] = 0.0f;
-            if (i >= m)
-              continue;
-            const float up = fm::expF(gam[x]);
-            X0[x] = q[at(i, c)] * up;
-            X1[x] = k[at(i, c)] * up;
-            X2[x] = k[at(i, c)] * fm::expF(last - gam[x]);
+            X0[x] = X0[x] * er;
+            X1[x] = X1[x] * er;
+            X2[x] = X2[x] * el;
           }
           en[c] = fm::expF(last);
         }
@@ -544,7 +541,7 @@ void kdaChunkTwin(const Launch &l) {
                        : 0.0f;
           }
         for (int c = 0; c < dv; ++c)
-          for (int tt = 1; tt < m; ++tt) {
+          for (int tt = 1; tt < C; ++tt) {
             float x = D[(size_t)tt * dv + c];
             for (int i = 0; i < tt; ++i)
               x = x - Akk[(size_t)tt * C + i] * D[(size_t)i * dv + c];
