@@ -178,13 +178,14 @@ GLM_FLASH_HD float kdaDecay(float x, float rate, float lower) {
 /// kda_chunk's shared memory: row strides (floats) of its tiles (+4 / +8
 /// keep the MMA fragment loads off a single bank), and the floats of one
 /// block: three [C, dk] operand tiles, δ/O [C, dv], Akk and Aqk [C, C],
-/// β [C], e^{Γ} of the chunk's last token [dk].
+/// β [C], and per key channel e^{Γ} of the chunk's last token, e^{r} and
+/// e^{Γ−r} of it (r: the chunk's middle) [3, dk].
 GLM_FLASH_HD int kdaChunkStrideK(int dk) { return dk + 4; }
 GLM_FLASH_HD int kdaChunkStrideV(int dv) { return dv + 8; }
 GLM_FLASH_HD int kdaChunkStrideA(int C) { return C + 4; }
 GLM_FLASH_HD int kdaChunkSmemFloats(int C, int dk, int dv) {
   return 3 * C * kdaChunkStrideK(dk) + C * kdaChunkStrideV(dv) +
-         2 * C * kdaChunkStrideA(C) + C + dk;
+         2 * C * kdaChunkStrideA(C) + C + 3 * dk;
 }
 
 } // namespace fm

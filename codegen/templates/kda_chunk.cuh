@@ -137,6 +137,8 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
   float *Aqk = Akk + C * sa; // (C,C)
   float *bet = Aqk + C * sa; // (C)
   float *en = bet + C;       // (dk) e^{Γm}
+  float *er = en + dk;       // (dk) e^{r}
+  float *el = er + dk;       // (dk) e^{Γm−r}
   const int hl = blockIdx.x, n = gridDim.x;
   const int t = threadIdx.x, lane = t & 31, w = t >> 5;
   const int gq = lane >> 2, tq = lane & 3;
@@ -163,30 +165,40 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
   for (int t0 = 0; t0 < T; t0 += C) {
     const int m = T - t0 < C ? T - t0 : C;
     __syncthreads(); // the last chunk's tiles are read
-    // 1. Γ per channel (thread = channel), the pairwise operands.
-    float gam[C];
-    if (t < dk) {
+    // 1. Γ per channel, the pairwise operands: two threads a channel
+    // (`half` 0 takes tokens 0 .. C/2−1, 1 the rest), each with the whole
+    // running sum; half 0 keeps e^{r}, e^{Γm−r} and e^{Γm} for step 2.
+    for (int idx = t; idx < 2 * dk; idx += THREADS) {
+      const int half = idx < dk ? 0 : 1, ch = idx - half * dk;
+      float gam[C];
       float acc = 0.0f;
 #pragma unroll
       for (int i = 0; i < C; ++i) {
         if (i < m)
-          acc = acc + g[(t0 + i) * ldk + (long long)hl * dk + t];
+          acc = acc + g[(t0 + i) * ldk + (long long)hl * dk + ch];
         gam[i] = acc;
       }
       const float r = gam[C / 2 - 1];
 #pragma unroll
       for (int i = 0; i < C; ++i) {
+        if ((i < C / 2) != (half == 0))
+          continue;
         float xq = 0.0f, xk = 0.0f, xr = 0.0f;
         if (i < m) {
-          const long long at = (t0 + i) * ldk + (long long)hl * dk + t;
+          const long long at = (t0 + i) * ldk + (long long)hl * dk + ch;
           const float up = fm::expF(gam[i] - r), dn = fm::expF(r - gam[i]);
           xq = q[at] * up;
           xk = k[at] * up;
           xr = k[at] * dn;
         }
-        X0[i * sk + t] = xq;
-        X1[i * sk + t] = xk;
-        X2[i * sk + t] = xr;
+        X0[i * sk + ch] = xq;
+        X1[i * sk + ch] = xk;
+        X2[i * sk + ch] = xr;
+      }
+      if (half == 0) {
+        er[ch] = fm::expF(r);
+        el[ch] = fm::expF(gam[C - 1] - r);
+        en[ch] = fm::expF(gam[C - 1]);
       }
     }
     if (t < C)
@@ -221,16 +233,14 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
     __syncthreads();
     // The chunk-start operands (all factors <= 1), rescaled in place per
     // channel: q e^{Γ} = (q e^{Γ−r})·e^{r}, k e^{Γm−Γ} = (k e^{r−Γ})·e^{Γm−r}.
-    if (t < dk) {
-      const float last = gam[C - 1], r = gam[C / 2 - 1];
-      const float er = fm::expF(r), el = fm::expF(last - r);
+    for (int idx = t; idx < 2 * dk; idx += THREADS) {
+      const int half = idx < dk ? 0 : 1, ch = idx - half * dk;
 #pragma unroll
-      for (int i = 0; i < C; ++i) {
-        X0[i * sk + t] = X0[i * sk + t] * er;
-        X1[i * sk + t] = X1[i * sk + t] * er;
-        X2[i * sk + t] = X2[i * sk + t] * el;
+      for (int i = half * (C / 2); i < (half + 1) * (C / 2); ++i) {
+        X0[i * sk + ch] = X0[i * sk + ch] * er[ch];
+        X1[i * sk + ch] = X1[i * sk + ch] * er[ch];
+        X2[i * sk + ch] = X2[i * sk + ch] * el[ch];
       }
-      en[t] = fm::expF(last);
     }
     __syncthreads();
     // 2. W and the state part of O, (dv, C) per warp: A = Sᵀ registers.
