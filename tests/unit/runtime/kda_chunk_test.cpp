@@ -338,6 +338,21 @@ INSTANTIATE_TEST_SUITE_P(
                   1e-2},
         ChunkCase{
             2, 0, 2, 128, 128, 4, 16, "tf32", 256, 2, -5.0f, 1.0f, {37}, 1e-2},
+        // A longer prompt: ten chunks of 32 then a tail, errors do not grow.
+        ChunkCase{1,
+                  0,
+                  1,
+                  128,
+                  128,
+                  4,
+                  32,
+                  "tf32x3",
+                  256,
+                  0,
+                  -5.0f,
+                  1.0f,
+                  {333},
+                  2e-5},
         // Tiny heads: T = 1 twice, then 17; and no conv state (K = 1).
         ChunkCase{3,
                   0,
