@@ -19,9 +19,11 @@
 //          (fp64 adds and one division) is not run on a GPU yet
 //   1e-6   kda_decode's softplus form (no lower bound: fp64 log1p/exp),
 //          kda_prep's likewise (exact with a lower bound)
-//   1e-4   kda_chunk (tensor cores: the twin rounds the MMA operands to
-//          tf32 as the kernel does and sums their products in fp64, the
-//          MMAs sum in fp32; not yet run on a GPU)
+//   1e-4   kda_chunk with mma = tf32x3, 2e-3 with mma = tf32 (tensor
+//          cores: the twin rounds the MMA operands to tf32 as the kernel
+//          does and sums their products in fp64, the MMAs sum in fp32, and
+//          an operand that drifted across a tf32 rounding boundary moves
+//          by 2^-11; not yet run on a GPU)
 // and the twins to the fp64 reference (runtime/cpu/flash_ops.h, tests/unit/
 // runtime/flash_twins_test.cpp): <= 1e-5 relative (fp32 kernels; kda_chunk
 // with mma = tf32x3), 1e-2 for kda_chunk with mma = tf32 (operands with 11

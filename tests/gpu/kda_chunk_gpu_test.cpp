@@ -6,10 +6,13 @@
 // consecutive prompts of one sequence (the second from the twin's states
 // of the first). Tolerances: kda_prep the same bits (kda_decode's
 // arithmetic, IEEE-exact operations only) with a gate lower bound, 1e-6
-// in the softplus form; kda_chunk 1e-4 relative for outputs and state
-// (the twin rounds the MMA operands as cvt.rna.tf32 does and sums their
-// products in fp64; the tensor cores sum in fp32, which the triangular
-// solve and the state carry from chunk to chunk).
+// in the softplus form; kda_chunk, relative to max|twin| over outputs and
+// state, 1e-4 with mma = tf32x3 and 2e-3 with mma = tf32. The twin rounds
+// the MMA operands as cvt.rna.tf32 does and sums their products in fp64;
+// the tensor cores sum in fp32, so the state drifts by fp32 roundings from
+// chunk to chunk, and with plain tf32 an operand that drifted across a
+// rounding boundary moves by a whole tf32 ulp (2^-11): rare, but 4000
+// times the drift.
 //
 //===----------------------------------------------------------------------===//
 #include "gpu_dual.h"
@@ -128,8 +131,12 @@ TEST_F(KdaChunkGpu, PrepAndChunkMatchTwinsOverTwoPrompts) {
           .f32(1e-5f);
       ch.run(n, 1, 1, c.threads,
              4u * (unsigned)fm::kdaChunkSmemFloats(c.chunk, dk, dv));
-      ch.check(12, "out " + tt, 1e-4, "tensor cores: fp32 MMA sums");
-      ch.check(9, "state " + tt, 1e-4, "tensor cores: fp32 MMA sums");
+      const bool x3 = std::string(c.mma) == "tf32x3";
+      const double tol = x3 ? 1e-4 : 2e-3;
+      const char *why = x3 ? "tensor cores: fp32 MMA sums"
+                           : "tensor cores: fp32 MMA sums, tf32 ulp flips";
+      ch.check(12, "out " + tt, tol, why);
+      ch.check(9, "state " + tt, tol, why);
       state = ch.host<float>(9);
       done += T;
     }
