@@ -78,6 +78,32 @@ __device__ __forceinline__ unsigned tf32Bits(float x) {
   return r & 0xffffe000u;
 }
 
+/// Asks L2 for the 128-byte lines of the chunk of rows [r0, r1) (rows < T)
+/// that one block reads: q, k, g (dk floats a row), v, gate (dv floats),
+/// one line per 32 floats, spread over the block's threads. A hint only:
+/// the next chunk's loads then wait on L2, not DRAM.
+__device__ __forceinline__ void
+prefetchRows(const float *q, const float *k, const float *g, const float *v,
+             const float *gate, int gs, long long ldk, long long ldv, int hl,
+             int dk, int dv, int r0, int r1, int tid, int nthreads) {
+  const int lk = (dk + 31) / 32, lv = (dv + 31) / 32, per = 3 * lk + 2 * lv;
+  for (int idx = tid; idx < (r1 - r0) * per; idx += nthreads) {
+    const long long row = r0 + idx / per;
+    const int x = idx % per;
+    const float *p;
+    if (x < 3 * lk)
+      p = (x < lk       ? q
+           : x < 2 * lk ? k
+                        : g) +
+          row * ldk + (long long)hl * dk + 32 * (x % lk);
+    else if (x < 3 * lk + lv)
+      p = v + row * ldv + (long long)hl * dv + 32 * (x - 3 * lk);
+    else
+      p = gate + row * gs + (long long)hl * dv + 32 * (x - 3 * lk - lv);
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+  }
+}
+
 __device__ __forceinline__ void mma1688(float c[4], const unsigned a[4],
                                         unsigned b0, unsigned b1) {
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
@@ -150,6 +176,10 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
   const bool mine = r0 < dv; // this warp owns v columns r0 .. r0+15
   float *S = state + ((slot * n + hl) * (long long)dk) * dv; // (dk, dv)
 
+  // The first chunk's rows on their way to L2 while S loads.
+  kc::prefetchRows(q, k, g, v, gate, gs, ldk, ldv, hl, dk, dv, 0, T < C ? T : C,
+                   t, THREADS);
+
   // Sᵀ (dv, dk) in registers: s[nt][e] is v column r0 + gq (+8 for e >= 2)
   // and key row 8nt + tq (+4 for odd e), so that s[kk] is also the A
   // fragment of the k-step kk (channel = k index).
@@ -165,6 +195,10 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
   for (int t0 = 0; t0 < T; t0 += C) {
     const int m = T - t0 < C ? T - t0 : C;
     __syncthreads(); // the last chunk's tiles are read
+    // The next chunk's rows, while this one computes.
+    if (t0 + C < T)
+      kc::prefetchRows(q, k, g, v, gate, gs, ldk, ldv, hl, dk, dv, t0 + C,
+                       t0 + 2 * C < T ? t0 + 2 * C : T, t, THREADS);
     // 1. Γ per channel, the pairwise operands: two threads a channel
     // (`half` 0 takes tokens 0 .. C/2−1, 1 the rest), each with the whole
     // running sum; half 0 keeps e^{r}, e^{Γm−r} and e^{Γm} for step 2.
