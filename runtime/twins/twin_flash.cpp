@@ -430,14 +430,44 @@ float tf32(float x) {
   return x;
 }
 
-/// One product inside kda_chunk's MMAs, exact in fp64: tf32 operands, or
-/// 3xTF32's hi·hi + hi·lo + lo·hi.
-double mmaProduct(float a, float b, int split) {
-  const float ah = tf32(a), bh = tf32(b);
-  double p = (double)ah * bh;
-  if (split == 3)
-    p += (double)ah * tf32(b - bh) + (double)tf32(a - ah) * bh;
-  return p;
+/// MMA operands as the kernel feeds them: hi = tf32(x) and, for 3xTF32,
+/// lo = tf32(x − hi), of a rows x cols panel read from x with row stride
+/// `rs` and column stride `cs` (so a panel can be taken transposed).
+struct Panel {
+  int cols = 0;
+  std::vector<float> hi, lo;
+  void take(const float *x, int rows, int cols_, int64_t rs, int64_t cs,
+            int split) {
+    cols = cols_;
+    hi.resize((size_t)rows * cols);
+    lo.assign(split == 3 ? hi.size() : 0, 0.0f);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        const float v = x[r * rs + c * cs], h = tf32(v);
+        hi[(size_t)r * cols + c] = h;
+        if (split == 3)
+          lo[(size_t)r * cols + c] = tf32(v - h);
+      }
+  }
+};
+
+/// Row ra of A times row rb of B over their n columns, as the MMAs take
+/// it, exact products summed in fp64: hi·hi (+ hi·lo + lo·hi for 3xTF32).
+double mmaDot(const Panel &A, int ra, const Panel &B, int rb, int n) {
+  const float *ah = &A.hi[(size_t)ra * A.cols],
+              *bh = &B.hi[(size_t)rb * B.cols];
+  double acc = 0;
+  if (A.lo.empty()) {
+    for (int i = 0; i < n; ++i)
+      acc += (double)ah[i] * bh[i];
+    return acc;
+  }
+  const float *al = &A.lo[(size_t)ra * A.cols],
+              *bl = &B.lo[(size_t)rb * B.cols];
+  for (int i = 0; i < n; ++i)
+    acc +=
+        (double)ah[i] * bh[i] + ((double)ah[i] * bl[i] + (double)al[i] * bh[i]);
+  return acc;
 }
 
 } // namespace
@@ -474,6 +504,7 @@ void kdaChunkTwin(const Launch &l) {
         X2((size_t)C * dk), D((size_t)C * dv), Akk((size_t)C * C),
         Aqk((size_t)C * C), O((size_t)C * dv);
     std::vector<double> Os((size_t)C * dv);
+    Panel p0, p1, p2, pS, pD, pA;
     for (int64_t hl = hb; hl < he; ++hl) {
       float *S = state + ((slot * n + hl) * (int64_t)dk) * dv; // (dk, dv)
       std::vector<float> s((size_t)dk * dv, 0.0f);
@@ -505,15 +536,14 @@ void kdaChunkTwin(const Launch &l) {
           }
         for (int i = 0; i < C; ++i)
           bet[i] = i < m ? beta[(int64_t)(t0 + i) * n + hl] : 0.0f;
+        // Akk, Aqk: rows of (k|q) e^{Γ−r} against rows of k e^{r−Γ}.
+        p0.take(X0.data(), C, dk, dk, 1, split);
+        p1.take(X1.data(), C, dk, dk, 1, split);
+        p2.take(X2.data(), C, dk, dk, 1, split);
         for (int tt = 0; tt < C; ++tt)
           for (int ii = 0; ii < C; ++ii) {
-            double akk = 0, aqk = 0;
-            for (int c = 0; c < dk; ++c) {
-              akk += mmaProduct(X1[(size_t)tt * dk + c],
-                                X2[(size_t)ii * dk + c], split);
-              aqk += mmaProduct(X0[(size_t)tt * dk + c],
-                                X2[(size_t)ii * dk + c], split);
-            }
+            const double akk = mmaDot(p1, tt, p2, ii, dk),
+                         aqk = mmaDot(p0, tt, p2, ii, dk);
             Akk[(size_t)tt * C + ii] = ii < tt ? bet[tt] * (float)akk : 0.0f;
             Aqk[(size_t)tt * C + ii] = ii <= tt ? (float)aqk : 0.0f;
           }
@@ -528,15 +558,15 @@ void kdaChunkTwin(const Launch &l) {
           }
           en[c] = fm::expF(last);
         }
+        // W and the state part of O: Sᵀ rows (v columns) against rows of
+        // (k|q) e^{Γ}.
+        pS.take(s.data(), dv, dk, 1, dv, split);
+        p0.take(X0.data(), C, dk, dk, 1, split);
+        p1.take(X1.data(), C, dk, dk, 1, split);
         for (int tt = 0; tt < C; ++tt)
           for (int c = 0; c < dv; ++c) {
-            double w = 0, o = 0;
-            for (int a = 0; a < dk; ++a) {
-              const float sa = s[(size_t)a * dv + c];
-              w += mmaProduct(sa, X1[(size_t)tt * dk + a], split);
-              o += mmaProduct(sa, X0[(size_t)tt * dk + a], split);
-            }
-            Os[(size_t)tt * dv + c] = o;
+            const double w = mmaDot(pS, c, p1, tt, dk);
+            Os[(size_t)tt * dv + c] = mmaDot(pS, c, p0, tt, dk);
             D[(size_t)tt * dv + c] =
                 tt < m ? bet[tt] * (v[(t0 + tt) * ldv + hl * dv + c] - (float)w)
                        : 0.0f;
@@ -548,21 +578,19 @@ void kdaChunkTwin(const Launch &l) {
               x = x - Akk[(size_t)tt * C + i] * D[(size_t)i * dv + c];
             D[(size_t)tt * dv + c] = x;
           }
+        // O += δ·Aqkᵀ: δᵀ rows (v columns) against Aqk rows; the state:
+        // S·e^{Γm} + δᵀ rows against columns of k e^{Γm−Γ}.
+        pD.take(D.data(), dv, C, 1, dv, split);
+        pA.take(Aqk.data(), C, C, C, 1, split);
+        p2.take(X2.data(), dk, C, 1, dk, split);
         for (int tt = 0; tt < C; ++tt)
-          for (int c = 0; c < dv; ++c) {
-            double o = Os[(size_t)tt * dv + c];
-            for (int i = 0; i < C; ++i)
-              o += mmaProduct(D[(size_t)i * dv + c], Aqk[(size_t)tt * C + i],
-                              split);
-            O[(size_t)tt * dv + c] = (float)o;
-          }
+          for (int c = 0; c < dv; ++c)
+            O[(size_t)tt * dv + c] =
+                (float)(Os[(size_t)tt * dv + c] + mmaDot(pD, c, pA, tt, C));
         for (int a = 0; a < dk; ++a)
           for (int c = 0; c < dv; ++c) {
-            double acc = (double)(s[(size_t)a * dv + c] * en[a]);
-            for (int i = 0; i < C; ++i)
-              acc += mmaProduct(D[(size_t)i * dv + c], X2[(size_t)i * dk + a],
-                                split);
-            s[(size_t)a * dv + c] = (float)acc;
+            const double acc = (double)(s[(size_t)a * dv + c] * en[a]);
+            s[(size_t)a * dv + c] = (float)(acc + mmaDot(pD, c, p2, a, C));
           }
         for (int tt = 0; tt < m; ++tt) {
           const float *o = O.data() + (size_t)tt * dv;
