@@ -13,9 +13,12 @@
 // the kernel traps on less). Templates C (16 or 32), SPLIT (1: operands
 // rounded to tf32; 3: 3xTF32, each operand x = hi + lo with hi = tf32(x),
 // lo = tf32(x − hi), products hi·hi + hi·lo + lo·hi: near fp32), THREADS.
+// Codegen family kda_chunk: chunk = C, mma = tf32 (SPLIT 1) | tf32x3 (3),
+// threads; the plan records the launch's smemBytes (the CUDA backend
+// raises the attribute itself). Typical: chunk 32, tf32, 256 threads.
 // Block hl = blockIdx.x: local head hl, the whole of dk × dv; it walks the
 // chunks in order, S in registers (warp w owns v columns 16w .. 16w + 15 of
-// Sᵀ, so dv <= 16·THREADS/32).
+// Sᵀ, so dv <= 16·THREADS/32), the next chunk's rows prefetched to L2.
 // Activations (packed as kda_prep writes them; head hl at hl·dk etc.):
 //   q, k  [T, n·dk] fp32  q̂ (already times dk^-1/2) and k̂
 //   v     [T, n·dv] fp32
