@@ -7,18 +7,23 @@
 // is read before the first token and written after the last, in
 // kda_decode's layout, so decode continues from it.
 //
-// Launch: grid (n, 1), block THREADS (128 or 256), dynamic shared memory
-// 4·fm::kdaChunkSmemFloats(C, dk, dv) bytes (<= 78 KB at C = 32, dk = dv = 128:
-// the caller raises CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES past 48 KB;
-// the kernel traps on less). Templates C (16 or 32), SPLIT (1: operands
-// rounded to tf32; 3: 3xTF32, each operand x = hi + lo with hi = tf32(x),
-// lo = tf32(x − hi), products hi·hi + hi·lo + lo·hi: near fp32), THREADS.
+// Launch: grid (n, V), block THREADS (128 or 256), dynamic shared memory
+// 4·fm::kdaChunkSmemFloats(C, dk, dv / V) bytes (<= 78 KB at C = 32,
+// dk = dv = 128, V = 1: the caller raises
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES past 48 KB; the kernel
+// traps on less). Templates C (16 or 32), SPLIT (1: operands rounded to
+// tf32; 3: 3xTF32, each operand x = hi + lo with hi = tf32(x),
+// lo = tf32(x − hi), products hi·hi + hi·lo + lo·hi: near fp32), V (1, 2,
+// 4 blocks a head), THREADS.
 // Codegen family kda_chunk: chunk = C, mma = tf32 (SPLIT 1) | tf32x3 (3),
-// threads; the plan records the launch's smemBytes (the CUDA backend
-// raises the attribute itself). Typical: chunk 32, tf32, 256 threads.
-// Block hl = blockIdx.x: local head hl, the whole of dk × dv; it walks the
-// chunks in order, S in registers (warp w owns v columns 16w .. 16w + 15 of
-// Sᵀ, so dv <= 16·THREADS/32), the next chunk's rows prefetched to L2.
+// vsplit = V (default 1), threads; the plan records the launch's smemBytes
+// (the CUDA backend raises the attribute itself). Typical: chunk 32, tf32,
+// 256 threads; vsplit 2 when n heads leave SMs idle (64 heads, 132 SMs).
+// Block (hl, y): local head hl = blockIdx.x, v columns [y·dv/V, (y+1)·dv/V)
+// of it (the columns of S, δ and O are independent; every block of a head
+// repeats the chunk's gates and Akk, Aqk); it walks the chunks in order,
+// S in registers (warp w owns the block's v columns 16w .. 16w + 15 of Sᵀ,
+// so dv/V <= 16·THREADS/32), the next chunk's rows prefetched to L2.
 // Activations (packed as kda_prep writes them; head hl at hl·dk etc.):
 //   q, k  [T, n·dk] fp32  q̂ (already times dk^-1/2) and k̂
 //   v     [T, n·dv] fp32
@@ -29,9 +34,11 @@
 // State: state [slots, n, dk, dv] fp32, S[a][c] at a·dv + c, slot seq[0];
 //   pos[0] == 0: the sequence starts here (S reads as zeros; null pos: it
 //   continues, as kda_decode).
-// Output: out [T, n·dv] fp32, head hl at hl·dv (kda_decode's out rows).
-// Scalars: T, dk (8..128, a multiple of 8), dv (16..16·warps, a multiple
-// of 16), eps (the output norm's).
+// Output: out [T, n·dv] fp32, head hl at hl·dv (kda_decode's out rows);
+//   with V > 1 the un-normalised O (gate, oNorm, eps unread): kda_gnorm
+//   then applies step 5 to the rows, in place.
+// Scalars: T, dk (8..128, a multiple of 8), dv (a multiple of 16·V,
+// dv/V <= 16·warps), eps (the output norm's).
 //
 // One chunk of m <= C tokens, Γ_t the running fp32 sum of g over the chunk
 // (t inclusive), all exponentials fm::expF, products and sums fp32 with no
@@ -89,7 +96,8 @@ __device__ __forceinline__ void
 prefetchRows(const float *q, const float *k, const float *g, const float *v,
              const float *gate, int gs, long long ldk, long long ldv, int hl,
              int dk, int dv, int r0, int r1, int tid, int nthreads) {
-  const int lk = (dk + 31) / 32, lv = (dv + 31) / 32, per = 3 * lk + 2 * lv;
+  const int lk = (dk + 31) / 32, lv = (dv + 31) / 32;
+  const int per = 3 * lk + (gate ? 2 : 1) * lv; // gate null: not read
   for (int idx = tid; idx < (r1 - r0) * per; idx += nthreads) {
     const long long row = r0 + idx / per;
     const int x = idx % per;
@@ -143,20 +151,23 @@ __device__ __forceinline__ void mmaF(float c[4], const float a[4],
 
 } // namespace kc
 
-template <int C, int SPLIT, int THREADS>
+template <int C, int SPLIT, int V, int THREADS>
 __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
   static_assert(C == 16 || C == 32, "C: 16 or 32 tokens a chunk");
   static_assert(SPLIT == 1 || SPLIT == 3, "SPLIT: 1 (tf32) or 3 (3xTF32)");
+  static_assert(V == 1 || V == 2 || V == 4, "V: 1, 2 or 4 blocks a head");
   static_assert(THREADS == 128 || THREADS == 256, "THREADS: 128 or 256");
   constexpr int W = THREADS / 32, kMaxDk = 128, NT = kMaxDk / 8;
   constexpr int CT = C / 8; // token tiles of 8
   extern __shared__ __align__(16) float kdaChunkSmem[];
   unsigned smemBytes;
   asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(smemBytes));
-  if (dk < 8 || dk > kMaxDk || dk % 8 || dv < 16 || dv > 16 * W || dv % 16 ||
-      smemBytes < 4u * (unsigned)fm::kdaChunkSmemFloats(C, dk, dv))
+  if (dk < 8 || dk > kMaxDk || dk % 8 || dv < 16 * V || dv % (16 * V) ||
+      dv / V > 16 * W ||
+      smemBytes < 4u * (unsigned)fm::kdaChunkSmemFloats(C, dk, dv / V))
     __trap(); // the footprint refuses such launches first
-  const int sk = fm::kdaChunkStrideK(dk), sd = fm::kdaChunkStrideV(dv),
+  const int dvb = dv / V, c0 = blockIdx.y * dvb; // this block's v columns
+  const int sk = fm::kdaChunkStrideK(dk), sd = fm::kdaChunkStrideV(dvb),
             sa = fm::kdaChunkStrideA(C);
   float *X0 = kdaChunkSmem;  // (C,dk) q e^{Γ−r}, then q e^{Γ}
   float *X1 = X0 + C * sk;   // (C,dk) k e^{Γ−r}, then k e^{Γ}
@@ -176,12 +187,13 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
   const long long slot = seq[0];
   const long long ldk = (long long)n * dk, ldv = (long long)n * dv;
   const int nk = dk / 8, r0 = 16 * w;
-  const bool mine = r0 < dv; // this warp owns v columns r0 .. r0+15
-  float *S = state + ((slot * n + hl) * (long long)dk) * dv; // (dk, dv)
+  const bool mine = r0 < dvb; // this warp owns v columns c0 + r0 .. +15
+  // (dk, dvb) at row stride dv: the block's columns of S.
+  float *S = state + ((slot * n + hl) * (long long)dk) * dv + c0;
 
   // The first chunk's rows on their way to L2 while S loads.
-  kc::prefetchRows(q, k, g, v, gate, gs, ldk, ldv, hl, dk, dv, 0, T < C ? T : C,
-                   t, THREADS);
+  kc::prefetchRows(q, k, g, v, V == 1 ? gate : nullptr, gs, ldk, ldv, hl, dk,
+                   dv, 0, T < C ? T : C, t, THREADS);
 
   // Sᵀ (dv, dk) in registers: s[nt][e] is v column r0 + gq (+8 for e >= 2)
   // and key row 8nt + tq (+4 for odd e), so that s[kk] is also the A
@@ -200,8 +212,9 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
     __syncthreads(); // the last chunk's tiles are read
     // The next chunk's rows, while this one computes.
     if (t0 + C < T)
-      kc::prefetchRows(q, k, g, v, gate, gs, ldk, ldv, hl, dk, dv, t0 + C,
-                       t0 + 2 * C < T ? t0 + 2 * C : T, t, THREADS);
+      kc::prefetchRows(q, k, g, v, V == 1 ? gate : nullptr, gs, ldk, ldv, hl,
+                       dk, dv, t0 + C, t0 + 2 * C < T ? t0 + 2 * C : T, t,
+                       THREADS);
     // 1. Γ per channel, the pairwise operands: two threads a channel
     // (`half` 0 takes tokens 0 .. C/2−1, 1 the rest), each with the whole
     // running sum; half 0 keeps e^{r}, e^{Γm−r} and e^{Γm} for step 2.
@@ -313,8 +326,9 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
           const int tt = 8 * j + 2 * tq + (e & 1),
                     c = r0 + gq + (e & 2 ? 8 : 0);
           D[tt * sd + c] =
-              tt < m ? bet[tt] * (v[(t0 + tt) * ldv + (long long)hl * dv + c] -
-                                  wa[j][e])
+              tt < m ? bet[tt] *
+                           (v[(t0 + tt) * ldv + (long long)hl * dv + c0 + c] -
+                            wa[j][e])
                      : 0.0f;
         }
     }
@@ -322,7 +336,7 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
     // 3. The unit lower-triangular solve, one thread per v column, δ in
     // registers (unrolled: row tt's early terms overlap row tt−1's; the
     // rows past m are zeros and stay so).
-    if (t < dv) {
+    if (t < dvb) {
       float d[C];
 #pragma unroll
       for (int i = 0; i < C; ++i)
@@ -381,7 +395,14 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
           D[tt * sd + c] = oa[j][e];
         }
     __syncthreads();
-    // 5. The gated RMS norm, a warp per token.
+    // 5. The gated RMS norm, a warp per token; with several blocks a head,
+    // their O columns as they are (kda_gnorm normalises the rows).
+    if (V > 1) {
+      for (int tt = w; tt < m; tt += W)
+        for (int c = lane; c < dvb; c += 32)
+          out[(t0 + tt) * ldv + (long long)hl * dv + c0 + c] = D[tt * sd + c];
+      continue;
+    }
     for (int tt = w; tt < m; tt += W) {
       const float *o = D + tt * sd;
       float ss = 0.0f;

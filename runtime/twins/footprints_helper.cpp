@@ -584,25 +584,30 @@ void kdaPrepFp(const Launch &l, Footprint &f) {
 }
 
 // kda_chunk(q, k, v, g, beta, gate, gs, oNorm, wdt, state, seq, pos, out,
-// T, dk, dv, eps); grid (n, 1), templates chunk, mma, threads; dynamic
-// shared memory 4·fm::kdaChunkSmemFloats(chunk, dk, dv) bytes at least;
-// one sequence in slot seq[0] (data).
+// T, dk, dv, eps); grid (n, V), templates chunk, mma, vsplit V, threads;
+// dynamic shared memory 4·fm::kdaChunkSmemFloats(chunk, dk, dv / V) bytes
+// at least; one sequence in slot seq[0] (data).
 void kdaChunkFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide n = r.grid(0), gs = r.at(6), T = r.at(13), dk = r.at(14, 8),
              dv = r.at(15, 16), C = r.targ("chunk"), nt = r.block(0);
+  const Wide V = l.targIntOr("vsplit", 1);
   r.require(C == 16 || C == 32, 0, "chunk=", int64_t(C), " is not 16 or 32");
+  r.require(V == 1 || V == 2 || V == 4, 0, "vsplit=", int64_t(V),
+            " is not 1, 2 or 4");
+  r.require(r.grid(1) == V, 0, "grid.y ", int64_t(r.grid(1)), " is not vsplit ",
+            int64_t(V));
   r.require(dk <= 128 && dk % 8 == 0, 14, "is ", int64_t(dk),
             ": over 128 or not a multiple of 8");
-  r.require(dv <= nt / 2 && dv % 16 == 0, 15, "is ", int64_t(dv),
-            ": over 16 columns a warp or not a multiple of 16");
+  r.require(dv % (16 * V) == 0 && dv / V <= nt / 2, 15, "is ", int64_t(dv),
+            ": not a multiple of 16·vsplit or over 16 columns a warp");
   r.require(gs >= n * dv, 6, "is ", int64_t(gs), ", under n·dv ",
             int64_t(n * dv));
-  r.require(Wide(l.smemBytes) >=
-                4 * Wide(fm::kdaChunkSmemFloats(int(C), int(dk), int(dv))),
-            0, "dynamic shared memory ", int64_t(l.smemBytes),
-            " bytes is under the kernel's ",
-            int64_t(4 * fm::kdaChunkSmemFloats(int(C), int(dk), int(dv))));
+  const Wide smem =
+      4 * Wide(fm::kdaChunkSmemFloats(int(C), int(dk), int(dv / V)));
+  r.require(Wide(l.smemBytes) >= smem, 0, "dynamic shared memory ",
+            int64_t(l.smemBytes), " bytes is under the kernel's ",
+            int64_t(smem));
   const int wb = dtBytes(r, 8);
   const Wide rows = n ? T : 0;
   for (size_t k : {0, 1, 3})
@@ -616,6 +621,22 @@ void kdaChunkFp(const Launch &l, Footprint &f) {
   r.need(10, n ? 1 : 0, 4);
   r.opt(11, n ? 1 : 0, 4);
   r.need(12, rows * n * dv, 4);
+}
+
+// kda_gnorm(o, gate, gs, oNorm, wdt, out, n, dv, eps); grid (ceil(n /
+// warps), rows).
+void kdaGnormFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide rows = r.grid(1), gs = r.at(2), n = r.at(6), dv = r.at(7);
+  const Wide heads = std::min(n, r.grid(0) * (r.block(0) / 32));
+  r.require(gs >= n * dv, 2, "is ", int64_t(gs), ", under n·dv ",
+            int64_t(n * dv));
+  const int wb = dtBytes(r, 4);
+  const Wide used = heads && dv ? rows : 0;
+  r.need(0, used ? span(used, n * dv, heads * dv) : 0, 4);
+  r.need(1, used ? span(used, gs, heads * dv) : 0, 4);
+  r.need(3, used ? dv : 0, wb);
+  r.need(5, used ? span(used, n * dv, heads * dv) : 0, 4);
 }
 
 } // namespace
@@ -656,6 +677,7 @@ const FootprintEntry kHelperFootprints[] = {
     {"kpool_store", "ppppipippppiii", kpoolStoreFp},
     {"kda_prep", "ppppipipppppippppppppiiiiif", kdaPrepFp},
     {"kda_chunk", "ppppppipippppiiif", kdaChunkFp},
+    {"kda_gnorm", "ppipipiif", kdaGnormFp},
     {nullptr, nullptr, nullptr},
 };
 

@@ -50,6 +50,7 @@ const TwinEntry kHelperTwins[] = {
     {"kpool_store", kpoolStoreTwin},
     {"kda_prep", kdaPrepTwin},
     {"kda_chunk", kdaChunkTwin},
+    {"kda_gnorm", kdaGnormTwin},
     {nullptr, nullptr},
 };
 

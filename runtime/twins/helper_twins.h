@@ -18,7 +18,8 @@
 //          is flash_math.cuh's, built from IEEE-exact operations); mhc_head
 //          (fp64 adds and one division) is not run on a GPU yet
 //   1e-6   kda_decode's softplus form (no lower bound: fp64 log1p/exp),
-//          kda_prep's likewise (exact with a lower bound)
+//          kda_prep's likewise (exact with a lower bound); kda_gnorm is
+//          exact
 //   1e-4   kda_chunk with mma = tf32x3, 2e-3 with mma = tf32 (tensor
 //          cores: the twin rounds the MMA operands to tf32 as the kernel
 //          does and sums their products in fp64, the MMAs sum in fp32, and
@@ -109,5 +110,6 @@ void kpoolStoreTwin(const Launch &l);
 // GLM-5.3-Flash KDA prefill (twin_flash.cpp).
 void kdaPrepTwin(const Launch &l);
 void kdaChunkTwin(const Launch &l);
+void kdaGnormTwin(const Launch &l);
 
 } // namespace glm::rt::twins

@@ -473,8 +473,10 @@ double mmaDot(const Panel &A, int ra, const Panel &B, int rb, int n) {
 } // namespace
 
 // kda_chunk(q, k, v, g, beta, gate, gs, oNorm, wdt, state, seq, pos, out,
-// T, dk, dv, eps); grid (n, 1), templates chunk, mma, threads. Heads are
-// independent: one thread each.
+// T, dk, dv, eps); grid (n, V), templates chunk, mma, vsplit V, threads.
+// The v columns of a head are independent, so V only changes what is
+// written: with V > 1 the un-normalised O. Heads are independent: one
+// thread each.
 void kdaChunkTwin(const Launch &l) {
   const float *q = l.ptr<const float>(0), *k = l.ptr<const float>(1),
               *v = l.ptr<const float>(2), *g = l.ptr<const float>(3),
@@ -489,12 +491,14 @@ void kdaChunkTwin(const Launch &l) {
   const float eps = l.f32(16);
   const int C = l.targInt("chunk"), nt = (int)l.block[0];
   const int split = l.targ("mma") == "tf32x3" ? 3 : 1;
-  const int n = (int)l.grid[0];
-  check((C == 16 || C == 32) && dk >= 8 && dk <= 128 && dk % 8 == 0 &&
-            dv >= 16 && dv % 16 == 0 && dv <= nt / 2 &&
-            l.smemBytes >= 4u * (uint32_t)fm::kdaChunkSmemFloats(C, dk, dv),
-        "kda_chunk twin: chunk ", C, " dk ", dk, " dv ", dv, " threads ", nt,
-        " smem ", l.smemBytes, " do not fit the kernel");
+  const int V = l.targIntOr("vsplit", 1), n = (int)l.grid[0];
+  check((C == 16 || C == 32) && (V == 1 || V == 2 || V == 4) &&
+            (int)l.grid[1] == V && dk >= 8 && dk <= 128 && dk % 8 == 0 &&
+            dv >= 16 * V && dv % (16 * V) == 0 && dv / V <= nt / 2 &&
+            l.smemBytes >=
+                4u * (uint32_t)fm::kdaChunkSmemFloats(C, dk, dv / V),
+        "kda_chunk twin: chunk ", C, " vsplit ", V, " dk ", dk, " dv ", dv,
+        " threads ", nt, " smem ", l.smemBytes, " do not fit the kernel");
   const bool fresh = pos && pos[0] == 0;
   const int64_t slot = seq[0];
   const int64_t ldk = (int64_t)n * dk, ldv = (int64_t)n * dv;
@@ -592,7 +596,10 @@ void kdaChunkTwin(const Launch &l) {
             const double acc = (double)(s[(size_t)a * dv + c] * en[a]);
             s[(size_t)a * dv + c] = (float)(acc + mmaDot(pD, c, p2, a, C));
           }
-        for (int tt = 0; tt < m; ++tt) {
+        for (int tt = 0; tt < m && V > 1; ++tt)
+          std::copy(O.begin() + (size_t)tt * dv, O.begin() + (size_t)(tt + 1) * dv,
+                    out + (t0 + tt) * ldv + hl * dv);
+        for (int tt = 0; tt < m && V == 1; ++tt) {
           const float *o = O.data() + (size_t)tt * dv;
           const float inv =
               1.0f / fm::sqrtF(warpSquares(o, dv) / (float)dv + eps);
@@ -607,6 +614,33 @@ void kdaChunkTwin(const Launch &l) {
       std::copy(s.begin(), s.end(), S);
     }
   });
+}
+
+// kda_gnorm(o, gate, gs, oNorm, wdt, out, n, dv, eps); grid (ceil(n /
+// warps), rows): kda_chunk's step 5 (kda_decode's gated norm) on each row.
+void kdaGnormTwin(const Launch &l) {
+  const float *o = l.ptr<const float>(0), *gate = l.ptr<const float>(1);
+  const int gs = l.i32(2);
+  const void *oNorm = l.ptr<const void>(3);
+  const int wdt = l.i32(4);
+  float *out = l.ptr<float>(5);
+  const int n = l.i32(6), dv = l.i32(7);
+  const float eps = l.f32(8);
+  const int64_t heads =
+      std::min<int64_t>(n, (int64_t)l.grid[0] * (l.block[0] / 32));
+  std::vector<float> x(dv);
+  for (uint32_t b = 0; b < l.grid[1]; ++b)
+    for (int64_t hl = 0; hl < heads; ++hl) {
+      const int64_t at = ((int64_t)b * n + hl) * dv;
+      std::copy(o + at, o + at + dv, x.begin()); // o may be out
+      const float inv =
+          1.0f / fm::sqrtF(warpSquares(x.data(), dv) / (float)dv + eps);
+      for (int c = 0; c < dv; ++c) {
+        const float gv = gate[(int64_t)b * gs + hl * dv + c];
+        out[at + c] =
+            (hx::ldAny(oNorm, c, wdt) * (x[c] * inv)) * fm::sigmoidF(gv);
+      }
+    }
 }
 
 } // namespace glm::rt::twins

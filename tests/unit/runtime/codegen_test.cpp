@@ -162,6 +162,11 @@ std::vector<KernelSpec> helperSpecs() {
   add("kda_chunk", {{"chunk", "32"}, {"mma", "tf32"}, {"threads", "256"}});
   add("kda_chunk", {{"chunk", "32"}, {"mma", "tf32x3"}, {"threads", "256"}});
   add("kda_chunk", {{"chunk", "16"}, {"mma", "tf32x3"}, {"threads", "128"}});
+  add("kda_chunk", {{"chunk", "32"},
+                    {"mma", "tf32"},
+                    {"vsplit", "2"},
+                    {"threads", "128"}});
+  add("kda_gnorm", {{"threads", "256"}});
   add("indexer_scores_ctx", {{"pool", "4"}, {"threads", "256"}});
   add("dsa_select", {{"pool", "4"}, {"threads", "1024"}});
   return s;

@@ -463,3 +463,55 @@ TEST(KdaChunkTwin, StrongestDecayStaysFinite) {
 }
 
 } // namespace
+
+namespace {
+
+// vsplit 2 (two blocks a head, each half of the v columns) then kda_gnorm
+// in place: the same bits as vsplit 1, outputs and state (the columns of
+// S, δ and O are independent; the norm is step 5 itself).
+TEST(KdaChunkTwin, VsplitThenGnormIsVsplitOne) {
+  const int n = 3, dk = 64, dv = 64, T = 45, slot = 1;
+  std::mt19937 rng(11);
+  std::vector<float> q = randn(rng, T * n * dk, 0.1f),
+                     k = randn(rng, T * n * dk, 0.1f),
+                     v = randn(rng, T * n * dv), g(T * n * dk), beta(T * n),
+                     gate = randn(rng, T * (n * dv + 5)),
+                     oNorm = randn(rng, dv, 0.2f),
+                     state0 = randn(rng, 2 * n * dk * dv, 0.3f);
+  std::uniform_real_distribution<float> gd(-4.9f, -0.01f), bd(0.05f, 0.95f);
+  for (float &x : g)
+    x = gd(rng);
+  for (float &x : beta)
+    x = bd(rng);
+  const std::vector<int> seq = {slot}, pos = {7};
+  const int gs = n * dv + 5;
+  for (const char *mma : {"tf32", "tf32x3"}) {
+    std::vector<float> state1 = state0, state2 = state0, out1(T * n * dv, kNaN),
+                       out2(T * n * dv, kNaN);
+    auto chunk = [&](int V, int threads, std::vector<float> &st,
+                     std::vector<float> &out) {
+      const KV targs = {{"chunk", "16"},
+                        {"mma", mma},
+                        {"vsplit", std::to_string(V)},
+                        {"threads", std::to_string(threads)}};
+      run("kda_chunk", targs, n, V, threads,
+          {P(q.data()), P(k.data()), P(v.data()), P(g.data()), P(beta.data()),
+           P(gate.data()), I(gs), P(oNorm.data()), I(0), P(st.data()),
+           P(seq.data()), P(pos.data()), P(out.data()), I(T), I(dk), I(dv),
+           F(1e-5)},
+          4u * (unsigned)glm::fm::kdaChunkSmemFloats(16, dk, dv / V));
+    };
+    chunk(1, 256, state1, out1);
+    chunk(2, 128, state2, out2);
+    run("kda_gnorm", {{"threads", "128"}}, (n + 3) / 4, T, 128,
+        {P(out2.data()), P(gate.data()), I(gs), P(oNorm.data()), I(0),
+         P(out2.data()), I(n), I(dv), F(1e-5)});
+    EXPECT_EQ(0, std::memcmp(out1.data(), out2.data(), out1.size() * 4)) << mma;
+    EXPECT_EQ(0, std::memcmp(state1.data(), state2.data(), state1.size() * 4))
+        << mma;
+    for (size_t i = 0; i < n * dk * dv; ++i) // slot 0 untouched
+      ASSERT_EQ(state1[i], state0[i]);
+  }
+}
+
+} // namespace
