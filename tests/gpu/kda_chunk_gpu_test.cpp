@@ -12,7 +12,8 @@
 // the tensor cores sum in fp32, so the state drifts by fp32 roundings from
 // chunk to chunk, and with plain tf32 an operand that drifted across a
 // rounding boundary moves by a whole tf32 ulp (2^-11): rare, but 4000
-// times the drift.
+// times the drift. With vsplit > 1, kda_gnorm after it on the twin's
+// un-normalised rows: the same bits.
 //
 //===----------------------------------------------------------------------===//
 #include "gpu_dual.h"
@@ -34,22 +35,24 @@ TEST_F(KdaChunkGpu, PrepAndChunkMatchTwinsOverTwoPrompts) {
     const char *mma;
     int threads, wdt;
     float lower;
-    int T1, T2;
+    int T1, T2, vsplit;
   };
   for (const Case c :
-       {Case{4, 1, 2, 128, 128, 4, 32, "tf32", 256, 2, -5.0f, 300, 77},
-        Case{4, 1, 2, 128, 128, 4, 32, "tf32x3", 256, 0, -5.0f, 96, 1},
-        Case{3, 0, 3, 128, 128, 4, 16, "tf32", 256, 0, -5.0f, 45, 16},
-        Case{2, 0, 2, 64, 64, 4, 16, "tf32x3", 128, 1, -5.0f, 1, 33},
-        Case{3, 1, 2, 24, 32, 3, 32, "tf32", 128, 0, 0.0f, 50, 7}}) {
+       {Case{4, 1, 2, 128, 128, 4, 32, "tf32", 256, 2, -5.0f, 300, 77, 1},
+        Case{4, 1, 2, 128, 128, 4, 32, "tf32x3", 256, 0, -5.0f, 96, 1, 1},
+        Case{3, 0, 3, 128, 128, 4, 16, "tf32", 256, 0, -5.0f, 45, 16, 1},
+        Case{2, 0, 2, 64, 64, 4, 16, "tf32x3", 128, 1, -5.0f, 1, 33, 1},
+        Case{3, 1, 2, 24, 32, 3, 32, "tf32", 128, 0, 0.0f, 50, 7, 1},
+        Case{4, 1, 3, 128, 128, 4, 32, "tf32", 128, 2, -5.0f, 200, 9, 2},
+        Case{2, 0, 2, 128, 128, 4, 16, "tf32x3", 256, 0, -5.0f, 70, 3, 4}}) {
     const int n = c.n, dk = c.dk, dv = c.dv, K1 = c.K - 1, slots = 3;
     const std::vector<int> seq = {2};
     std::mt19937 rng(dk * 10 + c.chunk + c.T1);
-    const std::string tag = "dk" + std::to_string(dk) + " dv" +
-                            std::to_string(dv) + " c" +
-                            std::to_string(c.chunk) + " " + c.mma + " t" +
-                            std::to_string(c.threads) + " " + dtName(c.wdt) +
-                            (c.lower == 0.0f ? " softplus" : "");
+    const std::string tag =
+        "dk" + std::to_string(dk) + " dv" + std::to_string(dv) + " c" +
+        std::to_string(c.chunk) + " " + c.mma + " t" +
+        std::to_string(c.threads) + " v" + std::to_string(c.vsplit) + " " +
+        dtName(c.wdt) + (c.lower == 0.0f ? " softplus" : "");
     auto w = [&](size_t count, float sd, float mean) {
       std::vector<float> v = randn(rng, count, sd);
       for (float &x : v)
@@ -110,7 +113,9 @@ TEST_F(KdaChunkGpu, PrepAndChunkMatchTwinsOverTwoPrompts) {
       convState = p.host<float>(13);
 
       Dual ch("kda_chunk", c.threads,
-              {{"chunk", std::to_string(c.chunk)}, {"mma", c.mma}});
+              {{"chunk", std::to_string(c.chunk)},
+               {"mma", c.mma},
+               {"vsplit", std::to_string(c.vsplit)}});
       const int gIn = ch.hold(in);
       ch.buf(p.host<float>(16))
           .buf(p.host<float>(17))
@@ -129,8 +134,8 @@ TEST_F(KdaChunkGpu, PrepAndChunkMatchTwinsOverTwoPrompts) {
           .i32(dk)
           .i32(dv)
           .f32(1e-5f);
-      ch.run(n, 1, 1, c.threads,
-             4u * (unsigned)fm::kdaChunkSmemFloats(c.chunk, dk, dv));
+      ch.run(n, c.vsplit, 1, c.threads,
+             4u * (unsigned)fm::kdaChunkSmemFloats(c.chunk, dk, dv / c.vsplit));
       const bool x3 = std::string(c.mma) == "tf32x3";
       const double tol = x3 ? 1e-4 : 2e-3;
       const char *why = x3 ? "tensor cores: fp32 MMA sums"
@@ -138,6 +143,21 @@ TEST_F(KdaChunkGpu, PrepAndChunkMatchTwinsOverTwoPrompts) {
       ch.check(12, "out " + tt, tol, why);
       ch.check(9, "state " + tt, tol, why);
       state = ch.host<float>(9);
+      if (c.vsplit > 1) { // the gated norm after it, in place
+        Dual gn("kda_gnorm", 128);
+        const int o = gn.hold(ch.host<float>(12)), gi = gn.hold(in);
+        gn.arg(o)
+            .arg(gi, 4 * (3 * n * dk + n * dv))
+            .i32(ins)
+            .buf(oNorm)
+            .i32(c.wdt)
+            .arg(o)
+            .i32(n)
+            .i32(dv)
+            .f32(1e-5f);
+        gn.run((n + 3) / 4, T, 1, 128);
+        gn.check(0, "gnorm " + tt, 0);
+      }
       done += T;
     }
   }
