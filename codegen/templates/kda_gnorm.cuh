@@ -3,7 +3,8 @@
 // kda_chunk launched with several blocks a head (vsplit > 1), which leaves
 // the un-normalised O in its out rows.
 //
-// Launch: grid (ceil(n / (THREADS/32)), rows), block THREADS (128 or 256);
+// Launch: grid (ceil(n / (THREADS/32)), rows <= 65535), block THREADS
+// (128 or 256);
 // template THREADS. Warp w of block (x, b) normalises head hl = x·warps + w
 // of row b (hl < n).
 //   o     [rows, n·dv] fp32  O, head hl at hl·dv (may be out: in place)

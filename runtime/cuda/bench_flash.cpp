@@ -9,7 +9,8 @@
 //   mhc_mix, mhc_post   d 4096, S 4, B = 1 and 8, G = 8, 16, 32 blocks a
 //                       row; the fn GEMV (24 x 16384 fp32) through gemv_any
 //   kda_prep, kda_chunk prefill of one KDA layer over a prompt of T = 512
-//                       and 4096 tokens (chunk 16 / 32, tf32 / 3xTF32),
+//                       and 4096 tokens (chunk 16 / 32, tf32 / 3xTF32,
+//                       vsplit 1 / 2 with kda_gnorm),
 //                       with kda_chunk's MMA TFLOP/s against the tf32 peak
 //   kpool_store, indexer_scores_ctx<pool=4>, dsa_select<pool=4>
 //                       B = 1 at context 8192 and 65536
@@ -237,15 +238,20 @@ void benchKda(Suite &s, const Kernels &k) {
 struct KdaChunkConfig {
   int chunk;
   const char *mma;
-  int threads;
+  int vsplit, threads;
 };
-const KdaChunkConfig kKdaChunkConfigs[] = {
-    {16, "tf32", 256}, {32, "tf32", 256}, {32, "tf32x3", 256}};
+const KdaChunkConfig kKdaChunkConfigs[] = {{16, "tf32", 1, 256},
+                                           {32, "tf32", 1, 256},
+                                           {32, "tf32x3", 1, 256},
+                                           {32, "tf32", 2, 128},
+                                           {32, "tf32", 2, 256}};
 
 KernelSpec kdaPrepSpec() { return spec("kda_prep", {{"threads", "256"}}); }
+KernelSpec kdaGnormSpec() { return spec("kda_gnorm", {{"threads", "128"}}); }
 KernelSpec kdaChunkSpec(const KdaChunkConfig &c) {
   return spec("kda_chunk", {{"chunk", std::to_string(c.chunk)},
                             {"mma", c.mma},
+                            {"vsplit", std::to_string(c.vsplit)},
                             {"threads", std::to_string(c.threads)}});
 }
 
@@ -256,7 +262,8 @@ double tf32PeakTflops(const std::string &arch) {
 }
 
 /// The prefill of one KDA layer over a prompt of T tokens of one sequence:
-/// kda_prep (grid (64, T/8)) then kda_chunk (grid (64), one block a head).
+/// kda_prep (grid (64, T/8)) then kda_chunk (grid (64, vsplit): vsplit
+/// blocks a head; past 1 kda_gnorm after it, timed with it).
 /// Each is timed on its own as a graph of L launches over L layers' own
 /// buffers where they fit (states, weights), the prompt's activations
 /// shared. Rows: bytes a launch must move (ratio to the copy bandwidth,
@@ -321,10 +328,11 @@ void benchKdaChunk(Suite &s, const Kernels &k, const std::string &arch) {
     const double chunkBytes =
         4.0 * T * double(3 * n * dk + n * dv + n + n * dv + n * dv) +
         2.0 * stateRow + oNormB;
+    CUfunction fNorm = k.get(kdaGnormSpec());
     for (const KdaChunkConfig &c : kKdaChunkConfigs) {
       CUfunction f = k.get(kdaChunkSpec(c));
       const unsigned smem =
-          4u * (unsigned)fm::kdaChunkSmemFloats(c.chunk, dk, dv);
+          4u * (unsigned)fm::kdaChunkSmemFloats(c.chunk, dk, dv / c.vsplit);
       GLM_CU(cuFuncSetAttribute(
           f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)));
       Graph g;
@@ -335,18 +343,27 @@ void benchKdaChunk(Suite &s, const Kernels &k, const std::string &arch) {
             << ins << oNorm.ptr() + l * oNormB << 0
             << state.ptr() + l * stateRow << seq.ptr() << pos.ptr() << out.ptr()
             << T << dk << dv << 1e-5f;
-          a.launch(f, n, 1, c.threads, s.st, smem);
+          a.launch(f, n, c.vsplit, c.threads, s.st, smem);
+          if (c.vsplit > 1) {
+            Params b;
+            b << out.ptr() << xg << ins << oNorm.ptr() + l * oNormB << 0
+              << out.ptr() << n << dv << 1e-5f;
+            b.launch(fNorm, (n + 3) / 4, T, 128, s.st);
+          }
         }
       });
       const double ms = s.perLaunchMs(g, L);
-      const std::string name = "kda_chunk c" + std::to_string(c.chunk) + " " +
-                               c.mma + " t" + std::to_string(c.threads) + at;
+      const std::string name =
+          "kda_chunk c" + std::to_string(c.chunk) + " " + c.mma +
+          (c.vsplit > 1 ? " v" + std::to_string(c.vsplit) + " +gnorm" : "") +
+          " t" + std::to_string(c.threads) + at;
       s.row(name, ms, chunkBytes);
       // MMA work a chunk issues per head (kda_chunk.cuh steps 1, 2, 4):
-      // Akk and Aqk over dk, W and O over dk, O += δ·Aqkᵀ, the state.
-      const double C = c.chunk,
-                   perChunk = 2.0 * (2 * C * C * dk + 2 * C * dk * dv +
-                                     C * C * dv + C * dk * dv);
+      // Akk and Aqk over dk (every block of a head), W and O over dk,
+      // O += δ·Aqkᵀ, the state.
+      const double C = c.chunk, perChunk = 2.0 * (c.vsplit * 2 * C * C * dk +
+                                                  2 * C * dk * dv + C * C * dv +
+                                                  C * dk * dv);
       const double split = std::string(c.mma) == "tf32x3" ? 3.0 : 1.0;
       const double tflops =
           split * perChunk * std::ceil(T / C) * n / (ms * 1e-3) / 1e12;
@@ -602,6 +619,7 @@ void runFlashBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   specs.push_back(kdaPrepSpec());
   for (const KdaChunkConfig &c : kKdaChunkConfigs)
     specs.push_back(kdaChunkSpec(c));
+  specs.push_back(kdaGnormSpec());
   for (const MhcConfig &c : kMhcConfigs) {
     specs.push_back(mhcSpec("mhc_mix", c.threads));
     specs.push_back(mhcSpec("mhc_post", c.threads));
