@@ -182,6 +182,31 @@ TEST(Footprint, KdaChunkRefusesWhatTheKernelTrapsOn) {
   l.args[14].i = dk;
   l.args[15].i = 144; // more v columns than 8 warps of 16
   EXPECT_THROW(of(l), twins::BadLaunchArg);
+  l.args[15].i = dv;
+  // vsplit 2: two blocks a head, each with half the v columns' memory.
+  const glm::plan::KeyValues t2 = {
+      {"chunk", "32"}, {"mma", "tf32"}, {"vsplit", "2"}, {"threads", "128"}};
+  l.templateArgs = &t2;
+  l.block[0] = 128;
+  EXPECT_THROW(of(l), twins::BadLaunchArg); // grid.y is not 2
+  l.grid[1] = 2;
+  l.smemBytes = 4u * (unsigned)glm::fm::kdaChunkSmemFloats(32, dk, dv / 2);
+  EXPECT_EQ(of(l).bytes[12], uint64_t(T) * n * dv * 4);
+  l.smemBytes -= 4;
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
+}
+
+TEST(Footprint, KdaGnormCoversItsRowsHeads) {
+  // (o, gate, gs, oNorm, wdt, out, n, dv, eps): 6 heads of 64, 4 warps a
+  // block, grid (2, 10): 10 rows.
+  twins::Launch l = launchOf("kda_gnorm", 2, 10, 128,
+                             {{2, 6 * 64 + 3}, {4, 2}, {6, 6}, {7, 64}});
+  const twins::Footprint f = of(l);
+  EXPECT_EQ(f.bytes[0], uint64_t(10 * 6 * 64) * 4);
+  EXPECT_EQ(f.bytes[1], uint64_t(9 * (6 * 64 + 3) + 6 * 64) * 4);
+  EXPECT_EQ(f.bytes[3], uint64_t(64) * 2); // bf16 weights
+  l.args[2].i = 6 * 64 - 1; // the gate row narrower than the heads
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
 }
 
 // ------------------------------------------------------ plan tables
