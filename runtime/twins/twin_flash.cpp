@@ -1,7 +1,7 @@
 //===- twin_flash.cpp - twins of the GLM-5.3-Flash decode families --------===//
 //
 // mhc_mix, mhc_post, mhc_head, kda_decode, kpool_store and the KDA prefill
-// pair kda_prep, kda_chunk (codegen/templates/*.cuh):
+// families kda_prep, kda_chunk, kda_gnorm (codegen/templates/*.cuh):
 // each kernel's fp32 operations in its order, its fp64 block sums in the
 // kernel's butterfly order, and the scalar math of flash_math.cuh itself
 // (included here: exp, sigmoid, SiLU, the mHC map and the forget gate built
