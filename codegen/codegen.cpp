@@ -331,6 +331,20 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("kda_decode", "kdaDecode", {"128", "256", "512"},
            {intParam("rows", "r", {"4", "8", "16", "32", "64", "128"})});
     helper("kpool_store", "kpoolStore", pow2);
+    // GLM-5.3-Flash prefill of one KDA layer over a prompt: kda_prep (the
+    // per-token conv, norms and gates of kda_decode, written out), then
+    // kda_chunk (the delta rule over chunks of C tokens on tensor cores,
+    // tf32 or 3xTF32, and the gated norm, or kda_gnorm after it). ABIs in
+    // their templates.
+    helper("kda_prep", "kdaPrep", {"128", "256", "512"});
+    // vsplit: blocks a head (v columns), for heads fewer than the SMs;
+    // past 1 kda_gnorm applies the gated norm after it.
+    TemplateParam vsplit = intParam("vsplit", "v", {"1", "2", "4"});
+    vsplit.defaultValue = "1";
+    helper("kda_chunk", "kdaChunk", {"128", "256"},
+           {intParam("chunk", "c", {"16", "32"}),
+            enumParam("mma", "", {{"tf32", "1"}, {"tf32x3", "3"}}), vsplit});
+    helper("kda_gnorm", "kdaGnorm", {"128", "256"});
   }
   const auto &templates = embeddedTemplates();
   for (FamilyInfo &fi : f) {

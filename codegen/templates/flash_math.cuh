@@ -1,5 +1,6 @@
 // flash_math.cuh - scalar math of the GLM-5.3-Flash decode families
-// (mhc_mix, mhc_post, kda_decode, kpool_store), shared by the kernels and
+// (mhc_mix, mhc_post, kda_decode, kpool_store) and of the KDA prefill
+// (kda_prep, kda_chunk), shared by the kernels and
 // their CPU twins (runtime/twins/twin_flash.cpp includes this file).
 //
 // Every function uses only IEEE-exact operations (+ - * /, sqrt, rint,
@@ -148,12 +149,12 @@ GLM_FLASH_HD void mhcCoefficients(const float *mRaw, double inv,
     coef[2 * S + i] = c[i];
 }
 
-/// KDA forget gate of one key channel as the decay factor e^g:
+/// KDA forget gate of one key channel, the log-decay g:
 /// g = lower·sigmoid(rate·x) (lower < 0), or, with lower == 0 (no bound),
 /// g = −rate·softplus(x), softplus = x past 20 else log1p(e^x) (the only
 /// libm call here: fp64, rounded to fp32, so CUDA and host may differ in
 /// the last bit of the double, almost never in the float).
-GLM_FLASH_HD float kdaDecay(float x, float rate, float lower) {
+GLM_FLASH_HD float kdaLogGate(float x, float rate, float lower) {
   float g;
   if (lower != 0.0f) {
     g = lower * sigmoidF(rate * x);
@@ -165,7 +166,26 @@ GLM_FLASH_HD float kdaDecay(float x, float rate, float lower) {
 #endif
     g = -(rate * sp);
   }
-  return expF(g);
+  return g;
+}
+
+/// The decay factor e^g of kdaLogGate (what kda_decode multiplies the state
+/// rows by; kda_chunk sums the g of kda_prep instead).
+GLM_FLASH_HD float kdaDecay(float x, float rate, float lower) {
+  return expF(kdaLogGate(x, rate, lower));
+}
+
+/// kda_chunk's shared memory: row strides (floats) of its tiles (+4 / +8
+/// keep the MMA fragment loads off a single bank), and the floats of one
+/// block: three [C, dk] operand tiles, δ/O [C, dv], Akk and Aqk [C, C],
+/// β [C], and per key channel e^{Γ} of the chunk's last token, e^{r} and
+/// e^{Γ−r} of it (r: the chunk's middle) [3, dk].
+GLM_FLASH_HD int kdaChunkStrideK(int dk) { return dk + 4; }
+GLM_FLASH_HD int kdaChunkStrideV(int dv) { return dv + 8; }
+GLM_FLASH_HD int kdaChunkStrideA(int C) { return C + 4; }
+GLM_FLASH_HD int kdaChunkSmemFloats(int C, int dk, int dv) {
+  return 3 * C * kdaChunkStrideK(dk) + C * kdaChunkStrideV(dv) +
+         2 * C * kdaChunkStrideA(C) + C + 3 * dk;
 }
 
 } // namespace fm

@@ -8,6 +8,10 @@
 //                       256 and rows 32 / threads 512, over 34 layers
 //   mhc_mix, mhc_post   d 4096, S 4, B = 1 and 8, G = 8, 16, 32 blocks a
 //                       row; the fn GEMV (24 x 16384 fp32) through gemv_any
+//   kda_prep, kda_chunk prefill of one KDA layer over a prompt of T = 512
+//                       and 4096 tokens (chunk 16 / 32, tf32 / 3xTF32,
+//                       vsplit 1 / 2 with kda_gnorm),
+//                       with kda_chunk's MMA TFLOP/s against the tf32 peak
 //   kpool_store, indexer_scores_ctx<pool=4>, dsa_select<pool=4>
 //                       B = 1 at context 8192 and 65536
 // Each case is a CUDA graph of launches over distinct buffers (34 KDA
@@ -22,6 +26,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/codegen.h"
+#include "codegen/templates/flash_math.cuh"
 #include "runtime/base/error.h"
 #include "runtime/base/parallel.h"
 #include "runtime/cuda/bench.h"
@@ -227,6 +232,152 @@ void benchKda(Suite &s, const Kernels &k) {
     }
     s.summarize("kda_decode B=" + std::to_string(B) + " (" + best + ")", bestMs,
                 bytes);
+  }
+}
+
+struct KdaChunkConfig {
+  int chunk;
+  const char *mma;
+  int vsplit, threads;
+};
+const KdaChunkConfig kKdaChunkConfigs[] = {{16, "tf32", 1, 256},
+                                           {32, "tf32", 1, 256},
+                                           {32, "tf32x3", 1, 256},
+                                           {32, "tf32", 2, 128},
+                                           {32, "tf32", 2, 256}};
+
+KernelSpec kdaPrepSpec() { return spec("kda_prep", {{"threads", "256"}}); }
+KernelSpec kdaGnormSpec() { return spec("kda_gnorm", {{"threads", "128"}}); }
+KernelSpec kdaChunkSpec(const KdaChunkConfig &c) {
+  return spec("kda_chunk", {{"chunk", std::to_string(c.chunk)},
+                            {"mma", c.mma},
+                            {"vsplit", std::to_string(c.vsplit)},
+                            {"threads", std::to_string(c.threads)}});
+}
+
+/// Dense tf32 tensor-core peak of the device, TFLOP/s (0: not known). H200
+/// SXM: 494.7 (NVIDIA's H200 datasheet: 989 with sparsity).
+double tf32PeakTflops(const std::string &arch) {
+  return arch == "sm_90" ? 494.7 : 0.0;
+}
+
+/// The prefill of one KDA layer over a prompt of T tokens of one sequence:
+/// kda_prep (grid (64, T/8)) then kda_chunk (grid (64, vsplit): vsplit
+/// blocks a head; past 1 kda_gnorm after it, timed with it).
+/// Each is timed on its own as a graph of L launches over L layers' own
+/// buffers where they fit (states, weights), the prompt's activations
+/// shared. Rows: bytes a launch must move (ratio to the copy bandwidth,
+/// as the other rows); the summary adds kda_chunk's MMA TFLOP/s, the
+/// tensor-core work issued (3xTF32 counts its three products), and its
+/// ratio to the dense tf32 peak.
+void benchKdaChunk(Suite &s, const Kernels &k, const std::string &arch) {
+  const int n = kKdaHeads, dk = kKdaDim, dv = kKdaDim, K1 = kConvTaps - 1;
+  const int L = 8; // layers per graph: 8 x 4 MiB states and weights
+  const int ins = 3 * n * dk + 2 * n * dv, bs = n;
+  const size_t stateRow = size_t(n) * dk * dv * 4;
+  const size_t convRow = size_t(n) * (2 * dk + dv) * K1 * 4;
+  const size_t tapsQk = size_t(n) * dk * kConvTaps * 4;
+  const size_t tapsV = size_t(n) * dv * kConvTaps * 4;
+  const size_t dtBiasB = size_t(n) * dk * 4, aLogB = size_t(n) * 4,
+               oNormB = size_t(dv) * 4;
+  DeviceBuffer state(L * stateRow), conv(L * convRow), convQ(L * tapsQk),
+      convK(L * tapsQk), convV(L * tapsV), aLog(L * aLogB), dtBias(L * dtBiasB),
+      oNorm(L * oNormB);
+  for (const DeviceBuffer *b :
+       {&state, &conv, &convQ, &convK, &convV, &aLog, &dtBias, &oNorm})
+    s.random(*b, kF32Below2);
+  // Mid-sequence (pos > 0): the states are read, not taken as zeros.
+  const DeviceBuffer seq = ints({0}), pos = ints({100});
+  const double weightBytes =
+      double(2 * tapsQk + tapsV + dtBiasB + aLogB + oNormB);
+  CUfunction fPrep = k.get(kdaPrepSpec());
+  for (int T : {512, 4096}) {
+    const std::string at = " T=" + std::to_string(T);
+    DeviceBuffer in(size_t(T) * ins * 4), bRaw(size_t(T) * bs * 4);
+    DeviceBuffer qo(size_t(T) * n * dk * 4), ko(qo.size()), go(qo.size()),
+        vo(size_t(T) * n * dv * 4), betaO(size_t(T) * n * 4),
+        out(size_t(T) * n * dv * 4);
+    s.random(in, kF32Below2);
+    s.random(bRaw, kF32Below2);
+    const CUdeviceptr x = in.ptr();
+    const CUdeviceptr xk = x + CUdeviceptr(4) * n * dk,
+                      xv = x + CUdeviceptr(8) * n * dk,
+                      xf = x + CUdeviceptr(4) * (2 * n * dk + n * dv),
+                      xg = x + CUdeviceptr(4) * (3 * n * dk + n * dv);
+    Graph gp;
+    gp.capture(s.st, [&] {
+      for (int l = 0; l < L; ++l) {
+        Params a;
+        a << x << xk << xv << xf << ins << bRaw.ptr() << bs
+          << convQ.ptr() + l * tapsQk << convK.ptr() + l * tapsQk
+          << convV.ptr() + l * tapsV << aLog.ptr() + l * aLogB
+          << dtBias.ptr() + l * dtBiasB << 0 << conv.ptr() + l * convRow
+          << seq.ptr() << pos.ptr() << qo.ptr() << ko.ptr() << vo.ptr()
+          << go.ptr() << betaO.ptr() << T << 0 << dk << dv << kConvTaps
+          << -5.0f;
+        a.launch(fPrep, n, (T + 7) / 8, 256, s.st);
+      }
+    });
+    // q, k, v, f and b in; q̂, k̂, v, g, β out; conv state; weights.
+    const double prepBytes = 4.0 * T * (double(3 * n * dk + n * dv + n) * 2) +
+                             2.0 * convRow + weightBytes;
+    const double msPrep = s.perLaunchMs(gp, L);
+    s.row("kda_prep t256" + at, msPrep, prepBytes);
+    s.summarize("kda_prep" + at, msPrep, prepBytes);
+    // q̂, k̂, v, g, β, the output gate in; out; the state read and written.
+    const double chunkBytes =
+        4.0 * T * double(3 * n * dk + n * dv + n + n * dv + n * dv) +
+        2.0 * stateRow + oNormB;
+    CUfunction fNorm = k.get(kdaGnormSpec());
+    for (const KdaChunkConfig &c : kKdaChunkConfigs) {
+      CUfunction f = k.get(kdaChunkSpec(c));
+      const unsigned smem =
+          4u * (unsigned)fm::kdaChunkSmemFloats(c.chunk, dk, dv / c.vsplit);
+      GLM_CU(cuFuncSetAttribute(
+          f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)));
+      Graph g;
+      g.capture(s.st, [&] {
+        for (int l = 0; l < L; ++l) {
+          Params a;
+          a << qo.ptr() << ko.ptr() << vo.ptr() << go.ptr() << betaO.ptr() << xg
+            << ins << oNorm.ptr() + l * oNormB << 0
+            << state.ptr() + l * stateRow << seq.ptr() << pos.ptr() << out.ptr()
+            << T << dk << dv << 1e-5f;
+          a.launch(f, n, c.vsplit, c.threads, s.st, smem);
+          if (c.vsplit > 1) {
+            Params b;
+            b << out.ptr() << xg << ins << oNorm.ptr() + l * oNormB << 0
+              << out.ptr() << n << dv << 1e-5f;
+            b.launch(fNorm, (n + 3) / 4, T, 128, s.st);
+          }
+        }
+      });
+      const double ms = s.perLaunchMs(g, L);
+      const std::string name =
+          "kda_chunk c" + std::to_string(c.chunk) + " " + c.mma +
+          (c.vsplit > 1 ? " v" + std::to_string(c.vsplit) + " +gnorm" : "") +
+          " t" + std::to_string(c.threads) + at;
+      s.row(name, ms, chunkBytes);
+      // MMA work a chunk issues per head (kda_chunk.cuh steps 1, 2, 4):
+      // Akk and Aqk over dk (every block of a head), W and O over dk,
+      // O += δ·Aqkᵀ, the state.
+      const double C = c.chunk, perChunk = 2.0 * (c.vsplit * 2 * C * C * dk +
+                                                  2 * C * dk * dv + C * C * dv +
+                                                  C * dk * dv);
+      const double split = std::string(c.mma) == "tf32x3" ? 3.0 : 1.0;
+      const double tflops =
+          split * perChunk * std::ceil(T / C) * n / (ms * 1e-3) / 1e12;
+      const double peak = tf32PeakTflops(arch);
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "flash: %s %.2f us, %.1f MMA TFLOP/s = %.3f of the tf32 "
+                    "peak (%s), %.0f GB/s",
+                    name.c_str(), ms * 1e3, tflops,
+                    peak > 0 ? tflops / peak : 0.0,
+                    peak > 0 ? "494.7 dense" : "peak not known",
+                    chunkBytes / (ms * 1e-3) / 1e9);
+      s.summary.push_back(line);
+    }
   }
 }
 
@@ -465,6 +616,10 @@ void runFlashBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
                                    kpoolSpec(), scoresSpec(), selectSpec()};
   for (const KdaConfig &c : kKdaConfigs)
     specs.push_back(kdaSpec(c));
+  specs.push_back(kdaPrepSpec());
+  for (const KdaChunkConfig &c : kKdaChunkConfigs)
+    specs.push_back(kdaChunkSpec(c));
+  specs.push_back(kdaGnormSpec());
   for (const MhcConfig &c : kMhcConfigs) {
     specs.push_back(mhcSpec("mhc_mix", c.threads));
     specs.push_back(mhcSpec("mhc_post", c.threads));
@@ -475,6 +630,7 @@ void runFlashBench(const BenchOptions &opt, BenchResult &r, std::ostream &log) {
   const Kernels k(dev.arch(), specs);
   Suite s{r, log, opt.reps, stream.get(), k.get(specs[0]), 5301, {}};
   benchKda(s, k);
+  benchKdaChunk(s, k, dev.arch());
   benchMhc(s, k);
   benchIndexer(s, k);
   GLM_CU(cuStreamSynchronize(s.st));

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/footprint_util.h"
 
+#include "codegen/templates/flash_math.cuh"
+
 namespace glm::rt::twins {
 
 using namespace fp;
@@ -544,6 +546,98 @@ void kpoolStoreFp(const Launch &l, Footprint &f) {
   r.need(10, B, 4);
 }
 
+// ---- GLM-5.3-Flash KDA prefill (twin_flash.cpp).
+
+// kda_prep(q, k, v, f, ins, bRaw, bs, convQ, convK, convV, aLog, dtBias,
+// wdt, convState, seq, pos, qo, ko, vo, go, betaO, T, h0, dk, dv, K,
+// lower); grid (n, ceil(T/8)): heads h0 .. h0+n, tokens 8·grid.y (at most
+// T), one sequence in slot seq[0] (data).
+void kdaPrepFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide n = r.grid(0), ins = r.at(4), bs = r.at(6), T = r.at(21);
+  const Wide h0 = r.at(22), dk = r.at(23, 1), dv = r.at(24, 1), K = r.at(25, 1);
+  r.require(dk <= 256, 23, "is ", int64_t(dk), ", over 256");
+  r.require(dv <= 256, 24, "is ", int64_t(dv), ", over 256");
+  r.require(K <= 8, 25, "is ", int64_t(K), ", over 8 taps");
+  const int wb = dtBytes(r, 12);
+  // Rows the blocks read and write: their tokens, and block 0 the last
+  // K−1 rows for the conv state.
+  const Wide blocks = n ? r.grid(1) : 0;
+  const Wide rows = blocks ? T : 0, H = n ? h0 + n : 0;
+  for (size_t k : {0, 1, 3})
+    r.need(k, rows ? span(rows, ins, n * dk) : 0, 4);
+  r.need(2, rows ? span(rows, ins, n * dv) : 0, 4);
+  r.need(5, rows ? span(rows, bs, n) : 0, 4);
+  r.need(7, H * dk * K, wb);
+  r.need(8, H * dk * K, wb);
+  r.need(9, H * dv * K, wb);
+  r.need(10, H, wb);
+  r.need(11, H * dk, wb);
+  r.need(13, blocks ? n * (2 * dk + dv) * (K - 1) : 0, 4);
+  r.indexed(13); // slot seq[0]
+  r.need(14, blocks ? 1 : 0, 4);
+  r.opt(15, blocks ? 1 : 0, 4);
+  for (size_t k : {16, 17, 19})
+    r.need(k, rows * n * dk, 4);
+  r.need(18, rows * n * dv, 4);
+  r.need(20, rows * n, 4);
+}
+
+// kda_chunk(q, k, v, g, beta, gate, gs, oNorm, wdt, state, seq, pos, out,
+// T, dk, dv, eps); grid (n, V), templates chunk, mma, vsplit V, threads;
+// dynamic shared memory 4·fm::kdaChunkSmemFloats(chunk, dk, dv / V) bytes
+// at least; one sequence in slot seq[0] (data).
+void kdaChunkFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide n = r.grid(0), gs = r.at(6), T = r.at(13), dk = r.at(14, 8),
+             dv = r.at(15, 16), C = r.targ("chunk"), nt = r.block(0);
+  const Wide V = l.targIntOr("vsplit", 1);
+  r.require(C == 16 || C == 32, 0, "chunk=", int64_t(C), " is not 16 or 32");
+  r.require(V == 1 || V == 2 || V == 4, 0, "vsplit=", int64_t(V),
+            " is not 1, 2 or 4");
+  r.require(r.grid(1) == V, 0, "grid.y ", int64_t(r.grid(1)), " is not vsplit ",
+            int64_t(V));
+  r.require(dk <= 128 && dk % 8 == 0, 14, "is ", int64_t(dk),
+            ": over 128 or not a multiple of 8");
+  r.require(dv % (16 * V) == 0 && dv / V <= nt / 2, 15, "is ", int64_t(dv),
+            ": not a multiple of 16·vsplit or over 16 columns a warp");
+  r.require(gs >= n * dv, 6, "is ", int64_t(gs), ", under n·dv ",
+            int64_t(n * dv));
+  const Wide smem =
+      4 * Wide(fm::kdaChunkSmemFloats(int(C), int(dk), int(dv / V)));
+  r.require(Wide(l.smemBytes) >= smem, 0, "dynamic shared memory ",
+            int64_t(l.smemBytes), " bytes is under the kernel's ",
+            int64_t(smem));
+  const int wb = dtBytes(r, 8);
+  const Wide rows = n ? T : 0;
+  for (size_t k : {0, 1, 3})
+    r.need(k, rows * n * dk, 4);
+  r.need(2, rows * n * dv, 4);
+  r.need(4, rows * n, 4);
+  r.need(5, rows ? span(rows, gs, n * dv) : 0, 4);
+  r.need(7, n ? dv : 0, wb);
+  r.need(9, n ? n * dk * dv : 0, 4);
+  r.indexed(9); // slot seq[0]
+  r.need(10, n ? 1 : 0, 4);
+  r.opt(11, n ? 1 : 0, 4);
+  r.need(12, rows * n * dv, 4);
+}
+
+// kda_gnorm(o, gate, gs, oNorm, wdt, out, n, dv, eps); grid (ceil(n /
+// warps), rows).
+void kdaGnormFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide rows = r.grid(1), gs = r.at(2), n = r.at(6), dv = r.at(7);
+  const Wide heads = std::min(n, r.grid(0) * (r.block(0) / 32));
+  r.require(gs >= n * dv, 2, "is ", int64_t(gs), ", under n·dv ",
+            int64_t(n * dv));
+  const int wb = dtBytes(r, 4);
+  const Wide used = heads && dv ? rows : 0;
+  r.need(0, used ? span(used, n * dv, heads * dv) : 0, 4);
+  r.need(1, used ? span(used, gs, heads * dv) : 0, 4);
+  r.need(3, used ? dv : 0, wb);
+  r.need(5, used ? span(used, n * dv, heads * dv) : 0, 4);
+}
 
 } // namespace
 
@@ -581,6 +675,9 @@ const FootprintEntry kHelperFootprints[] = {
     {"mhc_head", "ppi", mhcHeadFp},
     {"kda_decode", "pppppipippppppipppppiiiiff", kdaDecodeFp},
     {"kpool_store", "ppppipippppiii", kpoolStoreFp},
+    {"kda_prep", "ppppipipppppippppppppiiiiif", kdaPrepFp},
+    {"kda_chunk", "ppppppipippppiiif", kdaChunkFp},
+    {"kda_gnorm", "ppipipiif", kdaGnormFp},
     {nullptr, nullptr, nullptr},
 };
 

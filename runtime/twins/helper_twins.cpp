@@ -48,6 +48,9 @@ const TwinEntry kHelperTwins[] = {
     {"mhc_head", mhcHeadTwin},
     {"kda_decode", kdaDecodeTwin},
     {"kpool_store", kpoolStoreTwin},
+    {"kda_prep", kdaPrepTwin},
+    {"kda_chunk", kdaChunkTwin},
+    {"kda_gnorm", kdaGnormTwin},
     {nullptr, nullptr},
 };
 

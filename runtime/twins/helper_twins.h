@@ -17,9 +17,18 @@
 //          bound, the pooled indexer_scores_ctx and dsa_select (their exp
 //          is flash_math.cuh's, built from IEEE-exact operations); mhc_head
 //          (fp64 adds and one division) is not run on a GPU yet
-//   1e-6   kda_decode's softplus form (no lower bound: fp64 log1p/exp)
+//   1e-6   kda_decode's softplus form (no lower bound: fp64 log1p/exp),
+//          kda_prep's likewise (exact with a lower bound); kda_gnorm is
+//          exact
+//   1e-4   kda_chunk with mma = tf32x3, 2e-3 with mma = tf32 (tensor
+//          cores: the twin rounds the MMA operands to tf32 as the kernel
+//          does and sums their products in fp64, the MMAs sum in fp32, and
+//          an operand that drifted across a tf32 rounding boundary moves
+//          by 2^-11; not yet run on a GPU)
 // and the twins to the fp64 reference (runtime/cpu/flash_ops.h, tests/unit/
-// runtime/flash_twins_test.cpp): <= 1e-5 relative (fp32 kernels).
+// runtime/flash_twins_test.cpp): <= 1e-5 relative (fp32 kernels; kda_chunk
+// with mma = tf32x3), 1e-2 for kda_chunk with mma = tf32 (operands with 11
+// significant bits).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -98,5 +107,9 @@ void mhcPostTwin(const Launch &l);
 void mhcHeadTwin(const Launch &l);
 void kdaDecodeTwin(const Launch &l);
 void kpoolStoreTwin(const Launch &l);
+// GLM-5.3-Flash KDA prefill (twin_flash.cpp).
+void kdaPrepTwin(const Launch &l);
+void kdaChunkTwin(const Launch &l);
+void kdaGnormTwin(const Launch &l);
 
 } // namespace glm::rt::twins

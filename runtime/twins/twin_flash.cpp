@@ -1,22 +1,29 @@
 //===- twin_flash.cpp - twins of the GLM-5.3-Flash decode families --------===//
 //
-// mhc_mix, mhc_post, mhc_head, kda_decode and kpool_store
-// (codegen/templates/*.cuh):
+// mhc_mix, mhc_post, mhc_head, kda_decode, kpool_store and the KDA prefill
+// families kda_prep, kda_chunk, kda_gnorm (codegen/templates/*.cuh):
 // each kernel's fp32 operations in its order, its fp64 block sums in the
 // kernel's butterfly order, and the scalar math of flash_math.cuh itself
 // (included here: exp, sigmoid, SiLU, the mHC map and the forget gate built
 // from IEEE-exact operations). CUDA (--fmad=false) therefore gives the same
 // bits as these twins; the one exception is kda_decode's softplus form (no
 // lower bound, a libm log1p/exp in fp64), unused by the checkpoints.
+// kda_chunk runs on tensor cores: its twin repeats every fp32 step outside
+// the MMAs, rounds each MMA operand as cvt.rna.tf32 does (3xTF32: the hi
+// and lo parts) and sums the exact products in fp64, where the kernel's
+// MMAs sum in fp32: CUDA is held to it within 1e-4 (tf32x3) and 2e-3
+// (tf32: helper_twins.h says why).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/helper_twins.h"
 
 #include "runtime/base/error.h"
+#include "runtime/base/parallel.h"
 
 #include "codegen/templates/flash_math.cuh"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace glm::rt::twins {
@@ -319,6 +326,321 @@ void kpoolStoreTwin(const Launch &l) {
       dst[c] = acc / sum;
     }
   }
+}
+
+// kda_prep(q, k, v, f, ins, bRaw, bs, convQ, convK, convV, aLog, dtBias,
+// wdt, convState, seq, pos, qo, ko, vo, go, betaO, T, h0, dk, dv, K,
+// lower); grid (n, ceil(T/8)): kda_decode's per-token half, written out.
+void kdaPrepTwin(const Launch &l) {
+  const float *q = l.ptr<const float>(0), *k = l.ptr<const float>(1),
+              *v = l.ptr<const float>(2), *f = l.ptr<const float>(3);
+  const int ins = l.i32(4);
+  const float *bRaw = l.ptr<const float>(5);
+  const int bs = l.i32(6);
+  const void *convW[3] = {l.ptr<const void>(7), l.ptr<const void>(8),
+                          l.ptr<const void>(9)};
+  const void *aLog = l.ptr<const void>(10), *dtBias = l.ptr<const void>(11);
+  const int wdt = l.i32(12);
+  float *convState = l.ptr<float>(13);
+  const int *seq = l.ptr<const int>(14), *pos = l.ptr<const int>(15);
+  float *qo = l.ptr<float>(16), *ko = l.ptr<float>(17), *vo = l.ptr<float>(18),
+        *go = l.ptr<float>(19), *betaO = l.ptr<float>(20);
+  const int T = l.i32(21), h0 = l.i32(22), dk = l.i32(23), dv = l.i32(24),
+            K = l.i32(25);
+  const float lower = l.f32(26);
+  const int n = (int)l.grid[0];
+  check(dk >= 1 && dk <= 256 && dv >= 1 && dv <= 256 && K >= 1 && K <= 8,
+        "kda_prep twin: dk ", dk, " dv ", dv, " K ", K, " out of range");
+  // Tokens the grid covers (8 a block).
+  const int Tc = std::min<int64_t>(T, (int64_t)l.grid[1] * 8);
+  const bool fresh = pos && pos[0] == 0;
+  const int64_t slot = seq[0];
+  const int K1 = K - 1;
+  const int64_t ldk = (int64_t)n * dk, ldv = (int64_t)n * dv;
+  float *cs = convState + slot * (int64_t)n * (2 * dk + dv) * K1;
+  std::vector<float> qs(dk), ks(dk), vs(dv);
+  for (int hl = 0; hl < n; ++hl) {
+    const int h = h0 + hl;
+    const float rate = fm::expF(hx::ldAny(aLog, h, wdt));
+    const float qScale = 1.0f / fm::sqrtF((float)dk);
+    for (int tt = 0; tt < Tc; ++tt) {
+      const int64_t in0 = (int64_t)tt * ins;
+      for (int ch = 0; ch < 2 * dk + dv; ++ch) {
+        const int x = ch < dk ? 0 : ch < 2 * dk ? 1 : 2;
+        const int a = ch - x * dk, width = x == 2 ? dv : dk;
+        const float *src = x == 0 ? q : x == 1 ? k : v;
+        const int64_t col = (int64_t)hl * width + a;
+        const int64_t tapRow = ((int64_t)h * width + a) * K;
+        const float *st = cs + ((int64_t)x * n * dk + col) * K1;
+        float acc = hx::ldAny(convW[x], tapRow + K1, wdt) * src[in0 + col];
+        for (int j = 0; j < K1; ++j) {
+          const int back = tt - K1 + j;
+          const float xj = back >= 0 ? src[(int64_t)back * ins + col]
+                           : fresh   ? 0.0f
+                                     : st[back + K1];
+          acc = acc + hx::ldAny(convW[x], tapRow + j, wdt) * xj;
+        }
+        (x == 0 ? qs : x == 1 ? ks : vs)[a] = fm::siluF(acc);
+      }
+      for (int a = 0; a < dk; ++a) {
+        const float xg = f[in0 + (int64_t)hl * dk + a] +
+                         hx::ldAny(dtBias, (int64_t)h * dk + a, wdt);
+        go[tt * ldk + (int64_t)hl * dk + a] = fm::kdaLogGate(xg, rate, lower);
+      }
+      const float invQ = 1.0f / fm::sqrtF(warpSquares(qs.data(), dk) + 1e-6f);
+      const float invK = 1.0f / fm::sqrtF(warpSquares(ks.data(), dk) + 1e-6f);
+      for (int a = 0; a < dk; ++a) {
+        qo[tt * ldk + (int64_t)hl * dk + a] = (qs[a] * invQ) * qScale;
+        ko[tt * ldk + (int64_t)hl * dk + a] = ks[a] * invK;
+      }
+      for (int c = 0; c < dv; ++c)
+        vo[tt * ldv + (int64_t)hl * dv + c] = vs[c];
+      betaO[(int64_t)tt * n + hl] = fm::sigmoidF(bRaw[(int64_t)tt * bs + hl]);
+    }
+    if (l.grid[1] == 0 || K1 == 0)
+      continue;
+    for (int ch = 0; ch < 2 * dk + dv; ++ch) {
+      const int x = ch < dk ? 0 : ch < 2 * dk ? 1 : 2;
+      const int a = ch - x * dk, width = x == 2 ? dv : dk;
+      const float *src = x == 0 ? q : x == 1 ? k : v;
+      const int64_t col = (int64_t)hl * width + a;
+      float *st = cs + ((int64_t)x * n * dk + col) * K1;
+      float keep[8];
+      for (int j = 0; j < K1; ++j) {
+        const int back = T - K1 + j;
+        keep[j] = back >= 0 ? src[(int64_t)back * ins + col]
+                  : fresh   ? 0.0f
+                            : st[back + K1];
+      }
+      for (int j = 0; j < K1; ++j)
+        st[j] = keep[j];
+    }
+  }
+}
+
+namespace {
+
+/// cvt.rna.tf32.f32: round to 11 significant bits, ties away from zero.
+float tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u)
+    u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+/// MMA operands as the kernel feeds them: hi = tf32(x) and, for 3xTF32,
+/// lo = tf32(x − hi), of a rows x cols panel read from x with row stride
+/// `rs` and column stride `cs` (so a panel can be taken transposed).
+struct Panel {
+  int cols = 0;
+  std::vector<float> hi, lo;
+  void take(const float *x, int rows, int cols_, int64_t rs, int64_t cs,
+            int split) {
+    cols = cols_;
+    hi.resize((size_t)rows * cols);
+    lo.assign(split == 3 ? hi.size() : 0, 0.0f);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        const float v = x[r * rs + c * cs], h = tf32(v);
+        hi[(size_t)r * cols + c] = h;
+        if (split == 3)
+          lo[(size_t)r * cols + c] = tf32(v - h);
+      }
+  }
+};
+
+/// Row ra of A times row rb of B over their n columns, as the MMAs take
+/// it, exact products summed in fp64: hi·hi (+ hi·lo + lo·hi for 3xTF32).
+double mmaDot(const Panel &A, int ra, const Panel &B, int rb, int n) {
+  const float *ah = &A.hi[(size_t)ra * A.cols],
+              *bh = &B.hi[(size_t)rb * B.cols];
+  double acc = 0;
+  if (A.lo.empty()) {
+    for (int i = 0; i < n; ++i)
+      acc += (double)ah[i] * bh[i];
+    return acc;
+  }
+  const float *al = &A.lo[(size_t)ra * A.cols],
+              *bl = &B.lo[(size_t)rb * B.cols];
+  for (int i = 0; i < n; ++i)
+    acc +=
+        (double)ah[i] * bh[i] + ((double)ah[i] * bl[i] + (double)al[i] * bh[i]);
+  return acc;
+}
+
+} // namespace
+
+// kda_chunk(q, k, v, g, beta, gate, gs, oNorm, wdt, state, seq, pos, out,
+// T, dk, dv, eps); grid (n, V), templates chunk, mma, vsplit V, threads.
+// The v columns of a head are independent, so V only changes what is
+// written: with V > 1 the un-normalised O. Heads are independent: one
+// thread each.
+void kdaChunkTwin(const Launch &l) {
+  const float *q = l.ptr<const float>(0), *k = l.ptr<const float>(1),
+              *v = l.ptr<const float>(2), *g = l.ptr<const float>(3),
+              *beta = l.ptr<const float>(4), *gate = l.ptr<const float>(5);
+  const int gs = l.i32(6);
+  const void *oNorm = l.ptr<const void>(7);
+  const int wdt = l.i32(8);
+  float *state = l.ptr<float>(9);
+  const int *seq = l.ptr<const int>(10), *pos = l.ptr<const int>(11);
+  float *out = l.ptr<float>(12);
+  const int T = l.i32(13), dk = l.i32(14), dv = l.i32(15);
+  const float eps = l.f32(16);
+  const int C = l.targInt("chunk"), nt = (int)l.block[0];
+  const int split = l.targ("mma") == "tf32x3" ? 3 : 1;
+  const int V = l.targIntOr("vsplit", 1), n = (int)l.grid[0];
+  check((C == 16 || C == 32) && (V == 1 || V == 2 || V == 4) &&
+            (int)l.grid[1] == V && dk >= 8 && dk <= 128 && dk % 8 == 0 &&
+            dv >= 16 * V && dv % (16 * V) == 0 && dv / V <= nt / 2 &&
+            l.smemBytes >=
+                4u * (uint32_t)fm::kdaChunkSmemFloats(C, dk, dv / V),
+        "kda_chunk twin: chunk ", C, " vsplit ", V, " dk ", dk, " dv ", dv,
+        " threads ", nt, " smem ", l.smemBytes, " do not fit the kernel");
+  const bool fresh = pos && pos[0] == 0;
+  const int64_t slot = seq[0];
+  const int64_t ldk = (int64_t)n * dk, ldv = (int64_t)n * dv;
+  parallelFor(n, 1, 0, [&](int64_t hb, int64_t he, int) {
+    std::vector<float> gam((size_t)C * dk), ref(dk), en(dk), bet(C);
+    std::vector<float> X0((size_t)C * dk), X1((size_t)C * dk),
+        X2((size_t)C * dk), D((size_t)C * dv), Akk((size_t)C * C),
+        Aqk((size_t)C * C), O((size_t)C * dv);
+    std::vector<double> Os((size_t)C * dv);
+    Panel p0, p1, p2, pS, pD, pA;
+    for (int64_t hl = hb; hl < he; ++hl) {
+      float *S = state + ((slot * n + hl) * (int64_t)dk) * dv; // (dk, dv)
+      std::vector<float> s((size_t)dk * dv, 0.0f);
+      if (!fresh)
+        std::copy(S, S + (size_t)dk * dv, s.begin());
+      for (int t0 = 0; t0 < T; t0 += C) {
+        const int m = std::min(C, T - t0);
+        auto at = [&](int i, int c) { return (t0 + i) * ldk + hl * dk + c; };
+        for (int c = 0; c < dk; ++c) {
+          float acc = 0.0f;
+          for (int i = 0; i < C; ++i) {
+            if (i < m)
+              acc = acc + g[at(i, c)];
+            gam[(size_t)i * dk + c] = acc;
+          }
+          ref[c] = gam[(size_t)(C / 2 - 1) * dk + c];
+        }
+        for (int i = 0; i < C; ++i)
+          for (int c = 0; c < dk; ++c) {
+            const size_t x = (size_t)i * dk + c;
+            X0[x] = X1[x] = X2[x] = 0.0f;
+            if (i >= m)
+              continue;
+            const float up = fm::expF(gam[x] - ref[c]),
+                        dn = fm::expF(ref[c] - gam[x]);
+            X0[x] = q[at(i, c)] * up;
+            X1[x] = k[at(i, c)] * up;
+            X2[x] = k[at(i, c)] * dn;
+          }
+        for (int i = 0; i < C; ++i)
+          bet[i] = i < m ? beta[(int64_t)(t0 + i) * n + hl] : 0.0f;
+        // Akk, Aqk: rows of (k|q) e^{Γ−r} against rows of k e^{r−Γ}.
+        p0.take(X0.data(), C, dk, dk, 1, split);
+        p1.take(X1.data(), C, dk, dk, 1, split);
+        p2.take(X2.data(), C, dk, dk, 1, split);
+        for (int tt = 0; tt < C; ++tt)
+          for (int ii = 0; ii < C; ++ii) {
+            const double akk = mmaDot(p1, tt, p2, ii, dk),
+                         aqk = mmaDot(p0, tt, p2, ii, dk);
+            Akk[(size_t)tt * C + ii] = ii < tt ? bet[tt] * (float)akk : 0.0f;
+            Aqk[(size_t)tt * C + ii] = ii <= tt ? (float)aqk : 0.0f;
+          }
+        for (int c = 0; c < dk; ++c) {
+          const float last = gam[(size_t)(C - 1) * dk + c];
+          const float er = fm::expF(ref[c]), el = fm::expF(last - ref[c]);
+          for (int i = 0; i < C; ++i) {
+            const size_t x = (size_t)i * dk + c;
+            X0[x] = X0[x] * er;
+            X1[x] = X1[x] * er;
+            X2[x] = X2[x] * el;
+          }
+          en[c] = fm::expF(last);
+        }
+        // W and the state part of O: Sᵀ rows (v columns) against rows of
+        // (k|q) e^{Γ}.
+        pS.take(s.data(), dv, dk, 1, dv, split);
+        p0.take(X0.data(), C, dk, dk, 1, split);
+        p1.take(X1.data(), C, dk, dk, 1, split);
+        for (int tt = 0; tt < C; ++tt)
+          for (int c = 0; c < dv; ++c) {
+            const double w = mmaDot(pS, c, p1, tt, dk);
+            Os[(size_t)tt * dv + c] = mmaDot(pS, c, p0, tt, dk);
+            D[(size_t)tt * dv + c] =
+                tt < m ? bet[tt] * (v[(t0 + tt) * ldv + hl * dv + c] - (float)w)
+                       : 0.0f;
+          }
+        for (int c = 0; c < dv; ++c)
+          for (int tt = 1; tt < C; ++tt) {
+            float x = D[(size_t)tt * dv + c];
+            for (int i = 0; i < tt; ++i)
+              x = x - Akk[(size_t)tt * C + i] * D[(size_t)i * dv + c];
+            D[(size_t)tt * dv + c] = x;
+          }
+        // O += δ·Aqkᵀ: δᵀ rows (v columns) against Aqk rows; the state:
+        // S·e^{Γm} + δᵀ rows against columns of k e^{Γm−Γ}.
+        pD.take(D.data(), dv, C, 1, dv, split);
+        pA.take(Aqk.data(), C, C, C, 1, split);
+        p2.take(X2.data(), dk, C, 1, dk, split);
+        for (int tt = 0; tt < C; ++tt)
+          for (int c = 0; c < dv; ++c)
+            O[(size_t)tt * dv + c] =
+                (float)(Os[(size_t)tt * dv + c] + mmaDot(pD, c, pA, tt, C));
+        for (int a = 0; a < dk; ++a)
+          for (int c = 0; c < dv; ++c) {
+            const double acc = (double)(s[(size_t)a * dv + c] * en[a]);
+            s[(size_t)a * dv + c] = (float)(acc + mmaDot(pD, c, p2, a, C));
+          }
+        for (int tt = 0; tt < m && V > 1; ++tt)
+          std::copy(O.begin() + (size_t)tt * dv, O.begin() + (size_t)(tt + 1) * dv,
+                    out + (t0 + tt) * ldv + hl * dv);
+        for (int tt = 0; tt < m && V == 1; ++tt) {
+          const float *o = O.data() + (size_t)tt * dv;
+          const float inv =
+              1.0f / fm::sqrtF(warpSquares(o, dv) / (float)dv + eps);
+          const int64_t row = t0 + tt;
+          for (int c = 0; c < dv; ++c) {
+            const float gv = gate[row * gs + hl * dv + c];
+            out[row * ldv + hl * dv + c] =
+                (hx::ldAny(oNorm, c, wdt) * (o[c] * inv)) * fm::sigmoidF(gv);
+          }
+        }
+      }
+      std::copy(s.begin(), s.end(), S);
+    }
+  });
+}
+
+// kda_gnorm(o, gate, gs, oNorm, wdt, out, n, dv, eps); grid (ceil(n /
+// warps), rows): kda_chunk's step 5 (kda_decode's gated norm) on each row.
+void kdaGnormTwin(const Launch &l) {
+  const float *o = l.ptr<const float>(0), *gate = l.ptr<const float>(1);
+  const int gs = l.i32(2);
+  const void *oNorm = l.ptr<const void>(3);
+  const int wdt = l.i32(4);
+  float *out = l.ptr<float>(5);
+  const int n = l.i32(6), dv = l.i32(7);
+  const float eps = l.f32(8);
+  const int64_t heads =
+      std::min<int64_t>(n, (int64_t)l.grid[0] * (l.block[0] / 32));
+  std::vector<float> x(dv);
+  for (uint32_t b = 0; b < l.grid[1]; ++b)
+    for (int64_t hl = 0; hl < heads; ++hl) {
+      const int64_t at = ((int64_t)b * n + hl) * dv;
+      std::copy(o + at, o + at + dv, x.begin()); // o may be out
+      const float inv =
+          1.0f / fm::sqrtF(warpSquares(x.data(), dv) / (float)dv + eps);
+      for (int c = 0; c < dv; ++c) {
+        const float gv = gate[(int64_t)b * gs + hl * dv + c];
+        out[at + c] =
+            (hx::ldAny(oNorm, c, wdt) * (x[c] * inv)) * fm::sigmoidF(gv);
+      }
+    }
 }
 
 } // namespace glm::rt::twins

@@ -155,6 +155,18 @@ std::vector<KernelSpec> helperSpecs() {
   add("kda_decode", {{"rows", "64"}, {"threads", "256"}});
   add("kda_decode", {{"rows", "32"}, {"threads", "512"}});
   add("kpool_store", {{"threads", "128"}});
+  // KDA prefill: the per-token prep, the chunked delta rule at both chunk
+  // sizes and both MMA precisions.
+  add("kda_prep", {{"threads", "256"}});
+  add("kda_chunk", {{"chunk", "16"}, {"mma", "tf32"}, {"threads", "256"}});
+  add("kda_chunk", {{"chunk", "32"}, {"mma", "tf32"}, {"threads", "256"}});
+  add("kda_chunk", {{"chunk", "32"}, {"mma", "tf32x3"}, {"threads", "256"}});
+  add("kda_chunk", {{"chunk", "16"}, {"mma", "tf32x3"}, {"threads", "128"}});
+  add("kda_chunk", {{"chunk", "32"},
+                    {"mma", "tf32"},
+                    {"vsplit", "2"},
+                    {"threads", "128"}});
+  add("kda_gnorm", {{"threads", "256"}});
   add("indexer_scores_ctx", {{"pool", "4"}, {"threads", "256"}});
   add("dsa_select", {{"pool", "4"}, {"threads", "1024"}});
   return s;

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/codegen.h"
+#include "codegen/templates/flash_math.cuh"
 #include "runtime/twins/footprint.h"
 
 #include <gtest/gtest.h>
@@ -155,6 +156,57 @@ TEST(Footprint, DenseTrellisRefusesWhatTheKernelTrapsOn) {
   const twins::Footprint f = of(l);
   // 16 tile rows x 16 tile columns of 32*K bytes under these strides.
   EXPECT_EQ(f.bytes[1], uint64_t(64 + 7 * 8 + 8 + 7 + 1) * 32 * 3);
+}
+
+TEST(Footprint, KdaChunkRefusesWhatTheKernelTrapsOn) {
+  const glm::plan::KeyValues t = {
+      {"chunk", "32"}, {"mma", "tf32"}, {"threads", "256"}};
+  // (q, k, v, g, beta, gate, gs, oNorm, wdt, state, seq, pos, out, T, dk,
+  //  dv, eps): 64 heads of 128 x 128, T = 100, the kernel's shared memory.
+  const int n = 64, T = 100, dk = 128, dv = 128;
+  twins::Launch l =
+      launchOf("kda_chunk", n, 1, 256,
+               {{6, n * dv}, {8, 0}, {13, T}, {14, dk}, {15, dv}}, &t);
+  l.smemBytes = 4u * (unsigned)glm::fm::kdaChunkSmemFloats(32, dk, dv);
+  const twins::Footprint f = of(l);
+  EXPECT_EQ(f.bytes[0], uint64_t(T) * n * dk * 4);
+  EXPECT_EQ(f.bytes[9], uint64_t(n) * dk * dv * 4);
+  EXPECT_TRUE(f.indexed[9]);
+  EXPECT_TRUE(f.nullable[11]);
+  EXPECT_EQ(f.bytes[12], uint64_t(T) * n * dv * 4);
+  l.smemBytes -= 4; // less shared memory than the kernel needs: it traps
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
+  l.smemBytes += 4;
+  l.args[14].i = 100; // dk not a multiple of 8
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
+  l.args[14].i = dk;
+  l.args[15].i = 144; // more v columns than 8 warps of 16
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
+  l.args[15].i = dv;
+  // vsplit 2: two blocks a head, each with half the v columns' memory.
+  const glm::plan::KeyValues t2 = {
+      {"chunk", "32"}, {"mma", "tf32"}, {"vsplit", "2"}, {"threads", "128"}};
+  l.templateArgs = &t2;
+  l.block[0] = 128;
+  EXPECT_THROW(of(l), twins::BadLaunchArg); // grid.y is not 2
+  l.grid[1] = 2;
+  l.smemBytes = 4u * (unsigned)glm::fm::kdaChunkSmemFloats(32, dk, dv / 2);
+  EXPECT_EQ(of(l).bytes[12], uint64_t(T) * n * dv * 4);
+  l.smemBytes -= 4;
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
+}
+
+TEST(Footprint, KdaGnormCoversItsRowsHeads) {
+  // (o, gate, gs, oNorm, wdt, out, n, dv, eps): 6 heads of 64, 4 warps a
+  // block, grid (2, 10): 10 rows.
+  twins::Launch l = launchOf("kda_gnorm", 2, 10, 128,
+                             {{2, 6 * 64 + 3}, {4, 2}, {6, 6}, {7, 64}});
+  const twins::Footprint f = of(l);
+  EXPECT_EQ(f.bytes[0], uint64_t(10 * 6 * 64) * 4);
+  EXPECT_EQ(f.bytes[1], uint64_t(9 * (6 * 64 + 3) + 6 * 64) * 4);
+  EXPECT_EQ(f.bytes[3], uint64_t(64) * 2); // bf16 weights
+  l.args[2].i = 6 * 64 - 1; // the gate row narrower than the heads
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
 }
 
 // ------------------------------------------------------ plan tables
