@@ -689,6 +689,74 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
   return j.dump(2) + "\n";
 }
 
+std::vector<std::pair<size_t, size_t>>
+dataEdges(const RankPlan &r, const GraphDef &g, const InspectOptions &opt) {
+  using Span = std::pair<uint64_t, uint64_t>;
+  std::vector<std::vector<InspectRegion>> regions;
+  if (opt.regions)
+    regions = opt.regions(r, g);
+  // An op's spans on buffer b: its regions there, or the whole buffer.
+  auto spans = [&](size_t op, uint32_t b) {
+    std::vector<Span> v;
+    if (op < regions.size())
+      for (const InspectRegion &x : regions[op])
+        if (x.buffer == b && x.end > x.begin)
+          v.push_back({x.begin, x.end});
+    if (v.empty() && (regions.empty() || g.ops[op].kernel < 0))
+      v.push_back({0, b < r.buffers.size() ? r.buffers[b].bytes : 0});
+    return v;
+  };
+  // Removes `w` from every span of `rest`; true when something overlapped.
+  auto subtract = [](std::vector<Span> &rest, const std::vector<Span> &w) {
+    bool met = false;
+    for (const Span &c : w) {
+      std::vector<Span> next;
+      for (const Span &s : rest) {
+        if (c.second <= s.first || s.second <= c.first) {
+          next.push_back(s);
+          continue;
+        }
+        met = true;
+        if (s.first < c.first)
+          next.push_back({s.first, c.first});
+        if (c.second < s.second)
+          next.push_back({c.second, s.second});
+      }
+      rest = std::move(next);
+    }
+    return met;
+  };
+  // A collective works in place on its buffer: it reads what it writes.
+  auto inPlace = [&](size_t i, std::vector<uint32_t> v) {
+    const int32_t c = g.ops[i].collective;
+    if (g.ops[i].kernel < 0 && c >= 0 && size_t(c) < r.collectives.size() &&
+        r.collectives[c].buffer >= 0)
+      v.push_back(uint32_t(r.collectives[c].buffer));
+    return v;
+  };
+  // Spans in arena bytes: buffers may alias (an all-reduce's input and
+  // output share their bytes).
+  auto arenaSpans = [&](size_t op, const std::vector<uint32_t> &bufs) {
+    std::vector<Span> v;
+    for (uint32_t b : bufs) {
+      const uint64_t base = b < r.buffers.size() ? r.buffers[b].arenaOffset : 0;
+      for (const Span &x : spans(op, b))
+        v.push_back({base + x.first, base + x.second});
+    }
+    return v;
+  };
+  std::vector<std::pair<size_t, size_t>> edges;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    std::vector<Span> rest = arenaSpans(i, inPlace(i, g.ops[i].inputs));
+    for (size_t j = i; j-- > 0 && !rest.empty();)
+      if (subtract(rest, arenaSpans(j, inPlace(j, g.ops[j].outputs))))
+        edges.push_back({j, i});
+  }
+  std::sort(edges.begin(), edges.end());
+  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  return edges;
+}
+
 std::string inspectDot(const Plan &plan, const InspectOptions &opt) {
   const int rank = opt.rank < 0 ? 0 : opt.rank;
   InspectOptions one = opt;
@@ -729,21 +797,7 @@ std::string inspectDot(const Plan &plan, const InspectOptions &opt) {
     }
     os << "  }\n";
   }
-  // Edges: from the latest earlier writer of each buffer an op reads.
-  std::map<uint32_t, size_t> lastWriter;
-  std::vector<std::pair<size_t, size_t>> edges;
-  for (size_t i = 0; i < g->ops.size(); ++i) {
-    const OpDef &op = g->ops[i];
-    for (uint32_t b : op.inputs) {
-      auto it = lastWriter.find(b);
-      if (it != lastWriter.end() && it->second != i)
-        edges.push_back({it->second, i});
-    }
-    for (uint32_t b : op.outputs)
-      lastWriter[b] = i;
-  }
-  std::sort(edges.begin(), edges.end());
-  edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
+  const std::vector<std::pair<size_t, size_t>> edges = dataEdges(r, *g, opt);
   for (const auto &[from, to] : edges)
     if (layerSelected(opt, g->ops[from].layer) &&
         layerSelected(opt, g->ops[to].layer))
@@ -765,23 +819,77 @@ std::vector<OpRow> opRows(const Plan &plan, const RankPlan &r,
                           const GraphDef &g, const InspectOptions &opt) {
   const int64_t context = contextOf(plan, opt);
   std::vector<OpRow> rows;
-  std::map<uint32_t, size_t> lastWriter;
   for (size_t i = 0; i < g.ops.size(); ++i) {
-    const OpDef &op = g.ops[i];
     OpRow row;
     row.index = i;
-    row.cost = opCost(plan, r, g, op, opt, context);
-    for (uint32_t b : op.inputs)
-      if (auto it = lastWriter.find(b);
-          it != lastWriter.end() &&
-          std::find(row.from.begin(), row.from.end(), it->second) ==
-              row.from.end())
-        row.from.push_back(it->second);
-    for (uint32_t b : op.outputs)
-      lastWriter[b] = i;
+    row.cost = opCost(plan, r, g, g.ops[i], opt, context);
     rows.push_back(row);
   }
+  for (const auto &[from, to] : dataEdges(r, g, opt))
+    rows[to].from.push_back(from);
   return rows;
+}
+
+/// One layer's ops as a small drawn graph: a box per op in execution order,
+/// filled by its share of the layer's modelled time (white to orange), and
+/// its data edges (dataEdges) as arcs on the right; an op that reads from
+/// another layer gets an arrow in from the left.
+std::string layerGraphSvg(const Plan &plan, const GraphDef &g,
+                          const std::vector<OpRow> &rows, int32_t layer,
+                          double layerUs) {
+  std::vector<size_t> ops;
+  std::map<size_t, size_t> slot;
+  for (const OpRow &row : rows)
+    if (g.ops[row.index].layer == layer) {
+      slot[row.index] = ops.size();
+      ops.push_back(row.index);
+    }
+  if (ops.empty())
+    return "";
+  const int rowH = 22, boxW = 330, left = 24, arcs = 150;
+  const int height = int(ops.size()) * rowH + 8;
+  std::ostringstream os;
+  os << "<svg class=layergraph width=\"" << left + boxW + arcs
+     << "\" height=\"" << height << "\" role=img aria-label=\"data edges of "
+     << "layer " << escapeHtml(layerLabel(plan, layer)) << "\">"
+     << "<defs><marker id=ah viewBox=\"0 0 6 6\" refX=5 refY=3 "
+        "markerWidth=6 markerHeight=6 orient=auto><path d=\"M0,0L6,3L0,6z\" "
+        "fill=\"#555\"/></marker></defs>";
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const OpRow &row = rows[ops[k]];
+    const double share = layerUs > 0 ? row.cost.us / layerUs : 0;
+    // White (no time) to orange (the whole layer).
+    const int gch = int(255 - share * (255 - 164)), bch = int(255 - share * 159);
+    const int y = 4 + int(k) * rowH;
+    const OpDef &op = g.ops[ops[k]];
+    os << "<g><title>" << escapeHtml(op.name) << ": "
+       << fixed(row.cost.us, 2) << " us, " << fixed(100 * share, 1)
+       << "% of the layer</title><rect x=" << left << " y=" << y
+       << " width=" << boxW << " height=" << rowH - 6
+       << " rx=3 fill=\"rgb(255," << gch << "," << bch
+       << ")\" stroke=\"#888\"/><text x=" << left + 4 << " y=" << y + 12
+       << " font-size=10>" << escapeHtml(op.name) << "</text></g>";
+    bool outside = false;
+    for (size_t f : row.from)
+      outside |= !slot.count(f);
+    if (outside)
+      os << "<line x1=2 y1=" << y + 8 << " x2=" << left - 1 << " y2=" << y + 8
+         << " stroke=\"#555\" marker-end=\"url(#ah)\"/>";
+  }
+  for (size_t k = 0; k < ops.size(); ++k)
+    for (size_t f : rows[ops[k]].from) {
+      auto it = slot.find(f);
+      if (it == slot.end())
+        continue;
+      const int y0 = 4 + int(it->second) * rowH + 8, y1 = 4 + int(k) * rowH + 8;
+      const int bulge = std::min(arcs - 8, 10 + 6 * int(k - it->second));
+      const int x = left + boxW;
+      os << "<path d=\"M" << x << "," << y0 << " C" << x + bulge << "," << y0
+         << " " << x + bulge << "," << y1 << " " << x + 1 << "," << y1
+         << "\" fill=none stroke=\"#555\" marker-end=\"url(#ah)\"/>";
+    }
+  os << "</svg>\n";
+  return os.str();
 }
 
 /// A strip of the layers' modelled time (width by share, colour by kind),
@@ -852,7 +960,8 @@ std::string layerCostsHtml(const Plan &plan, const RankPlan &r,
          << "%)\">" << fixed(share, 1) << "%</td><td>" << escapeHtml(from)
          << "</td></tr>\n";
     }
-    os << "</table></details>\n";
+    os << "</table>\n" << layerGraphSvg(plan, *g, rows, layer, us)
+       << "</details>\n";
   }
   return os.str();
 }

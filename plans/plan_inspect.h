@@ -12,6 +12,7 @@
 #include "plans/plan.h"
 
 #include <climits>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -28,6 +29,16 @@ constexpr double kDefaultOpsPerWeight = 8.0;
 /// prefixes, two decimals). glmc compile's budget lines use it too, so the
 /// figures read the same in both.
 std::string humanBytes(uint64_t bytes);
+
+/// Bytes [begin, end) of one buffer an op may touch.
+struct InspectRegion {
+  uint32_t buffer = 0;
+  uint64_t begin = 0, end = 0;
+};
+/// Per op of a graph, the regions it may touch (the runtime's footprints:
+/// runtime/exec/launch_bounds.h opRegions).
+using RegionsFn = std::function<std::vector<std::vector<InspectRegion>>(
+    const RankPlan &, const GraphDef &)>;
 
 struct InspectOptions {
   int rank = -1;             // -1 = every rank
@@ -52,7 +63,17 @@ struct InspectOptions {
   /// The graph the kernel table and dot show (`--graph decode.4`,
   /// `prefill.512`); "" = the smallest decode graph.
   std::string graph;
+  /// Set: data edges join a writer to a reader only where their byte
+  /// regions meet (scratch shared by unrelated ops draws no edge); unset:
+  /// wherever a reader names a buffer the latest writer wrote.
+  RegionsFn regions;
 };
+
+/// The data edges (writer op, reader op) of graph `g`, by op index: for
+/// each buffer an op reads, the earlier ops that wrote bytes it reads,
+/// latest first, until writers cover its read.
+std::vector<std::pair<size_t, size_t>>
+dataEdges(const RankPlan &r, const GraphDef &g, const InspectOptions &opt);
 
 /// Reads a measured-times file: {"kernels": {NAME: µs per launch, ...}}
 /// (optionally "device", "plan"), or a flat {NAME: µs} object. Throws

@@ -13,6 +13,9 @@
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
 #include "runtime/base/cli_numbers.h"
+#ifdef GLM_HAVE_EXEC
+#include "runtime/exec/launch_bounds.h"
+#endif
 
 #include <CLI/CLI.hpp>
 
@@ -114,6 +117,19 @@ int runInspect(const InspectArgs &a) {
                    a.rank, " is out of range (the plan has ",
                    plan.ranks.size(), " ranks)");
 
+#ifdef GLM_HAVE_EXEC
+  // Data edges where a writer's bytes meet a reader's (kernel footprints).
+  opt.regions = [&plan](const glm::plan::RankPlan &r,
+                        const glm::plan::GraphDef &g) {
+    std::vector<std::vector<glm::plan::InspectRegion>> out;
+    for (const auto &op : glm::rt::exec::opRegions(plan, r, g)) {
+      out.emplace_back();
+      for (const auto &x : op)
+        out.back().push_back({x.buffer, x.begin, x.end});
+    }
+    return out;
+  };
+#endif
   std::string out;
   if (a.format == "text")
     out = glm::plan::inspectText(plan, opt);

@@ -187,7 +187,8 @@ std::string integers(const Site &s, const twins::Launch &l, const char *sig) {
 /// Checks one op; returns which of its arguments it reads as tables of
 /// the plan.
 std::vector<bool> checkOp(const Relocations &relocs, const Site &s,
-                          uint32_t rows) {
+                          uint32_t rows,
+                          std::vector<ByteRegion> *regions = nullptr) {
   const gp::OpDef &op = s.op;
   const twins::FootprintEntry *e = twins::findFootprint(s.k.templateName);
   if (!e)
@@ -316,6 +317,9 @@ std::vector<bool> checkOp(const Relocations &relocs, const Site &s,
              "; the launch's integers:", integers(s, l, e->signature),
              ", grid ", dims.gridX, "x", dims.gridY, "x", dims.gridZ,
              ", block ", dims.blockX);
+    if (regions && f.bytes[i] > 0)
+      regions->push_back({uint32_t(a.buffer), a.offset,
+                          f.indexed[i] ? b.bytes : uint64_t(end)});
   }
   return f.table;
 }
@@ -381,6 +385,35 @@ void checkTablesReadOnly(
 }
 
 } // namespace
+
+std::vector<std::vector<ByteRegion>> opRegions(const gp::Plan &plan,
+                                               const gp::RankPlan &rp,
+                                               const gp::GraphDef &g) {
+  const Relocations relocs(rp);
+  const uint32_t rows = g.kind == gp::GraphKind::Load ? 0 : g.size;
+  const std::string gname = gp::graphName(g);
+  std::vector<std::vector<ByteRegion>> out(g.ops.size());
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    const gp::OpDef &op = g.ops[i];
+    if (op.kernel < 0) {
+      std::vector<uint32_t> bufs = op.inputs;
+      bufs.insert(bufs.end(), op.outputs.begin(), op.outputs.end());
+      if (op.collective >= 0 && size_t(op.collective) < rp.collectives.size() &&
+          rp.collectives[op.collective].buffer >= 0)
+        bufs.push_back(uint32_t(rp.collectives[op.collective].buffer));
+      for (uint32_t b : bufs)
+        if (b < rp.buffers.size())
+          out[i].push_back({b, 0, rp.buffers[b].bytes});
+      continue;
+    }
+    check(size_t(op.kernel) < plan.kernels.size(), "plan rank ", rp.rank,
+          ", graph ", gname, ", op '", op.name, "' uses kernel ", op.kernel,
+          " of ", plan.kernels.size(), ": the plan is damaged");
+    Site s{rp, gname, op, plan.kernels[op.kernel]};
+    checkOp(relocs, s, rows, &out[i]);
+  }
+  return out;
+}
 
 void checkLaunchBounds(const gp::Plan &plan) {
   for (const gp::RankPlan &rp : plan.ranks) {

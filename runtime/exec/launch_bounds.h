@@ -21,11 +21,30 @@
 
 #include "plans/plan.h"
 
+#include <cstdint>
+#include <vector>
+
 namespace glm::rt::exec {
 
 /// Throws Error naming the rank, graph, op, kernel, argument and buffer
 /// (and table entry) of the first launch that could step outside its
 /// buffers.
 void checkLaunchBounds(const plan::Plan &plan);
+
+/// Bytes [begin, end) of one buffer an op may touch.
+struct ByteRegion {
+  uint32_t buffer = 0;
+  uint64_t begin = 0, end = 0;
+};
+
+/// Per op of graph `g` of rank plan `rp` (checked as checkLaunchBounds
+/// does): the bytes each launch's pointer arguments may touch, over all its
+/// repeats, from the family footprints; an argument indexed by data (a KV
+/// slot, a token id) counts up to its buffer's end. A collective touches
+/// its buffer whole. The inspector draws data edges where a writer's
+/// regions meet a reader's.
+std::vector<std::vector<ByteRegion>> opRegions(const plan::Plan &plan,
+                                               const plan::RankPlan &rp,
+                                               const plan::GraphDef &g);
 
 } // namespace glm::rt::exec
