@@ -46,7 +46,10 @@ size=$(stat -c %s "$T/tiny-engine")
 plan_size=$(stat -c %s "$T/tiny.glmplan")
 cp "$T/tiny-engine" "$T/flipped"
 at=$(( size - 32 - plan_size / 2 ))
-printf '\xff' | dd of="$T/flipped" bs=1 seek=$at conv=notrunc 2> /dev/null
+# The byte's complement: always a change (0xff written over 0xff was none).
+old=$(od -An -tu1 -j $at -N1 "$T/flipped" | tr -d ' ')
+printf "\\x$(printf %02x $(( 255 - old )))" | dd of="$T/flipped" bs=1 seek=$at conv=notrunc 2> /dev/null
+cmp -s "$T/flipped" "$T/tiny-engine" && { echo "the damage changed no byte"; exit 1; }
 if "$T/flipped" run "${args[@]}" > /dev/null 2> "$T/flipped.err"; then
   echo "a damaged engine ran"; exit 1
 fi

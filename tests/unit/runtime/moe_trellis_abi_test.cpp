@@ -101,7 +101,7 @@ TEST(MoeTrellisAbi, FamilyNamesAndLaunchBounds) {
   const auto &f = glm::codegen::familyInfo("moe_trellis");
   ASSERT_FALSE(f.kernelParams.empty());
   EXPECT_EQ(f.kernelParams.front(), "xh");
-  EXPECT_EQ(f.kernelParams.back(), "accumulate");
+  EXPECT_EQ(f.kernelParams.back(), "swiglu_limit");
 }
 
 // dense_gemv grids (codegen/dense_gemv_abi.h): a warp a row while that
