@@ -520,6 +520,16 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
       scores.args["pool"] = select.args["pool"] = str(P);
     out.push_back(scores);
     out.push_back(select);
+  } else if (auto k = dyn_cast<KdaDecodeOp>(op); k && b.prefill) {
+    // A prompt chunk of one sequence: kda_prep (kda_decode's conv, norms and
+    // gates over the rows, written out), then kda_chunk (the delta rule over
+    // chunks of 32 on tensor cores, 3xTF32: within 5e-6 of the recurrence,
+    // and the gated norm). makeBuckets admits prefill only where they apply.
+    out.push_back({"kda_prep", {{"threads", "256"}}});
+    out.push_back({"kda_chunk",
+                   {{"chunk", str(glmc::kKdaPrefillChunk)},
+                    {"mma", "tf32x3"},
+                    {"threads", "256"}}});
   } else if (auto k = dyn_cast<KdaDecodeOp>(op)) {
     // Other ranks' heads are zero in o_proj's input (as attention_decode's);
     // then one block per (head, row): the state column slices in registers,
@@ -845,12 +855,20 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
       return failure();
     }
     // GLM-5.3-Flash: a KDA layer's prompt is sequential in its state, which
-    // the decode families cannot run over the rows of one sequence; its
-    // prompts go token by token through the decode graphs (glm-engine does
-    // that for a plan without prefill graphs).
-    bool recurrent = false;
-    module.walk([&](KdaDecodeOp) { recurrent = true; });
-    if (!recurrent && (prefill.size() > 1 || *prefill.begin() != 0))
+    // the decode families cannot run over the rows of one sequence; on one
+    // rank kda_prep + kda_chunk take the chunk (their packed rows are a
+    // rank's full width only there), with a lower-bounded gate (kda_chunk's
+    // exponentials need g > -5 a token). Otherwise prompts go token by token
+    // through the decode graphs (glm-engine does that for a plan without
+    // prefill graphs).
+    bool tokenByToken = false;
+    module.walk([&](KdaDecodeOp k) {
+      const double lower =
+          k.getLowerBound() ? k.getLowerBound()->convertToDouble() : 0.0;
+      tokenByToken |= k.getShard().getRanks() > 1 || k.getHeadDim() > 128 ||
+                   k.getHeadDim() % 16 != 0 || !(lower < 0 && lower >= -5);
+    });
+    if (!tokenByToken && (prefill.size() > 1 || *prefill.begin() != 0))
       for (int64_t p : prefill) {
         if (p < 1 || p > (int64_t(1) << 20)) {
           module.emitError() << "glm-emit-kernels: prefill chunk " << p

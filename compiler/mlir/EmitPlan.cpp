@@ -15,6 +15,7 @@
 #include "codegen/dense_gemv_abi.h"
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/moe_trellis_abi.h"
+#include "codegen/templates/flash_math.cuh"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
@@ -1350,7 +1351,7 @@ bool ArgBuilder::buildFlashLaunch(const std::string &f, Operation &op,
          256);
     return true;
   }
-  if (f != "kda_decode")
+  if (f != "kda_decode" && f != "kda_prep" && f != "kda_chunk")
     return false;
   ArrayAttr ws = kda.getWeights();
   auto wsym = [&](unsigned i) {
@@ -1378,6 +1379,58 @@ bool ArgBuilder::buildFlashLaunch(const std::string &f, Operation &op,
   };
   gp::ArgDef o = out(op, 0, "out");
   o.offset += uint64_t(hb * hd) * 4;
+  const double lower =
+      kda.getLowerBound() ? kda.getLowerBound()->convertToDouble() : 0.0;
+  // Prefill of one rank (glm-emit-kernels admits no other): kda_prep's
+  // packed q̂, k̂, v, g, β rows, then kda_chunk over them.
+  const int64_t n = he - hb;
+  auto prep = [&](const char *name, int64_t perRow, const char *label) {
+    return scratchRows(std::string("kda_prep.") + name, uint64_t(perRow) * 4,
+                       label);
+  };
+  if (f == "kda_prep") {
+    a = {heads(0, hd, "q"),       heads(1, hd, "k"),
+         heads(2, hd, "v"),       heads(3, hd, "f"),
+         i32Arg(H * hd, "ins"),   heads(5, 1, "bRaw"),
+         i32Arg(H, "bs"),         weight(wsym(0), "convQ"),
+         weight(wsym(1), "convK"), weight(wsym(2), "convV"),
+         weight(wsym(4), "aLog"), weight(wsym(3), "dtBias"),
+         i32Arg(wdt, "wdt"),      state("kda_conv." + L, "convState"),
+         io(st.ioSlots, "seq"),   io(st.ioPositions, "pos"),
+         prep("q", n * hd, "qo"), prep("k", n * hd, "ko"),
+         prep("v", n * hd, "vo"), prep("g", n * hd, "go"),
+         prep("beta", n, "betaO"), i32Arg(rows, "T"),
+         i32Arg(hb, "h0"),        i32Arg(hd, "dk"),
+         i32Arg(hd, "dv"),        i32Arg(kda.getConvKernel(), "K"),
+         f32Arg(lower, "lower")};
+    grid(n, uint32_t((rows + 7) / 8), d.blockX);
+    li.skip = n == 0;
+    return true;
+  }
+  if (f == "kda_chunk") {
+    a = {prep("q", n * hd, "q"),
+         prep("k", n * hd, "k"),
+         prep("v", n * hd, "v"),
+         prep("g", n * hd, "g"),
+         prep("beta", n, "beta"),
+         heads(4, hd, "gate"),
+         i32Arg(H * hd, "gs"),
+         weight(wsym(5), "oNorm"),
+         i32Arg(wdt, "wdt"),
+         state("kda_state." + L, "state"),
+         io(st.ioSlots, "seq"),
+         io(st.ioPositions, "pos"),
+         o,
+         i32Arg(rows, "T"),
+         i32Arg(hd, "dk"),
+         i32Arg(hd, "dv"),
+         f32Arg(kda.getEps().convertToDouble(), "eps")};
+    grid(n, 1, d.blockX);
+    d.smemBytes = uint32_t(4 * ::glm::fm::kdaChunkSmemFloats(
+                                   glmc::kKdaPrefillChunk, int(hd), int(hd)));
+    li.skip = n == 0;
+    return true;
+  }
   a = {
       heads(0, hd, "q"),
       heads(1, hd, "k"),
@@ -2173,6 +2226,10 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
         // them as [rows, its heads · dv], so several ranks launch it per
         // row (the slice of that row).
         else if (l.kernel->templateName == "kda_decode" && plan.numRanks > 1)
+          l.rows = 1;
+        // A prompt's k-pool fills its ring token by token: a row that
+        // completes a pool reads the members the rows before it wrote.
+        else if (l.kernel->templateName == "kpool_store" && bk.prefill)
           l.rows = 1;
       }
       if (l.rows >= bk.size)

@@ -21,6 +21,11 @@
 
 namespace glmc {
 
+/// Tokens a kda_chunk step of GLM-5.3-Flash's KDA prefill takes (the
+/// family's largest: fewer, longer sequential steps; its exponentials stay
+/// finite up to 32 tokens of g > -5).
+constexpr int kKdaPrefillChunk = 32;
+
 struct Tunings {
   std::string moeText, denseText; // as given; "" = the defaults
 

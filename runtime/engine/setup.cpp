@@ -125,8 +125,9 @@ makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
                const ModelConfig &cfg, int64_t maxContext) {
   // A damaged plan is refused before any memory is sized or allocated.
   exec::checkLaunchBounds(*plan);
-  // GLM-5.3-Flash plans have decode graphs only (a KDA layer's prompt is
-  // sequential in its state): the generator feeds prompts token by token.
+  // A GLM-5.3-Flash plan has prefill graphs on one rank (kda_prep +
+  // kda_chunk); on several, or with KDA heads kda_chunk does not take, it
+  // has decode graphs only and the generator feeds prompts token by token.
   if (o.prefill == "chunked" && !plan->ranks.empty()) {
     bool prefillGraphs = false, recurrent = false;
     for (const plan::GraphDef &g : plan->ranks[0].graphs)
@@ -137,7 +138,8 @@ makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
     if (recurrent && !prefillGraphs)
       std::fprintf(stderr,
                    "glm-engine: note: %s has no prefill graphs (KDA layers, "
-                   "GLM-5.3-Flash): the prompt runs token by token, as "
+                   "GLM-5.3-Flash, on several ranks or with heads kda_chunk "
+                   "does not take): the prompt runs token by token, as "
                    "--prefill tokens\n",
                    o.plan.c_str());
   }

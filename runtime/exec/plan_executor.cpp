@@ -679,6 +679,17 @@ std::vector<float> PlanExecutor::prefill(const std::vector<int32_t> &tokens,
   check(int64_t(start) + C <= plan_->model.maxContext, "plan executor: a ",
         C, "-token prefill chunk at position ", start, " passes the ",
         plan_->model.maxContext, "-token KV cache");
+  check(n == C || !recurrentState(), "plan executor: a ", n,
+        "-token prompt chunk would run in the ", C, "-token prefill graph "
+        "with ", C - n, " padding rows, and this plan's KDA state "
+        "(GLM-5.3-Flash) would take them as tokens: give whole chunks (",
+        [&] {
+          std::string s;
+          for (uint32_t c : prefillChunks())
+            s += (s.empty() ? "" : ", ") + std::to_string(c);
+          return s;
+        }(),
+        " tokens) and the rest token by token");
   std::vector<const gp::GraphDef *> graphs;
   for (auto &st : ranks_) {
     graphs.push_back(st->graph(gp::GraphKind::Prefill, C));
@@ -693,6 +704,15 @@ std::vector<float> PlanExecutor::prefill(const std::vector<int32_t> &tokens,
   writeIoRows(tok, pos, slots);
   runGraph(graphs.data(), C);
   return readLogits(n);
+}
+
+bool PlanExecutor::recurrentState() const {
+  for (const gp::RankPlan &rp : plan_->ranks)
+    for (const gp::BufferDef &b : rp.buffers)
+      if (b.kind == gp::BufferKind::KvCache &&
+          b.name.rfind("kda_state.", 0) == 0)
+        return true;
+  return false;
 }
 
 std::vector<float> PlanExecutor::step(const std::vector<int32_t> &tokens,

@@ -203,6 +203,10 @@ public:
   /// The bytes of buffer `buffer` of local rank `local` (tests, dumps).
   std::vector<uint8_t> readBuffer(size_t local, uint32_t buffer);
   const plan::Plan &plan() const { return *plan_; }
+  /// The plan keeps recurrent per-sequence state (GLM-5.3-Flash's KDA
+  /// state): every row of a prefill chunk advances it, so chunks must be
+  /// full (prefill refuses padding).
+  bool recurrentState() const;
   /// Launches and collectives run so far.
   uint64_t launches() const { return launches_; }
 

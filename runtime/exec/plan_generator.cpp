@@ -47,7 +47,8 @@ public:
       std::vector<float> rows;
       for (size_t i = 0; i < p.size();) {
         const uint32_t n =
-            choosePrefillChunk(chunks, position, int64_t(p.size() - i), ctx);
+            choosePrefillChunk(chunks, position, int64_t(p.size() - i), ctx,
+                               exec_->recurrentState());
         std::vector<float> l;
         if (n == 0) {
           l = step(p[i]);
@@ -94,11 +95,13 @@ makePlanGenerator(std::unique_ptr<PlanExecutor> executor,
 
 uint32_t choosePrefillChunk(const std::vector<uint32_t> &chunks,
                             int64_t position, int64_t remaining,
-                            int64_t maxContext) {
+                            int64_t maxContext, bool exact) {
   uint32_t largest = 0;
   for (uint32_t c : chunks) {
     if (position + int64_t(c) > maxContext)
       break; // ascending: the larger ones pass the cache too
+    if (exact && int64_t(c) > remaining)
+      break;
     if (int64_t(c) >= remaining) // the smallest graph that holds the rest
       return remaining * 2 >= int64_t(c) ? uint32_t(remaining) : largest;
     largest = c;

@@ -32,9 +32,11 @@ makePlanGenerator(std::unique_ptr<PlanExecutor> executor,
 /// of the smallest holding graph's rows would be prompt
 /// tokens (padding rows cost as much as real ones: on the H200 a 512-token
 /// chunk of the 36-layer model took as long as 183 decode steps,
-/// docs/perf.md "Session 10").
+/// docs/perf.md "Session 10"). `exact` (a plan with recurrent state,
+/// GLM-5.3-Flash's KDA, which padding rows would advance): only whole
+/// chunks, the largest that fits the rest and the cache.
 uint32_t choosePrefillChunk(const std::vector<uint32_t> &chunks,
                             int64_t position, int64_t remaining,
-                            int64_t maxContext);
+                            int64_t maxContext, bool exact = false);
 
 } // namespace glm::rt::exec

@@ -143,8 +143,8 @@ PY
     [ -f "$g/golden.safetensors" ] || continue
     set -- $(python3 "$ROOT/tests/oracle/golden_args.py" "$g/golden.safetensors")
     if grep -q '"glm5_next"' "$g/config.json"; then
-      # Flash (KDA, mHC, k-pool indexer) plans have decode graphs only: the
-      # prompt runs token by token, with a one-line note on stderr.
+      # Flash (KDA, mHC, k-pool indexer) plans of several ranks have decode
+      # graphs only: the prompt runs token by token, with a one-line note.
       glmc compile "$g" --sparks 3 --no-nvrtc -o "$T/flash.glmplan" > /dev/null 2>&1
       glm-engine run "$T/flash.glmplan" --pack "$g" --tokens "$1" --max-new 1 \
         > /dev/null 2> "$T/flash.err"

@@ -142,8 +142,9 @@ TEST(PlanExecCpu, GlmFlashBMatchesTransformers) {
   checkGolden("glm_flash_b", 3, 1e-5); // 2 KDA heads: rank 0 has none
 }
 
-/// A Flash plan: no prefill graphs even when asked for (its prompts go token
-/// by token), its per-sequence state in KvCache buffers (the KDA state and
+/// A Flash plan of 3 ranks: no prefill graphs even when asked for (kda_chunk
+/// writes a rank's heads packed; its prompts go token by token), its
+/// per-sequence state in KvCache buffers (the KDA state and
 /// conv inputs of the rank's heads, the k-pool ring and pooled keys).
 TEST(PlanExecCpu, FlashPlanHasStateBuffersAndNoPrefillGraphs) {
   const fs::path dir = fs::path(kGoldens) / "glm_flash_a";
@@ -555,6 +556,64 @@ TEST(PlanExecCpu, PrefillChunksOfTinyExl3MatchTokenByToken) {
   checkPrefillAgainstTokens(tinyPack("exl3"), "", 1e-3);
 }
 
+/// GLM-5.3-Flash on one rank: each KDA layer's chunk through kda_prep +
+/// kda_chunk (3xTF32 WY chunks), the k-pool ring filled row by row, mHC and
+/// the NoPE MLA over the chunk's rows. A 12-token prompt as chunks of 8 + 4
+/// and of 4 + 4 + 4 gives token by token's logits (within the chunked
+/// form's rounding), and the decode step after it continues from the state
+/// the chunks left. A chunk with padding rows is refused: the KDA state
+/// would take them as tokens.
+TEST(PlanExecCpu, PrefillChunksOfFlashMatchTokenByToken) {
+  // glm_flash_b's KDA heads of 20 are outside kda_chunk's shapes (dk a
+  // multiple of 8, dv of 16): its plan keeps prompts token by token.
+  const std::string b = std::string(kGoldens) + "/glm_flash_b";
+  EXPECT_TRUE(cpuExecutor(compilePlan(b, 1, "", {1}, "", {4, 8}), b)
+                  ->prefillChunks()
+                  .empty());
+  for (const char *name : {"glm_flash_a"}) {
+    const std::string dir = std::string(kGoldens) + "/" + name;
+    auto pack = Pack::open(dir);
+    const int64_t V = pack->config()->vocabSize;
+    auto plan = compilePlan(dir, 1, "", {1}, "", {4, 8});
+    const std::vector<int32_t> prompt = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12};
+    auto tokens = cpuExecutor(plan, dir);
+    EXPECT_TRUE(tokens->recurrentState());
+    std::vector<float> want;
+    for (size_t i = 0; i < prompt.size(); ++i) {
+      std::vector<float> l = tokens->step({prompt[i]}, {int32_t(i)}, {0});
+      want.insert(want.end(), l.begin(), l.end());
+    }
+    const std::vector<float> next = tokens->step({13}, {12}, {0});
+    for (const std::vector<size_t> &cuts :
+         {std::vector<size_t>{8, 4}, std::vector<size_t>{4, 4, 4}}) {
+      auto e = cpuExecutor(plan, dir);
+      std::vector<float> got;
+      size_t at = 0;
+      for (size_t c : cuts) {
+        const std::vector<float> l = e->prefill(
+            {prompt.begin() + at, prompt.begin() + at + c}, int32_t(at), 0);
+        got.insert(got.end(), l.begin(), l.end());
+        at += c;
+      }
+      const std::string what = std::string(name) + ", chunks of " +
+                               std::to_string(cuts[0]) + " x " +
+                               std::to_string(cuts.size());
+      compareRows(want, got, V, 1e-4, what);
+      compareRows(next, e->step({13}, {12}, {0}), V, 1e-4,
+                  what + ", the step after them");
+    }
+    // Three tokens would run in the 4-token graph with a padding row.
+    auto e = cpuExecutor(plan, dir);
+    try {
+      e->prefill({1, 5, 9}, 0, 0);
+      ADD_FAILURE() << "a padded chunk of a KDA plan ran";
+    } catch (const Error &x) {
+      EXPECT_NE(std::string(x.what()).find("padding rows"), std::string::npos)
+          << x.what();
+    }
+  }
+}
+
 /// The rule that picks a prefill chunk: a graph that holds the rest when
 /// half of it is prompt, whole chunks of the largest graph that fits
 /// the cache, token by token otherwise.
@@ -569,6 +628,11 @@ TEST(PlanExecCpu, PrefillChunkChoice) {
   EXPECT_EQ(exec::choosePrefillChunk(c, 7000, 1000, 8192), 512u); // 2048 passes
   EXPECT_EQ(exec::choosePrefillChunk(c, 7800, 200, 8192), 0u);    // none fits
   EXPECT_EQ(exec::choosePrefillChunk({}, 0, 100, 8192), 0u);
+  // exact (KDA state): whole chunks only, never padding rows.
+  EXPECT_EQ(exec::choosePrefillChunk(c, 0, 1024, 8192, true), 512u);
+  EXPECT_EQ(exec::choosePrefillChunk(c, 0, 5000, 8192, true), 2048u);
+  EXPECT_EQ(exec::choosePrefillChunk(c, 0, 511, 8192, true), 0u);
+  EXPECT_EQ(exec::choosePrefillChunk(c, 7000, 2048, 8192, true), 512u);
 }
 
 /// glm-engine's default: the generator feeds the prompt through the prefill
