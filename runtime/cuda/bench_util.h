@@ -27,6 +27,7 @@ public:
   }
   void launch(CUfunction f, unsigned gx, unsigned gy, unsigned bx,
               CUstream stream, unsigned smem = 0) {
+    cuda::checkParamCount(f, slots_.size());
     std::vector<void *> p;
     for (auto &s : slots_)
       p.push_back(&s);

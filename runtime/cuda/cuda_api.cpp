@@ -5,6 +5,8 @@
 
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -150,6 +152,28 @@ CUfunction Module::function(const std::string &name) const {
         "\" is not in the loaded module (plan and kernel source disagree: "
         "re-run glmc compile)");
   return f;
+}
+
+size_t kernelParamCount(CUfunction f) {
+  static std::mutex mu;
+  static std::map<CUfunction, size_t> known;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(f);
+  if (it != known.end())
+    return it->second;
+  size_t n = 0, offset = 0, size = 0;
+  while (cuFuncGetParamInfo(f, n, &offset, &size) == CUDA_SUCCESS)
+    ++n;
+  known[f] = n;
+  return n;
+}
+
+void checkParamCount(CUfunction f, size_t given) {
+  const size_t want = kernelParamCount(f);
+  check(given == want, "kernel launch with ", given,
+        " parameters, the kernel takes ", want,
+        " (a hand-built argument list out of step with its template's "
+        "PARAMS)");
 }
 
 void launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,

@@ -79,6 +79,12 @@ private:
   CUmodule mod_ = nullptr;
 };
 
+/// Parameters kernel `f` takes (cuFuncGetParamInfo; cached per function).
+size_t kernelParamCount(CUfunction f);
+/// Throws Error unless a hand-built launch passes `given` parameters to `f`:
+/// a list one short makes cuLaunchKernel read past it (a crash at best).
+void checkParamCount(CUfunction f, size_t given);
+
 /// Launch with kernel-parameter pointers (cuLaunchKernel).
 void launch(CUfunction f, unsigned gridX, unsigned gridY, unsigned gridZ,
             unsigned blockX, unsigned smem, CUstream stream, void **params);

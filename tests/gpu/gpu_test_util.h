@@ -161,6 +161,7 @@ public:
   Args &null() { return *this << CUdeviceptr(0); }
   void launch(CUfunction f, unsigned gx, unsigned gy, unsigned bx,
               unsigned smem = 0) {
+    cuda::checkParamCount(f, slots_.size());
     if (smem > 0) // static + dynamic may pass 48 KB (opt-in on sm_90)
       GLM_CU(cuFuncSetAttribute(
           f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem)));

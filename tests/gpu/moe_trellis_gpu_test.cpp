@@ -212,7 +212,7 @@ TEST_P(MoeTrellisDecodeGpu, OneHotRowsEqualCodec) {
     a.ptr(dXh).ptr(dIds).ptr(dRw).ptr(dTiles).ptr(dWidths).ptr(ones).null();
     a.ptr(ones).null().null().null().ptr(dScratch).ptr(dCounters).ptr(dOut);
     a << B << 1 << 1 << 0 << H << 2048 << H << 0 << 0 << 8 << 64 << 8 << 64
-      << d.guSplit << d.downGroup << 0;
+      << d.guSplit << d.downGroup << 0 << 0.0f;
     a.launch(f, d.gridGateUp(), 1, unsigned(dc.threads),
              glm::codegen::moeTrellisDynSmem(dc.e4m3, dc.threads, false));
     // partials [q = b][p][h][s][128]
