@@ -34,7 +34,8 @@
 // State: state [slots, n, dk, dv] fp32, S[a][c] at a·dv + c, slot seq[0];
 //   pos[0] == 0: the sequence starts here (S reads as zeros; null pos: it
 //   continues, as kda_decode).
-// Output: out [T, n·dv] fp32, head hl at hl·dv (kda_decode's out rows);
+// Output: out [T, os] fp32, head hl at hl·dv (os >= n·dv: a rank's heads
+//   inside full-width rows of all H heads, or packed with os = n·dv);
 //   with V > 1 the un-normalised O (gate, oNorm, eps unread): kda_gnorm
 //   then applies step 5 to the rows, in place.
 // Scalars: T, dk (8..128, a multiple of 8), dv (a multiple of 16·V,
@@ -73,9 +74,10 @@
   const float *q, const float *k, const float *v, const float *g,              \
       const float *beta, const float *gate, int gs, const void *oNorm,         \
       int wdt, float *state, const int *seq, const int *pos, float *out,       \
-      int T, int dk, int dv, float eps
+      int T, int dk, int dv, float eps, int os
 #define GLM_KDA_CHUNK_ARGS                                                     \
-  q, k, v, g, beta, gate, gs, oNorm, wdt, state, seq, pos, out, T, dk, dv, eps
+  q, k, v, g, beta, gate, gs, oNorm, wdt, state, seq, pos, out, T, dk, dv,     \
+      eps, os
 
 namespace glm {
 namespace kc {
@@ -400,7 +402,7 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
     if (V > 1) {
       for (int tt = w; tt < m; tt += W)
         for (int c = lane; c < dvb; c += 32)
-          out[(t0 + tt) * ldv + (long long)hl * dv + c0 + c] = D[tt * sd + c];
+          out[(t0 + tt) * os + (long long)hl * dv + c0 + c] = D[tt * sd + c];
       continue;
     }
     for (int tt = w; tt < m; tt += W) {
@@ -413,7 +415,7 @@ __device__ __forceinline__ void kdaChunk(GLM_KDA_CHUNK_PARAMS) {
       const long long row = t0 + tt;
       for (int c = lane; c < dv; c += 32) {
         const float gv = gate[row * gs + (long long)hl * dv + c];
-        out[row * ldv + (long long)hl * dv + c] =
+        out[row * os + (long long)hl * dv + c] =
             (hx::ldAny(oNorm, c, wdt) * (o[c] * inv)) * fm::sigmoidF(gv);
       }
     }

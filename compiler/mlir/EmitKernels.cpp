@@ -524,7 +524,10 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     // A prompt chunk of one sequence: kda_prep (kda_decode's conv, norms and
     // gates over the rows, written out), then kda_chunk (the delta rule over
     // chunks of 32 on tensor cores, 3xTF32: within 5e-6 of the recurrence,
-    // and the gated norm). makeBuckets admits prefill only where they apply.
+    // and the gated norm, into this rank's columns of full-width rows; other
+    // ranks' heads zero). makeBuckets admits prefill only where they apply.
+    if (k.getShard().getRanks() > 1)
+      out.push_back({"fill_f32", {{"threads", "256"}}});
     out.push_back({"kda_prep", {{"threads", "256"}}});
     out.push_back({"kda_chunk",
                    {{"chunk", str(glmc::kKdaPrefillChunk)},
@@ -855,17 +858,16 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
       return failure();
     }
     // GLM-5.3-Flash: a KDA layer's prompt is sequential in its state, which
-    // the decode families cannot run over the rows of one sequence; on one
-    // rank kda_prep + kda_chunk take the chunk (their packed rows are a
-    // rank's full width only there), with a lower-bounded gate (kda_chunk's
-    // exponentials need g > -5 a token). Otherwise prompts go token by token
-    // through the decode graphs (glm-engine does that for a plan without
-    // prefill graphs).
+    // the decode families cannot run over the rows of one sequence;
+    // kda_prep + kda_chunk take the chunk where their shapes allow, with a
+    // lower-bounded gate (kda_chunk's exponentials need g > -5 a token).
+    // Otherwise prompts go token by token through the decode graphs
+    // (glm-engine does that for a plan without prefill graphs).
     bool tokenByToken = false;
     module.walk([&](KdaDecodeOp k) {
       const double lower =
           k.getLowerBound() ? k.getLowerBound()->convertToDouble() : 0.0;
-      tokenByToken |= k.getShard().getRanks() > 1 || k.getHeadDim() > 128 ||
+      tokenByToken |= k.getHeadDim() > 128 ||
                    k.getHeadDim() % 16 != 0 || !(lower < 0 && lower >= -5);
     });
     if (!tokenByToken && (prefill.size() > 1 || *prefill.begin() != 0))

@@ -1381,8 +1381,8 @@ bool ArgBuilder::buildFlashLaunch(const std::string &f, Operation &op,
   o.offset += uint64_t(hb * hd) * 4;
   const double lower =
       kda.getLowerBound() ? kda.getLowerBound()->convertToDouble() : 0.0;
-  // Prefill of one rank (glm-emit-kernels admits no other): kda_prep's
-  // packed q̂, k̂, v, g, β rows, then kda_chunk over them.
+  // Prefill: kda_prep's packed q̂, k̂, v, g, β rows of this rank's heads,
+  // then kda_chunk over them into the rank's columns of full-width rows.
   const int64_t n = he - hb;
   auto prep = [&](const char *name, int64_t perRow, const char *label) {
     return scratchRows(std::string("kda_prep.") + name, uint64_t(perRow) * 4,
@@ -1424,7 +1424,8 @@ bool ArgBuilder::buildFlashLaunch(const std::string &f, Operation &op,
          i32Arg(rows, "T"),
          i32Arg(hd, "dk"),
          i32Arg(hd, "dv"),
-         f32Arg(kda.getEps().convertToDouble(), "eps")};
+         f32Arg(kda.getEps().convertToDouble(), "eps"),
+         i32Arg(H * hd, "os")};
     grid(n, 1, d.blockX);
     d.smemBytes = uint32_t(4 * ::glm::fm::kdaChunkSmemFloats(
                                    glmc::kKdaPrefillChunk, int(hd), int(hd)));

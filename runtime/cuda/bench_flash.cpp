@@ -342,7 +342,7 @@ void benchKdaChunk(Suite &s, const Kernels &k, const std::string &arch) {
           a << qo.ptr() << ko.ptr() << vo.ptr() << go.ptr() << betaO.ptr() << xg
             << ins << oNorm.ptr() + l * oNormB << 0
             << state.ptr() + l * stateRow << seq.ptr() << pos.ptr() << out.ptr()
-            << T << dk << dv << 1e-5f;
+            << T << dk << dv << 1e-5f << n * dv;
           a.launch(f, n, c.vsplit, c.threads, s.st, smem);
           if (c.vsplit > 1) {
             Params b;

@@ -584,7 +584,7 @@ void kdaPrepFp(const Launch &l, Footprint &f) {
 }
 
 // kda_chunk(q, k, v, g, beta, gate, gs, oNorm, wdt, state, seq, pos, out,
-// T, dk, dv, eps); grid (n, V), templates chunk, mma, vsplit V, threads;
+// T, dk, dv, eps, os); grid (n, V), templates chunk, mma, vsplit V, threads;
 // dynamic shared memory 4·fm::kdaChunkSmemFloats(chunk, dk, dv / V) bytes
 // at least; one sequence in slot seq[0] (data).
 void kdaChunkFp(const Launch &l, Footprint &f) {
@@ -603,6 +603,9 @@ void kdaChunkFp(const Launch &l, Footprint &f) {
             ": not a multiple of 16·vsplit or over 16 columns a warp");
   r.require(gs >= n * dv, 6, "is ", int64_t(gs), ", under n·dv ",
             int64_t(n * dv));
+  const Wide os = r.at(17);
+  r.require(os >= n * dv, 17, "is ", int64_t(os), ", under n·dv ",
+            int64_t(n * dv));
   const Wide smem =
       4 * Wide(fm::kdaChunkSmemFloats(int(C), int(dk), int(dv / V)));
   r.require(Wide(l.smemBytes) >= smem, 0, "dynamic shared memory ",
@@ -620,7 +623,7 @@ void kdaChunkFp(const Launch &l, Footprint &f) {
   r.indexed(9); // slot seq[0]
   r.need(10, n ? 1 : 0, 4);
   r.opt(11, n ? 1 : 0, 4);
-  r.need(12, rows * n * dv, 4);
+  r.need(12, rows ? span(rows, os, n * dv) : 0, 4);
 }
 
 // kda_gnorm(o, gate, gs, oNorm, wdt, out, n, dv, eps); grid (ceil(n /
@@ -676,7 +679,7 @@ const FootprintEntry kHelperFootprints[] = {
     {"kda_decode", "pppppipippppppipppppiiiiff", kdaDecodeFp},
     {"kpool_store", "ppppipippppiii", kpoolStoreFp},
     {"kda_prep", "ppppipipppppippppppppiiiiif", kdaPrepFp},
-    {"kda_chunk", "ppppppipippppiiif", kdaChunkFp},
+    {"kda_chunk", "ppppppipippppiiifi", kdaChunkFp},
     {"kda_gnorm", "ppipipiif", kdaGnormFp},
     {nullptr, nullptr, nullptr},
 };

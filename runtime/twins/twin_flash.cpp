@@ -473,7 +473,7 @@ double mmaDot(const Panel &A, int ra, const Panel &B, int rb, int n) {
 } // namespace
 
 // kda_chunk(q, k, v, g, beta, gate, gs, oNorm, wdt, state, seq, pos, out,
-// T, dk, dv, eps); grid (n, V), templates chunk, mma, vsplit V, threads.
+// T, dk, dv, eps, os); grid (n, V), templates chunk, mma, vsplit V, threads.
 // The v columns of a head are independent, so V only changes what is
 // written: with V > 1 the un-normalised O. Heads are independent: one
 // thread each.
@@ -489,6 +489,7 @@ void kdaChunkTwin(const Launch &l) {
   float *out = l.ptr<float>(12);
   const int T = l.i32(13), dk = l.i32(14), dv = l.i32(15);
   const float eps = l.f32(16);
+  const int64_t os = l.i32(17); // out's row stride
   const int C = l.targInt("chunk"), nt = (int)l.block[0];
   const int split = l.targ("mma") == "tf32x3" ? 3 : 1;
   const int V = l.targIntOr("vsplit", 1), n = (int)l.grid[0];
@@ -598,7 +599,7 @@ void kdaChunkTwin(const Launch &l) {
           }
         for (int tt = 0; tt < m && V > 1; ++tt)
           std::copy(O.begin() + (size_t)tt * dv, O.begin() + (size_t)(tt + 1) * dv,
-                    out + (t0 + tt) * ldv + hl * dv);
+                    out + (t0 + tt) * os + hl * dv);
         for (int tt = 0; tt < m && V == 1; ++tt) {
           const float *o = O.data() + (size_t)tt * dv;
           const float inv =
@@ -606,7 +607,7 @@ void kdaChunkTwin(const Launch &l) {
           const int64_t row = t0 + tt;
           for (int c = 0; c < dv; ++c) {
             const float gv = gate[row * gs + hl * dv + c];
-            out[row * ldv + hl * dv + c] =
+            out[row * os + hl * dv + c] =
                 (hx::ldAny(oNorm, c, wdt) * (o[c] * inv)) * fm::sigmoidF(gv);
           }
         }

@@ -133,7 +133,8 @@ TEST_F(KdaChunkGpu, PrepAndChunkMatchTwinsOverTwoPrompts) {
           .i32(T)
           .i32(dk)
           .i32(dv)
-          .f32(1e-5f);
+          .f32(1e-5f)
+          .i32(n * dv);
       ch.run(n, c.vsplit, 1, c.threads,
              4u * (unsigned)fm::kdaChunkSmemFloats(c.chunk, dk, dv / c.vsplit));
       const bool x3 = std::string(c.mma) == "tf32x3";

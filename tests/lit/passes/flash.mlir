@@ -56,8 +56,8 @@
 // FUSE-NOT: glm.kda {
 
 // glm-emit-kernels: the Flash families (fill_f32 zeroes the other rank's
-// heads before kda_decode; the NoPE k-pool indexer has no rope_rows; no
-// prefill bucket: KDA prompts go token by token).
+// heads before kda_decode; the NoPE k-pool indexer has no rope_rows; the
+// prefill bucket's KDA runs kda_prep + kda_chunk).
 // KERNELS-DAG: glm.hc_streams {{.*}}glm.kernels = ["glm_mhc_post_s4_t256"]
 // KERNELS-DAG: glm.hc_pre {{.*}}glm.kernels = ["glm_gemv_any_t256", "glm_mhc_mix_s4_t256"]
 // KERNELS-DAG: glm.kda_decode {{.*}}glm.kernels = ["glm_fill_f32_t256", "glm_kda_decode_r4_t128"]
@@ -66,4 +66,6 @@
 // KERNELS-DAG: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_t256", "glm_fill_f32_t256", "glm_mla_qabs_t64", "glm_mla_core_t1024", "glm_mla_out_t256"]
 // KERNELS-DAG: glm.mlp {{.*}}glm.kernels = ["glm_gemv_any_t256", "glm_gemv_any_t256", "glm_swiglu_t256", "glm_gemv_any_sumfixed_out_t256"]
 // KERNELS-DAG: glm.hc_head {{.*}}glm.kernels = ["glm_mhc_head_s4_t256"]
-// KERNELS-DAG: glm.buckets = [{batch = 1 : i64, kind = "decode", size = 1 : i64}]
+// KERNELS-DAG: glm.buckets = [{batch = 1 : i64, kind = "decode", size = 1 : i64}, {batch = 8 : i64, kind = "prefill", size = 16 : i64}]
+// KERNELS-DAG: name = "glm_kda_prep_t256"
+// KERNELS-DAG: name = "glm_kda_chunk_c32_tf32x3_t256"

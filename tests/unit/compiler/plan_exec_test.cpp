@@ -142,13 +142,12 @@ TEST(PlanExecCpu, GlmFlashBMatchesTransformers) {
   checkGolden("glm_flash_b", 3, 1e-5); // 2 KDA heads: rank 0 has none
 }
 
-/// A Flash plan of 3 ranks: no prefill graphs even when asked for (kda_chunk
-/// writes a rank's heads packed; its prompts go token by token), its
-/// per-sequence state in KvCache buffers (the KDA state and
+/// A Flash plan without prefill graphs (none asked for: its prompts go token
+/// by token), its per-sequence state in KvCache buffers (the KDA state and
 /// conv inputs of the rank's heads, the k-pool ring and pooled keys).
 TEST(PlanExecCpu, FlashPlanHasStateBuffersAndNoPrefillGraphs) {
   const fs::path dir = fs::path(kGoldens) / "glm_flash_a";
-  auto plan = compilePlan(dir.string(), 3, "", {1}, "", {16});
+  auto plan = compilePlan(dir.string(), 3, "", {1}, "", {0});
   for (const glm::plan::RankPlan &rp : plan->ranks) {
     for (const glm::plan::GraphDef &g : rp.graphs)
       EXPECT_NE(g.kind, glm::plan::GraphKind::Prefill);
@@ -556,8 +555,8 @@ TEST(PlanExecCpu, PrefillChunksOfTinyExl3MatchTokenByToken) {
   checkPrefillAgainstTokens(tinyPack("exl3"), "", 1e-3);
 }
 
-/// GLM-5.3-Flash on one rank: each KDA layer's chunk through kda_prep +
-/// kda_chunk (3xTF32 WY chunks), the k-pool ring filled row by row, mHC and
+/// GLM-5.3-Flash at 1 and 3 ranks: each KDA layer's chunk through kda_prep +
+/// kda_chunk (3xTF32 WY chunks, a rank's heads into its columns), the k-pool ring filled row by row, mHC and
 /// the NoPE MLA over the chunk's rows. A 12-token prompt as chunks of 8 + 4
 /// and of 4 + 4 + 4 gives token by token's logits (within the chunked
 /// form's rounding), and the decode step after it continues from the state
@@ -570,11 +569,12 @@ TEST(PlanExecCpu, PrefillChunksOfFlashMatchTokenByToken) {
   EXPECT_TRUE(cpuExecutor(compilePlan(b, 1, "", {1}, "", {4, 8}), b)
                   ->prefillChunks()
                   .empty());
-  for (const char *name : {"glm_flash_a"}) {
+  for (int ranks : {1, 3}) {
+    const char *name = "glm_flash_a";
     const std::string dir = std::string(kGoldens) + "/" + name;
     auto pack = Pack::open(dir);
     const int64_t V = pack->config()->vocabSize;
-    auto plan = compilePlan(dir, 1, "", {1}, "", {4, 8});
+    auto plan = compilePlan(dir, ranks, "", {1}, "", {4, 8});
     const std::vector<int32_t> prompt = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12};
     auto tokens = cpuExecutor(plan, dir);
     EXPECT_TRUE(tokens->recurrentState());
@@ -595,7 +595,8 @@ TEST(PlanExecCpu, PrefillChunksOfFlashMatchTokenByToken) {
         got.insert(got.end(), l.begin(), l.end());
         at += c;
       }
-      const std::string what = std::string(name) + ", chunks of " +
+      const std::string what = std::string(name) + ", " +
+                               std::to_string(ranks) + " rank(s), chunks of " +
                                std::to_string(cuts[0]) + " x " +
                                std::to_string(cuts.size());
       compareRows(want, got, V, 1e-4, what);

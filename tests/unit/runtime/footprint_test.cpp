@@ -162,11 +162,12 @@ TEST(Footprint, KdaChunkRefusesWhatTheKernelTrapsOn) {
   const glm::plan::KeyValues t = {
       {"chunk", "32"}, {"mma", "tf32"}, {"threads", "256"}};
   // (q, k, v, g, beta, gate, gs, oNorm, wdt, state, seq, pos, out, T, dk,
-  //  dv, eps): 64 heads of 128 x 128, T = 100, the kernel's shared memory.
+  //  dv, eps, os): 64 heads of 128 x 128, T = 100, the kernel's shared
+  //  memory, packed output rows.
   const int n = 64, T = 100, dk = 128, dv = 128;
-  twins::Launch l =
-      launchOf("kda_chunk", n, 1, 256,
-               {{6, n * dv}, {8, 0}, {13, T}, {14, dk}, {15, dv}}, &t);
+  twins::Launch l = launchOf(
+      "kda_chunk", n, 1, 256,
+      {{6, n * dv}, {8, 0}, {13, T}, {14, dk}, {15, dv}, {17, n * dv}}, &t);
   l.smemBytes = 4u * (unsigned)glm::fm::kdaChunkSmemFloats(32, dk, dv);
   const twins::Footprint f = of(l);
   EXPECT_EQ(f.bytes[0], uint64_t(T) * n * dk * 4);
@@ -174,6 +175,13 @@ TEST(Footprint, KdaChunkRefusesWhatTheKernelTrapsOn) {
   EXPECT_TRUE(f.indexed[9]);
   EXPECT_TRUE(f.nullable[11]);
   EXPECT_EQ(f.bytes[12], uint64_t(T) * n * dv * 4);
+  // A rank's heads inside full-width rows of twice the heads: the last row
+  // ends after its n · dv.
+  l.args[17].i = 2 * n * dv;
+  EXPECT_EQ(of(l).bytes[12], (uint64_t(T - 1) * 2 * n * dv + n * dv) * 4);
+  l.args[17].i = n * dv - 1; // rows overlapping: refused
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
+  l.args[17].i = n * dv;
   l.smemBytes -= 4; // less shared memory than the kernel needs: it traps
   EXPECT_THROW(of(l), twins::BadLaunchArg);
   l.smemBytes += 4;

@@ -185,7 +185,7 @@ TEST_P(KdaChunkTwin, PrefillMatchesTheRecurrenceTokenByToken) {
         {P(qo.data()), P(ko.data()), P(vo.data()), P(go.data()),
          P(betaO.data()), P(in.data() + og), I(ins), P(sN.data()), I(c.wdt),
          P(state.data()), P(seq.data()), P(pos.data()), P(out.data()), I(T),
-         I(dk), I(dv), F(eps)},
+         I(dk), I(dv), F(eps), I(int64_t(n) * dv)},
         smem);
     double prepErr = 0, worst = 0;
     int worstTok = -1;
@@ -440,7 +440,7 @@ TEST(KdaChunkTwin, StrongestDecayStaysFinite) {
       {P(q.data()), P(k.data()), P(v.data()), P(g.data()), P(beta.data()),
        P(gate.data()), I(dv), P(oNorm.data()), I(0), P(state.data()),
        P(seq.data()), P(pos.data()), P(out.data()), I(T), I(dk), I(dv),
-       F(1e-5)},
+       F(1e-5), I(int64_t(n) * dv)},
       4u * (unsigned)glm::fm::kdaChunkSmemFloats(C, dk, dv));
   std::vector<double> S(S0.begin(), S0.end()), o(dv), want(T * dv);
   for (int t = 0; t < T; ++t) {
@@ -498,7 +498,7 @@ TEST(KdaChunkTwin, VsplitThenGnormIsVsplitOne) {
           {P(q.data()), P(k.data()), P(v.data()), P(g.data()), P(beta.data()),
            P(gate.data()), I(gs), P(oNorm.data()), I(0), P(st.data()),
            P(seq.data()), P(pos.data()), P(out.data()), I(T), I(dk), I(dv),
-           F(1e-5)},
+           F(1e-5), I(int64_t(n) * dv)},
           4u * (unsigned)glm::fm::kdaChunkSmemFloats(16, dk, dv / V));
     };
     chunk(1, 256, state1, out1);
