@@ -199,6 +199,7 @@ uint64_t contextBytes(const Plan &plan, const RankPlan &r, const GraphDef &g,
 struct OpCost {
   uint64_t bytes = 0, context = 0;
   double bandwidthUs = 0, integerUs = 0, launchUs = 0, us = 0;
+  LaunchPrediction model; // with a target: Σ over the op's launches
 };
 OpCost opCost(const Plan &plan, const RankPlan &r, const GraphDef &g,
               const OpDef &op, const InspectOptions &opt, int64_t context) {
@@ -212,7 +213,30 @@ OpCost opCost(const Plan &plan, const RankPlan &r, const GraphDef &g,
                                           opt.opsPerWeight /
                                           (opt.intRateTops * 1e6)
                                     : 0.0;
-  c.launchUs = std::max<uint32_t>(op.repeat, 1) * opt.launchUs;
+  const uint32_t launches = std::max<uint32_t>(op.repeat, 1);
+  if (opt.target) {
+    // Each launch reads its share of the op's bytes.
+    const KernelDef &k = plan.kernels[op.kernel];
+    auto s = opt.sass.find(k.name);
+    const LaunchPrediction one =
+        predictLaunch(*opt.target, s == opt.sass.end() ? nullptr : &s->second,
+                      op.launch.gridX ? op.launch : k.launch,
+                      c.bytes / launches);
+    c.model = one;
+    for (size_t i = 0; i < kPipes; ++i) {
+      c.model.warpInstr[i] *= launches;
+      c.model.pipeUs[i] *= launches;
+    }
+    c.model.memoryUs *= launches;
+    c.model.issueUs *= launches;
+    c.model.launchUs *= launches;
+    c.model.us *= launches;
+    c.bandwidthUs = c.model.memoryUs;
+    c.launchUs = c.model.launchUs;
+    c.us = c.model.us;
+    return c;
+  }
+  c.launchUs = launches * opt.launchUs;
   c.us = std::max(c.bandwidthUs, c.integerUs) + c.launchUs;
   return c;
 }
@@ -250,22 +274,37 @@ std::string kernelTable(const Plan &plan, const RankPlan &r,
   std::ostringstream os;
   const bool measured = !opt.measuredUs.empty();
   const StepCost step = stepCost(plan, r, opt);
-  os << "  kernels of " << step.graph << " at context " << step.context
-     << " (predicted = max(bytes / " << fixed(opt.bandwidthGBps, 0)
-     << " GB/s, decoded weights x " << fixed(opt.opsPerWeight, 0) << " ops / "
-     << fixed(opt.intRateTops, 1) << " Tops/s) + " << fixed(opt.launchUs, 1)
-     << " us per launch; bytes: weights + KV / index-key rows; most time "
-        "first)\n";
+  os << "  kernels of " << step.graph << " at context " << step.context;
+  if (opt.target)
+    os << " on " << opt.target->name << " (predicted = max(bytes / "
+       << fixed(opt.bandwidthGBps, 0) << " GB/s, busiest pipe, issue) + "
+       << fixed(opt.target->launchUs, 1) << " us per launch, pipes from the "
+       << opt.target->arch << " SASS; bytes: weights + KV / index-key rows; "
+       << "most time first)\n";
+  else
+    os << " (predicted = max(bytes / " << fixed(opt.bandwidthGBps, 0)
+       << " GB/s, decoded weights x " << fixed(opt.opsPerWeight, 0)
+       << " ops / " << fixed(opt.intRateTops, 1) << " Tops/s) + "
+       << fixed(opt.launchUs, 1)
+       << " us per launch; bytes: weights + KV / index-key rows; most time "
+          "first)\n";
   char line[256];
-  std::snprintf(line, sizeof line, "    %-52s %8s %14s %12s %5s%s %6s\n",
+  std::snprintf(line, sizeof line, "    %-52s %8s %14s %12s %-11s%s %6s\n",
                 "kernel", "launches", "bytes", "predicted us", "bound",
                 measured ? "   measured us   ratio" : "", "share");
   os << line;
   for (const KernelCost &c : costs) {
-    std::snprintf(line, sizeof line, "    %-52s %8u %14llu %12s %5s",
+    std::string bound = c.predictedUs <= 0 ? "-"
+                        : opt.target       ? c.bound
+                        : c.integerBound   ? "int"
+                                           : "bw";
+    if (opt.target && !c.hasSass)
+      bound += "*";
+    if (!c.fits)
+      bound += "!";
+    std::snprintf(line, sizeof line, "    %-52s %8u %14llu %12s %-11s",
                   c.name.c_str(), c.launches, (unsigned long long)c.bytes,
-                  fixed(c.predictedUs, 2).c_str(),
-                  c.predictedUs <= 0 ? "-" : c.integerBound ? "int" : "bw");
+                  fixed(c.predictedUs, 2).c_str(), bound.c_str());
     os << line;
     if (measured) {
       if (c.measuredUs < 0)
@@ -285,6 +324,30 @@ std::string kernelTable(const Plan &plan, const RankPlan &r,
      << fixed(step.kernelUs, 1) << " us (" << step.launches << " launches, "
      << step.contextBytes << " context bytes) + " << step.collectives
      << " collectives x " << fixed(opt.collectiveUs, 1) << " us\n";
+  if (opt.target) {
+    // Warp instructions of the step by pipe (the SASS counts the model
+    // scaled), and the kernels it could not count or that do not fit.
+    PipeCounts sum{};
+    size_t noSass = 0, noFit = 0;
+    for (const KernelCost &c : costs) {
+      for (size_t i = 0; i < kPipes; ++i)
+        sum[i] += c.warpInstr[i];
+      noSass += !c.hasSass;
+      noFit += !c.fits;
+    }
+    os << "    warp instructions by pipe:";
+    for (size_t i = 0; i < kPipes; ++i)
+      if (sum[i] > 0)
+        os << " " << pipeName(Pipe(i)) << " " << fixed(sum[i] / 1e6, 2) << "M";
+    os << "\n";
+    if (noSass)
+      os << "    * " << noSass << " kernel(s) without SASS: bytes and launch "
+         << "only\n";
+    if (noFit)
+      os << "    ! " << noFit << " kernel(s) need more shared memory per "
+         << "block than " << opt.target->name << " has ("
+         << opt.target->sharedPerBlock << " B)\n";
+  }
   if (measured) {
     // How much of the step the measurement covers (every launch is a plan
     // kernel, so a full profile covers 100%).
@@ -370,9 +433,37 @@ std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
     c.integerUs += oc.integerUs;
     c.launchUs += oc.launchUs;
     c.predictedUs += oc.us;
+    if (opt.target) {
+      for (size_t i = 0; i < kPipes; ++i) {
+        c.warpInstr[i] += oc.model.warpInstr[i];
+        c.pipeUs[i] += oc.model.pipeUs[i];
+      }
+      c.issueUs += oc.model.issueUs;
+      c.fits = c.fits && oc.model.fits;
+      c.hasSass = opt.sass.count(c.name) > 0;
+    }
   }
   for (KernelCost &c : out) {
     c.integerBound = c.integerUs > c.bandwidthUs;
+    c.bound = c.predictedUs <= 0 ? "none"
+              : c.integerBound   ? "integer"
+                                 : "bandwidth";
+    if (opt.target) {
+      // The largest of the summed terms names the bound.
+      double best = c.bandwidthUs;
+      c.bound = "memory";
+      for (size_t i = 0; i < kPipes; ++i)
+        if (c.pipeUs[i] > best) {
+          best = c.pipeUs[i];
+          c.bound = pipeName(Pipe(i));
+        }
+      if (c.issueUs > best) {
+        best = c.issueUs;
+        c.bound = "issue";
+      }
+      if (c.launchUs > best)
+        c.bound = "launch";
+    }
     auto m = opt.measuredUs.find(c.name);
     if (m != opt.measuredUs.end()) {
       c.measuredUs = m->second * c.launches;
@@ -544,6 +635,25 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
   j["bandwidth_gbps"] = bw;
   j["int_rate_tops"] = opt.intRateTops;
   j["ops_per_weight"] = opt.opsPerWeight;
+  if (opt.target) {
+    const Target &t = *opt.target;
+    json rate = json::object();
+    for (size_t i = 0; i < kPipes; ++i)
+      if (t.rate[i] > 0)
+        rate[pipeName(Pipe(i))] = t.rate[i];
+    j["target"] = {{"name", t.name},
+                   {"arch", t.arch},
+                   {"description", t.description},
+                   {"sms", t.sms},
+                   {"clock_ghz", t.clockGHz},
+                   {"bandwidth_gbps", t.bandwidthGBps},
+                   {"per_sm_gbps", t.perSmGBps},
+                   {"results_per_clock_per_sm", rate},
+                   {"issue_per_clock_per_sm", t.issuePerSm},
+                   {"shared_per_block", t.sharedPerBlock},
+                   {"launch_us", t.launchUs},
+                   {"collective_us", t.collectiveUs}};
+  }
   if (!opt.measuredUs.empty())
     j["measured"] = opt.measuredSource;
   j["hashes"] = {{"config", plan.configHash},
@@ -600,9 +710,21 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
                 {"context_bytes", c.contextBytes},
                 {"launch_us", c.launchUs},
                 {"predicted_us", c.predictedUs},
-                {"bound", c.predictedUs <= 0 ? "none"
-                          : c.integerBound   ? "integer"
-                                             : "bandwidth"}};
+                {"bound", c.bound}};
+      if (opt.target) {
+        json pipes = json::object(), pipeUs = json::object();
+        for (size_t i = 0; i < kPipes; ++i)
+          if (c.warpInstr[i] > 0) {
+            pipes[pipeName(Pipe(i))] = c.warpInstr[i];
+            pipeUs[pipeName(Pipe(i))] = c.pipeUs[i];
+          }
+        k["warp_instructions"] = pipes;
+        k["pipe_us"] = pipeUs;
+        k["issue_us"] = c.issueUs;
+        k["memory_us"] = c.bandwidthUs;
+        k["sass"] = c.hasSass;
+        k["fits"] = c.fits;
+      }
       if (c.measuredUs >= 0) {
         k["measured_us"] = c.measuredUs;
         k["ratio"] = c.ratio;
@@ -1076,7 +1198,10 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
         os << "<tr><td>" << escapeHtml(c.name) << "</td><td class=num>"
            << c.launches << "</td><td class=num>" << c.bytes
            << "</td><td class=num>" << fixed(c.predictedUs, 2) << "</td><td>"
-           << (c.predictedUs <= 0 ? "-" : c.integerBound ? "int" : "bw")
+           << (c.predictedUs <= 0 ? "-"
+               : opt.target     ? c.bound
+               : c.integerBound ? "int"
+                                : "bw")
            << "</td>";
         if (measured)
           os << "<td class=num>"

@@ -9,7 +9,9 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "plans/perf_model.h"
 #include "plans/plan.h"
+#include "plans/sass_profile.h"
 
 #include <climits>
 #include <functional>
@@ -67,6 +69,12 @@ struct InspectOptions {
   /// regions meet (scratch shared by unrelated ops draws no edge); unset:
   /// wherever a reader names a buffer the latest writer wrote.
   RegionsFn regions;
+  /// Set (`--target h200|gb10`): kernels are timed by the target's model
+  /// (plans/perf_model.h) from their SASS in `sass` (by kernel name; a
+  /// kernel missing there is timed by its bytes and launch only), and the
+  /// target's bandwidth, launch and collective figures replace the flags'.
+  const Target *target = nullptr;
+  std::map<std::string, SassKernel> sass;
 };
 
 /// The data edges (writer op, reader op) of graph `g`, by op index: for
@@ -97,6 +105,16 @@ struct KernelCost {
   /// Σ per launch max(bandwidth, integer) + launch overhead.
   double predictedUs = 0;
   bool integerBound = false;   // integer time exceeds bandwidth time
+  /// With a target: what bounds the most of its time ("memory", "issue",
+  /// a pipe, "launch"), its dynamic warp instructions by pipe and the
+  /// per-pipe and issue times (Σ over launches); fits = every launch's
+  /// shared memory within the target's per-block limit.
+  std::string bound;
+  PipeCounts warpInstr{};
+  PipeCounts pipeUs{};
+  double issueUs = 0;
+  bool fits = true;
+  bool hasSass = false;
   double measuredUs = -1;      // measured × launches, -1 = not measured
   double ratio = 0;            // measured ÷ predicted, 0 = n/a
 };

@@ -16,10 +16,15 @@
 #ifdef GLM_HAVE_EXEC
 #include "runtime/exec/launch_bounds.h"
 #endif
+#ifdef GLM_HAVE_CODEGEN
+#include "codegen/disassemble.h"
+#endif
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -45,7 +50,50 @@ struct InspectArgs {
   int64_t context = -1;
   double launchUs = 2.0, collectiveUs = 30.0;
   std::string graph;
+  std::string target;
+  bool bandwidthGiven = false, launchGiven = false, collectiveGiven = false;
 };
+
+/// The SASS profile of every kernel the model times (the selected graph of
+/// each rank), compiled for the target's arch through the kernel cache;
+/// progress on stderr, since a cold cache compiles for seconds a kernel.
+std::map<std::string, glm::plan::SassKernel>
+sassOfPlan(const glm::plan::Plan &plan, const glm::plan::InspectOptions &opt) {
+  std::map<std::string, glm::plan::SassKernel> out;
+#ifdef GLM_HAVE_CODEGEN
+  std::vector<const glm::plan::KernelDef *> todo;
+  for (const glm::plan::RankPlan &r : plan.ranks) {
+    const glm::plan::GraphDef *g = nullptr;
+    for (const glm::plan::GraphDef &x : r.graphs)
+      if (opt.graph.empty() ? x.kind == glm::plan::GraphKind::Decode &&
+                                  (!g || x.size < g->size)
+                            : glm::plan::graphName(x) == opt.graph)
+        g = &x;
+    if (!g)
+      continue;
+    for (const glm::plan::OpDef &op : g->ops)
+      if (op.kernel >= 0 && size_t(op.kernel) < plan.kernels.size()) {
+        const glm::plan::KernelDef &k = plan.kernels[op.kernel];
+        if (std::none_of(todo.begin(), todo.end(),
+                         [&](const auto *t) { return t->name == k.name; }))
+          todo.push_back(&k);
+      }
+  }
+  const bool tty = ::isatty(2);
+  for (size_t i = 0; i < todo.size(); ++i) {
+    std::fprintf(stderr, "%sglmc inspect: SASS for %s, kernel %zu of %zu: %s%s",
+                 tty ? "\r\033[K" : "", opt.target->arch.c_str(), i + 1,
+                 todo.size(), todo[i]->name.c_str(), tty ? "" : "\n");
+    out[todo[i]->name] = glm::codegen::sassProfile(*todo[i], opt.target->arch);
+  }
+  if (tty && !todo.empty())
+    std::fprintf(stderr, "\n");
+#else
+  glm::rt::fail(opt.planPath, ": this glmc was built without the code "
+                "generator, so --target cannot count kernel SASS");
+#endif
+  return out;
+}
 
 /// Renders dot to svg with Graphviz when `dot` is on PATH; "" otherwise.
 std::string renderSvg(const std::string &dotText) {
@@ -78,6 +126,7 @@ std::string renderSvg(const std::string &dotText) {
 int runInspect(const InspectArgs &a) {
   glm::plan::Plan plan = glm::plan::readPlan(a.plan);
   glm::plan::InspectOptions opt;
+  opt.graph = a.graph;
   opt.rank = a.rank;
   opt.bandwidthGBps = a.bandwidth;
   opt.planPath = a.plan;
@@ -103,6 +152,19 @@ int runInspect(const InspectArgs &a) {
   opt.collectiveUs = a.collectiveUs;
   opt.graph = a.graph;
   opt.opsPerWeight = a.opsPerWeight;
+  if (!a.target.empty()) {
+    opt.target = glm::plan::findTarget(a.target);
+    glm::rt::check(opt.target != nullptr, "--target '", a.target,
+                   "': give one of ", glm::plan::targetNames());
+    // The target's figures unless a flag overrides one.
+    if (!a.bandwidthGiven)
+      opt.bandwidthGBps = opt.target->bandwidthGBps;
+    if (!a.launchGiven)
+      opt.launchUs = opt.target->launchUs;
+    if (!a.collectiveGiven)
+      opt.collectiveUs = opt.target->collectiveUs;
+    opt.sass = sassOfPlan(plan, opt);
+  }
   if (!a.measured.empty()) {
     glm::rt::check(std::filesystem::exists(a.measured), a.measured,
                    ": cannot open the measured-times file (write one with "
@@ -219,14 +281,27 @@ void addInspectCommand(CLI::App &app, int &rc) {
                   "graph of the kernel table and the dot/html graph: "
                   "decode.B or prefill.T (default: the smallest decode "
                   "graph)");
+  cmd->add_option("--target", args->target,
+                  "time each kernel by the performance model of a target "
+                  "(h200 | gb10): max(bytes / its bandwidth, busiest pipe, "
+                  "issue) + launch, the pipes counted in the kernel's SASS "
+                  "for the target's arch (NVRTC + nvdisasm, no GPU); its "
+                  "bandwidth, launch and collective figures unless given")
+      ->check(CLI::IsMember({"h200", "gb10"}));
   cmd->add_option("-o,--output", args->output, "write here instead of stdout");
   cmd->footer("Examples:\n  glmc inspect model.glmplan\n"
               "  glmc inspect model.glmplan --rank 1 --layer 3\n"
               "  glmc inspect model.glmplan --format dot | dot -Tsvg > g.svg\n"
               "  glmc inspect model.glmplan --format html -o plan.html\n"
               "  glmc inspect model.glmplan --measured bench.json\n"
-              "  glmc inspect model.glmplan --context 8192 --graph decode.4");
-  cmd->callback([args, &rc] { rc = runInspect(*args); });
+              "  glmc inspect model.glmplan --context 8192 --graph decode.4\n"
+              "  glmc inspect model.glmplan --target gb10 --format json");
+  cmd->callback([args, cmd, &rc] {
+    args->bandwidthGiven = cmd->count("--bandwidth") > 0;
+    args->launchGiven = cmd->count("--launch-us") > 0;
+    args->collectiveGiven = cmd->count("--collective-us") > 0;
+    rc = runInspect(*args);
+  });
 }
 
 } // namespace glmc

@@ -1,0 +1,154 @@
+//===- perf_model.cpp - per-kernel time on a target -----------------------===//
+#include "plans/perf_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace glm::plan {
+
+namespace {
+
+/// Results per clock per SM (CUDA Best Practices Guide 13.x §12.1.1, the
+/// arithmetic-instruction throughput table, compute capability 9.0 and
+/// 12.x; ../shared/specs/gb10-and-h200.md). Memory: one warp's loads or
+/// stores per clock per SM (32 threads: 8 LSU lanes per scheduler, an
+/// assumption). Tensor: HMMA.16816 warp instructions at ~60% of the chip's
+/// dense fp16 peak with mma.sync (H200: 989 TFLOP/s / (132 SMs x 1.83 GHz)
+/// = 4096 FLOP per clock per SM = one 16x8x16 MMA a clock; GB10's public
+/// BF16 estimate 59-119 TFLOP/s is 4-8x lower: an assumption until
+/// measured). Control and uniform instructions only take issue slots.
+PipeCounts rates(bool sm12x) {
+  PipeCounts r{};
+  r[size_t(Pipe::Fp32)] = 128;
+  r[size_t(Pipe::Half2)] = sm12x ? 64 : 128; // HFMA2 halves on 12.x
+  r[size_t(Pipe::Imad)] = 64;
+  r[size_t(Pipe::Logic)] = 64;               // LOP3, shifts (PRMT assumed)
+  r[size_t(Pipe::IntAdd)] = 128;
+  r[size_t(Pipe::Cvt16)] = 64;
+  r[size_t(Pipe::F2fp)] = 16;
+  r[size_t(Pipe::F2i)] = sm12x ? 2 : 16;     // float -> int32: 2 on 12.x
+  r[size_t(Pipe::Shuffle)] = 32;
+  r[size_t(Pipe::Mufu)] = 16;
+  r[size_t(Pipe::Memory)] = 32;
+  r[size_t(Pipe::Tensor)] = sm12x ? 4 : 19;
+  return r;
+}
+
+std::vector<Target> makeTable() {
+  std::vector<Target> t;
+  Target h;
+  h.name = "h200";
+  h.arch = "sm_90";
+  h.description = "NVIDIA H200 (141 GB HBM3e), one GPU";
+  h.sms = 132;
+  h.clockGHz = 1.98; // boost clock, held under decode load (nvidia-smi)
+  // Our `glm-engine bench --suite copy` measured 4.2-4.3 TB/s read+write
+  // (docs/perf.md); streaming reads reach the same.
+  h.bandwidthGBps = 4200;
+  // One SM with its loads in flight: ~3x its share of the chip's bandwidth
+  // (an assumption; it only binds launches of fewer blocks than SMs).
+  h.perSmGBps = 3 * 4200.0 / 132;
+  h.rate = rates(false);
+  h.sharedPerBlock = 227 * 1024; // Programming Guide, cc 9.0
+  h.warpsPerSm = 64;
+  // A dependent kernel launch inside a CUDA graph, timed by events: fill,
+  // drain and the gap (calibrated on glm-engine bench --plan, docs/perf.md).
+  h.launchUs = 2.5;
+  h.collectiveUs = 10; // NVLink all-reduce of <= 32 KB (assumption)
+  t.push_back(h);
+
+  Target g;
+  g.name = "gb10";
+  g.arch = "sm_121";
+  g.description = "NVIDIA GB10 (DGX Spark, 128 GB LPDDR5X), one Spark";
+  g.sms = 48;         // deviceQuery in a public DGX Spark write-up
+  g.clockGHz = 2.3;   // max 2418 MHz; users pin or cap 2200-2400 MHz
+  // 273 GB/s nominal; reads measured 231-234 GB/s, expert-weight streaming
+  // 207-220 GB/s in tuned engines (users' reports).
+  g.bandwidthGBps = 220;
+  g.perSmGBps = 3 * 220.0 / 48;
+  g.rate = rates(true);
+  g.sharedPerBlock = 101376; // 99 KB per block, Programming Guide cc 12.x
+  g.warpsPerSm = 48;
+  g.launchUs = 2.5;   // as the H200 until measured on a Spark
+  // NCCL all-reduce over the Sparks' RoCE: 30-35 us for 8-32 KB (users).
+  g.collectiveUs = 30;
+  t.push_back(g);
+  return t;
+}
+
+} // namespace
+
+const std::vector<Target> &targetTable() {
+  static const std::vector<Target> table = makeTable();
+  return table;
+}
+
+const Target *findTarget(const std::string &name) {
+  for (const Target &t : targetTable())
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
+std::string targetNames() {
+  std::string s;
+  for (const Target &t : targetTable())
+    s += (s.empty() ? "" : " | ") + t.name;
+  return s;
+}
+
+LaunchPrediction predictLaunch(const Target &t, const SassKernel *sass,
+                               const LaunchDims &launch, uint64_t bytes) {
+  LaunchPrediction p;
+  const double blocks = double(std::max<uint32_t>(launch.gridX, 1)) *
+                        std::max<uint32_t>(launch.gridY, 1) *
+                        std::max<uint32_t>(launch.gridZ, 1);
+  const double threads = double(std::max<uint32_t>(launch.blockX, 1)) *
+                         std::max<uint32_t>(launch.blockY, 1) *
+                         std::max<uint32_t>(launch.blockZ, 1);
+  const double warpsPerBlock = std::ceil(threads / 32);
+  const double warps = blocks * warpsPerBlock;
+  const double activeSms = std::min<double>(t.sms, blocks);
+  const double clock = t.clockGHz * 1e3; // clocks per microsecond
+  p.fits = launch.smemBytes <= t.sharedPerBlock;
+
+  const double bw =
+      std::min(t.bandwidthGBps, activeSms * t.perSmGBps) * 1e3; // B per us
+  p.memoryUs = bw > 0 ? double(bytes) / bw : 0;
+  double best = p.memoryUs;
+  p.bound = "memory";
+  if (sass) {
+    const double iterations =
+        sass->loopLoadBytes ? double(bytes) / (32.0 * sass->loopLoadBytes) : 0;
+    for (size_t i = 0; i < kPipes; ++i)
+      p.warpInstr[i] =
+          warps * (sass->all[i] - sass->hot[i]) + iterations * sass->hot[i];
+    for (size_t i = 0; i < kPipes; ++i) {
+      if (t.rate[i] <= 0)
+        continue;
+      p.pipeUs[i] = p.warpInstr[i] * 32 / (t.rate[i] * activeSms * clock);
+      if (p.pipeUs[i] > best) {
+        best = p.pipeUs[i];
+        p.busiest = Pipe(i);
+        p.bound = pipeName(Pipe(i));
+      }
+    }
+    // A scheduler issues only for its own warps: a block of 2 warps on an
+    // SM keeps 2 of its 4 busy.
+    const double schedulers =
+        std::min(t.issuePerSm, std::ceil(warps / activeSms));
+    p.issueUs = total(p.warpInstr) / (schedulers * activeSms * clock);
+    if (p.issueUs > best) {
+      best = p.issueUs;
+      p.bound = "issue";
+    }
+  }
+  p.launchUs = t.launchUs;
+  if (p.launchUs > best)
+    p.bound = "launch";
+  p.us = best + p.launchUs;
+  return p;
+}
+
+} // namespace glm::plan

@@ -1,0 +1,64 @@
+//===- perf_model.h - per-kernel time on a target, from SASS and bytes ----===//
+//
+// The performance model of `glmc inspect --target` and the Spark
+// projection: for one launch of a plan kernel,
+//
+//   time = max(memory, busiest pipe, issue) + launch
+//
+// memory = bytes / min(bandwidth, active SMs x per-SM bandwidth); pipe p =
+// warp instructions on p x 32 / (rate_p x active SMs x clock); issue = all
+// warp instructions / (schedulers in use x active SMs x clock). Warp
+// instructions come from the kernel's SASS for the target's arch
+// (sass_profile.h): every instruction once per warp, plus the streaming
+// loop's body once per iteration, iterations = bytes / (the loop's load
+// bytes per thread x 32). Figures of each target: targetTable() in
+// perf_model.cpp, each with its source.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "plans/plan.h"
+#include "plans/sass_profile.h"
+
+#include <string>
+#include <vector>
+
+namespace glm::plan {
+
+struct Target {
+  std::string name;          // "h200", "gb10"
+  std::string arch;          // the CUBIN arch its kernels compile for
+  std::string description;
+  uint32_t sms = 0;
+  double clockGHz = 0;       // sustained under load
+  double bandwidthGBps = 0;  // achievable DRAM streaming, 1e9 B/s
+  double perSmGBps = 0;      // what one SM pulls at most (few-block launches)
+  PipeCounts rate{};         // results per clock per SM, by pipe (0 = issue only)
+  double issuePerSm = 4;     // warp instructions per clock per SM
+  uint32_t sharedPerBlock = 0; // bytes
+  uint32_t warpsPerSm = 0;
+  double launchUs = 0;       // per kernel launch: fill, drain, the dependent gap
+  double collectiveUs = 0;   // per all-reduce of a decode step (<= 32 KB)
+};
+
+/// The targets glmc models, and one by name (nullptr when unknown).
+const std::vector<Target> &targetTable();
+const Target *findTarget(const std::string &name);
+std::string targetNames(); // "h200 | gb10"
+
+/// One launch by the model.
+struct LaunchPrediction {
+  PipeCounts warpInstr{};  // dynamic warp instructions by pipe
+  double memoryUs = 0, issueUs = 0, launchUs = 0;
+  PipeCounts pipeUs{};
+  Pipe busiest = Pipe::Count;
+  double us = 0;           // max(memory, busiest pipe, issue) + launch
+  std::string bound;       // "memory", "issue", a pipe name, or "launch"
+  bool fits = true;        // shared memory per block within the target's
+};
+
+/// `sass` may be null (no disassembly: memory and launch only).
+LaunchPrediction predictLaunch(const Target &t, const SassKernel *sass,
+                               const LaunchDims &launch, uint64_t bytes);
+
+} // namespace glm::plan
