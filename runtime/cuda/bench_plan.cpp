@@ -161,6 +161,37 @@ void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
   r.rows.push_back(
       {"step", tag + " launch-gap share", graphMs * 1e3 * gap, 0, gap});
 
+  // Decode buckets above 1 (batching, drafting's verify step): B rows at
+  // the positions after the timed one, all in slot 0 as a verify step's
+  // are; graph replay as above, the ratio to batch 1 printed.
+  std::vector<uint32_t> buckets;
+  for (const auto &g : p->ranks[0].graphs)
+    if (g.kind == plan::GraphKind::Decode && g.size > 1)
+      buckets.push_back(g.size);
+  std::sort(buckets.begin(), buckets.end());
+  for (uint32_t B : buckets) {
+    if (opt.stepPosition + int(B) >= p->model.maxContext)
+      continue;
+    std::vector<int32_t> toks(B), pos(B), slots(B, 0);
+    for (uint32_t j = 0; j < B; ++j) {
+      toks[j] = int32_t((j * 7919u + 3) % uint32_t(p->model.vocabSize));
+      pos[j] = opt.stepPosition + 1 + int32_t(j);
+    }
+    engine.step(toks, pos, slots); // writes the rows, captures the graph
+    const double ms = timeMedianMs(s, std::max(3, opt.reps), 500.0,
+                                   [&] { engine.runDecode(B, opt.graphs); });
+    const double bBytes = double(engine.decodeWeightBytes(B));
+    char bl[320];
+    std::snprintf(bl, sizeof bl,
+                  "plan-batch: %u rows: %.3f ms = %.2fx batch 1 (%.1f row "
+                  "tok/s, %.2fx batch 1's); %.1f MB weights per step\n",
+                  B, ms, ms / graphMs, B * 1e3 / ms, B * graphMs / ms,
+                  bBytes / 1e6);
+    log << bl;
+    r.rows.push_back({"batch", tag + " batch " + std::to_string(B),
+                      ms * 1e3, bBytes, ms / graphMs});
+  }
+
   // Prefill chunks of the plan: one chunk from position 0 (random tokens),
   // op by op, against the token loop of as many decode steps.
   for (uint32_t c : engine.prefillChunks()) {
