@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace glm::plan {
 
@@ -34,6 +35,10 @@ PipeCounts rates(bool sm12x) {
   return r;
 }
 
+/// Launch costs measured on the H200 (see calibrationTable()).
+constexpr double kH200LaunchUs = 4.5;
+constexpr double kH200GraphLaunchUs = 1.3;
+
 std::vector<Target> makeTable() {
   std::vector<Target> t;
   Target h;
@@ -53,7 +58,8 @@ std::vector<Target> makeTable() {
   h.warpsPerSm = 64;
   // A dependent kernel launch inside a CUDA graph, timed by events: fill,
   // drain and the gap (calibrated on glm-engine bench --plan, docs/perf.md).
-  h.launchUs = 2.5;
+  h.launchUs = kH200LaunchUs;
+  h.graphLaunchUs = kH200GraphLaunchUs;
   h.collectiveUs = 10; // NVLink all-reduce of <= 32 KB (assumption)
   t.push_back(h);
 
@@ -70,14 +76,50 @@ std::vector<Target> makeTable() {
   g.rate = rates(true);
   g.sharedPerBlock = 101376; // 99 KB per block, Programming Guide cc 12.x
   g.warpsPerSm = 48;
-  g.launchUs = 2.5;   // as the H200 until measured on a Spark
+  g.launchUs = kH200LaunchUs; // as the H200 until measured on a Spark
+  g.graphLaunchUs = kH200GraphLaunchUs;
   // NCCL all-reduce over the Sparks' RoCE: 30-35 us for 8-32 KB (users).
   g.collectiveUs = 30;
   t.push_back(g);
   return t;
 }
 
+/// Compute efficiency per family, measured on one H200: the full-size
+/// GLM-5.3-Flash decode step (exlr8 K2, 45 layers, batch 1, position 64),
+/// `glm-engine bench --plan flashk2.glmplan --measured-out m.json` at
+/// commit 091281d (docs/perf.md "Session 14"), then
+/// `scripts/calibrate_model.py` over `glmc inspect --target h200 --format
+/// json --measured m.json`: per family, the modelled compute time over the
+/// measured time less the launch, where the memory term does not explain
+/// it. Families of that step only; GLM-5.3's step validates them.
+const std::map<std::string, double> &calibrationTable() {
+  static const std::map<std::string, double> table = {
+      // CALIBRATION-BEGIN (scripts/calibrate_model.py)
+      {"dense_gemv", 0.250}, // 509 of 2040 us
+      {"dense_trellis", 0.412}, // 617 of 1498 us
+      {"embed_tokens", 0.050}, // 0 of 3 us
+      {"indexer_scores_ctx", 0.050}, // 5 of 205 us
+      {"kda_decode", 0.456}, // 357 of 783 us
+      {"kpool_store", 0.987}, // 22 of 22 us
+      {"kv_store", 0.607}, // 11 of 19 us
+      {"mhc_mix", 0.352}, // 217 of 617 us
+      {"mla_core", 1.584}, // 125 of 79 us
+      {"mla_out", 8.000}, // 852 of 90 us
+      {"mla_qabs", 1.988}, // 221 of 111 us
+      {"moe_trellis", 0.363}, // 1834 of 5048 us
+      {"rms_norm_rows", 1.852}, // 433 of 234 us
+      {"route", 0.163}, // 47 of 288 us
+      // CALIBRATION-END
+  };
+  return table;
+}
+
 } // namespace
+
+double computeEfficiency(const std::string &family) {
+  auto it = calibrationTable().find(family);
+  return it == calibrationTable().end() ? 1.0 : it->second;
+}
 
 const std::vector<Target> &targetTable() {
   static const std::vector<Target> table = makeTable();
@@ -99,7 +141,8 @@ std::string targetNames() {
 }
 
 LaunchPrediction predictLaunch(const Target &t, const SassKernel *sass,
-                               const LaunchDims &launch, uint64_t bytes) {
+                               const LaunchDims &launch, uint64_t bytes,
+                               const std::string &family) {
   LaunchPrediction p;
   const double blocks = double(std::max<uint32_t>(launch.gridX, 1)) *
                         std::max<uint32_t>(launch.gridY, 1) *
@@ -116,6 +159,7 @@ LaunchPrediction predictLaunch(const Target &t, const SassKernel *sass,
   const double bw =
       std::min(t.bandwidthGBps, activeSms * t.perSmGBps) * 1e3; // B per us
   p.memoryUs = bw > 0 ? double(bytes) / bw : 0;
+  p.efficiency = family.empty() ? 1.0 : computeEfficiency(family);
   double best = p.memoryUs;
   p.bound = "memory";
   if (sass) {
@@ -128,8 +172,8 @@ LaunchPrediction predictLaunch(const Target &t, const SassKernel *sass,
       if (t.rate[i] <= 0)
         continue;
       p.pipeUs[i] = p.warpInstr[i] * 32 / (t.rate[i] * activeSms * clock);
-      if (p.pipeUs[i] > best) {
-        best = p.pipeUs[i];
+      if (p.pipeUs[i] / p.efficiency > best) {
+        best = p.pipeUs[i] / p.efficiency;
         p.busiest = Pipe(i);
         p.bound = pipeName(Pipe(i));
       }
@@ -139,8 +183,8 @@ LaunchPrediction predictLaunch(const Target &t, const SassKernel *sass,
     const double schedulers =
         std::min(t.issuePerSm, std::ceil(warps / activeSms));
     p.issueUs = total(p.warpInstr) / (schedulers * activeSms * clock);
-    if (p.issueUs > best) {
-      best = p.issueUs;
+    if (p.issueUs / p.efficiency > best) {
+      best = p.issueUs / p.efficiency;
       p.bound = "issue";
     }
   }

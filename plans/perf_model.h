@@ -37,7 +37,12 @@ struct Target {
   double issuePerSm = 4;     // warp instructions per clock per SM
   uint32_t sharedPerBlock = 0; // bytes
   uint32_t warpsPerSm = 0;
-  double launchUs = 0;       // per kernel launch: fill, drain, the dependent gap
+  /// Per launch: a kernel alone, timed by events around it (what
+  /// `glm-engine bench --plan --measured-out` reports: fill, drain, the
+  /// first loads' latency), and what a launch adds inside a CUDA-graph step
+  /// with programmatic launches (the rest overlaps the previous kernel).
+  double launchUs = 0;
+  double graphLaunchUs = 0;
   double collectiveUs = 0;   // per all-reduce of a decode step (<= 32 KB)
 };
 
@@ -50,15 +55,27 @@ std::string targetNames(); // "h200 | gb10"
 struct LaunchPrediction {
   PipeCounts warpInstr{};  // dynamic warp instructions by pipe
   double memoryUs = 0, issueUs = 0, launchUs = 0;
-  PipeCounts pipeUs{};
+  PipeCounts pipeUs{};     // raw: counts at the pipe rates, not calibrated
+  double efficiency = 1;   // computeEfficiency(family) applied to compute
   Pipe busiest = Pipe::Count;
-  double us = 0;           // max(memory, busiest pipe, issue) + launch
+  /// max(memory, max(busiest pipe, issue) / efficiency) + launch
+  double us = 0;
   std::string bound;       // "memory", "issue", a pipe name, or "launch"
   bool fits = true;        // shared memory per block within the target's
 };
 
-/// `sass` may be null (no disassembly: memory and launch only).
+/// The share of its modelled compute time (busiest pipe or issue) a
+/// family's kernels reach, measured on the H200 (calibrationTable() in
+/// perf_model.cpp: the run, the command, the figure per family); 1 for a
+/// family never measured. Stalls on latency, barriers and dependent loads
+/// are what the counts do not see; the memory term is not scaled (a
+/// streaming shortfall of the H200's 4.2 TB/s is not a GB10's at 220 GB/s).
+double computeEfficiency(const std::string &family);
+
+/// `sass` may be null (no disassembly: memory and launch only); `family`
+/// selects the compute efficiency ("" = 1).
 LaunchPrediction predictLaunch(const Target &t, const SassKernel *sass,
-                               const LaunchDims &launch, uint64_t bytes);
+                               const LaunchDims &launch, uint64_t bytes,
+                               const std::string &family = "");
 
 } // namespace glm::plan

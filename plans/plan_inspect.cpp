@@ -221,7 +221,7 @@ OpCost opCost(const Plan &plan, const RankPlan &r, const GraphDef &g,
     const LaunchPrediction one =
         predictLaunch(*opt.target, s == opt.sass.end() ? nullptr : &s->second,
                       op.launch.gridX ? op.launch : k.launch,
-                      c.bytes / launches);
+                      c.bytes / launches, k.templateName);
     c.model = one;
     for (size_t i = 0; i < kPipes; ++i) {
       c.model.warpInstr[i] *= launches;
@@ -278,9 +278,11 @@ std::string kernelTable(const Plan &plan, const RankPlan &r,
   if (opt.target)
     os << " on " << opt.target->name << " (predicted = max(bytes / "
        << fixed(opt.bandwidthGBps, 0) << " GB/s, busiest pipe, issue) + "
-       << fixed(opt.target->launchUs, 1) << " us per launch, pipes from the "
-       << opt.target->arch << " SASS; bytes: weights + KV / index-key rows; "
-       << "most time first)\n";
+       << fixed(opt.target->launchUs, 1) << " us per launch alone ("
+       << fixed(opt.target->graphLaunchUs, 1) << " in the step's graph), "
+       << "pipes from the " << opt.target->arch << " SASS over the family's "
+       << "measured compute efficiency; bytes: weights + KV / index-key "
+       << "rows; most time first)\n";
   else
     os << " (predicted = max(bytes / " << fixed(opt.bandwidthGBps, 0)
        << " GB/s, decoded weights x " << fixed(opt.opsPerWeight, 0)
@@ -439,6 +441,7 @@ std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
         c.pipeUs[i] += oc.model.pipeUs[i];
       }
       c.issueUs += oc.model.issueUs;
+      c.efficiency = oc.model.efficiency;
       c.fits = c.fits && oc.model.fits;
       c.hasSass = opt.sass.count(c.name) > 0;
     }
@@ -453,12 +456,12 @@ std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
       double best = c.bandwidthUs;
       c.bound = "memory";
       for (size_t i = 0; i < kPipes; ++i)
-        if (c.pipeUs[i] > best) {
-          best = c.pipeUs[i];
+        if (c.pipeUs[i] / c.efficiency > best) {
+          best = c.pipeUs[i] / c.efficiency;
           c.bound = pipeName(Pipe(i));
         }
-      if (c.issueUs > best) {
-        best = c.issueUs;
+      if (c.issueUs / c.efficiency > best) {
+        best = c.issueUs / c.efficiency;
         c.bound = "issue";
       }
       if (c.launchUs > best)
@@ -486,7 +489,11 @@ StepCost stepCost(const Plan &plan, const RankPlan &r,
   s.graph = graphName(*g);
   s.context = contextOf(plan, opt);
   for (const KernelCost &c : kernelCosts(plan, r, opt)) {
+    // Inside the step's CUDA graph a launch costs less than alone.
     s.kernelUs += c.predictedUs;
+    if (opt.target)
+      s.kernelUs -= c.launches * (opt.target->launchUs -
+                                  opt.target->graphLaunchUs);
     s.launches += c.launches;
     s.contextBytes += c.contextBytes;
   }
@@ -652,6 +659,7 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
                    {"issue_per_clock_per_sm", t.issuePerSm},
                    {"shared_per_block", t.sharedPerBlock},
                    {"launch_us", t.launchUs},
+                   {"graph_launch_us", t.graphLaunchUs},
                    {"collective_us", t.collectiveUs}};
   }
   if (!opt.measuredUs.empty())
@@ -721,6 +729,7 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
         k["warp_instructions"] = pipes;
         k["pipe_us"] = pipeUs;
         k["issue_us"] = c.issueUs;
+        k["compute_efficiency"] = c.efficiency;
         k["memory_us"] = c.bandwidthUs;
         k["sass"] = c.hasSass;
         k["fits"] = c.fits;

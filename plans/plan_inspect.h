@@ -113,6 +113,7 @@ struct KernelCost {
   PipeCounts warpInstr{};
   PipeCounts pipeUs{};
   double issueUs = 0;
+  double efficiency = 1; // computeEfficiency of its family
   bool fits = true;
   bool hasSass = false;
   double measuredUs = -1;      // measured × launches, -1 = not measured

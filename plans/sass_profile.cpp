@@ -133,6 +133,10 @@ SassKernel profile(const Function &f) {
     loops.push_back({it->second, in.index});
   }
   k.loops = uint32_t(loops.size());
+  // The streaming loop: of the innermost loops that load from global
+  // memory, the longest (a kernel that prefetches weights into shared
+  // memory in a short copy loop does its work in the long one, whose own
+  // loads pace it too).
   const Loop *hot = nullptr;
   uint32_t hotBytes = 0;
   for (const Loop &l : loops) {
@@ -145,7 +149,7 @@ SassKernel profile(const Function &f) {
     uint32_t bytes = 0;
     for (size_t i = l.begin; i <= l.end; ++i)
       bytes += globalLoadBytes(f.code[i].opcode);
-    if (bytes > hotBytes) {
+    if (bytes > 0 && (!hot || l.end - l.begin > hot->end - hot->begin)) {
       hotBytes = bytes;
       hot = &l;
     }

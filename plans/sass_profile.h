@@ -2,8 +2,8 @@
 //
 // The static shape of a compiled kernel that the performance model needs:
 // how many instructions of each execution pipe it has, and which of its
-// loops streams the data (the innermost loop with the most global-load
-// bytes per iteration), so the model can scale that loop by the bytes a
+// loops streams the data (the longest innermost loop with global loads),
+// so the model can scale that loop by the bytes a
 // launch reads. Parses the text `nvdisasm` prints for a CUBIN; pure
 // functions (running nvdisasm is codegen/disassemble.h's job).
 //
@@ -52,8 +52,8 @@ double total(const PipeCounts &c);
 struct SassKernel {
   std::string name;
   PipeCounts all{};       // every instruction once (padding NOPs excluded)
-  /// The streaming loop: the innermost loop with the most global-load bytes
-  /// per thread and iteration (none: loopLoadBytes = 0, hot all zero).
+  /// The streaming loop: the longest innermost loop that loads from global
+  /// memory (none: loopLoadBytes = 0, hot all zero).
   PipeCounts hot{};
   uint32_t loopLoadBytes = 0; // global-load bytes per thread per iteration
   uint32_t loops = 0;         // back edges (loops) of the function

@@ -153,16 +153,25 @@ int runInspect(const InspectArgs &a) {
   opt.graph = a.graph;
   opt.opsPerWeight = a.opsPerWeight;
   if (!a.target.empty()) {
-    opt.target = glm::plan::findTarget(a.target);
-    glm::rt::check(opt.target != nullptr, "--target '", a.target,
-                   "': give one of ", glm::plan::targetNames());
+    const glm::plan::Target *t = glm::plan::findTarget(a.target);
+    glm::rt::check(t != nullptr, "--target '", a.target, "': give one of ",
+                   glm::plan::targetNames());
     // The target's figures unless a flag overrides one.
-    if (!a.bandwidthGiven)
-      opt.bandwidthGBps = opt.target->bandwidthGBps;
-    if (!a.launchGiven)
-      opt.launchUs = opt.target->launchUs;
-    if (!a.collectiveGiven)
-      opt.collectiveUs = opt.target->collectiveUs;
+    static glm::plan::Target target;
+    target = *t;
+    if (a.bandwidthGiven)
+      target.bandwidthGBps = a.bandwidth;
+    if (a.launchGiven) {
+      target.graphLaunchUs = std::max(
+          0.0, target.graphLaunchUs - (target.launchUs - a.launchUs));
+      target.launchUs = a.launchUs;
+    }
+    if (a.collectiveGiven)
+      target.collectiveUs = a.collectiveUs;
+    opt.target = &target;
+    opt.bandwidthGBps = target.bandwidthGBps;
+    opt.launchUs = target.launchUs;
+    opt.collectiveUs = target.collectiveUs;
     opt.sass = sassOfPlan(plan, opt);
   }
   if (!a.measured.empty()) {

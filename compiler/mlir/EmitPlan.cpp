@@ -2282,6 +2282,30 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
           costs[reader].weights -= costs[j].weights;
           break;
         }
+    // Absorbed MLA: mla_qabs reads kv_b's W_uk rows and mla_out its W_uv
+    // rows, kv_store only the latent norm's vector: the weight bytes the
+    // first reader (kv_store) took go to the kernels that stream them, split
+    // by qk_nope : v_head per head, so per-kernel costs are what each
+    // kernel reads (the op's total is unchanged).
+    if (auto a = dyn_cast<AttentionDecodeOp>(op);
+        a && reader < launches.size() && seq[reader] == "kv_store") {
+      size_t qabs = launches.size(), out = launches.size();
+      for (size_t j = 0; j < launches.size(); ++j) {
+        if (seq[j] == "mla_qabs" && qabs == launches.size())
+          qabs = j;
+        if (seq[j] == "mla_out" && out == launches.size())
+          out = j;
+      }
+      const int64_t k = a.getQkNope(), v = a.getVHead();
+      if (qabs < launches.size() && out < launches.size() && k + v > 0) {
+        const Cost all = costs[reader];
+        costs[reader] = {};
+        costs[out] = {all.bytes * uint64_t(v) / uint64_t(k + v),
+                      all.weights * uint64_t(v) / uint64_t(k + v)};
+        costs[qabs] = {all.bytes - costs[out].bytes,
+                       all.weights - costs[out].weights};
+      }
+    }
     // Consecutive launches repeated over the same row blocks (a prefill
     // chunk through decode kernels of `rows` tokens) share their scratch
     // (moe_trellis gate/up -> down): they run block by block, each block's
