@@ -98,12 +98,12 @@ const std::map<std::string, double> &calibrationTable() {
       {"dense_gemv", 0.250}, // 509 of 2040 us
       {"dense_trellis", 0.412}, // 617 of 1498 us
       {"embed_tokens", 0.050}, // 0 of 3 us
-      {"indexer_scores_ctx", 0.050}, // 5 of 205 us
-      {"kda_decode", 0.456}, // 357 of 783 us
+      {"indexer_scores_ctx", 0.050}, // 4 of 205 us
+      {"kda_decode", 1.081}, // 847 of 783 us
       {"kpool_store", 0.987}, // 22 of 22 us
       {"kv_store", 0.607}, // 11 of 19 us
       {"mhc_mix", 0.352}, // 217 of 617 us
-      {"mla_core", 1.584}, // 125 of 79 us
+      {"mla_core", 1.573}, // 124 of 79 us
       {"mla_out", 8.000}, // 852 of 90 us
       {"mla_qabs", 1.988}, // 221 of 111 us
       {"moe_trellis", 0.363}, // 1834 of 5048 us

@@ -149,7 +149,8 @@ int64_t contextOf(const Plan &plan, const InspectOptions &opt) {
 /// attention kernels read the KV rows the step attends to (min(context,
 /// the DSA top-k) when an indexer selected them), the indexer's score kernels
 /// every index-key row. Row bytes come from the cache buffers (slots x max
-/// context rows).
+/// context rows). GLM-5.3-Flash's KDA decode reads and writes each row's
+/// fp32 recurrent state, whatever the context.
 uint64_t contextBytes(const Plan &plan, const RankPlan &r, const GraphDef &g,
                       const OpDef &op, int64_t context) {
   if (op.kernel < 0 || size_t(op.kernel) >= plan.kernels.size() || context <= 0)
@@ -159,6 +160,22 @@ uint64_t contextBytes(const Plan &plan, const RankPlan &r, const GraphDef &g,
                          family == "mla_attn";
   const bool scores =
       family == "indexer_scores" || family == "indexer_scores_ctx";
+  // GLM-5.3-Flash's recurrent KDA state: each row reads and writes its
+  // slot's fp32 state ("kda_state.L") once per step.
+  if (family == "kda_decode") {
+    int64_t slots = 1;
+    if (auto it = plan.compileOptions.find("kv_slots");
+        it != plan.compileOptions.end())
+      slots = std::max<int64_t>(1, std::atoll(it->second.c_str()));
+    uint64_t bytes = 0;
+    for (const ArgDef &a : op.args)
+      if (a.kind == ArgKind::Buffer && a.buffer >= 0 &&
+          size_t(a.buffer) < r.buffers.size() &&
+          r.buffers[a.buffer].name.rfind("kda_state.", 0) == 0)
+        bytes += 2 * r.buffers[a.buffer].bytes / uint64_t(slots) *
+                 std::max<uint32_t>(g.size, 1);
+    return bytes;
+  }
   if (!attention && !scores)
     return 0;
   int64_t slots = 1;

@@ -14,11 +14,13 @@ three and four, and the 2.31 bpw EXL3 mosaic on one.
                    + all-reduces per token * all-reduce latency
   tok/s = 1 / step
 
-Next to it, "GB10 model tok/s" is what `glmc inspect` models for the plan on
-a Spark (per kernel: max(bytes / 273 GB/s, decoded weights x ops / integer
-rate) + launch latency, collectives at their assumed cost): the rate if every
-kernel ran at the Spark's limits, while the first column carries the H200's
-measured shortfall over.
+Next to it, "GB10 model tok/s" is what `glmc inspect --target gb10` models
+for the plan on a Spark (plans/perf_model.h): per kernel max(bytes / 220
+GB/s, busiest pipe, issue) with the pipes counted in the kernel's sm_121 SASS
+and scaled by the family's compute efficiency measured on the H200, plus
+1.3 us per launch in the step's graph and 30 us per all-reduce over RoCE, at
+--context tokens in the cache. The first column instead carries the H200's
+whole-step shortfall over to 273 GB/s.
 
 The roofline fraction is what the H200 measured for a whole decode step
 (`glm-engine bench --suite step`: weight bytes per token / copy bandwidth /
@@ -105,10 +107,7 @@ def glm53_rows(args, tmp):
                              "refused: does not fit "
                              f"{args.memory_gib} GiB per Spark", None))
                 continue
-            rc, js = run([args.glmc, "inspect", plan, "--format", "json"])
-            if rc:
-                sys.exit(f"glmc inspect failed:\n{js}")
-            s = json.loads(js)["summary"]
+            s = modelled(args, plan)
             rows.append(("GLM-5.3", f"{bpw:.2f} bpw experts", n,
                          s["max_rank_bytes_per_token"], "plan",
                          s["modelled_tok_per_s"]))
@@ -124,11 +123,19 @@ def plan_bytes(args, pack, plan, extra):
                   + extra)
     if rc:
         return None
-    rc, js = run([args.glmc, "inspect", plan, "--format", "json"])
-    if rc:
-        sys.exit(f"glmc inspect failed:\n{js}")
-    s = json.loads(js)["summary"]
+    s = modelled(args, plan)
     return s["max_rank_bytes_per_token"], s["modelled_tok_per_s"]
+
+
+def modelled(args, plan):
+    """The inspector's summary of `plan` under the GB10 model."""
+    # stdout only: the SASS progress lines go to stderr.
+    p = subprocess.run([args.glmc, "inspect", plan, "--format", "json",
+                        "--rank", "0", "--target", "gb10", "--context",
+                        str(args.context)], capture_output=True, text=True)
+    if p.returncode:
+        sys.exit(f"glmc inspect failed:\n{p.stderr}")
+    return json.loads(p.stdout)["summary"]
 
 
 def flash_rows(args, tmp):
@@ -180,6 +187,9 @@ def main():
     ap.add_argument("--flash-roofline", type=float,
                     help="measured fraction for GLM-5.3-Flash's step (its "
                          "own H200 bench); default --roofline")
+    ap.add_argument("--context", type=int, default=4096,
+                    help="tokens in the cache for the GB10 model's step "
+                         "(KV and index-key reads)")
     ap.add_argument("--flash-only", action="store_true",
                     help="only the GLM-5.3-Flash rows")
     ap.add_argument("--markdown", action="store_true")
@@ -192,7 +202,7 @@ def main():
     hdr = ("model", "experts", "Sparks", "GB/token/rank", "step ms",
            "tok/s", "GB10 model tok/s", "source")
     lines = []
-    for model, what, n, b, src, modelled in rows:
+    for model, what, n, b, src, gb10 in rows:
         if b is None:
             lines.append((model, what, str(n), "-", "-", "-", "-", src))
             continue
@@ -205,7 +215,7 @@ def main():
         step_us = b / (args.bandwidth * 1e3 * frac) + comm_us
         lines.append((model, what, str(n), f"{b / 1e9:.2f}",
                       f"{step_us / 1e3:.1f}", f"{1e6 / step_us:.1f}",
-                      f"{modelled:.1f}", src))
+                      f"{gb10:.1f}", src))
     if args.markdown:
         print("| " + " | ".join(hdr) + " |")
         print("|" + "---|" * len(hdr))
@@ -219,7 +229,8 @@ def main():
     print(f"\nassumed: {args.bandwidth:g} GB/s x roofline fraction "
           f"{args.roofline:g} (Flash {args.flash_roofline or args.roofline:g}; "
           f"measured on the H200), all-reduce "
-          f"{args.allreduce_us:g} us each, 2 per layer")
+          f"{args.allreduce_us:g} us each, 2 per layer; GB10 model at "
+          f"context {args.context}")
 
 
 if __name__ == "__main__":

@@ -125,6 +125,42 @@ glmc inspect "$T/glm53.4.plan" --rank 0 --measured "$T/measured.json" > "$T/meas
 grep -q "measured us" "$T/measured.txt"
 grep -E "^ +$kname " "$T/measured.txt"
 
+# The performance model (glmc inspect --target): every kernel of the
+# full-size plan's decode step timed from its SASS for sm_121 / sm_90 (the
+# kernel cache above already holds their CUBINs), per-pipe warp
+# instructions, a bound, and a modelled step that the collectives and the
+# context enter; GB10 (220 GB/s, 48 SMs) is slower than the H200.
+for t in gb10 h200; do
+  glmc inspect "$T/glm53.4.plan" --rank 0 --target $t --context 4096 --format json > "$T/model-$t.json"
+done
+glmc inspect "$T/glm53.4.plan" --rank 0 --target gb10 --context 65536 --format json > "$T/model-long.json"
+glmc inspect "$T/glm53.4.plan" --rank 0 --target gb10 --layer 5 > "$T/model.txt"
+grep -q "pipes from the sm_121 SASS" "$T/model.txt"
+grep -q "warp instructions by pipe:" "$T/model.txt"
+python3 - "$T" <<'PY'
+import json, sys
+T = sys.argv[1]
+g = json.load(open(f"{T}/model-gb10.json"))
+h = json.load(open(f"{T}/model-h200.json"))
+long = json.load(open(f"{T}/model-long.json"))
+assert g["target"]["arch"] == "sm_121" and h["target"]["arch"] == "sm_90", (g["target"], h["target"])
+ks = g["ranks"][0]["kernel_costs"]
+assert ks, "no kernel costs"
+for k in ks:
+    assert k["sass"], f"{k['name']}: no SASS counted"
+    assert k["predicted_us"] > 0 and k["bound"], k
+    assert len(k["warp_instructions"]) >= 3, (k["name"], k["warp_instructions"])
+moe = [k for k in ks if k["template"] == "moe_trellis"]
+assert moe and all(k["warp_instructions"].get("logic", 0) > 0 for k in moe), moe
+sg, sh, sl = (x["summary"] for x in (g, h, long))
+assert sg["modelled"][0]["collectives"] > 0, sg["modelled"]
+assert sg["modelled_step_us"] > 3 * sh["modelled_step_us"], (sg["modelled_step_us"], sh["modelled_step_us"])
+assert sl["modelled_step_us"] > sg["modelled_step_us"], "context reads do not enter the model"
+print(f"model: GLM-5.3 on 4 ranks, rank 0: {len(ks)} kernels from SASS; modelled step "
+      f"gb10 {sg['modelled_step_us']:.0f} us ({sg['modelled_tok_per_s']:.1f} tok/s), "
+      f"h200 {sh['modelled_step_us']:.0f} us, gb10 at 64K context {sl['modelled_step_us']:.0f} us")
+PY
+
 # Every launched op of the plan names its kernel: the inspector lists the
 # executor's expert kernel (moe_trellis) on MoE layers.
 glmc inspect "$T/tiny.2.plan" --format json > "$T/inspect.json"
