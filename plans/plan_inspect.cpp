@@ -505,13 +505,15 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
       os << line << foldNames(l.kernels) << "\n";
     }
     // The MTP layers: in the memory plan, not in the decode step.
-    if (const MtpCost mc = mtpCost(plan, *r); mc.any() && opt.layer == INT_MIN) {
+    if (const MtpCost mc = mtpCost(plan, *r);
+        mc.any() && opt.layer == INT_MIN) {
       char line[128];
       std::snprintf(line, sizeof line, "  %-6s %-6s %-16llu %12s  ", "mtp",
                     "moe", 0ull, fixed(0, 2).c_str());
-      os << line << "(layer " << mtpLayersLabel(mc) << ", not read per decoded token) weights "
-         << human(mc.weightBytes) << " (" << mc.bindings
-         << " bindings), kv cache " << human(mc.kvBytes) << "\n";
+      os << line << "(layer " << mtpLayersLabel(mc)
+         << ", not read per decoded token) weights " << human(mc.weightBytes)
+         << " (" << mc.bindings << " bindings), kv cache " << human(mc.kvBytes)
+         << "\n";
     }
     // Activation buffers share arena space by liveness: their sum is an
     // upper bound, the arena is what the rank allocates.

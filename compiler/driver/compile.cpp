@@ -167,8 +167,7 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
     auto d = llvm::cast<mlir::DictionaryAttr>(r);
     ranks.push_back({intOf(d, "rank"), uint64_t(intOf(d, "total")),
                      uint64_t(intOf(d, "weights")), uint64_t(intOf(d, "kv")),
-                     uint64_t(intOf(d, "context")),
-                     uint64_t(intOf(d, "mtp"))});
+                     uint64_t(intOf(d, "context")), uint64_t(intOf(d, "mtp"))});
   }
   auto &os = llvm::errs();
   os << "glmc: memory per rank (weights + KV + activations and scratch: the "
@@ -187,8 +186,7 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
     if (r.mtp)
       os << "; the MTP layer's weights and KV " << glm::plan::humanBytes(r.mtp)
          << " of it";
-    os << ")"
-       << (budget && r.total > budget ? "  OVER" : "") << "\n";
+    os << ")" << (budget && r.total > budget ? "  OVER" : "") << "\n";
   }
   bool anyOver = false;
   for (const RankMemory &r : ranks)

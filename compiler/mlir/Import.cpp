@@ -275,8 +275,8 @@ FailureOr<std::set<int64_t>> Importer::mtpLayersToImport() {
       InFlightDiagnostic d =
           emitError(configLoc(ctx, pack, "num_nextn_predict_layers"))
           << "the pack stores " << stored << " of the " << expected
-          << " tensors of MTP layer " << layer << " but not '"
-          << missing->name << "'";
+          << " tensors of MTP layer " << layer << " but not '" << missing->name
+          << "'";
       d.attachNote() << "the pack is incomplete: run `glmc verify "
                      << pack.dir() << "`";
       return failure();
@@ -298,9 +298,9 @@ void Importer::recordMtp(ModuleOp module, const std::set<int64_t> &layers) {
         b.getNamedAttr("layer", b.getI64IntegerAttr(l)),
         b.getNamedAttr("latent",
                        b.getI64IntegerAttr(cfg.kvLoraRank + cfg.qkRopeHeadDim)),
-        b.getNamedAttr("index_head_dim",
-                       b.getI64IntegerAttr(cfg.indexNHeads > 0 ? cfg.indexHeadDim
-                                                               : 0)),
+        b.getNamedAttr(
+            "index_head_dim",
+            b.getI64IntegerAttr(cfg.indexNHeads > 0 ? cfg.indexHeadDim : 0)),
         b.getNamedAttr("kpool", b.getI64IntegerAttr(cfg.indexKpool)),
     }));
   module->setAttr("glm.mtp", b.getArrayAttr(entries));

@@ -2,11 +2,11 @@
 //
 // Four numbers per rank: weight bytes bound (Bindings.h), the KV cache
 // (latent cache of every layer, all heads need it, plus the index keys of
-// full indexer layers; the MTP layers' too, glm.mtp), the recurrent state of the KDA heads it owns
-// (GLM-5.3-Flash, per sequence) and one activation arena laid out by liveness over
-// the decode step (best fit, 256-byte aligned). Sparks freeze rather than
-// fail when memory runs out, so a rank over the budget refuses the compile
-// with a table of what needs how much.
+// full indexer layers; the MTP layers' too, glm.mtp), the recurrent state of
+// the KDA heads it owns (GLM-5.3-Flash, per sequence) and one activation arena
+// laid out by liveness over the decode step (best fit, 256-byte aligned).
+// Sparks freeze rather than fail when memory runs out, so a rank over the
+// budget refuses the compile with a table of what needs how much.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/mlir/Bindings.h"
@@ -316,7 +316,8 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
         b.getNamedAttr("slots", b.getI64IntegerAttr(maxSequences)),
     };
     if (mtpKvBytes) // of `bytes`: the MTP layers' caches
-      kv.push_back(b.getNamedAttr("mtp_bytes", b.getI64IntegerAttr(mtpKvBytes)));
+      kv.push_back(
+          b.getNamedAttr("mtp_bytes", b.getI64IntegerAttr(mtpKvBytes)));
     module->setAttr("glm.kv", b.getDictionaryAttr(kv));
   }
 };

@@ -25,10 +25,8 @@ TpLayout tpLayoutFromPlan(const ModelConfig &c, const plan::Plan &p) {
         continue;
       int64_t e = b.expert == -2 ? E : b.expert;
       // Layers past num_hidden_layers are the MTP layers a plan binds.
-      check(b.layer < c.numLayers + c.numNextnPredictLayers && e >= 0 &&
-                e <= E,
-            "plan binds layer ",
-            b.layer, " expert ", b.expert,
+      check(b.layer < c.numLayers + c.numNextnPredictLayers && e >= 0 && e <= E,
+            "plan binds layer ", b.layer, " expert ", b.expert,
             ", which config.json does not have; re-plan for this pack");
       check(b.half < t.expertHalves, "plan binds layer ", b.layer,
             " expert ", b.expert, " half ", b.half, " but experts have ",
@@ -38,9 +36,9 @@ TpLayout tpLayoutFromPlan(const ModelConfig &c, const plan::Plan &p) {
   }
   for (const auto &[key, ranks] : seen) {
     auto [l, e, h] = key;
-    TpLayerLayout &layer =
-        l < (int64_t)t.layers.size() ? t.layers[l]
-                                     : t.mtpLayers.at(l - t.layers.size());
+    TpLayerLayout &layer = l < (int64_t)t.layers.size()
+                               ? t.layers[l]
+                               : t.mtpLayers.at(l - t.layers.size());
     if (h < 0) {
       // A whole tensor split over several ranks by byte ranges says nothing
       // about halves: keep the rule for it.

@@ -283,8 +283,8 @@ TEST(Compile, TinyMtpLayerIsBoundAndPlannedButNotReadPerToken) {
     for (const glm::rt::ByteRange &x : w.ranges)
       mtpRanges.insert({x.file, x.offset, x.length});
     for (const glm::rt::TrellisPart &p : w.parts) {
-      mtpRanges.insert({p.trellisBytes.file, p.trellisBytes.offset,
-                        p.trellisBytes.length});
+      mtpRanges.insert(
+          {p.trellisBytes.file, p.trellisBytes.offset, p.trellisBytes.length});
       for (const glm::rt::ByteRange &x : p.sideBytes)
         mtpRanges.insert({x.file, x.offset, x.length});
     }
@@ -330,8 +330,9 @@ TEST(Compile, TinyMtpLayerIsBoundAndPlannedButNotReadPerToken) {
       const std::string L = std::to_string(mtp);
       EXPECT_EQ(caches, (std::set<std::string>{"kv." + L, "index_keys." + L}));
       // fp32 rows: max_context x (kv_lora + rope), max_context x index dim.
-      EXPECT_EQ(mtpKv, 4096u * 4 * uint64_t(cfg.kvLoraRank + cfg.qkRopeHeadDim) +
-                           4096u * 4 * uint64_t(cfg.indexHeadDim));
+      EXPECT_EQ(mtpKv,
+                4096u * 4 * uint64_t(cfg.kvLoraRank + cfg.qkRopeHeadDim) +
+                    4096u * 4 * uint64_t(cfg.indexHeadDim));
       // The memory plan holds them; the decode step reads none of them.
       EXPECT_EQ(r.kvBytes, w.kvBytes + mtpKv);
       EXPECT_GE(r.weightBytes, w.weightBytes + mtpWeights);
@@ -351,12 +352,14 @@ TEST(Compile, TinyMtpLayerIsBoundAndPlannedButNotReadPerToken) {
     // Every range of the layer bound somewhere (a trellis part's slice
     // inside its bound tensor range).
     for (const Range &x : mtpRanges)
-      EXPECT_TRUE(std::any_of(bound.begin(), bound.end(), [&](const Range &b) {
-        return std::get<0>(b) == std::get<0>(x) &&
-               std::get<1>(b) <= std::get<1>(x) &&
-               std::get<1>(x) + std::get<2>(x) <=
-                   std::get<1>(b) + std::get<2>(b);
-      })) << std::get<0>(x) << "@" << std::get<1>(x) << " is not bound";
+      EXPECT_TRUE(std::any_of(bound.begin(), bound.end(),
+                              [&](const Range &b) {
+                                return std::get<0>(b) == std::get<0>(x) &&
+                                       std::get<1>(b) <= std::get<1>(x) &&
+                                       std::get<1>(x) + std::get<2>(x) <=
+                                           std::get<1>(b) + std::get<2>(b);
+                              }))
+          << std::get<0>(x) << "@" << std::get<1>(x) << " is not bound";
     EXPECT_EQ(c.plan.model.activeWeightBytes, active);
     EXPECT_EQ(c.plan.model.activeWeightBytes,
               without.plan.model.activeWeightBytes);
