@@ -14,6 +14,7 @@
 #include <iomanip>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <sstream>
 
 namespace glm::plan {
@@ -72,6 +73,42 @@ std::vector<const RankPlan *> selectedRanks(const Plan &plan,
 
 bool layerSelected(const InspectOptions &opt, int32_t layer) {
   return opt.layer == INT_MIN || opt.layer == layer;
+}
+
+/// What the MTP layers (layer >= num_layers in bindings and buffers; the
+/// head's summary row uses num_layers too, but no binding or buffer does)
+/// cost one rank: bound, cached per sequence, read by no decode step.
+struct MtpCost {
+  uint64_t weightBytes = 0; // bytes in the weights buffer (widened norms)
+  uint64_t kvBytes = 0;     // latent cache and index keys, every KV slot
+  uint64_t bindings = 0;
+  std::set<int32_t> layers;
+  bool any() const { return bindings || kvBytes; }
+};
+
+MtpCost mtpCost(const Plan &plan, const RankPlan &r) {
+  MtpCost c;
+  if (plan.model.numLayers <= 0)
+    return c;
+  for (const WeightBinding &w : r.weights)
+    if (w.layer >= plan.model.numLayers) {
+      c.weightBytes += transformedBytes(w.transform, w.length);
+      ++c.bindings;
+      c.layers.insert(w.layer);
+    }
+  for (const BufferDef &b : r.buffers)
+    if (b.kind == BufferKind::KvCache && b.layer >= plan.model.numLayers) {
+      c.kvBytes += b.bytes;
+      c.layers.insert(b.layer);
+    }
+  return c;
+}
+
+std::string mtpLayersLabel(const MtpCost &c) {
+  std::string s;
+  for (int32_t l : c.layers)
+    s += (s.empty() ? "" : ", ") + std::to_string(l);
+  return s;
 }
 
 std::string joinNames(const std::vector<std::string> &v) {
@@ -582,6 +619,17 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
                     fixed(usAt(l.bytesPerToken, bw), 2).c_str());
       os << line << foldNames(l.kernels) << "\n";
     }
+    // The MTP layers: in the memory plan, not in the decode step.
+    if (const MtpCost mc = mtpCost(plan, *r);
+        mc.any() && opt.layer == INT_MIN) {
+      char line[128];
+      std::snprintf(line, sizeof line, "  %-6s %-6s %-16llu %12s  ", "mtp",
+                    "moe", 0ull, fixed(0, 2).c_str());
+      os << line << "(layer " << mtpLayersLabel(mc)
+         << ", not read per decoded token) weights " << human(mc.weightBytes)
+         << " (" << mc.bindings << " bindings), kv cache " << human(mc.kvBytes)
+         << "\n";
+    }
     // Activation buffers share arena space by liveness: their sum is an
     // upper bound, the arena is what the rank allocates.
     os << "  memory: weights " << human(r->weightBytes)
@@ -789,7 +837,14 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
                         {"size", g.size},
                         {"ops", ops}});
     }
+    const MtpCost mc = mtpCost(plan, *r);
     ranks.push_back({{"rank", r->rank},
+                     {"mtp",
+                      {{"layers", mc.layers},
+                       {"weights", mc.weightBytes},
+                       {"bindings", mc.bindings},
+                       {"kv_cache", mc.kvBytes},
+                       {"bytes_per_token", 0}}},
                      {"graphs", graphs},
                      {"kernel_costs", kcost},
                      {"memory",
@@ -1205,6 +1260,12 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
          << "</td><td class=num>" << fixed(usAt(l.bytesPerToken, bw), 2)
          << "</td><td>" << escapeHtml(foldNames(l.kernels)) << "</td></tr>\n";
     }
+    if (const MtpCost mc = mtpCost(plan, *r); mc.any() && opt.layer == INT_MIN)
+      os << "<tr><td>mtp</td><td>moe</td><td class=num>0</td><td class=num>"
+            "0.00</td><td>layer "
+         << mtpLayersLabel(mc) << ", not read per decoded token: weights "
+         << human(mc.weightBytes) << ", kv cache " << human(mc.kvBytes)
+         << "</td></tr>\n";
     os << "</table>\n";
     os << layerCostsHtml(plan, *r, opt);
     std::vector<KernelCost> costs = kernelCosts(plan, *r, opt);

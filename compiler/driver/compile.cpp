@@ -144,6 +144,7 @@ static std::string commandWith(
 struct RankMemory {
   int64_t rank = 0;
   uint64_t total = 0, weights = 0, kv = 0, context = 0;
+  uint64_t mtp = 0; // of weights + kv: the MTP layers'
 };
 
 /// The "rank r: X of Y GiB" lines: the arena of the final plan per rank,
@@ -166,7 +167,7 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
     auto d = llvm::cast<mlir::DictionaryAttr>(r);
     ranks.push_back({intOf(d, "rank"), uint64_t(intOf(d, "total")),
                      uint64_t(intOf(d, "weights")), uint64_t(intOf(d, "kv")),
-                     uint64_t(intOf(d, "context"))});
+                     uint64_t(intOf(d, "context")), uint64_t(intOf(d, "mtp"))});
   }
   auto &os = llvm::errs();
   os << "glmc: memory per rank (weights + KV + activations and scratch: the "
@@ -181,8 +182,11 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
     os << " (" << glm::plan::humanBytes(r.total) << ": weights "
        << glm::plan::humanBytes(r.weights) << ", KV "
        << glm::plan::humanBytes(r.kv) << ", activations and scratch "
-       << glm::plan::humanBytes(r.total - r.weights - r.kv) << ")"
-       << (budget && r.total > budget ? "  OVER" : "") << "\n";
+       << glm::plan::humanBytes(r.total - r.weights - r.kv);
+    if (r.mtp)
+      os << "; the MTP layer's weights and KV " << glm::plan::humanBytes(r.mtp)
+         << " of it";
+    os << ")" << (budget && r.total > budget ? "  OVER" : "") << "\n";
   }
   bool anyOver = false;
   for (const RankMemory &r : ranks)

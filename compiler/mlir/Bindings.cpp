@@ -201,6 +201,14 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
       u.bindings.reserve(ranges / n + ranges / (8 * n) + 16);
   }
   std::vector<uint64_t> owned(n, 0), share; // per expert part, reused
+  // The MTP layers (glm.mtp, from the import): no op of the decode step
+  // reads them, but a draft graph will on every rank, as a main layer's
+  // attention and router are read: bound like those, never read per token.
+  std::set<int64_t> mtpLayers;
+  if (auto mtp = module->getAttrOfType<ArrayAttr>("glm.mtp"))
+    for (Attribute a : mtp)
+      if (auto l = cast<DictionaryAttr>(a).getAs<IntegerAttr>("layer"))
+        mtpLayers.insert(l.getInt());
 
   for (Operation &op : module.getBody()->getOperations()) {
     if (auto w = dyn_cast<WeightOp>(op)) {
@@ -213,7 +221,7 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
         widthX2 = tt.getTwiceBits();
       ArrayRef<int64_t> r = w.getRanges();
       std::vector<int64_t> ranks;
-      if (u.kind == Use::Unused)
+      if (u.kind == Use::Unused && !mtpLayers.count(layer))
         ranks.push_back((layer < 0 ? 0 : layer) % n);
       else
         for (int64_t i = 0; i < n; ++i)
@@ -352,6 +360,7 @@ FailureOr<BindingTable> computeBindings(ModuleOp module) {
     const int64_t topK = topKOf.lookup(bank.getSymName());
     if (topK <= 0)
       continue; // a bank no op reads (MTP): bound, never read per token
+                // (its halves by the rule above, as a main layer's)
     uint64_t active = static_cast<uint64_t>(
         static_cast<unsigned __int128>(routedTotal) * topK / E);
     std::vector<uint64_t> perRank = apportion(active, routed);

@@ -6,7 +6,9 @@
 // and counts once in the pack total. Bytes read per decoded token are
 // apportioned so that their sum over ranks is the model's active bytes:
 // split ops by the units a rank owns, replicated ops evenly (telescoping
-// floors, so the integer sums are exact).
+// floors, so the integer sums are exact). The MTP layers' weights (the
+// module's glm.mtp) are bound like a main layer's, on every rank and expert
+// halves by the rule, and read by no decode step: bound, never per token.
 //
 //===----------------------------------------------------------------------===//
 #ifndef GLMC_MLIR_BINDINGS_H

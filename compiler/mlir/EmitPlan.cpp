@@ -2435,17 +2435,27 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       // Bytes that grow with max_context: the KV cache (latent rows and
       // index keys) and the scratch rows of max_context entries per token
       // of the largest step (DSA selections, scores, attention weights).
-      uint64_t contextBytes = 0;
-      for (const gp::BufferDef &bd : r.buffers)
+      uint64_t contextBytes = 0, mtpBytes = 0;
+      for (const gp::BufferDef &bd : r.buffers) {
         if (bd.kind == gp::BufferKind::KvCache ||
             contextScratch.count(bd.name))
           contextBytes += bd.bytes;
+        // The MTP layers' caches, and below their weights: bound and
+        // sized, read by no graph yet.
+        if (bd.kind == gp::BufferKind::KvCache &&
+            bd.layer >= plan.model.numLayers)
+          mtpBytes += bd.bytes;
+      }
+      for (const gp::WeightBinding &w : r.weights)
+        if (w.layer >= plan.model.numLayers)
+          mtpBytes += gp::transformedBytes(w.transform, w.length);
       perRank.push_back(b.getDictionaryAttr({
           b.getNamedAttr("rank", b.getI64IntegerAttr(r.rank)),
           b.getNamedAttr("total", b.getI64IntegerAttr(r.arenaBytes)),
           b.getNamedAttr("weights", b.getI64IntegerAttr(r.weightBytes)),
           b.getNamedAttr("kv", b.getI64IntegerAttr(r.kvBytes)),
           b.getNamedAttr("context", b.getI64IntegerAttr(contextBytes)),
+          b.getNamedAttr("mtp", b.getI64IntegerAttr(mtpBytes)),
       }));
       if (budget && r.arenaBytes > budget)
         over += llvm::formatv("\n  rank {0} needs {1:F2} GiB (weights "
@@ -2738,6 +2748,29 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                    n * 3 * hd * uint64_t(k.getConvKernel() - 1));
         }
       });
+      // The MTP layers' caches (glm.mtp): a main MLA layer's, named by
+      // their layer; no decode graph names them (the MTP issue's draft
+      // graph will).
+      if (auto mtp = module->getAttrOfType<ArrayAttr>("glm.mtp"))
+        for (Attribute a : mtp) {
+          auto d = cast<DictionaryAttr>(a);
+          const int64_t layer = intAttr(d, "layer"), P = intAttr(d, "kpool", 1),
+                        hd = intAttr(d, "index_head_dim");
+          const std::string L = std::to_string(layer);
+          kvBuffer("kv." + L, layer,
+                   uint64_t(m.maxContext) * uint64_t(intAttr(d, "latent")));
+          if (hd <= 0)
+            continue;
+          if (P > 1 && m.maxContext % P)
+            ::glm::rt::fail("max context ", m.maxContext,
+                            " is not a multiple of the k-pool's ", P,
+                            " tokens (MTP layer ", layer,
+                            "): give a --max-context that is");
+          kvBuffer("index_keys." + L, layer,
+                   uint64_t(m.maxContext / std::max<int64_t>(P, 1)) * hd);
+          if (P > 1)
+            kvBuffer("kpool_ring." + L, layer, uint64_t(2 * P * hd));
+        }
 
       // Activations at their arena offsets (glm-plan-memory).
       uint64_t actBase = top;

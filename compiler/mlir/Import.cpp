@@ -127,6 +127,12 @@ private:
   }
 
   LogicalResult importWeights(ModuleOp module);
+  /// The MTP layers (index >= num_hidden_layers) the pack stores whole:
+  /// their layer numbers, a remark for each the config names but the pack
+  /// leaves out, an error for one stored in part.
+  FailureOr<std::set<int64_t>> mtpLayersToImport();
+  /// The module's `glm.mtp`: per imported MTP layer its caches' geometry.
+  void recordMtp(ModuleOp module, const std::set<int64_t> &layers);
   LogicalResult importBank(int64_t layer, const std::vector<const WeightInfo *>
                                               &byExpertProj);
   LogicalResult buildStep(ModuleOp module);
@@ -234,15 +240,87 @@ LogicalResult Importer::importBank(
   return success();
 }
 
+FailureOr<std::set<int64_t>> Importer::mtpLayersToImport() {
+  std::set<int64_t> out;
+  if (cfg.numNextnPredictLayers <= 0)
+    return out;
+  std::vector<::glm::rt::HfTensorSpec> specs;
+  try {
+    specs = ::glm::rt::expectedMtpTensors(cfg);
+  } catch (const ::glm::rt::Error &) {
+    return out; // a model_type without names: no MTP layer to plan
+  }
+  for (int64_t m = 0; m < cfg.numNextnPredictLayers; ++m) {
+    const int64_t layer = cfg.numLayers + m;
+    int64_t stored = 0, expected = 0;
+    const ::glm::rt::HfTensorSpec *missing = nullptr;
+    for (const ::glm::rt::HfTensorSpec &s : specs) {
+      if (s.layer != layer)
+        continue;
+      ++expected;
+      if (pack.find(s.name))
+        ++stored;
+      else if (!missing)
+        missing = &s;
+    }
+    if (stored == 0) {
+      // As glmc verify: a pack may leave the MTP layers out.
+      emitRemark(configLoc(ctx, pack, "num_nextn_predict_layers"))
+          << "the pack stores no tensor of MTP layer " << layer
+          << " (num_nextn_predict_layers = " << cfg.numNextnPredictLayers
+          << "): the plan has no MTP layer";
+      continue;
+    }
+    if (missing) {
+      InFlightDiagnostic d =
+          emitError(configLoc(ctx, pack, "num_nextn_predict_layers"))
+          << "the pack stores " << stored << " of the " << expected
+          << " tensors of MTP layer " << layer << " but not '" << missing->name
+          << "'";
+      d.attachNote() << "the pack is incomplete: run `glmc verify "
+                     << pack.dir() << "`";
+      return failure();
+    }
+    out.insert(layer);
+  }
+  return out;
+}
+
+void Importer::recordMtp(ModuleOp module, const std::set<int64_t> &layers) {
+  if (layers.empty())
+    return;
+  // An MTP layer is a plain decoder layer with MLA and its own full
+  // indexer: one latent row and one index key per token, as a main
+  // layer's (the MTP issue's draft graph fills them).
+  SmallVector<Attribute> entries;
+  for (int64_t l : layers)
+    entries.push_back(b.getDictionaryAttr({
+        b.getNamedAttr("layer", b.getI64IntegerAttr(l)),
+        b.getNamedAttr("latent",
+                       b.getI64IntegerAttr(cfg.kvLoraRank + cfg.qkRopeHeadDim)),
+        b.getNamedAttr(
+            "index_head_dim",
+            b.getI64IntegerAttr(cfg.indexNHeads > 0 ? cfg.indexHeadDim : 0)),
+        b.getNamedAttr("kpool", b.getI64IntegerAttr(cfg.indexKpool)),
+    }));
+  module->setAttr("glm.mtp", b.getArrayAttr(entries));
+}
+
 LogicalResult Importer::importWeights(ModuleOp module) {
   const int64_t E = cfg.numRoutedExperts, S = cfg.numSharedExperts;
+  FailureOr<std::set<int64_t>> mtp = mtpLayersToImport();
+  if (failed(mtp))
+    return failure();
+  recordMtp(module, *mtp);
   // layer → [(expert, projection)] of its expert weights.
   std::map<int64_t, std::vector<const WeightInfo *>> banks;
   for (const WeightInfo &w : pack.weights()) {
-    // Flash's vision tower and the MTP layers (index >= num_hidden_layers):
-    // not part of the decode step a plan runs (MTP is planned by its own
-    // issue).
-    if (w.name.rfind("model.visual.", 0) == 0 || w.layer >= cfg.numLayers)
+    // Flash's vision tower: not planned (a later issue). The MTP layers
+    // (index >= num_hidden_layers) the pack stores whole are weights of
+    // the plan that no op of the decode step reads (their draft graph is
+    // the MTP issue's).
+    if (w.name.rfind("model.visual.", 0) == 0 ||
+        (w.layer >= cfg.numLayers && !mtp->count(w.layer)))
       continue;
     bool isExpert = w.expert >= 0 || w.shared;
     if (!isExpert) {

@@ -2,11 +2,11 @@
 //
 // Four numbers per rank: weight bytes bound (Bindings.h), the KV cache
 // (latent cache of every layer, all heads need it, plus the index keys of
-// full indexer layers), the recurrent state of the KDA heads it owns
-// (GLM-5.3-Flash, per sequence) and one activation arena laid out by liveness over
-// the decode step (best fit, 256-byte aligned). Sparks freeze rather than
-// fail when memory runs out, so a rank over the budget refuses the compile
-// with a table of what needs how much.
+// full indexer layers; the MTP layers' too, glm.mtp), the recurrent state of
+// the KDA heads it owns (GLM-5.3-Flash, per sequence) and one activation arena
+// laid out by liveness over the decode step (best fit, 256-byte aligned).
+// Sparks freeze rather than fail when memory runs out, so a rank over the
+// budget refuses the compile with a table of what needs how much.
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/mlir/Bindings.h"
@@ -210,8 +210,24 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
       if (latent && layers.insert(layer).second)
         kvBytes += maxContext * latent * kvElemBytes;
     });
-    kvBytes += indexBytes;
+    // The MTP layers (glm.mtp): no op of the decode step, but their draft
+    // graph (the MTP issue) keeps a latent cache and index keys per
+    // sequence like a main layer's: planned now so the budget holds them.
+    uint64_t mtpKvBytes = 0;
+    if (auto mtp = module->getAttrOfType<ArrayAttr>("glm.mtp"))
+      for (Attribute a : mtp) {
+        auto d = cast<DictionaryAttr>(a);
+        auto get = [&](StringRef k) -> uint64_t {
+          auto v = d.getAs<IntegerAttr>(k);
+          return v && v.getInt() > 0 ? uint64_t(v.getInt()) : 0;
+        };
+        mtpKvBytes += maxContext * get("latent") * kvElemBytes +
+                      indexKeys(get("index_head_dim"),
+                                std::max<uint64_t>(get("kpool"), 1));
+      }
+    kvBytes += indexBytes + mtpKvBytes;
     kvBytes *= static_cast<uint64_t>(maxSequences); // one set per KV slot
+    mtpKvBytes *= static_cast<uint64_t>(maxSequences);
 
     const FailureOr<glmc::BindingTable> &table =
         getAnalysis<glmc::BindingAnalysis>().table;
@@ -292,13 +308,17 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
     // started before this pass keep running for glm-emit-plan.
     markAnalysesPreserved<glmc::BindingAnalysis, glmc::KernelBuilds>();
     module->setAttr("glm.memory", b.getArrayAttr(perRank));
-    module->setAttr("glm.kv", b.getDictionaryAttr({
+    SmallVector<NamedAttribute> kv = {
         b.getNamedAttr("max_context", b.getI64IntegerAttr(maxContext)),
         b.getNamedAttr("dtype", b.getStringAttr(kvDtype)),
         b.getNamedAttr("bytes", b.getI64IntegerAttr(kvBytes)),
         b.getNamedAttr("max_tokens", b.getI64IntegerAttr(maxTokens)),
         b.getNamedAttr("slots", b.getI64IntegerAttr(maxSequences)),
-    }));
+    };
+    if (mtpKvBytes) // of `bytes`: the MTP layers' caches
+      kv.push_back(
+          b.getNamedAttr("mtp_bytes", b.getI64IntegerAttr(mtpKvBytes)));
+    module->setAttr("glm.kv", b.getDictionaryAttr(kv));
   }
 };
 

@@ -191,11 +191,13 @@ void quantizeToExl3(const glm::rt::ModelConfig &cfg,
   // LM's tensors, the MTP layers the source ships (quantized like any
   // layer, at the layer's width: exllamav3's mtp_bits), then whatever else
   // the source ships (the vision tower), copied as they are.
+  // Index-only (no source): the MTP layers config.json names, as a
+  // release ships them, so full-size plans account their memory.
   std::vector<glm::rt::HfTensorSpec> specs = glm::rt::expectedHfTensors(cfg);
+  for (auto &s : glm::rt::expectedMtpTensors(cfg))
+    if (!source || source->find(s.name))
+      specs.push_back(std::move(s));
   if (source) {
-    for (auto &s : glm::rt::expectedMtpTensors(cfg))
-      if (source->find(s.name))
-        specs.push_back(std::move(s));
     std::set<std::string> known;
     for (const auto &s : specs)
       known.insert(s.name);

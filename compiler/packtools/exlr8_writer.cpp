@@ -965,7 +965,12 @@ void quantizeToExlr8(const glm::rt::ModelConfig &cfg,
       tensors.push_back(t);
     }
   } else {
-    for (const auto &s : glm::rt::expectedHfTensors(cfg)) {
+    // The causal LM and the MTP layers config.json names (a release ships
+    // them), so full-size plans account the MTP layer's memory.
+    std::vector<glm::rt::HfTensorSpec> specs = glm::rt::expectedHfTensors(cfg);
+    for (auto &s : glm::rt::expectedMtpTensors(cfg))
+      specs.push_back(std::move(s));
+    for (const auto &s : specs) {
       Tensor t;
       t.name = s.name;
       t.shape = s.shape;

@@ -24,8 +24,9 @@ TpLayout tpLayoutFromPlan(const ModelConfig &c, const plan::Plan &p) {
       if (!mlp || b.expert == -1 || b.layer < 0)
         continue;
       int64_t e = b.expert == -2 ? E : b.expert;
-      check(b.layer < c.numLayers && e >= 0 && e <= E, "plan binds layer ",
-            b.layer, " expert ", b.expert,
+      // Layers past num_hidden_layers are the MTP layers a plan binds.
+      check(b.layer < c.numLayers + c.numNextnPredictLayers && e >= 0 && e <= E,
+            "plan binds layer ", b.layer, " expert ", b.expert,
             ", which config.json does not have; re-plan for this pack");
       check(b.half < t.expertHalves, "plan binds layer ", b.layer,
             " expert ", b.expert, " half ", b.half, " but experts have ",
@@ -35,19 +36,21 @@ TpLayout tpLayoutFromPlan(const ModelConfig &c, const plan::Plan &p) {
   }
   for (const auto &[key, ranks] : seen) {
     auto [l, e, h] = key;
+    TpLayerLayout &layer = l < (int64_t)t.layers.size()
+                               ? t.layers[l]
+                               : t.mtpLayers.at(l - t.layers.size());
     if (h < 0) {
       // A whole tensor split over several ranks by byte ranges says nothing
       // about halves: keep the rule for it.
       if (ranks.size() == 1)
         for (int64_t hh = 0; hh < t.expertHalves; ++hh)
-          t.layers[l].expertHalfRank[e * t.expertHalves + hh] =
-              *ranks.begin();
+          layer.expertHalfRank[e * t.expertHalves + hh] = *ranks.begin();
       continue;
     }
     check(ranks.size() == 1, "plan binds layer ", l, " expert ", e,
           " half ", h, " to ", ranks.size(),
           " ranks; a half must live on one rank (re-plan)");
-    t.layers[l].expertHalfRank[e * t.expertHalves + h] = *ranks.begin();
+    layer.expertHalfRank[e * t.expertHalves + h] = *ranks.begin();
   }
   return t;
 }

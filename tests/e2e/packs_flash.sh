@@ -3,8 +3,9 @@
 # layout, verify (vision and MTP tensors noted, not errors), dequantize a KDA
 # projection against the hf source within each codec's error, run the
 # reference forward on each (hf greedy tokens the baseline, quantized layouts
-# finite logits), every layout through plans (the reference's tokens, the
-# SwiGLU clamp applied in the trellis experts), damage each layout and check the error names the file and
+# finite logits), every layout through plans at 1 and 2 ranks (the
+# reference's tokens, the SwiGLU clamp applied in the trellis experts, the
+# MTP layer bound and shown by glmc inspect), damage each layout and check the error names the file and
 # what to do, and the full-size index-only exlr8 pack.
 set -euo pipefail
 t="${GLM_TEST_TMP:?}"
@@ -78,13 +79,23 @@ done
 glm-engine run - --pack "$t/hf" --backend reference --tokens $TOK --max-new 6 --greedy \
   > "$t/hf2.out"
 cmp "$t/hf.out" "$t/hf2.out" || fail "hf greedy tokens differ between runs"
-# The hf pack through a plan (its MTP layer and vision tower stay out of the
-# plan): the same greedy tokens as the reference.
-glmc compile "$t/hf" --sparks 2 --no-nvrtc --prefill-chunks 0 -o "$t/hf.glmplan" 2> /dev/null
-glm-engine run "$t/hf.glmplan" --pack "$t/hf" --backend cpu --tokens $TOK --max-new 6 \
-  --greedy > "$t/hf-plan.out" 2> /dev/null
-[ "$(grep '^generated tokens' "$t/hf-plan.out")" = "$(grep '^generated tokens' "$t/hf.out")" ] \
-  || { cat "$t/hf-plan.out" "$t/hf.out"; fail "hf plan tokens differ from the reference"; }
+# The hf pack through plans (the vision tower stays out; the MTP layer is
+# bound and its caches sized, read by no decode graph): the same greedy
+# tokens as the reference, 1 and 2 ranks.
+for n in 1 2; do
+  glmc compile "$t/hf" --sparks $n --no-nvrtc --prefill-chunks 0 -o "$t/hf.glmplan" \
+    2> "$t/hf-compile.err" || { cat "$t/hf-compile.err"; fail "hf plan ($n ranks)"; }
+  grep -q "the MTP layer's weights and KV" "$t/hf-compile.err" \
+    || { cat "$t/hf-compile.err"; fail "hf compile ($n ranks) does not report the MTP layer"; }
+  glmc inspect "$t/hf.glmplan" > "$t/hf-inspect.txt"
+  grep -Eq "^  mtp +moe +0 .*\(layer 2, not read per decoded token\) weights" "$t/hf-inspect.txt" \
+    || { cat "$t/hf-inspect.txt"; fail "inspect shows no mtp row ($n ranks)"; }
+  glm-engine run "$t/hf.glmplan" --pack "$t/hf" --backend cpu --tokens $TOK --max-new 6 \
+    --greedy > "$t/hf-plan.out" 2> /dev/null
+  [ "$(grep '^generated tokens' "$t/hf-plan.out")" = "$(grep '^generated tokens' "$t/hf.out")" ] \
+    || { cat "$t/hf-plan.out" "$t/hf.out"; fail "hf plan ($n ranks) tokens differ from the reference"; }
+done
+grep "^  mtp" "$t/hf-inspect.txt"
 # The quantized layouts through plans (trellis experts with the SwiGLU clamp
 # in moe_trellis): the reference's greedy tokens, 1 and 2 ranks.
 for layout in exl3 exlr8; do
@@ -240,12 +251,18 @@ du -sh "$t/flash"
 # Full size through plans: the exlr8 K2 release on one H200-sized rank, and the
 # EXL3 mosaic (its quantization_config.json lists every tensor: ~35 MB) on one
 # Spark.
+# Both carry the MTP layer (index-only packs list it as a release ships it),
+# its weights and caches in the budget.
 glmc compile "$t/flash" --manifest k2 --sparks 1 --memory-per-spark 139 --no-nvrtc \
-  --prefill-chunks 0 -o "$t/flash-k2.glmplan" 2> /dev/null || fail "flash k2 plan"
+  --prefill-chunks 0 -o "$t/flash-k2.glmplan" 2> "$t/flash-k2.err" \
+  || { cat "$t/flash-k2.err"; fail "flash k2 plan"; }
+grep "rank 0:" "$t/flash-k2.err"
+grep -q "the MTP layer's weights and KV" "$t/flash-k2.err" || fail "flash k2 plan has no MTP layer"
 glmc synth --preset flash --layout exl3 --index-only -o "$t/mosaic" > /dev/null 2>&1
 [ "$(stat -c %s "$t/mosaic/quantization_config.json")" -gt $((16 << 20)) ] \
   || fail "the mosaic's quantization_config.json is not the large case"
 glmc compile "$t/mosaic" --sparks 1 --no-nvrtc --prefill-chunks 0 -o "$t/mosaic.glmplan" \
   2> "$t/mosaic.err" || { cat "$t/mosaic.err"; fail "mosaic plan"; }
 grep "rank 0:" "$t/mosaic.err"
+grep -q "the MTP layer's weights and KV" "$t/mosaic.err" || fail "mosaic plan has no MTP layer"
 echo "packs_flash: all checks passed"

@@ -1,6 +1,7 @@
 // RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=2},glm-select-width,glm-fuse,glm-plan-memory{max-context=1024 kv-dtype=bf16 max-tokens=8})' | FileCheck %s
 // RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=2},glm-select-width,glm-fuse,glm-plan-memory{max-context=1024 kv-dtype=fp8 max-tokens=8})' | FileCheck %s --check-prefix=FP8
 // RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=2},glm-select-width,glm-fuse,glm-plan-memory{max-context=1024 kv-dtype=bf16 max-tokens=8 max-sequences=3})' | FileCheck %s --check-prefix=SLOTS
+// RUN: sed 's/^module attributes {/module attributes {glm.mtp = [{layer = 2 : i64, latent = 80 : i64, index_head_dim = 32 : i64, kpool = 1 : i64}], /' %S/Inputs/model.mlir | glmc-opt -pass-pipeline='builtin.module(glm-shard-tp{ranks=2},glm-select-width,glm-fuse,glm-plan-memory{max-context=1024 kv-dtype=bf16 max-tokens=8})' | FileCheck %s --check-prefix=MTP
 // RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=2},glm-select-width,glm-fuse,glm-plan-memory{max-context=1048576 memory-per-spark=0.001})' 2>&1 | FileCheck %s --check-prefix=OVER
 // RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-plan-memory{kv-dtype=int8})' 2>&1 | FileCheck %s --check-prefix=DTYPE
 
@@ -14,6 +15,10 @@
 // FP8: glm.kv = {bytes = 196608 : i64, dtype = "fp8"
 // Three KV slots (sequences): three caches.
 // SLOTS: glm.kv = {bytes = 1179648 : i64, dtype = "bf16", max_context = 1024 : i64, max_tokens = 8 : i64, slots = 3 : i64}
+// An MTP layer (glm.mtp, from the import): its latent cache 1024 x 80 x 2
+// and index keys 1024 x 32 x 2 join the KV cache of every rank.
+// MTP: glm.kv = {bytes = 622592 : i64, dtype = "bf16", max_context = 1024 : i64, max_tokens = 8 : i64, mtp_bytes = 229376 : i64, slots = 1 : i64}
+// MTP-SAME: glm.memory = [{activations = {{[0-9]+}} : i64, kv = 622592 : i64, rank = 0 : i64
 
 // OVER: the plan does not fit 0.001 GiB per Spark; per rank (GiB):
 // OVER: rank   weights        KV  activations     total    budget

@@ -15,6 +15,7 @@
 #include "runtime/base/error.h"
 #include "runtime/formats/pack.h"
 #include "runtime/model/config.h"
+#include "runtime/model/hf_names.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
@@ -23,6 +24,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -164,7 +166,9 @@ void checkBindings(const Pack &pack, const glm::plan::Plan &plan) {
       }
     }
     bool expert = w.expert >= 0 || w.shared;
-    if (!expert && w.layer < pack.config()->numLayers)
+    // Decoder layers and the MTP layers (bound like a decoder layer's).
+    const glm::rt::ModelConfig &cfg = *pack.config();
+    if (!expert && w.layer < cfg.numLayers + cfg.numNextnPredictLayers)
       for (const glm::rt::ByteRange &x : w.ranges) {
         size_t bound = ranksOf[Range(x.file, x.offset, x.length)].size();
         EXPECT_EQ(bound, (size_t)n)
@@ -221,6 +225,159 @@ TEST(Compile, TinyExlr8BindsEveryRangeForAnyRankCount) {
       sum += r.bytesPerToken;
     EXPECT_EQ(sum, active);
     EXPECT_EQ(c.plan.model.activeWeightBytes, active);
+  }
+}
+
+namespace {
+
+/// The tiny exlr8 index-only pack without its MTP layer: config.json with
+/// `num_nextn_predict_layers` = 0 for the writer, then `keepInConfig` (the
+/// pack leaves out a layer its config names) or 0 written back.
+std::string exlr8PackWithoutMtp(int keepInConfig) {
+  fs::path dir = fs::temp_directory_path() /
+                 ("glmc-compile-test-nomtp" + std::to_string(keepInConfig) +
+                  "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  glmc::writeRandomHfModel("tiny", 1, dir.string(), /*indexOnly=*/true);
+  auto setNextn = [&](int n) {
+    fs::path p = dir / "config.json";
+    std::ifstream in(p);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const std::string key = "\"num_nextn_predict_layers\": ";
+    size_t at = text.find(key);
+    EXPECT_NE(at, std::string::npos);
+    text.replace(at + key.size(), 1, std::to_string(n));
+    std::ofstream(p) << text;
+  };
+  setNextn(0);
+  glm::rt::ModelConfig cfg = glm::rt::loadModelConfig(dir.string());
+  glmc::QuantizeOptions q;
+  q.indexOnly = true;
+  glmc::quantizeToExlr8(cfg, nullptr, dir.string(), q);
+  setNextn(keepInConfig);
+  return dir.string();
+}
+
+} // namespace
+
+/// The MTP layer (layer num_hidden_layers) is a weight set of the plan: its
+/// tensors bound with the pack's byte ranges (dense ones on every rank,
+/// expert halves by the rule), its latent cache and index keys planned as
+/// KV buffers, and nothing of it read per decoded token.
+TEST(Compile, TinyMtpLayerIsBoundAndPlannedButNotReadPerToken) {
+  const std::string dir = exlr8Pack("tiny");
+  glm::rt::PackOpenOptions po;
+  po.indexOnly = true;
+  po.width = 3;
+  auto pack = Pack::open(dir, po);
+  const glm::rt::ModelConfig &cfg = *pack->config();
+  ASSERT_EQ(cfg.numNextnPredictLayers, 1);
+  const int mtp = (int)cfg.numLayers;
+  // Every byte range of the MTP layer's tensors, from the pack.
+  std::set<Range> mtpRanges;
+  std::set<std::string> mtpDense;
+  for (const glm::rt::WeightInfo &w : pack->weights()) {
+    if (w.layer != mtp)
+      continue;
+    for (const glm::rt::ByteRange &x : w.ranges)
+      mtpRanges.insert({x.file, x.offset, x.length});
+    for (const glm::rt::TrellisPart &p : w.parts) {
+      mtpRanges.insert(
+          {p.trellisBytes.file, p.trellisBytes.offset, p.trellisBytes.length});
+      for (const glm::rt::ByteRange &x : p.sideBytes)
+        mtpRanges.insert({x.file, x.offset, x.length});
+    }
+    if (w.expert < 0 && !w.shared)
+      mtpDense.insert(w.name);
+  }
+  for (const glm::rt::HfTensorSpec &s : glm::rt::expectedMtpTensors(cfg))
+    if (s.expert < 0 && !s.shared)
+      EXPECT_TRUE(mtpDense.count(s.name)) << s.name << " is not in the pack";
+  ASSERT_FALSE(mtpRanges.empty());
+
+  const std::string bare = exlr8PackWithoutMtp(0);
+  const uint64_t active = activeBytes(*pack);
+  for (int n : {1, 2}) {
+    SCOPED_TRACE("ranks " + std::to_string(n));
+    Compiled c = compile(dir, n, 3), without = compile(bare, n, 3);
+    checkBindings(*pack, c.plan);
+    std::set<Range> bound;
+    for (const glm::plan::RankPlan &r : c.plan.ranks) {
+      const glm::plan::RankPlan &w = without.plan.ranks.at(r.rank);
+      std::set<std::string> dense;
+      uint64_t mtpKv = 0, mtpWeights = 0;
+      for (const glm::plan::WeightBinding &b : r.weights) {
+        if (b.layer != mtp)
+          continue;
+        Range x{b.file, b.offset, b.length};
+        EXPECT_TRUE(mtpRanges.count(x))
+            << b.tensor << " " << b.file << "@" << b.offset
+            << " is no byte range of an MTP tensor";
+        bound.insert(x);
+        mtpWeights += b.length;
+        if (b.expert == -1 && b.tag != glm::plan::WeightTag::SideVector)
+          dense.insert(b.tensor);
+      }
+      // Attention, indexer, router, norms, eh_proj on every rank.
+      EXPECT_EQ(dense, mtpDense);
+      std::set<std::string> caches;
+      for (const glm::plan::BufferDef &b : r.buffers)
+        if (b.kind == glm::plan::BufferKind::KvCache && b.layer == mtp) {
+          caches.insert(b.name);
+          mtpKv += b.bytes;
+        }
+      const std::string L = std::to_string(mtp);
+      EXPECT_EQ(caches, (std::set<std::string>{"kv." + L, "index_keys." + L}));
+      // fp32 rows: max_context x (kv_lora + rope), max_context x index dim.
+      EXPECT_EQ(mtpKv,
+                4096u * 4 * uint64_t(cfg.kvLoraRank + cfg.qkRopeHeadDim) +
+                    4096u * 4 * uint64_t(cfg.indexHeadDim));
+      // The memory plan holds them; the decode step reads none of them.
+      EXPECT_EQ(r.kvBytes, w.kvBytes + mtpKv);
+      EXPECT_GE(r.weightBytes, w.weightBytes + mtpWeights);
+      EXPECT_GE(r.arenaBytes, w.arenaBytes + mtpWeights + mtpKv);
+      EXPECT_EQ(r.bytesPerToken, w.bytesPerToken);
+      EXPECT_EQ(r.layers.size(), w.layers.size());
+      for (const glm::plan::GraphDef &g : r.graphs)
+        for (const glm::plan::OpDef &op : g.ops)
+          for (const glm::plan::ArgDef &a : op.args)
+            if (a.kind == glm::plan::ArgKind::Buffer && a.buffer >= 0)
+              EXPECT_NE(r.buffers.at(a.buffer).layer == mtp &&
+                            r.buffers.at(a.buffer).kind ==
+                                glm::plan::BufferKind::KvCache,
+                        true)
+                  << op.name << " reads an MTP cache";
+    }
+    // Every range of the layer bound somewhere (a trellis part's slice
+    // inside its bound tensor range).
+    for (const Range &x : mtpRanges)
+      EXPECT_TRUE(std::any_of(bound.begin(), bound.end(),
+                              [&](const Range &b) {
+                                return std::get<0>(b) == std::get<0>(x) &&
+                                       std::get<1>(b) <= std::get<1>(x) &&
+                                       std::get<1>(x) + std::get<2>(x) <=
+                                           std::get<1>(b) + std::get<2>(b);
+                              }))
+          << std::get<0>(x) << "@" << std::get<1>(x) << " is not bound";
+    EXPECT_EQ(c.plan.model.activeWeightBytes, active);
+    EXPECT_EQ(c.plan.model.activeWeightBytes,
+              without.plan.model.activeWeightBytes);
+  }
+}
+
+/// A config that names an MTP layer the pack leaves out: a plan without
+/// one (glmc verify's rule), not an error.
+TEST(Compile, PackWithoutItsMtpLayerPlansNone) {
+  const std::string dir = exlr8PackWithoutMtp(1), bare = exlr8PackWithoutMtp(0);
+  Compiled c = compile(dir, 2, 3), without = compile(bare, 2, 3);
+  for (const glm::plan::RankPlan &r : c.plan.ranks) {
+    for (const glm::plan::WeightBinding &b : r.weights)
+      EXPECT_LT(b.layer, 2) << b.tensor;
+    const glm::plan::RankPlan &w = without.plan.ranks.at(r.rank);
+    EXPECT_EQ(r.weightBytes, w.weightBytes);
+    EXPECT_EQ(r.kvBytes, w.kvBytes);
+    EXPECT_EQ(r.bytesPerToken, w.bytesPerToken);
   }
 }
 

@@ -1073,8 +1073,8 @@ double relError(const std::vector<float> &a, const std::vector<float> &b) {
 }
 
 /// The tiny preset shrunk further (2 routed experts + shared, one dense and
-/// one MoE layer) but with hidden 256, so su_block/sv_block have 2 blocks;
-/// random BF16 weights whose hidden blocks differ in scale.
+/// one MoE layer, and the MTP layer) but with hidden 256, so su_block/sv_block
+/// have 2 blocks; random BF16 weights whose hidden blocks differ in scale.
 void writeSmallHfModel(const std::string &dir) {
   nlohmann::json j = nlohmann::json::parse(glmc::presetConfigJson("tiny"));
   j["hidden_size"] = 256;
@@ -1088,7 +1088,12 @@ void writeSmallHfModel(const std::string &dir) {
   ModelConfig cfg = parseModelConfig(text, "test config");
   SafetensorsWriter w;
   Rng rng(99);
-  for (const HfTensorSpec &t : expectedHfTensors(cfg)) {
+  // The causal LM and its MTP layer, as a release ships them (what an
+  // index-only pack of this config lists).
+  std::vector<HfTensorSpec> specs = expectedHfTensors(cfg);
+  for (HfTensorSpec &t : expectedMtpTensors(cfg))
+    specs.push_back(std::move(t));
+  for (const HfTensorSpec &t : specs) {
     int64_t n = 1;
     for (int64_t d : t.shape)
       n *= d;
