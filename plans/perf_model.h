@@ -11,7 +11,7 @@
 // instructions come from the kernel's SASS for the target's arch
 // (sass_profile.h): every instruction once per warp, plus the streaming
 // loop's body once per iteration, iterations = bytes / (the loop's load
-// bytes per thread x 32). Figures of each target: targetTable() in
+// bytes per thread x 32), at least one per warp. Figures of each target: targetTable() in
 // perf_model.cpp, each with its source.
 //
 //===----------------------------------------------------------------------===//

@@ -129,7 +129,8 @@ grep -E "^ +$kname " "$T/measured.txt"
 # full-size plan's decode step timed from its SASS for sm_121 / sm_90 (the
 # kernel cache above already holds their CUBINs), per-pipe warp
 # instructions, a bound, and a modelled step that the collectives and the
-# context enter; GB10 (220 GB/s, 48 SMs) is slower than the H200.
+# context enter; the GB10 step is at least the rank's bytes at 220 GB/s and
+# slower than the H200's.
 for t in gb10 h200; do
   glmc inspect "$T/glm53.4.plan" --rank 0 --target $t --context 4096 --format json > "$T/model-$t.json"
 done
@@ -154,7 +155,10 @@ moe = [k for k in ks if k["template"] == "moe_trellis"]
 assert moe and all(k["warp_instructions"].get("logic", 0) > 0 for k in moe), moe
 sg, sh, sl = (x["summary"] for x in (g, h, long))
 assert sg["modelled"][0]["collectives"] > 0, sg["modelled"]
-assert sg["modelled_step_us"] > 3 * sh["modelled_step_us"], (sg["modelled_step_us"], sh["modelled_step_us"])
+# The GB10 streams the rank's bytes at 220 GB/s at best; the H200 is faster.
+floor = sg["max_rank_bytes_per_token"] / (g["target"]["bandwidth_gbps"] * 1e3)
+assert sg["modelled_step_us"] >= floor, (sg["modelled_step_us"], floor)
+assert sg["modelled_step_us"] > 1.5 * sh["modelled_step_us"], (sg["modelled_step_us"], sh["modelled_step_us"])
 assert sl["modelled_step_us"] > sg["modelled_step_us"], "context reads do not enter the model"
 print(f"model: GLM-5.3 on 4 ranks, rank 0: {len(ks)} kernels from SASS; modelled step "
       f"gb10 {sg['modelled_step_us']:.0f} us ({sg['modelled_tok_per_s']:.1f} tok/s), "

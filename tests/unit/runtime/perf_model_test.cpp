@@ -141,6 +141,22 @@ TEST(PerfModel, FewBlocksUseFewSmsAndSchedulers) {
   EXPECT_EQ(p.bound, "launch"); // 1 us of issue, 4.5 us of launch
 }
 
+// A kernel of activations only (no plan bytes) still runs its loop once a
+// warp: the loop counts as often as there are warps, not zero times.
+TEST(PerfModel, ALoopRunsAtLeastOnceAWarp) {
+  SassKernel k;
+  k.loopLoadBytes = 16;
+  k.hot[size_t(Pipe::Fp32)] = 40;
+  k.all = k.hot;
+  k.all[size_t(Pipe::Control)] = 5;
+  LaunchDims d;
+  d.gridX = 10;
+  d.blockX = 128; // 40 warps
+  LaunchPrediction p = predictLaunch(*findTarget("h200"), &k, d, 0);
+  EXPECT_DOUBLE_EQ(p.warpInstr[size_t(Pipe::Fp32)], 40 * 40);
+  EXPECT_DOUBLE_EQ(p.warpInstr[size_t(Pipe::Control)], 40 * 5);
+}
+
 TEST(PerfModel, FloatToIntIsEightTimesSlowerOnSm12x) {
   SassKernel k;
   k.all[size_t(Pipe::F2i)] = 100;
