@@ -11,8 +11,6 @@
 //===----------------------------------------------------------------------===//
 #include "plan_test_util.h"
 #include "runtime/base/error.h"
-#include "runtime/exec/cpu_backend.h"
-#include "runtime/exec/plan_executor.h"
 #include "runtime/formats/pack.h"
 
 #include <gtest/gtest.h>
@@ -23,26 +21,12 @@
 namespace fs = std::filesystem;
 using namespace glm::rt;
 using plan_test::compilePlan;
+using plan_test::cpuExecutor;
 using plan_test::tinyPack;
 
 namespace {
 
 const char *kGoldens = GLM_TEST_DATA_DIR "/../oracle/goldens";
-
-std::unique_ptr<exec::PlanExecutor>
-executor(std::shared_ptr<glm::plan::Plan> plan, const std::string &dir) {
-  std::vector<uint32_t> ranks;
-  std::vector<std::unique_ptr<exec::Backend>> backends;
-  for (uint32_t r = 0; r < plan->numRanks; ++r) {
-    ranks.push_back(r);
-    backends.push_back(exec::makeCpuBackend(*plan));
-  }
-  auto e = std::make_unique<exec::PlanExecutor>(
-      plan, dir, std::move(ranks), std::move(backends),
-      exec::inProcessCollectives());
-  e->load();
-  return e;
-}
 
 /// Sequences a (slot 0) and b (slot 1, `lead` tokens ahead) decoded alone,
 /// then together in batch-B steps whose other rows are fillers in slots
@@ -58,14 +42,14 @@ void checkBatchInvariant(const std::string &dir, const std::string &manifest,
   const size_t lead = b.size() - a.size();
   auto plan = compilePlan(dir, ranks, manifest, {1, int64_t(B)}, "", {0},
                           int64_t(B));
-  auto alone = executor(plan, dir);
+  auto alone = cpuExecutor(plan, dir);
   std::vector<std::vector<float>> wantA, wantB;
   for (size_t i = 0; i < a.size(); ++i)
     wantA.push_back(alone->step({a[i]}, {int32_t(i)}, {0}));
   for (size_t i = 0; i < b.size(); ++i)
     wantB.push_back(alone->step({b[i]}, {int32_t(i)}, {1}));
 
-  auto together = executor(plan, dir);
+  auto together = cpuExecutor(plan, dir);
   for (size_t i = 0; i < lead; ++i)
     together->step({b[i]}, {int32_t(i)}, {1});
   for (size_t i = 0; i < a.size(); ++i) {

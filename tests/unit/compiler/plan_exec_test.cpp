@@ -43,30 +43,12 @@
 namespace fs = std::filesystem;
 using namespace glm::rt;
 using plan_test::compilePlan;
+using plan_test::cpuExecutor;
 using plan_test::tinyPack;
 
 namespace {
 
 const char *kGoldens = GLM_TEST_DATA_DIR "/../oracle/goldens";
-
-/// The plan executor over every rank of `plan`, CPU backends.
-std::unique_ptr<exec::PlanExecutor>
-cpuExecutor(std::shared_ptr<glm::plan::Plan> plan, const std::string &dir,
-            uint64_t randomSeed = 0) {
-  std::vector<uint32_t> ranks;
-  std::vector<std::unique_ptr<exec::Backend>> backends;
-  for (uint32_t r = 0; r < plan->numRanks; ++r) {
-    ranks.push_back(r);
-    backends.push_back(exec::makeCpuBackend(*plan));
-  }
-  auto e = std::make_unique<exec::PlanExecutor>(
-      plan, dir, std::move(ranks), std::move(backends),
-      exec::inProcessCollectives());
-  if (randomSeed)
-    e->useRandomWeights(randomSeed);
-  e->load();
-  return e;
-}
 
 std::vector<int64_t> readI64(const SafetensorsFile &f, const std::string &n) {
   const TensorView &t = f.get(n);

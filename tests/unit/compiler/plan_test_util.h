@@ -2,7 +2,8 @@
 //
 // The compiled plans the plan-executor tests run (plan_exec_test.cpp) and
 // check (launch_bounds_test.cpp): a pack through the whole pipeline, no
-// NVRTC, and the tiny random packs of the three layouts, made once.
+// NVRTC, the tiny random packs of the three layouts, made once, and the
+// executor over every rank of a plan on CPU backends.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -12,6 +13,8 @@
 #include "compiler/packtools/packtools.h"
 #include "plans/plan.h"
 #include "runtime/base/error.h"
+#include "runtime/exec/cpu_backend.h"
+#include "runtime/exec/plan_executor.h"
 #include "runtime/formats/pack.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -93,6 +96,27 @@ inline std::string tinyPack(const std::string &layout) {
   else
     glmc::quantizeToExlr8(*src->config(), src.get(), dir.string(), q);
   return made[layout] = dir.string();
+}
+
+/// The plan executor over every rank of `plan`, CPU backends, loaded
+/// (random weights when `randomSeed` is not 0).
+inline std::unique_ptr<glm::rt::exec::PlanExecutor>
+cpuExecutor(std::shared_ptr<glm::plan::Plan> plan, const std::string &dir,
+            uint64_t randomSeed = 0) {
+  namespace exec = glm::rt::exec;
+  std::vector<uint32_t> ranks;
+  std::vector<std::unique_ptr<exec::Backend>> backends;
+  for (uint32_t r = 0; r < plan->numRanks; ++r) {
+    ranks.push_back(r);
+    backends.push_back(exec::makeCpuBackend(*plan));
+  }
+  auto e = std::make_unique<exec::PlanExecutor>(
+      plan, dir, std::move(ranks), std::move(backends),
+      exec::inProcessCollectives());
+  if (randomSeed)
+    e->useRandomWeights(randomSeed);
+  e->load();
+  return e;
 }
 
 } // namespace plan_test
