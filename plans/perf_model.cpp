@@ -78,8 +78,13 @@ std::vector<Target> makeTable() {
   g.warpsPerSm = 48;
   g.launchUs = kH200LaunchUs; // as the H200 until measured on a Spark
   g.graphLaunchUs = kH200GraphLaunchUs;
-  // NCCL all-reduce over the Sparks' RoCE: 30-35 us for 8-32 KB (users).
+  // NCCL all-reduce over the Sparks' RoCE, two Sparks (users' reports in
+  // dgx-spark-playbooks): 8 KB 30-35 us, 16 KB ~31, 32 KB 37-40, 64 KB
+  // 65-68; large messages at a bus bandwidth of ~19-24 GB/s. No public
+  // small-message figures for four Sparks: the same curve.
   g.collectiveUs = 30;
+  g.allReduceCurve = {{8192, 32}, {16384, 31}, {32768, 38.5}, {65536, 66.5}};
+  g.busGBps = 20;
   t.push_back(g);
   return t;
 }
@@ -138,6 +143,23 @@ std::string targetNames() {
   for (const Target &t : targetTable())
     s += (s.empty() ? "" : " | ") + t.name;
   return s;
+}
+
+double allReduceUs(const Target &t, uint64_t bytes) {
+  const auto &c = t.allReduceCurve;
+  if (c.empty())
+    return t.collectiveUs;
+  if (bytes <= c.front().first)
+    return c.front().second;
+  for (size_t i = 1; i < c.size(); ++i)
+    if (bytes <= c[i].first) {
+      const double f = double(bytes - c[i - 1].first) /
+                       double(c[i].first - c[i - 1].first);
+      return c[i - 1].second + f * (c[i].second - c[i - 1].second);
+    }
+  return c.back().second +
+         (t.busGBps > 0 ? double(bytes - c.back().first) / (t.busGBps * 1e3)
+                        : 0.0);
 }
 
 LaunchPrediction predictLaunch(const Target &t, const SassKernel *sass,

@@ -44,7 +44,14 @@ struct Target {
   double launchUs = 0;
   double graphLaunchUs = 0;
   double collectiveUs = 0;   // per all-reduce of a decode step (<= 32 KB)
+  /// All-reduce time by message size (bytes, us), ascending; between points
+  /// linear, past the last at busGBps. Empty: collectiveUs for any size.
+  std::vector<std::pair<uint64_t, double>> allReduceCurve;
+  double busGBps = 0;
 };
+
+/// One all-reduce of `bytes` on `t` (its curve, else collectiveUs).
+double allReduceUs(const Target &t, uint64_t bytes);
 
 /// The targets glmc models, and one by name (nullptr when unknown).
 const std::vector<Target> &targetTable();

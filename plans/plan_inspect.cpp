@@ -379,7 +379,7 @@ std::string kernelTable(const Plan &plan, const RankPlan &r,
   os << "    step: " << fixed(step.stepUs, 1) << " us = kernels "
      << fixed(step.kernelUs, 1) << " us (" << step.launches << " launches, "
      << step.contextBytes << " context bytes) + " << step.collectives
-     << " collectives x " << fixed(opt.collectiveUs, 1) << " us\n";
+     << " collectives, " << fixed(step.collectiveUs, 1) << " us\n";
   if (opt.target) {
     // Warp instructions of the step by pipe (the SASS counts the model
     // scaled), and the kernels it could not count or that do not fit.
@@ -553,9 +553,21 @@ StepCost stepCost(const Plan &plan, const RankPlan &r,
   }
   if (plan.numRanks > 1)
     for (const OpDef &op : g->ops)
-      if (op.collective >= 0 && layerSelected(opt, op.layer))
+      if (op.collective >= 0 && layerSelected(opt, op.layer)) {
         ++s.collectives;
-  s.collectiveUs = s.collectives * opt.collectiveUs;
+        // With a target, by message size: the graph's rows of the
+        // collective's elements.
+        const CollectiveDef *cd =
+            size_t(op.collective) < r.collectives.size()
+                ? &r.collectives[op.collective]
+                : nullptr;
+        s.collectiveUs +=
+            opt.target && cd
+                ? allReduceUs(*opt.target,
+                              cd->elements * dtypeBytes(cd->dtype) *
+                                  std::max<uint32_t>(g->size, 1))
+                : opt.collectiveUs;
+      }
   s.stepUs = s.kernelUs + s.collectiveUs;
   return s;
 }
@@ -683,8 +695,9 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
        << fixed(worst.stepUs, 1) << " us: kernels " << fixed(worst.kernelUs, 1)
        << " us incl. " << human(worst.contextBytes) << " of KV / index-key "
        << "reads and " << worst.launches << " launches x "
-       << fixed(opt.launchUs, 1) << " us, " << worst.collectives
-       << " collectives x " << fixed(opt.collectiveUs, 1)
+       << fixed(opt.target ? opt.target->graphLaunchUs : opt.launchUs, 1)
+       << " us, " << worst.collectives
+       << " collectives " << fixed(worst.collectiveUs, 1)
        << " us; --context, --launch-us, --collective-us)\n";
   return os.str();
 }

@@ -166,8 +166,10 @@ int runInspect(const InspectArgs &a) {
           0.0, target.graphLaunchUs - (target.launchUs - a.launchUs));
       target.launchUs = a.launchUs;
     }
-    if (a.collectiveGiven)
+    if (a.collectiveGiven) { // one figure for every message size
       target.collectiveUs = a.collectiveUs;
+      target.allReduceCurve.clear();
+    }
     opt.target = &target;
     opt.bandwidthGBps = target.bandwidthGBps;
     opt.launchUs = target.launchUs;

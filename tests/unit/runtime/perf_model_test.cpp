@@ -205,3 +205,15 @@ TEST(PerfModel, RealFamilyThroughNvrtcAndNvdisasm) {
     EXPECT_GE(at(s.hot, Pipe::Memory), s.loopLoadBytes / 16.0);
   }
 }
+
+// All-reduce over the Sparks by message size: users' points, linear between
+// them, the bus bandwidth past the last; one figure on the H200.
+TEST(PerfModel, AllReduceTimeFollowsMessageSize) {
+  const Target &g = *findTarget("gb10");
+  EXPECT_DOUBLE_EQ(allReduceUs(g, 1024), 32);
+  EXPECT_DOUBLE_EQ(allReduceUs(g, 16384), 31);
+  EXPECT_DOUBLE_EQ(allReduceUs(g, 24576), 31 + 0.5 * (38.5 - 31));
+  EXPECT_DOUBLE_EQ(allReduceUs(g, 65536 + 20000), 66.5 + 20000 / 20e3);
+  const Target &h = *findTarget("h200");
+  EXPECT_DOUBLE_EQ(allReduceUs(h, 1 << 20), h.collectiveUs);
+}
