@@ -88,3 +88,61 @@ TEST(BatchInvariance, FlashRowsAreTheBitsOfBatchOne) {
   checkBatchInvariant(dir, "", 1, 4);
   checkBatchInvariant(dir, "", 2, 2);
 }
+
+namespace {
+
+/// A verify step's shape (drafting): one sequence's next B tokens as B rows
+/// of one slot at consecutive positions, each row attending to the rows
+/// before it in the same step. Every row must be the bits of the plain
+/// batch-1 step at its position, so drafting's output equals plain
+/// decoding by construction.
+void checkVerifyRowsAreSequentialSteps(const std::string &dir,
+                                       const std::string &manifest,
+                                       int ranks, uint32_t B) {
+  SCOPED_TRACE(dir + ", " + std::to_string(ranks) + " rank(s), " +
+               std::to_string(B) + " rows of one slot");
+  auto pack = Pack::open(dir);
+  const int64_t V = pack->config()->vocabSize;
+  const std::vector<int32_t> seq = {1, 5, 9, 2, 7, 3, 11, 4, 8, 6};
+  auto plan = compilePlan(dir, ranks, manifest, {1, int64_t(B)}, "", {0}, 1);
+  auto plain = cpuExecutor(plan, dir);
+  std::vector<std::vector<float>> want;
+  for (size_t i = 0; i < seq.size(); ++i)
+    want.push_back(plain->step({seq[i]}, {int32_t(i)}, {0}));
+  auto verify = cpuExecutor(plan, dir);
+  const size_t lead = 2;
+  for (size_t i = 0; i < lead; ++i)
+    verify->step({seq[i]}, {int32_t(i)}, {0});
+  for (size_t at = lead; at + B <= seq.size(); at += B) {
+    std::vector<int32_t> toks, pos, slots;
+    for (uint32_t r = 0; r < B; ++r) {
+      toks.push_back(seq[at + r]);
+      pos.push_back(int32_t(at + r));
+      slots.push_back(0);
+    }
+    const std::vector<float> rows = verify->step(toks, pos, slots);
+    ASSERT_EQ(rows.size(), size_t(B) * size_t(V));
+    for (uint32_t r = 0; r < B; ++r)
+      EXPECT_EQ(0, std::memcmp(rows.data() + r * V, want[at + r].data(),
+                               V * 4))
+          << "position " << at + r << " (row " << r
+          << "): differs from the plain step";
+  }
+}
+
+} // namespace
+
+TEST(VerifyRows, GoldenDsaRowsOfOneSlotAreThePlainSteps) {
+  const std::string dir = (fs::path(kGoldens) / "glm_dsa_a").string();
+  checkVerifyRowsAreSequentialSteps(dir, "", 1, 4);
+  checkVerifyRowsAreSequentialSteps(dir, "", 2, 2);
+}
+
+TEST(VerifyRows, TrellisExpertRowsOfOneSlotAreThePlainSteps) {
+  checkVerifyRowsAreSequentialSteps(tinyPack("exlr8"), "mixed", 1, 4);
+}
+
+TEST(VerifyRows, FlashRowsOfOneSlotAreThePlainSteps) {
+  const std::string dir = (fs::path(kGoldens) / "glm_flash_a").string();
+  checkVerifyRowsAreSequentialSteps(dir, "", 1, 4);
+}
