@@ -1108,6 +1108,19 @@ std::string layerGraphSvg(const Plan &plan, const GraphDef &g,
   return os.str();
 }
 
+/// escapeHtml, with a line break allowed after each '_': a kernel name
+/// (glm_dense_trellis_k4_mcg_e4m3_b1_p2_m4_sumfixed_out_t128) wraps at its
+/// parameters instead of widening its table past the window.
+std::string breakableHtml(const std::string &s) {
+  std::string o;
+  for (char c : escapeHtml(s)) {
+    o += c;
+    if (c == '_')
+      o += "<wbr>";
+  }
+  return o;
+}
+
 /// A strip of the layers' modelled time (width by share, colour by kind),
 /// then each layer collapsible: its ops with their modelled time, a bar of
 /// their share of the layer, and the ops they read from.
@@ -1165,8 +1178,8 @@ std::string layerCostsHtml(const Plan &plan, const RankPlan &r,
         from += (from.empty() ? "" : ", ") + g->ops[f].name;
       os << "<tr><td>" << row.index << "</td><td>" << escapeHtml(op.name)
          << "</td><td>"
-         << escapeHtml(op.kernel >= 0 ? plan.kernels[op.kernel].name
-                                      : opKindName(op.kind))
+         << breakableHtml(op.kernel >= 0 ? plan.kernels[op.kernel].name
+                                         : opKindName(op.kind))
          << "</td><td class=num>" << human(op.bytesRead)
          << "</td><td class=num>"
          << (row.cost.context ? human(row.cost.context) : std::string("-"))
@@ -1227,8 +1240,12 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
         "table{border-collapse:collapse;margin:1em 0}\n"
         "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px;"
         "text-align:left}\nth{background:#eef}\n"
-        "td.num{text-align:right;font-variant-numeric:tabular-nums}\n"
-        "h2{margin-top:1.5em}\n.graph svg{max-width:100%;height:auto}\n"
+        "td.num{text-align:right;font-variant-numeric:tabular-nums;"
+        "white-space:nowrap}\n"
+        // The whole graph at its own size (shrunk to the window its labels
+        // were unreadable), scrolled in a box of the window's size.
+        "h2{margin-top:1.5em}\n"
+        ".graph{overflow:auto;max-height:85vh;border:1px solid #ccc}\n"
         ".strip{display:flex;height:28px;border:1px solid #999;margin:.5em 0}\n"
         ".strip div{overflow:hidden;font-size:10px;color:#fff;"
         "border-right:1px solid #fff;white-space:nowrap}\n"
@@ -1247,24 +1264,48 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
       c != plan.compileOptions.end())
     os << "<p>Compiled by <code>" << escapeHtml(c->second) << "</code></p>\n";
   const InspectSummary s = summarize(plan, bw);
+  // As the text summary: the modelled step (kernels incl. context reads and
+  // launches, collectives) of every layer on each rank, the slowest bounding
+  // the step; weight reads alone only as a floor.
+  InspectOptions whole = opt;
+  whole.layer = INT_MIN;
+  std::vector<StepCost> steps;
+  size_t worst = 0;
+  for (const RankPlan &r : plan.ranks) {
+    steps.push_back(stepCost(plan, r, whole));
+    if (steps.back().stepUs > steps[worst].stepUs)
+      worst = steps.size() - 1;
+  }
   os << "<h2>Summary</h2>\n<table><tr><th>rank</th><th>bytes/token</th>"
-        "<th>predicted us</th></tr>\n";
+        "<th>weight reads us</th><th>modelled step us</th></tr>\n";
   for (size_t i = 0; i < s.bytesPerTokenPerRank.size(); ++i)
     os << "<tr><td>" << i << "</td><td class=num>" << s.bytesPerTokenPerRank[i]
        << "</td><td class=num>" << fixed(usAt(s.bytesPerTokenPerRank[i], bw), 1)
+       << "</td><td class=num>"
+       << (i < steps.size() ? fixed(steps[i].stepUs, 1) : std::string("-"))
        << "</td></tr>\n";
-  os << "</table>\n<p>Total " << s.bytesPerTokenTotal
-     << " bytes/token; predicted decode <b>" << fixed(s.predictedTokPerS, 1)
-     << " tok/s</b> on " << plan.numRanks << " Spark(s) (step "
-     << fixed(s.predictedStepUs, 1) << " us, bound by rank " << s.slowestRank
-     << ").</p>\n";
+  os << "</table>\n<p>Total " << s.bytesPerTokenTotal << " bytes/token.";
+  if (!steps.empty() && steps[worst].stepUs > 0) {
+    const StepCost &w = steps[worst];
+    os << " Modelled " << escapeHtml(w.graph) << " at context " << w.context
+       << ": <b>" << fixed(1e6 / w.stepUs, 1) << " tok/s</b> on "
+       << plan.numRanks << " Spark(s) (step " << fixed(w.stepUs, 1)
+       << " us, bound by rank " << worst << ": kernels "
+       << fixed(w.kernelUs, 1) << " us incl. " << human(w.contextBytes)
+       << " of KV / index-key reads and " << w.launches << " launches, "
+       << w.collectives << " collectives " << fixed(w.collectiveUs, 1)
+       << " us).";
+  }
+  os << " Weight reads alone: " << fixed(s.predictedTokPerS, 1)
+     << " tok/s (step " << fixed(s.predictedStepUs, 1)
+     << " us), before launches and collectives.</p>\n";
   os << rankDifferencesHtml(plan, opt);
   for (const RankPlan *r : selectedRanks(plan, opt)) {
     os << "<h2>Rank " << r->rank << "</h2>\n<p>Memory: weights "
        << human(r->weightBytes) << ", activation buffers "
        << human(r->activationBytes) << " (sum; they share space), kv cache " << human(r->kvBytes) << ", arena " << human(r->arenaBytes)
        << ".</p>\n<table><tr><th>layer</th><th>kind</th><th>bytes/token</th>"
-          "<th>predicted us</th><th>fused kernels</th></tr>\n";
+          "<th>weight reads us</th><th>fused kernels</th></tr>\n";
     for (const LayerSummary &l : r->layers) {
       if (!layerSelected(opt, l.layer))
         continue;
