@@ -23,7 +23,7 @@ namespace glm::plan {
 /// Schema version of plans this build writes. A reader accepts any minor of
 /// its own major (minor versions only append fields).
 constexpr uint32_t kPlanSchemaMajor = 1;
-constexpr uint32_t kPlanSchemaMinor = 5; // 1.1: decoded_weights, repeat,
+constexpr uint32_t kPlanSchemaMinor = 6; // 1.1: decoded_weights, repeat,
                                           // rows_per_launch, row_bytes;
                                           // 1.2: decode graphs list the
                                           // CUDA executor's codegen
@@ -32,7 +32,8 @@ constexpr uint32_t kPlanSchemaMinor = 5; // 1.1: decoded_weights, repeat,
                                           // GEMVs); 1.3: checksum trailer;
                                           // 1.4: Load graphs, buffer init
                                           // bytes and relocations;
-                                          // 1.5: programmatic_launch
+                                          // 1.5: programmatic_launch;
+                                          // 1.6: Draft graphs (MTP)
 /// Kernel-argument and buffer conventions between the plan's kernels and the
 /// runtime; bump when a template's parameter list or meaning changes.
 constexpr uint32_t kRuntimeAbi = 1;
@@ -71,7 +72,7 @@ enum class Projection : uint8_t {
   None, Gate, Up, Down, QA, QB, KvA, KvB, O, IndexerQB, IndexerK,
   IndexerWeights, Router, Embed, LmHead
 };
-enum class GraphKind : uint8_t { Decode, Prefill, Load };
+enum class GraphKind : uint8_t { Decode, Prefill, Load, Draft };
 enum class OpKind : uint16_t {
   Embed, RmsNorm, Rope, Hadamard, DenseGemv, ExpertGemv, Router,
   MlaAttention, IndexerTopk, AllReduce, AllGather, LmHead, Argmax, Copy, Add,

@@ -189,6 +189,9 @@ RankPlan rank(const fbs::RankPlanDef *r) {
   }
   if (r->graphs())
     for (const fbs::GraphDef *g : *r->graphs()) {
+      // A graph kind of a later minor is one this runtime never runs.
+      if (uint8_t(g->kind()) > uint8_t(GraphKind::Draft))
+        continue;
       GraphDef d;
       d.kind = GraphKind(g->kind());
       d.size = g->size();

@@ -29,6 +29,7 @@ static_assert(int(WeightTag::Other) == int(fbs::WeightTag::Other));
 static_assert(int(Projection::LmHead) == int(fbs::Projection::LmHead));
 static_assert(int(GraphKind::Prefill) == int(fbs::GraphKind::Prefill));
 static_assert(int(GraphKind::Load) == int(fbs::GraphKind::Load));
+static_assert(int(GraphKind::Draft) == int(fbs::GraphKind::Draft));
 static_assert(int(OpKind::Other) == int(fbs::OpKind::Other));
 static_assert(int(OpKind::ExpertGemv) == int(fbs::OpKind::ExpertGemv));
 static_assert(int(DType::U8) == int(fbs::DType::U8));
@@ -64,7 +65,7 @@ const char *projectionName(Projection p) {
   return nameOf(n, unsigned(p));
 }
 const char *graphKindName(GraphKind k) {
-  static const char *const n[] = {"decode", "prefill", "load"};
+  static const char *const n[] = {"decode", "prefill", "load", "draft"};
   return nameOf(n, unsigned(k));
 }
 std::string graphName(const GraphDef &g) {

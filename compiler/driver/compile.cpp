@@ -64,6 +64,7 @@ struct CompileArgs {
   bool timing = false;
   std::string decodeBatches = "1,2,4,8";
   int64_t kvSlots = 1;
+  std::string draft = "none";
   std::string prefillChunks = "512,2048";
   bool allowContextBeyondModel = false;
   bool maxContextGiven = false; // --max-context on the command line
@@ -278,6 +279,7 @@ static int runCompile(const CompileArgs &a) {
   ImportOptions io;
   io.manifest = a.manifest;
   io.width = a.width;
+  io.draft = a.draft == "mtp";
   std::unique_ptr<glm::rt::Pack> pack;
   io.keepPack = &pack;
   // --timing: wall time per pass (and the import) on stderr.
@@ -512,6 +514,13 @@ void addCompileCommand(CLI::App &app, int &rc,
                   "memory grows with it; the rows of a decode batch name "
                   "their slots")
       ->capture_default_str();
+  cmd->add_option("--draft", args->draft,
+                  "mtp: also compile the MTP draft graph (the pack's "
+                  "nextn layer drafts a token per row for glm-engine run/"
+                  "serve --draft mtp; the verify step is a decode batch); "
+                  "none: no draft graph")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "mtp"}));
   cmd->add_option("--decode-batches", args->decodeBatches,
                   "decode graph buckets: batch sizes 1..8, comma-separated "
                   "(kernels are instantiated per batch; a step of a batch "

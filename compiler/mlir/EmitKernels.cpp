@@ -605,9 +605,19 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     }
     out.push_back({"route",
                    {{"threads", str((r.getExperts() + 31) / 32 * 32)}}});
-  } else if (isa<SampleOp>(op)) {
+  } else if (isa<SampleOp, DraftBeginOp>(op)) {
     // Sampling is the host's: it reads the logits the graph leaves in
-    // io.logits (glm-engine's sampler).
+    // io.logits (glm-engine's sampler). draft_begin only marks a graph.
+  } else if (isa<GatherRowsOp>(op)) {
+    // Hidden rows by index: embed_tokens over an fp32 table.
+    out.push_back({"embed_tokens", {{"threads", "256"}}});
+  } else if (isa<MtpInputOp>(op)) {
+    // enorm into the first half of each row, hnorm into the second.
+    out.push_back({"rms_norm_rows", {{"threads", "1024"}}});
+    out.push_back({"rms_norm_rows", {{"threads", "1024"}}});
+  } else if (isa<CarryRowsOp>(op)) {
+    // A copy: sum_parts of one part (0 + x = x).
+    out.push_back({"sum_parts", {{"threads", "256"}}});
   }
   return out;
 }

@@ -121,6 +121,10 @@ static int32_t layerOf(Operation *op) {
 struct Bucket {
   bool prefill = false;
   int64_t size = 1; // decode: sequences; prefill: tokens
+  /// The MTP draft graph of `size` rows (the ops after glm.draft_begin),
+  /// launching the kernels of decode bucket `kernels`.
+  bool draft = false;
+  size_t kernels = 0; // index into glm.bucket_kernels
 };
 
 /// The module's buckets; a module without glm-emit-kernels has decode 1.
@@ -129,10 +133,19 @@ static std::vector<Bucket> bucketsOf(ModuleOp module) {
   if (auto list = module->getAttrOfType<ArrayAttr>("glm.buckets"))
     for (Attribute a : list) {
       auto d = cast<DictionaryAttr>(a);
-      out.push_back({strAttr(d, "kind") == "prefill", intAttr(d, "size", 1)});
+      out.push_back({strAttr(d, "kind") == "prefill", intAttr(d, "size", 1),
+                     false, out.size()});
     }
   if (out.empty())
-    out.push_back({false, 1});
+    out.push_back({false, 1, false, 0});
+  // A module with glm.draft_begin drafts as many rows as a decode bucket
+  // runs sequences, with that bucket's kernels.
+  bool drafting = false;
+  module.walk([&](DraftBeginOp) { drafting = true; });
+  if (drafting)
+    for (size_t i = 0, n = out.size(); i < n; ++i)
+      if (!out[i].prefill)
+        out.push_back({false, out[i].size, true, out[i].kernels});
   return out;
 }
 
@@ -943,6 +956,36 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
          i32Arg(g.in, "in"),
          i32Arg(g.outRows, "out")};
     grid(ceilDiv(g.outRows, 8), R, 1, 256);
+    return true;
+  }
+  if (f == "embed_tokens" && isa<GatherRowsOp>(op)) {
+    // The hidden rows (fp32, dt 0) by row index.
+    const int64_t hidden = hiddenOf(op.getResult(0));
+    a = {in(op, 0, "table"), i32Arg(0, "dt"), runtimeArg("null"),
+         in(op, 1, "tok"), out(op, 0, "x"), i32Arg(hidden, "d")};
+    grid(ceilDiv(hidden, 256), R, 1, 256);
+    return true;
+  }
+  if (f == "rms_norm_rows" && isa<MtpInputOp>(op)) {
+    // Launch 0: enorm of the embedded rows into the first half of each
+    // output row; launch 1: hnorm of the hidden rows into the second.
+    auto m = cast<MtpInputOp>(op);
+    const int64_t n = hiddenOf(m.getEmbedded());
+    const int64_t K = ceilDiv(n, 1024);
+    a = {in(op, unsigned(launch), "x"),
+         weight(launch ? m.getHnorm() : m.getEnorm(), "w"),
+         out(op, 0, "y", launch ? uint64_t(n) * 4 : 0), i32Arg(n, "n"),
+         f64Arg(m.getEps().convertToDouble(), "eps"), i32Arg(n, "xs"),
+         i32Arg(2 * n, "ys")};
+    grid(K > 8 ? 1 : K, R, 1, 1024);
+    return true;
+  }
+  if (f == "sum_parts" && isa<CarryRowsOp>(op)) {
+    // A copy of the draft's rows over the hidden rows (0 + x = x).
+    const int64_t n = int64_t(R) * hiddenOf(op.getResult(0));
+    a = {in(op, 1, "parts"), i32Arg(1, "np"), i32Arg(n, "n"),
+         out(op, 0, "out")};
+    grid(ceilDiv(n, 256), 1, 1, 256);
     return true;
   }
   if (f == "embed_tokens") {
@@ -2096,13 +2139,25 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
            const llvm::DenseMap<Operation *, int32_t> &layers,
            RankState &st, size_t bucketIndex, int64_t rank) {
   gp::GraphDef graph;
-  graph.kind = bk.prefill ? gp::GraphKind::Prefill : gp::GraphKind::Decode;
+  graph.kind = bk.draft     ? gp::GraphKind::Draft
+               : bk.prefill ? gp::GraphKind::Prefill
+                            : gp::GraphKind::Decode;
   graph.size = uint32_t(bk.size);
+  bucketIndex = bk.kernels;
   ArgBuilder args(module, symbols, st, rank,
                   plan.numRanks ? plan.numRanks : 1, plan.model.layout);
   std::set<std::string> charged; // symbols whose bytes an op already read
   st.fixedSum.clear(); // this graph's fixed-point producers only
+  bool inDraft = false; // after glm.draft_begin: the draft graph's ops
   for (Operation &op : body) {
+    if (isa<DraftBeginOp>(op)) {
+      if (!bk.draft)
+        break;
+      inDraft = true;
+      continue;
+    }
+    if (bk.draft && !inDraft)
+      continue;
     // Sampling is the host's (it reads io.logits): nothing to launch.
     if (isa<func::ReturnOp, SampleOp>(op))
       continue;
@@ -2575,6 +2630,9 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                            {"layout", m.layout},
                            {"manifest", m.manifest},
                            {"kv_slots", std::to_string(intAttr(kv, "slots", 1))}};
+    bool drafting = false;
+    step.walk([&](DraftBeginOp) { drafting = true; });
+    plan.compileOptions["draft"] = drafting ? "mtp" : "none";
     {
       // The launch tunings in effect (given or the defaults).
       const glmc::Tunings t = glmc::tuningsOf(module);
@@ -2719,9 +2777,12 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         top += kb.bytes;
         rp.buffers.push_back(kb);
       };
+      std::set<int64_t> kvPlanned; // layers whose caches the walk made
       step.walk([&](Operation *op) {
         const int64_t layer = layerOf(op);
         const std::string L = std::to_string(layer);
+        if (isa<AttentionDecodeOp, IndexerTopkOp>(op))
+          kvPlanned.insert(layer);
         if (auto a = dyn_cast<AttentionDecodeOp>(op)) {
           kvBuffer("kv." + L, layer,
                    uint64_t(m.maxContext) * (a.getKvLora() + a.getQkRope()));
@@ -2749,13 +2810,15 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         }
       });
       // The MTP layers' caches (glm.mtp): a main MLA layer's, named by
-      // their layer; no decode graph names them (the MTP issue's draft
-      // graph will).
+      // their layer; made by the walk above when the draft graph's ops
+      // are in the step, else here (a plan without --draft keeps them).
       if (auto mtp = module->getAttrOfType<ArrayAttr>("glm.mtp"))
         for (Attribute a : mtp) {
           auto d = cast<DictionaryAttr>(a);
           const int64_t layer = intAttr(d, "layer"), P = intAttr(d, "kpool", 1),
                         hd = intAttr(d, "index_head_dim");
+          if (kvPlanned.count(layer))
+            continue;
           const std::string L = std::to_string(layer);
           kvBuffer("kv." + L, layer,
                    uint64_t(m.maxContext) * uint64_t(intAttr(d, "latent")));
@@ -2835,16 +2898,25 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         st.ioTokens = bufferOf.lookup(body.getArgument(0));
         rp.buffers[st.ioTokens].name = "io.tokens";
       }
+      // With a draft graph: each draft row's hidden row in the last step.
+      if (body.getNumArguments() > 1)
+        rp.buffers[bufferOf.lookup(body.getArgument(1))].name =
+            "io.draft_rows";
       st.ioPositions = ioRows("io.positions");
       st.ioSlots = ioRows("io.slots");
       // The logits the step leaves for the host's sampler.
-      step.walk([&](SampleOp sop) {
-        if (bufferOf.count(sop.getLogits())) {
+      // The draft graph's sample (after glm.draft_begin) leaves its
+      // logits in io.draft_logits.
+      bool afterDraft = false;
+      for (Operation &op : body) {
+        afterDraft |= isa<DraftBeginOp>(op);
+        auto sop = dyn_cast<SampleOp>(op);
+        if (sop && bufferOf.count(sop.getLogits())) {
           gp::BufferDef &lb = rp.buffers[bufferOf.lookup(sop.getLogits())];
-          lb.name = "io.logits";
+          lb.name = afterDraft ? "io.draft_logits" : "io.logits";
           lb.kind = gp::BufferKind::Io;
         }
-      });
+      }
       for (auto [i, bd] : llvm::enumerate(rp.buffers))
         if (bd.kind == gp::BufferKind::KvCache) {
           if (bd.name.rfind("kv.", 0) == 0)

@@ -97,9 +97,10 @@ static Type trellisType(MLIRContext &ctx, const ::glm::rt::TrellisPart &p,
 
 class Importer {
 public:
-  Importer(MLIRContext &ctx, const Pack &pack, std::string manifest)
+  Importer(MLIRContext &ctx, const Pack &pack, std::string manifest,
+           bool draft)
       : ctx(ctx), pack(pack), cfg(*pack.config()), b(&ctx),
-        manifestName(std::move(manifest)) {}
+        manifestName(std::move(manifest)), draft(draft) {}
 
   OwningOpRef<ModuleOp> run();
 
@@ -145,6 +146,8 @@ private:
   const ::glm::rt::ModelConfig &cfg;
   OpBuilder b;
   std::string manifestName;
+  bool draft = false;     // build the MTP draft graph (glmc compile --draft)
+  int64_t draftLayer = -1; // its MTP layer, once imported
   llvm::StringMap<int64_t> files, roles;
   std::vector<std::string> fileOrder, roleOrder;
   std::set<std::string> weightNames;
@@ -312,6 +315,14 @@ LogicalResult Importer::importWeights(ModuleOp module) {
   if (failed(mtp))
     return failure();
   recordMtp(module, *mtp);
+  if (draft) {
+    if (mtp->empty())
+      return emitError(configLoc(ctx, pack, "num_nextn_predict_layers"))
+             << "--draft mtp needs an MTP layer, and the pack stores none "
+             << "(num_nextn_predict_layers = " << cfg.numNextnPredictLayers
+             << ")";
+    draftLayer = *mtp->begin(); // the first: one draft token per run
+  }
   // layer → [(expert, projection)] of its expert weights.
   std::map<int64_t, std::vector<const WeightInfo *>> banks;
   for (const WeightInfo &w : pack.weights()) {
@@ -382,8 +393,13 @@ LogicalResult Importer::buildStep(ModuleOp module) {
   };
   auto i64 = [&](int64_t v) { return b.getI64IntegerAttr(v); };
   auto tokensType = RankedTensorType::get({ShapedType::kDynamic}, i32);
-  auto fn = b.create<func::FuncOp>(
-      loc, "decode_step", b.getFunctionType({tokensType}, {tokensType}));
+  // With a draft graph the step takes a second row vector: the hidden row
+  // each draft row starts from (io.draft_rows).
+  SmallVector<Type> args = {tokensType};
+  if (draftLayer >= 0)
+    args.push_back(tokensType);
+  auto fn = b.create<func::FuncOp>(loc, "decode_step",
+                                   b.getFunctionType(args, {tokensType}));
   Block *entry = fn.addEntryBlock();
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(entry);
@@ -442,6 +458,96 @@ LogicalResult Importer::buildStep(ModuleOp module) {
               : Value(b.create<AddOp>(loc, x, y));
   };
 
+  // MLA with its DSA indexer on h: a full indexer scores (and becomes the
+  // selection later shared layers reuse), a shared one reuses `selection`.
+  auto mla = [&](int64_t l, const std::string &a, Value h, bool fullIndexer,
+                 Value &selection) -> FailureOr<Value> {
+    auto selType = act(ShapedType::kDynamic, i32);
+    auto lAttr = i64(l), hAttr = i64(cfg.indexNHeads),
+         dAttr = i64(cfg.indexHeadDim), rAttr = i64(cfg.qkRopeHeadDim),
+         kAttr = i64(cfg.indexTopk);
+    if (fullIndexer) {
+      auto ws = cfg.indexKpool > 1
+                    ? weights(a + "indexer.",
+                              {"wq_b.weight", "wk.weight", "k_norm.weight",
+                               "k_norm.bias", "weights_proj.weight",
+                               "index_kpool_compress_gate",
+                               "index_kpool_compress_ape"},
+                              "index_kpool")
+                    : weights(a + "indexer.",
+                              {"wq_b.weight", "wk.weight", "k_norm.weight",
+                               "k_norm.bias", "weights_proj.weight"},
+                              "indexer_types");
+      if (failed(ws))
+        return failure();
+      selection = b.create<DsaIndexerOp>(
+          loc, selType, IndexerKindAttr::get(&ctx, IndexerKind::Full), h,
+          lAttr, hAttr, dAttr, rAttr, kAttr, *ws, i64(cfg.indexKpool));
+    } else {
+      if (!selection)
+        return emitError(configLoc(ctx, pack, "indexer_types"))
+               << "layer " << l << " is a shared indexer layer with no "
+               << "full layer before it";
+      selection = b.create<DsaIndexerOp>(
+          loc, selType, IndexerKindAttr::get(&ctx, IndexerKind::Shared),
+          selection, lAttr, hAttr, dAttr, rAttr, kAttr, b.getArrayAttr({}),
+          i64(cfg.indexKpool));
+    }
+    SmallVector<FlatSymbolRefAttr> mw;
+    for (const char *n : {"q_a_proj.weight", "q_a_layernorm.weight",
+                          "q_b_proj.weight", "kv_a_proj_with_mqa.weight",
+                          "kv_a_layernorm.weight", "kv_b_proj.weight",
+                          "o_proj.weight"}) {
+      auto w = weight(a + n, "q_lora_rank");
+      if (failed(w))
+        return failure();
+      mw.push_back(*w);
+    }
+    return Value(b.create<MlaOp>(
+        loc, act(d, f32), h, selection, i64(l), i64(cfg.numHeads),
+        i64(cfg.qLoraRank), i64(cfg.kvLoraRank), i64(cfg.qkNopeHeadDim),
+        i64(cfg.qkRopeHeadDim), i64(cfg.vHeadDim),
+        b.getF64FloatAttr(cfg.ropeTheta), eps, mw[0], mw[1], mw[2], mw[3],
+        mw[4], mw[5], mw[6], ShardAttr()));
+  };
+  // The feed-forward of layer l (prefix p) on h: MoE or dense MLP.
+  auto ffn = [&](int64_t l, const std::string &p, Value h,
+                 bool moe) -> FailureOr<Value> {
+    if (moe) {
+      auto gate = weight(p + "mlp.gate.weight", "n_routed_experts");
+      auto bias =
+          weight(p + "mlp.gate.e_score_correction_bias", "n_routed_experts");
+      if (failed(gate) || failed(bias))
+        return failure();
+      if (!bankOfLayer.count(l))
+        return emitError(configLoc(ctx, pack, "mlp_layer_types"))
+               << "layer " << l << " is a MoE layer but the pack has no "
+               << "experts for it";
+      int64_t k = cfg.numExpertsPerTok;
+      auto router = b.create<RouterOp>(
+          loc, TypeRange{act(k, i32), act(k, f32)}, h, *gate, *bias,
+          i64(cfg.numRoutedExperts), i64(k),
+          b.getF64FloatAttr(cfg.routedScalingFactor),
+          b.getBoolAttr(cfg.normTopkProb));
+      return Value(b.create<MoeOp>(
+          loc, act(d, f32), h, router.getIndices(), router.getWeights(),
+          FlatSymbolRefAttr::get(&ctx, bankOfLayer[l]), i64(l), ShardAttr(),
+          swigluLimit));
+    } else {
+      SmallVector<FlatSymbolRefAttr> fw;
+      for (const char *n :
+           {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+        auto w = weight(p + n, "first_k_dense_replace");
+        if (failed(w))
+          return failure();
+        fw.push_back(*w);
+      }
+      return Value(b.create<MlpOp>(loc, act(d, f32), h, i64(l),
+                               i64(cfg.intermediateSize), fw[0], fw[1], fw[2],
+                               ShardAttr(), swigluLimit));
+    }
+  };
+
   Value selection;
   for (int64_t l = 0; l < cfg.numLayers; ++l) {
     std::string p = root + "layers." + std::to_string(l) + ".";
@@ -469,96 +575,20 @@ LogicalResult Importer::buildStep(ModuleOp module) {
                                   : FloatAttr(),
           eps, *ws, ShardAttr());
     } else {
-      // DSA indexer: full layers score, shared ones reuse the last selection.
-      auto selType = act(ShapedType::kDynamic, i32);
-      auto attrs = std::make_tuple(i64(l), i64(cfg.indexNHeads),
-                                   i64(cfg.indexHeadDim),
-                                   i64(cfg.qkRopeHeadDim), i64(cfg.indexTopk));
-      auto [lAttr, hAttr, dAttr, rAttr, kAttr] = attrs;
-      if (cfg.isFullIndexerLayer(l)) {
-        auto ws = cfg.indexKpool > 1
-                      ? weights(a + "indexer.",
-                                {"wq_b.weight", "wk.weight", "k_norm.weight",
-                                 "k_norm.bias", "weights_proj.weight",
-                                 "index_kpool_compress_gate",
-                                 "index_kpool_compress_ape"},
-                                "index_kpool")
-                      : weights(a + "indexer.",
-                                {"wq_b.weight", "wk.weight", "k_norm.weight",
-                                 "k_norm.bias", "weights_proj.weight"},
-                                "indexer_types");
-        if (failed(ws))
-          return failure();
-        selection = b.create<DsaIndexerOp>(
-            loc, selType, IndexerKindAttr::get(&ctx, IndexerKind::Full), *h,
-            lAttr, hAttr, dAttr, rAttr, kAttr, *ws, i64(cfg.indexKpool));
-      } else {
-        if (!selection)
-          return emitError(configLoc(ctx, pack, "indexer_types"))
-                 << "layer " << l << " is a shared indexer layer with no "
-                 << "full layer before it";
-        selection = b.create<DsaIndexerOp>(
-            loc, selType, IndexerKindAttr::get(&ctx, IndexerKind::Shared),
-            selection, lAttr, hAttr, dAttr, rAttr, kAttr, b.getArrayAttr({}),
-            i64(cfg.indexKpool));
-      }
-      SmallVector<FlatSymbolRefAttr> mw;
-      for (const char *n : {"q_a_proj.weight", "q_a_layernorm.weight",
-                            "q_b_proj.weight", "kv_a_proj_with_mqa.weight",
-                            "kv_a_layernorm.weight", "kv_b_proj.weight",
-                            "o_proj.weight"}) {
-        auto w = weight(a + n, "q_lora_rank");
-        if (failed(w))
-          return failure();
-        mw.push_back(*w);
-      }
-      att = b.create<MlaOp>(
-          loc, act(d, f32), *h, selection, i64(l), i64(cfg.numHeads),
-          i64(cfg.qLoraRank), i64(cfg.kvLoraRank), i64(cfg.qkNopeHeadDim),
-          i64(cfg.qkRopeHeadDim), i64(cfg.vHeadDim),
-          b.getF64FloatAttr(cfg.ropeTheta), eps, mw[0], mw[1], mw[2], mw[3],
-          mw[4], mw[5], mw[6], ShardAttr());
+      auto a2 = mla(l, a, *h, cfg.isFullIndexerLayer(l), selection);
+      if (failed(a2))
+        return failure();
+      att = *a2;
     }
     writeBack(att, mix, l);
 
     h = sublayerInput(p, "ffn", "post_attention_layernorm.weight", mix);
     if (failed(h))
       return failure();
-    Value mlpOut;
-    if (cfg.isMoeLayer(l)) {
-      auto gate = weight(p + "mlp.gate.weight", "n_routed_experts");
-      auto bias =
-          weight(p + "mlp.gate.e_score_correction_bias", "n_routed_experts");
-      if (failed(gate) || failed(bias))
-        return failure();
-      if (!bankOfLayer.count(l))
-        return emitError(configLoc(ctx, pack, "mlp_layer_types"))
-               << "layer " << l << " is a MoE layer but the pack has no "
-               << "experts for it";
-      int64_t k = cfg.numExpertsPerTok;
-      auto router = b.create<RouterOp>(
-          loc, TypeRange{act(k, i32), act(k, f32)}, *h, *gate, *bias,
-          i64(cfg.numRoutedExperts), i64(k),
-          b.getF64FloatAttr(cfg.routedScalingFactor),
-          b.getBoolAttr(cfg.normTopkProb));
-      mlpOut = b.create<MoeOp>(
-          loc, act(d, f32), *h, router.getIndices(), router.getWeights(),
-          FlatSymbolRefAttr::get(&ctx, bankOfLayer[l]), i64(l), ShardAttr(),
-          swigluLimit);
-    } else {
-      SmallVector<FlatSymbolRefAttr> fw;
-      for (const char *n :
-           {"mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
-        auto w = weight(p + n, "first_k_dense_replace");
-        if (failed(w))
-          return failure();
-        fw.push_back(*w);
-      }
-      mlpOut = b.create<MlpOp>(loc, act(d, f32), *h, i64(l),
-                               i64(cfg.intermediateSize), fw[0], fw[1], fw[2],
-                               ShardAttr(), swigluLimit);
-    }
-    writeBack(mlpOut, mix, l);
+    auto mlpOut = ffn(l, p, *h, cfg.isMoeLayer(l));
+    if (failed(mlpOut))
+      return failure();
+    writeBack(*mlpOut, mix, l);
   }
   if (S > 0) // the unweighted mean of the streams
     x = b.create<HcHeadOp>(loc, act(d, f32), x, i64(S));
@@ -574,6 +604,66 @@ LogicalResult Importer::buildStep(ModuleOp module) {
   Value next = b.create<SampleOp>(loc, tokensType, logits,
                                   b.getDenseI64ArrayAttr(cfg.eosTokenIds),
                                   b.getF64FloatAttr(1.0), b.getF64FloatAttr(1.0));
+  if (draftLayer >= 0) {
+    // The MTP draft graph (glm.draft_begin): row b drafts from the step's
+    // hidden row rows[b] (the step's second argument) and its token t+1
+    // (the step's tokens): x = eh_proj [enorm(embed(t+1)); hnorm(h_t)], one
+    // plain pre-norm decoder layer (MLA with its own full indexer, MoE; no
+    // mHC, also on Flash), shared_head.norm, the LM head. Its output row
+    // replaces the hidden row (glm.carry_rows) so a further draft token
+    // starts from it (the CPU reference's CpuForward::mtpStep).
+    const int64_t l = draftLayer;
+    const std::string p = root + "layers." + std::to_string(l) + ".";
+    b.create<DraftBeginOp>(loc, i64(l));
+    Value h = b.create<GatherRowsOp>(loc, x.getType(), x, entry->getArgument(1));
+    const std::string ownEmbed = p + "embed_tokens.weight";
+    auto embed = weightNames.count(ownEmbed) ? weight(ownEmbed, "vocab_size")
+                                             : embedW;
+    auto enorm = weight(p + "enorm.weight", "num_nextn_predict_layers"),
+         hnorm = weight(p + "hnorm.weight", "num_nextn_predict_layers"),
+         ehProj = weight(p + "eh_proj.weight", "num_nextn_predict_layers"),
+         inNorm = weight(p + "input_layernorm.weight", "num_nextn_predict_layers"),
+         postNorm = weight(p + "post_attention_layernorm.weight",
+                           "num_nextn_predict_layers"),
+         headNorm = weight(p + "shared_head.norm.weight",
+                           "num_nextn_predict_layers");
+    if (failed(embed) || failed(enorm) || failed(hnorm) || failed(ehProj) ||
+        failed(inNorm) || failed(postNorm) || failed(headNorm))
+      return failure();
+    Value e = b.create<EmbedOp>(loc, act(d, f32), entry->getArgument(0), *embed);
+    Value cat = b.create<MtpInputOp>(loc, act(2 * d, f32), e, h, *enorm,
+                                     *hnorm, eps);
+    auto ehW = SymbolTable::lookupSymbolIn(module, ehProj->getAttr());
+    Value y = b.create<DenseGemvOp>(
+        loc, act(d, f32), cat, *ehProj,
+        TypeAttr::get(cast<WeightOp>(ehW).getType()), i64(d),
+        i64(2 * d), b.getBoolAttr(true), ShardAttr());
+    Value sel;
+    Value hin = b.create<RmsNormOp>(loc, y, *inNorm, eps);
+    auto att = mla(l, p + "self_attn.", hin, /*fullIndexer=*/true, sel);
+    if (failed(att))
+      return failure();
+    y = b.create<AddOp>(loc, y, *att);
+    hin = b.create<RmsNormOp>(loc, y, *postNorm, eps);
+    auto mlp = ffn(l, p, hin, /*moe=*/true);
+    if (failed(mlp))
+      return failure();
+    y = b.create<AddOp>(loc, y, *mlp);
+    const std::string ownHead = p + "shared_head.head.weight";
+    auto dhead = weightNames.count(ownHead)
+                     ? weight(ownHead, "num_nextn_predict_layers")
+                     : head;
+    if (failed(dhead))
+      return failure();
+    Value dn = b.create<RmsNormOp>(loc, y, *headNorm, eps);
+    Value dl = b.create<LmHeadOp>(loc, act(cfg.vocabSize, f32), dn, *dhead,
+                                  ShardAttr());
+    b.create<SampleOp>(loc, tokensType, dl,
+                       b.getDenseI64ArrayAttr(cfg.eosTokenIds),
+                       b.getF64FloatAttr(1.0), b.getF64FloatAttr(1.0));
+    // Last: the hidden rows are read by gather_rows above until here.
+    b.create<CarryRowsOp>(loc, x.getType(), x, y);
+  }
   b.create<func::ReturnOp>(loc, next);
   (void)module;
   return success();
@@ -634,7 +724,8 @@ OwningOpRef<ModuleOp> Importer::run() {
 } // namespace
 
 OwningOpRef<ModuleOp> importModel(MLIRContext &ctx, const Pack &pack,
-                                  const std::string &manifestName) {
+                                  const std::string &manifestName,
+                                  bool draft) {
   ctx.getOrLoadDialect<GlmDialect>();
   ctx.getOrLoadDialect<func::FuncDialect>();
   if (!pack.config()) {
@@ -644,7 +735,7 @@ OwningOpRef<ModuleOp> importModel(MLIRContext &ctx, const Pack &pack,
            "geometry: copy the model's config.json into the pack";
     return nullptr;
   }
-  return Importer(ctx, pack, manifestName).run();
+  return Importer(ctx, pack, manifestName, draft).run();
 }
 
 OwningOpRef<ModuleOp> importPack(MLIRContext &ctx, const std::string &dir,
@@ -670,7 +761,8 @@ OwningOpRef<ModuleOp> importPack(MLIRContext &ctx, const std::string &dir,
                    << "` and the --manifest name or path";
     return nullptr;
   }
-  OwningOpRef<ModuleOp> module = importModel(ctx, *pack, opt.manifest);
+  OwningOpRef<ModuleOp> module =
+      importModel(ctx, *pack, opt.manifest, opt.draft);
   if (opt.keepPack)
     *opt.keepPack = std::move(pack);
   return module;

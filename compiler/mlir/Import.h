@@ -24,6 +24,9 @@ namespace glmc {
 struct ImportOptions {
   std::string manifest; // exlr8 manifest name or path ("" = the pack's only)
   int width = 0;        // exlr8: one width for every half (0 = manifest)
+  /// Also build the MTP draft graph (glmc compile --draft mtp): the ops
+  /// after glm.draft_begin in the step; an error without an MTP layer.
+  bool draft = false;
   /// When set, the opened pack is handed here instead of freed: a
   /// full-size index is ~10^6 small allocations, ~0.5 s to free, which
   /// `glmc compile` does on another thread while the passes run.
@@ -40,7 +43,8 @@ mlir::OwningOpRef<mlir::ModuleOp> importPack(mlir::MLIRContext &ctx,
 /// Imports an open pack; `manifestName` is recorded in the module.
 mlir::OwningOpRef<mlir::ModuleOp> importModel(mlir::MLIRContext &ctx,
                                               const glm::rt::Pack &pack,
-                                              const std::string &manifestName);
+                                              const std::string &manifestName,
+                                              bool draft = false);
 
 } // namespace glmc
 

@@ -121,8 +121,9 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
       // input's last use.
       // So does the vocabulary all-gather: each rank wrote its slice of
       // the full-width rows in place (glm-emit-plan).
+      // So does glm.carry_rows: the draft's rows over the hidden rows.
       const bool inPlace =
-          isa<AllReduceOp>(op) ||
+          isa<AllReduceOp, CarryRowsOp>(op) ||
           (isa<AllGatherOp>(op) &&
            op.getOperand(0).getType() == op.getResult(0).getType());
       if (inPlace && lastUse.lookup(op.getOperand(0)) == &op &&
@@ -192,7 +193,13 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
         return maxContext * hd * kvElemBytes;
       return (maxContext / pool + 2 * pool) * hd * kvElemBytes;
     };
-    std::set<int64_t> layers;
+    // The MTP layers' caches are counted from glm.mtp below, whether or
+    // not the module has their draft graph's ops.
+    std::set<int64_t> layers, mtpLayers;
+    if (auto mtp = module->getAttrOfType<ArrayAttr>("glm.mtp"))
+      for (Attribute a : mtp)
+        if (auto l = cast<DictionaryAttr>(a).getAs<IntegerAttr>("layer"))
+          mtpLayers.insert(l.getInt());
     module.walk([&](Operation *op) {
       int64_t latent = 0, layer = -1;
       if (auto m = dyn_cast<MlaOp>(op)) {
@@ -202,11 +209,14 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
         latent = a.getKvLora() + a.getQkRope();
         layer = a.getLayer();
       } else if (auto ix = dyn_cast<DsaIndexerOp>(op)) {
-        if (ix.getKind() == IndexerKind::Full)
+        if (ix.getKind() == IndexerKind::Full && !mtpLayers.count(ix.getLayer()))
           indexBytes += indexKeys(ix.getHeadDim(), ix.getKpool());
       } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
-        indexBytes += indexKeys(ix.getHeadDim(), ix.getKpool());
+        if (!mtpLayers.count(ix.getLayer()))
+          indexBytes += indexKeys(ix.getHeadDim(), ix.getKpool());
       }
+      if (mtpLayers.count(layer))
+        return;
       if (latent && layers.insert(layer).second)
         kvBytes += maxContext * latent * kvElemBytes;
     });

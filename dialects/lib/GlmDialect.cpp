@@ -672,6 +672,33 @@ LogicalResult KdaDecodeOp::verify() {
   return verifyShard(*this, getShard(), {ShardKind::Heads}, H);
 }
 
+LogicalResult GatherRowsOp::verify() {
+  if (getTable().getType() != getResult().getType())
+    return emitOpError() << "result must have the table's type";
+  return success();
+}
+
+LogicalResult MtpInputOp::verify() {
+  auto e = cast<RankedTensorType>(getEmbedded().getType());
+  if (getHidden().getType() != e)
+    return emitOpError() << "embedded and hidden rows must share one type";
+  const int64_t d = e.getShape().back();
+  const int64_t out = cast<RankedTensorType>(getResult().getType()).getShape().back();
+  if (!ShapedType::isDynamic(d) && !ShapedType::isDynamic(out) && out != 2 * d)
+    return emitOpError() << "result must have twice the input's columns ("
+                         << 2 * d << "), got " << out;
+  if (getEps().convertToDouble() <= 0)
+    return emitOpError() << "eps must be positive";
+  return success();
+}
+
+LogicalResult CarryRowsOp::verify() {
+  if (getDest().getType() != getSrc().getType() ||
+      getResult().getType() != getDest().getType())
+    return emitOpError() << "dest, src and result must share one type";
+  return success();
+}
+
 LogicalResult AddRmsNormOp::verify() {
   Type t = getInput().getType();
   if (getResidual().getType() != t || getSum().getType() != t ||

@@ -528,10 +528,14 @@ std::vector<uint8_t> PlanExecutor::readBuffer(size_t local, uint32_t buffer) {
 }
 
 std::vector<const gp::GraphDef *>
-PlanExecutor::decodeGraphs(uint32_t rows) const {
+PlanExecutor::graphsOf(gp::GraphKind kind, uint32_t rows) const {
   std::vector<const gp::GraphDef *> graphs;
   for (auto &st : ranks_) {
-    const gp::GraphDef *g = st->graph(gp::GraphKind::Decode, rows);
+    const gp::GraphDef *g = st->graph(kind, rows);
+    if (kind == gp::GraphKind::Draft)
+      check(g != nullptr, "the plan has no MTP draft graph of ", rows,
+            " row(s) (rank ", st->rp->rank, "); re-plan with glmc compile "
+            "--draft mtp (and --decode-batches including ", rows, ")");
     check(g != nullptr, "the plan has no decode graph of batch ", rows,
           " (rank ", st->rp->rank, "); re-plan with --decode-batches "
           "including ", rows);
@@ -546,12 +550,16 @@ bool PlanExecutor::canCapture() const {
 
 void PlanExecutor::runDecode(uint32_t rows, bool graph) {
   check(loaded_, "plan executor: a step before load()");
-  const std::vector<const gp::GraphDef *> graphs = decodeGraphs(rows);
+  runCaptured(decodeGraphs(rows), rows, rows, graph);
+}
+
+void PlanExecutor::runCaptured(const std::vector<const gp::GraphDef *> &graphs,
+                               uint32_t rows, uint32_t key, bool graph) {
   if (!graph || !canCapture()) {
     runGraph(graphs.data(), rows);
     return;
   }
-  if (std::find(captured_.begin(), captured_.end(), rows) ==
+  if (std::find(captured_.begin(), captured_.end(), key) ==
       captured_.end()) {
     size_t began = 0;
     for (auto &st : ranks_)
@@ -565,11 +573,11 @@ void PlanExecutor::runDecode(uint32_t rows, bool graph) {
           "process capture CUDA graphs and some do not");
     runGraph(graphs.data(), rows);
     for (auto &st : ranks_)
-      st->backend->endCapture(rows);
-    captured_.push_back(rows);
+      st->backend->endCapture(key);
+    captured_.push_back(key);
   }
   for (auto &st : ranks_)
-    st->backend->replay(rows);
+    st->backend->replay(key);
 }
 
 std::vector<PlanExecutor::LaunchTime>
@@ -632,13 +640,14 @@ void PlanExecutor::writeIoRows(const std::vector<int32_t> &tokens,
     }
 }
 
-std::vector<float> PlanExecutor::readLogits(uint32_t rows) {
+std::vector<float> PlanExecutor::readLogits(uint32_t rows,
+                                           const char *buffer) {
   RankState &st = *ranks_[0];
   st.backend->synchronize();
   const uint64_t V = uint64_t(plan_->model.vocabSize);
-  const uint32_t lb = st.ioBuffer("io.logits");
-  check(st.rp->buffers[lb].bytes >= rows * V * 4, "Io buffer io.logits "
-        "holds fewer than ", rows, " rows of ", V, " logits: re-plan");
+  const uint32_t lb = st.ioBuffer(buffer);
+  check(st.rp->buffers[lb].bytes >= rows * V * 4, "Io buffer ", buffer,
+        " holds fewer than ", rows, " rows of ", V, " logits: re-plan");
   std::vector<float> logits(rows * V);
   st.backend->read(st.address(lb, 0), logits.data(), logits.size() * 4);
   return logits;
@@ -726,6 +735,41 @@ std::vector<float> PlanExecutor::step(const std::vector<int32_t> &tokens,
   writeIoRows(tokens, positions, slots);
   runDecode(B, true);
   return readLogits(B);
+}
+
+bool PlanExecutor::hasDraft() const {
+  for (const gp::GraphDef &g : ranks_[0]->rp->graphs)
+    if (g.kind == gp::GraphKind::Draft)
+      return true;
+  return false;
+}
+
+std::vector<float> PlanExecutor::draft(const std::vector<int32_t> &tokens,
+                                       const std::vector<int32_t> &positions,
+                                       const std::vector<int32_t> &slots,
+                                       const std::vector<int32_t> &hiddenRows) {
+  check(loaded_, "plan executor: draft() before load()");
+  const uint32_t B = uint32_t(tokens.size());
+  check(B > 0 && positions.size() == B && slots.size() == B &&
+            hiddenRows.size() == B,
+        "plan executor: a draft needs one position, slot and hidden row per "
+        "token");
+  const std::vector<const gp::GraphDef *> graphs =
+      graphsOf(gp::GraphKind::Draft, B);
+  for (auto &st : ranks_) {
+    const uint32_t b = st->ioBuffer("io.draft_rows");
+    const uint64_t rows = st->rp->buffers[b].bytes / 4;
+    for (int32_t h : hiddenRows)
+      check(h >= 0 && uint64_t(h) < rows, "plan executor: hidden row ", h,
+            " is outside the step's ", rows, " rows");
+  }
+  writeIoRows(tokens, positions, slots);
+  for (auto &st : ranks_)
+    st->backend->write(st->address(st->ioBuffer("io.draft_rows"), 0),
+                       hiddenRows.data(), B * 4ull);
+  // Draft graphs are recorded apart from the decode buckets of their size.
+  runCaptured(graphs, B, (1u << 16) | B, true);
+  return readLogits(B, "io.draft_logits");
 }
 
 } // namespace glm::rt::exec

@@ -157,6 +157,20 @@ public:
                           const std::vector<int32_t> &positions,
                           const std::vector<int32_t> &slots);
 
+  /// The plan has MTP draft graphs (glmc compile --draft mtp).
+  bool hasDraft() const;
+  /// One MTP draft token per row (a draft graph of exactly that size must
+  /// exist): row i starts from hidden row hiddenRows[i] of the last step,
+  /// verify or prefill chunk (the main model's row of the token before
+  /// tokens[i]) and tokens[i], at MTP position positions[i] (the position
+  /// of that hidden row) of slot slots[i]. Returns the draft logits [rows,
+  /// vocab]. Each run replaces hidden row i by the MTP layer's output row:
+  /// the next draft token runs with hiddenRows = 0..rows-1. The logits of
+  /// the last step are gone after it (read them first).
+  std::vector<float> draft(const std::vector<int32_t> &tokens,
+                           const std::vector<int32_t> &positions,
+                           const std::vector<int32_t> &slots,
+                           const std::vector<int32_t> &hiddenRows);
   /// One prefill chunk: `tokens` at positions start, start + 1, ... of KV
   /// slot `slot`, run through the smallest prefill graph of at least
   /// tokens.size() rows (the rows past the prompt are padding at the next
@@ -219,9 +233,19 @@ private:
   void writeIoRows(const std::vector<int32_t> &tokens,
                    const std::vector<int32_t> &positions,
                    const std::vector<int32_t> &slots);
-  /// The first `rows` rows of local rank 0's io.logits, after the step.
-  std::vector<float> readLogits(uint32_t rows);
-  std::vector<const plan::GraphDef *> decodeGraphs(uint32_t rows) const;
+  /// The first `rows` rows of local rank 0's io.logits (or another Io
+  /// logits buffer), after the step.
+  std::vector<float> readLogits(uint32_t rows,
+                                const char *buffer = "io.logits");
+  std::vector<const plan::GraphDef *>
+  graphsOf(plan::GraphKind kind, uint32_t rows) const;
+  std::vector<const plan::GraphDef *> decodeGraphs(uint32_t rows) const {
+    return graphsOf(plan::GraphKind::Decode, rows);
+  }
+  /// Runs the graphs (one per local rank) of bucket `key`, replaying its
+  /// CUDA graph where the backends capture (recording it the first time).
+  void runCaptured(const std::vector<const plan::GraphDef *> &graphs,
+                   uint32_t rows, uint32_t key, bool graph);
   void uploadBindings();
   void fillBindingsRandom();
   bool canCapture() const;

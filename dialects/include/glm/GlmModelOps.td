@@ -401,6 +401,70 @@ def Glm_HcHeadOp : Glm_Op<"hc_head", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// The MTP draft graph (num_nextn_predict_layers; glmc compile --draft mtp)
+//===----------------------------------------------------------------------===//
+
+def Glm_DraftBeginOp : Glm_Op<"draft_begin"> {
+  let summary = "the ops after it form the MTP draft graph";
+  let description = [{
+    Everything before it is the decode step (and each prefill chunk); the
+    ops after it are the draft graph: one MTP draft token per row, run by
+    the runtime after a step (and again for each further draft token).
+
+    ```mlir
+    glm.draft_begin {layer = 78 : i64}
+    ```
+  }];
+  let arguments = (ins I64Attr:$layer);
+  let assemblyFormat = "attr-dict";
+}
+
+def Glm_GatherRowsOp : Glm_Op<"gather_rows", [Pure]> {
+  let summary = "out[b] = table[rows[b]]: the step's hidden row each draft row starts from";
+  let description = [{
+    ```mlir
+    %h = glm.gather_rows %x, %rows : (tensor<?x6144xf32>, tensor<?xi32>) -> tensor<?x6144xf32>
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$table, 1DTensorOf<[I32]>:$rows);
+  let results = (outs 2DTensorOf<[F32]>:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Glm_MtpInputOp : Glm_Op<"mtp_input", [Pure]> {
+  let summary = "[enorm(embed(token_{t+1})) ; hnorm(h_t)]: eh_proj's input";
+  let description = [{
+    ```mlir
+    %c = glm.mtp_input %e, %h {enorm = @L78.enorm, hnorm = @L78.hnorm, eps = 1.0e-05 : f64}
+        : (tensor<?x6144xf32>, tensor<?x6144xf32>) -> tensor<?x12288xf32>
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$embedded, 2DTensorOf<[F32]>:$hidden,
+                       FlatSymbolRefAttr:$enorm, FlatSymbolRefAttr:$hnorm,
+                       F64Attr:$eps);
+  let results = (outs 2DTensorOf<[F32]>:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Glm_CarryRowsOp : Glm_Op<"carry_rows"> {
+  let summary = "the draft's hidden rows over the step's, in place, for the next draft token";
+  let description = [{
+    The result is `dest`'s buffer (glm-plan-memory) holding `src`'s rows: a
+    further draft token starts from the MTP layer's output row.
+
+    ```mlir
+    %x2 = glm.carry_rows %x, %y : (tensor<?x6144xf32>, tensor<?x6144xf32>) -> tensor<?x6144xf32>
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$dest, 2DTensorOf<[F32]>:$src);
+  let results = (outs 2DTensorOf<[F32]>:$result);
+  let assemblyFormat = "operands attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def Glm_LmHeadOp : Glm_Op<"lm_head", [Pure]> {
   let summary = "logits = lm_head · x (after the final norm)";
   let description = [{

@@ -40,20 +40,22 @@ compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
             const std::vector<int64_t> &batches = {1},
             const std::string &denseTrellisTuning = "",
             const std::vector<int64_t> &prefillChunks = {0},
-            int64_t kvSlots = 1) {
+            int64_t kvSlots = 1, bool draft = false) {
   mlir::DialectRegistry registry;
   glmc::registerGlmDialects(registry);
   mlir::MLIRContext ctx(registry);
   ctx.disableMultithreading();
   glmc::ImportOptions io;
   io.manifest = manifest;
+  io.draft = draft;
   auto module = glmc::importPack(ctx, dir, io);
   if (!module)
     throw Error("import of " + dir + " failed");
   fs::path out = fs::temp_directory_path() /
                  ("glm-plan-exec-" + std::to_string(::getpid()) + "-" +
                   fs::path(dir).filename().string() + "-" +
-                  std::to_string(ranks) + ".glmplan");
+                  std::to_string(ranks) + (draft ? "-draft" : "") +
+                  ".glmplan");
   glmc::PipelineOptions opt;
   opt.ranks = ranks;
   opt.memoryPerSpark = 0;
