@@ -27,6 +27,29 @@ struct GenerationResult {
   std::vector<int64_t> tokens; // generated ids; a stop id is included
   std::string finishReason;    // "stop" | "length" | "cancelled"
   int64_t promptTokens = 0;
+  // Drafting (--draft mtp): verify steps run, draft tokens proposed and
+  // accepted. Tokens per verify step = generated tokens / verifySteps.
+  int64_t verifySteps = 0, drafted = 0, accepted = 0;
+};
+
+/// Drafting for runGeneration: each round drafts up to `tokens` tokens with
+/// the MTP head and verifies them in one step of tokens + 1 rows; a draft is
+/// accepted when the token sampled at its position equals it (greedy) or by
+/// speculative sampling, so the output is plain decoding's (greedy: token
+/// for token).
+struct DraftHooks {
+  int tokens = 0; // drafts per round (--draft-tokens), >= 1
+  /// Feeds `rows` at positions position, position + 1, ... as one step;
+  /// returns their logits rows.
+  std::function<std::vector<float>(const std::vector<int64_t> &rows,
+                                   int64_t position)>
+      verify;
+  /// The MTP head's logits for `token` after hidden row `row` of the last
+  /// step (-1: the prompt's last position) at MTP position `position` (the
+  /// position of that row); row 0 after a draft continues from the draft.
+  std::function<std::vector<float>(int64_t token, int64_t position,
+                                   int32_t row)>
+      draft;
 };
 
 class Generator {
@@ -70,6 +93,7 @@ runGeneration(const ModelConfig &config, int64_t maxContext,
               const std::function<std::vector<float>(int64_t)> &step,
               const Generator::SampleCallback &onSample = {},
               const std::function<std::vector<float>(
-                  const std::vector<int64_t> &)> &prefill = {});
+                  const std::vector<int64_t> &)> &prefill = {},
+              const DraftHooks *draft = nullptr);
 
 } // namespace glm::rt

@@ -146,18 +146,16 @@ int64_t Sampler::sample(const float *logits, int64_t n, SampledToken *info) {
   return tok;
 }
 
-int64_t Sampler::pick(const float *logits, int64_t n) {
-  bool greedy = p_.greedy || p_.temperature == 0 || p_.topK == 1;
-  if (!hasPenalties() && greedy)
-    return argmax(logits, n);
-  std::vector<double> prob = penalised(logits, n);
-  if (greedy) // ties -> lower id, as argmax
-    return std::max_element(prob.begin(), prob.end()) - prob.begin();
-  for (double &x : prob)
+Sampler::Kept Sampler::kept(const float *logits, int64_t n) const {
+  Kept k;
+  k.prob = penalised(logits, n);
+  for (double &x : k.prob)
     x /= p_.temperature;
-  softmax(prob);
+  softmax(k.prob);
+  std::vector<double> &prob = k.prob;
   // Decreasing probability, lower id first on ties.
-  std::vector<int64_t> order(n);
+  std::vector<int64_t> &order = k.order;
+  order.resize(n);
   std::iota(order.begin(), order.end(), 0);
   int64_t keep = p_.topK > 0 ? std::min(p_.topK, n) : n;
   auto byProb = [&](int64_t a, int64_t b) {
@@ -190,13 +188,70 @@ int64_t Sampler::pick(const float *logits, int64_t n) {
     for (int64_t i = 0; i < keep; ++i)
       mass += prob[order[i]];
   }
-  double u = rng_.uniform() * mass, acc = 0;
-  for (int64_t i = 0; i < keep; ++i) {
-    acc += prob[order[i]];
-    if (u < acc)
-      return order[i];
+  k.keep = keep;
+  k.mass = mass;
+  return k;
+}
+
+bool Sampler::isGreedy() const {
+  return p_.greedy || p_.temperature == 0 || p_.topK == 1;
+}
+
+int64_t Sampler::pick(const float *logits, int64_t n) {
+  if (!hasPenalties() && isGreedy())
+    return argmax(logits, n);
+  if (isGreedy()) { // ties -> lower id, as argmax
+    std::vector<double> prob = penalised(logits, n);
+    return std::max_element(prob.begin(), prob.end()) - prob.begin();
   }
-  return order[keep - 1];
+  const Kept k = kept(logits, n);
+  double u = rng_.uniform() * k.mass, acc = 0;
+  for (int64_t i = 0; i < k.keep; ++i) {
+    acc += k.prob[k.order[i]];
+    if (u < acc)
+      return k.order[i];
+  }
+  return k.order[k.keep - 1];
+}
+
+int64_t Sampler::sampleAgainstDraft(const float *logits, int64_t n,
+                                    int64_t draft, SampledToken *info) {
+  if (isGreedy())
+    return sample(logits, n, info);
+  for (int64_t i = 0; i < n; ++i)
+    check(std::isfinite(logits[i]), "logit ", i,
+          " is not finite: the model produced NaN/Inf");
+  const Kept k = kept(logits, n);
+  // The draft's probability under the sampling distribution (0 outside
+  // what top-k / top-p / min-p keep).
+  double pd = 0;
+  for (int64_t i = 0; i < k.keep; ++i)
+    if (k.order[i] == draft)
+      pd = k.prob[draft];
+  int64_t tok = -1;
+  if (rng_.uniform() * k.mass < pd) {
+    tok = draft; // accepted with probability p(draft)
+  } else {
+    // The residual: the distribution without the draft, renormalised.
+    const double rest = k.mass - pd;
+    double u = rng_.uniform() * rest, acc = 0;
+    for (int64_t i = 0; i < k.keep && tok < 0; ++i) {
+      if (k.order[i] == draft)
+        continue;
+      acc += k.prob[k.order[i]];
+      if (u < acc)
+        tok = k.order[i];
+    }
+    for (int64_t i = k.keep - 1; tok < 0 && i >= 0; --i)
+      if (k.order[i] != draft) // rounding left u at the end
+        tok = k.order[i];
+    if (tok < 0)
+      tok = draft; // the draft held all the mass
+  }
+  ++generated_[tok];
+  if (info && p_.topLogprobs >= 0)
+    *info = rawLogprobs(logits, n, tok, p_.topLogprobs);
+  return tok;
 }
 
 } // namespace glm::rt

@@ -91,10 +91,29 @@ public:
   /// penalties); fills `info` when given and params.topLogprobs >= 0.
   /// Throws Error on non-finite logits.
   int64_t sample(const float *logits, int64_t n, SampledToken *info = nullptr);
+  /// Speculative sampling against a draft token proposed with certainty
+  /// (the MTP head's argmax): accepts `draft` with the probability the
+  /// sampling distribution above gives it, else draws from that
+  /// distribution without it, renormalised. Either way the token follows
+  /// sample()'s distribution (Leviathan et al. 2023, Chen et al. 2023, with
+  /// q = a point mass). Greedy: exactly sample(). Counts the token as
+  /// generated; `info` as sample()'s.
+  int64_t sampleAgainstDraft(const float *logits, int64_t n, int64_t draft,
+                             SampledToken *info = nullptr);
   /// The logits after the penalties (step 1 above), for tests.
   std::vector<double> penalised(const float *logits, int64_t n) const;
 
 private:
+  /// Steps 1, 3 and 4: the probabilities, the ids by decreasing
+  /// probability, how many of them are kept and their mass.
+  struct Kept {
+    std::vector<double> prob;
+    std::vector<int64_t> order;
+    int64_t keep = 0;
+    double mass = 0;
+  };
+  Kept kept(const float *logits, int64_t n) const;
+  bool isGreedy() const;
   bool hasPenalties() const;
   int64_t pick(const float *logits, int64_t n);
   SamplingParams p_;
