@@ -49,6 +49,7 @@ public:
   /// The token that was sampled from the masked logits.
   virtual void accept(int64_t token) = 0;
 };
+using ConstraintFactory = std::function<std::unique_ptr<TokenConstraint>()>;
 
 struct SamplingParams {
   bool greedy = true;       // overrides temperature/top-p
@@ -67,7 +68,7 @@ struct SamplingParams {
   int topLogprobs = -1;
   /// Makes the sequence's TokenConstraint; empty: unconstrained. (Ranks of
   /// a multi-process plan each build theirs from the same request.)
-  std::function<std::unique_ptr<TokenConstraint>()> constraint;
+  ConstraintFactory constraint;
 };
 
 struct TokenLogprob {

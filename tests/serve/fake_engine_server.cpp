@@ -4,12 +4,15 @@
 // Test-only CLI. `tokenize` and `render` expose the tokenizer and the Jinja
 // engine to the Python parity tests; `serve` runs the OpenAI server over a
 // scripted engine (deterministic replies with a <think> block, GLM tool calls,
-// long counting replies, malformed calls) so the HTTP/OpenAI behaviour is
-// tested without a model.
+// long counting replies, malformed calls; constrained requests decode seeded
+// noise through the real token mask) so the HTTP/OpenAI behaviour is tested
+// without a model.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/base/error.h"
+#include "runtime/gen/sampler.h"
 #include "runtime/serve/chat.h"
+#include "runtime/serve/grammar.h"
 #include "runtime/serve/jinja.h"
 #include "runtime/serve/server.h"
 #include "runtime/serve/tokenizer.h"
@@ -81,10 +84,17 @@ namespace {
 class FakeEngine : public Engine {
 public:
   FakeEngine(const Tokenizer &tok, int maxContext, int delayMs, int slots)
-      : tok_(tok), maxContext_(maxContext), delayMs_(delayMs), slots_(slots) {
+      : tok_(tok), maxContext_(maxContext), delayMs_(delayMs), slots_(slots),
+        constraints_(tok, endIds(tok)) {
+    for (int64_t e : endIds(tok))
+      eos_.push_back(int32_t(e));
+  }
+  static std::vector<int64_t> endIds(const Tokenizer &tok) {
+    std::vector<int64_t> ids;
     for (const char *e : {"<|endoftext|>", "<|user|>", "<|observation|>"})
       if (tok.tokenId(e) >= 0)
-        eos_.push_back(tok.tokenId(e));
+        ids.push_back(tok.tokenId(e));
+    return ids;
   }
   int maxContext() const override { return maxContext_; }
   std::vector<int32_t> eosIds() const override { return eos_; }
@@ -131,6 +141,8 @@ public:
 
   void generate(const std::vector<int32_t> &prompt, const Sampling &s,
                 const OnToken &onToken) override {
+    if (!s.grammar.empty())
+      return constrained(prompt, s, onToken);
     std::string text = tok_.decode(prompt);
     size_t u = text.rfind("<|user|>");
     std::vector<int32_t> out = tok_.encode(
@@ -158,10 +170,35 @@ public:
     }
   }
 
+  /// A constrained request: seeded noise as logits through the real
+  /// sampler and token mask, as a random-weight model would be decoded.
+  void constrained(const std::vector<int32_t> &prompt, const Sampling &s,
+                   const OnToken &onToken) {
+    SamplingParams sp;
+    sp.greedy = s.temperature == 0;
+    sp.temperature = s.temperature;
+    sp.seed = s.hasSeed ? s.seed : prompt.size();
+    sp.maxNew = s.maxTokens;
+    sp.constraint = constraints_.factory(s.grammar);
+    Sampler sampler(sp);
+    Xoshiro256 noise(sp.seed + 17);
+    std::vector<float> logits(size_t(tok_.vocabSize()));
+    for (int i = 0; i < s.maxTokens; ++i) {
+      for (float &l : logits)
+        l = float(noise.uniform() * 6);
+      const int32_t id = int32_t(
+          sampler.sample(logits.data(), int64_t(logits.size())));
+      if (!onToken(id, nullptr) ||
+          std::find(eos_.begin(), eos_.end(), id) != eos_.end())
+        return;
+    }
+  }
+
 private:
   const Tokenizer &tok_;
   int maxContext_, delayMs_, slots_;
   std::vector<int32_t> eos_;
+  grammar::ConstraintBuilder constraints_;
 };
 } // namespace
 
