@@ -202,6 +202,75 @@ private:
 };
 } // namespace
 
+// bench-grammar TOKENIZER [GENERATIONS]: the cost of the token mask per
+// generated token (json_object, a schema, forced tool calls), decoding
+// seeded noise at temperature 1 with 64-token budgets; prints ms/token with
+// and without the constraint.
+static int cmdBenchGrammar(const std::string &tokPath, int runs) {
+  using Clock = std::chrono::steady_clock;
+  auto tok = Tokenizer::fromFile(tokPath);
+  std::vector<int64_t> ends = {tok->tokenId("<|endoftext|>")};
+  grammar::ConstraintBuilder builder(*tok, ends);
+  auto t0 = Clock::now();
+  builder.vocabulary();
+  std::cout << "vocabulary of " << tok->vocabSize() << " tokens indexed in "
+            << std::chrono::duration<double, std::milli>(Clock::now() - t0)
+                   .count()
+            << " ms\n";
+  const std::pair<const char *, std::string> cases[] = {
+      {"none", ""},
+      {"json_object", grammar::Grammar::jsonObjectSpec()},
+      {"json_schema",
+       grammar::Grammar::jsonSchemaSpec(
+           grammar::ojson::parse(
+               R"({"type": "object", "properties": {"name": {"type":
+               "string"}, "age": {"type": "integer"}, "tags": {"type":
+               "array", "items": {"enum": ["a", "b", 3]}, "maxItems": 3}},
+               "required": ["name", "age"], "additionalProperties": false})"),
+           "schema")},
+      {"tool_call",
+       grammar::Grammar::toolCallSpec(
+           grammar::ojson::parse(
+               R"([{"name": "get_weather", "parameters": {"type": "object",
+               "properties": {"city": {"type": "string"}, "days": {"type":
+               "integer"}}, "required": ["city"]}}])"),
+           false)}};
+  std::vector<float> logits(size_t(tok->vocabSize()));
+  for (const auto &[name, spec] : cases) {
+    double ms = 0, first = 0;
+    int64_t tokens = 0;
+    for (int r = 0; r < runs; ++r) {
+      SamplingParams sp;
+      sp.greedy = false;
+      sp.seed = uint64_t(r + 1);
+      sp.maxNew = 64;
+      if (!spec.empty())
+        sp.constraint = builder.factory(spec);
+      Sampler sampler(sp);
+      Xoshiro256 noise(sp.seed * 7);
+      for (int i = 0; i < sp.maxNew; ++i) {
+        for (float &l : logits)
+          l = float(noise.uniform() * 6);
+        auto a = Clock::now();
+        int64_t id = sampler.sample(logits.data(), int64_t(logits.size()));
+        double d =
+            std::chrono::duration<double, std::milli>(Clock::now() - a)
+                .count();
+        ms += d;
+        if (i == 0)
+          first += d;
+        ++tokens;
+        if (id == ends[0])
+          break;
+      }
+    }
+    std::cout << name << ": " << ms / double(tokens) << " ms/token over "
+              << tokens << " tokens (first token " << first / runs
+              << " ms)\n";
+  }
+  return 0;
+}
+
 // serve --tokenizer F --template F [--host H] [--port N] [--port-file F]
 //       [--max-context N] [--delay-ms N] [--concurrency N] [--max-queue N]
 //       [--api-key K,...] [--allowed-origins O,...] [--generation-config F]
@@ -274,12 +343,16 @@ int main(int argc, char **argv) {
       return cmdRender(a[1], a[2], a.size() == 4 ? std::stod(a[3]) : 0);
     if (!a.empty() && a[0] == "serve")
       return cmdServe(a);
+    if ((a.size() == 2 || a.size() == 3) && a[0] == "bench-grammar")
+      return cmdBenchGrammar(a[1], a.size() == 3 ? std::stoi(a[2]) : 8);
     std::cerr << "usage: glm-serve-test tokenize TOKENIZER.json IN.json\n"
                  "       glm-serve-test render TEMPLATE.jinja CASES.json "
                  "[SECONDS]\n"
                  "       glm-serve-test serve --tokenizer F --template F "
                  "[--port N] [--port-file F] [--max-context N] [--delay-ms N]"
-                 " [--concurrency N] [--max-queue N]\n";
+                 " [--concurrency N] [--max-queue N]\n"
+                 "       glm-serve-test bench-grammar TOKENIZER.json "
+                 "[GENERATIONS]\n";
     return 2;
   } catch (const std::exception &e) {
     std::cerr << "glm-serve-test: " << e.what() << "\n";
