@@ -12,10 +12,10 @@
 #include "runtime/base/cli_numbers.h"
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
+#include "runtime/dist/comm.h"
 #include "runtime/engine/dist_options.h"
 #include "runtime/engine/serve_ranks.h"
 #include "runtime/engine/setup.h"
-#include "runtime/dist/comm.h"
 #include "runtime/serve/chat.h"
 #include "runtime/serve/grammar.h"
 #include "runtime/serve/server.h"
@@ -227,8 +227,8 @@ int serve(ServeOptions &opt) {
     // Constrained requests: this rank masks as rank 0 does, from the spec.
     std::unique_ptr<grammar::ConstraintBuilder> constraints;
     if (le.tokenizer)
-      constraints = std::make_unique<grammar::ConstraintBuilder>(
-          *le.tokenizer, le.eosIds);
+      constraints = std::make_unique<grammar::ConstraintBuilder>(*le.tokenizer,
+                                                                 le.eosIds);
     return followRankRequests(
         *ranks, *le.generator, [&](const std::string &spec) {
           check(constraints != nullptr,

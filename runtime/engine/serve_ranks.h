@@ -6,9 +6,9 @@
 // sends the request (prompt ids, sampling state and the grammar spec of a
 // constrained request) to the other ranks, which run the same generation in
 // lockstep: same logits, same seed and the same token mask built from the
-// spec on each rank, so every rank picks the same tokens. After each token rank 0 sends
-// whether to go on (a client that disconnected stops every rank at the same
-// token); at shutdown it sends a stop. All over the TCP control plane.
+// spec on each rank, so every rank picks the same tokens. After each token rank
+// 0 sends whether to go on (a client that disconnected stops every rank at the
+// same token); at shutdown it sends a stop. All over the TCP control plane.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

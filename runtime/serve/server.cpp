@@ -392,11 +392,9 @@ std::string responseFormatSpec(const ojson &body) {
     return grammar::Grammar::jsonSchemaSpec(
         rf["json_schema"]["schema"], "response_format.json_schema.schema");
   } catch (const grammar::Unsupported &e) {
-    throw ApiError{400,
-                   std::string("'response_format' cannot be enforced: ") +
-                       e.what(),
-                   "invalid_request_error", "response_format",
-                   "unsupported_value"};
+    throw ApiError{
+        400, std::string("'response_format' cannot be enforced: ") + e.what(),
+        "invalid_request_error", "response_format", "unsupported_value"};
   }
 }
 
@@ -656,8 +654,7 @@ ojson validateTools(const ojson &body, bool &parseCalls, std::string &forced) {
     if (named >= 0 && what.rfind("tools[0]", 0) == 0)
       what = "tools[" + std::to_string(named) + "]" + what.substr(8);
     throw ApiError{400, "'tool_choice' cannot be enforced: " + what,
-                   "invalid_request_error", "tool_choice",
-                   "unsupported_value"};
+                   "invalid_request_error", "tool_choice", "unsupported_value"};
   }
   return tools;
 }

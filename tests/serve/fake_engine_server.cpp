@@ -186,8 +186,8 @@ public:
     for (int i = 0; i < s.maxTokens; ++i) {
       for (float &l : logits)
         l = float(noise.uniform() * 6);
-      const int32_t id = int32_t(
-          sampler.sample(logits.data(), int64_t(logits.size())));
+      const int32_t id =
+          int32_t(sampler.sample(logits.data(), int64_t(logits.size())));
       if (!onToken(id, nullptr) ||
           std::find(eos_.begin(), eos_.end(), id) != eos_.end())
         return;
@@ -212,10 +212,10 @@ static int cmdBenchGrammar(const std::string &tokPath, int runs) {
   grammar::ConstraintBuilder builder(*tok, ends);
   auto t0 = Clock::now();
   builder.vocabulary();
-  std::cout << "vocabulary of " << tok->vocabSize() << " tokens indexed in "
-            << std::chrono::duration<double, std::milli>(Clock::now() - t0)
-                   .count()
-            << " ms\n";
+  std::cout
+      << "vocabulary of " << tok->vocabSize() << " tokens indexed in "
+      << std::chrono::duration<double, std::milli>(Clock::now() - t0).count()
+      << " ms\n";
   const std::pair<const char *, std::string> cases[] = {
       {"none", ""},
       {"json_object", grammar::Grammar::jsonObjectSpec()},
@@ -254,8 +254,7 @@ static int cmdBenchGrammar(const std::string &tokPath, int runs) {
         int64_t id = argmax(logits.data(), int64_t(logits.size()));
         c->accept(id);
         double d =
-            std::chrono::duration<double, std::milli>(Clock::now() - a)
-                .count();
+            std::chrono::duration<double, std::milli>(Clock::now() - a).count();
         ms += d;
         if (i == 0)
           first += d;
@@ -264,9 +263,8 @@ static int cmdBenchGrammar(const std::string &tokPath, int runs) {
           break;
       }
     }
-    std::cout << name << ": mask " << ms / double(tokens)
-              << " ms/token over " << tokens << " tokens (first token "
-              << first / runs << " ms)\n";
+    std::cout << name << ": mask " << ms / double(tokens) << " ms/token over "
+              << tokens << " tokens (first token " << first / runs << " ms)\n";
   }
   return 0;
 }
