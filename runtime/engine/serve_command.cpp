@@ -12,11 +12,12 @@
 #include "runtime/base/cli_numbers.h"
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
+#include "runtime/dist/comm.h"
 #include "runtime/engine/dist_options.h"
 #include "runtime/engine/serve_ranks.h"
 #include "runtime/engine/setup.h"
-#include "runtime/dist/comm.h"
 #include "runtime/serve/chat.h"
+#include "runtime/serve/grammar.h"
 #include "runtime/serve/server.h"
 
 #include <CLI/CLI.hpp>
@@ -41,11 +42,11 @@ namespace {
 /// rank makes this and every later request 503 and stops the server.
 class GeneratorEngine : public Engine {
 public:
-  GeneratorEngine(Generator &g, std::vector<int64_t> eos, int concurrency,
-                  dist::HostComm *ranks = nullptr,
+  GeneratorEngine(Generator &g, const Tokenizer &tok, std::vector<int64_t> eos,
+                  int concurrency, dist::HostComm *ranks = nullptr,
                   std::atomic<bool> *stopServer = nullptr)
       : g_(g), eos_(std::move(eos)), concurrency_(ranks ? 1 : concurrency),
-        ranks_(ranks), stopServer_(stopServer) {}
+        ranks_(ranks), stopServer_(stopServer), constraints_(tok, eos_) {}
   // loadEngine bounds the context by kMaxContextTokens (2^30), so it fits
   // the server's int; a plan's 2^32 + 100 is refused there, not truncated.
   int maxContext() const override {
@@ -75,6 +76,8 @@ public:
     int64_t room = g_.maxContext() - (int64_t)prompt.size();
     sp.maxNew = std::max<int64_t>(0, std::min<int64_t>(s.maxTokens, room));
     sp.stopIds = eos_;
+    if (!s.grammar.empty())
+      sp.constraint = constraints_.factory(s.grammar);
     std::vector<int64_t> p(prompt.begin(), prompt.end());
     // runGeneration reports a token's logprobs just before the token.
     TokenLogprobs lp;
@@ -88,7 +91,7 @@ public:
       return onToken((int32_t)t, s.logprobs >= 0 ? &lp : nullptr);
     };
     if (ranks_)
-      generateOnRanks(p, sp, emit, onSample);
+      generateOnRanks(p, sp, s.grammar, emit, onSample);
     else
       g_.generate(p, sp, emit, nullptr, onSample);
   }
@@ -96,19 +99,20 @@ public:
   /// Rank 0 after the server stopped: the other ranks end too.
   void stopRanks() {
     if (ranks_ && lost_.empty())
-      sendRankRequest(*ranks_, RankRequest{true, {}, {}});
+      sendRankRequest(*ranks_, RankRequest{true, {}, {}, {}});
   }
   bool ranksLost() const { return !lost_.empty(); }
 
 private:
   void generateOnRanks(const std::vector<int64_t> &p, const SamplingParams &sp,
+                       const std::string &grammar,
                        const Generator::TokenCallback &emit,
                        const Generator::SampleCallback &onSample) {
     if (!lost_.empty())
       throw EngineUnavailable(lost_);
     int64_t pos = int64_t(p.size());
     try {
-      sendRankRequest(*ranks_, RankRequest{false, p, sp});
+      sendRankRequest(*ranks_, RankRequest{false, p, sp, grammar});
       g_.generate(
           p, sp,
           [&](int64_t t) {
@@ -139,6 +143,7 @@ private:
   dist::HostComm *ranks_;
   std::atomic<bool> *stopServer_;
   std::string lost_; // why the ranks can no longer generate
+  grammar::ConstraintBuilder constraints_;
 };
 
 /// Each waiting request holds a connection and its body (up to 16 MiB).
@@ -219,7 +224,19 @@ int serve(ServeOptions &opt) {
   if (ranks && ranks->rank() != 0) {
     std::cerr << "glm serve: rank " << ranks->rank() << " of "
               << ranks->size() << " runs rank 0's requests" << std::endl;
-    return followRankRequests(*ranks, *le.generator);
+    // Constrained requests: this rank masks as rank 0 does, from the spec.
+    std::unique_ptr<grammar::ConstraintBuilder> constraints;
+    if (le.tokenizer)
+      constraints = std::make_unique<grammar::ConstraintBuilder>(*le.tokenizer,
+                                                                 le.eosIds);
+    return followRankRequests(
+        *ranks, *le.generator, [&](const std::string &spec) {
+          check(constraints != nullptr,
+                "a constrained request needs the tokenizer on every rank "
+                "(looked for ",
+                le.tokenizerPath, ")");
+          return constraints->factory(spec);
+        });
   }
   check(le.tokenizer != nullptr, "serve needs a tokenizer.json (looked for ",
         le.tokenizerPath, ")");
@@ -260,8 +277,8 @@ int serve(ServeOptions &opt) {
                 << " runs as 1 across " << ranks->size()
                 << " rank processes (one generation at a time)" << std::endl;
   }
-  GeneratorEngine engine(*le.generator, le.eosIds, o->concurrency, ranks,
-                         &stop);
+  GeneratorEngine engine(*le.generator, *le.tokenizer, le.eosIds,
+                         o->concurrency, ranks, &stop);
   const int rc = runServer(engine, *le.tokenizer, *chat, o->server);
   if (engine.ranksLost())
     return 1;

@@ -67,6 +67,9 @@ std::string encodeRankRequest(const RankRequest &q) {
   w.put(uint64_t(p.stopIds.size()));
   for (int64_t t : p.stopIds)
     w.put(t);
+  w.put(uint64_t(q.grammar.size()));
+  for (char ch : q.grammar)
+    w.put(ch);
   return w.take();
 }
 
@@ -101,6 +104,12 @@ RankRequest decodeRankRequest(const std::string &bytes) {
   p.stopIds.resize(size_t(stops));
   for (int64_t &t : p.stopIds)
     t = r.get<int64_t>("stop ids");
+  const uint64_t g = r.get<uint64_t>("grammar length");
+  check(g <= r.left(), "rank 0 sent a malformed request (grammar of ", g,
+        " bytes)");
+  q.grammar.resize(size_t(g));
+  for (char &ch : q.grammar)
+    ch = r.get<char>("grammar");
   check(r.left() == 0, "rank 0 sent a malformed request (", r.left(),
         " bytes past its end)");
   return q;
@@ -144,13 +153,16 @@ bool agreeToContinue(dist::HostComm &comm, bool goOn) {
   return all[0] != 0;
 }
 
-int followRankRequests(dist::HostComm &comm, Generator &generator) {
+int followRankRequests(dist::HostComm &comm, Generator &generator,
+                       const ConstraintMaker &makeConstraint) {
   for (;;) {
     RankRequest q = receiveRankRequest(comm);
     if (q.shutdown)
       return 0;
     int64_t pos = int64_t(q.prompt.size());
     try {
+      if (!q.grammar.empty())
+        q.sampling.constraint = makeConstraint(q.grammar);
       generator.generate(q.prompt, q.sampling, [&](int64_t) {
         comm.setStep(pos++);
         return agreeToContinue(comm, true);

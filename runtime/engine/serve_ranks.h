@@ -3,10 +3,12 @@
 // A plan of N ranks served by N processes (`glm-engine launch --sparks N
 // serve PLAN ...`, or each rank started by hand with --rank/--world/
 // --coordinator): rank 0 runs the HTTP server and, before each generation,
-// sends the request (prompt ids and sampling state) to the other ranks,
-// which run the same generation in lockstep. After each token rank 0 sends
-// whether to go on (a client that disconnected stops every rank at the same
-// token); at shutdown it sends a stop. All over the TCP control plane.
+// sends the request (prompt ids, sampling state and the grammar spec of a
+// constrained request) to the other ranks, which run the same generation in
+// lockstep: same logits, same seed and the same token mask built from the
+// spec on each rank, so every rank picks the same tokens. After each token rank
+// 0 sends whether to go on (a client that disconnected stops every rank at the
+// same token); at shutdown it sends a stop. All over the TCP control plane.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -14,6 +16,7 @@
 #include "runtime/gen/sampler.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,8 +30,12 @@ class HostComm;
 struct RankRequest {
   bool shutdown = false;
   std::vector<int64_t> prompt;
-  SamplingParams sampling;
+  SamplingParams sampling; // all but `constraint`, which `grammar` makes
+  std::string grammar;     // runtime/serve/grammar.h spec; "" = none
 };
+
+/// Makes the constraint of a grammar spec (each rank from its tokenizer).
+using ConstraintMaker = std::function<ConstraintFactory(const std::string &)>;
 
 std::string encodeRankRequest(const RankRequest &q);
 /// Throws Error naming the field when `bytes` is not one encodeRankRequest
@@ -46,6 +53,7 @@ bool agreeToContinue(dist::HostComm &comm, bool goOn);
 
 /// A rank other than 0: runs rank 0's generations until it sends a stop;
 /// returns 0. Throws Error when rank 0 or a peer fails.
-int followRankRequests(dist::HostComm &comm, Generator &generator);
+int followRankRequests(dist::HostComm &comm, Generator &generator,
+                       const ConstraintMaker &makeConstraint);
 
 } // namespace glm::rt

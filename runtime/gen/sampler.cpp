@@ -92,6 +92,8 @@ Sampler::Sampler(const SamplingParams &p) : p_(p), rng_(p.seed) {
         p.repetitionPenalty, ")");
   check(std::isfinite(p.presencePenalty) && std::isfinite(p.frequencyPenalty),
         "presence and frequency penalties must be finite");
+  if (p.constraint)
+    constraint_ = p.constraint();
 }
 
 void Sampler::setPrompt(const std::vector<int64_t> &prompt) {
@@ -139,8 +141,19 @@ int64_t Sampler::sample(const float *logits, int64_t n, SampledToken *info) {
   for (int64_t i = 0; i < n; ++i)
     check(std::isfinite(logits[i]), "logit ", i,
           " is not finite: the model produced NaN/Inf");
+  // Logprobs stay those of the raw logits; only the pick sees the mask.
+  const float *raw = logits;
+  if (constraint_) {
+    masked_.assign(logits, logits + n);
+    constraint_->mask(masked_.data(), n, p_.maxNew - steps_);
+    logits = masked_.data();
+  }
   int64_t tok = pick(logits, n);
+  ++steps_;
+  if (constraint_)
+    constraint_->accept(tok);
   ++generated_[tok];
+  logits = raw;
   if (info && p_.topLogprobs >= 0)
     *info = rawLogprobs(logits, n, tok, p_.topLogprobs);
   return tok;

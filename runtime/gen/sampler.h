@@ -15,6 +15,9 @@
 //      reaches top-p (of what top-k kept), then drop every token whose
 //      probability is below min-p times the most likely one's;
 //   5. draw from what is left, renormalised.
+// A TokenConstraint (grammar-constrained decoding), when the params carry
+// one, first sets the logits of the tokens it forbids to -inf, so steps 1-5
+// only see allowed tokens, greedy and sampled alike.
 // Logprobs, when asked for, are of the model's raw distribution: the
 // log-softmax of the logits before penalties, temperature and filtering
 // (vLLM's default "raw_logprobs"), so they do not depend on the sampling
@@ -27,11 +30,26 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 namespace glm::rt {
+
+/// Which tokens may come next (runtime/serve/grammar.h implements it for
+/// JSON and tool calls). One per sequence, owned by its Sampler.
+class TokenConstraint {
+public:
+  virtual ~TokenConstraint() = default;
+  /// Sets logits[t] to -inf for every token t that may not come next when
+  /// `left` tokens (this one included) may still be generated.
+  virtual void mask(float *logits, int64_t n, int64_t left) = 0;
+  /// The token that was sampled from the masked logits.
+  virtual void accept(int64_t token) = 0;
+};
+using ConstraintFactory = std::function<std::unique_ptr<TokenConstraint>()>;
 
 struct SamplingParams {
   bool greedy = true;       // overrides temperature/top-p
@@ -48,6 +66,9 @@ struct SamplingParams {
   /// -1: no logprobs; k >= 0: the sampled token's logprob and the k most
   /// likely tokens' (see SampledToken).
   int topLogprobs = -1;
+  /// Makes the sequence's TokenConstraint; empty: unconstrained. (Ranks of
+  /// a multi-process plan each build theirs from the same request.)
+  ConstraintFactory constraint;
 };
 
 struct TokenLogprob {
@@ -118,6 +139,9 @@ private:
   int64_t pick(const float *logits, int64_t n);
   SamplingParams p_;
   Xoshiro256 rng_;
+  std::unique_ptr<TokenConstraint> constraint_;
+  std::vector<float> masked_; // the logits after the constraint
+  int64_t steps_ = 0;         // tokens sampled so far
   std::unordered_set<int64_t> prompt_;
   std::unordered_map<int64_t, int64_t> generated_; // token -> count
 };

@@ -14,6 +14,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/files.h"
 #include "runtime/base/json_numbers.h"
+#include "runtime/serve/grammar.h"
 #include "runtime/serve/http.h"
 #include "runtime/serve/unicode.h"
 
@@ -359,19 +360,41 @@ void checkHarmlessValues(const ojson &body) {
     badRequest("'store' must be a boolean", "store");
   if (!isNull("metadata") && !body["metadata"].is_object())
     badRequest("'metadata' must be an object", "metadata");
-  if (!isNull("response_format")) {
-    const ojson &rf = body["response_format"];
-    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
-      badRequest("'response_format' must be {\"type\": ...}",
-                 "response_format");
-    std::string t = rf["type"].get<std::string>();
-    if (t != "text")
-      throw ApiError{400,
-                     "'response_format' type '" + t +
-                         "' is not supported: this server has no "
-                         "grammar-constrained decoding (only 'text')",
-                     "invalid_request_error", "response_format",
-                     "unsupported_value"};
+}
+
+/// The grammar spec response_format asks for ("" for text): json_object,
+/// or json_schema within the subset runtime/serve/grammar.h enforces; a
+/// keyword outside it is refused naming the keyword and where it is.
+std::string responseFormatSpec(const ojson &body) {
+  if (!body.contains("response_format") || body["response_format"].is_null())
+    return "";
+  const ojson &rf = body["response_format"];
+  if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+    badRequest("'response_format' must be {\"type\": ...}", "response_format");
+  const std::string t = rf["type"].get<std::string>();
+  if (t == "text")
+    return "";
+  if (t == "json_object")
+    return grammar::Grammar::jsonObjectSpec();
+  if (t != "json_schema")
+    throw ApiError{400,
+                   "'response_format' type '" + t +
+                       "' is not supported (text, json_object, json_schema)",
+                   "invalid_request_error", "response_format",
+                   "unsupported_value"};
+  if (!rf.contains("json_schema") || !rf["json_schema"].is_object() ||
+      !rf["json_schema"].contains("schema") ||
+      !rf["json_schema"]["schema"].is_object())
+    badRequest("'response_format' json_schema must be {\"name\": ..., "
+               "\"schema\": {...}}",
+               "response_format");
+  try {
+    return grammar::Grammar::jsonSchemaSpec(
+        rf["json_schema"]["schema"], "response_format.json_schema.schema");
+  } catch (const grammar::Unsupported &e) {
+    throw ApiError{
+        400, std::string("'response_format' cannot be enforced: ") + e.what(),
+        "invalid_request_error", "response_format", "unsupported_value"};
   }
 }
 
@@ -554,11 +577,14 @@ void validateMessages(const ojson &body) {
   }
 }
 
-ojson validateTools(const ojson &body, bool &parseCalls) {
+/// The request's tools (null when calls are not parsed) and, for
+/// tool_choice "required" or a named function, the grammar spec of the
+/// call(s) the output must be (`forced`).
+ojson validateTools(const ojson &body, bool &parseCalls, std::string &forced) {
   parseCalls = false;
-  if (!body.contains("tools") || body["tools"].is_null())
-    return ojson();
-  const ojson &tools = body["tools"];
+  forced.clear();
+  const bool hasTools = body.contains("tools") && !body["tools"].is_null();
+  const ojson tools = hasTools ? body["tools"] : ojson::array();
   if (!tools.is_array())
     badRequest("'tools' must be an array", "tools");
   for (size_t i = 0; i < tools.size(); ++i) {
@@ -577,7 +603,8 @@ ojson validateTools(const ojson &body, bool &parseCalls) {
         !t["function"]["parameters"].is_null())
       badRequest(p + ".function.parameters must be an object", p);
   }
-  std::string choice = "\"auto\"";
+  std::string choice = "auto";
+  int named = -1; // index of the named function
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const ojson &tc = body["tool_choice"];
     if (tc.is_string()) {
@@ -594,24 +621,41 @@ ojson validateTools(const ojson &body, bool &parseCalls) {
                  "{\"type\": \"function\", \"function\": {\"name\": ...}}",
                  "tool_choice");
     } else {
-      choice = "function '" + tc["function"]["name"].get<std::string>() + "'";
+      choice = "named";
+      const std::string name = tc["function"]["name"].get<std::string>();
+      for (size_t i = 0; i < tools.size() && named < 0; ++i)
+        if (tools[i]["function"]["name"] == name)
+          named = int(i);
+      if (named < 0)
+        badRequest("'tool_choice' names the function '" + name +
+                       "', which is not among 'tools'",
+                   "tool_choice");
     }
-    if (tc.is_string())
-      choice = "\"" + choice + "\"";
-    // Forcing a call needs decoding constrained to the tool-call grammar,
-    // which this server does not have: refused, never silently "auto".
-    if (choice != "\"auto\"" && choice != "\"none\"")
-      throw ApiError{400,
-                     "'tool_choice' " + choice +
-                         " is not supported: this server cannot force a tool "
-                         "call (no grammar-constrained decoding); use "
-                         "\"auto\" or \"none\"",
-                     "invalid_request_error", "tool_choice",
-                     "unsupported_value"};
   }
-  if (choice == "\"none\"" || tools.empty())
+  if (choice == "none" || tools.empty()) {
+    if (choice == "required")
+      badRequest("'tool_choice' \"required\" needs 'tools'", "tool_choice");
     return ojson();
+  }
   parseCalls = true;
+  if (choice == "auto")
+    return tools;
+  // Forced: decoding is constrained to GLM tool calls of these functions.
+  ojson fns = ojson::array();
+  for (size_t i = 0; i < tools.size(); ++i)
+    if (named < 0 || int(i) == named)
+      fns.push_back(tools[i]["function"]);
+  const bool parallel = !(body.contains("parallel_tool_calls") &&
+                          body["parallel_tool_calls"] == false);
+  try {
+    forced = grammar::Grammar::toolCallSpec(fns, parallel && named < 0);
+  } catch (const grammar::Unsupported &e) {
+    std::string what = e.what();
+    if (named >= 0 && what.rfind("tools[0]", 0) == 0)
+      what = "tools[" + std::to_string(named) + "]" + what.substr(8);
+    throw ApiError{400, "'tool_choice' cannot be enforced: " + what,
+                   "invalid_request_error", "tool_choice", "unsupported_value"};
+  }
   return tools;
 }
 
@@ -1059,7 +1103,22 @@ private:
       c.sampling.logprobs = int(*t);
     }
     bool parseCalls;
-    ojson tools = validateTools(body, parseCalls);
+    std::string forced;
+    ojson tools = validateTools(body, parseCalls, forced);
+    c.sampling.grammar = responseFormatSpec(body);
+    if (!forced.empty()) {
+      if (!c.sampling.grammar.empty())
+        badRequest("'response_format' json and a forced 'tool_choice' cannot "
+                   "be combined",
+                   "response_format");
+      if (!opt_.toolCallParser)
+        throw ApiError{400,
+                       "'tool_choice' that forces a call needs the tool-call "
+                       "parser (serve --tool-call-parser glm)",
+                       "invalid_request_error", "tool_choice",
+                       "unsupported_value"};
+      c.sampling.grammar = forced;
+    }
     ChatTemplate::Request r;
     r.messages = body["messages"];
     r.tools = tools;
@@ -1087,6 +1146,11 @@ private:
         badRequest("'reasoning_effort' must be a string", "reasoning_effort");
       r.extra["reasoning_effort"] = body["reasoning_effort"];
     }
+    // A constrained reply is the grammar's text from its first token: no
+    // reasoning first (templates then close the think block themselves).
+    const bool constrained = !c.sampling.grammar.empty();
+    if (constrained && !r.enableThinking)
+      r.enableThinking = false;
     std::string prompt;
     try {
       prompt = chat_.render(r);
@@ -1098,7 +1162,7 @@ private:
     std::vector<int32_t> ids = tok_.encode(prompt);
     rec.promptTokens = int(ids.size());
     size_t k = prompt.find_last_not_of(" \t\r\n");
-    bool thinking = k != std::string::npos && k + 1 >= 7 &&
+    bool thinking = !constrained && k != std::string::npos && k + 1 >= 7 &&
                     prompt.compare(k + 1 - 7, 7, "<think>") == 0;
     OutputParser parser(tools, thinking,
                         {opt_.reasoningParser, opt_.toolCallParser});

@@ -8,9 +8,12 @@
 // disconnects cancels its generation (onToken returns false); bad requests
 // get OpenAI-style 4xx errors and the server keeps serving. Optional API keys
 // guard /v1 (401), allowed origins get CORS headers and preflight answers,
-// and every request leaves one access-log line on stderr. Request fields the
-// server does not implement (response_format json, a forced tool_choice,
-// logit_bias, unknown names) are refused with 400 naming them.
+// and every request leaves one access-log line on stderr. response_format
+// json_object/json_schema and a forced tool_choice (required, a named
+// function) become a grammar the engine constrains decoding to
+// (Sampling::grammar); a schema keyword outside the supported subset and
+// fields the server does not implement (logit_bias, unknown names) are
+// refused with 400 naming them.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -40,6 +43,9 @@ struct Sampling {
   /// -1: no logprobs; k >= 0: the sampled token's logprob and the k most
   /// likely tokens' (of the raw distribution: log-softmax of the logits).
   int logprobs = -1;
+  /// What the output must be (a runtime/serve/grammar.h spec: JSON, a
+  /// schema's JSON, GLM tool calls); empty: free text.
+  std::string grammar;
 };
 
 /// Logprobs of one generated token (natural log).

@@ -4,12 +4,15 @@
 // Test-only CLI. `tokenize` and `render` expose the tokenizer and the Jinja
 // engine to the Python parity tests; `serve` runs the OpenAI server over a
 // scripted engine (deterministic replies with a <think> block, GLM tool calls,
-// long counting replies, malformed calls) so the HTTP/OpenAI behaviour is
-// tested without a model.
+// long counting replies, malformed calls; constrained requests decode seeded
+// noise through the real token mask) so the HTTP/OpenAI behaviour is tested
+// without a model.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/base/error.h"
+#include "runtime/gen/sampler.h"
 #include "runtime/serve/chat.h"
+#include "runtime/serve/grammar.h"
 #include "runtime/serve/jinja.h"
 #include "runtime/serve/server.h"
 #include "runtime/serve/tokenizer.h"
@@ -81,10 +84,17 @@ namespace {
 class FakeEngine : public Engine {
 public:
   FakeEngine(const Tokenizer &tok, int maxContext, int delayMs, int slots)
-      : tok_(tok), maxContext_(maxContext), delayMs_(delayMs), slots_(slots) {
+      : tok_(tok), maxContext_(maxContext), delayMs_(delayMs), slots_(slots),
+        constraints_(tok, endIds(tok)) {
+    for (int64_t e : endIds(tok))
+      eos_.push_back(int32_t(e));
+  }
+  static std::vector<int64_t> endIds(const Tokenizer &tok) {
+    std::vector<int64_t> ids;
     for (const char *e : {"<|endoftext|>", "<|user|>", "<|observation|>"})
       if (tok.tokenId(e) >= 0)
-        eos_.push_back(tok.tokenId(e));
+        ids.push_back(tok.tokenId(e));
+    return ids;
   }
   int maxContext() const override { return maxContext_; }
   std::vector<int32_t> eosIds() const override { return eos_; }
@@ -131,6 +141,8 @@ public:
 
   void generate(const std::vector<int32_t> &prompt, const Sampling &s,
                 const OnToken &onToken) override {
+    if (!s.grammar.empty())
+      return constrained(prompt, s, onToken);
     std::string text = tok_.decode(prompt);
     size_t u = text.rfind("<|user|>");
     std::vector<int32_t> out = tok_.encode(
@@ -158,12 +170,104 @@ public:
     }
   }
 
+  /// A constrained request: seeded noise as logits through the real
+  /// sampler and token mask, as a random-weight model would be decoded.
+  void constrained(const std::vector<int32_t> &prompt, const Sampling &s,
+                   const OnToken &onToken) {
+    SamplingParams sp;
+    sp.greedy = s.temperature == 0;
+    sp.temperature = s.temperature;
+    sp.seed = s.hasSeed ? s.seed : prompt.size();
+    sp.maxNew = s.maxTokens;
+    sp.constraint = constraints_.factory(s.grammar);
+    Sampler sampler(sp);
+    Xoshiro256 noise(sp.seed + 17);
+    std::vector<float> logits(size_t(tok_.vocabSize()));
+    for (int i = 0; i < s.maxTokens; ++i) {
+      for (float &l : logits)
+        l = float(noise.uniform() * 6);
+      const int32_t id =
+          int32_t(sampler.sample(logits.data(), int64_t(logits.size())));
+      if (!onToken(id, nullptr) ||
+          std::find(eos_.begin(), eos_.end(), id) != eos_.end())
+        return;
+    }
+  }
+
 private:
   const Tokenizer &tok_;
   int maxContext_, delayMs_, slots_;
   std::vector<int32_t> eos_;
+  grammar::ConstraintBuilder constraints_;
 };
 } // namespace
+
+// bench-grammar TOKENIZER [GENERATIONS]: the cost of the token mask per
+// generated token (json_object, a schema, forced tool calls), decoding
+// seeded noise with 64-token budgets; prints ms/token of the mask.
+static int cmdBenchGrammar(const std::string &tokPath, int runs) {
+  using Clock = std::chrono::steady_clock;
+  auto tok = Tokenizer::fromFile(tokPath);
+  std::vector<int64_t> ends = {tok->tokenId("<|endoftext|>")};
+  grammar::ConstraintBuilder builder(*tok, ends);
+  auto t0 = Clock::now();
+  builder.vocabulary();
+  std::cout
+      << "vocabulary of " << tok->vocabSize() << " tokens indexed in "
+      << std::chrono::duration<double, std::milli>(Clock::now() - t0).count()
+      << " ms\n";
+  const std::pair<const char *, std::string> cases[] = {
+      {"none", ""},
+      {"json_object", grammar::Grammar::jsonObjectSpec()},
+      {"json_schema",
+       grammar::Grammar::jsonSchemaSpec(
+           grammar::ojson::parse(
+               R"({"type": "object", "properties": {"name": {"type":
+               "string"}, "age": {"type": "integer"}, "tags": {"type":
+               "array", "items": {"enum": ["a", "b", 3]}, "maxItems": 3}},
+               "required": ["name", "age"], "additionalProperties": false})"),
+           "schema")},
+      {"tool_call",
+       grammar::Grammar::toolCallSpec(
+           grammar::ojson::parse(
+               R"([{"name": "get_weather", "parameters": {"type": "object",
+               "properties": {"city": {"type": "string"}, "days": {"type":
+               "integer"}}, "required": ["city"]}}])"),
+           false)}};
+  // Timed: the constraint's mask() and accept() only; the token is the
+  // argmax of noise over what the mask allows (a random model's pick).
+  std::vector<float> logits(size_t(tok->vocabSize()));
+  for (const auto &[name, spec] : cases) {
+    if (spec.empty())
+      continue;
+    double ms = 0, first = 0;
+    int64_t tokens = 0;
+    for (int r = 0; r < runs; ++r) {
+      auto c = builder.factory(spec)();
+      Xoshiro256 noise(uint64_t(r + 1) * 7);
+      const int64_t budget = 64;
+      for (int64_t i = 0; i < budget; ++i) {
+        for (float &l : logits)
+          l = float(noise.uniform() * 6);
+        auto a = Clock::now();
+        c->mask(logits.data(), int64_t(logits.size()), budget - i);
+        int64_t id = argmax(logits.data(), int64_t(logits.size()));
+        c->accept(id);
+        double d =
+            std::chrono::duration<double, std::milli>(Clock::now() - a).count();
+        ms += d;
+        if (i == 0)
+          first += d;
+        ++tokens;
+        if (id == ends[0])
+          break;
+      }
+    }
+    std::cout << name << ": mask " << ms / double(tokens) << " ms/token over "
+              << tokens << " tokens (first token " << first / runs << " ms)\n";
+  }
+  return 0;
+}
 
 // serve --tokenizer F --template F [--host H] [--port N] [--port-file F]
 //       [--max-context N] [--delay-ms N] [--concurrency N] [--max-queue N]
@@ -237,12 +341,16 @@ int main(int argc, char **argv) {
       return cmdRender(a[1], a[2], a.size() == 4 ? std::stod(a[3]) : 0);
     if (!a.empty() && a[0] == "serve")
       return cmdServe(a);
+    if ((a.size() == 2 || a.size() == 3) && a[0] == "bench-grammar")
+      return cmdBenchGrammar(a[1], a.size() == 3 ? std::stoi(a[2]) : 8);
     std::cerr << "usage: glm-serve-test tokenize TOKENIZER.json IN.json\n"
                  "       glm-serve-test render TEMPLATE.jinja CASES.json "
                  "[SECONDS]\n"
                  "       glm-serve-test serve --tokenizer F --template F "
                  "[--port N] [--port-file F] [--max-context N] [--delay-ms N]"
-                 " [--concurrency N] [--max-queue N]\n";
+                 " [--concurrency N] [--max-queue N]\n"
+                 "       glm-serve-test bench-grammar TOKENIZER.json "
+                 "[GENERATIONS]\n";
     return 2;
   } catch (const std::exception &e) {
     std::cerr << "glm-serve-test: " << e.what() << "\n";

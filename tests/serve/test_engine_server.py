@@ -3,8 +3,9 @@ official `openai` client: streamed and plain chat, a tool-call round trip
 rendered through the pack's template, 20 concurrent requests, bad requests
 answered with 4xx while the server stays up, /metrics counting them; the
 deployment flags (API key from GLMC_API_KEY, model aliases, --chat-template,
---max-model-len, generation_config.json defaults) and the real sampler
-behind the request fields (seeds, top_k 1 = greedy, raw logprobs).
+--max-model-len, generation_config.json defaults), the real sampler
+behind the request fields (seeds, top_k 1 = greedy, raw logprobs) and
+grammar-constrained decoding (json_object, json_schema, forced tool calls).
 Skipped while glm-engine has no `serve` subcommand or glmc cannot compile."""
 import concurrent.futures
 import json
@@ -223,12 +224,162 @@ def test_chat_logprobs_and_penalties(client):
         assert penalised != plain
 
 
-def test_unsupported_fields_refused(client):
-    with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "x"}],
-            response_format={"type": "json_object"})
-    assert "json_object" in e.value.message
+# grammar-constrained decoding: a random-weight model still answers with one
+# valid JSON value / tool call within max_tokens -----------------------------
+
+PERSON = {"type": "object", "properties": {
+    "name": {"type": "string"},
+    "age": {"type": "integer"},
+    "tags": {"type": "array", "items": {"enum": ["a", "b", 3]},
+             "minItems": 1, "maxItems": 3},
+    "pet": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {
+        "kind": {"const": "cat"}}, "required": ["kind"],
+        "additionalProperties": False}]},
+    "ok": {"type": "boolean"}},
+    "required": ["name", "age", "tags"], "additionalProperties": False}
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"},
+        "unit": {"type": "string", "enum": ["c", "f"]}},
+        "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time",
+                                      "parameters": {"type": "object"}}}]
+
+
+def valid(v, s):
+    """The subset's JSON-schema validator (what the server promises)."""
+    if "anyOf" in s:
+        return any(valid(v, a) for a in s["anyOf"])
+    if "const" in s and v != s["const"]:
+        return False
+    if "enum" in s and v not in s["enum"]:
+        return False
+    kinds = {"object": dict, "array": list, "string": str, "null": type(None),
+             "boolean": bool}
+    if "type" in s:
+        t = s["type"]
+        if t == "integer":
+            if not isinstance(v, int) or isinstance(v, bool):
+                return False
+        elif t == "number":
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                return False
+        elif not isinstance(v, kinds[t]):
+            return False
+    if isinstance(v, dict):
+        props = s.get("properties", {})
+        if any(k not in v for k in s.get("required", [])):
+            return False
+        for k, x in v.items():
+            if k in props:
+                if not valid(x, props[k]):
+                    return False
+            elif s.get("additionalProperties", True) is False:
+                return False
+    if isinstance(v, list):
+        if not s.get("minItems", 0) <= len(v) <= s.get("maxItems", 1 << 30):
+            return False
+        if "items" in s and not all(valid(x, s["items"]) for x in v):
+            return False
+    return True
+
+
+def chat(client, stream=False, **kw):
+    """A chat reply as (content, tool_calls, finish_reason), streamed or not
+    (stream: the deltas joined)."""
+    msgs = [{"role": "user", "content": "Describe a person as JSON."}]
+    if not stream:
+        r = client.chat.completions.create(model="tiny", messages=msgs, **kw)
+        m = r.choices[0].message
+        return m.content, m.tool_calls or [], r.choices[0].finish_reason
+    content, calls, finish = "", [], None
+    for ch in client.chat.completions.create(model="tiny", messages=msgs,
+                                             stream=True, **kw):
+        d = ch.choices[0].delta
+        content += d.content or ""
+        calls += d.tool_calls or []
+        finish = ch.choices[0].finish_reason or finish
+    return content, calls, finish
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_object_output_parses(client, stream):
+    for seed in range(4):
+        text, _, finish = chat(client, stream, seed=seed, temperature=1.0,
+                               max_tokens=48,
+                               response_format={"type": "json_object"})
+        assert finish == "stop", text
+        assert isinstance(json.loads(text), dict), text
+    text, _, _ = chat(client, stream, temperature=0, max_tokens=48,
+                      response_format={"type": "json_object"})
+    assert isinstance(json.loads(text), dict), text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_schema_output_validates(client, stream):
+    fmt = {"type": "json_schema",
+           "json_schema": {"name": "person", "schema": PERSON,
+                           "strict": True}}
+    for seed in range(4):
+        text, _, finish = chat(client, stream, seed=seed, temperature=1.0,
+                               max_tokens=96, response_format=fmt)
+        assert finish == "stop", text
+        assert valid(json.loads(text), PERSON), text
+
+
+def test_too_small_a_budget_ends_with_length(client):
+    # The shortest valid reply is {"name":"","age":0,"tags":["a"]} (34 bytes).
+    fmt = {"type": "json_schema",
+           "json_schema": {"name": "person", "schema": PERSON}}
+    text, _, finish = chat(client, max_tokens=5, temperature=0,
+                           response_format=fmt)
+    assert finish == "length"
+    assert text.startswith("{"), text
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_tool_calls(client, stream):
+    for choice, names in [("required", {"get_weather", "get_time"}),
+                          ({"type": "function",
+                            "function": {"name": "get_weather"}},
+                           {"get_weather"})]:
+        for seed in range(3):
+            text, calls, finish = chat(client, stream, seed=seed,
+                                       temperature=1.0, max_tokens=64,
+                                       tools=TOOLS, tool_choice=choice)
+            assert finish == "tool_calls", (text, calls)
+            assert calls and not text
+            for c in calls:
+                assert c.function.name in names
+                args = json.loads(c.function.arguments)
+                if c.function.name == "get_weather":
+                    assert "city" in args and isinstance(args["city"], str)
+                    assert set(args) <= {"city", "days", "unit"}
+                    assert isinstance(args.get("days", 0), int)
+                    assert args.get("unit", "c") in ("c", "f")
+                else:
+                    assert args == {}
+
+
+def test_grammar_requests_refused_by_name(client):
+    def refused(**kw):
+        with pytest.raises(openai.BadRequestError) as e:
+            chat(client, max_tokens=8, **kw)
+        return e.value
+    e = refused(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object", "properties": {
+            "when": {"type": "string", "format": "date-time"}}}}})
+    assert "format" in e.message and "properties.when" in e.message
+    assert e.body["param"] == "response_format"
+    e = refused(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"$ref": "#/$defs/a"}}})
+    assert "$ref" in e.message
+    e = refused(tools=TOOLS, tool_choice={"type": "function",
+                                          "function": {"name": "nope"}})
+    assert "nope" in e.message and e.body["param"] == "tool_choice"
+    e = refused(tool_choice="required")
+    assert e.body["param"] == "tool_choice"
 
 
 def test_chat_template_and_max_model_len_flags(tiny, scratch):
@@ -322,6 +473,20 @@ def test_two_rank_processes_serve_like_one(tiny, scratch, client):
         assert two.choices[0].message.content == \
             one.choices[0].message.content
         assert two.usage.completion_tokens == one.usage.completion_tokens
+        # Constrained decoding: every rank builds the same mask, so the
+        # 2-rank server writes the 1-rank server's tokens.
+        for kw in [dict(temperature=0), dict(temperature=1.0, seed=7)]:
+            fmt = {"type": "json_schema",
+                   "json_schema": {"name": "p", "schema": PERSON}}
+            a = client.chat.completions.create(
+                model="tiny", max_tokens=64, messages=msgs,
+                response_format=fmt, **kw)
+            b = c.chat.completions.create(
+                model="tiny", max_tokens=64, messages=msgs,
+                response_format=fmt, **kw)
+            assert b.choices[0].message.content == \
+                a.choices[0].message.content
+            assert valid(json.loads(b.choices[0].message.content), PERSON)
         # A stream the client drops after two chunks, then a whole one.
         dropped = c.chat.completions.create(model="tiny", max_tokens=40,
                                             stream=True, temperature=0,

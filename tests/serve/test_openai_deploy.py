@@ -347,15 +347,14 @@ def test_completion_logprobs_plain_and_streamed(client):
 # fields the server does not implement ---------------------------------------
 
 @pytest.mark.parametrize("kw,names", [
-    ({"response_format": {"type": "json_object"}},
-     ["response_format", "json_object"]),
     ({"response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object"}}}},
-     ["response_format", "json_schema"]),
-    ({"tool_choice": "required"}, ["tool_choice", "required"]),
+        "name": "x", "schema": {"type": "object", "properties": {
+            "a": {"type": "string", "pattern": "^x"}}}}}},
+     ["response_format", "pattern", "properties.a"]),
+    ({"response_format": {"type": "regex"}}, ["response_format", "regex"]),
     ({"tool_choice": {"type": "function",
-                      "function": {"name": "get_weather"}}},
-     ["tool_choice", "get_weather"]),
+                      "function": {"name": "get_time"}}},
+     ["tool_choice", "get_time"]),
     ({"logit_bias": {"5": 10}}, ["logit_bias"]),
     ({"extra_body": {"guided_regex": "a+"}}, ["guided_regex"]),
     ({"extra_body": {"functions": [{"name": "f"}]}}, ["functions"]),
@@ -389,3 +388,50 @@ def test_harmless_fields_are_accepted(client):
         client.completions.create(model="glm-fake", prompt="x",
                                   extra_body={"messages": HI})
     assert e.value.body["param"] == "messages"
+
+
+# grammar-constrained decoding (the fake engine decodes seeded noise through
+# the real token mask; tests/serve/test_engine_server.py does it with the
+# tiny model) ----------------------------------------------------------------
+
+WEATHER_TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time"}}]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_json_object_replies_parse(client, seed):
+    r = client.chat.completions.create(
+        model="glm-fake", messages=HI, seed=seed, max_tokens=40,
+        response_format={"type": "json_object"})
+    assert r.choices[0].finish_reason == "stop"
+    assert isinstance(json.loads(r.choices[0].message.content), dict)
+
+
+def test_forced_tool_calls(client):
+    for choice, names in [("required", {"get_weather", "get_time"}),
+                          ({"type": "function",
+                            "function": {"name": "get_weather"}},
+                           {"get_weather"})]:
+        for seed in range(3):
+            r = client.chat.completions.create(
+                model="glm-fake", messages=HI, tools=WEATHER_TOOLS,
+                tool_choice=choice, seed=seed, max_tokens=60)
+            c = r.choices[0]
+            assert c.finish_reason == "tool_calls", c
+            for call in c.message.tool_calls:
+                assert call.function.name in names
+                args = json.loads(call.function.arguments)
+                if call.function.name == "get_weather":
+                    assert set(args) <= {"city", "days"} and "city" in args
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="glm-fake", messages=HI,
+                                       tool_choice="required")
+    assert e.value.body["param"] == "tool_choice"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="glm-fake", messages=HI, tools=WEATHER_TOOLS,
+            tool_choice="required", response_format={"type": "json_object"})
+    assert e.value.body["param"] == "response_format"
