@@ -59,6 +59,7 @@ struct Request {
   std::vector<int64_t> prompt;
   int64_t maxNew = 0, maxContext = 0;
   bool chunkedPrefill = false;
+  int32_t draftTokens = 0; // --draft mtp --draft-tokens k (0 = none)
   bool greedy = true;
   double temperature = 1, topP = 1;
   uint64_t seed = 0;
@@ -78,6 +79,7 @@ std::string encodeRequest(const Request &q) {
   put(q.temperature);
   put(q.topP);
   put(q.seed);
+  put(q.draftTokens);
   return s;
 }
 
@@ -106,6 +108,7 @@ Request decodeRequest(const std::string &s) {
   get(q.temperature);
   get(q.topP);
   get(q.seed);
+  get(q.draftTokens);
   return q;
 }
 
@@ -172,6 +175,14 @@ void agreeOnRequest(dist::HostComm &comm, Request &q) {
           prefillText(q.chunkedPrefill), " but rank 0 runs ",
           prefillText(root.chunkedPrefill),
           "; start every rank with the same --prefill");
+    auto draftText = [](int32_t k) {
+      return k ? "--draft mtp --draft-tokens " + std::to_string(k)
+               : std::string("--draft none");
+    };
+    check(q.draftTokens == root.draftTokens, me, " runs ",
+          draftText(q.draftTokens), " but rank 0 runs ",
+          draftText(root.draftTokens),
+          "; start every rank with the same --draft and --draft-tokens");
     root.hasPrompt = root.hasMaxNew = root.hasSampling = true;
     q = root;
   }
@@ -208,6 +219,7 @@ int runCommand(const RunOptions &o, const CLI::App &sub) {
   q.maxContext = le.generator->maxContext();
   // Only the plan executor has prefill graphs.
   q.chunkedPrefill = o.engine.plan != "-" && o.engine.prefill == "chunked";
+  q.draftTokens = o.engine.draft == "mtp" ? o.engine.draftTokens : 0;
   q.greedy = !sampling;
   q.temperature = o.temperature;
   q.topP = o.topP;
@@ -251,6 +263,14 @@ int runCommand(const RunOptions &o, const CLI::App &sub) {
   }
 #endif
   std::printf("finish reason: %s\n", r.finishReason.c_str());
+  if (r.verifySteps > 0)
+    std::printf("drafting: %lld of %lld drafted tokens accepted (%.1f%%), "
+                "%.2f tokens per verify step over %lld steps\n",
+                (long long)r.accepted, (long long)r.drafted,
+                r.drafted ? 100.0 * double(r.accepted) / double(r.drafted)
+                          : 0.0,
+                double(r.tokens.size() - 1) / double(r.verifySteps),
+                (long long)r.verifySteps);
   std::fprintf(stderr,
                "glm-engine: %zu prompt + %zu generated tokens on %d rank(s), "
                "backend %s, %.2f s (%.1f tok/s)\n",

@@ -77,6 +77,20 @@ void addEngineOptions(CLI::App &sub, EngineOptions &o) {
                  "every prompt token as one decode step (for comparison)")
       ->check(CLI::IsMember({"chunked", "tokens"}))
       ->capture_default_str();
+  sub.add_option("--draft", o.draft,
+                 "`mtp`: draft --draft-tokens tokens per step with the "
+                 "plan's MTP draft graph (glmc compile --draft mtp) and "
+                 "verify them in one decode step of k + 1 rows; greedy "
+                 "output is token for token the output without drafting, "
+                 "sampled output keeps its distribution (speculative "
+                 "sampling). `none`: one token per step")
+      ->check(CLI::IsMember({"none", "mtp"}))
+      ->capture_default_str();
+  sub.add_option("--draft-tokens", o.draftTokens,
+                 "Tokens drafted per step with --draft mtp (the plan needs a "
+                 "decode batch of k + 1)")
+      ->check(cliInt(1, 7))
+      ->capture_default_str();
   sub.add_option("--sparks", o.sparks,
                  "Ranks to emulate when PLAN is `-` (default 1); with a plan "
                  "it must equal the plan's rank count")
@@ -194,7 +208,8 @@ makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
   }
   ex->load();
   return exec::makePlanGenerator(std::move(ex), cfg, maxContext, o.backend,
-                                 o.prefill == "chunked");
+                                 o.prefill == "chunked",
+                                 o.draft == "mtp" ? o.draftTokens : 0);
 }
 #endif
 
@@ -323,6 +338,9 @@ LoadedEngine loadEngine(const EngineOptions &opts) {
   check(o.backend == "reference", "--backend ", o.backend, " runs a plan: "
         "this glm-engine was built without plan support");
 #endif
+  check(o.draft == "none", "--draft ", o.draft, " drafts with the plan's "
+        "MTP draft graph: give a plan compiled with glmc compile --draft mtp "
+        "(the reference forward does not draft)");
   // The reference forward dequantizes every weight to fp32.
   auto src = cpu::packWeightSource(*le.pack);
   std::shared_ptr<const cpu::ModelWeights> weights;

@@ -34,6 +34,8 @@ struct EngineOptions {
   std::string trace;            // --trace FILE: one JSON line per launch
   bool noCudaGraphs = false;    // --no-cuda-graphs: cuda launches op by op
   std::string prefill = "chunked"; // --prefill chunked|tokens
+  std::string draft = "none";      // --draft none|mtp
+  int draftTokens = 3;             // --draft-tokens k
   int sparks = 0;      // without a plan: ranks to emulate (default 1)
   std::string manifest; // exlr8 manifest (default: the plan's)
   int64_t maxContext = 0; // 0 = the plan's, else 4096

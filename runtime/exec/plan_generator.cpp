@@ -135,6 +135,12 @@ public:
                            chunked_ ? PrefillFn(prefill) : PrefillFn());
     DraftHooks hooks;
     hooks.tokens = draftTokens_;
+    hooks.canVerify = [&](int64_t rows) {
+      for (const plan::GraphDef &g : exec_->plan().ranks[0].graphs)
+        if (g.kind == plan::GraphKind::Decode && g.size == uint64_t(rows))
+          return true;
+      return false;
+    };
     hooks.verify = [&](const std::vector<int64_t> &rows, int64_t at) {
       std::vector<int32_t> tok(rows.begin(), rows.end()), pos, slot;
       for (size_t r = 0; r < rows.size(); ++r) {

@@ -52,8 +52,10 @@ GenerationResult runDrafted(const ModelConfig &c, int64_t maxContext,
     // At most the tokens still allowed (a round emits up to k + 1) and the
     // positions the KV cache has left.
     const int64_t left = params.maxNew - int64_t(res.tokens.size());
-    const int64_t k = std::max<int64_t>(
+    int64_t k = std::max<int64_t>(
         0, std::min<int64_t>({hooks.tokens, left - 1, maxContext - q - 2}));
+    while (k > 0 && hooks.canVerify && !hooks.canVerify(k + 1))
+      --k;
     std::vector<int64_t> rows = {t};
     for (int64_t i = 0; i < k; ++i) {
       const std::vector<float> l =

@@ -39,6 +39,9 @@ struct GenerationResult {
 /// for token).
 struct DraftHooks {
   int tokens = 0; // drafts per round (--draft-tokens), >= 1
+  /// Whether `verify` takes this many rows (the plan's decode batches);
+  /// a round drafts fewer tokens where it must. Unset: any.
+  std::function<bool(int64_t rows)> canVerify;
   /// Feeds `rows` at positions position, position + 1, ... as one step;
   /// returns their logits rows.
   std::function<std::vector<float>(const std::vector<int64_t> &rows,

@@ -234,6 +234,13 @@ int64_t Sampler::sampleAgainstDraft(const float *logits, int64_t n,
   for (int64_t i = 0; i < n; ++i)
     check(std::isfinite(logits[i]), "logit ", i,
           " is not finite: the model produced NaN/Inf");
+  // As sample(): the constraint masks what the pick sees, not logprobs.
+  const float *raw = logits;
+  if (constraint_) {
+    masked_.assign(logits, logits + n);
+    constraint_->mask(masked_.data(), n, p_.maxNew - steps_);
+    logits = masked_.data();
+  }
   const Kept k = kept(logits, n);
   // The draft's probability under the sampling distribution (0 outside
   // what top-k / top-p / min-p keep).
@@ -261,9 +268,12 @@ int64_t Sampler::sampleAgainstDraft(const float *logits, int64_t n,
     if (tok < 0)
       tok = draft; // the draft held all the mass
   }
+  ++steps_;
+  if (constraint_)
+    constraint_->accept(tok);
   ++generated_[tok];
   if (info && p_.topLogprobs >= 0)
-    *info = rawLogprobs(logits, n, tok, p_.topLogprobs);
+    *info = rawLogprobs(raw, n, tok, p_.topLogprobs);
   return tok;
 }
 

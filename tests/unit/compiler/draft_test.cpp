@@ -15,12 +15,14 @@
 #include "runtime/cpu/model_weights.h"
 #include "runtime/exec/plan_executor.h"
 #include "runtime/formats/pack.h"
+#include "runtime/gen/generator.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 using namespace glm::rt;
 using plan_test::compilePlan;
@@ -146,5 +148,78 @@ TEST(DraftGraph, PlanWithoutDraftRefusesADraft) {
   } catch (const Error &e) {
     EXPECT_NE(std::string(e.what()).find("--draft mtp"), std::string::npos)
         << e.what();
+  }
+}
+
+/// The plan's verify path at both ends: drafters that are always right
+/// (every draft accepted: k + 1 tokens per verify step) and always wrong
+/// (none accepted), on the DSA golden and the tiny exlr8 pack at 1 and 2
+/// ranks: tokens and logits rows are those of plain decoding, bit for bit.
+TEST(DraftGraph, ForcedAcceptAndRejectGiveThePlainTokensAndLogits) {
+  const std::string golden =
+      GLM_TEST_DATA_DIR "/../oracle/goldens/glm_dsa_a";
+  for (const auto &[dir, manifest, ranks] :
+       {std::tuple<std::string, std::string, int>{golden, "", 1},
+        {golden, "", 2},
+        {tinyPack("exlr8"), "mixed", 2}}) {
+    SCOPED_TRACE(dir + ", " + std::to_string(ranks) + " rank(s)");
+    PackOpenOptions po;
+    po.manifest = manifest;
+    auto pack = Pack::open(dir, po);
+    const ModelConfig &cfg = *pack->config();
+    const int64_t V = cfg.vocabSize;
+    // The drafters are fakes: the plan needs only its decode graphs.
+    auto plan = compilePlan(dir, ranks, manifest, {1, 2, 4});
+    const std::vector<int64_t> prompt = {1, 5, 9, 2, 7};
+    SamplingParams sp;
+    sp.maxNew = 10;
+    auto run = [&](int k, const std::function<int64_t(int64_t)> &drafter,
+                   std::vector<float> *logits) {
+      auto ex = cpuExecutor(plan, dir);
+      int32_t position = 0;
+      auto step = [&](int64_t t) {
+        return ex->step({int32_t(t)}, {position++}, {0});
+      };
+      DraftHooks hooks;
+      hooks.tokens = k;
+      hooks.canVerify = [](int64_t rows) { return rows == 2 || rows == 4; };
+      hooks.verify = [&](const std::vector<int64_t> &rows, int64_t at) {
+        std::vector<int32_t> tok(rows.begin(), rows.end()), pos, slot;
+        for (size_t i = 0; i < rows.size(); ++i) {
+          pos.push_back(int32_t(at + int64_t(i)));
+          slot.push_back(0);
+        }
+        return ex->step(tok, pos, slot);
+      };
+      // Proposes drafter(position of the drafted token).
+      hooks.draft = [&](int64_t, int64_t at, int32_t) {
+        std::vector<float> l(V, 0.0f);
+        l[drafter(at + 2)] = 1.0f;
+        return l;
+      };
+      return runGeneration(cfg, 256, prompt, sp, {}, logits, step, {}, {},
+                           k ? &hooks : nullptr);
+    };
+    std::vector<float> want;
+    const GenerationResult plain = run(0, {}, &want);
+    std::vector<int64_t> seq = prompt;
+    seq.insert(seq.end(), plain.tokens.begin(), plain.tokens.end());
+    auto right = [&](int64_t p) { return seq.at(size_t(p)); };
+    auto wrong = [&](int64_t p) { return (seq.at(size_t(p)) + 1) % V; };
+    for (int k : {1, 3}) {
+      std::vector<float> a, b;
+      const GenerationResult acc = run(k, right, &a);
+      const GenerationResult rej = run(k, wrong, &b);
+      EXPECT_EQ(acc.tokens, plain.tokens) << k;
+      EXPECT_EQ(rej.tokens, plain.tokens) << k;
+      EXPECT_EQ(acc.accepted, acc.drafted) << k;
+      EXPECT_GT(acc.drafted, 0) << k;
+      EXPECT_EQ(rej.accepted, 0) << k;
+      EXPECT_LT(acc.verifySteps, rej.verifySteps) << k;
+      ASSERT_EQ(a.size(), want.size());
+      ASSERT_EQ(b.size(), want.size());
+      EXPECT_EQ(0, std::memcmp(a.data(), want.data(), want.size() * 4)) << k;
+      EXPECT_EQ(0, std::memcmp(b.data(), want.data(), want.size() * 4)) << k;
+    }
   }
 }

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# glm-engine run --draft mtp (issue 21): greedy output with MTP drafting is
+# token for token the output without it, and its logits rows the same
+# bytes, on tiny packs with an MTP layer in every layout (hf; EXL3 MUL1 and
+# MCG; exlr8 with its mixed manifest) at --sparks 1 and 2, with 1 and 3
+# draft tokens; the acceptance statistics are printed. Also: a plan without
+# a draft graph, the reference backend and a Flash plan (recurrent state)
+# refuse --draft with what to do.
+set -euo pipefail
+T=${GLM_TEST_TMP:-/tmp/glm-e2e-draft-mtp}
+rm -rf "$T" && mkdir -p "$T"
+
+glmc synth --preset tiny --layout hf --seed 3 -o "$T/hf" > /dev/null
+glmc quantize "$T/hf" --layout exl3 --codebook mul1 --bits 3 -o "$T/exl3-mul1" > /dev/null 2>&1
+glmc quantize "$T/hf" --layout exl3 --codebook mcg -o "$T/exl3-mcg" > /dev/null 2>&1
+glmc quantize "$T/hf" --layout exlr8 -o "$T/exlr8" > /dev/null 2>&1
+
+TOKENS=1,5,9,2,7,3,11,4,6,8,10,12,14,16,18,20,22,24,26,28,30
+check() { # NAME PACK SPARKS [compile args...]
+  local name=$1 pack=$2 n=$3
+  shift 3
+  glmc compile "$pack" --sparks "$n" --draft mtp --no-nvrtc "$@" \
+    -o "$T/$name.glmplan" > /dev/null
+  glm-engine run "$T/$name.glmplan" --pack "$pack" --tokens "$TOKENS" \
+    --max-new 24 --dump-logits "$T/$name-plain.safetensors" \
+    > "$T/$name-plain.out" 2> /dev/null
+  for k in 1 3; do
+    glm-engine run "$T/$name.glmplan" --pack "$pack" --tokens "$TOKENS" \
+      --max-new 24 --draft mtp --draft-tokens $k \
+      --dump-logits "$T/$name-k$k.safetensors" > "$T/$name-k$k.out" 2> /dev/null
+    diff <(grep '^generated tokens' "$T/$name-plain.out") \
+      <(grep '^generated tokens' "$T/$name-k$k.out")
+    cmp "$T/$name-plain.safetensors" "$T/$name-k$k.safetensors"
+    grep -q '^drafting: [0-9]* of [0-9]* drafted tokens accepted' "$T/$name-k$k.out"
+    echo "$name, $n Spark(s), --draft-tokens $k: same tokens and logits as plain decoding; $(grep '^drafting' "$T/$name-k$k.out")"
+  done
+}
+check hf "$T/hf" 1
+check hf2 "$T/hf" 2
+check exl3-mul1 "$T/exl3-mul1" 1
+check exl3-mcg2 "$T/exl3-mcg" 2
+check exlr8 "$T/exlr8" 1 --manifest mixed
+check exlr82 "$T/exlr8" 2 --manifest mixed
+
+# Refusals, each saying what to do.
+glmc compile "$T/hf" --sparks 1 --no-nvrtc -o "$T/nodraft.glmplan" > /dev/null
+if glm-engine run "$T/nodraft.glmplan" --pack "$T/hf" --tokens 1,2 --max-new 4 \
+    --draft mtp > /dev/null 2> "$T/nodraft.err"; then
+  echo "a plan without a draft graph drafted"; exit 1
+fi
+grep -q -- "--draft mtp: the plan has no MTP draft graph; re-plan with: .*--draft mtp" "$T/nodraft.err"
+if glm-engine run - --pack "$T/hf" --tokens 1,2 --max-new 4 --draft mtp \
+    > /dev/null 2> "$T/ref.err"; then
+  echo "the reference forward drafted"; exit 1
+fi
+grep -q "the reference forward does not draft" "$T/ref.err"
+if glm-engine run "$T/hf.glmplan" --pack "$T/hf" --tokens 1,2 --max-new 4 \
+    --draft mtp --draft-tokens 9 > /dev/null 2> "$T/k9.err"; then
+  echo "--draft-tokens 9 was accepted"; exit 1
+fi
+grep -q -- "--draft-tokens" "$T/k9.err"
+glmc synth --preset flash-tiny --layout hf --seed 3 -o "$T/flash" > /dev/null
+glmc compile "$T/flash" --sparks 1 --draft mtp --no-nvrtc -o "$T/flash.glmplan" > /dev/null
+if glm-engine run "$T/flash.glmplan" --pack "$T/flash" --tokens 1,2 --max-new 4 \
+    --draft mtp > /dev/null 2> "$T/flash.err"; then
+  echo "a Flash plan drafted over its recurrent state"; exit 1
+fi
+grep -q "recurrent state" "$T/flash.err"
+echo "refusals: no draft graph, reference backend, --draft-tokens 9, Flash's recurrent state"
