@@ -31,6 +31,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 
 namespace glm::rt {
 namespace {
@@ -90,10 +91,31 @@ public:
     auto emit = [&](int64_t t) {
       return onToken((int32_t)t, s.logprobs >= 0 ? &lp : nullptr);
     };
-    if (ranks_)
-      generateOnRanks(p, sp, s.grammar, emit, onSample);
-    else
-      g_.generate(p, sp, emit, nullptr, onSample);
+    const GenerationResult r =
+        ranks_ ? generateOnRanks(p, sp, s.grammar, emit, onSample)
+               : g_.generate(p, sp, emit, nullptr, onSample);
+    verifySteps_ += r.verifySteps;
+    drafted_ += r.drafted;
+    accepted_ += r.accepted;
+  }
+
+  /// Drafting (--draft mtp): verify steps, drafted and accepted tokens.
+  std::string metricsText() const override {
+    if (verifySteps_ == 0)
+      return "";
+    std::ostringstream o;
+    o << "# HELP glm_draft_verify_steps_total Verify steps of drafted "
+         "decoding (--draft mtp).\n# TYPE glm_draft_verify_steps_total "
+         "counter\nglm_draft_verify_steps_total "
+      << verifySteps_
+      << "\n# HELP glm_draft_tokens_total Tokens the MTP head drafted.\n"
+         "# TYPE glm_draft_tokens_total counter\nglm_draft_tokens_total "
+      << drafted_
+      << "\n# HELP glm_draft_accepted_tokens_total Drafted tokens the verify "
+         "step kept.\n# TYPE glm_draft_accepted_tokens_total counter\n"
+         "glm_draft_accepted_tokens_total "
+      << accepted_ << "\n";
+    return o.str();
   }
 
   /// Rank 0 after the server stopped: the other ranks end too.
@@ -104,16 +126,17 @@ public:
   bool ranksLost() const { return !lost_.empty(); }
 
 private:
-  void generateOnRanks(const std::vector<int64_t> &p, const SamplingParams &sp,
-                       const std::string &grammar,
-                       const Generator::TokenCallback &emit,
-                       const Generator::SampleCallback &onSample) {
+  GenerationResult generateOnRanks(const std::vector<int64_t> &p,
+                                   const SamplingParams &sp,
+                                   const std::string &grammar,
+                                   const Generator::TokenCallback &emit,
+                                   const Generator::SampleCallback &onSample) {
     if (!lost_.empty())
       throw EngineUnavailable(lost_);
     int64_t pos = int64_t(p.size());
     try {
       sendRankRequest(*ranks_, RankRequest{false, p, sp, grammar});
-      g_.generate(
+      return g_.generate(
           p, sp,
           [&](int64_t t) {
             ranks_->setStep(pos++);
@@ -138,6 +161,7 @@ private:
   }
 
   Generator &g_;
+  std::atomic<int64_t> verifySteps_{0}, drafted_{0}, accepted_{0};
   std::vector<int64_t> eos_;
   int concurrency_;
   dist::HostComm *ranks_;

@@ -828,7 +828,8 @@ private:
     }
     if (p == "/metrics") {
       need("GET");
-      resp.send(200, "text/plain; version=0.0.4", metrics_.text());
+      resp.send(200, "text/plain; version=0.0.4",
+                metrics_.text() + engine_.metricsText());
       return 200;
     }
     if (p == "/v1/models") {

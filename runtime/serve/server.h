@@ -80,6 +80,9 @@ public:
   /// sampling.maxTokens tokens. Throws glm::rt::Error on failure.
   virtual void generate(const std::vector<int32_t> &prompt,
                         const Sampling &sampling, const OnToken &onToken) = 0;
+  /// More Prometheus text for /metrics (the engine's own counters, e.g.
+  /// drafting's acceptance); empty by default.
+  virtual std::string metricsText() const { return ""; }
 };
 
 struct ServerOptions {

@@ -67,3 +67,41 @@ if glm-engine run "$T/flash.glmplan" --pack "$T/flash" --tokens 1,2 --max-new 4 
 fi
 grep -q "recurrent state" "$T/flash.err"
 echo "refusals: no draft graph, reference backend, --draft-tokens 9, Flash's recurrent state"
+
+# serve --draft mtp: a greedy chat completion is the plain server's text, and
+# /metrics counts the verify steps and drafted tokens.
+serve_text() { # NAME ARGS...
+  local name=$1
+  shift
+  glm-engine serve "$T/hf.glmplan" --pack "$T/hf" --port 0 "$@" > "$T/$name.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 150); do
+    grep -q "listening on" "$T/$name.log" && break
+    kill -0 $pid 2> /dev/null || { cat "$T/$name.log"; exit 1; }
+    sleep 0.2
+  done
+  local url
+  url=$(grep -o "http://[0-9.]*:[0-9]*" "$T/$name.log" | head -1)
+  python3 - "$url" "$T/$name" <<'PY'
+import json, sys, urllib.request
+url, out = sys.argv[1], sys.argv[2]
+req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(
+    {"max_tokens": 12, "temperature": 0,
+     "messages": [{"role": "user", "content": "hello there"}]}).encode(),
+    headers={"content-type": "application/json"})
+with urllib.request.urlopen(req, timeout=120) as r:
+    open(out + ".text", "w").write(json.loads(r.read())["choices"][0]["message"]["content"])
+with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+    open(out + ".metrics", "w").write(r.read().decode())
+PY
+  kill $pid
+  wait $pid 2> /dev/null || true
+}
+serve_text serve-plain
+serve_text serve-draft --draft mtp --draft-tokens 3
+cmp "$T/serve-plain.text" "$T/serve-draft.text"
+grep -q '^glm_draft_verify_steps_total [1-9]' "$T/serve-draft.metrics"
+grep -q '^glm_draft_tokens_total [1-9]' "$T/serve-draft.metrics"
+grep -q '^glm_draft_accepted_tokens_total [0-9]' "$T/serve-draft.metrics"
+if grep -q glm_draft "$T/serve-plain.metrics"; then echo "plain serve counts drafts"; exit 1; fi
+echo "serve --draft mtp: the plain server's greedy text; /metrics: $(grep '^glm_draft' "$T/serve-draft.metrics" | tr '\n' ' ')"
