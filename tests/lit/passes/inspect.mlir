@@ -23,7 +23,7 @@
 // RUN: not glmc inspect %t.plan --measured %t.missing.json 2>&1 | FileCheck %s --check-prefix=MISSING
 // RUN: not glmc inspect %t.plan --int-rate 0 2>&1 | FileCheck %s --check-prefix=RATE
 
-// TEXT: schema 1.5
+// TEXT: schema 1.6
 // TEXT: layer  kind
 // TEXT-NEXT: embed  embed {{.*}}glm_embed_tokens_t256
 // TEXT-NEXT: 0      dense
