@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -190,6 +191,50 @@ void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
     log << bl;
     r.rows.push_back({"batch", tag + " batch " + std::to_string(B),
                       ms * 1e3, bBytes, ms / graphMs});
+  }
+
+  // Drafting (--draft mtp): the MTP draft graph of one row, after a step,
+  // as a ratio to the plain step; with the verify steps above (k + 1 rows)
+  // the tokens per second of drafted decoding at acceptance rates a (each
+  // draft accepted with probability a, independently: a round of k drafts
+  // emits (1 - a^(k+1)) / (1 - a) tokens in k drafts + one verify step).
+  if (engine.hasDraft() && opt.stepPosition + 2 < p->model.maxContext) {
+    engine.step({7}, {opt.stepPosition + 1}, {0});
+    engine.draft({11}, {opt.stepPosition + 1}, {0}, {0}); // captures
+    const double draftMs = timeMedianMs(
+        s, std::max(3, opt.reps), 500.0, [&] { engine.runDraft(1); });
+    char dl[320];
+    std::snprintf(dl, sizeof dl,
+                  "plan-draft: 1 row: %.3f ms = %.2fx batch 1\n", draftMs,
+                  draftMs / graphMs);
+    log << dl;
+    r.rows.push_back({"draft", tag + " draft 1 row", draftMs * 1e3, 0,
+                      draftMs / graphMs});
+    std::map<uint32_t, double> verifyMs = {{1u, graphMs}};
+    for (const auto &row : r.rows)
+      if (row.suite == "batch")
+        verifyMs[uint32_t(std::stoul(row.name.substr(row.name.rfind(' ') + 1)))] =
+            row.us * 1e-3;
+    for (uint32_t k = 1; k <= 4; ++k) {
+      if (!verifyMs.count(k + 1))
+        continue;
+      const double round = k * draftMs + verifyMs[k + 1];
+      std::string rates;
+      for (double a : {0.5, 0.6, 0.7, 0.8, 0.9}) {
+        const double tokens = (1 - std::pow(a, k + 1)) / (1 - a);
+        char c[64];
+        std::snprintf(c, sizeof c, " a=%.1f %.1f tok/s (%.2fx);", a,
+                      tokens * 1e3 / round, tokens * graphMs / round);
+        rates += c;
+      }
+      char vl[640];
+      std::snprintf(vl, sizeof vl,
+                    "plan-draft: k=%u: verify %.3f ms = %.2fx batch 1, "
+                    "round %.3f ms;%s\n",
+                    k, verifyMs[k + 1], verifyMs[k + 1] / graphMs, round,
+                    rates.c_str());
+      log << vl;
+    }
   }
 
   // Prefill chunks of the plan: one chunk from position 0 (random tokens),

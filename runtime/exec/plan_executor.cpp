@@ -754,8 +754,7 @@ std::vector<float> PlanExecutor::draft(const std::vector<int32_t> &tokens,
             hiddenRows.size() == B,
         "plan executor: a draft needs one position, slot and hidden row per "
         "token");
-  const std::vector<const gp::GraphDef *> graphs =
-      graphsOf(gp::GraphKind::Draft, B);
+  graphsOf(gp::GraphKind::Draft, B); // names a missing graph before writes
   for (auto &st : ranks_) {
     const uint32_t b = st->ioBuffer("io.draft_rows");
     const uint64_t rows = st->rp->buffers[b].bytes / 4;
@@ -767,9 +766,15 @@ std::vector<float> PlanExecutor::draft(const std::vector<int32_t> &tokens,
   for (auto &st : ranks_)
     st->backend->write(st->address(st->ioBuffer("io.draft_rows"), 0),
                        hiddenRows.data(), B * 4ull);
-  // Draft graphs are recorded apart from the decode buckets of their size.
-  runCaptured(graphs, B, (1u << 16) | B, true);
+  runDraft(B);
   return readLogits(B, "io.draft_logits");
+}
+
+void PlanExecutor::runDraft(uint32_t rows) {
+  check(loaded_, "plan executor: a draft before load()");
+  // Draft graphs are recorded apart from the decode buckets of their size.
+  runCaptured(graphsOf(gp::GraphKind::Draft, rows), rows, (1u << 16) | rows,
+              true);
 }
 
 } // namespace glm::rt::exec

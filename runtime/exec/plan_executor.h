@@ -171,6 +171,10 @@ public:
                            const std::vector<int32_t> &positions,
                            const std::vector<int32_t> &slots,
                            const std::vector<int32_t> &hiddenRows);
+  /// Runs the draft graph of `rows` rows on what the Io buffers hold (no
+  /// Io writes, no logits read), replaying its CUDA graph as draft() does:
+  /// the unit the draft benchmark times after one draft().
+  void runDraft(uint32_t rows);
   /// One prefill chunk: `tokens` at positions start, start + 1, ... of KV
   /// slot `slot`, run through the smallest prefill graph of at least
   /// tokens.size() rows (the rows past the prompt are padding at the next
