@@ -137,26 +137,31 @@ std::vector<double> Sampler::penalised(const float *logits, int64_t n) const {
   return w;
 }
 
-int64_t Sampler::sample(const float *logits, int64_t n, SampledToken *info) {
+const float *Sampler::forPick(const float *logits, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     check(std::isfinite(logits[i]), "logit ", i,
           " is not finite: the model produced NaN/Inf");
-  // Logprobs stay those of the raw logits; only the pick sees the mask.
-  const float *raw = logits;
-  if (constraint_) {
-    masked_.assign(logits, logits + n);
-    constraint_->mask(masked_.data(), n, p_.maxNew - steps_);
-    logits = masked_.data();
-  }
-  int64_t tok = pick(logits, n);
+  if (!constraint_)
+    return logits;
+  masked_.assign(logits, logits + n);
+  constraint_->mask(masked_.data(), n, p_.maxNew - steps_);
+  return masked_.data();
+}
+
+int64_t Sampler::taken(int64_t tok, const float *raw, int64_t n,
+                       SampledToken *info) {
   ++steps_;
   if (constraint_)
     constraint_->accept(tok);
   ++generated_[tok];
-  logits = raw;
+  // Logprobs stay those of the raw logits; only the pick sees the mask.
   if (info && p_.topLogprobs >= 0)
-    *info = rawLogprobs(logits, n, tok, p_.topLogprobs);
+    *info = rawLogprobs(raw, n, tok, p_.topLogprobs);
   return tok;
+}
+
+int64_t Sampler::sample(const float *logits, int64_t n, SampledToken *info) {
+  return taken(pick(forPick(logits, n), n), logits, n, info);
 }
 
 Sampler::Kept Sampler::kept(const float *logits, int64_t n) const {
@@ -231,17 +236,7 @@ int64_t Sampler::sampleAgainstDraft(const float *logits, int64_t n,
                                     int64_t draft, SampledToken *info) {
   if (isGreedy())
     return sample(logits, n, info);
-  for (int64_t i = 0; i < n; ++i)
-    check(std::isfinite(logits[i]), "logit ", i,
-          " is not finite: the model produced NaN/Inf");
-  // As sample(): the constraint masks what the pick sees, not logprobs.
-  const float *raw = logits;
-  if (constraint_) {
-    masked_.assign(logits, logits + n);
-    constraint_->mask(masked_.data(), n, p_.maxNew - steps_);
-    logits = masked_.data();
-  }
-  const Kept k = kept(logits, n);
+  const Kept k = kept(forPick(logits, n), n);
   // The draft's probability under the sampling distribution (0 outside
   // what top-k / top-p / min-p keep).
   double pd = 0;
@@ -268,13 +263,7 @@ int64_t Sampler::sampleAgainstDraft(const float *logits, int64_t n,
     if (tok < 0)
       tok = draft; // the draft held all the mass
   }
-  ++steps_;
-  if (constraint_)
-    constraint_->accept(tok);
-  ++generated_[tok];
-  if (info && p_.topLogprobs >= 0)
-    *info = rawLogprobs(raw, n, tok, p_.topLogprobs);
-  return tok;
+  return taken(tok, logits, n, info);
 }
 
 } // namespace glm::rt

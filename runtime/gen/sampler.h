@@ -134,6 +134,12 @@ private:
     double mass = 0;
   };
   Kept kept(const float *logits, int64_t n) const;
+  /// Checks the logits are finite; what the pick sees (the constraint's
+  /// masked copy, or the logits).
+  const float *forPick(const float *logits, int64_t n);
+  /// Counts `tok` as generated (steps, constraint, penalties) and fills
+  /// `info` from the raw logits; returns tok.
+  int64_t taken(int64_t tok, const float *raw, int64_t n, SampledToken *info);
   bool isGreedy() const;
   bool hasPenalties() const;
   int64_t pick(const float *logits, int64_t n);
