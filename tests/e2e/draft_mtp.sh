@@ -68,7 +68,8 @@ fi
 grep -q "recurrent state" "$T/flash.err"
 echo "refusals: no draft graph, reference backend, --draft-tokens 9, Flash's recurrent state"
 
-# serve --draft mtp: a greedy chat completion is the plain server's text, and
+# serve --draft mtp: a greedy chat completion is the plain server's text, a
+# streamed forced tool call (tool_choice required) the same calls, and
 # /metrics counts the verify steps and drafted tokens.
 serve_text() { # NAME ARGS...
   local name=$1
@@ -91,6 +92,32 @@ req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(
     headers={"content-type": "application/json"})
 with urllib.request.urlopen(req, timeout=120) as r:
     open(out + ".text", "w").write(json.loads(r.read())["choices"][0]["message"]["content"])
+# A streamed, forced tool call (the grammar on a random model): the
+# deltas the stream sends, joined, and the finish reason.
+tools = [{"type": "function", "function": {"name": "get_weather",
+          "parameters": {"type": "object", "properties": {
+              "city": {"type": "string"}, "days": {"type": "integer"}},
+              "required": ["city"]}}}]
+req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(
+    {"max_tokens": 48, "temperature": 0, "stream": True, "tools": tools,
+     "tool_choice": "required",
+     "messages": [{"role": "user", "content": "weather?"}]}).encode(),
+    headers={"content-type": "application/json"})
+calls, finish = {}, None
+with urllib.request.urlopen(req, timeout=120) as r:
+    for line in r.read().decode().splitlines():
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        for c in json.loads(line[6:]).get("choices", []):
+            finish = c.get("finish_reason") or finish
+            for t in c.get("delta", {}).get("tool_calls", []) or []:
+                d = calls.setdefault(t["index"], {"name": "", "arguments": ""})
+                f = t.get("function", {})
+                d["name"] += f.get("name") or ""
+                d["arguments"] += f.get("arguments") or ""
+assert finish == "tool_calls" and calls, (finish, calls)
+json.loads(calls[0]["arguments"])
+open(out + ".tools", "w").write(json.dumps(calls, sort_keys=True))
 with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
     open(out + ".metrics", "w").write(r.read().decode())
 PY
@@ -100,8 +127,9 @@ PY
 serve_text serve-plain
 serve_text serve-draft --draft mtp --draft-tokens 3
 cmp "$T/serve-plain.text" "$T/serve-draft.text"
+cmp "$T/serve-plain.tools" "$T/serve-draft.tools"
 grep -q '^glm_draft_verify_steps_total [1-9]' "$T/serve-draft.metrics"
 grep -q '^glm_draft_tokens_total [1-9]' "$T/serve-draft.metrics"
 grep -q '^glm_draft_accepted_tokens_total [0-9]' "$T/serve-draft.metrics"
 if grep -q glm_draft "$T/serve-plain.metrics"; then echo "plain serve counts drafts"; exit 1; fi
-echo "serve --draft mtp: the plain server's greedy text; /metrics: $(grep '^glm_draft' "$T/serve-draft.metrics" | tr '\n' ' ')"
+echo "serve --draft mtp: the plain server's greedy text and streamed tool call $(cat "$T/serve-draft.tools"); /metrics: $(grep '^glm_draft' "$T/serve-draft.metrics" | tr '\n' ' ')"
