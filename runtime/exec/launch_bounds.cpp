@@ -4,7 +4,8 @@
 // + offset + j * rowsPerLaunch * rowBytes, immediates, Runtime "batch" =
 // rows per launch, Runtime "null"), asks the family's footprint what the
 // launch may touch (handing it the plan's table contents to check), and
-// holds every pointer to its buffer; then holds the tables read-only.
+// holds every pointer to its buffer; then holds the tables and the
+// runtime's Io index rows read-only.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/exec/launch_bounds.h"
@@ -14,9 +15,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,6 +63,29 @@ const char *paramName(char c) {
   default:
     return "a double";
   }
+}
+
+/// The runtime's Io index rows: a buffer name, the indices it holds and
+/// their bound.
+struct IoRows {
+  const char *name;
+  twins::IoIndex what;
+  int64_t IoBounds::*bound;
+};
+constexpr IoRows kIoRows[] = {
+    {"io.slots", twins::IoIndex::Slot, &IoBounds::slots},
+    {"io.positions", twins::IoIndex::Position, &IoBounds::positions},
+    {"io.tokens", twins::IoIndex::Row, &IoBounds::tokens},
+    {"io.draft_rows", twins::IoIndex::Row, &IoBounds::draftRows},
+};
+
+const IoRows *ioRowsOf(const gp::BufferDef &b) {
+  if (b.kind != gp::BufferKind::Io)
+    return nullptr;
+  for (const IoRows &r : kIoRows)
+    if (b.name == r.name)
+      return &r;
+  return nullptr;
 }
 
 /// One op of one graph of one rank: what its messages name.
@@ -114,8 +140,9 @@ private:
 /// (PlanExecutor::load()), zero past the init bytes.
 class PlanTables final : public twins::Tables {
 public:
-  PlanTables(const Relocations &relocs, const gp::OpDef &op, uint32_t perLaunch)
-      : relocs_(relocs), op_(op), perLaunch_(perLaunch) {}
+  PlanTables(const Relocations &relocs, const IoBounds &io,
+             const gp::OpDef &op, uint32_t perLaunch)
+      : relocs_(relocs), io_(io), op_(op), perLaunch_(perLaunch) {}
   uint32_t repeat = 0;
 
   bool known(size_t k) const override {
@@ -157,6 +184,13 @@ public:
     return "buffer " + std::to_string(a.buffer) + " '" + buffer(k).name + "'" +
            (at ? " + " + std::to_string(at) : std::string());
   }
+  int64_t ioBound(size_t k, twins::IoIndex what) const override {
+    const gp::ArgDef &a = op_.args[k];
+    if (a.kind != gp::ArgKind::Buffer || a.buffer < 0)
+      return 0;
+    const IoRows *r = ioRowsOf(buffer(k));
+    return r && r->what == what ? io_.*(r->bound) : 0;
+  }
 
 private:
   const gp::BufferDef &buffer(size_t k) const {
@@ -168,6 +202,7 @@ private:
     return a.offset + uint64_t(repeat) * perLaunch_ * a.rowBytes;
   }
   const Relocations &relocs_;
+  const IoBounds &io_;
   const gp::OpDef &op_;
   uint32_t perLaunch_;
 };
@@ -184,11 +219,11 @@ std::string integers(const Site &s, const twins::Launch &l, const char *sig) {
   return out;
 }
 
-/// Checks one op; returns which of its arguments it reads as tables of
-/// the plan.
-std::vector<bool> checkOp(const Relocations &relocs, const Site &s,
-                          uint32_t rows,
-                          std::vector<ByteRegion> *regions = nullptr) {
+/// Checks one op; returns its footprint (which arguments it reads as
+/// tables of the plan, which as the runtime's Io index rows).
+twins::Footprint checkOp(const Relocations &relocs, const IoBounds &io,
+                         const Site &s, uint32_t rows,
+                         std::vector<ByteRegion> *regions = nullptr) {
   const gp::OpDef &op = s.op;
   const twins::FootprintEntry *e = twins::findFootprint(s.k.templateName);
   if (!e)
@@ -259,7 +294,7 @@ std::vector<bool> checkOp(const Relocations &relocs, const Site &s,
 
   // A repeated launch whose table argument moves per launch reads other
   // entries each time: every repeat is checked, the widest footprint kept.
-  PlanTables tables(relocs, op, perLaunch);
+  PlanTables tables(relocs, io, op, perLaunch);
   twins::Footprint f;
   const uint32_t repeats = std::max<uint32_t>(op.repeat, 1);
   for (uint32_t j = 0; j < repeats; ++j) {
@@ -321,7 +356,7 @@ std::vector<bool> checkOp(const Relocations &relocs, const Site &s,
       regions->push_back({uint32_t(a.buffer), a.offset,
                           f.indexed[i] ? b.bytes : uint64_t(end)});
   }
-  return f.table;
+  return f;
 }
 
 /// A buffer read as a table of the plan, and the first launch reading it.
@@ -330,58 +365,87 @@ struct TableUse {
   size_t arg;
 };
 
-/// A table's contents are its init bytes only if nothing else writes
-/// them: no launch argument other than a table read, no weight binding,
-/// no collective, not the runtime's Io rows, no buffer sharing its arena
-/// bytes. (Which arguments a kernel writes is not in the plan: any other
-/// argument into a table is refused.)
-void checkTablesReadOnly(
-    const gp::RankPlan &rp, const std::map<uint32_t, TableUse> &tables,
-    const std::vector<std::pair<Site, std::vector<bool>>> &ops) {
-  auto refuse = [&](const TableUse &u, auto &&...why) {
-    const gp::BufferDef &b = rp.buffers[u.site.op.args[u.arg].buffer];
-    u.site.fail(u.site.arg(u.arg), " reads buffer ",
-                u.site.op.args[u.arg].buffer, " '", b.name,
-                "' as a table of the plan, but ", why...,
-                ": the table would not hold its init bytes");
-  };
-  for (const auto &[site, table] : ops)
+using CheckedOps = std::vector<std::pair<Site, twins::Footprint>>;
+
+/// Holds `buffers` read-only: each may be passed to a launch only as an
+/// argument `reads(footprint, i)` accepts (which arguments a kernel writes
+/// is not in the plan: any other is refused), and no weight binding,
+/// collective or other buffer sharing its arena bytes may write it.
+/// `refuse(buffer, why...)` throws.
+template <class Reads, class Refuse>
+void holdReadOnly(const gp::RankPlan &rp, const std::set<uint32_t> &buffers,
+                  const CheckedOps &ops, Reads reads, Refuse refuse) {
+  for (const auto &[site, f] : ops)
     for (size_t i = 0; i < site.op.args.size(); ++i) {
       const gp::ArgDef &a = site.op.args[i];
-      if (a.kind != gp::ArgKind::Buffer || a.buffer < 0 || table[i])
+      if (a.kind != gp::ArgKind::Buffer || a.buffer < 0 || reads(f, i) ||
+          !buffers.count(uint32_t(a.buffer)))
         continue;
-      auto t = tables.find(uint32_t(a.buffer));
-      if (t != tables.end())
-        refuse(t->second, "graph ", site.graph, ", op '", site.op.name,
-               "' (kernel ", site.k.name, ") passes it as ", site.arg(i),
-               ", which may write it");
+      refuse(uint32_t(a.buffer), "graph ", site.graph, ", op '", site.op.name,
+             "' (kernel ", site.k.name, ") passes it as ", site.arg(i),
+             ", which may write it");
     }
-  for (const gp::WeightBinding &w : rp.weights) {
-    auto t = tables.find(w.buffer);
-    if (t != tables.end())
-      refuse(t->second, "the binding of ", w.file, " @", w.offset,
+  for (const gp::WeightBinding &w : rp.weights)
+    if (buffers.count(w.buffer))
+      refuse(w.buffer, "the binding of ", w.file, " @", w.offset,
              " writes it at load");
-  }
   for (size_t c = 0; c < rp.collectives.size(); ++c) {
     const int32_t b = rp.collectives[c].buffer;
-    auto t = b >= 0 ? tables.find(uint32_t(b)) : tables.end();
-    if (t != tables.end())
-      refuse(t->second, "collective ", c, " works in place on it");
+    if (b >= 0 && buffers.count(uint32_t(b)))
+      refuse(uint32_t(b), "collective ", c, " works in place on it");
   }
-  for (const auto &[b, use] : tables) {
+  for (uint32_t b : buffers) {
     const gp::BufferDef &tb = rp.buffers[b];
-    if (tb.kind == gp::BufferKind::Io)
-      refuse(use, "it is an Io buffer the runtime writes");
     for (size_t o = 0; o < rp.buffers.size(); ++o) {
       const gp::BufferDef &ob = rp.buffers[o];
       if (o == b || !ob.bytes || !tb.bytes)
         continue;
       if (ob.arenaOffset < tb.arenaOffset + tb.bytes &&
           tb.arenaOffset < ob.arenaOffset + ob.bytes)
-        refuse(use, "buffer ", o, " '", ob.name,
+        refuse(b, "buffer ", o, " '", ob.name,
                "' shares its bytes in the arena");
     }
   }
+}
+
+/// A table's contents are its init bytes only if nothing else writes
+/// them, and the runtime's Io index rows hold only what the runtime
+/// bounded (IoBounds) only if nothing else writes them.
+void holdTablesAndIoRows(const gp::RankPlan &rp,
+                         const std::map<uint32_t, TableUse> &tables,
+                         const CheckedOps &ops) {
+  auto refuseTable = [&](uint32_t b, auto &&...why) {
+    const TableUse &u = tables.at(b);
+    u.site.fail(u.site.arg(u.arg), " reads buffer ", b, " '",
+                rp.buffers[b].name, "' as a table of the plan, but ", why...,
+                ": the table would not hold its init bytes");
+  };
+  std::set<uint32_t> tableBuffers;
+  for (const auto &[b, use] : tables) {
+    if (rp.buffers[b].kind == gp::BufferKind::Io)
+      refuseTable(b, "it is an Io buffer the runtime writes");
+    tableBuffers.insert(b);
+  }
+  holdReadOnly(
+      rp, tableBuffers, ops,
+      [](const twins::Footprint &f, size_t i) { return bool(f.table[i]); },
+      refuseTable);
+
+  std::set<uint32_t> ioBuffers;
+  for (size_t b = 0; b < rp.buffers.size(); ++b)
+    if (ioRowsOf(rp.buffers[b]))
+      ioBuffers.insert(uint32_t(b));
+  holdReadOnly(
+      rp, ioBuffers, ops,
+      [](const twins::Footprint &f, size_t i) { return bool(f.io[i]); },
+      [&](uint32_t b, auto &&...why) {
+        rt::fail("plan rank ", rp.rank, ": buffer ", b, " '",
+                 rp.buffers[b].name, "' holds the runtime's ",
+                 twins::ioIndexName(ioRowsOf(rp.buffers[b])->what),
+                 ", which kernels index memory by, but ", why...,
+                 "; the plan is damaged (altered and re-signed?) or was "
+                 "written by another glmc: re-plan with this glmc");
+      });
 }
 
 } // namespace
@@ -390,6 +454,7 @@ std::vector<std::vector<ByteRegion>> opRegions(const gp::Plan &plan,
                                                const gp::RankPlan &rp,
                                                const gp::GraphDef &g) {
   const Relocations relocs(rp);
+  const IoBounds io = ioBounds(plan);
   const uint32_t rows = g.kind == gp::GraphKind::Load ? 0 : g.size;
   const std::string gname = gp::graphName(g);
   std::vector<std::vector<ByteRegion>> out(g.ops.size());
@@ -410,15 +475,37 @@ std::vector<std::vector<ByteRegion>> opRegions(const gp::Plan &plan,
           ", graph ", gname, ", op '", op.name, "' uses kernel ", op.kernel,
           " of ", plan.kernels.size(), ": the plan is damaged");
     Site s{rp, gname, op, plan.kernels[op.kernel]};
-    checkOp(relocs, s, rows, &out[i]);
+    checkOp(relocs, io, s, rows, &out[i]);
   }
   return out;
 }
 
+IoBounds ioBounds(const gp::Plan &plan) {
+  IoBounds io;
+  if (auto it = plan.compileOptions.find("kv_slots");
+      it != plan.compileOptions.end()) {
+    const std::string &v = it->second;
+    char *end = nullptr;
+    const long long n = std::strtoll(v.c_str(), &end, 10);
+    check(!v.empty() && *end == 0 && n >= 1 && n <= (1 << 20),
+          "plan compile option kv_slots '", v, "' is not a KV slot count "
+          "(1..2^20): the plan is damaged (altered and re-signed?) or was "
+          "written by another glmc; re-plan with this glmc");
+    io.slots = n;
+  }
+  io.positions = plan.model.maxContext;
+  io.tokens = plan.model.vocabSize;
+  for (const gp::RankPlan &rp : plan.ranks)
+    for (const gp::GraphDef &g : rp.graphs)
+      io.draftRows = std::max<int64_t>(io.draftRows, g.size);
+  return io;
+}
+
 void checkLaunchBounds(const gp::Plan &plan) {
+  const IoBounds io = ioBounds(plan);
   for (const gp::RankPlan &rp : plan.ranks) {
     const Relocations relocs(rp);
-    std::vector<std::pair<Site, std::vector<bool>>> ops;
+    CheckedOps ops;
     std::map<uint32_t, TableUse> tables;
     for (const gp::GraphDef &g : rp.graphs) {
       // runGraph's rows: the decode batch; the Load graph runs with 0.
@@ -433,14 +520,14 @@ void checkLaunchBounds(const gp::Plan &plan) {
                    ": the plan is damaged; re-plan "
                    "with this glmc");
         Site s{rp, gname, op, plan.kernels[op.kernel]};
-        std::vector<bool> table = checkOp(relocs, s, rows);
-        for (size_t i = 0; i < table.size(); ++i)
-          if (table[i])
+        twins::Footprint f = checkOp(relocs, io, s, rows);
+        for (size_t i = 0; i < f.table.size(); ++i)
+          if (f.table[i])
             tables.emplace(uint32_t(op.args[i].buffer), TableUse{s, i});
-        ops.emplace_back(std::move(s), std::move(table));
+        ops.emplace_back(std::move(s), std::move(f));
       }
     }
-    checkTablesReadOnly(rp, tables, ops);
+    holdTablesAndIoRows(rp, tables, ops);
   }
 }
 

@@ -12,7 +12,10 @@
 // relocations), the footprint checks each entry it reads against what it
 // assumed (footprint.h), and such a table must be written by nothing else:
 // no other launch argument, weight binding, collective or Io row, no
-// buffer sharing its arena bytes.
+// buffer sharing its arena bytes. Where it indexes by the runtime's Io
+// rows (KV slots, positions, token ids, draft rows), the footprint covers
+// every value below the runtime's bound (IoBounds), the argument must be
+// that Io buffer, and nothing else may write it either.
 //
 // Thread-safety: a pure function of the plan.
 //
@@ -25,6 +28,21 @@
 #include <vector>
 
 namespace glm::rt::exec {
+
+/// What the runtime lets into its Io index rows before a step: each value
+/// is in [0, bound). PlanExecutor enforces these (writeIoRows, draft());
+/// the footprints cover them.
+struct IoBounds {
+  int64_t slots = 1;     // io.slots: the compile option kv_slots (else 1)
+  int64_t positions = 0; // io.positions: the model's max context
+  int64_t tokens = 0;    // io.tokens: the vocabulary
+  int64_t draftRows = 0; // io.draft_rows: hidden rows of the step before a
+                         // draft, at most the largest graph's rows
+};
+
+/// The plan's IoBounds; throws Error when its kv_slots option is not a
+/// slot count.
+IoBounds ioBounds(const plan::Plan &plan);
 
 /// Throws Error naming the rank, graph, op, kernel, argument and buffer
 /// (and table entry) of the first launch that could step outside its

@@ -360,6 +360,7 @@ void PlanExecutor::fillBindingsRandom() {
 void PlanExecutor::load() {
   check(!loaded_, "plan executor: load() called twice");
   checkLaunchBounds(*plan_); // damaged launches: refused before any byte moves
+  io_ = ioBounds(*plan_);
   // Every kernel a graph of these ranks launches must be launchable.
   for (auto &st : ranks_) {
     std::vector<bool> used(plan_->kernels.size());
@@ -620,15 +621,20 @@ void PlanExecutor::writeIoRows(const std::vector<int32_t> &tokens,
                                const std::vector<int32_t> &positions,
                                const std::vector<int32_t> &slots) {
   const uint32_t rows = uint32_t(tokens.size());
-  // A slot past the plan's KV slots would address another buffer's bytes.
-  int64_t kvSlots = 1;
-  if (auto it = plan_->compileOptions.find("kv_slots");
-      it != plan_->compileOptions.end())
-    kvSlots = std::strtoll(it->second.c_str(), nullptr, 10);
-  for (int32_t s : slots)
-    check(s >= 0 && s < kvSlots, "plan executor: KV slot ", s,
-          " is outside the plan's ", kvSlots, " slot(s) (glmc compile "
-          "--kv-slots N holds N sequences at once); re-plan with more");
+  check(positions.size() == rows && slots.size() == rows,
+        "plan executor: a step needs one position and slot per token");
+  // Kernels index caches and tables by these (IoBounds): a value past its
+  // bound would address another buffer's bytes.
+  for (uint32_t r = 0; r < rows; ++r) {
+    check(slots[r] >= 0 && slots[r] < io_.slots, "plan executor: KV slot ",
+          slots[r], " is outside the plan's ", io_.slots, " slot(s) (glmc "
+          "compile --kv-slots N holds N sequences at once); re-plan with more");
+    check(positions[r] >= 0 && positions[r] < io_.positions,
+          "plan executor: position ", positions[r], " is outside the plan's ",
+          io_.positions, "-token context");
+    check(tokens[r] >= 0 && tokens[r] < io_.tokens, "plan executor: token id ",
+          tokens[r], " is outside the plan's vocabulary of ", io_.tokens);
+  }
   for (auto &st : ranks_)
     for (auto [name, v] : {std::pair{"io.tokens", &tokens},
                            std::pair{"io.positions", &positions},
@@ -755,13 +761,9 @@ std::vector<float> PlanExecutor::draft(const std::vector<int32_t> &tokens,
         "plan executor: a draft needs one position, slot and hidden row per "
         "token");
   graphsOf(gp::GraphKind::Draft, B); // names a missing graph before writes
-  for (auto &st : ranks_) {
-    const uint32_t b = st->ioBuffer("io.draft_rows");
-    const uint64_t rows = st->rp->buffers[b].bytes / 4;
-    for (int32_t h : hiddenRows)
-      check(h >= 0 && uint64_t(h) < rows, "plan executor: hidden row ", h,
-            " is outside the step's ", rows, " rows");
-  }
+  for (int32_t h : hiddenRows)
+    check(h >= 0 && h < io_.draftRows, "plan executor: hidden row ", h,
+          " is outside the plan's largest step of ", io_.draftRows, " rows");
   writeIoRows(tokens, positions, slots);
   for (auto &st : ranks_)
     st->backend->write(st->address(st->ioBuffer("io.draft_rows"), 0),

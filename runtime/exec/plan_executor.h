@@ -20,6 +20,7 @@
 #pragma once
 
 #include "plans/plan.h"
+#include "runtime/exec/launch_bounds.h"
 #include "runtime/formats/safetensors.h"
 
 #include <cstdint>
@@ -260,6 +261,7 @@ private:
   // While profiling: (op, kernel) of each launch of local rank 0.
   std::vector<std::pair<std::string, std::string>> *profiled_ = nullptr;
   std::shared_ptr<const plan::Plan> plan_;
+  IoBounds io_; // what writeIoRows and draft() let into the Io rows
   std::string packDir_;
   std::vector<std::unique_ptr<RankState>> ranks_;
   std::unique_ptr<Collectives> collectives_;

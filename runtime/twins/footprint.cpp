@@ -13,6 +13,18 @@ const FootprintEntry *findFootprint(const std::string &family) {
   return nullptr;
 }
 
+const char *ioIndexName(IoIndex what) {
+  switch (what) {
+  case IoIndex::Slot:
+    return "KV slots (io.slots)";
+  case IoIndex::Position:
+    return "positions (io.positions)";
+  case IoIndex::Row:
+    return "token ids or draft rows (io.tokens, io.draft_rows)";
+  }
+  return "?";
+}
+
 Footprint footprintOf(const FootprintEntry &e, const Launch &l,
                       const Tables *tables) {
   const size_t n = std::strlen(e.signature);
@@ -23,6 +35,7 @@ Footprint footprintOf(const FootprintEntry &e, const Launch &l,
   f.nullable.assign(n, false);
   f.indexed.assign(n, false);
   f.table.assign(n, false);
+  f.io.assign(n, false);
   f.tables = tables;
   e.fn(l, f);
   f.tables = nullptr;

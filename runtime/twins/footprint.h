@@ -25,8 +25,16 @@
 // reads to what the rest of the footprint assumed: indices in range, the
 // region read through each tile pointer inside the pointer's target
 // buffer, widths the kernel was built for, slice bounds ordered. Tables
-// written at run time (router expert ids, DSA selections, the Io rows)
-// stay data.
+// written at run time (router expert ids, DSA selections) stay data.
+//
+// The indices the runtime writes before each step (IoIndex: KV slots,
+// positions, token ids, draft hidden rows) are bounded by the runtime
+// (PlanExecutor::writeIoRows, draft()). A footprint that indexes by them
+// asks the checker for their bound (Reach::ioIndex) and covers every value
+// below it: all KV slots, positions < the plan's context, every row of an
+// embedding table. The checker refuses such an argument pointing at any
+// other buffer, and any launch, binding or collective that could write
+// those Io buffers (launch_bounds.cpp).
 //
 // Thread-safety: pure functions.
 //
@@ -49,6 +57,16 @@ struct TablePointer {
   std::string target;     // "buffer 0 'weights' + 4096", for messages
 };
 
+/// Indices the runtime writes into its Io rows before each step, each
+/// below a bound it enforces (launch_bounds.h IoBounds).
+enum class IoIndex : uint8_t {
+  Slot,     // io.slots: a KV-cache / recurrent-state slot
+  Position, // io.positions: a token's position in its sequence
+  Row,      // io.tokens (a token id) or io.draft_rows (a hidden row): a
+            // row of the table the kernel gathers from
+};
+const char *ioIndexName(IoIndex what);
+
 /// The load-time contents of a launch's pointer arguments, where the plan
 /// gives them: a buffer's init bytes (the rest of the buffer is zero) with
 /// its relocations, from the argument's address (launch_bounds.cpp).
@@ -67,6 +85,9 @@ public:
   virtual TablePointer pointer(size_t k, uint64_t at) const = 0;
   /// "buffer 7 'scratch.table.heads.0-4'", for messages.
   virtual std::string name(size_t k) const = 0;
+  /// When pointer k is the runtime's Io buffer of `what` indices: the
+  /// bound each value stays below; otherwise 0.
+  virtual int64_t ioBound(size_t k, IoIndex what) const = 0;
 };
 
 /// What one launch may touch, per argument in parameter order.
@@ -79,6 +100,9 @@ struct Footprint {
   /// The kernel reads pointer k's contents as a table of the plan, and
   /// they were checked (only with Tables).
   std::vector<bool> table;
+  /// The kernel indexes memory by pointer k's values, which the runtime
+  /// writes (Reach::ioIndex; checked only with Tables).
+  std::vector<bool> io;
   /// While the footprint runs: the contents it checks (footprintOf's).
   const Tables *tables = nullptr;
 };

@@ -90,6 +90,40 @@ public:
   /// indexed); call after need/opt.
   void indexed(size_t k) { f_.indexed.at(k) = true; }
 
+  // ---- indices the runtime writes (footprint.h IoIndex).
+
+  /// Pointer k holds `what` indices the runtime writes before each step:
+  /// the bound they stay below (with a checker, which refuses any other
+  /// buffer there: its bytes could index anywhere); 1 without one (a twin
+  /// or a test asking for the footprint of index 0).
+  Wide ioIndex(size_t k, IoIndex what) {
+    if (!checking() || null(k))
+      return 1;
+    const int64_t bound = f_.tables->ioBound(k, what);
+    if (bound <= 0)
+      bad(k, "points into ", f_.tables->name(k), ", but the kernel indexes ",
+          "memory by its values: it must be the runtime's ",
+          ioIndexName(what));
+    f_.io.at(k) = true;
+    return bound;
+  }
+  /// Pointer k, whose footprint (need/opt) is one slot's, is indexed by
+  /// the KV slots in pointer `seq`: it reaches every slot.
+  void perSlot(size_t k, size_t seq) {
+    const Wide b = Wide(f_.bytes.at(k)) * ioIndex(seq, IoIndex::Slot);
+    if (b > (Wide(1) << 62))
+      bad(k, "makes the kernel reach more than 2^62 bytes");
+    f_.bytes.at(k) = uint64_t(b);
+    indexed(k);
+  }
+  /// Pointer `pos` holds the runtime's positions, which a kernel sized for
+  /// `ctx` tokens (integer argument ctxArg) must hold all of.
+  void positionsIn(size_t pos, size_t ctxArg, Wide ctx) {
+    const Wide p = ioIndex(pos, IoIndex::Position);
+    require(p <= ctx, ctxArg, "is ", int64_t(ctx), ", under the ", int64_t(p),
+            " positions of the plan's context the runtime writes");
+  }
+
   /// Pointer k reaches at least `elems` elements of `size` bytes (what
   /// a plan table's entries index); call after need/opt.
   void grow(size_t k, Wide elems, int size) {

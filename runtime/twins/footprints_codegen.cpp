@@ -31,6 +31,7 @@ void ropeFp(const Launch &l, Footprint &f) {
              : 0,
          4);
   r.need(1, batch, 4);
+  r.ioIndex(1, IoIndex::Position); // rotation angles only
 }
 
 // (ids, table, scale, out, batch, hidden, row_begin, rows)
@@ -43,6 +44,7 @@ void embedFp(const Launch &l, Footprint &f) {
   r.raw(6); // row_begin: ids outside [row_begin, +rows) give zeros
   const Wide rows = r.at(7);
   r.need(0, batch, 4);
+  r.ioIndex(0, IoIndex::Row); // the kernel zeroes ids outside its rows
   r.need(1, batch ? span(rows, full, hidden) : 0, eb);
   if (fmt == "fp8_row")
     r.need(2, batch && hidden ? rows : 0, 4);

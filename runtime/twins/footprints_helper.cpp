@@ -65,8 +65,9 @@ void expertIds(Reach &r, size_t k, Wide n, Wide hi) {
 void embedTokensFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide B = r.grid(1), d = r.at(5), n = std::min(d, r.coveredX());
-  r.need(0, B ? n : 0, dtBytes(r, 1));
-  r.opt(2, B && n ? 1 : 0, 4);
+  const Wide rows = r.ioIndex(3, IoIndex::Row);
+  r.need(0, B ? span(rows, d, n) : 0, dtBytes(r, 1));
+  r.opt(2, B && n ? rows : 0, 4);
   r.indexed(0);
   r.indexed(2);
   r.need(3, B, 4);
@@ -102,6 +103,7 @@ void ropeRowsFp(const Launch &l, Footprint &f) {
                          : 0,
          4);
   r.need(4, B, 4);
+  r.ioIndex(4, IoIndex::Position); // rotation angles only
 }
 
 // (kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta); grid (1, B).
@@ -112,7 +114,8 @@ void kvStoreFp(const Launch &l, Footprint &f) {
   r.need(0, B * lat, 4);
   r.need(1, B ? kvr : 0, 4);
   r.need(2, B ? ctx * lat : 0, 4);
-  r.indexed(2); // slot seq[b]
+  r.perSlot(2, 3);
+  r.positionsIn(4, 7, ctx);
   r.need(3, B, 4);
   r.need(4, B, 4);
 }
@@ -126,7 +129,8 @@ void indexKeyStoreFp(const Launch &l, Footprint &f) {
   r.need(1, B ? hd : 0, 4);
   r.need(2, B ? hd : 0, 4);
   r.need(3, B ? ctx * hd : 0, 4);
-  r.indexed(3); // slot seq[b]
+  r.perSlot(3, 4);
+  r.positionsIn(5, 8, ctx);
   r.need(4, B, 4);
   r.need(5, B, 4);
 }
@@ -138,6 +142,7 @@ void dsaIotaFp(const Launch &l, Footprint &f) {
   r.need(0, B * ctx, 4);
   r.need(1, B, 4);
   r.need(2, B, 4);
+  r.positionsIn(2, 3, ctx);
 }
 
 // (qi, keys, wts, score, seq, pos, nh, hd, maxCtx, headScale, dotScale).
@@ -148,7 +153,8 @@ void indexerScoresCtxFp(const Launch &l, Footprint &f) {
              ctx = r.at(8) / l.targIntOr("pool", 1);
   r.need(0, B * nh * hd, 4);
   r.need(1, B ? ctx * hd : 0, 4);
-  r.indexed(1); // slot seq[b]
+  r.perSlot(1, 4);
+  r.positionsIn(5, 8, r.at(8));
   r.need(2, B * nh, 4);
   r.need(3, B * ctx, 8);
   r.need(4, B, 4);
@@ -166,6 +172,7 @@ void dsaSelectFp(const Launch &l, Footprint &f) {
   r.need(3, B * pc, 4);
   r.need(4, B * ctx, 4);
   r.need(5, B, 4);
+  r.positionsIn(1, 6, ctx);
 }
 
 /// The MLA head table: grid.x blocks read `entries` heads (plan data < H).
@@ -180,7 +187,7 @@ void mlaAttnFp(const Launch &l, Footprint &f) {
   r.need(0, rows * (dn + dr), 4);
   r.need(1, rows ? kvr * H * (dn + dv) : 0, 4);
   r.need(2, rows ? ctx * (kvr + dr) : 0, 4);
-  r.indexed(2); // slot seq[b]
+  r.perSlot(2, 3);
   r.need(3, rows ? B : 0, 4);
   r.need(4, rows ? B * ctx : 0, 4);
   r.need(5, rows ? B : 0, 4);
@@ -219,7 +226,7 @@ void mlaCoreFp(const Launch &l, Footprint &f) {
   r.need(0, rows * (dn + dr), 4);
   r.need(1, rows * kvr, 4);
   r.need(2, rows ? ctx * (kvr + dr) : 0, 4);
-  r.indexed(2); // slot seq[b]
+  r.perSlot(2, 3);
   r.need(3, rows ? B : 0, 4);
   r.need(4, rows ? B * ctx : 0, 4);
   r.need(5, rows ? B : 0, 4);
@@ -515,11 +522,13 @@ void kdaDecodeFp(const Launch &l, Footprint &f) {
   r.need(12, H * dk, wb);
   r.need(13, rowsB ? dv : 0, wb);
   r.need(15, rowsB ? n * (2 * dk + dv) * (K - 1) : 0, 4);
-  r.indexed(15); // slot seq[b]
   r.need(16, rowsB ? n * dk * dv : 0, 4);
-  r.indexed(16);
   r.need(17, rowsB, 4);
+  r.perSlot(15, 17);
+  r.perSlot(16, 17);
   r.opt(18, rowsB, 4);
+  if (!r.null(18))
+    r.ioIndex(18, IoIndex::Position); // pos == 0: a fresh sequence
   r.need(19, rowsB * n * dv, 4);
 }
 
@@ -539,11 +548,12 @@ void kpoolStoreFp(const Launch &l, Footprint &f) {
   r.need(3, B ? span(B, gs, hd) : 0, 4);
   r.need(5, B ? P * hd : 0, ab);
   r.need(7, B ? 2 * P * hd : 0, 4);
-  r.indexed(7); // slot seq[b]
   r.need(8, B ? ctx / P * hd : 0, 4);
-  r.indexed(8); // slot seq[b], pool pos[b] / P
   r.need(9, B, 4);
   r.need(10, B, 4);
+  r.perSlot(7, 9);
+  r.perSlot(8, 9); // pool pos[b] / P of the slot
+  r.positionsIn(10, 13, ctx);
 }
 
 // ---- GLM-5.3-Flash KDA prefill (twin_flash.cpp).
@@ -574,9 +584,11 @@ void kdaPrepFp(const Launch &l, Footprint &f) {
   r.need(10, H, wb);
   r.need(11, H * dk, wb);
   r.need(13, blocks ? n * (2 * dk + dv) * (K - 1) : 0, 4);
-  r.indexed(13); // slot seq[0]
   r.need(14, blocks ? 1 : 0, 4);
   r.opt(15, blocks ? 1 : 0, 4);
+  r.perSlot(13, 14);
+  if (!r.null(15))
+    r.ioIndex(15, IoIndex::Position); // pos == 0: a fresh sequence
   for (size_t k : {16, 17, 19})
     r.need(k, rows * n * dk, 4);
   r.need(18, rows * n * dv, 4);
@@ -620,9 +632,11 @@ void kdaChunkFp(const Launch &l, Footprint &f) {
   r.need(5, rows ? span(rows, gs, n * dv) : 0, 4);
   r.need(7, n ? dv : 0, wb);
   r.need(9, n ? n * dk * dv : 0, 4);
-  r.indexed(9); // slot seq[0]
   r.need(10, n ? 1 : 0, 4);
   r.opt(11, n ? 1 : 0, 4);
+  r.perSlot(9, 10);
+  if (!r.null(11))
+    r.ioIndex(11, IoIndex::Position); // pos == 0: a fresh sequence
   r.need(12, rows ? span(rows, os, n * dv) : 0, 4);
 }
 

@@ -12,6 +12,8 @@
 //  - damaged plans (an int raised or negative, an offset moved, a buffer
 //    swapped, a kind changed, a null where a buffer is needed) are refused
 //    by PlanExecutor::load() naming the op, kernel and argument;
+//  - so are indices from anywhere but the runtime's Io rows (KV slots,
+//    positions, token ids) and writers of those rows;
 //  - so are damaged tables of the plan (a head out of range, a tile
 //    relocation whose tiles run past the weights, a width the kernel was
 //    not built for, a raw address, a table a kernel or binding could
@@ -32,6 +34,7 @@
 #include <cstring>
 #include <set>
 #include <sys/mman.h>
+#include <tuple>
 #include <unistd.h>
 
 namespace gp = glm::plan;
@@ -431,14 +434,63 @@ TEST_F(DamagedPlan, TablePassedToAnotherArgumentIsRefused) {
   auto p = copy();
   const uint32_t t = bufferNamed(*p, ".heads.0-4");
   const gp::OpDef &reader = firstReader(*p, t, "heads");
-  // embed_tokens' ids, 4 bytes: inside the table's buffer, but an argument
-  // a kernel may write.
+  // dsa_select's counts, 4 bytes: inside the table's buffer, but an
+  // argument the kernel writes.
   size_t i = 0;
-  gp::OpDef &op = findOp(*p, "embed_tokens", "tok", i);
+  gp::OpDef &op = findOp(*p, "dsa_select", "nsel", i);
   op.args[i].buffer = int32_t(t);
   op.args[i].offset = 0;
   op.args[i].rowBytes = 0;
-  expectRefused(p, reader, "heads", "passes it as argument 3 'tok'");
+  expectRefused(p, reader, "heads", "passes it as argument 5 'nsel'");
+}
+
+// The runtime's Io index rows (KV slots, positions, token ids): a kernel
+// indexing memory by them reads them from those buffers only, and nothing
+// else writes them (the seed-6 plan fuzz case: kv_store's positions from
+// an activation wrote past the cache).
+TEST_F(DamagedPlan, IndicesFromAnotherBufferAreRefused) {
+  for (auto [family, arg, io] :
+       {std::tuple{"kv_store", "pos", "io.positions"},
+        std::tuple{"kv_store", "seq", "io.slots"},
+        std::tuple{"mla_core", "seq", "io.slots"},
+        std::tuple{"dsa_select", "pos", "io.positions"},
+        std::tuple{"embed_tokens", "tok", "io.tokens"}}) {
+    SCOPED_TRACE(std::string(family) + " " + arg);
+    auto p = copy();
+    size_t i = 0;
+    gp::OpDef &op = findOp(*p, family, arg, i);
+    op.args[i].buffer = int32_t(bufferNamed(*p, "mla_qabs"));
+    op.args[i].offset = 0;
+    expectRefused(p, op, arg, std::string("must be the runtime's ") +
+                                  (std::string(io) == "io.tokens"
+                                       ? "token ids"
+                                       : std::string(io) == "io.slots"
+                                             ? "KV slots"
+                                             : "positions"));
+  }
+}
+
+TEST_F(DamagedPlan, WriterOfTheRuntimesIndicesIsRefused) {
+  auto p = copy();
+  size_t i = 0;
+  gp::OpDef &op = findOp(*p, "dsa_select", "nsel", i);
+  op.args[i].buffer = int32_t(bufferNamed(*p, "io.positions"));
+  op.args[i].offset = 0;
+  op.args[i].rowBytes = 0;
+  expectRefused(p, op, "nsel", "holds the runtime's positions");
+}
+
+TEST_F(DamagedPlan, CacheOfFewerSlotsThanTheRuntimeWritesIsRefused) {
+  auto p = copy();
+  // One more slot than the caches hold: the first launch writing one (the
+  // indexer's keys) past its end.
+  const int64_t slots = exec::ioBounds(*p).slots;
+  p->compileOptions["kv_slots"] = std::to_string(slots + 1);
+  size_t i = 0;
+  expectRefused(p, findOp(*p, "index_key_store", "keys", i), "keys",
+                "which holds");
+  p->compileOptions["kv_slots"] = "lots";
+  EXPECT_THROW(exec::checkLaunchBounds(*p), Error);
 }
 
 TEST_F(DamagedPlan, TableBoundToAWeightIsRefused) {

@@ -248,6 +248,12 @@ public:
   std::string name(size_t k) const override {
     return "buffer " + std::to_string(k);
   }
+  /// Arguments that are the runtime's Io index rows: their bounds.
+  std::map<std::pair<size_t, twins::IoIndex>, int64_t> io;
+  int64_t ioBound(size_t k, twins::IoIndex what) const override {
+    auto it = io.find({k, what});
+    return it == io.end() ? 0 : it->second;
+  }
 };
 
 /// The BadLaunchArg footprintOf throws for `l` with `t` ("" when none).
@@ -270,6 +276,36 @@ std::string refusal(const twins::Launch &l, const MemTables &t,
     EXPECT_EQ(a_, size_t(argIndex)) << m_;                                     \
     EXPECT_NE(m_.find(text), std::string::npos) << m_;                         \
   } while (0)
+
+TEST(FootprintTables, RuntimeIndicesReachEveryValueBelowTheirBound) {
+  // kv_store(kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta);
+  // grid (1, B = 2): latent rows of 40, 64 positions per slot.
+  twins::Launch l =
+      launchOf("kv_store", 1, 2, 128, {{5, 32}, {6, 8}, {7, 64}});
+  // Without a checker: one slot (slot 0's footprint).
+  EXPECT_EQ(of(l).bytes[2], uint64_t(64) * 40 * 4);
+  MemTables t;
+  // seq and pos pointing anywhere but the runtime's rows are refused.
+  EXPECT_REFUSED(l, t, 3, "must be the runtime's KV slots (io.slots)");
+  t.io[{3, twins::IoIndex::Slot}] = 3;
+  EXPECT_REFUSED(l, t, 4, "must be the runtime's positions (io.positions)");
+  t.io[{4, twins::IoIndex::Position}] = 64;
+  const twins::Footprint f =
+      twins::footprintOf(*twins::findFootprint("kv_store"), l, &t);
+  EXPECT_EQ(f.bytes[2], uint64_t(3) * 64 * 40 * 4); // every slot
+  EXPECT_TRUE(f.io[3] && f.io[4] && !f.io[2]);
+  // A cache of fewer positions than the runtime writes.
+  t.io[{4, twins::IoIndex::Position}] = 65;
+  EXPECT_REFUSED(l, t, 7, "under the 65 positions");
+  // embed_tokens(table, dt, rowScale, tok, x, d): every row of the table.
+  twins::Launch e = launchOf("embed_tokens", 1, 2, 256, {{1, 0}, {5, 100}});
+  MemTables te;
+  te.io[{3, twins::IoIndex::Row}] = 1000;
+  const twins::Footprint fe =
+      twins::footprintOf(*twins::findFootprint("embed_tokens"), e, &te);
+  EXPECT_EQ(fe.bytes[0], uint64_t(999 * 100 + 100) * 4);
+  EXPECT_EQ(fe.bytes[2], uint64_t(1000) * 4);
+}
 
 TEST(FootprintTables, VocabGatherSliceBoundsAreOrderedAndInsideTheVocab) {
   // (g, vb, B, maxCount, out, V); grid (1, N = 2, 1): 2 slices of at most
