@@ -29,9 +29,10 @@ namespace {
 class CudaBackend final : public exec::Backend {
 public:
   CudaBackend(const plan::Plan &p, const CudaDevice &d)
-      : plan_(p), arch_(d.arch()) {
+      : plan_(p), arch_(d.arch()), ctx_(currentContext()) {
     GLM_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
   }
+  void bindThread() override { GLM_CU(cuCtxSetCurrent(ctx_)); }
   ~CudaBackend() override {
     for (auto &[key, e] : graphs_)
       cuGraphExecDestroy(e);
@@ -236,6 +237,7 @@ private:
   }
   const plan::Plan &plan_;
   std::string arch_;
+  CUcontext ctx_; // the device's, current where the backend was made
   /// sm_90 and later run programmatic launches; older parts serialize.
   bool programmaticOk_ = arch_.size() > 3 && std::stoi(arch_.substr(3)) >= 90;
   DeviceBuffer arena_;

@@ -101,9 +101,10 @@ public:
 
   /// Drafting (--draft mtp): verify steps, drafted and accepted tokens.
   std::string metricsText() const override {
-    if (verifySteps_ == 0)
-      return "";
     std::ostringstream o;
+    o << g_.metricsText();
+    if (verifySteps_ == 0)
+      return o.str();
     o << "# HELP glm_draft_verify_steps_total Verify steps of drafted "
          "decoding (--draft mtp).\n# TYPE glm_draft_verify_steps_total "
          "counter\nglm_draft_verify_steps_total "
@@ -302,7 +303,8 @@ int serve(ServeOptions &opt) {
                 << " rank processes (one generation at a time)" << std::endl;
   }
   GeneratorEngine engine(*le.generator, *le.tokenizer, le.eosIds,
-                         o->concurrency, ranks, &stop);
+                         std::max(o->concurrency, o->engine.maxBatch), ranks,
+                         &stop);
   const int rc = runServer(engine, *le.tokenizer, *chat, o->server);
   if (engine.ranksLost())
     return 1;
@@ -365,6 +367,17 @@ void addServeCommand(CLI::App &app, int &rc) {
   sub->add_option("--concurrency", o->concurrency,
                   "Generations that run at the same time (each has its own "
                   "KV cache)")
+      ->check(cliInt(1, 64))
+      ->capture_default_str();
+  sub->add_option("--max-batch", o->engine.maxBatch,
+                  "Continuous batching: up to B requests decode together, "
+                  "one row each in the plan's decode graphs, new requests "
+                  "joining running steps and prompts prefilled a chunk "
+                  "between steps; a finished request's KV slot keeps its "
+                  "tokens so a prompt sharing their prefix skips it. Needs "
+                  "a plan of B KV slots (glmc compile --kv-slots B, one "
+                  "more for GLM-5.3-Flash) whose ranks share this process; "
+                  "each request's tokens are those it gets alone")
       ->check(cliInt(1, 64))
       ->capture_default_str();
   sub->add_option("--devices", o->devices,

@@ -17,6 +17,7 @@
 #include "plans/plan.h"
 #include "runtime/exec/cpu_backend.h"
 #include "runtime/exec/launch_bounds.h"
+#include "runtime/exec/batching_generator.h"
 #include "runtime/exec/plan_generator.h"
 #endif
 #ifdef GLM_HAVE_TOKENIZER
@@ -157,6 +158,17 @@ makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
                    "--prefill tokens\n",
                    o.plan.c_str());
   }
+  if (o.maxBatch > 1) {
+    check(o.draft != "mtp", "--max-batch ", o.maxBatch, " with --draft mtp: "
+          "drafting runs one sequence at a time; use one of them");
+    const bool oneProcess = !o.hostComm && !o.deviceComm &&
+                            (plan->numRanks <= 1 || o.backend != "cuda");
+    check(oneProcess,
+          "--max-batch ", o.maxBatch, ": batching runs a plan whose ranks "
+          "share this process (one rank, or --backend cpu without "
+          "launch); ", o.plan, " has ", plan->numRanks, " ranks in separate "
+          "processes: serve it with --max-batch 1");
+  }
   std::vector<uint32_t> ranks;
   std::vector<std::unique_ptr<exec::Backend>> backends;
   std::unique_ptr<exec::Collectives> coll;
@@ -207,6 +219,10 @@ makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
     });
   }
   ex->load();
+  if (o.maxBatch > 1)
+    return exec::makeBatchingGenerator(std::move(ex), cfg, maxContext,
+                                       o.backend, o.maxBatch,
+                                       o.prefill == "chunked");
   return exec::makePlanGenerator(std::move(ex), cfg, maxContext, o.backend,
                                  o.prefill == "chunked",
                                  o.draft == "mtp" ? o.draftTokens : 0);

@@ -36,6 +36,7 @@ struct EngineOptions {
   std::string prefill = "chunked"; // --prefill chunked|tokens
   std::string draft = "none";      // --draft none|mtp
   int draftTokens = 3;             // --draft-tokens k
+  int maxBatch = 1;                // serve --max-batch B (batching_generator.h)
   int sparks = 0;      // without a plan: ranks to emulate (default 1)
   std::string manifest; // exlr8 manifest (default: the plan's)
   int64_t maxContext = 0; // 0 = the plan's, else 4096

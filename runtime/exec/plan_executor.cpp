@@ -357,6 +357,11 @@ void PlanExecutor::fillBindingsRandom() {
   progress.finish();
 }
 
+void PlanExecutor::bindThread() {
+  for (auto &st : ranks_)
+    st->backend->bindThread();
+}
+
 void PlanExecutor::load() {
   check(!loaded_, "plan executor: load() called twice");
   checkLaunchBounds(*plan_); // damaged launches: refused before any byte moves
@@ -407,6 +412,7 @@ void PlanExecutor::load() {
 }
 
 void PlanExecutor::runGraph(const gp::GraphDef *const *graphs, uint32_t rows) {
+  bindThread();
   const size_t R = ranks_.size();
   std::vector<size_t> next(R, 0);
   std::vector<ResolvedArg> args;
@@ -519,6 +525,7 @@ void PlanExecutor::runGraph(const gp::GraphDef *const *graphs, uint32_t rows) {
 }
 
 std::vector<uint8_t> PlanExecutor::readBuffer(size_t local, uint32_t buffer) {
+  bindThread();
   RankState &st = *ranks_.at(local);
   check(buffer < st.rp->buffers.size(), "rank ", st.rp->rank, " has no buffer ",
         buffer);
@@ -556,6 +563,7 @@ void PlanExecutor::runDecode(uint32_t rows, bool graph) {
 
 void PlanExecutor::runCaptured(const std::vector<const gp::GraphDef *> &graphs,
                                uint32_t rows, uint32_t key, bool graph) {
+  bindThread();
   if (!graph || !canCapture()) {
     runGraph(graphs.data(), rows);
     return;
@@ -583,6 +591,7 @@ void PlanExecutor::runCaptured(const std::vector<const gp::GraphDef *> &graphs,
 
 std::vector<PlanExecutor::LaunchTime>
 PlanExecutor::profileDecode(uint32_t rows) {
+  bindThread();
   check(loaded_, "plan executor: profileDecode() before load()");
   const std::vector<const gp::GraphDef *> graphs = decodeGraphs(rows);
   std::vector<std::pair<std::string, std::string>> names;
@@ -620,6 +629,7 @@ uint64_t PlanExecutor::decodeWeightBytes(uint32_t rows) const {
 void PlanExecutor::writeIoRows(const std::vector<int32_t> &tokens,
                                const std::vector<int32_t> &positions,
                                const std::vector<int32_t> &slots) {
+  bindThread();
   const uint32_t rows = uint32_t(tokens.size());
   check(positions.size() == rows && slots.size() == rows,
         "plan executor: a step needs one position and slot per token");
@@ -648,6 +658,7 @@ void PlanExecutor::writeIoRows(const std::vector<int32_t> &tokens,
 
 std::vector<float> PlanExecutor::readLogits(uint32_t rows,
                                            const char *buffer) {
+  bindThread();
   RankState &st = *ranks_[0];
   st.backend->synchronize();
   const uint64_t V = uint64_t(plan_->model.vocabSize);

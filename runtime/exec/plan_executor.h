@@ -82,6 +82,10 @@ public:
   /// launches since the last call, in launch order (waits for them).
   virtual void setLaunchTiming(bool on) = 0;
   virtual std::vector<double> takeLaunchTimes() = 0;
+  /// Lets the calling thread use the backend (CUDA: makes its context
+  /// current; a server's threads and a batching scheduler call the
+  /// executor from threads other than the one that loaded it).
+  virtual void bindThread() {}
 };
 
 /// Collectives between the ranks an executor runs (in this process or
@@ -231,6 +235,9 @@ public:
 
 private:
   struct RankState;
+  /// Backend::bindThread of every local rank: each public entry that
+  /// reaches a backend starts with it.
+  void bindThread();
   DType storedDtype(const std::string &path, const plan::WeightBinding &w);
   std::map<std::string, std::shared_ptr<SafetensorsFile>> headers_;
   void runGraph(const plan::GraphDef *const *graphs, uint32_t rows);

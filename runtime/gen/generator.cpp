@@ -128,9 +128,10 @@ runGeneration(const ModelConfig &c, int64_t maxContext,
   if (prefill) {
     std::vector<float> rows = prefill(prompt);
     const size_t V = size_t(c.vocabSize);
-    check(rows.size() == prompt.size() * V, "prefill returned ",
-          rows.size() / V, " logits rows for ", prompt.size(),
-          " prompt tokens (internal)");
+    // Every row, or without logitsOut only the last one.
+    check(rows.size() == prompt.size() * V || (!logitsOut && rows.size() == V),
+          "prefill returned ", rows.size() / V, " logits rows for ",
+          prompt.size(), " prompt tokens (internal)");
     logits.assign(rows.end() - V, rows.end());
     if (logitsOut)
       logitsOut->insert(logitsOut->end(), rows.begin(), rows.end());

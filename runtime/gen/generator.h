@@ -80,6 +80,9 @@ public:
   virtual const ModelConfig &config() const = 0;
   virtual int64_t maxContext() const = 0;
   virtual std::string backendName() const = 0;
+  /// Prometheus lines of the generator's own counters (the batching
+  /// generator: steps, batch sizes, prefix hits), "" when it keeps none.
+  virtual std::string metricsText() const { return {}; }
 };
 
 /// The backend-independent part of Generator::generate: validates the
@@ -87,7 +90,8 @@ public:
 /// `step` (one decode position -> its logits [vocab]), then samples and feeds
 /// back, with the stop, cancel and logits-row rules documented above.
 /// `prefill`, when given, feeds the whole prompt instead (its logits rows
-/// [prompt, vocab]: chunked prefill).
+/// [prompt, vocab]: chunked prefill; without `logitsOut` it may return the
+/// last row only).
 GenerationResult
 runGeneration(const ModelConfig &config, int64_t maxContext,
               const std::vector<int64_t> &prompt, const SamplingParams &params,

@@ -93,6 +93,11 @@ struct Metrics {
   uint64_t ttftBuckets[11] = {};
   double ttftSum = 0;
   uint64_t ttftCount = 0;
+  static constexpr double kItlBuckets[] = {0.005, 0.01, 0.025, 0.05, 0.1,
+                                           0.25,  0.5,  1,     2.5,  5};
+  uint64_t itlBuckets[11] = {};
+  double itlSum = 0;
+  uint64_t itlCount = 0;
   std::atomic<int> queued{0}, running{0};
 
   void request(const std::string &endpoint, int status) {
@@ -107,6 +112,16 @@ struct Metrics {
     ++ttftBuckets[10];
     ttftSum += s;
     ++ttftCount;
+  }
+  /// The time between two tokens of one request.
+  void itl(double s) {
+    std::lock_guard<std::mutex> l(m);
+    for (size_t i = 0; i < 10; ++i)
+      if (s <= kItlBuckets[i])
+        ++itlBuckets[i];
+    ++itlBuckets[10];
+    itlSum += s;
+    ++itlCount;
   }
   std::string text() {
     std::lock_guard<std::mutex> l(m);
@@ -147,6 +162,14 @@ struct Metrics {
     o << "glm_time_to_first_token_seconds_bucket{le=\"+Inf\"} "
       << ttftBuckets[10] << "\nglm_time_to_first_token_seconds_sum " << ttftSum
       << "\nglm_time_to_first_token_seconds_count " << ttftCount
+      << "\n# HELP glm_inter_token_latency_seconds Time between two tokens "
+         "of a request.\n# TYPE glm_inter_token_latency_seconds histogram\n";
+    for (size_t i = 0; i < 10; ++i)
+      o << "glm_inter_token_latency_seconds_bucket{le=\"" << kItlBuckets[i]
+        << "\"} " << itlBuckets[i] << "\n";
+    o << "glm_inter_token_latency_seconds_bucket{le=\"+Inf\"} "
+      << itlBuckets[10] << "\nglm_inter_token_latency_seconds_sum " << itlSum
+      << "\nglm_inter_token_latency_seconds_count " << itlCount
       << "\n# HELP glm_decode_tokens_per_second Decode speed of the last "
          "finished request.\n# TYPE glm_decode_tokens_per_second gauge\n"
          "glm_decode_tokens_per_second "
@@ -938,16 +961,20 @@ private:
     } release{sched_};
     TextStream ts(tok_, c.stops, eos_);
     auto start = Clock::now();
-    Clock::time_point first;
+    Clock::time_point first, last;
     bool stopped = false;
     engine_.generate(
         prompt, c.sampling, [&](int32_t id, const TokenLogprobs *lp) {
+          const Clock::time_point now = Clock::now();
           if (out.completionTokens == 0) {
-            first = Clock::now();
+            first = now;
             double ttft = std::chrono::duration<double>(first - start).count();
             metrics_.ttft(ttft);
             out.ttftMs = ttft * 1e3;
+          } else {
+            metrics_.itl(std::chrono::duration<double>(now - last).count());
           }
+          last = now;
           ++out.completionTokens;
           if (lp && c.sampling.logprobs >= 0 && !eos_.count(id))
             c.lps.emplace_back(id, *lp);

@@ -578,3 +578,73 @@ def test_serve_starts_the_ranks_of_a_multi_rank_cuda_plan(tiny):
     assert r.returncode == 1
     assert "--devices is for serving a plan of several ranks" in \
         r.stderr.decode(errors="replace")
+
+
+def test_continuous_batching_load(tiny, scratch):
+    """--max-batch 8 on a plan of 8 KV slots: 32 concurrent streaming chat
+    requests of mixed lengths (greedy and seeded sampling), every reply the
+    text its request gets alone from a server without batching on the same
+    plan; /metrics shows decode steps of more than one request and prefix
+    hits for the requests that share a system prompt."""
+    engine, d, pack, _ = tiny
+    glmc = find_binary("glmc")
+    plan8 = os.path.join(d, "tiny-slots8.plan")
+    r = subprocess.run([glmc, "compile", pack, "--sparks", "1",
+                        "--kv-slots", "8", "-o", plan8],
+                       capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    system = "You are a terse assistant. Answer in one short line. " * 2
+
+    def request(i):
+        msgs = [{"role": "user",
+                 "content": f"question {i}: " + "more words " * (i % 6)}]
+        if i % 2 == 0:  # half share a system prompt
+            msgs.insert(0, {"role": "system", "content": system})
+        kw = dict(temperature=0) if i % 3 else dict(temperature=0.8,
+                                                    seed=1000 + i)
+        return dict(model="tiny", max_tokens=4 + i % 9, messages=msgs, **kw)
+
+    def streamed(c, i):
+        text = ""
+        for ch in c.chat.completions.create(stream=True, **request(i)):
+            if ch.choices and ch.choices[0].delta.content:
+                text += ch.choices[0].delta.content
+        return text
+
+    def start(name, flags):
+        port = free_port()
+        port_file = os.path.join(d, f"port-{name}")
+        return ServerProcess(serve_cmd(engine, plan8, pack, port, port_file,
+                                       flags), port_file,
+                             os.path.join(d, f"{name}.log"))
+
+    solo = start("solo", "--no-access-log")
+    try:
+        c = openai.OpenAI(base_url=solo.base + "/v1", api_key="none",
+                          timeout=300, max_retries=0)
+        want = [streamed(c, i) for i in range(32)]
+    finally:
+        solo.stop()
+    batched = start("batched", "--max-batch 8 --no-access-log")
+    try:
+        c = openai.OpenAI(base_url=batched.base + "/v1", api_key="none",
+                          timeout=300, max_retries=0)
+        with concurrent.futures.ThreadPoolExecutor(32) as ex:
+            got = list(ex.map(lambda i: streamed(c, i), range(32),
+                              timeout=600))
+        for i in range(32):
+            assert got[i] == want[i], f"request {i}"
+        _, text = batched.get("/metrics")
+
+        def value(name):
+            m = re.search(r"^" + name + r" (\d+)", text, re.M)
+            assert m, name + " missing from /metrics"
+            return int(m.group(1))
+
+        assert value("glm_batch_step_rows_sum") > \
+            value("glm_batch_step_rows_count"), "no step of 2+ requests"
+        assert value("glm_prefix_hit_tokens_total") > 0
+        assert value("glm_prefix_hit_requests_total") > 0
+        assert "glm_inter_token_latency_seconds_count" in text
+    finally:
+        batched.stop()
