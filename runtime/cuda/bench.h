@@ -13,8 +13,11 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "plans/plan.h"
+
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -48,6 +51,8 @@ struct BenchOptions {
   // a CUDA graph.
   std::string planPath, measuredOut;
   bool graphs = true;
+  // --suite serve (bench_serve.cpp): the shared prefix's tokens.
+  int servePrefix = 4096;
 };
 
 struct BenchRow {
@@ -87,6 +92,21 @@ std::string runPrefillBench(const BenchOptions &opt, std::ostream &log);
 /// both hashes), has more than one rank, or its arena does not fit the GPU.
 void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
                       std::ostream &log);
+
+/// The 1-Spark plan opt.planPath of pack opt.stepPack, read against the
+/// pack's hashes (bench_plan.cpp); throws Error naming what to do when
+/// either is missing, the plan is another pack's or has several ranks.
+std::shared_ptr<plan::Plan> openBenchPlan(const BenchOptions &opt,
+                                          const char *suite);
+
+/// `--suite serve --plan PLAN` (bench_serve.cpp): the batching generator of
+/// `glm-engine serve --max-batch` over PLAN on this GPU with random
+/// weights: aggregate decode tok/s at 1, 2, 4, 8, 16 concurrent streams
+/// (those the plan's KV slots and decode graphs hold) and their ratio to
+/// one stream; TTFT p50 / p99 of requests arriving at a steady rate; the
+/// TTFT of a prompt whose opt.servePrefix-token prefix a slot holds, as a
+/// ratio to the cold prompt. Returns the table.
+std::string runServeBench(const BenchOptions &opt, std::ostream &log);
 
 /// `--suite dense` (bench_dense.cpp): the GLM-5.3 trellis dense projections
 /// at K2/K3/K4 MCG E4M3, batch 1 and 8, legacy dense_gemv_trellis vs

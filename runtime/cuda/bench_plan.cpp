@@ -32,10 +32,10 @@
 
 namespace glm::rt::cuda {
 
-void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
-                      std::ostream &log) {
-  check(!opt.planPath.empty(), "bench --suite step needs --plan PLAN (glmc "
-        "compile PACK --sparks 1 -o PLAN)");
+std::shared_ptr<plan::Plan> openBenchPlan(const BenchOptions &opt,
+                                          const char *suite) {
+  check(!opt.planPath.empty(), "bench --suite ", suite, " needs --plan PLAN "
+        "(glmc compile PACK --sparks 1 -o PLAN)");
   check(!opt.stepPack.empty(), "bench --plan ", opt.planPath,
         " needs --pack DIR: the pack the plan was compiled for (an "
         "index-only pack works: the weights are random)");
@@ -53,11 +53,17 @@ void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
   ex.packDir = opt.stepPack;
   // Throws naming both hashes when the plan is not this pack's.
   auto p = std::make_shared<plan::Plan>(plan::readPlan(opt.planPath, ex));
-  check(p->numRanks == 1, opt.planPath, ": the step benchmark runs a "
-        "1-Spark plan on one GPU, this plan has ", p->numRanks, " ranks; "
-        "compile one with: ",
+  check(p->numRanks == 1, opt.planPath, ": bench --suite ", suite,
+        " runs a 1-Spark plan on one GPU, this plan has ", p->numRanks,
+        " ranks; compile one with: ",
         plan::replanCommand(*p, opt.stepPack, "step-1spark.glmplan",
                             {{"--sparks", "1"}}));
+  return p;
+}
+
+void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
+                      std::ostream &log) {
+  auto p = openBenchPlan(opt, "step");
 
   CudaDevice dev(opt.device);
   if (r.device.empty())

@@ -32,6 +32,7 @@ void addBenchCommand(CLI::App &app, int &rc) {
     int stepPosition = 64;
     std::string plan, measuredOut;
     bool noGraphs = false, e4m3Only = false;
+    int servePrefix = 4096;
     std::string moeConfigs;
   };
   auto o = std::make_shared<Opts>();
@@ -43,9 +44,12 @@ void addBenchCommand(CLI::App &app, int &rc) {
   cmd->add_option("--suite", o->suite,
                   "copy | expert | moe-layer | all | prefill | step | dense | "
                   "gemv (dense_gemv rows-per-warp and load choices) | flash "
-                  "(GLM-5.3-Flash decode kernels: KDA, mHC, k-pool indexer)")
+                  "(GLM-5.3-Flash decode kernels: KDA, mHC, k-pool indexer) "
+                  "| serve (with --plan: serve --max-batch's generator, "
+                  "random weights: tok/s at 1-16 concurrent streams, TTFT "
+                  "under steady arrivals, a shared prefix's TTFT)")
       ->check(CLI::IsMember({"copy", "expert", "moe-layer", "all", "prefill",
-                             "step", "dense", "gemv", "flash"}));
+                             "step", "dense", "gemv", "flash", "serve"}));
   cmd->add_option("--table", o->table, "Also write the result table to FILE");
   cmd->add_option("--device", o->device, "CUDA device ordinal")
       ->check(cliInt(0, 1023));
@@ -77,6 +81,11 @@ void addBenchCommand(CLI::App &app, int &rc) {
   cmd->add_option("--measured-out", o->measuredOut,
                   "with --plan: JSON of us per launch by kernel name, for "
                   "glmc inspect PLAN --measured FILE");
+  cmd->add_option("--prefix", o->servePrefix,
+                  "serve: tokens of the shared prefix (at most the plan's "
+                  "context - 64)")
+      ->check(cliInt(1, 1 << 30))
+      ->capture_default_str();
   cmd->add_flag("--no-cuda-graphs", o->noGraphs,
                 "with --plan: launch the step op by op instead of replaying "
                 "its CUDA graph (profilers that cannot see inside graphs)");
@@ -100,10 +109,13 @@ void addBenchCommand(CLI::App &app, int &rc) {
                       : o->plan;
     bo.measuredOut = o->measuredOut;
     bo.graphs = !o->noGraphs;
-    if (!bo.planPath.empty())
+    bo.servePrefix = o->servePrefix;
+    if (!bo.planPath.empty() && bo.suite != "serve")
       bo.suite = "step";
     std::string table;
-    if (bo.suite == "step") {
+    if (bo.suite == "serve") {
+      table = cuda::runServeBench(bo, std::cout); // bench_serve.cpp
+    } else if (bo.suite == "step") {
       // The copy bandwidth is the step's roofline.
       cuda::BenchOptions copy = bo;
       copy.suite = "copy";

@@ -175,6 +175,11 @@ public:
     o << "glm_batch_step_rows_bucket{le=\"+Inf\"} " << steps_
       << "\nglm_batch_step_rows_sum " << stepRows_
       << "\nglm_batch_step_rows_count " << steps_
+      << "\n# HELP glm_batch_step_seconds_total Time in decode steps (the "
+         "plan's graph, its Io rows and logits), beside the requests' own "
+         "work.\n# TYPE glm_batch_step_seconds_total counter\n"
+         "glm_batch_step_seconds_total "
+      << stepSeconds_
       << "\n# HELP glm_prefill_chunks_total Prefill chunks run.\n"
          "# TYPE glm_prefill_chunks_total counter\nglm_prefill_chunks_total "
       << chunks_
@@ -291,10 +296,13 @@ private:
         }
       }
       lock.unlock();
+      const auto t0 = std::chrono::steady_clock::now();
       runRows(rows);
+      const auto t1 = std::chrono::steady_clock::now();
       if (chunk)
         runChunk(*chunk);
       lock.lock();
+      stepSeconds_ += std::chrono::duration<double>(t1 - t0).count();
       for (Job *j : rows)
         j->done = true;
       if (chunk) {
@@ -385,6 +393,7 @@ private:
            prefixRequests_ = 0;
   std::array<uint64_t, 7> rowsHist_{};
   int lastRows_ = 0;
+  double stepSeconds_ = 0;
 
   std::thread scheduler_; // last: starts after every member above
 };
