@@ -83,21 +83,37 @@ int64_t unixNow() {
 //===----------------------------------------------------------------------===//
 // Metrics
 //===----------------------------------------------------------------------===//
+/// A Prometheus histogram of seconds over ten bucket bounds (the caller
+/// holds Metrics::m).
+struct Histogram {
+  std::array<double, 10> le;
+  uint64_t counts[11] = {}; // cumulative per bound, then +Inf
+  double sum = 0;
+  void add(double s) {
+    for (size_t i = 0; i < le.size(); ++i)
+      if (s <= le[i])
+        ++counts[i];
+    ++counts[10];
+    sum += s;
+  }
+  void write(std::ostream &o, const char *name, const char *help) const {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name
+      << " histogram\n";
+    for (size_t i = 0; i < le.size(); ++i)
+      o << name << "_bucket{le=\"" << le[i] << "\"} " << counts[i] << "\n";
+    o << name << "_bucket{le=\"+Inf\"} " << counts[10] << "\n"
+      << name << "_sum " << sum << "\n"
+      << name << "_count " << counts[10] << "\n";
+  }
+};
+
 struct Metrics {
   std::mutex m;
   std::map<std::pair<std::string, int>, uint64_t> requests;
   uint64_t promptTokens = 0, generationTokens = 0, cancelled = 0, rejected = 0;
   double decodeSeconds = 0, lastDecodeTps = 0;
-  static constexpr double kBuckets[] = {0.025, 0.05, 0.1, 0.25, 0.5,
-                                        1,     2.5,  5,   10,   30};
-  uint64_t ttftBuckets[11] = {};
-  double ttftSum = 0;
-  uint64_t ttftCount = 0;
-  static constexpr double kItlBuckets[] = {0.005, 0.01, 0.025, 0.05, 0.1,
-                                           0.25,  0.5,  1,     2.5,  5};
-  uint64_t itlBuckets[11] = {};
-  double itlSum = 0;
-  uint64_t itlCount = 0;
+  Histogram ttftHist{{0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
+  Histogram itlHist{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}};
   std::atomic<int> queued{0}, running{0};
 
   void request(const std::string &endpoint, int status) {
@@ -106,22 +122,12 @@ struct Metrics {
   }
   void ttft(double s) {
     std::lock_guard<std::mutex> l(m);
-    for (size_t i = 0; i < 10; ++i)
-      if (s <= kBuckets[i])
-        ++ttftBuckets[i];
-    ++ttftBuckets[10];
-    ttftSum += s;
-    ++ttftCount;
+    ttftHist.add(s);
   }
   /// The time between two tokens of one request.
   void itl(double s) {
     std::lock_guard<std::mutex> l(m);
-    for (size_t i = 0; i < 10; ++i)
-      if (s <= kItlBuckets[i])
-        ++itlBuckets[i];
-    ++itlBuckets[10];
-    itlSum += s;
-    ++itlCount;
+    itlHist.add(s);
   }
   std::string text() {
     std::lock_guard<std::mutex> l(m);
@@ -152,25 +158,12 @@ struct Metrics {
       << "\n# HELP glm_requests_rejected_total Requests refused with 429 "
          "(queue full).\n# TYPE glm_requests_rejected_total counter\n"
          "glm_requests_rejected_total "
-      << rejected
-      << "\n# HELP glm_time_to_first_token_seconds Time from request to first "
-         "generated token.\n# TYPE glm_time_to_first_token_seconds "
-         "histogram\n";
-    for (size_t i = 0; i < 10; ++i)
-      o << "glm_time_to_first_token_seconds_bucket{le=\"" << kBuckets[i]
-        << "\"} " << ttftBuckets[i] << "\n";
-    o << "glm_time_to_first_token_seconds_bucket{le=\"+Inf\"} "
-      << ttftBuckets[10] << "\nglm_time_to_first_token_seconds_sum " << ttftSum
-      << "\nglm_time_to_first_token_seconds_count " << ttftCount
-      << "\n# HELP glm_inter_token_latency_seconds Time between two tokens "
-         "of a request.\n# TYPE glm_inter_token_latency_seconds histogram\n";
-    for (size_t i = 0; i < 10; ++i)
-      o << "glm_inter_token_latency_seconds_bucket{le=\"" << kItlBuckets[i]
-        << "\"} " << itlBuckets[i] << "\n";
-    o << "glm_inter_token_latency_seconds_bucket{le=\"+Inf\"} "
-      << itlBuckets[10] << "\nglm_inter_token_latency_seconds_sum " << itlSum
-      << "\nglm_inter_token_latency_seconds_count " << itlCount
-      << "\n# HELP glm_decode_tokens_per_second Decode speed of the last "
+      << rejected << "\n";
+    ttftHist.write(o, "glm_time_to_first_token_seconds",
+                   "Time from request to first generated token.");
+    itlHist.write(o, "glm_inter_token_latency_seconds",
+                  "Time between two tokens of a request.");
+    o << "# HELP glm_decode_tokens_per_second Decode speed of the last "
          "finished request.\n# TYPE glm_decode_tokens_per_second gauge\n"
          "glm_decode_tokens_per_second "
       << lastDecodeTps
