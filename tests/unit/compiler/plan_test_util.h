@@ -21,6 +21,7 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -74,29 +75,46 @@ compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
   return p;
 }
 
-/// A tiny random GLM-5.3 pack of `layout` (hf, exl3, exlr8), made once.
+/// A tiny random GLM-5.3 pack of `layout` (hf, exl3, exlr8), made once per
+/// build of the test binary: ctest runs each test in its own process, and
+/// quantizing the packs takes most of a test's time, so they are kept under
+/// a folder named by this executable's path and modification time (a
+/// relinked binary makes new ones). Each is written beside and renamed into
+/// place, so processes running at once never see half a pack.
 inline std::string tinyPack(const std::string &layout) {
   static std::map<std::string, std::string> made;
   auto it = made.find(layout);
   if (it != made.end())
     return it->second;
-  const fs::path root = fs::temp_directory_path() /
-                        ("glm-plan-exec-tiny-" + std::to_string(::getpid()));
-  const fs::path hf = root / "hf";
-  if (!fs::exists(hf / "config.json")) {
-    fs::create_directories(hf);
-    glmc::writeRandomHfModel("tiny", 1, hf.string(), /*indexOnly=*/false);
-  }
-  if (layout == "hf")
-    return made[layout] = hf.string();
+  const fs::path exe = fs::read_symlink("/proc/self/exe");
+  const auto stamp = fs::last_write_time(exe).time_since_epoch().count();
+  const fs::path root =
+      fs::temp_directory_path() /
+      ("glm-plan-exec-tiny-" +
+       std::to_string(std::hash<std::string>()(exe.string() + "@" +
+                                               std::to_string(stamp))));
   const fs::path dir = root / layout;
-  fs::create_directories(dir);
-  auto src = Pack::open(hf.string());
-  glmc::QuantizeOptions q;
-  if (layout == "exl3")
-    glmc::quantizeToExl3(*src->config(), src.get(), dir.string(), q);
-  else
-    glmc::quantizeToExlr8(*src->config(), src.get(), dir.string(), q);
+  if (!fs::exists(dir / "config.json")) {
+    const std::string hf = layout == "hf" ? "" : tinyPack("hf");
+    const fs::path tmp =
+        root / (layout + ".tmp-" + std::to_string(::getpid()));
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+    if (layout == "hf") {
+      glmc::writeRandomHfModel("tiny", 1, tmp.string(), /*indexOnly=*/false);
+    } else {
+      auto src = Pack::open(hf);
+      glmc::QuantizeOptions q;
+      if (layout == "exl3")
+        glmc::quantizeToExl3(*src->config(), src.get(), tmp.string(), q);
+      else
+        glmc::quantizeToExlr8(*src->config(), src.get(), tmp.string(), q);
+    }
+    std::error_code ec;
+    fs::rename(tmp, dir, ec); // fails when another process was first
+    if (ec)
+      fs::remove_all(tmp);
+  }
   return made[layout] = dir.string();
 }
 
