@@ -44,10 +44,12 @@ namespace {
 class GeneratorEngine : public Engine {
 public:
   GeneratorEngine(Generator &g, const Tokenizer &tok, std::vector<int64_t> eos,
-                  int concurrency, dist::HostComm *ranks = nullptr,
+                  int concurrency, int32_t draftTokens,
+                  dist::HostComm *ranks = nullptr,
                   std::atomic<bool> *stopServer = nullptr)
       : g_(g), eos_(std::move(eos)), concurrency_(ranks ? 1 : concurrency),
-        ranks_(ranks), stopServer_(stopServer), constraints_(tok, eos_) {}
+        draftTokens_(draftTokens), ranks_(ranks), stopServer_(stopServer),
+        constraints_(tok, eos_) {}
   // loadEngine bounds the context by kMaxContextTokens (2^30), so it fits
   // the server's int; a plan's 2^32 + 100 is refused there, not truncated.
   int maxContext() const override {
@@ -122,7 +124,7 @@ public:
   /// Rank 0 after the server stopped: the other ranks end too.
   void stopRanks() {
     if (ranks_ && lost_.empty())
-      sendRankRequest(*ranks_, RankRequest{true, {}, {}, {}});
+      sendRankRequest(*ranks_, RankRequest{true, {}, {}, {}, 0});
   }
   bool ranksLost() const { return !lost_.empty(); }
 
@@ -136,7 +138,8 @@ private:
       throw EngineUnavailable(lost_);
     int64_t pos = int64_t(p.size());
     try {
-      sendRankRequest(*ranks_, RankRequest{false, p, sp, grammar});
+      sendRankRequest(*ranks_, RankRequest{false, p, sp, grammar,
+                                           draftTokens_});
       return g_.generate(
           p, sp,
           [&](int64_t t) {
@@ -165,6 +168,7 @@ private:
   std::atomic<int64_t> verifySteps_{0}, drafted_{0}, accepted_{0};
   std::vector<int64_t> eos_;
   int concurrency_;
+  int32_t draftTokens_; // --draft-tokens, 0 for --draft none
   dist::HostComm *ranks_;
   std::atomic<bool> *stopServer_;
   std::string lost_; // why the ranks can no longer generate
@@ -238,6 +242,11 @@ std::unique_ptr<ChatTemplate> loadChatTemplate(const ServeOptions &o,
                                           .string());
 }
 
+/// --draft-tokens when drafting, else 0 (what the ranks compare).
+int32_t draftTokensOf(const EngineOptions &e) {
+  return e.draft == "mtp" ? int32_t(e.draftTokens) : 0;
+}
+
 /// `glm-engine serve` in this process: the HTTP server, or (a rank other
 /// than 0 of a multi-process plan) rank 0's generations in lockstep.
 int serve(ServeOptions &opt) {
@@ -255,13 +264,15 @@ int serve(ServeOptions &opt) {
       constraints = std::make_unique<grammar::ConstraintBuilder>(*le.tokenizer,
                                                                  le.eosIds);
     return followRankRequests(
-        *ranks, *le.generator, [&](const std::string &spec) {
+        *ranks, *le.generator,
+        [&](const std::string &spec) {
           check(constraints != nullptr,
                 "a constrained request needs the tokenizer on every rank "
                 "(looked for ",
                 le.tokenizerPath, ")");
           return constraints->factory(spec);
-        });
+        },
+        draftTokensOf(o->engine));
   }
   check(le.tokenizer != nullptr, "serve needs a tokenizer.json (looked for ",
         le.tokenizerPath, ")");
@@ -303,8 +314,8 @@ int serve(ServeOptions &opt) {
                 << " rank processes (one generation at a time)" << std::endl;
   }
   GeneratorEngine engine(*le.generator, *le.tokenizer, le.eosIds,
-                         std::max(o->concurrency, o->engine.maxBatch), ranks,
-                         &stop);
+                         std::max(o->concurrency, o->engine.maxBatch),
+                         draftTokensOf(o->engine), ranks, &stop);
   const int rc = runServer(engine, *le.tokenizer, *chat, o->server);
   if (engine.ranksLost())
     return 1;

@@ -70,6 +70,7 @@ std::string encodeRankRequest(const RankRequest &q) {
   w.put(uint64_t(q.grammar.size()));
   for (char ch : q.grammar)
     w.put(ch);
+  w.put(q.draftTokens);
   return w.take();
 }
 
@@ -110,6 +111,7 @@ RankRequest decodeRankRequest(const std::string &bytes) {
   q.grammar.resize(size_t(g));
   for (char &ch : q.grammar)
     ch = r.get<char>("grammar");
+  q.draftTokens = r.get<int32_t>("draft tokens");
   check(r.left() == 0, "rank 0 sent a malformed request (", r.left(),
         " bytes past its end)");
   return q;
@@ -154,11 +156,22 @@ bool agreeToContinue(dist::HostComm &comm, bool goOn) {
 }
 
 int followRankRequests(dist::HostComm &comm, Generator &generator,
-                       const ConstraintMaker &makeConstraint) {
+                       const ConstraintMaker &makeConstraint,
+                       int32_t draftTokens) {
+  auto draftText = [](int32_t k) {
+    return k ? "--draft mtp --draft-tokens " + std::to_string(k)
+             : std::string("--draft none");
+  };
   for (;;) {
     RankRequest q = receiveRankRequest(comm);
     if (q.shutdown)
       return 0;
+    // Before any step: a rank drafting otherwise would run other graphs
+    // and collectives than rank 0 (this rank exits; rank 0 answers 503).
+    check(q.draftTokens == draftTokens, "rank ", comm.rank(), " serves with ",
+          draftText(draftTokens), " but rank 0 with ",
+          draftText(q.draftTokens),
+          "; start every rank with the same --draft and --draft-tokens");
     int64_t pos = int64_t(q.prompt.size());
     try {
       if (!q.grammar.empty())

@@ -32,6 +32,9 @@ struct RankRequest {
   std::vector<int64_t> prompt;
   SamplingParams sampling; // all but `constraint`, which `grammar` makes
   std::string grammar;     // runtime/serve/grammar.h spec; "" = none
+  // Rank 0's --draft-tokens (0: --draft none): drafting runs other graphs
+  // and collectives, so every rank must draft alike.
+  int32_t draftTokens = 0;
 };
 
 /// Makes the constraint of a grammar spec (each rank from its tokenizer).
@@ -52,8 +55,10 @@ RankRequest receiveRankRequest(dist::HostComm &comm);
 bool agreeToContinue(dist::HostComm &comm, bool goOn);
 
 /// A rank other than 0: runs rank 0's generations until it sends a stop;
-/// returns 0. Throws Error when rank 0 or a peer fails.
+/// returns 0. Throws Error when rank 0 or a peer fails, or when rank 0
+/// drafts otherwise than this rank's `draftTokens` (0: --draft none).
 int followRankRequests(dist::HostComm &comm, Generator &generator,
-                       const ConstraintMaker &makeConstraint);
+                       const ConstraintMaker &makeConstraint,
+                       int32_t draftTokens);
 
 } // namespace glm::rt

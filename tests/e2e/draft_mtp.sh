@@ -5,7 +5,8 @@
 # MCG; exlr8 with its mixed manifest) at --sparks 1 and 2, with 1 and 3
 # draft tokens; the acceptance statistics are printed. Also: a plan without
 # a draft graph, the reference backend and a Flash plan (recurrent state)
-# refuse --draft with what to do.
+# refuse --draft with what to do, and serve ranks started by hand with
+# different --draft settings stop at the first request.
 set -euo pipefail
 T=${GLM_TEST_TMP:-/tmp/glm-e2e-draft-mtp}
 rm -rf "$T" && mkdir -p "$T"
@@ -133,3 +134,40 @@ grep -q '^glm_draft_tokens_total [1-9]' "$T/serve-draft.metrics"
 grep -q '^glm_draft_accepted_tokens_total [0-9]' "$T/serve-draft.metrics"
 if grep -q glm_draft "$T/serve-plain.metrics"; then echo "plain serve counts drafts"; exit 1; fi
 echo "serve --draft mtp: the plain server's greedy text and streamed tool call $(cat "$T/serve-draft.tools"); /metrics: $(grep '^glm_draft' "$T/serve-draft.metrics" | tr '\n' ' ')"
+
+# Serve ranks started by hand must draft alike: rank 1 without --draft
+# exits at the first request naming both settings, and rank 0 answers 503.
+p=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
+glm-engine serve "$T/hf2.glmplan" --pack "$T/hf" --port 0 --rank 0 --world 2 \
+  --coordinator 127.0.0.1:$p --join-timeout 120 --draft mtp --draft-tokens 3 \
+  > "$T/sr0.log" 2>&1 &
+r0=$!
+glm-engine serve "$T/hf2.glmplan" --pack "$T/hf" --rank 1 --world 2 \
+  --coordinator 127.0.0.1:$p --join-timeout 120 > "$T/sr1.log" 2>&1 &
+r1=$!
+for _ in $(seq 1 300); do
+  grep -q "listening on" "$T/sr0.log" && break
+  kill -0 $r0 2> /dev/null || { cat "$T/sr0.log" "$T/sr1.log"; exit 1; }
+  sleep 0.2
+done
+url=$(grep -o "http://[0-9.]*:[0-9]*" "$T/sr0.log" | head -1)
+code=$(python3 - "$url" <<'PY'
+import json, sys, urllib.request, urllib.error
+req = urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=json.dumps(
+    {"max_tokens": 4, "temperature": 0,
+     "messages": [{"role": "user", "content": "hello"}]}).encode(),
+    headers={"content-type": "application/json"})
+try:
+    urllib.request.urlopen(req, timeout=120)
+    print(200)
+except urllib.error.HTTPError as e:
+    print(e.code)
+PY
+)
+wait $r1 && { echo "rank 1 kept serving with another --draft"; exit 1; }
+kill $r0 2> /dev/null || true
+wait $r0 2> /dev/null || true
+[ "$code" = 503 ] || { echo "rank 0 answered $code"; cat "$T/sr0.log" "$T/sr1.log"; exit 1; }
+grep -q "rank 1 serves with --draft none but rank 0 with --draft mtp --draft-tokens 3" "$T/sr1.log" \
+  || { cat "$T/sr1.log"; exit 1; }
+echo "serve ranks by hand with different --draft: rank 1 exits naming both, rank 0 answers 503"
