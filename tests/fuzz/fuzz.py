@@ -287,10 +287,13 @@ def make_base(s):
                         "--layout", layout, "--threads", "2", "-o",
                         os.path.join(base, layout)], check=True,
                        stdout=subprocess.DEVNULL, timeout=600)
-    subprocess.run([planner, "compile", os.path.join(base, "exlr8"),
-                    "--manifest", "mixed", "--no-nvrtc", "-o",
-                    os.path.join(base, "p1.glmplan")],
-                   check=True, stdout=subprocess.DEVNULL, timeout=600)
+    # Relative paths and a bare program name: the plan records its compile
+    # command, and the plan cases mutate its bytes, so a plan that named
+    # this checkout's folders would give each checkout other cases.
+    subprocess.run(["glmc", "compile", "exlr8", "--manifest", "mixed",
+                    "--no-nvrtc", "-o", "p1.glmplan"],
+                   executable=os.path.abspath(planner), cwd=base, check=True,
+                   stdout=subprocess.DEVNULL, timeout=600)
     open(stamp, "w").close()
     return base
 
