@@ -149,4 +149,16 @@ inline std::string moeTrellisRefusal(const MoeTrellisLayer &l) {
   return "";
 }
 
+/// A prefill chunk's grouped MoE layer (moe_group.cuh): rows per GEMM
+/// item, 128 once experts average that many rows of the chunk (uniform
+/// routing), else 64 (fewer idle rows in each expert's last item).
+inline int64_t moeGroupedRows(int64_t tokens, int64_t topk, int64_t experts) {
+  return tokens * topk >= 128 * experts ? 128 : 64;
+}
+/// Item slots per (projection, half) for `entries` sorted entries of
+/// `experts` experts (routed + shared) in items of `bm` rows.
+inline int64_t moeGroupedSlots(int64_t entries, int64_t bm, int64_t experts) {
+  return (entries + bm - 1) / bm + experts;
+}
+
 } // namespace glm::codegen

@@ -575,6 +575,12 @@ private:
     WeightOp w = weightOp(sym);
     return !w || widenedAtLoad(w, kdaWeights) ? 0 : dtOf(w.getType());
   }
+  /// A prefill chunk's MoE layer grouped by expert (EmitKernels: the
+  /// launches from moe_group to the output rotation).
+  void buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
+                             int64_t rows, size_t launch,
+                             const std::vector<std::string> &seq,
+                             LaunchInfo &li);
   /// The GLM-5.3-Flash launches (mHC, KDA); false for other families.
   bool buildFlashLaunch(const std::string &f, Operation &op, int64_t rows,
                         LaunchInfo &li);
@@ -1508,6 +1514,126 @@ bool ArgBuilder::buildFlashLaunch(const std::string &f, Operation &op,
   return true;
 }
 
+void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
+                                       int64_t rows, size_t launch,
+                                       const std::vector<std::string> &seq,
+                                       LaunchInfo &li) {
+  auto &a = li.args;
+  gp::LaunchDims &d = li.dims;
+  const std::string &f = k.templateName;
+  const uint32_t threads = d.blockX;
+  auto e = cast<FusedExpertGemvOp>(op);
+  const int64_t hidden = e.getHidden(), topk = e.getTopK(),
+                S = e.getShared(), E = e.getExperts(), H = e.getHalves();
+  const int64_t U = topk + S, Etot = E + S;
+  // The tables moe_trellis reads: routed then shared experts, side
+  // vectors at a pitch of 16 halves (codegen/templates/moe_trellis.cuh).
+  constexpr int64_t kPitch = 2048;
+  const ExpertTables T = expertTables(e, 0, Etot, kPitch);
+  // Entries (token, slot) of the chunk, sorted by expert; GEMM items of
+  // BM rows (moe_group.cuh). Per-token scratch rows, so the largest chunk
+  // sizes them.
+  const int64_t bm = ::glm::codegen::moeGroupedRows(rows, topk, E);
+  const int64_t N = rows * U;
+  // Item slots: each expert's rows in blocks of bm, at most N / bm + Etot.
+  const int64_t NB = ::glm::codegen::moeGroupedSlots(N, bm, Etot);
+  const int64_t NBmax = ::glm::codegen::moeGroupedSlots(
+      int64_t(st.maxTokens) * U, 64, Etot);
+  gp::ArgDef xh = scratchRows("expert_xh", hidden * 4, "xh");
+  gp::ArgDef order = scratchRows("moe_order", U * 4, "order");
+  gp::ArgDef entryOf = scratchRows("moe_entry_of", U * 4, "entry_of");
+  gp::ArgDef X = scratchRows("moe_x", U * 2 * hidden * 2, "X");
+  gp::ArgDef zgu = scratchRows("moe_zgu", U * 2 * kPitch * 4, "zgu");
+  gp::ArgDef act = scratchRows("moe_act", U * kPitch * 2, "act");
+  gp::ArgDef zd = scratchRows("moe_zd", U * hidden * 4, "zd");
+  const uint64_t guBytes = uint64_t(NBmax) * 2 * H * 32;
+  const uint64_t downBytes = uint64_t(NBmax) * H * 32;
+  gp::ArgDef guItems =
+      bufferArg(st.scratchBuffer("moe_gu_items." + std::to_string(H), guBytes),
+                "gu_items");
+  gp::ArgDef downItems = bufferArg(
+      st.scratchBuffer("moe_down_items." + std::to_string(H), downBytes),
+      "down_items");
+  gp::ArgDef ids = in(op, 1, "expert_ids"), rw = in(op, 2, "route_w");
+  const gp::ArgDef limit = f32Arg(
+      e.getSwigluLimit() ? e.getSwigluLimit()->convertToDouble() : 0.0,
+      "swiglu_limit");
+  if (f == "hadamard128") {
+    // First: H(x * signs.in) for every token; last: H(out) * signs.out in
+    // place.
+    const bool last = launch + 1 == seq.size();
+    gp::ArgDef x = last ? out(op, 0, "x") : in(op, 0, "x");
+    gp::ArgDef y = last ? out(op, 0, "y") : xh;
+    x.name = "x";
+    y.name = "y";
+    a = {x, last ? runtimeArg("null") : named(T.signsIn, "pre"),
+         last ? named(T.signsOut, "post") : runtimeArg("null"), y,
+         i32Arg(rows, "rows"), i32Arg(hidden, "n"), i32Arg(0, "pre_stride"),
+         i32Arg(0, "post_stride")};
+    d.gridX = ceilDiv(rows * hidden / 128, std::max<uint32_t>(1, threads / 32));
+  } else if (f == "moe_group") {
+    a = {ids, i32Arg(rows, "T"), i32Arg(topk, "topk"), i32Arg(E, "E"),
+         i32Arg(S, "S"), i32Arg(H, "H"), i32Arg(bm, "BM"), T.tiles, T.widths,
+         i32Arg(hidden, "hidden"), i32Arg(kPitch, "inter"), order, entryOf,
+         guItems, downItems, i32Arg(NB, "NB")};
+    d.gridX = 1;
+  } else if (f == "moe_gather") {
+    a = {xh, ids, order, named(T.guSuBlock, "su_block"), X, i32Arg(N, "N"),
+         i32Arg(topk, "topk"), i32Arg(E, "E"), i32Arg(S, "S"),
+         i32Arg(hidden, "hidden")};
+    d.gridX = uint32_t(N);
+    d.gridY = ceilDiv(2 * hidden, threads);
+  } else if (f == "gemm_trellis_grouped") {
+    size_t firstGemm = 0;
+    while (seq[firstGemm] != "gemm_trellis_grouped")
+      ++firstGemm;
+    if (launch == firstGemm) {
+      gp::ArgDef x = X, z = zgu;
+      x.name = "xh";
+      z.name = "z";
+      a = {x, runtimeArg("null"), guItems, z, i32Arg(NB * 2 * H, "n_items"),
+           i32Arg(hidden, "in"), i32Arg(128, "out"),
+           i32Arg(2 * hidden, "x_stride"), i32Arg(2 * kPitch, "z_stride"),
+           i32Arg(0, "accumulate"), i32Arg(8, "sI"), i32Arg(64, "sI8"),
+           i32Arg(0, "sJ8")};
+      d.gridX = uint32_t(NB * 2 * H);
+      d.gridY = ceilDiv(128, threads);
+    } else {
+      // Down half h = launch - (first down launch): its items, added into
+      // zd (moe_act zeroed it) in half order.
+      const int64_t h = int64_t(launch) - int64_t(firstGemm) - 2;
+      gp::ArgDef x = act, z = zd, items = downItems;
+      x.name = "xh";
+      z.name = "z";
+      items.offset += uint64_t(h) * uint64_t(NB) * 32;
+      a = {x, runtimeArg("null"), items, z, i32Arg(NB, "n_items"),
+           i32Arg(128, "in"), i32Arg(hidden, "out"), i32Arg(kPitch, "x_stride"),
+           i32Arg(hidden, "z_stride"), i32Arg(1, "accumulate"),
+           i32Arg(8, "sI"), i32Arg(0, "sI8"), i32Arg(64, "sJ8")};
+      d.gridX = uint32_t(NB);
+      d.gridY = ceilDiv(hidden, threads);
+    }
+  } else if (f == "moe_act") {
+    a = {zgu, ids, order, T.tiles, named(T.guSvh, "gu_svh"),
+         named(T.downSuh, "down_suh"), act, zd, i32Arg(N, "N"),
+         i32Arg(topk, "topk"), i32Arg(E, "E"), i32Arg(S, "S"),
+         i32Arg(kPitch, "inter"), i32Arg(hidden, "hidden"), limit};
+    d.gridX = uint32_t(N);
+    d.gridY = ceilDiv(H * 32, threads);
+  } else if (f == "moe_combine") {
+    a = {zd, entryOf, ids, rw, named(T.downSvBlock, "down_sv_block"),
+         out(op, 0, "out"), i32Arg(rows, "T"), i32Arg(topk, "topk"),
+         i32Arg(E, "E"), i32Arg(S, "S"), i32Arg(hidden, "hidden"),
+         i32Arg(0, "accumulate")};
+    d.gridX = ceilDiv(hidden, threads);
+    d.gridY = uint32_t(rows);
+  } else {
+    ::glm::rt::fail("glm-emit-plan: ", f,
+                    " in a grouped MoE layer (internal: EmitKernels and "
+                    "EmitPlan disagree on its launches)");
+  }
+}
+
 LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
                              int64_t rows, size_t launch,
                              const std::vector<std::string> &seq) {
@@ -1764,6 +1890,8 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
         }
       }
     }
+  } else if (std::find(seq.begin(), seq.end(), "moe_group") != seq.end()) {
+    buildGroupedMoeLaunch(k, op, rows, launch, seq, li);
   } else if (f == "hadamard128" || f == "moe_trellis" ||
              f == "expert_gemv_trellis" || f == "moe_reduce" ||
              f == "exl3_expert_in" || f == "moe_exl3_in") {
@@ -2075,7 +2203,8 @@ static bool readsWeights(const std::string &family) {
   return family == "expert_gemv_trellis" || family == "moe_trellis" ||
          family == "dense_trellis" || family == "dense_gemv" ||
          family == "dense_gemv_f32" || family == "dense_gemv_trellis" ||
-         family == "gemm_trellis" || family == "mla_decode" ||
+         family == "gemm_trellis" || family == "gemm_trellis_grouped" ||
+         family == "mla_decode" ||
          family == "indexer_scores" || family == "router" ||
          family == "embed" || family == "rms_norm" ||
          family == "embed_tokens" || family == "rms_norm_rows" ||
@@ -2337,6 +2466,23 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
           costs[reader].weights -= costs[j].weights;
           break;
         }
+    // A grouped MoE layer: gate/up read two of each half's three matrices,
+    // each down launch one half's third.
+    if (reader < launches.size() && seq[reader] == "gemm_trellis_grouped") {
+      std::vector<size_t> downs;
+      for (size_t j = reader + 1; j < launches.size(); ++j)
+        if (seq[j] == "gemm_trellis_grouped")
+          downs.push_back(j);
+      if (!downs.empty()) {
+        const Cost all = costs[reader];
+        for (size_t j : downs) {
+          costs[j] = {all.bytes / 3 / downs.size(),
+                      all.weights / 3 / downs.size()};
+          costs[reader].bytes -= costs[j].bytes;
+          costs[reader].weights -= costs[j].weights;
+        }
+      }
+    }
     // Absorbed MLA: mla_qabs reads kv_b's W_uk rows and mla_out its W_uv
     // rows, kv_store only the latent norm's vector: the weight bytes the
     // first reader (kv_store) took go to the kernels that stream them, split

@@ -61,6 +61,56 @@ std::shared_ptr<plan::Plan> openBenchPlan(const BenchOptions &opt,
   return p;
 }
 
+/// Per kernel name: the summed time of its launches in each repetition
+/// of a profiled graph (op by op, events around each launch).
+struct KernelTimes {
+  std::map<std::string, std::vector<double>> msOf;
+  std::map<std::string, int> launches;
+  double totalMs = 0; // median over repetitions of the sum of all launches
+
+  /// One line per kernel, slowest first; returns the launches.
+  int printTo(std::ostream &log, const char *prefix) const {
+    std::vector<std::pair<double, std::string>> order;
+    for (auto &[k, v] : msOf)
+      order.push_back({median(v), k});
+    std::sort(order.rbegin(), order.rend());
+    int n = 0;
+    for (auto &[k, c] : launches)
+      n += c;
+    for (auto &[ms, k] : order) {
+      char row[320];
+      std::snprintf(row, sizeof row,
+                    "%s %-58s %5d x %9.2f us = %8.3f ms  %5.1f%%\n", prefix,
+                    k.c_str(), launches.at(k), ms * 1e3 / launches.at(k), ms,
+                    100.0 * ms / std::max(1e-9, totalMs));
+      log << row;
+    }
+    return n;
+  }
+};
+
+template <class Profile>
+KernelTimes timeKernels(Profile profile, int reps) {
+  KernelTimes t;
+  std::vector<double> sums;
+  for (int rep = 0; rep < reps; ++rep) {
+    std::map<std::string, double> ms;
+    std::map<std::string, int> count;
+    double sum = 0;
+    for (const auto &l : profile()) {
+      ms[l.kernel] += l.ms;
+      ++count[l.kernel];
+      sum += l.ms;
+    }
+    for (auto &[k, v] : ms)
+      t.msOf[k].push_back(v);
+    t.launches = count;
+    sums.push_back(sum);
+  }
+  t.totalMs = median(sums);
+  return t;
+}
+
 void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
                       std::ostream &log) {
   auto p = openBenchPlan(opt, "step");
@@ -107,39 +157,12 @@ void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
   // Per launch (op by op, events around each kernel): the median over
   // repetitions of each kernel's summed time per step.
   const int reps = std::max(3, std::min(opt.reps, 15));
-  std::map<std::string, std::vector<double>> msOf;
-  std::map<std::string, int> launches;
-  std::vector<double> sums;
-  for (int rep = 0; rep < reps; ++rep) {
-    std::map<std::string, double> ms;
-    std::map<std::string, int> count;
-    double sum = 0;
-    for (const auto &t : engine.profileDecode(1)) {
-      ms[t.kernel] += t.ms;
-      ++count[t.kernel];
-      sum += t.ms;
-    }
-    for (auto &[k, v] : ms)
-      msOf[k].push_back(v);
-    launches = count;
-    sums.push_back(sum);
-  }
-  const double kernelMs = median(sums);
-  std::vector<std::pair<double, std::string>> order;
-  for (auto &[k, v] : msOf)
-    order.push_back({median(v), k});
-  std::sort(order.rbegin(), order.rend());
-  int nLaunches = 0;
-  for (auto &[k, n] : launches)
-    nLaunches += n;
-  for (auto &[ms, k] : order) {
-    char row[320];
-    std::snprintf(row, sizeof row,
-                  "plan-step:   %-58s %5d x %9.2f us = %8.3f ms  %5.1f%%\n",
-                  k.c_str(), launches[k], ms * 1e3 / launches[k], ms,
-                  100.0 * ms / std::max(1e-9, kernelMs));
-    log << row;
-  }
+  const KernelTimes step =
+      timeKernels([&] { return engine.profileDecode(1); }, reps);
+  const double kernelMs = step.totalMs;
+  const int nLaunches = step.printTo(log, "plan-step:  ");
+  auto msOf = step.msOf;
+  auto launches = step.launches;
 
   const double bytes = double(engine.decodeWeightBytes(1));
   const double roof =
@@ -263,6 +286,11 @@ void runPlanStepBench(const BenchOptions &opt, BenchResult &r,
     log << pl;
     r.rows.push_back({"prefill", tag + " chunk " + std::to_string(c),
                       ms * 1e3, 0, loopMs / ms});
+    // Where the chunk's time goes (op by op, each launch timed).
+    const KernelTimes chunk =
+        timeKernels([&] { return engine.profilePrefill(c); }, 2);
+    const std::string prefix = "plan-prefill " + std::to_string(c) + ":";
+    chunk.printTo(log, prefix.c_str());
   }
 
   if (opt.measuredOut.empty())

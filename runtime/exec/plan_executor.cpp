@@ -593,7 +593,25 @@ std::vector<PlanExecutor::LaunchTime>
 PlanExecutor::profileDecode(uint32_t rows) {
   bindThread();
   check(loaded_, "plan executor: profileDecode() before load()");
-  const std::vector<const gp::GraphDef *> graphs = decodeGraphs(rows);
+  return profileGraphs(decodeGraphs(rows), rows);
+}
+
+std::vector<PlanExecutor::LaunchTime>
+PlanExecutor::profilePrefill(uint32_t chunk) {
+  bindThread();
+  check(loaded_, "plan executor: profilePrefill() before load()");
+  std::vector<const gp::GraphDef *> graphs;
+  for (auto &st : ranks_) {
+    graphs.push_back(st->graph(gp::GraphKind::Prefill, chunk));
+    check(graphs.back() != nullptr, "rank ", st->rp->rank,
+          " has no prefill graph of ", chunk, " tokens");
+  }
+  return profileGraphs(graphs, chunk);
+}
+
+std::vector<PlanExecutor::LaunchTime>
+PlanExecutor::profileGraphs(const std::vector<const gp::GraphDef *> &graphs,
+                            uint32_t rows) {
   std::vector<std::pair<std::string, std::string>> names;
   for (auto &st : ranks_)
     st->backend->synchronize();

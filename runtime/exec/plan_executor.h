@@ -217,6 +217,9 @@ public:
     double ms = 0;
   };
   std::vector<LaunchTime> profileDecode(uint32_t rows);
+  /// The same for the prefill graph of `chunk` tokens (after a prefill()
+  /// wrote its rows).
+  std::vector<LaunchTime> profilePrefill(uint32_t chunk);
   /// Weight bytes local rank 0's decode graph of `rows` rows reads (the sum
   /// of its ops' bytesRead, as the trace reports them).
   uint64_t decodeWeightBytes(uint32_t rows) const;
@@ -241,6 +244,11 @@ private:
   DType storedDtype(const std::string &path, const plan::WeightBinding &w);
   std::map<std::string, std::shared_ptr<SafetensorsFile>> headers_;
   void runGraph(const plan::GraphDef *const *graphs, uint32_t rows);
+  /// profileDecode / profilePrefill: `graphs` (one a local rank) op by op,
+  /// each launch of local rank 0 timed.
+  std::vector<LaunchTime>
+  profileGraphs(const std::vector<const plan::GraphDef *> &graphs,
+                uint32_t rows);
   /// io.tokens / io.positions / io.slots of every rank: one row each.
   void writeIoRows(const std::vector<int32_t> &tokens,
                    const std::vector<int32_t> &positions,
