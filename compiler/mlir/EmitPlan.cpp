@@ -1526,9 +1526,14 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
   const int64_t hidden = e.getHidden(), topk = e.getTopK(),
                 S = e.getShared(), E = e.getExperts(), H = e.getHalves();
   const int64_t U = topk + S, Etot = E + S;
-  // The tables moe_trellis reads: routed then shared experts, side
-  // vectors at a pitch of 16 halves (codegen/templates/moe_trellis.cuh).
-  constexpr int64_t kPitch = 2048;
+  // The expert tables in moe_trellis's layout (routed then shared experts),
+  // side vectors at a pitch of the intermediate width (moe_group.cuh: inter
+  // = 128 * H; GLM-5.3's 2048 shares moe_trellis's tables).
+  const int64_t kPitch = e.getInter();
+  ::glm::rt::check(kPitch == 128 * H, "glm-emit-plan: layer MoE of ", kPitch,
+                   " intermediate channels in ", H,
+                   " halves (internal: EmitKernels groups 128-channel halves "
+                   "only)");
   const ExpertTables T = expertTables(e, 0, Etot, kPitch);
   // Entries (token, slot) of the chunk, sorted by expert; GEMM items of
   // BM rows (moe_group.cuh). Per-token scratch rows, so the largest chunk
@@ -1582,7 +1587,7 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
          i32Arg(topk, "topk"), i32Arg(E, "E"), i32Arg(S, "S"),
          i32Arg(hidden, "hidden")};
     d.gridX = uint32_t(N);
-    d.gridY = ceilDiv(2 * hidden, threads);
+    d.gridY = ceilDiv(hidden, 2 * threads); // 4 elements a thread
   } else if (f == "gemm_trellis_grouped") {
     size_t firstGemm = 0;
     while (seq[firstGemm] != "gemm_trellis_grouped")
@@ -1625,8 +1630,8 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
          out(op, 0, "out"), i32Arg(rows, "T"), i32Arg(topk, "topk"),
          i32Arg(E, "E"), i32Arg(S, "S"), i32Arg(hidden, "hidden"),
          i32Arg(0, "accumulate")};
-    d.gridX = ceilDiv(hidden, threads);
-    d.gridY = uint32_t(rows);
+    d.gridX = uint32_t(rows);
+    d.gridY = ceilDiv(hidden, 4 * threads); // 4 columns a thread
   } else {
     ::glm::rt::fail("glm-emit-plan: ", f,
                     " in a grouped MoE layer (internal: EmitKernels and "
