@@ -49,8 +49,7 @@ void moeGroupTwin(const Launch &l) {
         "twin of moe_group: E ", E, ", S ", S, ", BM ", BM, ", H ", H,
         " violate the kernel's preconditions: CUDA traps");
   // Counts, first positions and first slots per expert.
-  std::vector<int> cnt(size_t(eTot), 0), off(size_t(eTot)),
-      blk(size_t(eTot) + 1);
+  std::vector<int> cnt(eTot, 0), off(eTot), blk(eTot + 1);
   for (int q = 0; q < N; ++q)
     if (const int e = moeEntryExpert(ids, q, U, topk, E); e >= 0)
       ++cnt[e];
