@@ -508,14 +508,14 @@ void moeGroupFp(const Launch &l, Footprint &f) {
   const Wide H = r.at(5), BM = r.at(6, 1), hidden = r.at(9), inter = r.at(10);
   const Wide NB = r.at(15);
   const Wide eTot = E + S, N = entries(r, 1, T, topk + S);
-  r.require(eTot <= kMoeGroupMaxExperts, 3, "is ", int64_t(E), ": E + S = ",
-            int64_t(eTot), " experts, over the ", kMoeGroupMaxExperts,
-            " moe_group sorts");
+  r.require(eTot <= kMoeGroupMaxExperts, 3, "is ", int64_t(E),
+            ": E + S = ", int64_t(eTot), " experts, over the ",
+            kMoeGroupMaxExperts, " moe_group sorts");
   r.require(H <= 16, 5, "is ", int64_t(H), ", over 16 halves");
   r.require(hidden % 128 == 0, 9, "is ", int64_t(hidden),
             ", not a multiple of 128");
-  r.require(inter == 128 * H, 10, "is ", int64_t(inter), ", not 128*H = ",
-            int64_t(128 * H));
+  r.require(inter == 128 * H, 10, "is ", int64_t(inter),
+            ", not 128*H = ", int64_t(128 * H));
   r.require(NB >= ceilDiv(N, BM) + eTot, 15, "is ", int64_t(NB),
             ", below ceil(N/BM) + E + S = ", int64_t(ceilDiv(N, BM) + eTot),
             " item slots (the kernel traps)");
@@ -538,16 +538,15 @@ void moeGatherFp(const Launch &l, Footprint &f) {
   const Wide hidden = r.at(9), U = topk + S;
   r.require(hidden % 128 == 0, 9, "is ", int64_t(hidden),
             ", not a multiple of 128");
-  r.require(U >= 1 || N == 0, 6, "and S give rows no entry (N = ",
-            int64_t(N), ")");
+  r.require(U >= 1 || N == 0, 6, "and S give rows no entry (N = ", int64_t(N),
+            ")");
   const Wide rows = std::min(N, r.grid(0));
   const Wide cols = std::min(2 * hidden, r.grid(1) * r.block(0) * 4);
   const Wide tRows = rows && cols ? ceilDiv(N, U) : 0;
   r.need(0, span(tRows, hidden, std::min(hidden, cols)), 4);
   r.need(1, tRows * topk, 4);
   r.need(2, cols ? rows : 0, 4);
-  r.opt(3, tRows ? span(2 * (E + S), hidden / 128, ceilDiv(cols, 128)) : 0,
-        4);
+  r.opt(3, tRows ? span(2 * (E + S), hidden / 128, ceilDiv(cols, 128)) : 0, 4);
   r.need(4, span(rows, 2 * hidden, cols), 2);
 }
 
@@ -563,11 +562,11 @@ void moeActFp(const Launch &l, Footprint &f) {
             ", not a multiple of 128");
   r.require(hidden % 4 == 0, 13, "is ", int64_t(hidden),
             ", not a multiple of 4");
-  r.require(U >= 1 || N == 0, 9, "and S give rows no entry (N = ",
-            int64_t(N), ")");
+  r.require(U >= 1 || N == 0, 9, "and S give rows no entry (N = ", int64_t(N),
+            ")");
   const Wide rows = std::min(N, r.grid(0));
-  const Wide halves = std::min({inter / 128, Wide(16),
-                                r.grid(1) * (r.block(0) / 32)});
+  const Wide halves =
+      std::min({inter / 128, Wide(16), r.grid(1) * (r.block(0) / 32)});
   const Wide tRows = rows ? ceilDiv(N, U) : 0;
   const Wide n = rows && halves && eTot ? (eTot - 1) * 48 + halves : 0;
   r.need(0, halves ? span(rows, 2 * inter, inter + 128 * halves) : 0, 4);

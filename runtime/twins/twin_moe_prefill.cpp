@@ -44,8 +44,8 @@ void moeGroupTwin(const Launch &l) {
   auto *downItems = l.ptr<GemmItem>(14);
   const int NB = l.i32(15);
   const int U = topk + S, eTot = E + S, N = T * U;
-  check(eTot <= kMoeGroupMaxExperts && E >= 0 && S >= 0 && BM >= 1 &&
-            H >= 0 && H <= 16,
+  check(eTot <= kMoeGroupMaxExperts && E >= 0 && S >= 0 && BM >= 1 && H >= 0 &&
+            H <= 16,
         "twin of moe_group: E ", E, ", S ", S, ", BM ", BM, ", H ", H,
         " violate the kernel's preconditions: CUDA traps");
   // Counts, first positions and first slots per expert.
@@ -80,9 +80,8 @@ void moeGroupTwin(const Launch &l) {
     GemmItem it{};
     if (b >= nBlocks)
       return it;
-    const int e = int(std::upper_bound(blk.begin(), blk.end(), b) -
-                      blk.begin()) -
-                  1;
+    const int e =
+        int(std::upper_bound(blk.begin(), blk.end(), b) - blk.begin()) - 1;
     const int j = b - blk[e], row = off[e] + j * BM;
     const int idx = (e * 3 + (down ? 2 : p)) * 16 + h;
     it.tiles = tiles[idx];
@@ -110,8 +109,8 @@ void moeGatherTwin(const Launch &l) {
   const int N = l.i32(5), topk = l.i32(6), E = l.i32(7), S = l.i32(8);
   const int hidden = l.i32(9), U = topk + S, nBlk = hidden >> 7;
   const int64_t rows = covered(N, l.grid[0]);
-  const int64_t cols =
-      std::min<int64_t>(2 * int64_t(hidden), int64_t(l.grid[1]) * l.block[0] * 4);
+  const int64_t cols = std::min<int64_t>(2 * int64_t(hidden),
+                                         int64_t(l.grid[1]) * l.block[0] * 4);
   parallelFor(rows, 16, 0, [&](int64_t i0, int64_t i1, int) {
     for (int64_t i = i0; i < i1; ++i) {
       const int q = order[i];
@@ -199,8 +198,8 @@ void moeCombineTwin(const Launch &l) {
   const bool accumulate = l.i32(11) != 0;
   const int U = topk + S, N = T * U, nBlk = hidden >> 7;
   const int64_t rows = covered(T, l.grid[0]);
-  const int64_t cols = std::min<int64_t>(
-      hidden / 4 * 4, int64_t(l.grid[1]) * l.block[0] * 4);
+  const int64_t cols =
+      std::min<int64_t>(hidden / 4 * 4, int64_t(l.grid[1]) * l.block[0] * 4);
   parallelFor(rows, 4, 0, [&](int64_t t0, int64_t t1, int) {
     std::vector<float> s(size_t(std::max<int64_t>(cols, 0)));
     for (int64_t t = t0; t < t1; ++t) {

@@ -88,7 +88,8 @@ std::vector<uint64_t> fakeTiles(std::mt19937 &rng, int eTot, double owned) {
     for (int h = 0; h < 16; ++h)
       if (u01(rng) < owned)
         for (int p = 0; p < 3; ++p)
-          t[(e * 3 + p) * 16 + h] = 0x100000000ull + ((e * 3 + p) * 16 + h) * 4096ull;
+          t[(e * 3 + p) * 16 + h] =
+              0x100000000ull + ((e * 3 + p) * 16 + h) * 4096ull;
   return t;
 }
 
@@ -107,9 +108,9 @@ TEST_F(MoePrefillGpu, GroupEqualsTwinExactly) {
   };
   // GLM-5.3 (256 + 1 experts, top 8) at a 2048-token chunk; the most
   // experts moe_group takes; a small step.
-  for (const Case c : {Case{2048, 8, 256, 1, 128, 512, 1.0},
-                       Case{700, 4, 511, 1, 64, 256, 0.5},
-                       Case{3, 2, 6, 0, 64, 512, 0.7}}) {
+  for (const Case c :
+       {Case{2048, 8, 256, 1, 128, 512, 1.0},
+        Case{700, 4, 511, 1, 64, 256, 0.5}, Case{3, 2, 6, 0, 64, 512, 0.7}}) {
     std::mt19937 rng(100 + c.T);
     const Routing r(rng, c.T, c.topk, c.E, c.S);
     const int eTot = c.E + c.S, H = 16, N = r.N();
@@ -135,10 +136,9 @@ TEST_F(MoePrefillGpu, GroupEqualsTwinExactly) {
         .out<GemmItem>(size_t(H) * NB)
         .i32(NB);
     d.run(1, 1, 1, unsigned(c.threads));
-    const std::string tag = "T" + std::to_string(c.T) + " E" +
-                            std::to_string(eTot) + " bm" +
-                            std::to_string(c.BM) + " t" +
-                            std::to_string(c.threads);
+    const std::string tag =
+        "T" + std::to_string(c.T) + " E" + std::to_string(eTot) + " bm" +
+        std::to_string(c.BM) + " t" + std::to_string(c.threads);
     d.checkInts(11, tag + " order");
     d.checkInts(12, tag + " entry_of");
     d.checkInts(13, tag + " gu_items");
@@ -246,7 +246,8 @@ TEST_F(MoePrefillGpu, CombineEqualsTwinExactly) {
   r.sorted(order, entryOf);
   const int N = r.N(), eTot = E + S;
   const std::vector<float> zd = randn(rng, size_t(N) * hidden, 1.0f);
-  const std::vector<float> svb = uniformSigned(rng, size_t(eTot) * hidden / 128);
+  const std::vector<float> svb =
+      uniformSigned(rng, size_t(eTot) * hidden / 128);
   const std::vector<float> out0 = randn(rng, size_t(T) * hidden, 1.0f);
   for (int acc : {0, 1}) {
     Dual d("moe_combine", 256);
@@ -255,13 +256,7 @@ TEST_F(MoePrefillGpu, CombineEqualsTwinExactly) {
       d.null();
     else
       d.buf(svb);
-    d.buf(out0)
-        .i32(T)
-        .i32(topk)
-        .i32(E)
-        .i32(S)
-        .i32(hidden)
-        .i32(acc);
+    d.buf(out0).i32(T).i32(topk).i32(E).i32(S).i32(hidden).i32(acc);
     d.run(unsigned(T), unsigned((hidden + 1023) / 1024), 1, 256);
     d.check(5, acc ? "accumulate, no sv_block" : "sv_block", 0);
   }
@@ -341,7 +336,8 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
   const std::vector<float> svh = uniformSigned(rng, size_t(2) * eTot * inter);
   const std::vector<float> suh = uniformSigned(rng, size_t(eTot) * inter);
 
-  const KernelSpec had = spec("hadamard128", {{"vt", "f32"}, {"threads", "128"}});
+  const KernelSpec had =
+      spec("hadamard128", {{"vt", "f32"}, {"threads", "128"}});
   const KernelSpec group = spec("moe_group", {{"threads", "512"}});
   const KernelSpec gather = spec("moe_gather", {{"threads", "256"}});
   const KernelSpec act = spec("moe_act", {{"threads", "512"}});
@@ -393,15 +389,15 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
   }
   {
     Args a;
-    a.ptr(dZgu).ptr(dIds).ptr(dOrder).ptr(dT).ptr(dSvh).ptr(dSuh).ptr(dAct)
-            .ptr(dZd)
+    a.ptr(dZgu).ptr(dIds).ptr(dOrder).ptr(dT).ptr(dSvh).ptr(dSuh).ptr(dAct).ptr(
+        dZd)
         << N << c.topk << c.E << c.S << inter << hidden << c.limit;
     a.launch(kernel(act), unsigned(N), 1, 512);
   }
   for (int h = 0; h < H; ++h) {
     Args a;
-    a.ptr(dAct).null()
-        << CUdeviceptr(dDown.ptr() + uint64_t(h) * NB * sizeof(GemmItem));
+    a.ptr(dAct).null() << CUdeviceptr(dDown.ptr() +
+                                      uint64_t(h) * NB * sizeof(GemmItem));
     a.ptr(dZd) << NB << 128 << hidden << inter << hidden << 1 << 8 << 0 << 64;
     a.launch(kernel(down), unsigned(NB), unsigned(hidden / 256), 256);
   }
@@ -431,8 +427,8 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
       zd(size_t(N) * hidden, NAN), out(size_t(T) * hidden, NAN),
       y(size_t(T) * hidden, NAN);
   runTwin(had, hadGrid, 1, 128, 0,
-          {hp(x.data()), hp(signsIn.data()), hp(nullptr), hp(xh.data()),
-           hi(T), hi(hidden), hi(0), hi(0)});
+          {hp(x.data()), hp(signsIn.data()), hp(nullptr), hp(xh.data()), hi(T),
+           hi(hidden), hi(0), hi(0)});
   // hadamard128 is held to its twin at 1e-6 (contracted multiply-adds):
   // the twin chain goes on from CUDA's xh, so that X compares exactly.
   {
@@ -442,9 +438,9 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
     xh = g;
   }
   runTwin(group, 1, 1, 512, 0,
-          {hp(r.ids.data()), hi(T), hi(c.topk), hi(c.E), hi(c.S), hi(H),
-           hi(BM), hp(hTiles.data()), hp(widths.data()), hi(hidden),
-           hi(inter), hp(order.data()), hp(entryOf.data()), hp(guI.data()),
+          {hp(r.ids.data()), hi(T), hi(c.topk), hi(c.E), hi(c.S), hi(H), hi(BM),
+           hp(hTiles.data()), hp(widths.data()), hi(hidden), hi(inter),
+           hp(order.data()), hp(entryOf.data()), hp(guI.data()),
            hp(downI.data()), hi(NB)});
   runTwin(gather, unsigned(N), unsigned((hidden + 511) / 512), 256, 0,
           {hp(xh.data()), hp(r.ids.data()), hp(order.data()), hp(su.data()),
@@ -461,12 +457,12 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
   for (int h = 0; h < H; ++h)
     runTwin(down, unsigned(NB), unsigned(hidden / 256), 256, 0,
             {hp(actH.data()), hp(nullptr), hp(downI.data() + size_t(h) * NB),
-             hp(zd.data()), hi(NB), hi(128), hi(hidden), hi(inter),
-             hi(hidden), hi(1), hi(8), hi(0), hi(64)});
+             hp(zd.data()), hi(NB), hi(128), hi(hidden), hi(inter), hi(hidden),
+             hi(1), hi(8), hi(0), hi(64)});
   runTwin(combine, unsigned(T), unsigned((hidden + 1023) / 1024), 256, 0,
-          {hp(zd.data()), hp(entryOf.data()), hp(r.ids.data()),
-           hp(r.rw.data()), hp(svb.data()), hp(out.data()), hi(T),
-           hi(c.topk), hi(c.E), hi(c.S), hi(hidden), hi(0)});
+          {hp(zd.data()), hp(entryOf.data()), hp(r.ids.data()), hp(r.rw.data()),
+           hp(svb.data()), hp(out.data()), hi(T), hi(c.topk), hi(c.E), hi(c.S),
+           hi(hidden), hi(0)});
   runTwin(had, hadGrid, 1, 128, 0,
           {hp(out.data()), hp(nullptr), hp(signsOut.data()), hp(y.data()),
            hi(T), hi(hidden), hi(0), hi(0)});
@@ -530,8 +526,7 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, MoePrefillChainGpu,
     ::testing::Values(
         ChainCase{"t100_e40_s1_h1024_bm64", 100, 8, 40, 1, 1024, 64, 1.0, 0},
-        ChainCase{"t37_e20_s1_h768_bm128_tp", 37, 6, 20, 1, 768, 128, 0.75,
-                  0},
+        ChainCase{"t37_e20_s1_h768_bm128_tp", 37, 6, 20, 1, 768, 128, 0.75, 0},
         ChainCase{"t64_e16_s0_h512_bm64_clamp", 64, 4, 16, 0, 512, 64, 1.0,
                   7.0f}),
     [](const auto &info) { return info.param.name; });

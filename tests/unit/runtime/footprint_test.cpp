@@ -486,9 +486,9 @@ TEST(FootprintTables, MoeGroupTilesHoldWhatTheChainsGemmsRead) {
   for (uint64_t e : {0, 16, 32})
     t.relocs[{7, e * 8}] = 3 * reach;
   EXPECT_EQ(refusal(l, t), "");
-  EXPECT_TRUE(twins::footprintOf(*twins::findFootprint(l.family), l, &t)
-                  .table[7]);
-  t.init[8][16] = 4; // the up half read as width 4: one tile row too far
+  EXPECT_TRUE(
+      twins::footprintOf(*twins::findFootprint(l.family), l, &t).table[7]);
+  t.init[8][16] = 4; // the up half read at width 4: past its buffer
   EXPECT_REFUSED(l, t, 7,
                  "entry 16 of table buffer 7 (up half 0 of expert 0) points "
                  "to buffer 0 'weights' + 4096, where the kernel reads 8192");

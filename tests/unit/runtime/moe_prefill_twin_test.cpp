@@ -30,8 +30,8 @@ namespace {
 struct PrefillSetup {
   std::string name;
   int T = 8, topk = 3, E = 6, S = 1, hidden = 512, BM = 64;
-  double owned = 1.0; // fraction of halves on this rank
-  float limit = 0;    // SwiGLU clamp
+  double owned = 1.0;  // fraction of halves on this rank
+  float limit = 0;     // SwiGLU clamp
   bool empties = true; // some slots -1 or >= E
   /// max|prefill - decode| / max|decode| allowed. The prefill path rounds
   /// its GEMM inputs to fp16 where the decode path keeps hi + lo pairs
@@ -73,7 +73,7 @@ struct PrefillProblem {
       }
     }
     if (s.empties) {
-      ids[1] = -1;       // an empty slot
+      ids[1] = -1;               // an empty slot
       ids[2 * s.topk] = s.E + 3; // out of range: empty too
     }
     // exlr8 halves: gate/up [hidden/16][8] tiles, down [8][hidden/16];
@@ -132,8 +132,7 @@ struct PrefillProblem {
   std::vector<float> rotatedInput() const {
     std::vector<float> xh(x.size(), NAN);
     const glm::plan::KeyValues targs = {{"vt", "f32"}, {"threads", "128"}};
-    runTwin(launch("hadamard128", targs,
-                   unsigned((s.T * nBlk + 3) / 4), 1, 128,
+    runTwin(launch("hadamard128", targs, unsigned((s.T * nBlk + 3) / 4), 1, 128,
                    {P(x.data()), P(signsIn.data()), P(nullptr), P(xh.data()),
                     I(s.T), I(s.hidden), I(0), I(0)}));
     return xh;
@@ -150,25 +149,44 @@ struct PrefillProblem {
     std::vector<float> out(size_t(s.T) * s.hidden, NAN);
     for (int st = 0; st < 2; ++st) {
       const glm::plan::KeyValues targs = {
-          {"widths", "234"},  {"codebook", "mcg"},
-          {"e4m3", "1"},      {"batch", "8"},
-          {"sv", "f32"},      {"stage", st == 0 ? "gu" : "down"},
-          {"pipe", "2"},      {"minblocks", "0"},
+          {"widths", "234"}, {"codebook", "mcg"},
+          {"e4m3", "1"},     {"batch", "8"},
+          {"sv", "f32"},     {"stage", st == 0 ? "gu" : "down"},
+          {"pipe", "2"},     {"minblocks", "0"},
           {"threads", "128"}};
-      runTwin(launch(
-          "moe_trellis", targs, st == 0 ? d.gridGateUp() : d.gridDown(), 1,
-          128,
-          {P(xh.data()),       P(ids.data()),      P(rw.data()),
-           P(tiles.data()),    P(widths.data()),   P(guSvh.data()),
-           P(guSu.data()),     P(dSuh.data()),     P(dSvB.data()),
-           P(nullptr),         P(signsOut.data()), P(scratch.data()),
-           P(counters.data()), P(out.data()),      I(s.T),
-           I(s.topk),          I(s.E),             I(s.S),
-           I(s.hidden),        I(kInter),          I(s.hidden),
-           I(0),               I(0),               I(8),
-           I(64),              I(8),               I(64),
-           I(4),               I(2),               I(0),
-           F(s.limit)}));
+      runTwin(launch("moe_trellis", targs,
+                     st == 0 ? d.gridGateUp() : d.gridDown(), 1, 128,
+                     {P(xh.data()),
+                      P(ids.data()),
+                      P(rw.data()),
+                      P(tiles.data()),
+                      P(widths.data()),
+                      P(guSvh.data()),
+                      P(guSu.data()),
+                      P(dSuh.data()),
+                      P(dSvB.data()),
+                      P(nullptr),
+                      P(signsOut.data()),
+                      P(scratch.data()),
+                      P(counters.data()),
+                      P(out.data()),
+                      I(s.T),
+                      I(s.topk),
+                      I(s.E),
+                      I(s.S),
+                      I(s.hidden),
+                      I(kInter),
+                      I(s.hidden),
+                      I(0),
+                      I(0),
+                      I(8),
+                      I(64),
+                      I(8),
+                      I(64),
+                      I(4),
+                      I(2),
+                      I(0),
+                      F(s.limit)}));
     }
     return out;
   }
@@ -207,20 +225,17 @@ struct PrefillProblem {
     const glm::plan::KeyValues t512 = {{"threads", "512"}},
                                t256 = {{"threads", "256"}};
     runTwin(groupLaunch(t512, c));
-    runTwin(launch("moe_gather", t256, unsigned(N),
-                   unsigned((s.hidden + 511) / 512), 256,
-                   {P(xh.data()), P(ids.data()), P(c.order.data()),
-                    P(guSu.data()), P(c.X.data()), I(N), I(s.topk), I(s.E),
-                    I(s.S), I(s.hidden)}));
+    runTwin(launch(
+        "moe_gather", t256, unsigned(N), unsigned((s.hidden + 511) / 512), 256,
+        {P(xh.data()), P(ids.data()), P(c.order.data()), P(guSu.data()),
+         P(c.X.data()), I(N), I(s.topk), I(s.E), I(s.S), I(s.hidden)}));
     const glm::plan::KeyValues gu = {
-        {"widths", "234"}, {"codebook", "mcg"}, {"e4m3", "1"},
-        {"xt", "f16"},     {"bm", std::to_string(s.BM)},
-        {"threads", "128"}};
+        {"widths", "234"}, {"codebook", "mcg"},          {"e4m3", "1"},
+        {"xt", "f16"},     {"bm", std::to_string(s.BM)}, {"threads", "128"}};
     runTwin(launch("gemm_trellis_grouped", gu, unsigned(NB * 2 * kH), 1, 128,
                    {P(c.X.data()), P(nullptr), P(c.guItems.data()),
                     P(c.zgu.data()), I(NB * 2 * kH), I(s.hidden), I(128),
-                    I(2 * s.hidden), I(2 * kInter), I(0), I(8), I(64),
-                    I(0)}));
+                    I(2 * s.hidden), I(2 * kInter), I(0), I(8), I(64), I(0)}));
     runTwin(launch("moe_act", t512, unsigned(N), 1, 512,
                    {P(c.zgu.data()), P(ids.data()), P(c.order.data()),
                     P(tiles.data()), P(guSvh.data()), P(dSuh.data()),
@@ -233,8 +248,8 @@ struct PrefillProblem {
                      unsigned(s.hidden / 256), 256,
                      {P(c.act.data()), P(nullptr),
                       P(c.downItems.data() + size_t(h) * NB), P(c.zd.data()),
-                      I(NB), I(128), I(s.hidden), I(kInter), I(s.hidden),
-                      I(1), I(8), I(0), I(64)}));
+                      I(NB), I(128), I(s.hidden), I(kInter), I(s.hidden), I(1),
+                      I(8), I(0), I(64)}));
     runTwin(launch("moe_combine", t256, unsigned(s.T),
                    unsigned((s.hidden + 1023) / 1024), 256,
                    {P(c.zd.data()), P(c.entryOf.data()), P(ids.data()),
@@ -242,8 +257,7 @@ struct PrefillProblem {
                     I(s.topk), I(s.E), I(s.S), I(s.hidden), I(0)}));
     c.y.assign(c.out.size(), NAN);
     const glm::plan::KeyValues h128 = {{"vt", "f32"}, {"threads", "128"}};
-    runTwin(launch("hadamard128", h128, unsigned((s.T * nBlk + 3) / 4), 1,
-                   128,
+    runTwin(launch("hadamard128", h128, unsigned((s.T * nBlk + 3) / 4), 1, 128,
                    {P(c.out.data()), P(nullptr), P(signsOut.data()),
                     P(c.y.data()), I(s.T), I(s.hidden), I(0), I(0)}));
     return c;
@@ -306,21 +320,26 @@ TEST(MoePrefillTwin, GroupSortsStablyAndBuildsEveryItem) {
   for (int e = 0; e < pr.eTot; ++e) {
     counted += cnt[e];
     for (int j = 0; j * st.BM < cnt[e]; ++j, ++b) {
-      const int r0 = row + j * st.BM, rows = std::min(st.BM, cnt[e] - j * st.BM);
+      const int r0 = row + j * st.BM,
+                rows = std::min(st.BM, cnt[e] - j * st.BM);
       for (int h = 0; h < H; ++h) {
         for (int p = 0; p < 2; ++p) {
           const int idx = (e * 3 + p) * 16 + h;
           const GemmItem want{pr.tiles[idx],
                               (long long)r0 * 2 * PrefillProblem::kInter +
                                   p * PrefillProblem::kInter + 128 * h,
-                              r0, rows, p * st.hidden, pr.widths[idx]};
+                              r0,
+                              rows,
+                              p * st.hidden,
+                              pr.widths[idx]};
           ASSERT_TRUE(same(c.guItems[(size_t(b) * 2 + p) * H + h], want))
-              << "gate/up item of expert " << e << " block " << j << " p "
-              << p << " h " << h;
+              << "gate/up item of expert " << e << " block " << j << " p " << p
+              << " h " << h;
         }
         const int idx = (e * 3 + 2) * 16 + h;
-        const GemmItem want{pr.tiles[idx], (long long)r0 * st.hidden, r0,
-                            rows, 128 * h, pr.widths[idx]};
+        const GemmItem want{
+            pr.tiles[idx], (long long)r0 * st.hidden, r0, rows, 128 * h,
+            pr.widths[idx]};
         ASSERT_TRUE(same(c.downItems[size_t(h) * pr.NB + b], want))
             << "down item of expert " << e << " block " << j << " h " << h;
       }
@@ -409,11 +428,11 @@ TEST_P(MoePrefillChain, MatchesTheDecodePath) {
   // accumulate adds the same sum exactly.
   std::vector<float> twice = c.out;
   const glm::plan::KeyValues t256 = {{"threads", "256"}};
-  runTwin(launch("moe_combine", t256, unsigned(pr.s.T), 1, 256,
-                 {P(c.zd.data()), P(c.entryOf.data()), P(pr.ids.data()),
-                  P(pr.rw.data()), P(pr.dSvB.data()), P(twice.data()),
-                  I(pr.s.T), I(pr.s.topk), I(pr.s.E), I(pr.s.S),
-                  I(pr.s.hidden), I(1)}));
+  runTwin(
+      launch("moe_combine", t256, unsigned(pr.s.T), 1, 256,
+             {P(c.zd.data()), P(c.entryOf.data()), P(pr.ids.data()),
+              P(pr.rw.data()), P(pr.dSvB.data()), P(twice.data()), I(pr.s.T),
+              I(pr.s.topk), I(pr.s.E), I(pr.s.S), I(pr.s.hidden), I(1)}));
   for (size_t i = 0; i < twice.size(); ++i)
     ASSERT_EQ(twice[i], c.out[i] + c.out[i]) << i;
 }
@@ -478,16 +497,16 @@ TEST(MoePrefillFootprint, CoversTheChainsBuffers) {
   EXPECT_EQ(a.bytes[6], uint64_t(pr.N - 1) * inter * 2 + 8 * 128 * 2);
 
   const glm::plan::KeyValues t256 = {{"threads", "256"}};
-  const twins::Footprint gx = footprint(
-      launch("moe_gather", t256, unsigned(pr.N), 1, 256,
-             {P(&c), P(&c), P(&c), P(&c), P(&c), I(pr.N), I(pr.s.topk),
-              I(pr.s.E), I(pr.s.S), I(hidden)}));
+  const twins::Footprint gx =
+      footprint(launch("moe_gather", t256, unsigned(pr.N), 1, 256,
+                       {P(&c), P(&c), P(&c), P(&c), P(&c), I(pr.N),
+                        I(pr.s.topk), I(pr.s.E), I(pr.s.S), I(hidden)}));
   EXPECT_EQ(gx.bytes[0], uint64_t(pr.s.T) * hidden * 4);
   EXPECT_EQ(gx.bytes[4], uint64_t(pr.N) * 2 * hidden * 2);
-  const twins::Footprint cb = footprint(
-      launch("moe_combine", t256, unsigned(pr.s.T), 1, 256,
-             {P(&c), P(&c), P(&c), P(&c), P(&c), P(&c), I(pr.s.T),
-              I(pr.s.topk), I(pr.s.E), I(pr.s.S), I(hidden), I(0)}));
+  const twins::Footprint cb =
+      footprint(launch("moe_combine", t256, unsigned(pr.s.T), 1, 256,
+                       {P(&c), P(&c), P(&c), P(&c), P(&c), P(&c), I(pr.s.T),
+                        I(pr.s.topk), I(pr.s.E), I(pr.s.S), I(hidden), I(0)}));
   EXPECT_EQ(cb.bytes[0], uint64_t(pr.N) * hidden * 4);
   EXPECT_EQ(cb.bytes[1], uint64_t(pr.N) * 4);
   EXPECT_EQ(cb.bytes[5], uint64_t(pr.s.T) * hidden * 4);
