@@ -169,6 +169,11 @@ std::vector<KernelSpec> helperSpecs() {
   add("kda_gnorm", {{"threads", "256"}});
   add("indexer_scores_ctx", {{"pool", "4"}, {"threads", "256"}});
   add("dsa_select", {{"pool", "4"}, {"threads", "1024"}});
+  // MoE prefill glue (moe_group.cuh): at the block sizes of the chain.
+  add("moe_group", {{"threads", "512"}});
+  add("moe_gather", {{"threads", "256"}});
+  add("moe_act", {{"threads", "512"}});
+  add("moe_combine", {{"threads", "256"}});
   return s;
 }
 
