@@ -11,8 +11,9 @@
 // half, moe_combine, hadamard128) against the same chain through the
 // twins (from CUDA's rotated input, hadamard128 being held to 1e-6):
 // routing, items and X exact; Zgu to gemm_trellis_grouped's 3e-5; the
-// output to 1e-3 (the GEMMs' fp32 order moves Zgu by ~3e-5, which flips
-// act's fp16 rounding at a few % of its elements, 2^-11 each).
+// output to 2e-4 (the GEMMs' fp32 order moves Zgu by ~1e-6 of max|Zgu|,
+// which flips act's fp16 rounding at 0.3-0.6 % of its elements, 2^-11
+// each: 2.8e-5 .. 4.2e-5 measured on the H200).
 //
 //===----------------------------------------------------------------------===//
 #include "gpu_dual.h"
@@ -421,8 +422,10 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
   std::memset(&junk, 0xff, sizeof junk);
   std::vector<GemmItem> guI(size_t(NB) * 2 * H, junk),
       downI(size_t(H) * NB, junk);
-  std::vector<uint16_t> X(size_t(N) * 2 * hidden, 0x7e00),
-      actH(size_t(N) * inter, 0x7e00);
+  // Poisoned as the device buffers (0xff bytes): rows past the valid
+  // entries stay so on both sides.
+  std::vector<uint16_t> X(size_t(N) * 2 * hidden, 0xffff),
+      actH(size_t(N) * inter, 0xffff);
   std::vector<float> zgu(size_t(N) * 2 * inter, NAN),
       zd(size_t(N) * hidden, NAN), out(size_t(T) * hidden, NAN),
       y(size_t(T) * hidden, NAN);
@@ -518,7 +521,7 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
               "%zu (Zgu's fp32 order across rounding boundaries)\n",
               c.name.c_str(), countDiff(gAct, actH), actH.size());
   report("moe_prefill " + c.name + " out vs_twin",
-         vsTwin(download<float>(dY, y.size()), y), 1e-3,
+         vsTwin(download<float>(dY, y.size()), y), 2e-4,
          "fp32 GEMM order, then act's fp16 rounding flips (2^-11 each)");
 }
 
