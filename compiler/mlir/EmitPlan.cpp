@@ -1548,7 +1548,7 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
   gp::ArgDef order = scratchRows("moe_order", U * 4, "order");
   gp::ArgDef entryOf = scratchRows("moe_entry_of", U * 4, "entry_of");
   gp::ArgDef X = scratchRows("moe_x", U * 2 * hidden * 2, "X");
-  gp::ArgDef zgu = scratchRows("moe_zgu", U * 2 * kPitch * 4, "zgu");
+  gp::ArgDef zgu = scratchRows("moe_zgu", U * 2 * kPitch * 4, "Zgu");
   gp::ArgDef act = scratchRows("moe_act", U * kPitch * 2, "act");
   gp::ArgDef zd = scratchRows("moe_zd", U * hidden * 4, "zd");
   const uint64_t guBytes = uint64_t(NBmax) * 2 * H * 32;
@@ -1583,7 +1583,7 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
          guItems, downItems, i32Arg(NB, "NB")};
     d.gridX = 1;
   } else if (f == "moe_gather") {
-    a = {xh, ids, order, named(T.guSuBlock, "su_block"), X, i32Arg(N, "N"),
+    a = {xh, ids, order, named(T.guSuBlock, "gu_su_block"), X, i32Arg(N, "N"),
          i32Arg(topk, "topk"), i32Arg(E, "E"), i32Arg(S, "S"),
          i32Arg(hidden, "hidden")};
     d.gridX = uint32_t(N);
@@ -1596,7 +1596,9 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
       gp::ArgDef x = X, z = zgu;
       x.name = "xh";
       z.name = "z";
-      a = {x, runtimeArg("null"), guItems, z, i32Arg(NB * 2 * H, "n_items"),
+      gp::ArgDef items = guItems;
+      items.name = "items";
+      a = {x, runtimeArg("null"), items, z, i32Arg(NB * 2 * H, "n_items"),
            i32Arg(hidden, "in"), i32Arg(128, "out"),
            i32Arg(2 * hidden, "x_stride"), i32Arg(2 * kPitch, "z_stride"),
            i32Arg(0, "accumulate"), i32Arg(8, "sI"), i32Arg(64, "sI8"),
@@ -1610,6 +1612,7 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
       gp::ArgDef x = act, z = zd, items = downItems;
       x.name = "xh";
       z.name = "z";
+      items.name = "items";
       items.offset += uint64_t(h) * uint64_t(NB) * 32;
       a = {x, runtimeArg("null"), items, z, i32Arg(NB, "n_items"),
            i32Arg(128, "in"), i32Arg(hidden, "out"), i32Arg(kPitch, "x_stride"),
