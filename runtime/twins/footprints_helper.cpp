@@ -546,7 +546,13 @@ void moeGatherFp(const Launch &l, Footprint &f) {
   r.need(0, span(tRows, hidden, std::min(hidden, cols)), 4);
   r.need(1, tRows * topk, 4);
   r.need(2, cols ? rows : 0, 4);
-  r.opt(3, tRows ? span(2 * (E + S), hidden / 128, ceilDiv(cols, 128)) : 0, 4);
+  // A thread's columns run over gate's hidden then up's: past the first
+  // hidden the up rows of the table are read whole.
+  r.opt(3,
+        !tRows         ? 0
+        : cols > hidden ? 2 * (E + S) * (hidden / 128)
+                        : span(E + S, hidden / 128, ceilDiv(cols, 128)),
+        4);
   r.need(4, span(rows, 2 * hidden, cols), 2);
 }
 

@@ -503,6 +503,9 @@ TEST(MoePrefillFootprint, CoversTheChainsBuffers) {
                         I(pr.s.topk), I(pr.s.E), I(pr.s.S), I(hidden)}));
   EXPECT_EQ(gx.bytes[0], uint64_t(pr.s.T) * hidden * 4);
   EXPECT_EQ(gx.bytes[4], uint64_t(pr.N) * 2 * hidden * 2);
+  // The gate and up rows of the su_block table, nothing past them (the
+  // plan sizes the table so).
+  EXPECT_EQ(gx.bytes[3], uint64_t(2) * pr.eTot * (hidden / 128) * 4);
   const twins::Footprint cb =
       footprint(launch("moe_combine", t256, unsigned(pr.s.T), 1, 256,
                        {P(&c), P(&c), P(&c), P(&c), P(&c), P(&c), I(pr.s.T),
