@@ -52,7 +52,7 @@ struct CompileArgs {
   int width = 0;
   std::string arch = "sm_121";
   int64_t maxContext = 8192;
-  std::string kvDtype = "bf16";
+  std::string kvDtype = "f32";
   std::string moeTrellisTuning, denseTrellisTuning;
   std::string programmaticLaunch = "on";
   double memoryPerSpark = 104;
@@ -486,9 +486,21 @@ void addCompileCommand(CLI::App &app, int &rc,
   cmd->add_flag("--allow-context-beyond-model", args->allowContextBeyondModel,
                 "accept a --max-context above config.json's "
                 "max_position_embeddings");
-  cmd->add_option("--kv-dtype", args->kvDtype, "KV cache element type")
-      ->default_val("bf16")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+  cmd->add_option("--kv-dtype", args->kvDtype,
+                  "how the KV cache (MLA latent rows and DSA index keys) is "
+                  "stored: f32 (4 bytes a value, the computed values), bf16 "
+                  "(2: rounded to nearest even), fp8 (1: E4M3 with an fp32 "
+                  "scale per cached row, amax/448)")
+      ->default_val("f32")
+      ->check(CLI::Validator(
+          [](std::string &v) -> std::string {
+            if (v == "f32" || v == "bf16" || v == "fp8")
+              return "";
+            return "'" + v +
+                   "' is no KV cache storage: give f32 (4 bytes a value), "
+                   "bf16 (2) or fp8 (E4M3, 1 and a 4-byte scale per row)";
+          },
+          "f32|bf16|fp8"));
   cmd->add_option("--memory-per-spark", args->memoryPerSpark,
                   "GiB each rank may use (weights + KV + activations and "
                   "scratch: the final plan's arena, as glmc inspect shows "

@@ -30,6 +30,7 @@
 #include "codegen/dense_gemv_abi.h"
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/moe_trellis_abi.h"
+#include "codegen/templates/kv_cache.cuh"
 
 #ifdef GLM_CODEGEN_AVAILABLE
 #include "codegen/codegen.h"
@@ -128,7 +129,7 @@ static std::string storage(Type t) {
 /// the largest decode batch (whether moe_trellis runs a MoE layer).
 struct SpecContext {
   SymbolTable &symbols;
-  std::string kvDtype; // "bf16" | "fp8"
+  std::string kvDtype; // "f32" | "bf16" | "fp8"
   std::string layout = "exlr8";
   int64_t maxDecode = 1;
   glmc::Tunings tunings; // the compile's launch tunings (Tuning.h)
@@ -313,7 +314,16 @@ static bool moeTrellisRuns(FusedExpertGemvOp f, const SpecContext &ctx,
 static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                                              const Bucket &b, NoKernel &why) {
   SmallVector<Spec> out;
-  std::string kv = ctx.kvDtype == "fp8" ? "e4m3" : "bf16";
+  // The KV cache's storage form, a template argument of its writers and
+  // readers (codegen kvParam; f32, the default, is left out of the spec).
+  const std::string kv = ctx.kvDtype == "fp8"    ? "e4m3"
+                         : ctx.kvDtype == "bf16" ? "bf16"
+                                                 : "f32";
+  auto withKv = [&](Spec s) {
+    if (kv != "f32")
+      s.args["kv"] = kv;
+    return s;
+  };
   // A trellis GEMV runs as the executor runs it: rotate the input
   // (H(x * suh)), multiply, rotate the output (H(z) * svh).
   const Spec had{"hadamard128", {{"vt", "f32"}, {"threads", "256"}}};
@@ -486,7 +496,13 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                    "fp8)";
       return failure();
     }
-    out.push_back({"kv_store", {{"threads", "256"}}});
+    if (kv != "f32" && a.getKvLora() + a.getQkRope() > ::glm::kv::kStageMax) {
+      why.reason = "a latent row of " + str(a.getKvLora() + a.getQkRope()) +
+                   " values has no " + kv + " kv_store: it stages at most " +
+                   str(::glm::kv::kStageMax) + " (use --kv-dtype f32)";
+      return failure();
+    }
+    out.push_back(withKv({"kv_store", {{"threads", "256"}}}));
     if (a.getQkRope() > 0) // GLM-5.3-Flash's MLA has no rope part
       out.push_back(
           {"rope_rows",
@@ -495,7 +511,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     if (a.getShard().getRanks() > 1)
       out.push_back({"fill_f32", {{"threads", "256"}}});
     out.push_back({"mla_qabs", {{"threads", "64"}}});
-    out.push_back({"mla_core", {{"threads", "1024"}}});
+    out.push_back(withKv({"mla_core", {{"threads", "1024"}}}));
     out.push_back({"mla_out", {{"threads", "256"}}});
   } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
     // q = wq_b(q_a) and its RoPE, the key wk(x) normed, roped and stored,
@@ -538,16 +554,16 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
       }
       if (Type t = proj(5); t && !gemv(t, projIn(5), projOut(5)))
         return failure();
-      out.push_back({"kpool_store", {{"threads", "256"}}});
+      out.push_back(withKv({"kpool_store", {{"threads", "256"}}}));
     } else {
-      out.push_back({"index_key_store", {{"threads", "256"}}});
+      out.push_back(withKv({"index_key_store", {{"threads", "256"}}}));
     }
     if (Type t = proj(4); t && !gemv(t, projIn(4), projOut(4)))
       return failure();
     // pool = 1 (the plain DSA indexer) stays out of the spec: its kernels
     // keep their names.
-    Spec scores{"indexer_scores_ctx", {{"threads", "256"}}},
-        select{"dsa_select", {{"threads", "1024"}}};
+    Spec scores = withKv({"indexer_scores_ctx", {{"threads", "256"}}}),
+         select{"dsa_select", {{"threads", "1024"}}};
     if (P > 1)
       scores.args["pool"] = select.args["pool"] = str(P);
     out.push_back(scores);
@@ -697,7 +713,7 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
       return signalPassFailure();
     OpBuilder b(&getContext());
     SymbolTable symbols(module);
-    SpecContext sctx{symbols, kvDtype.empty() ? "bf16" : kvDtype.getValue()};
+    SpecContext sctx{symbols, kvDtype.empty() ? "f32" : kvDtype.getValue()};
     if (auto kv = module->getAttrOfType<DictionaryAttr>("glm.kv"))
       if (auto d = kv.getAs<StringAttr>("dtype"))
         sctx.kvDtype = d.str();

@@ -134,6 +134,7 @@ void kvStoreFp(const Launch &l, Footprint &f) {
   r.need(1, B ? kvr : 0, 4);
   r.need(2, B ? ctx * kvRow(r, 5, lat, true) : 0, 1);
   r.perSlot(2, 3);
+  r.kvRows(2);
   r.positionsIn(4, 7, ctx);
   r.need(3, B, 4);
   r.need(4, B, 4);
@@ -149,6 +150,7 @@ void indexKeyStoreFp(const Launch &l, Footprint &f) {
   r.need(2, B ? hd : 0, 4);
   r.need(3, B ? ctx * kvRow(r, 6, hd, true) : 0, 1);
   r.perSlot(3, 4);
+  r.kvRows(3);
   r.positionsIn(5, 8, ctx);
   r.need(4, B, 4);
   r.need(5, B, 4);
@@ -173,6 +175,7 @@ void indexerScoresCtxFp(const Launch &l, Footprint &f) {
   r.need(0, B * nh * hd, 4);
   r.need(1, B ? ctx * kvRow(r, 7, hd, false) : 0, 1);
   r.perSlot(1, 4);
+  r.kvRows(1);
   r.positionsIn(5, 8, r.at(8));
   r.need(2, B * nh, 4);
   r.need(3, B * ctx, 8);
@@ -207,6 +210,7 @@ void mlaAttnFp(const Launch &l, Footprint &f) {
   r.need(1, rows ? kvr * H * (dn + dv) : 0, 4);
   r.need(2, rows ? ctx * kvRow(r, 14, kvr + dr, false) : 0, 1);
   r.perSlot(2, 3);
+  r.kvRows(2);
   r.need(3, rows ? B : 0, 4);
   r.need(4, rows ? B * ctx : 0, 4);
   r.need(5, rows ? B : 0, 4);
@@ -251,6 +255,7 @@ void mlaCoreFp(const Launch &l, Footprint &f) {
               "; a bf16/e4m3 cache needs kvr + dr a multiple of 4");
   r.need(2, rows ? ctx * kvRow(r, 13, kvr + dr, false) : 0, 1);
   r.perSlot(2, 3);
+  r.kvRows(2);
   r.need(3, rows ? B : 0, 4);
   r.need(4, rows ? B * ctx : 0, 4);
   r.need(5, rows ? B : 0, 4);
@@ -577,6 +582,7 @@ void kpoolStoreFp(const Launch &l, Footprint &f) {
   r.need(10, B, 4);
   r.perSlot(7, 9);
   r.perSlot(8, 9); // pool pos[b] / P of the slot
+  r.kvRows(8);
   r.positionsIn(10, 13, ctx);
 }
 
