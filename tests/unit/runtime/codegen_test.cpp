@@ -169,6 +169,16 @@ std::vector<KernelSpec> helperSpecs() {
   add("kda_gnorm", {{"threads", "256"}});
   add("indexer_scores_ctx", {{"pool", "4"}, {"threads", "256"}});
   add("dsa_select", {{"pool", "4"}, {"threads", "1024"}});
+  // The KV cache's bf16 and e4m3 storage forms (kv_cache.cuh) of every
+  // family that writes or reads it (--kv-dtype bf16 | fp8).
+  for (const char *kv : {"bf16", "e4m3"}) {
+    for (const char *f : {"kv_store", "index_key_store", "mla_attn"})
+      add(f, {{"kv", kv}, {"threads", "256"}});
+    add("kpool_store", {{"kv", kv}, {"threads", "128"}});
+    add("mla_core", {{"kv", kv}, {"threads", "1024"}});
+    add("indexer_scores_ctx", {{"kv", kv}, {"threads", "256"}});
+    add("indexer_scores_ctx", {{"pool", "4"}, {"kv", kv}, {"threads", "256"}});
+  }
   return s;
 }
 
