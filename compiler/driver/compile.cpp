@@ -145,7 +145,8 @@ static std::string commandWith(
 struct RankMemory {
   int64_t rank = 0;
   uint64_t total = 0, weights = 0, kv = 0, context = 0;
-  uint64_t mtp = 0; // of weights + kv: the MTP layers'
+  uint64_t mtp = 0;    // of weights + kv: the MTP layers'
+  uint64_t kvRows = 0; // of kv: latent rows and index keys (--kv-dtype's)
 };
 
 /// The "rank r: X of Y GiB" lines: the arena of the final plan per rank,
@@ -168,7 +169,8 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
     auto d = llvm::cast<mlir::DictionaryAttr>(r);
     ranks.push_back({intOf(d, "rank"), uint64_t(intOf(d, "total")),
                      uint64_t(intOf(d, "weights")), uint64_t(intOf(d, "kv")),
-                     uint64_t(intOf(d, "context")), uint64_t(intOf(d, "mtp"))});
+                     uint64_t(intOf(d, "context")), uint64_t(intOf(d, "mtp")),
+                     uint64_t(intOf(d, "kv_rows"))});
   }
   auto &os = llvm::errs();
   os << "glmc: memory per rank (weights + KV + activations and scratch: the "
@@ -220,6 +222,30 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
        << "\n";
     any = true;
   }
+  // A smaller KV storage form: bf16 rows are half of f32's, fp8 rows
+  // (E4M3 and a 4-byte scale) at most (n + 4) / 4n of them, 0.258 for the
+  // narrowest rows a model has (index keys of 128 values).
+  const double toBf16 = a.kvDtype == "f32" ? 0.5 : 1.0,
+               toFp8 = a.kvDtype == "f32" ? 0.258 : 0.516;
+  for (const auto &[dtype, ratio] :
+       {std::pair<const char *, double>{"bf16", toBf16}, {"fp8", toFp8}}) {
+    if (ratio >= 1.0 || a.kvDtype == "fp8")
+      continue;
+    bool fits = true;
+    for (const RankMemory &r : ranks)
+      fits &= double(r.total) - double(r.kvRows) * (1.0 - ratio) <=
+              double(budget);
+    if (!fits)
+      continue;
+    os << "  the KV cache stored as " << dtype
+       << (std::string(dtype) == "bf16"
+               ? " (half the bytes, values rounded to bf16)"
+               : " (E4M3 with a scale per row: about a quarter of f32's "
+                 "bytes)")
+       << ":\n    " << commandWith(a, {{"--kv-dtype", dtype}}) << "\n";
+    any = true;
+    break;
+  }
   uint64_t maxWeights = 0, maxRest = 0;
   for (const RankMemory &r : ranks) {
     maxWeights = std::max(maxWeights, r.weights);
@@ -234,9 +260,10 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
       break;
     }
   if (!any)
-    os << "  neither a shorter --max-context nor more --sparks alone fits "
-          "by this plan's figures: combine them, give fewer "
-          "--decode-batches/--prefill-chunks, or use a smaller manifest\n";
+    os << "  neither a shorter --max-context, a smaller --kv-dtype nor more "
+          "--sparks alone fits by this plan's figures: combine them, give "
+          "fewer --decode-batches/--prefill-chunks, or use a smaller "
+          "manifest\n";
   return true;
 }
 

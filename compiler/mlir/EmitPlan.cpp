@@ -2637,11 +2637,16 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       // Bytes that grow with max_context: the KV cache (latent rows and
       // index keys) and the scratch rows of max_context entries per token
       // of the largest step (DSA selections, scores, attention weights).
-      uint64_t contextBytes = 0, mtpBytes = 0;
+      uint64_t contextBytes = 0, mtpBytes = 0, rowBytes = 0;
       for (const gp::BufferDef &bd : r.buffers) {
         if (bd.kind == gp::BufferKind::KvCache ||
             contextScratch.count(bd.name))
           contextBytes += bd.bytes;
+        // The latent rows and index keys: what --kv-dtype stores.
+        if (bd.kind == gp::BufferKind::KvCache &&
+            (bd.name.rfind("kv.", 0) == 0 ||
+             bd.name.rfind("index_keys.", 0) == 0))
+          rowBytes += bd.bytes;
         // The MTP layers' caches, and below their weights: bound and
         // sized, read by no graph yet.
         if (bd.kind == gp::BufferKind::KvCache &&
@@ -2657,6 +2662,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
           b.getNamedAttr("weights", b.getI64IntegerAttr(r.weightBytes)),
           b.getNamedAttr("kv", b.getI64IntegerAttr(r.kvBytes)),
           b.getNamedAttr("context", b.getI64IntegerAttr(contextBytes)),
+          b.getNamedAttr("kv_rows", b.getI64IntegerAttr(rowBytes)),
           b.getNamedAttr("mtp", b.getI64IntegerAttr(mtpBytes)),
       }));
       if (budget && r.arenaBytes > budget)
