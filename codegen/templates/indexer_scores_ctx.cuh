@@ -35,7 +35,7 @@ indexerScoresCtx(GLM_INDEXER_SCORES_CTX_PARAMS) {
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const float *q = qi + (long long)b * nh * hd;             // (nh, hd)
   const float *wv = wts + (long long)b * nh;                // (nh)
-  const long long r0 = (long long)seq[b] * pc; // the slot's row 0
+  const long long r0 = (long long)seq[b] * pc;              // the slot's row 0
   for (int t0 = blockIdx.x * NW; t0 < T; t0 += gridDim.x * NW) {
     const int t = t0 + w;
     const kv::Row<KV> kt = kv::row<KV>(keys, r0 + (t < T ? t : 0), hd);

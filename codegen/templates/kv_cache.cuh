@@ -74,7 +74,9 @@ GLM_KV_HD unsigned short bf16Of(float f) {
   const unsigned lsb = (x >> 16) & 1u;
   return (unsigned short)((x + 0x7fffu + lsb) >> 16);
 }
-GLM_KV_HD float bf16Value(unsigned short b) { return bitsFloat((unsigned)b << 16); }
+GLM_KV_HD float bf16Value(unsigned short b) {
+  return bitsFloat((unsigned)b << 16);
+}
 
 /// float -> E4M3 bits: round to nearest even, saturating to +-448, NaN ->
 /// 0x7F (numeric.h floatToE4m3). Only exact operations: a * 512 and the
@@ -192,8 +194,8 @@ __device__ __forceinline__ float blockAmax(const float *v, int n) {
 /// Stores the staged fp32 row v (n values, complete: the caller synced)
 /// as row `r` of the KV-form cache. All THREADS threads call it.
 template <int KV, int THREADS>
-__device__ __forceinline__ void store(const float *v, void *cache,
-                                      long long r, int n) {
+__device__ __forceinline__ void store(const float *v, void *cache, long long r,
+                                      int n) {
   unsigned char *p = (unsigned char *)cache + r * rowBytes(KV, n);
   if constexpr (KV == kBf16) {
     for (int i = threadIdx.x; i < n; i += THREADS)

@@ -233,8 +233,8 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
       continue;
     bool fits = true;
     for (const RankMemory &r : ranks)
-      fits &= double(r.total) - double(r.kvRows) * (1.0 - ratio) <=
-              double(budget);
+      fits &=
+          double(r.total) - double(r.kvRows) * (1.0 - ratio) <= double(budget);
     if (!fits)
       continue;
     os << "  the KV cache stored as " << dtype

@@ -2940,8 +2940,8 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       // `rows` cached rows of n values (latent rows, index keys).
       auto cacheBuffer = [&](const std::string &name, int64_t layer,
                              uint64_t rows, int64_t n) {
-        kvBuffer(name, layer,
-                 rows * uint64_t(::glm::kv::rowBytes(kvForm, n)), m.kvDtype);
+        kvBuffer(name, layer, rows * uint64_t(::glm::kv::rowBytes(kvForm, n)),
+                 m.kvDtype);
       };
       std::set<int64_t> kvPlanned; // layers whose caches the walk made
       step.walk([&](Operation *op) {
@@ -2961,8 +2961,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                             "): give a --max-context that is");
           // k-pool: the pooled keys, and a ring of the pool being filled
           // (keys and compress-gate rows).
-          cacheBuffer("index_keys." + L, layer, uint64_t(m.maxContext / P),
-                      hd);
+          cacheBuffer("index_keys." + L, layer, uint64_t(m.maxContext / P), hd);
           if (P > 1)
             kvBuffer("kpool_ring." + L, layer, uint64_t(2 * P * hd) * 4);
         } else if (auto k = dyn_cast<KdaDecodeOp>(op)) {

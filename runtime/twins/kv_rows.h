@@ -22,7 +22,9 @@
 namespace glm::rt::twins {
 
 /// Bytes of one stored row of n values in form `kv` (kv::rowBytes).
-inline int64_t kvRowBytes(int kv, int64_t n) { return glm::kv::rowBytes(kv, n); }
+inline int64_t kvRowBytes(int kv, int64_t n) {
+  return glm::kv::rowBytes(kv, n);
+}
 
 /// Row r of a cache of n-value rows in form kv, as the kernels read it
 /// (f32 as stored, bf16 widened, E4M3 value * the row's scale in fp32).

@@ -314,9 +314,8 @@ void kpoolStoreTwin(const Launch &l) {
     if (j0 != P - 1)
       continue;
     const int64_t row = slot * (maxCtx / P) + p0 / P;
-    float *dst = kv == glm::kv::kF32
-                     ? static_cast<float *>(poolKeys) + row * hd
-                     : staged.data();
+    float *dst = kv == glm::kv::kF32 ? static_cast<float *>(poolKeys) + row * hd
+                                     : staged.data();
     for (int c = 0; c < hd; ++c) {
       float most = -3.402823466e38f;
       for (int j = 0; j < P; ++j) {

@@ -483,10 +483,10 @@ TEST_F(ExecutorHelpersGpu, KvCacheFormsMatchTwins) {
           differ += !sameBits(gv[i], hv[i]);
         }
         if (pos[b] == 0)
-          reportExact(kv + " " + what + " row at position 0",
-                      std::memcmp(g.data() + row * rb, h.data() + row * rb,
-                                  rb) != 0,
-                      1);
+          reportExact(
+              kv + " " + what + " row at position 0",
+              std::memcmp(g.data() + row * rb, h.data() + row * rb, rb) != 0,
+              1);
       }
       std::printf("[gpu-case] %s %s: %zu of %zu values on the other side of a "
                   "rounding boundary\n",

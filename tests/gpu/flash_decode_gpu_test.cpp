@@ -256,8 +256,8 @@ TEST_F(FlashDecodeGpu, KpoolStoreAndScoresMatchTwinsAtBf16AndE4m3) {
       std::vector<uint8_t> pools(
           (size_t)slots * (maxCtx / P) * glm::kv::rowBytes(form, hd), 0xFF);
       for (int t = 0; t < 12; ++t) {
-        const std::string tag = kv + " hd" + std::to_string(hd) + " token " +
-                                std::to_string(t);
+        const std::string tag =
+            kv + " hd" + std::to_string(hd) + " token " + std::to_string(t);
         const std::vector<int> pos(B, t);
         Dual s("kpool_store", threads, {{"kv", kv}});
         s.buf(randn(rng, (size_t)B * hd))

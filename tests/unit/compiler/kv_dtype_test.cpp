@@ -83,8 +83,8 @@ void expectCacheSizes(const gp::Plan &f32, const gp::Plan &p,
   uint64_t bytesF32 = 0, bytes = 0;
   for (const auto &[name, fb] : a) {
     const gp::BufferDef &bb = b.at(name);
-    const bool rows = name.rfind("kv.", 0) == 0 ||
-                      name.rfind("index_keys.", 0) == 0;
+    const bool rows =
+        name.rfind("kv.", 0) == 0 || name.rfind("index_keys.", 0) == 0;
     if (!rows) {
       EXPECT_EQ(bb.bytes, fb.bytes) << name << " stays fp32";
       EXPECT_EQ(bb.dtype, gp::DType::F32) << name;
@@ -113,8 +113,8 @@ void expectCacheSizes(const gp::Plan &f32, const gp::Plan &p,
               "(f32 %llu, ratio %.3f)\n",
               dtype.c_str(), (unsigned long long)bytes,
               (unsigned long long)bytesF32, double(bytes) / double(bytesF32));
-  EXPECT_EQ(p.model.kvDtype, dtype == "bf16" ? gp::DType::BF16
-                                             : gp::DType::E4M3);
+  EXPECT_EQ(p.model.kvDtype,
+            dtype == "bf16" ? gp::DType::BF16 : gp::DType::E4M3);
   EXPECT_EQ(p.compileOptions.at("kv_dtype"), dtype);
 }
 
@@ -156,9 +156,11 @@ double compare(const Logits &want, const Logits &got, int64_t V, double tol,
       {"token by token", worstRelative(want.tokens, got.tokens, V)},
       {"step after", worstRelative(want.next, got.next, V)}};
   if (prefill) {
-    e.push_back({"16-token chunk", worstRelative(want.chunk16, got.chunk16, V)});
+    e.push_back(
+        {"16-token chunk", worstRelative(want.chunk16, got.chunk16, V)});
     e.push_back({"step after it", worstRelative(want.next16, got.next16, V)});
-    e.push_back({"chunks of 8, 4", worstRelative(want.chunks84, got.chunks84, V)});
+    e.push_back(
+        {"chunks of 8, 4", worstRelative(want.chunks84, got.chunks84, V)});
     e.push_back({"step after them", worstRelative(want.next84, got.next84, V)});
   }
   double worst = 0;

@@ -54,11 +54,11 @@ compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
   auto module = glmc::importPack(ctx, dir, io);
   if (!module)
     throw Error("import of " + dir + " failed");
-  fs::path out = fs::temp_directory_path() /
-                 ("glm-plan-exec-" + std::to_string(::getpid()) + "-" +
-                  fs::path(dir).filename().string() + "-" +
-                  std::to_string(ranks) + (draft ? "-draft" : "") + "-" +
-                  kvDtype + ".glmplan");
+  fs::path out =
+      fs::temp_directory_path() /
+      ("glm-plan-exec-" + std::to_string(::getpid()) + "-" +
+       fs::path(dir).filename().string() + "-" + std::to_string(ranks) +
+       (draft ? "-draft" : "") + "-" + kvDtype + ".glmplan");
   glmc::PipelineOptions opt;
   opt.ranks = ranks;
   opt.memoryPerSpark = 0;

@@ -39,7 +39,7 @@ using glm::rt::twins::Launch;
 /// in ABI order.
 struct Launch1 {
   Launch1(const char *family, const std::string &kv, uint32_t gx, uint32_t gy,
-      uint32_t block, std::map<std::string, std::string> more = {}) {
+          uint32_t block, std::map<std::string, std::string> more = {}) {
     l.family = family;
     targs["threads"] = std::to_string(block);
     if (kv != "f32")
@@ -137,8 +137,7 @@ std::vector<float> decodeRow(const std::vector<uint8_t> &cache,
   if (kv == "bf16") {
     const uint8_t *p = cache.data() + r * 2 * n;
     for (int i = 0; i < n; ++i)
-      v[i] = glm::rt::bitsToFloat(uint32_t(p[2 * i] | p[2 * i + 1] << 8)
-                                  << 16);
+      v[i] = glm::rt::bitsToFloat(uint32_t(p[2 * i] | p[2 * i + 1] << 8) << 16);
   } else {
     const uint8_t *p = cache.data() + r * (n + 4);
     float s;
@@ -263,16 +262,34 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
                              w = randn(rng, kvr);
     std::vector<float> f32((size_t)slots * maxCtx * lat, 0.0f);
     Launch1("kv_store", "f32", 1, B, 256)
-        .p(kva.data()).p(w.data()).p(f32.data()).p(seq.data()).p(pos.data())
-        .i(kvr).i(dr).i(maxCtx).f(1e-6).f(8e6).go();
+        .p(kva.data())
+        .p(w.data())
+        .p(f32.data())
+        .p(seq.data())
+        .p(pos.data())
+        .i(kvr)
+        .i(dr)
+        .i(maxCtx)
+        .f(1e-6)
+        .f(8e6)
+        .go();
     for (const std::string kv : {"bf16", "e4m3"}) {
       std::vector<uint8_t> c(
           (size_t)slots * maxCtx *
           glm::kv::rowBytes(kv == "bf16" ? glm::kv::kBf16 : glm::kv::kE4m3,
                             lat));
       Launch1("kv_store", kv, 1, B, 256)
-          .p(kva.data()).p(w.data()).p(c.data()).p(seq.data()).p(pos.data())
-          .i(kvr).i(dr).i(maxCtx).f(1e-6).f(8e6).go();
+          .p(kva.data())
+          .p(w.data())
+          .p(c.data())
+          .p(seq.data())
+          .p(pos.data())
+          .i(kvr)
+          .i(dr)
+          .i(maxCtx)
+          .f(1e-6)
+          .f(8e6)
+          .go();
       for (int b = 0; b < B; ++b) {
         const int64_t r = (int64_t)seq[b] * maxCtx + pos[b];
         expectRounded(c, kv, r, f32.data() + r * lat, lat,
@@ -288,14 +305,32 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
                              w = randn(rng, hd), bias = randn(rng, hd);
     std::vector<float> f32((size_t)slots * maxCtx * hd, 0.0f);
     Launch1("index_key_store", "f32", 1, B, 256)
-        .p(k.data()).p(w.data()).p(bias.data()).p(f32.data()).p(seq.data())
-        .p(pos.data()).i(hd).i(dr).i(maxCtx).f(8e6).go();
+        .p(k.data())
+        .p(w.data())
+        .p(bias.data())
+        .p(f32.data())
+        .p(seq.data())
+        .p(pos.data())
+        .i(hd)
+        .i(dr)
+        .i(maxCtx)
+        .f(8e6)
+        .go();
     for (const std::string kv : {"bf16", "e4m3"}) {
       std::vector<uint8_t> c((size_t)slots * maxCtx *
                              (kv == "bf16" ? 2 * hd : hd + 4));
       Launch1("index_key_store", kv, 1, B, 256)
-          .p(k.data()).p(w.data()).p(bias.data()).p(c.data()).p(seq.data())
-          .p(pos.data()).i(hd).i(dr).i(maxCtx).f(8e6).go();
+          .p(k.data())
+          .p(w.data())
+          .p(bias.data())
+          .p(c.data())
+          .p(seq.data())
+          .p(pos.data())
+          .i(hd)
+          .i(dr)
+          .i(maxCtx)
+          .f(8e6)
+          .go();
       for (int b = 0; b < B; ++b) {
         const int64_t r = (int64_t)seq[b] * maxCtx + pos[b];
         expectRounded(c, kv, r, f32.data() + r * hd, hd,
@@ -308,29 +343,52 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
     const int hd = 128, P = 4, ctx = 8, gs = hd;
     const std::vector<float> w = randn(rng, hd), bias = randn(rng, hd),
                              ape = randn(rng, (size_t)P * hd);
-    std::vector<float> ringF((size_t)slots * 2 * P * hd), f32((size_t)slots *
-                                                               (ctx / P) * hd);
+    std::vector<float> ringF((size_t)slots * 2 * P * hd),
+        f32((size_t)slots * (ctx / P) * hd);
     std::map<std::string, std::vector<float>> ring;
     std::map<std::string, std::vector<uint8_t>> pools;
     for (const std::string kv : {"bf16", "e4m3"}) {
       ring[kv].assign(ringF.size(), 0.0f);
-      pools[kv].assign((size_t)slots * (ctx / P) *
-                           (kv == "bf16" ? 2 * hd : hd + 4),
-                       0);
+      pools[kv].assign(
+          (size_t)slots * (ctx / P) * (kv == "bf16" ? 2 * hd : hd + 4), 0);
     }
     const int s1[1] = {1};
     for (int t = 0; t < ctx; ++t) {
       const std::vector<float> k = randn(rng, hd), g = randn(rng, gs);
       const int p1[1] = {t};
       Launch1("kpool_store", "f32", 1, 1, 128)
-          .p(k.data()).p(w.data()).p(bias.data()).p(g.data()).i(gs)
-          .p(ape.data()).i(0).p(ringF.data()).p(f32.data()).p(s1).p(p1)
-          .i(hd).i(P).i(ctx).go();
+          .p(k.data())
+          .p(w.data())
+          .p(bias.data())
+          .p(g.data())
+          .i(gs)
+          .p(ape.data())
+          .i(0)
+          .p(ringF.data())
+          .p(f32.data())
+          .p(s1)
+          .p(p1)
+          .i(hd)
+          .i(P)
+          .i(ctx)
+          .go();
       for (const std::string kv : {"bf16", "e4m3"})
         Launch1("kpool_store", kv, 1, 1, 128)
-            .p(k.data()).p(w.data()).p(bias.data()).p(g.data()).i(gs)
-            .p(ape.data()).i(0).p(ring[kv].data()).p(pools[kv].data())
-            .p(s1).p(p1).i(hd).i(P).i(ctx).go();
+            .p(k.data())
+            .p(w.data())
+            .p(bias.data())
+            .p(g.data())
+            .i(gs)
+            .p(ape.data())
+            .i(0)
+            .p(ring[kv].data())
+            .p(pools[kv].data())
+            .p(s1)
+            .p(p1)
+            .i(hd)
+            .i(P)
+            .i(ctx)
+            .go();
     }
     for (const std::string kv : {"bf16", "e4m3"})
       for (int p = 0; p < ctx / P; ++p) {
@@ -389,21 +447,49 @@ TEST(KvRows, ReadersComputeOnTheValuesRead) {
     std::map<std::string, std::vector<float>> ctx, p;
     std::map<std::string, std::vector<double>> pd;
     std::map<std::string, std::vector<float>> ov;
-    const std::vector<float> kvBT = randn(rng, (size_t)kvr * H * (dn + dv), 0.1f);
+    const std::vector<float> kvBT =
+        randn(rng, (size_t)kvr * H * (dn + dv), 0.1f);
     for (const std::string form2 : {"f32", kv.c_str()}) {
       const void *cache = form2 == "f32" ? (const void *)dec.data() : c.data();
       ctx[form2].assign((size_t)B * H * kvr, 0.0f);
       p[form2].assign((size_t)B * H * maxCtx, 0.0f);
       Launch1("mla_core", form2, (uint32_t)heads.size(), B, 256)
-          .p(q.data()).p(qabs.data()).p(cache).p(seq.data()).p(sel.data())
-          .p(nsel.data()).p(p[form2].data()).i(maxCtx).p(ctx[form2].data())
-          .p(heads.data()).i(H).i(dn).i(dr).i(kvr).f(scale).go();
+          .p(q.data())
+          .p(qabs.data())
+          .p(cache)
+          .p(seq.data())
+          .p(sel.data())
+          .p(nsel.data())
+          .p(p[form2].data())
+          .i(maxCtx)
+          .p(ctx[form2].data())
+          .p(heads.data())
+          .i(H)
+          .i(dn)
+          .i(dr)
+          .i(kvr)
+          .f(scale)
+          .go();
       pd[form2].assign((size_t)B * H * maxCtx, 0.0);
       ov[form2].assign((size_t)B * H * dv, 0.0f);
       Launch1("mla_attn", form2, (uint32_t)heads.size(), B, 256)
-          .p(q.data()).p(kvBT.data()).p(cache).p(seq.data()).p(sel.data())
-          .p(nsel.data()).p(pd[form2].data()).i(maxCtx).p(ov[form2].data())
-          .p(heads.data()).i(H).i(dn).i(dr).i(dv).i(kvr).f(scale).go();
+          .p(q.data())
+          .p(kvBT.data())
+          .p(cache)
+          .p(seq.data())
+          .p(sel.data())
+          .p(nsel.data())
+          .p(pd[form2].data())
+          .i(maxCtx)
+          .p(ov[form2].data())
+          .p(heads.data())
+          .i(H)
+          .i(dn)
+          .i(dr)
+          .i(dv)
+          .i(kvr)
+          .f(scale)
+          .go();
     }
     size_t bad = 0;
     for (size_t i = 0; i < ctx["f32"].size(); ++i)
@@ -419,14 +505,22 @@ TEST(KvRows, ReadersComputeOnTheValuesRead) {
       const std::vector<int> pos = {maxCtx - 1, 17};
       std::map<std::string, std::vector<double>> score;
       for (const std::string form2 : {"f32", kv.c_str()}) {
-        const void *keys =
-            form2 == "f32" ? (const void *)dec.data() : c.data();
+        const void *keys = form2 == "f32" ? (const void *)dec.data() : c.data();
         score[form2].assign((size_t)B * pc, 0.0);
         Launch1("indexer_scores_ctx", form2, 4, B, 128,
-            {{"pool", std::to_string(pool)}})
-            .p(qi.data()).p(keys).p(wts.data()).p(score[form2].data())
-            .p(seq.data()).p(pos.data()).i(nh).i(hd).i(maxCtx)
-            .f(1 / std::sqrt(3.0)).f(1 / std::sqrt(double(hd))).go();
+                {{"pool", std::to_string(pool)}})
+            .p(qi.data())
+            .p(keys)
+            .p(wts.data())
+            .p(score[form2].data())
+            .p(seq.data())
+            .p(pos.data())
+            .i(nh)
+            .i(hd)
+            .i(maxCtx)
+            .f(1 / std::sqrt(3.0))
+            .f(1 / std::sqrt(double(hd)))
+            .go();
       }
       EXPECT_EQ(std::memcmp(score["f32"].data(), score[kv].data(),
                             score[kv].size() * 8),
