@@ -330,6 +330,15 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("fill_random", "fillRandom", any);
     helper("fill_f32", "fillF32", any);
     helper("fixed_to_f32", "fixedToF32", any);
+    // MoE prefill glue around gemm_trellis_grouped (exlr8): sort the
+    // step's entries by expert and build the GEMM items (one block; its
+    // per-warp tables are static shared memory, so at most 16 warps),
+    // gather the fp16 GEMM input, the SwiGLU between the GEMMs, the
+    // weighted sum per row. ABIs and the chain in moe_group.cuh.
+    helper("moe_group", "moeGroup", {"256", "512"});
+    helper("moe_gather", "moeGather", any);
+    helper("moe_act", "moeAct", any);
+    helper("moe_combine", "moeCombine", any);
     // GLM-5.3-Flash decode: the mHC site's pre and post sides (S streams),
     // one KDA token (ROWS state rows per thread, in registers), the k-pool
     // store. ABIs in their templates.

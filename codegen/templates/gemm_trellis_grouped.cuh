@@ -19,21 +19,8 @@
 // count with null tiles is fine.
 #pragma once
 
+#include "gemm_item.cuh"
 #include "gemm_trellis.cuh"
-
-namespace glm {
-
-/// One work item (32 bytes; layout is part of the kernel ABI).
-struct GemmItem {
-  const unsigned char *tiles; // first tile of the matrix; null = skip
-  long long z_off;            // z element offset of row 0, column 0
-  int row_start;              // first row_ids entry (or xh row)
-  int rows;                   // 1..BM
-  int x_col;                  // first xh column
-  int k;                      // bits per weight of this matrix
-};
-
-} // namespace glm
 
 #define GLM_GEMM_TRELLIS_GROUPED_PARAMS                                        \
   const void *__restrict__ xh, const int *__restrict__ row_ids,                \

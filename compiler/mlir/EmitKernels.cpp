@@ -369,7 +369,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
         return failure();
       }
       if (fused && b.prefill && !exl3 && f.getShared() <= 1 &&
-          haveFamily("moe_group")) {
+          f.getInter() == 128 * f.getHalves() && haveFamily("moe_group")) {
         // A prefill chunk (exlr8): the chunk's (token, expert) entries
         // sorted by expert, then tensor-core GEMMs over each expert's rows
         // (weights decoded once per BM rows, not once per 8 tokens):

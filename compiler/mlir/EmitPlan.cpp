@@ -1527,9 +1527,14 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
   const int64_t hidden = e.getHidden(), topk = e.getTopK(),
                 S = e.getShared(), E = e.getExperts(), H = e.getHalves();
   const int64_t U = topk + S, Etot = E + S;
-  // The tables moe_trellis reads: routed then shared experts, side
-  // vectors at a pitch of 16 halves (codegen/templates/moe_trellis.cuh).
-  constexpr int64_t kPitch = 2048;
+  // The expert tables in moe_trellis's layout (routed then shared experts),
+  // side vectors at a pitch of the intermediate width (moe_group.cuh: inter
+  // = 128 * H; GLM-5.3's 2048 shares moe_trellis's tables).
+  const int64_t kPitch = e.getInter();
+  ::glm::rt::check(kPitch == 128 * H, "glm-emit-plan: layer MoE of ", kPitch,
+                   " intermediate channels in ", H,
+                   " halves (internal: EmitKernels groups 128-channel halves "
+                   "only)");
   const ExpertTables T = expertTables(e, 0, Etot, kPitch);
   // Entries (token, slot) of the chunk, sorted by expert; GEMM items of
   // BM rows (moe_group.cuh). Per-token scratch rows, so the largest chunk
@@ -1544,7 +1549,7 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
   gp::ArgDef order = scratchRows("moe_order", U * 4, "order");
   gp::ArgDef entryOf = scratchRows("moe_entry_of", U * 4, "entry_of");
   gp::ArgDef X = scratchRows("moe_x", U * 2 * hidden * 2, "X");
-  gp::ArgDef zgu = scratchRows("moe_zgu", U * 2 * kPitch * 4, "zgu");
+  gp::ArgDef zgu = scratchRows("moe_zgu", U * 2 * kPitch * 4, "Zgu");
   gp::ArgDef act = scratchRows("moe_act", U * kPitch * 2, "act");
   gp::ArgDef zd = scratchRows("moe_zd", U * hidden * 4, "zd");
   const uint64_t guBytes = uint64_t(NBmax) * 2 * H * 32;
@@ -1579,11 +1584,11 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
          guItems, downItems, i32Arg(NB, "NB")};
     d.gridX = 1;
   } else if (f == "moe_gather") {
-    a = {xh, ids, order, named(T.guSuBlock, "su_block"), X, i32Arg(N, "N"),
+    a = {xh, ids, order, named(T.guSuBlock, "gu_su_block"), X, i32Arg(N, "N"),
          i32Arg(topk, "topk"), i32Arg(E, "E"), i32Arg(S, "S"),
          i32Arg(hidden, "hidden")};
     d.gridX = uint32_t(N);
-    d.gridY = ceilDiv(2 * hidden, threads);
+    d.gridY = ceilDiv(hidden, 2 * threads); // 4 elements a thread
   } else if (f == "gemm_trellis_grouped") {
     size_t firstGemm = 0;
     while (seq[firstGemm] != "gemm_trellis_grouped")
@@ -1592,7 +1597,9 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
       gp::ArgDef x = X, z = zgu;
       x.name = "xh";
       z.name = "z";
-      a = {x, runtimeArg("null"), guItems, z, i32Arg(NB * 2 * H, "n_items"),
+      gp::ArgDef items = guItems;
+      items.name = "items";
+      a = {x, runtimeArg("null"), items, z, i32Arg(NB * 2 * H, "n_items"),
            i32Arg(hidden, "in"), i32Arg(128, "out"),
            i32Arg(2 * hidden, "x_stride"), i32Arg(2 * kPitch, "z_stride"),
            i32Arg(0, "accumulate"), i32Arg(8, "sI"), i32Arg(64, "sI8"),
@@ -1606,6 +1613,7 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
       gp::ArgDef x = act, z = zd, items = downItems;
       x.name = "xh";
       z.name = "z";
+      items.name = "items";
       items.offset += uint64_t(h) * uint64_t(NB) * 32;
       a = {x, runtimeArg("null"), items, z, i32Arg(NB, "n_items"),
            i32Arg(128, "in"), i32Arg(hidden, "out"), i32Arg(kPitch, "x_stride"),
@@ -1626,8 +1634,8 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
          out(op, 0, "out"), i32Arg(rows, "T"), i32Arg(topk, "topk"),
          i32Arg(E, "E"), i32Arg(S, "S"), i32Arg(hidden, "hidden"),
          i32Arg(0, "accumulate")};
-    d.gridX = ceilDiv(hidden, threads);
-    d.gridY = uint32_t(rows);
+    d.gridX = uint32_t(rows);
+    d.gridY = ceilDiv(hidden, 4 * threads); // 4 columns a thread
   } else {
     ::glm::rt::fail("glm-emit-plan: ", f,
                     " in a grouped MoE layer (internal: EmitKernels and "

@@ -10,6 +10,10 @@
 
 #include "codegen/templates/flash_math.cuh"
 #include "codegen/templates/kv_cache.cuh"
+#include "codegen/templates/moe_entries.cuh"
+
+#include <limits>
+#include <string>
 
 namespace glm::rt::twins {
 
@@ -477,6 +481,161 @@ void fixedToF32Fp(const Launch &l, Footprint &f) {
   r.need(2, rows * n, 4);
 }
 
+// ---- MoE prefill glue (twin_moe_prefill.cpp; the chain in moe_group.cuh).
+// Positions i < N and entries q < N are checked by the kernels, so a
+// row t = q / U stays below ceil(N / U) and a position read from entry_of
+// below N: the device-written order, entry_of and items index nothing past
+// these footprints.
+
+/// T*U as the kernels compute it (int).
+Wide entries(Reach &r, size_t kRows, Wide rows, Wide perRow) {
+  const Wide n = rows * perRow;
+  r.require(n <= std::numeric_limits<int32_t>::max(), kRows, "is ",
+            int64_t(rows), ": ", int64_t(n), " entries overflow an int");
+  return n;
+}
+
+/// moe_group's expert tables: entry (e*3 + p)*16 + h (e < eTot, h < H) of
+/// `kTiles` becomes the tiles of the items of half h of projection p of
+/// expert e (null: not on this rank), of `kWidths` their K. The GEMMs of
+/// the chain read through a non-null one with the exlr8 strides: a gate/up
+/// half tileSpan(hidden/16, 8, 8, 64, 0) tiles, a down half tileSpan(8,
+/// hidden/16, 8, 0, 64), 32*K bytes each, K in 1..8 (a K outside a GEMM's
+/// widths gives NaN outputs and reads nothing).
+void prefillExpertTables(Reach &r, size_t kTiles, size_t kWidths, Wide eTot,
+                         Wide H, Wide hidden) {
+  const Wide n = eTot && H ? (eTot * 3 - 1) * 16 + H : 0;
+  const bool tiles = r.table(kTiles, n, 8, true);
+  if (!r.table(kWidths, n, 1, true) || !tiles)
+    return;
+  const Wide gu = tileSpan(hidden / 16, 8, 8, 64, 0);
+  const Wide down = tileSpan(8, hidden / 16, 8, 0, 64);
+  static const char *const kProj[] = {"gate", "up", "down"};
+  for (Wide e = 0; e < eTot; ++e)
+    for (int p = 0; p < 3; ++p)
+      for (Wide h = 0; h < H; ++h) {
+        const Wide idx = (e * 3 + p) * 16 + h;
+        const TablePointer t = r.pointerAt(kTiles, idx, idx * 8);
+        if (!t.relocated)
+          continue;
+        const std::string what = std::string(kProj[p]) + " half " +
+                                 std::to_string(int64_t(h)) + " of expert " +
+                                 std::to_string(int64_t(e));
+        const Wide K = r.u8At(kWidths, idx);
+        if (K < 1 || K > 8)
+          r.badEntry(kWidths, idx, "(", what, ") is width ", int64_t(K),
+                     ", not 1..8");
+        r.through(kTiles, idx, t, (p < 2 ? gu : down) * 32 * K, what);
+      }
+}
+
+// moe_group(expert_ids, T, topk, E, S, H, BM, tiles, widths, hidden, inter,
+// order, entry_of, gu_items, down_items, NB); one block.
+void moeGroupFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide T = r.at(1), topk = r.at(2), E = r.at(3), S = r.at(4);
+  const Wide H = r.at(5), BM = r.at(6, 1), hidden = r.at(9), inter = r.at(10);
+  const Wide NB = r.at(15);
+  const Wide eTot = E + S, N = entries(r, 1, T, topk + S);
+  r.require(eTot <= kMoeGroupMaxExperts, 3, "is ", int64_t(E),
+            ": E + S = ", int64_t(eTot), " experts, over the ",
+            kMoeGroupMaxExperts, " moe_group sorts");
+  r.require(H <= 16, 5, "is ", int64_t(H), ", over 16 halves");
+  r.require(hidden % 128 == 0, 9, "is ", int64_t(hidden),
+            ", not a multiple of 128");
+  r.require(inter == 128 * H, 10, "is ", int64_t(inter),
+            ", not 128*H = ", int64_t(128 * H));
+  r.require(NB >= ceilDiv(N, BM) + eTot, 15, "is ", int64_t(NB),
+            ", below ceil(N/BM) + E + S = ", int64_t(ceilDiv(N, BM) + eTot),
+            " item slots (the kernel traps)");
+  const Wide n = eTot && H ? (eTot * 3 - 1) * 16 + H : 0;
+  r.need(0, T * topk, 4);
+  r.need(7, n, 8);
+  r.need(8, n, 1);
+  r.need(11, N, 4);
+  r.need(12, N, 4);
+  r.need(13, NB * 2 * H * 32, 1);
+  r.need(14, H * NB * 32, 1);
+  prefillExpertTables(r, 7, 8, eTot, H, hidden);
+}
+
+// moe_gather(xh, expert_ids, order, gu_su_block, X, N, topk, E, S, hidden);
+// grid (N, ceil(hidden / (2*THREADS))), 4 elements a thread.
+void moeGatherFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide N = r.at(5), topk = r.at(6), E = r.at(7), S = r.at(8);
+  const Wide hidden = r.at(9), U = topk + S;
+  r.require(hidden % 128 == 0, 9, "is ", int64_t(hidden),
+            ", not a multiple of 128");
+  r.require(U >= 1 || N == 0, 6, "and S give rows no entry (N = ", int64_t(N),
+            ")");
+  const Wide rows = std::min(N, r.grid(0));
+  const Wide cols = std::min(2 * hidden, r.grid(1) * r.block(0) * 4);
+  const Wide tRows = rows && cols ? ceilDiv(N, U) : 0;
+  r.need(0, span(tRows, hidden, std::min(hidden, cols)), 4);
+  r.need(1, tRows * topk, 4);
+  r.need(2, cols ? rows : 0, 4);
+  // A thread's columns run over gate's hidden then up's: past the first
+  // hidden the up rows of the table are read whole.
+  r.opt(3,
+        !tRows         ? 0
+        : cols > hidden ? 2 * (E + S) * (hidden / 128)
+                        : span(E + S, hidden / 128, ceilDiv(cols, 128)),
+        4);
+  r.need(4, span(rows, 2 * hidden, cols), 2);
+}
+
+// moe_act(Zgu, expert_ids, order, tiles, gu_svh, down_suh, act, zd, N, topk,
+// E, S, inter, hidden, swiglu_limit); grid (N, ceil(H*32 / THREADS)), a
+// warp per half; every entry's threads zero its zd row.
+void moeActFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide N = r.at(8), topk = r.at(9), E = r.at(10), S = r.at(11);
+  const Wide inter = r.at(12), hidden = r.at(13);
+  const Wide U = topk + S, eTot = E + S;
+  r.require(inter % 128 == 0, 12, "is ", int64_t(inter),
+            ", not a multiple of 128");
+  r.require(hidden % 4 == 0, 13, "is ", int64_t(hidden),
+            ", not a multiple of 4");
+  r.require(U >= 1 || N == 0, 9, "and S give rows no entry (N = ", int64_t(N),
+            ")");
+  const Wide rows = std::min(N, r.grid(0));
+  const Wide halves =
+      std::min({inter / 128, Wide(16), r.grid(1) * (r.block(0) / 32)});
+  const Wide tRows = rows ? ceilDiv(N, U) : 0;
+  const Wide n = rows && halves && eTot ? (eTot - 1) * 48 + halves : 0;
+  r.need(0, halves ? span(rows, 2 * inter, inter + 128 * halves) : 0, 4);
+  r.need(1, tRows * topk, 4);
+  r.need(2, rows, 4);
+  r.need(3, n, 8);
+  r.opt(4, rows && halves ? span(2 * eTot, inter, 128 * halves) : 0, 4);
+  r.opt(5, rows && halves ? span(eTot, inter, 128 * halves) : 0, 4);
+  r.need(6, span(rows, inter, 128 * halves), 2);
+  r.need(7, rows * hidden, 4);
+  r.table(3, n, 8, true); // tested for null only
+}
+
+// moe_combine(zd, entry_of, expert_ids, route_w, down_sv_block, out, T,
+// topk, E, S, hidden, accumulate); grid (T, ceil(hidden / (4*THREADS))).
+void moeCombineFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide T = r.at(6), topk = r.at(7), E = r.at(8), S = r.at(9);
+  const Wide hidden = r.at(10), U = topk + S;
+  r.raw(11);
+  const Wide N = entries(r, 6, T, U);
+  r.require(hidden % 128 == 0, 10, "is ", int64_t(hidden),
+            ", not a multiple of 128");
+  const Wide rows = std::min(T, r.grid(0));
+  const Wide cols = std::min(hidden, r.grid(1) * r.block(0) * 4);
+  const bool any = rows && cols;
+  r.need(0, any ? span(N, hidden, cols) : 0, 4);
+  r.need(1, any ? rows * U : 0, 4);
+  r.need(2, any ? rows * topk : 0, 4);
+  r.need(3, any ? rows * topk : 0, 4);
+  r.opt(4, any ? span(E + S, hidden / 128, ceilDiv(cols, 128)) : 0, 4);
+  r.need(5, span(rows, hidden, cols), 4);
+}
+
 // ---- GLM-5.3-Flash decode (twin_flash.cpp).
 
 // mhc_mix(X, mRaw, base, scale, wdt, ssParts, nParts, u, coef, d, rmsEps,
@@ -717,6 +876,10 @@ const FootprintEntry kHelperFootprints[] = {
     {"fill_random", "plli", fillFp},
     {"fill_f32", "plf", fillFp},
     {"fixed_to_f32", "pppii", fixedToF32Fp},
+    {"moe_group", "piiiiiippiippppi", moeGroupFp},
+    {"moe_gather", "pppppiiiii", moeGatherFp},
+    {"moe_act", "ppppppppiiiiiif", moeActFp},
+    {"moe_combine", "ppppppiiiiii", moeCombineFp},
     {"mhc_mix", "ppppipippiddi", mhcMixFp},
     {"mhc_post", "pippppi", mhcPostFp},
     {"mhc_head", "ppi", mhcHeadFp},

@@ -14,6 +14,8 @@
 #include "runtime/twins/families.h"
 #include "runtime/twins/twin_common.h"
 
+#include "codegen/templates/gemm_item.cuh"
+
 #include "runtime/base/parallel.h"
 
 #include <limits>
@@ -56,14 +58,6 @@ enum GroupedArg {
   kGSJ8,
   kNumGroupedArgs
 };
-
-/// glm::GemmItem (gemm_trellis_grouped.cuh): 32 bytes, part of the ABI.
-struct GemmItem {
-  const unsigned char *tiles;
-  long long zOff;
-  int rowStart, rows, xCol, k;
-};
-static_assert(sizeof(GemmItem) == 32, "GemmItem is 32 bytes in the kernel");
 
 struct GemmShape {
   int in, out, xStride, zStride, sI, sI8, sJ8;
@@ -186,7 +180,7 @@ void gemmTrellisGroupedTwin(const Launch &l) {
       const int n0 = by * BN, n1 = std::min(g.out, n0 + BN);
       if (n0 >= g.out)
         continue;
-      float *zz = z + it.zOff;
+      float *zz = z + it.z_off;
       if (it.k < 1 || it.k > 8 || !(wmask >> it.k & 1)) {
         for (int r = 0; r < m; ++r)
           for (int c = n0; c < n1; ++c)
@@ -198,8 +192,8 @@ void gemmTrellisGroupedTwin(const Launch &l) {
           g, xh, it.tiles, it.k, m,
           [&](int r) -> int64_t {
             const int64_t row =
-                rowIds ? rowIds[it.rowStart + r] : int64_t(it.rowStart) + r;
-            return row * g.xStride + it.xCol;
+                rowIds ? rowIds[it.row_start + r] : int64_t(it.row_start) + r;
+            return row * g.xStride + it.x_col;
           },
           zz, n0, n1);
     }

@@ -72,7 +72,8 @@ void layerNormKey(const float *x, const float *w, const float *bias,
 } // namespace hx
 
 // Area files: twin_norm_rope.cpp, twin_dsa.cpp, twin_mla.cpp,
-// twin_moe.cpp, twin_misc.cpp, twin_flash.cpp. Each takes one launch (twin.h).
+// twin_moe.cpp, twin_misc.cpp, twin_flash.cpp, twin_moe_prefill.cpp. Each
+// takes one launch (twin.h).
 void embedTokensTwin(const Launch &l);
 void rmsNormRowsTwin(const Launch &l);
 void addRmsNormTwin(const Launch &l);
@@ -101,6 +102,12 @@ void sumPartsTwin(const Launch &l);
 void fillRandomTwin(const Launch &l);
 void fillF32Twin(const Launch &l);
 void fixedToF32Twin(const Launch &l);
+// MoE prefill glue around gemm_trellis_grouped (twin_moe_prefill.cpp;
+// bit-exact with CUDA).
+void moeGroupTwin(const Launch &l);
+void moeGatherTwin(const Launch &l);
+void moeActTwin(const Launch &l);
+void moeCombineTwin(const Launch &l);
 // GLM-5.3-Flash decode families (twin_flash.cpp).
 void mhcMixTwin(const Launch &l);
 void mhcPostTwin(const Launch &l);

@@ -1,5 +1,6 @@
 // Graph buckets: decode batches instantiate the GEMV kernels per batch,
-// prefill chunks reuse the largest batch's kernels; invalid buckets are
+// prefill chunks reuse the largest batch's kernels (or prefill families of
+// their own); invalid buckets are
 // refused with what to give instead.
 // RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{decode-batches=4,1 prefill-chunks=16})' | FileCheck %s
 // RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels)' | FileCheck %s --check-prefix=DEFAULT
@@ -19,7 +20,11 @@
 // CHECK: glm.fused_expert_gemv
 // CHECK-SAME: glm.bucket_kernels = {{.}}["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_t128"],
 // CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_down_p4_m4_sumfixed_t128"],
-// CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_down_p4_m4_sumfixed_t128"]{{.}},
+// A prefill chunk's experts are grouped by expert: sorted entries, the
+// tensor-core GEMMs (gate/up, then down one half a launch), the weighted sum
+// in fp32 (an fp32 all-reduce: glm.fixed_sum is false there).
+// CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_group_t512", "glm_moe_gather_t256", "glm_gemm_trellis_grouped_k34_mcg_e4m3_xf16_m64_t128", "glm_moe_act_t256", "glm_gemm_trellis_grouped_k34_mcg_e4m3_xf16_m64_t256", "glm_gemm_trellis_grouped_k34_mcg_e4m3_xf16_m64_t256", "glm_moe_combine_t256", "glm_hadamard128_vf32_t256"]{{.}},
+// CHECK-SAME: glm.fixed_sum = array<i1: true, true, false>
 // CHECK-SAME: glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_t128"]
 
 // DEFAULT: glm.buckets = [{batch = 1 : i64, kind = "decode", size = 1 : i64}, {batch = 2 : i64, kind = "decode", size = 2 : i64}, {batch = 3 : i64, kind = "decode", size = 3 : i64}, {batch = 4 : i64, kind = "decode", size = 4 : i64}, {batch = 5 : i64, kind = "decode", size = 5 : i64}, {batch = 6 : i64, kind = "decode", size = 6 : i64}, {batch = 7 : i64, kind = "decode", size = 7 : i64}, {batch = 8 : i64, kind = "decode", size = 8 : i64}, {batch = 8 : i64, kind = "prefill", size = 512 : i64}, {batch = 8 : i64, kind = "prefill", size = 2048 : i64}]

@@ -169,6 +169,11 @@ std::vector<KernelSpec> helperSpecs() {
   add("kda_gnorm", {{"threads", "256"}});
   add("indexer_scores_ctx", {{"pool", "4"}, {"threads", "256"}});
   add("dsa_select", {{"pool", "4"}, {"threads", "1024"}});
+  // MoE prefill glue (moe_group.cuh): at the block sizes of the chain.
+  add("moe_group", {{"threads", "512"}});
+  add("moe_gather", {{"threads", "256"}});
+  add("moe_act", {{"threads", "512"}});
+  add("moe_combine", {{"threads", "256"}});
   // The KV cache's bf16 and e4m3 storage forms (kv_cache.cuh) of every
   // family that writes or reads it (--kv-dtype bf16 | fp8).
   for (const char *kv : {"bf16", "e4m3"}) {

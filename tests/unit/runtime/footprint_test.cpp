@@ -6,8 +6,8 @@
 // large enough for what its twin touches is tested on compiled plans
 // (tests/unit/compiler/launch_bounds_test.cpp). FootprintTables: the
 // entries of plan tables each footprint checks, on hand-built tables
-// (gemm_trellis_grouped, vocab_gather, expert_gemv_trellis, moe_reduce and
-// the expert id tables appear in no compiled test plan).
+// (gemm_trellis_grouped, vocab_gather, expert_gemv_trellis, moe_reduce,
+// moe_group and the expert id tables appear in no compiled test plan).
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/codegen.h"
@@ -460,6 +460,45 @@ TEST(FootprintTables, ExpertTilesHoldWhatEachOwnedHalfReads) {
   // The tables are required: the kernel follows whatever they hold.
   t.init.erase(3);
   EXPECT_REFUSED(l, t, 3, "holds no table of the plan");
+}
+
+TEST(FootprintTables, MoeGroupTilesHoldWhatTheChainsGemmsRead) {
+  // moe_group(expert_ids, T, topk, E, S, H, BM, tiles, widths, hidden,
+  // inter, order, entry_of, gu_items, down_items, NB): 1 routed expert, no
+  // shared, 1 half, hidden 128 (gate/up and down 8 x 8 tiles of 32*K
+  // bytes under the exlr8 strides of the chain's GEMMs), BM 64, 1 row.
+  const glm::plan::KeyValues targs = {{"threads", "512"}};
+  twins::Launch l = launchOf("moe_group", 1, 1, 512,
+                             {{1, 1},
+                              {2, 1},
+                              {3, 1},
+                              {4, 0},
+                              {5, 1},
+                              {6, 64},
+                              {9, 128},
+                              {10, 128},
+                              {15, 2}},
+                             &targs);
+  const uint64_t reach = 64 * 32; // per bit of width
+  MemTables t;
+  t.init[7].assign(33 * 8, 0); // entries (e*3 + p)*16 + h, h < 1
+  t.init[8].assign(33, 3);
+  for (uint64_t e : {0, 16, 32})
+    t.relocs[{7, e * 8}] = 3 * reach;
+  EXPECT_EQ(refusal(l, t), "");
+  EXPECT_TRUE(
+      twins::footprintOf(*twins::findFootprint(l.family), l, &t).table[7]);
+  t.init[8][16] = 4; // the up half read at width 4: past its buffer
+  EXPECT_REFUSED(l, t, 7,
+                 "entry 16 of table buffer 7 (up half 0 of expert 0) points "
+                 "to buffer 0 'weights' + 4096, where the kernel reads 8192");
+  t.init[8][16] = 9;
+  EXPECT_REFUSED(l, t, 8, "(up half 0 of expert 0) is width 9, not 1..8");
+  // Another rank's half: null, its width unread.
+  t.relocs.erase({7, 16 * 8});
+  EXPECT_EQ(refusal(l, t), "");
+  t.init.erase(7); // the tile pointers must be the plan's table
+  EXPECT_REFUSED(l, t, 7, "holds no table of the plan");
 }
 
 TEST(FootprintTables, ExpertIdTablesStayInsideTheExperts) {
