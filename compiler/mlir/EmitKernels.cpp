@@ -324,6 +324,18 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
       s.args["kv"] = kv;
     return s;
   };
+  // Rows of n values the bf16/e4m3 cache kernels take (kv_cache.cuh): a
+  // writer stages at most kv::kStageMax, an e4m3 row keeps its fp32 scale
+  // aligned (n a multiple of 4).
+  auto kvRowsRefused = [&](int64_t n, const char *what) {
+    if (kv == "f32" ||
+        (n <= ::glm::kv::kStageMax && (kv != "e4m3" || n % 4 == 0)))
+      return false;
+    why.reason = std::string(what) + " of " + str(n) + " values has no " + kv +
+                 " cache kernel: rows of at most " + str(::glm::kv::kStageMax) +
+                 " values (fp8: a multiple of 4); use --kv-dtype f32";
+    return true;
+  };
   // A trellis GEMV runs as the executor runs it: rotate the input
   // (H(x * suh)), multiply, rotate the output (H(z) * svh).
   const Spec had{"hadamard128", {{"vt", "f32"}, {"threads", "256"}}};
@@ -496,12 +508,8 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                    "fp8)";
       return failure();
     }
-    if (kv != "f32" && a.getKvLora() + a.getQkRope() > ::glm::kv::kStageMax) {
-      why.reason = "a latent row of " + str(a.getKvLora() + a.getQkRope()) +
-                   " values has no " + kv + " kv_store: it stages at most " +
-                   str(::glm::kv::kStageMax) + " (use --kv-dtype f32)";
+    if (kvRowsRefused(a.getKvLora() + a.getQkRope(), "a latent row"))
       return failure();
-    }
     out.push_back(withKv({"kv_store", {{"threads", "256"}}}));
     if (a.getQkRope() > 0) // GLM-5.3-Flash's MLA has no rope part
       out.push_back(
@@ -534,6 +542,8 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                  : 0;
     };
     if (Type t = proj(0); t && !gemv(t, projIn(0), projOut(0)))
+      return failure();
+    if (kvRowsRefused(ix.getHeadDim(), "an index key"))
       return failure();
     const int64_t P = ix.getKpool();
     if (P == 1 || ix.getRope() > 0) // Flash's k-pool indexer is NoPE
