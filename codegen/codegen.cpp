@@ -89,6 +89,16 @@ TemplateParam loadsParam() {
   p.defaultValue = "cached";
   return p;
 }
+/// The KV cache's storage form (templates/kv_cache.cuh, glmc compile
+/// --kv-dtype f32|bf16|fp8): the families that write or read a latent
+/// cache or index-key cache. f32 is the default, so those kernels keep
+/// their names.
+TemplateParam kvParam() {
+  TemplateParam p =
+      enumParam("kv", "kv", {{"f32", "0"}, {"bf16", "1"}, {"e4m3", "2"}});
+  p.defaultValue = "f32";
+  return p;
+}
 TemplateParam threadsParam(std::vector<std::string> allowed) {
   return intParam("threads", "t", std::move(allowed));
 }
@@ -290,14 +300,16 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("rms_norm_rows", "rmsNormRows", {"256", "512", "1024"});
     helper("add_rms_norm", "addRmsNorm", {"256", "512", "1024"});
     helper("rope_rows", "ropeRows", warps); // block = max(32, dim/2)
-    helper("kv_store", "kvStore", pow2);
-    helper("index_key_store", "indexKeyStore", pow2);
+    // The cache writers and readers take the cache's storage form (kv).
+    const TemplateParam kv = kvParam();
+    helper("kv_store", "kvStore", pow2, {kv});
+    helper("index_key_store", "indexKeyStore", pow2, {kv});
     helper("dsa_iota", "dsaIota", any);
-    helper("indexer_scores_ctx", "indexerScoresCtx", any, {pool});
+    helper("indexer_scores_ctx", "indexerScoresCtx", any, {pool, kv});
     helper("dsa_select", "dsaSelect", {"256", "512", "1024"}, {pool});
-    helper("mla_attn", "mlaAttn", any);
+    helper("mla_attn", "mlaAttn", any, {kv});
     helper("mla_qabs", "mlaQabs", upTo256);
-    helper("mla_core", "mlaCore", {"256", "512", "1024"});
+    helper("mla_core", "mlaCore", {"256", "512", "1024"}, {kv});
     helper("mla_out", "mlaOut", {"128", "256", "512"});
     helper("transpose", "transpose", any);
     // The two helper GEMV sums that feed an all-reduce take a sum mode.
@@ -339,7 +351,7 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("mhc_head", "mhcHead", any, {streams}); // the streams' mean
     helper("kda_decode", "kdaDecode", {"128", "256", "512"},
            {intParam("rows", "r", {"4", "8", "16", "32", "64", "128"})});
-    helper("kpool_store", "kpoolStore", pow2);
+    helper("kpool_store", "kpoolStore", pow2, {kv});
     // GLM-5.3-Flash prefill of one KDA layer over a prompt: kda_prep (the
     // per-token conv, norms and gates of kda_decode, written out), then
     // kda_chunk (the delta rule over chunks of C tokens on tensor cores,

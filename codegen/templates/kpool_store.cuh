@@ -15,8 +15,10 @@
 //   ring     [slots, 2, P, hd] fp32  member j = pos % P of the current
 //            pool: key at row j, gate at row P + j (only complete pools
 //            are read, so rows of an earlier pool need no clearing)
-//   poolKeys [slots, maxCtx / P, hd] fp32  out: pool pos / P, written when
-//            the pool completes
+//   poolKeys [slots, maxCtx / P] rows of kv::rowBytes(KV, hd)  out: pool
+//            pos / P, written when the pool completes, in the cache's form
+//            KV (kv_cache.cuh; the ring stays fp32: it is the pooling's
+//            input, and bf16/e4m3 keys are the rounding of the fp32 K_p)
 //   hd, P (index_kpool), maxCtx (tokens; a multiple of P)
 // Pooling per channel in fp32 with fm::expF (flash_math.cuh): x_j = gate +
 // ape, most = max_j x_j, e_j = expF(x_j − most), sum and Σ e_j·key_j in j
@@ -26,21 +28,23 @@
 
 #include "flash_math.cuh"
 #include "index_key_store.cuh"
+#include "kv_cache.cuh"
 
 #define GLM_KPOOL_STORE_PARAMS                                                 \
   const float *k, const float *w, const float *bias, const float *gateIn,      \
-      int gs, const void *ape, int adt, float *ring, float *poolKeys,          \
+      int gs, const void *ape, int adt, float *ring, void *poolKeys,           \
       const int *seq, const int *pos, int hd, int P, int maxCtx
 #define GLM_KPOOL_STORE_ARGS                                                   \
   k, w, bias, gateIn, gs, ape, adt, ring, poolKeys, seq, pos, hd, P, maxCtx
 
 namespace glm {
 
-template <int THREADS>
+template <int KV, int THREADS>
 __device__ __forceinline__ void kpoolStore(GLM_KPOOL_STORE_PARAMS) {
   static_assert(THREADS >= 32 && THREADS <= 1024 &&
                     (THREADS & (THREADS - 1)) == 0,
                 "THREADS: a power of two (hx::blockSumD's tree)");
+  static_assert(KV >= kv::kF32 && KV <= kv::kE4m3, "KV: f32, bf16 or e4m3");
   const int b = blockIdx.y, p0 = pos[b], j0 = p0 % P;
   const long long slot = seq[b];
   float *rk = ring + slot * 2 * P * hd; // (P, hd) keys
@@ -52,7 +56,12 @@ __device__ __forceinline__ void kpoolStore(GLM_KPOOL_STORE_PARAMS) {
   __syncthreads();
   if (j0 != P - 1)
     return;
-  float *dst = poolKeys + (slot * (maxCtx / P) + p0 / P) * hd; // (hd)
+  const long long row = slot * (maxCtx / P) + p0 / P;
+  float *dst; // (hd) K_p in fp32
+  if constexpr (KV == kv::kF32)
+    dst = (float *)poolKeys + row * hd;
+  else
+    dst = kv::stage<KV>();
   for (int c = threadIdx.x; c < hd; c += THREADS) {
     float most = -3.402823466e38f;
     for (int j = 0; j < P; ++j) {
@@ -67,6 +76,10 @@ __device__ __forceinline__ void kpoolStore(GLM_KPOOL_STORE_PARAMS) {
       acc = acc + e * rk[j * hd + c];
     }
     dst[c] = acc / sum;
+  }
+  if constexpr (KV != kv::kF32) {
+    __syncthreads();
+    kv::store<KV, THREADS>(dst, poolKeys, row, hd);
   }
 }
 

@@ -4,11 +4,13 @@
 // p = softmax((c.qabs + kpe.q_pe) * scale), ctx = sum p c, ov = W_UV ctx.
 // q_pe is already roped. kvBT is kv_b_proj transposed, fp32
 // [kvr, H*(dn+dv)]. Dynamic shared memory: 2 * kvr doubles; p is global
-// scratch [B, H, maxCtx].
+// scratch [B, H, maxCtx]. The cache's rows are in form KV (kv_cache.cuh).
 #pragma once
 
+#include "kv_cache.cuh"
+
 #define GLM_MLA_ATTN_PARAMS                                                    \
-  const float *qAll, const float *kvBT, const float *cache, const int *seq,    \
+  const float *qAll, const float *kvBT, const void *cache, const int *seq,     \
       const int *selAll, const int *nselp, double *pAll, int maxCtx,           \
       float *ovAll, const int *heads, int H, int dn, int dr, int dv, int kvr,  \
       double scale
@@ -19,9 +21,10 @@
 namespace glm {
 
 /// Grid (nHeads, B). Sums serial per thread; max and softmax sum by thread 0.
-template <int THREADS>
+template <int KV, int THREADS>
 __device__ __forceinline__ void mlaAttn(GLM_MLA_ATTN_PARAMS) {
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
+  static_assert(KV >= kv::kF32 && KV <= kv::kE4m3, "KV: f32, bf16 or e4m3");
   extern __shared__ double sh[];
   double *qabs = sh, *ctx = sh + kvr; // (kvr) each
   __shared__ double mx, sum;
@@ -29,7 +32,7 @@ __device__ __forceinline__ void mlaAttn(GLM_MLA_ATTN_PARAMS) {
   const int n = nselp[b], R = H * (dn + dv);
   const float *q = qAll + (long long)b * H * (dn + dr);
   const float *qn = q + (long long)h * (dn + dr), *qp = qn + dn;
-  const float *cb = cache + (long long)seq[b] * maxCtx * lat; // (maxCtx, lat)
+  const long long r0 = (long long)seq[b] * maxCtx; // the slot's row 0
   const int *sel = selAll + (long long)b * maxCtx;
   double *p = pAll + ((long long)b * H + h) * maxCtx;
   for (int c = threadIdx.x; c < kvr; c += THREADS) {
@@ -41,7 +44,7 @@ __device__ __forceinline__ void mlaAttn(GLM_MLA_ATTN_PARAMS) {
   }
   __syncthreads();
   for (int j = threadIdx.x; j < n; j += THREADS) {
-    const float *ent = cb + (long long)sel[j] * lat;
+    const kv::Row<KV> ent = kv::row<KV>(cache, r0 + sel[j], lat);
     double a = 0, bb = 0;
     for (int c = 0; c < kvr; ++c)
       a += (double)ent[c] * qabs[c];
@@ -73,7 +76,7 @@ __device__ __forceinline__ void mlaAttn(GLM_MLA_ATTN_PARAMS) {
   for (int c = threadIdx.x; c < kvr; c += THREADS) {
     double a = 0;
     for (int j = 0; j < n; ++j)
-      a += p[j] * (double)cb[(long long)sel[j] * lat + c];
+      a += p[j] * (double)kv::row<KV>(cache, r0 + sel[j], lat)[c];
     ctx[c] = a;
   }
   __syncthreads();

@@ -6,13 +6,15 @@
 // group g): rows j = g, g + G, .. of each tile in order, then the G partial
 // sums in group order. Selected row ids and p are staged in shared memory
 // in tiles of kMlaTile so no load waits on another (one block was ~29 us per
-// layer with dependent sel -> cache loads in its loops).
+// layer with dependent sel -> cache loads in its loops). The cache's rows
+// are in form KV (kv_cache.cuh): the arithmetic runs on the values read.
 #pragma once
 
 #include "helper_common.cuh"
+#include "kv_cache.cuh"
 
 #define GLM_MLA_CORE_PARAMS                                                    \
-  const float *qAll, const float *qabsAll, const float *cache, const int *seq, \
+  const float *qAll, const float *qabsAll, const void *cache, const int *seq,  \
       const int *selAll, const int *nselp, float *pAll, int maxCtx,            \
       float *ctxAll, const int *heads, int H, int dn, int dr, int kvr,         \
       double scale
@@ -28,11 +30,13 @@ constexpr int kMlaTile = 1024;
 
 /// p: global scratch float [B, H, maxCtx]. kvr and dr multiples of 4,
 /// kvr/4 <= THREADS (checked by the caller). Dynamic shared memory:
-/// (kvr + dr + 2*kMlaTile + 4*THREADS) floats. Grid (nHeads, B).
-template <int THREADS>
+/// (kvr + dr + 2*kMlaTile + 4*THREADS) floats. Grid (nHeads, B). Cache
+/// [slots, maxCtx] rows of kv::rowBytes(KV, kvr + dr).
+template <int KV, int THREADS>
 __device__ __forceinline__ void mlaCore(GLM_MLA_CORE_PARAMS) {
   static_assert(THREADS % 32 == 0 && THREADS >= 64 && THREADS <= 1024,
                 "THREADS: warps");
+  static_assert(KV >= kv::kF32 && KV <= kv::kE4m3, "KV: f32, bf16 or e4m3");
   using hx::kMlaTile;
   extern __shared__ float msh[];
   float *qs = msh, *qps = msh + kvr, *ps = qps + dr; // (kvr), (dr), (tile)
@@ -46,7 +50,7 @@ __device__ __forceinline__ void mlaCore(GLM_MLA_CORE_PARAMS) {
   const float *qp =
       qAll + (long long)b * H * (dn + dr) + (long long)h * (dn + dr) + dn;
   const float *qabs = qabsAll + ((long long)b * H + h) * kvr;
-  const float *cb = cache + (long long)seq[b] * maxCtx * lat; // (maxCtx, lat)
+  const long long r0 = (long long)seq[b] * maxCtx; // the slot's row 0
   const int *sel = selAll + (long long)b * maxCtx;
   float *p = pAll + ((long long)b * H + h) * maxCtx;
   for (int c = t; c < kvr; c += nt)
@@ -60,7 +64,7 @@ __device__ __forceinline__ void mlaCore(GLM_MLA_CORE_PARAMS) {
       ss[j] = sel[j0 + j];
     __syncthreads();
     for (int j = w; j < m; j += nw) {
-      const float *ent = cb + (long long)ss[j] * lat;
+      const kv::Row<KV> ent = kv::row<KV>(cache, r0 + ss[j], lat);
       float a = 0.0f, r = 0.0f;
       int c = lane;
       for (; c + 32 * 15 < kvr; c += 32 * 16) {
@@ -123,7 +127,7 @@ __device__ __forceinline__ void mlaCore(GLM_MLA_CORE_PARAMS) {
       float pv[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        v[k] = *(const float4 *)(cb + (long long)ss[j + k * G] * lat + 4 * col);
+        v[k] = kv::row<KV>(cache, r0 + ss[j + k * G], lat).four(4 * col);
         pv[k] = ps[j + k * G];
       }
 #pragma unroll
@@ -135,7 +139,7 @@ __device__ __forceinline__ void mlaCore(GLM_MLA_CORE_PARAMS) {
       }
     }
     for (; j < m; j += G) {
-      const float4 v = *(const float4 *)(cb + (long long)ss[j] * lat + 4 * col);
+      const float4 v = kv::row<KV>(cache, r0 + ss[j], lat).four(4 * col);
       const float pv = ps[j];
       acc.x += pv * v.x;
       acc.y += pv * v.y;

@@ -52,7 +52,7 @@ struct CompileArgs {
   int width = 0;
   std::string arch = "sm_121";
   int64_t maxContext = 8192;
-  std::string kvDtype = "bf16";
+  std::string kvDtype = "f32";
   std::string moeTrellisTuning, denseTrellisTuning;
   std::string programmaticLaunch = "on";
   double memoryPerSpark = 104;
@@ -145,7 +145,8 @@ static std::string commandWith(
 struct RankMemory {
   int64_t rank = 0;
   uint64_t total = 0, weights = 0, kv = 0, context = 0;
-  uint64_t mtp = 0; // of weights + kv: the MTP layers'
+  uint64_t mtp = 0;    // of weights + kv: the MTP layers'
+  uint64_t kvRows = 0; // of kv: latent rows and index keys (--kv-dtype's)
 };
 
 /// The "rank r: X of Y GiB" lines: the arena of the final plan per rank,
@@ -168,7 +169,8 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
     auto d = llvm::cast<mlir::DictionaryAttr>(r);
     ranks.push_back({intOf(d, "rank"), uint64_t(intOf(d, "total")),
                      uint64_t(intOf(d, "weights")), uint64_t(intOf(d, "kv")),
-                     uint64_t(intOf(d, "context")), uint64_t(intOf(d, "mtp"))});
+                     uint64_t(intOf(d, "context")), uint64_t(intOf(d, "mtp")),
+                     uint64_t(intOf(d, "kv_rows"))});
   }
   auto &os = llvm::errs();
   os << "glmc: memory per rank (weights + KV + activations and scratch: the "
@@ -220,6 +222,30 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
        << "\n";
     any = true;
   }
+  // A smaller KV storage form: bf16 rows are half of f32's, fp8 rows
+  // (E4M3 and a 4-byte scale) at most (n + 4) / 4n of them, 0.258 for the
+  // narrowest rows a model has (index keys of 128 values).
+  const double toBf16 = a.kvDtype == "f32" ? 0.5 : 1.0,
+               toFp8 = a.kvDtype == "f32" ? 0.258 : 0.516;
+  for (const auto &[dtype, ratio] :
+       {std::pair<const char *, double>{"bf16", toBf16}, {"fp8", toFp8}}) {
+    if (ratio >= 1.0 || a.kvDtype == "fp8")
+      continue;
+    bool fits = true;
+    for (const RankMemory &r : ranks)
+      fits &=
+          double(r.total) - double(r.kvRows) * (1.0 - ratio) <= double(budget);
+    if (!fits)
+      continue;
+    os << "  the KV cache stored as " << dtype
+       << (std::string(dtype) == "bf16"
+               ? " (half the bytes, values rounded to bf16)"
+               : " (E4M3 with a scale per row: about a quarter of f32's "
+                 "bytes)")
+       << ":\n    " << commandWith(a, {{"--kv-dtype", dtype}}) << "\n";
+    any = true;
+    break;
+  }
   uint64_t maxWeights = 0, maxRest = 0;
   for (const RankMemory &r : ranks) {
     maxWeights = std::max(maxWeights, r.weights);
@@ -234,9 +260,10 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
       break;
     }
   if (!any)
-    os << "  neither a shorter --max-context nor more --sparks alone fits "
-          "by this plan's figures: combine them, give fewer "
-          "--decode-batches/--prefill-chunks, or use a smaller manifest\n";
+    os << "  neither a shorter --max-context, a smaller --kv-dtype nor more "
+          "--sparks alone fits by this plan's figures: combine them, give "
+          "fewer --decode-batches/--prefill-chunks, or use a smaller "
+          "manifest\n";
   return true;
 }
 
@@ -486,9 +513,21 @@ void addCompileCommand(CLI::App &app, int &rc,
   cmd->add_flag("--allow-context-beyond-model", args->allowContextBeyondModel,
                 "accept a --max-context above config.json's "
                 "max_position_embeddings");
-  cmd->add_option("--kv-dtype", args->kvDtype, "KV cache element type")
-      ->default_val("bf16")
-      ->check(CLI::IsMember({"bf16", "fp8"}));
+  cmd->add_option("--kv-dtype", args->kvDtype,
+                  "how the KV cache (MLA latent rows and DSA index keys) is "
+                  "stored: f32 (4 bytes a value, the computed values), bf16 "
+                  "(2: rounded to nearest even), fp8 (1: E4M3 with an fp32 "
+                  "scale per cached row, amax/448)")
+      ->default_val("f32")
+      ->check(CLI::Validator(
+          [](std::string &v) -> std::string {
+            if (v == "f32" || v == "bf16" || v == "fp8")
+              return "";
+            return "'" + v +
+                   "' is no KV cache storage: give f32 (4 bytes a value), "
+                   "bf16 (2) or fp8 (E4M3, 1 and a 4-byte scale per row)";
+          },
+          "f32|bf16|fp8"));
   cmd->add_option("--memory-per-spark", args->memoryPerSpark,
                   "GiB each rank may use (weights + KV + activations and "
                   "scratch: the final plan's arena, as glmc inspect shows "

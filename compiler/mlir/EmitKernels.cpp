@@ -30,6 +30,7 @@
 #include "codegen/dense_gemv_abi.h"
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/moe_trellis_abi.h"
+#include "codegen/templates/kv_cache.cuh"
 
 #ifdef GLM_CODEGEN_AVAILABLE
 #include "codegen/codegen.h"
@@ -128,7 +129,7 @@ static std::string storage(Type t) {
 /// the largest decode batch (whether moe_trellis runs a MoE layer).
 struct SpecContext {
   SymbolTable &symbols;
-  std::string kvDtype; // "bf16" | "fp8"
+  std::string kvDtype; // "f32" | "bf16" | "fp8"
   std::string layout = "exlr8";
   int64_t maxDecode = 1;
   glmc::Tunings tunings; // the compile's launch tunings (Tuning.h)
@@ -313,7 +314,28 @@ static bool moeTrellisRuns(FusedExpertGemvOp f, const SpecContext &ctx,
 static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                                              const Bucket &b, NoKernel &why) {
   SmallVector<Spec> out;
-  std::string kv = ctx.kvDtype == "fp8" ? "e4m3" : "bf16";
+  // The KV cache's storage form, a template argument of its writers and
+  // readers (codegen kvParam; f32, the default, is left out of the spec).
+  const std::string kv = ctx.kvDtype == "fp8"    ? "e4m3"
+                         : ctx.kvDtype == "bf16" ? "bf16"
+                                                 : "f32";
+  auto withKv = [&](Spec s) {
+    if (kv != "f32")
+      s.args["kv"] = kv;
+    return s;
+  };
+  // Rows of n values the bf16/e4m3 cache kernels take (kv_cache.cuh): a
+  // writer stages at most kv::kStageMax, an e4m3 row keeps its fp32 scale
+  // aligned (n a multiple of 4).
+  auto kvRowsRefused = [&](int64_t n, const char *what) {
+    if (kv == "f32" ||
+        (n <= ::glm::kv::kStageMax && (kv != "e4m3" || n % 4 == 0)))
+      return false;
+    why.reason = std::string(what) + " of " + str(n) + " values has no " + kv +
+                 " cache kernel: rows of at most " + str(::glm::kv::kStageMax) +
+                 " values (fp8: a multiple of 4); use --kv-dtype f32";
+    return true;
+  };
   // A trellis GEMV runs as the executor runs it: rotate the input
   // (H(x * suh)), multiply, rotate the output (H(z) * svh).
   const Spec had{"hadamard128", {{"vt", "f32"}, {"threads", "256"}}};
@@ -486,7 +508,9 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
                    "fp8)";
       return failure();
     }
-    out.push_back({"kv_store", {{"threads", "256"}}});
+    if (kvRowsRefused(a.getKvLora() + a.getQkRope(), "a latent row"))
+      return failure();
+    out.push_back(withKv({"kv_store", {{"threads", "256"}}}));
     if (a.getQkRope() > 0) // GLM-5.3-Flash's MLA has no rope part
       out.push_back(
           {"rope_rows",
@@ -495,7 +519,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     if (a.getShard().getRanks() > 1)
       out.push_back({"fill_f32", {{"threads", "256"}}});
     out.push_back({"mla_qabs", {{"threads", "64"}}});
-    out.push_back({"mla_core", {{"threads", "1024"}}});
+    out.push_back(withKv({"mla_core", {{"threads", "1024"}}}));
     out.push_back({"mla_out", {{"threads", "256"}}});
   } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
     // q = wq_b(q_a) and its RoPE, the key wk(x) normed, roped and stored,
@@ -519,6 +543,8 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     };
     if (Type t = proj(0); t && !gemv(t, projIn(0), projOut(0)))
       return failure();
+    if (kvRowsRefused(ix.getHeadDim(), "an index key"))
+      return failure();
     const int64_t P = ix.getKpool();
     if (P == 1 || ix.getRope() > 0) // Flash's k-pool indexer is NoPE
       out.push_back(
@@ -538,16 +564,16 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
       }
       if (Type t = proj(5); t && !gemv(t, projIn(5), projOut(5)))
         return failure();
-      out.push_back({"kpool_store", {{"threads", "256"}}});
+      out.push_back(withKv({"kpool_store", {{"threads", "256"}}}));
     } else {
-      out.push_back({"index_key_store", {{"threads", "256"}}});
+      out.push_back(withKv({"index_key_store", {{"threads", "256"}}}));
     }
     if (Type t = proj(4); t && !gemv(t, projIn(4), projOut(4)))
       return failure();
     // pool = 1 (the plain DSA indexer) stays out of the spec: its kernels
     // keep their names.
-    Spec scores{"indexer_scores_ctx", {{"threads", "256"}}},
-        select{"dsa_select", {{"threads", "1024"}}};
+    Spec scores = withKv({"indexer_scores_ctx", {{"threads", "256"}}}),
+         select{"dsa_select", {{"threads", "1024"}}};
     if (P > 1)
       scores.args["pool"] = select.args["pool"] = str(P);
     out.push_back(scores);
@@ -697,7 +723,7 @@ struct EmitKernels : glmc::impl::GlmEmitKernelsBase<EmitKernels> {
       return signalPassFailure();
     OpBuilder b(&getContext());
     SymbolTable symbols(module);
-    SpecContext sctx{symbols, kvDtype.empty() ? "bf16" : kvDtype.getValue()};
+    SpecContext sctx{symbols, kvDtype.empty() ? "f32" : kvDtype.getValue()};
     if (auto kv = module->getAttrOfType<DictionaryAttr>("glm.kv"))
       if (auto d = kv.getAs<StringAttr>("dtype"))
         sctx.kvDtype = d.str();

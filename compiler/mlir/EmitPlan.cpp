@@ -16,6 +16,7 @@
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/moe_trellis_abi.h"
 #include "codegen/templates/flash_math.cuh"
+#include "codegen/templates/kv_cache.cuh"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
@@ -2644,11 +2645,16 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       // Bytes that grow with max_context: the KV cache (latent rows and
       // index keys) and the scratch rows of max_context entries per token
       // of the largest step (DSA selections, scores, attention weights).
-      uint64_t contextBytes = 0, mtpBytes = 0;
+      uint64_t contextBytes = 0, mtpBytes = 0, rowBytes = 0;
       for (const gp::BufferDef &bd : r.buffers) {
         if (bd.kind == gp::BufferKind::KvCache ||
             contextScratch.count(bd.name))
           contextBytes += bd.bytes;
+        // The latent rows and index keys: what --kv-dtype stores.
+        if (bd.kind == gp::BufferKind::KvCache &&
+            (bd.name.rfind("kv.", 0) == 0 ||
+             bd.name.rfind("index_keys.", 0) == 0))
+          rowBytes += bd.bytes;
         // The MTP layers' caches, and below their weights: bound and
         // sized, read by no graph yet.
         if (bd.kind == gp::BufferKind::KvCache &&
@@ -2664,6 +2670,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
           b.getNamedAttr("weights", b.getI64IntegerAttr(r.weightBytes)),
           b.getNamedAttr("kv", b.getI64IntegerAttr(r.kvBytes)),
           b.getNamedAttr("context", b.getI64IntegerAttr(contextBytes)),
+          b.getNamedAttr("kv_rows", b.getI64IntegerAttr(rowBytes)),
           b.getNamedAttr("mtp", b.getI64IntegerAttr(mtpBytes)),
       }));
       if (budget && r.arenaBytes > budget)
@@ -2776,8 +2783,9 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
     });
     auto kv = module->getAttrOfType<DictionaryAttr>("glm.kv");
     m.maxContext = intAttr(kv, "max_context");
-    m.kvDtype = strAttr(kv, "dtype") == "fp8" ? gp::DType::E4M3
-                                              : gp::DType::BF16;
+    m.kvDtype = strAttr(kv, "dtype") == "fp8"    ? gp::DType::E4M3
+                : strAttr(kv, "dtype") == "bf16" ? gp::DType::BF16
+                                                 : gp::DType::F32;
     plan.compileOptions = {{"ranks", std::to_string(table.ranks)},
                            {"max_context", std::to_string(m.maxContext)},
                            {"kv_dtype", strAttr(kv, "dtype")},
@@ -2913,23 +2921,35 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       rp.buffers.push_back(wbuf);
       top = alignUp(wbuf.bytes);
 
-      // KV cache and index keys per layer: fp32 rows (kv_store and
-      // index_key_store write fp32), one max_context row block per KV slot
-      // (sequence); the kernels index them by the row's io.slots entry.
+      // KV cache and index keys per layer: rows in the KV dtype's storage
+      // form (--kv-dtype, templates/kv_cache.cuh: f32, bf16, or E4M3 with
+      // each row's fp32 scale after its values), one max_context row block
+      // per KV slot (sequence); the kernels index them by the row's io.slots
+      // entry. The recurrent state (KDA) and the k-pool ring stay fp32.
       const int64_t kvSlots = intAttr(
           module->getAttrOfType<DictionaryAttr>("glm.kv"), "slots", 1);
       auto kvBuffer = [&](const std::string &name, int64_t layer,
-                          uint64_t floatsPerSlot) {
+                          uint64_t bytesPerSlot,
+                          gp::DType dtype = gp::DType::F32) {
         gp::BufferDef kb;
         kb.name = name;
         kb.kind = gp::BufferKind::KvCache;
         kb.layer = layer;
-        kb.dtype = gp::DType::F32;
-        kb.bytes = alignUp(
-            std::max<uint64_t>(uint64_t(kvSlots) * floatsPerSlot * 4, 4));
+        kb.dtype = dtype;
+        kb.bytes =
+            alignUp(std::max<uint64_t>(uint64_t(kvSlots) * bytesPerSlot, 4));
         kb.arenaOffset = top;
         top += kb.bytes;
         rp.buffers.push_back(kb);
+      };
+      const int kvForm = m.kvDtype == gp::DType::E4M3   ? ::glm::kv::kE4m3
+                         : m.kvDtype == gp::DType::BF16 ? ::glm::kv::kBf16
+                                                        : ::glm::kv::kF32;
+      // `rows` cached rows of n values (latent rows, index keys).
+      auto cacheBuffer = [&](const std::string &name, int64_t layer,
+                             uint64_t rows, int64_t n) {
+        kvBuffer(name, layer, rows * uint64_t(::glm::kv::rowBytes(kvForm, n)),
+                 m.kvDtype);
       };
       std::set<int64_t> kvPlanned; // layers whose caches the walk made
       step.walk([&](Operation *op) {
@@ -2938,8 +2958,8 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         if (isa<AttentionDecodeOp, IndexerTopkOp>(op))
           kvPlanned.insert(layer);
         if (auto a = dyn_cast<AttentionDecodeOp>(op)) {
-          kvBuffer("kv." + L, layer,
-                   uint64_t(m.maxContext) * (a.getKvLora() + a.getQkRope()));
+          cacheBuffer("kv." + L, layer, uint64_t(m.maxContext),
+                      a.getKvLora() + a.getQkRope());
         } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
           const int64_t P = ix.getKpool(), hd = ix.getHeadDim();
           if (P > 1 && m.maxContext % P)
@@ -2949,18 +2969,18 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                             "): give a --max-context that is");
           // k-pool: the pooled keys, and a ring of the pool being filled
           // (keys and compress-gate rows).
-          kvBuffer("index_keys." + L, layer, uint64_t(m.maxContext / P) * hd);
+          cacheBuffer("index_keys." + L, layer, uint64_t(m.maxContext / P), hd);
           if (P > 1)
-            kvBuffer("kpool_ring." + L, layer, uint64_t(2 * P * hd));
+            kvBuffer("kpool_ring." + L, layer, uint64_t(2 * P * hd) * 4);
         } else if (auto k = dyn_cast<KdaDecodeOp>(op)) {
           // KDA: this rank's heads' fp32 state and conv inputs.
           auto [hb, he] = k.getShard().rangeOf(r);
           if (table.ranks == 1)
             hb = 0, he = k.getHeads();
           const uint64_t n = he - hb, hd = k.getHeadDim();
-          kvBuffer("kda_state." + L, layer, n * hd * hd);
+          kvBuffer("kda_state." + L, layer, n * hd * hd * 4);
           kvBuffer("kda_conv." + L, layer,
-                   n * 3 * hd * uint64_t(k.getConvKernel() - 1));
+                   n * 3 * hd * uint64_t(k.getConvKernel() - 1) * 4);
         }
       });
       // The MTP layers' caches (glm.mtp): a main MLA layer's, named by
@@ -2974,8 +2994,8 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
           if (kvPlanned.count(layer))
             continue;
           const std::string L = std::to_string(layer);
-          kvBuffer("kv." + L, layer,
-                   uint64_t(m.maxContext) * uint64_t(intAttr(d, "latent")));
+          cacheBuffer("kv." + L, layer, uint64_t(m.maxContext),
+                      intAttr(d, "latent"));
           if (hd <= 0)
             continue;
           if (P > 1 && m.maxContext % P)
@@ -2983,10 +3003,10 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                             " is not a multiple of the k-pool's ", P,
                             " tokens (MTP layer ", layer,
                             "): give a --max-context that is");
-          kvBuffer("index_keys." + L, layer,
-                   uint64_t(m.maxContext / std::max<int64_t>(P, 1)) * hd);
+          cacheBuffer("index_keys." + L, layer,
+                      uint64_t(m.maxContext / std::max<int64_t>(P, 1)), hd);
           if (P > 1)
-            kvBuffer("kpool_ring." + L, layer, uint64_t(2 * P * hd));
+            kvBuffer("kpool_ring." + L, layer, uint64_t(2 * P * hd) * 4);
         }
 
       // Activations at their arena offsets (glm-plan-memory).

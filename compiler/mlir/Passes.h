@@ -31,7 +31,9 @@ struct PipelineOptions {
   /// Sequences the plan holds at once: KV cache, index keys and recurrent
   /// (KDA) state per slot; a decode batch's rows name their slots.
   int64_t kvSlots = 1;
-  std::string kvDtype = "bf16";
+  /// KV cache storage (latent cache and index keys): f32 | bf16 | fp8
+  /// (templates/kv_cache.cuh).
+  std::string kvDtype = "f32";
   double memoryPerSpark = 0; // GiB; 0 = no limit
   std::vector<std::string> archs = {"sm_121"};
   bool compileKernels = false;

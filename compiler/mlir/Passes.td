@@ -54,8 +54,10 @@ def GlmPlanMemory : Pass<"glm-plan-memory", "::mlir::ModuleOp"> {
   let summary = "Per-rank memory: weights, KV cache, activation arena";
   let description = [{
     Assigns each activation an offset in one arena by liveness (best fit over
-    the decode step), sizes the KV cache from max-context × layers ×
-    (kv_lora + qk_rope) × dtype bytes (+ index keys on full indexer layers),
+    the decode step), sizes the KV cache from max-context × layers × the
+    bytes of a row of kv_lora + qk_rope values in the kv-dtype's storage
+    form (f32 4 per value, bf16 2, fp8 1 plus a 4-byte scale per row:
+    codegen/templates/kv_cache.cuh) (+ index keys on full indexer layers),
     sums each rank's weight bytes, and refuses the compile with a per-rank
     table when a rank exceeds memory-per-spark (0 = no limit). KDA layers
     (GLM-5.3-Flash) add recurrent state per sequence on the rank owning each
@@ -65,8 +67,9 @@ def GlmPlanMemory : Pass<"glm-plan-memory", "::mlir::ModuleOp"> {
   let options = [
     Option<"maxContext", "max-context", "int64_t", "8192",
            "tokens of context the KV cache holds">,
-    Option<"kvDtype", "kv-dtype", "std::string", "\"bf16\"",
-           "KV cache element type: bf16 or fp8">,
+    Option<"kvDtype", "kv-dtype", "std::string", "\"f32\"",
+           "KV cache storage: f32, bf16, or fp8 (E4M3 with an fp32 scale "
+           "per row)">,
     Option<"memoryPerSpark", "memory-per-spark", "double", "0",
            "GiB available per rank; 0 = no limit">,
     Option<"maxTokens", "max-tokens", "int64_t", "2048",
@@ -99,8 +102,9 @@ def GlmEmitKernels : Pass<"glm-emit-kernels", "::mlir::ModuleOp"> {
            "glm-plan-memory and glm-emit-plan run; passes in between must "
            "preserve the glmc::KernelBuilds analysis)">,
     Option<"kvDtype", "kv-dtype", "std::string", "\"\"",
-           "KV cache element type (bf16|fp8) when glm-plan-memory has not "
-           "run yet (its glm.kv attribute wins)">,
+           "KV cache storage (f32|bf16|fp8; empty: f32) when "
+           "glm-plan-memory has not run yet (its glm.kv attribute wins): "
+           "the cache kernels are instantiated for it">,
     ListOption<"decodeBatches", "decode-batches", "int64_t",
                "decode graph batch sizes, 1..8 (default: 1,2,...,8)">,
     ListOption<"prefillChunks", "prefill-chunks", "int64_t",

@@ -86,8 +86,8 @@ struct CompilePipelineOptions
                              llvm::cl::desc("KV cache tokens"),
                              llvm::cl::init(8192)};
   Option<std::string> kvDtype{*this, "kv-dtype",
-                              llvm::cl::desc("bf16 or fp8"),
-                              llvm::cl::init("bf16")};
+                              llvm::cl::desc("f32, bf16 or fp8"),
+                              llvm::cl::init("f32")};
   Option<double> memoryPerSpark{*this, "memory-per-spark",
                                 llvm::cl::desc("GiB per rank, 0 = no limit"),
                                 llvm::cl::init(0)};

@@ -13,6 +13,8 @@
 #include "compiler/mlir/KernelBuilds.h"
 #include "compiler/mlir/Passes.h"
 
+#include "codegen/templates/kv_cache.cuh"
+
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/Format.h"
@@ -167,9 +169,9 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (kvDtype != "bf16" && kvDtype != "fp8") {
-      module.emitError() << "glm-plan-memory: kv-dtype must be bf16 or fp8, "
-                            "got '"
+    if (kvDtype != "f32" && kvDtype != "bf16" && kvDtype != "fp8") {
+      module.emitError() << "glm-plan-memory: kv-dtype must be f32, bf16 or "
+                            "fp8, got '"
                          << kvDtype << "'";
       return signalPassFailure();
     }
@@ -180,18 +182,27 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
                             "memory-per-spark not negative";
       return signalPassFailure();
     }
-    uint64_t kvElemBytes = kvDtype == "fp8" ? 1 : 2;
+    // Bytes of one cached row of n values in the KV dtype's storage form
+    // (templates/kv_cache.cuh): 4n f32, 2n bf16, n + 4 fp8 (E4M3 values and
+    // the row's fp32 scale).
+    const int form = kvDtype == "fp8"    ? ::glm::kv::kE4m3
+                     : kvDtype == "bf16" ? ::glm::kv::kBf16
+                                         : ::glm::kv::kF32;
+    auto rowBytes = [&](uint64_t n) -> uint64_t {
+      return n ? uint64_t(::glm::kv::rowBytes(form, (long long)n)) : 0;
+    };
 
     // KV cache: one latent row per token per attention layer; index keys per
     // token on full indexer layers. Every rank holds all of it (each head
     // reads the whole latent).
     uint64_t kvBytes = 0, indexBytes = 0;
     // Index keys per token; a k-pool (Flash) keeps one pooled key per pool
-    // and a ring of the pool being filled (keys and compress-gate rows).
+    // and a ring of the pool being filled (keys and compress-gate rows,
+    // fp32 whatever the KV dtype: the pooling's inputs).
     auto indexKeys = [&](uint64_t hd, uint64_t pool) -> uint64_t {
       if (pool <= 1)
-        return maxContext * hd * kvElemBytes;
-      return (maxContext / pool + 2 * pool) * hd * kvElemBytes;
+        return maxContext * rowBytes(hd);
+      return (maxContext / pool) * rowBytes(hd) + 2 * pool * hd * 4;
     };
     // The MTP layers' caches are counted from glm.mtp below, whether or
     // not the module has their draft graph's ops.
@@ -218,7 +229,7 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
       if (mtpLayers.count(layer))
         return;
       if (latent && layers.insert(layer).second)
-        kvBytes += maxContext * latent * kvElemBytes;
+        kvBytes += maxContext * rowBytes(latent);
     });
     // The MTP layers (glm.mtp): no op of the decode step, but their draft
     // graph (the MTP issue) keeps a latent cache and index keys per
@@ -231,7 +242,7 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
           auto v = d.getAs<IntegerAttr>(k);
           return v && v.getInt() > 0 ? uint64_t(v.getInt()) : 0;
         };
-        mtpKvBytes += maxContext * get("latent") * kvElemBytes +
+        mtpKvBytes += maxContext * rowBytes(get("latent")) +
                       indexKeys(get("index_head_dim"),
                                 std::max<uint64_t>(get("kpool"), 1));
       }

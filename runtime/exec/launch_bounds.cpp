@@ -336,6 +336,18 @@ twins::Footprint checkOp(const Relocations &relocs, const IoBounds &io,
     }
     const gp::ArgDef &a = op.args[i];
     const gp::BufferDef &b = s.rp.buffers[a.buffer];
+    // KV cache rows are read and written in one storage form (glmc compile
+    // --kv-dtype): the buffer the compiler sized for it, not another's.
+    if (f.kvForm[i] >= 0) {
+      static const gp::DType kForms[] = {gp::DType::F32, gp::DType::BF16,
+                                         gp::DType::E4M3};
+      const gp::DType want = kForms[f.kvForm[i]];
+      if (b.dtype != want)
+        s.fail(s.arg(i), " holds KV cache rows the kernel stores as ",
+               gp::dtypeName(want), ", but buffer ", a.buffer, " '", b.name,
+               "' is ", gp::dtypeName(b.dtype),
+               " (a plan compiled with another --kv-dtype; recompile it)");
+    }
     // The last repeat reads the furthest rows (runGraph's addresses).
     using Wide = unsigned __int128;
     const Wide start = Wide(a.offset) + Wide(op.repeat ? op.repeat - 1 : 0) *

@@ -36,6 +36,7 @@ Footprint footprintOf(const FootprintEntry &e, const Launch &l,
   f.indexed.assign(n, false);
   f.table.assign(n, false);
   f.io.assign(n, false);
+  f.kvForm.assign(n, -1);
   f.tables = tables;
   e.fn(l, f);
   f.tables = nullptr;

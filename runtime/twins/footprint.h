@@ -103,6 +103,10 @@ struct Footprint {
   /// The kernel indexes memory by pointer k's values, which the runtime
   /// writes (Reach::ioIndex; checked only with Tables).
   std::vector<bool> io;
+  /// Pointer k holds KV cache rows in this storage form (templates/
+  /// kv_cache.cuh: 0 f32, 1 bf16, 2 e4m3); -1 for other pointers. The plan
+  /// checker holds the buffer's dtype to it (F32, BF16, E4M3).
+  std::vector<int8_t> kvForm;
   /// While the footprint runs: the contents it checks (footprintOf's).
   const Tables *tables = nullptr;
 };

@@ -89,6 +89,9 @@ public:
   /// Pointer k is also indexed by data past its footprint (Footprint::
   /// indexed); call after need/opt.
   void indexed(size_t k) { f_.indexed.at(k) = true; }
+  /// Pointer k holds KV cache rows in the launch's `kv` storage form
+  /// (Footprint::kvForm).
+  void kvRows(size_t k) { f_.kvForm.at(k) = int8_t(l.kvForm()); }
 
   // ---- indices the runtime writes (footprint.h IoIndex).
 

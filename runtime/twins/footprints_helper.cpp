@@ -9,6 +9,7 @@
 #include "runtime/twins/footprint_util.h"
 
 #include "codegen/templates/flash_math.cuh"
+#include "codegen/templates/kv_cache.cuh"
 #include "codegen/templates/moe_entries.cuh"
 
 #include <limits>
@@ -45,6 +46,24 @@ void weightWithScale(Reach &r, size_t kW, size_t kDt, size_t kScale, size_t kSk,
            1);
   else
     r.opt(kScale, 0, 1);
+}
+
+/// Bytes of one row of `n` values of a KV cache in the launch's form (its
+/// `kv` template argument, templates/kv_cache.cuh); refuses the shapes the
+/// form's kernels do not take: a bf16 or e4m3 writer stages the row in
+/// kv::kStageMax floats of shared memory, and e4m3 rows keep their fp32
+/// scale aligned (n a multiple of 4).
+Wide kvRow(const Reach &r, size_t k, Wide n, bool writer) {
+  const int kv = r.l.kvForm();
+  if (writer && kv != glm::kv::kF32)
+    r.require(n <= glm::kv::kStageMax, k, "is ", int64_t(n),
+              " values a row, over the ", glm::kv::kStageMax,
+              " a bf16/e4m3 cache writer stages");
+  if (kv == glm::kv::kE4m3)
+    r.require(n % 4 == 0, k, "is ", int64_t(n),
+              " values a row, not a multiple of 4 (e4m3 rows end in an "
+              "aligned fp32 scale)");
+  return glm::kv::rowBytes(kv, (long long)n);
 }
 
 /// The MLA head list (EmitPlan: this rank's heads of H): `n` int32 head
@@ -117,8 +136,9 @@ void kvStoreFp(const Launch &l, Footprint &f) {
   const Wide lat = kvr + dr;
   r.need(0, B * lat, 4);
   r.need(1, B ? kvr : 0, 4);
-  r.need(2, B ? ctx * lat : 0, 4);
+  r.need(2, B ? ctx * kvRow(r, 5, lat, true) : 0, 1);
   r.perSlot(2, 3);
+  r.kvRows(2);
   r.positionsIn(4, 7, ctx);
   r.need(3, B, 4);
   r.need(4, B, 4);
@@ -132,8 +152,9 @@ void indexKeyStoreFp(const Launch &l, Footprint &f) {
   r.need(0, B * hd, 4);
   r.need(1, B ? hd : 0, 4);
   r.need(2, B ? hd : 0, 4);
-  r.need(3, B ? ctx * hd : 0, 4);
+  r.need(3, B ? ctx * kvRow(r, 6, hd, true) : 0, 1);
   r.perSlot(3, 4);
+  r.kvRows(3);
   r.positionsIn(5, 8, ctx);
   r.need(4, B, 4);
   r.need(5, B, 4);
@@ -156,8 +177,9 @@ void indexerScoresCtxFp(const Launch &l, Footprint &f) {
   const Wide B = r.grid(1), nh = r.at(6), hd = r.at(7),
              ctx = r.at(8) / l.targIntOr("pool", 1);
   r.need(0, B * nh * hd, 4);
-  r.need(1, B ? ctx * hd : 0, 4);
+  r.need(1, B ? ctx * kvRow(r, 7, hd, false) : 0, 1);
   r.perSlot(1, 4);
+  r.kvRows(1);
   r.positionsIn(5, 8, r.at(8));
   r.need(2, B * nh, 4);
   r.need(3, B * ctx, 8);
@@ -190,8 +212,9 @@ void mlaAttnFp(const Launch &l, Footprint &f) {
   const Wide rows = nHeads ? B * H : 0;
   r.need(0, rows * (dn + dr), 4);
   r.need(1, rows ? kvr * H * (dn + dv) : 0, 4);
-  r.need(2, rows ? ctx * (kvr + dr) : 0, 4);
+  r.need(2, rows ? ctx * kvRow(r, 14, kvr + dr, false) : 0, 1);
   r.perSlot(2, 3);
+  r.kvRows(2);
   r.need(3, rows ? B : 0, 4);
   r.need(4, rows ? B * ctx : 0, 4);
   r.need(5, rows ? B : 0, 4);
@@ -229,8 +252,14 @@ void mlaCoreFp(const Launch &l, Footprint &f) {
   const Wide rows = nHeads ? B * H : 0;
   r.need(0, rows * (dn + dr), 4);
   r.need(1, rows * kvr, 4);
-  r.need(2, rows ? ctx * (kvr + dr) : 0, 4);
+  // 4-value loads of a row (float4, or 8 and 4 bytes of bf16 and e4m3)
+  // stay aligned when a row is whole 4-value groups.
+  if (r.l.kvForm() != glm::kv::kF32)
+    r.require((kvr + dr) % 4 == 0, 12, "is ", int64_t(dr),
+              "; a bf16/e4m3 cache needs kvr + dr a multiple of 4");
+  r.need(2, rows ? ctx * kvRow(r, 13, kvr + dr, false) : 0, 1);
   r.perSlot(2, 3);
+  r.kvRows(2);
   r.need(3, rows ? B : 0, 4);
   r.need(4, rows ? B * ctx : 0, 4);
   r.need(5, rows ? B : 0, 4);
@@ -707,11 +736,12 @@ void kpoolStoreFp(const Launch &l, Footprint &f) {
   r.need(3, B ? span(B, gs, hd) : 0, 4);
   r.need(5, B ? P * hd : 0, ab);
   r.need(7, B ? 2 * P * hd : 0, 4);
-  r.need(8, B ? ctx / P * hd : 0, 4);
+  r.need(8, B ? ctx / P * kvRow(r, 11, hd, true) : 0, 1);
   r.need(9, B, 4);
   r.need(10, B, 4);
   r.perSlot(7, 9);
   r.perSlot(8, 9); // pool pos[b] / P of the slot
+  r.kvRows(8);
   r.positionsIn(10, 13, ctx);
 }
 

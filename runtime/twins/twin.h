@@ -59,6 +59,10 @@ struct Launch {
   /// The `sum` template argument of the GEMV families that take one
   /// (codegen sumParam): 0 f32 (also when absent), 1 fixed, 2 fixed_out.
   int sumMode() const;
+  /// The `kv` template argument of the KV cache's writers and readers
+  /// (codegen kvParam, templates/kv_cache.cuh): 0 f32 (also when absent),
+  /// 1 bf16, 2 e4m3.
+  int kvForm() const;
 };
 
 using TwinFn = void (*)(const Launch &);

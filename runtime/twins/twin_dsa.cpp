@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/helper_twins.h"
+#include "runtime/twins/kv_rows.h"
 
 namespace glm::rt::twins {
 
@@ -24,22 +25,24 @@ void dsaIotaTwin(const Launch &l) {
 
 // indexer_scores_ctx(qi, keys, wts, score, seq, pos, nh, hd, maxCtx,
 // headScale, dotScale); grid (n, B): every t < (pos[b] + 1) / pool once
-// (template pool, default 1: keys and scores have maxCtx / pool rows).
+// (template pool, default 1: keys and scores have maxCtx / pool rows;
+// template kv: the keys' form, kv_rows.h).
 void indexerScoresCtxTwin(const Launch &l) {
-  const float *qi = l.ptr<const float>(0), *keys = l.ptr<const float>(1),
-              *wts = l.ptr<const float>(2);
+  const float *qi = l.ptr<const float>(0), *wts = l.ptr<const float>(2);
+  const void *keys = l.ptr<const void>(1);
   double *score = l.ptr<double>(3);
   const int *seq = l.ptr<const int>(4), *pos = l.ptr<const int>(5);
   const int nh = l.i32(6), hd = l.i32(7), maxCtx = l.i32(8);
   const double headScale = l.args.at(9).f, dotScale = l.args.at(10).f;
   const int pool = l.targIntOr("pool", 1), pc = maxCtx / pool;
+  KvRows rows(keys, l.kvForm(), hd);
   for (uint32_t b = 0; b < l.grid[1]; ++b) {
     const int T = (pos[b] + 1) / pool;
     const float *q = qi + (int64_t)b * nh * hd;
     const float *wv = wts + (int64_t)b * nh;
-    const float *kb = keys + (int64_t)seq[b] * pc * hd;
+    const int64_t r0 = (int64_t)seq[b] * pc;
     for (int t = 0; t < T; ++t) {
-      const float *kt = kb + (int64_t)t * hd;
+      const float *kt = rows.row(r0 + t);
       double acc = 0;
       for (int h = 0; h < nh; ++h) {
         double d = 0;

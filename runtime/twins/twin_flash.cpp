@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/helper_twins.h"
+#include "runtime/twins/kv_rows.h"
 
 #include "runtime/base/error.h"
 #include "runtime/base/parallel.h"
@@ -288,17 +289,20 @@ void kdaDecodeTwin(const Launch &l) {
 }
 
 // kpool_store(k, w, bias, gateIn, gs, ape, adt, ring, poolKeys, seq, pos,
-// hd, P, maxCtx); grid (1, B).
+// hd, P, maxCtx); grid (1, B); template kv: the pooled keys' form
+// (kv_rows.h; the ring stays fp32).
 void kpoolStoreTwin(const Launch &l) {
   const float *k = l.ptr<const float>(0), *w = l.ptr<const float>(1),
               *bias = l.ptr<const float>(2), *gateIn = l.ptr<const float>(3);
   const int gs = l.i32(4);
   const void *ape = l.ptr<const void>(5);
   const int adt = l.i32(6);
-  float *ring = l.ptr<float>(7), *poolKeys = l.ptr<float>(8);
+  float *ring = l.ptr<float>(7);
+  void *poolKeys = l.ptr<void>(8);
   const int *seq = l.ptr<const int>(9), *pos = l.ptr<const int>(10);
   const int hd = l.i32(11), P = l.i32(12), maxCtx = l.i32(13);
-  const int nt = (int)l.block[0];
+  const int nt = (int)l.block[0], kv = l.kvForm();
+  std::vector<float> staged(hd);
   for (uint32_t b = 0; b < l.grid[1]; ++b) {
     const int p0 = pos[b], j0 = p0 % P;
     const int64_t slot = seq[b];
@@ -309,7 +313,9 @@ void kpoolStoreTwin(const Launch &l) {
       rg[(int64_t)j0 * hd + c] = gateIn[(int64_t)b * gs + c];
     if (j0 != P - 1)
       continue;
-    float *dst = poolKeys + (slot * (maxCtx / P) + p0 / P) * hd;
+    const int64_t row = slot * (maxCtx / P) + p0 / P;
+    float *dst = kv == glm::kv::kF32 ? static_cast<float *>(poolKeys) + row * hd
+                                     : staged.data();
     for (int c = 0; c < hd; ++c) {
       float most = -3.402823466e38f;
       for (int j = 0; j < P; ++j) {
@@ -325,6 +331,8 @@ void kpoolStoreTwin(const Launch &l) {
       }
       dst[c] = acc / sum;
     }
+    if (kv != glm::kv::kF32)
+      kvWriteRow(poolKeys, kv, row, dst, hd);
   }
 }
 

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/helper_twins.h"
+#include "runtime/twins/kv_rows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,10 +18,11 @@
 namespace glm::rt::twins {
 
 // mla_attn(qAll, kvBT, cache, seq, selAll, nselp, pAll, maxCtx, ovAll,
-// heads, H, dn, dr, dv, kvr, scale); grid (nHeads, B).
+// heads, H, dn, dr, dv, kvr, scale); grid (nHeads, B); template kv: the
+// cache's form (kv_rows.h).
 void mlaAttnTwin(const Launch &l) {
-  const float *qAll = l.ptr<const float>(0), *kvBT = l.ptr<const float>(1),
-              *cache = l.ptr<const float>(2);
+  const float *qAll = l.ptr<const float>(0), *kvBT = l.ptr<const float>(1);
+  const void *cache = l.ptr<const void>(2);
   const int *seq = l.ptr<const int>(3), *selAll = l.ptr<const int>(4),
             *nselp = l.ptr<const int>(5);
   double *pAll = l.ptr<double>(6);
@@ -32,11 +34,12 @@ void mlaAttnTwin(const Launch &l) {
   const double scale = l.args.at(15).f;
   const int lat = kvr + dr, R = H * (dn + dv);
   std::vector<double> qabs(kvr), ctx(kvr);
+  KvRows rows(cache, l.kvForm(), lat);
   for (uint32_t b = 0; b < l.grid[1]; ++b)
     for (uint32_t bx = 0; bx < l.grid[0]; ++bx) {
       const int h = heads[bx], n = nselp[b];
       const float *qn = qAll + ((int64_t)b * H + h) * (dn + dr), *qp = qn + dn;
-      const float *cb = cache + (int64_t)seq[b] * maxCtx * lat;
+      const int64_t r0 = (int64_t)seq[b] * maxCtx;
       const int *sel = selAll + (int64_t)b * maxCtx;
       double *p = pAll + ((int64_t)b * H + h) * maxCtx;
       for (int c = 0; c < kvr; ++c) {
@@ -47,7 +50,7 @@ void mlaAttnTwin(const Launch &l) {
         qabs[c] = a;
       }
       for (int j = 0; j < n; ++j) {
-        const float *ent = cb + (int64_t)sel[j] * lat;
+        const float *ent = rows.row(r0 + sel[j]);
         double a = 0, bb = 0;
         for (int c = 0; c < kvr; ++c)
           a += (double)ent[c] * qabs[c];
@@ -68,7 +71,7 @@ void mlaAttnTwin(const Launch &l) {
       for (int c = 0; c < kvr; ++c) {
         double a = 0;
         for (int j = 0; j < n; ++j)
-          a += p[j] * (double)cb[(int64_t)sel[j] * lat + c];
+          a += p[j] * (double)rows.row(r0 + sel[j])[c];
         ctx[c] = a;
       }
       float *ov = ovAll + (int64_t)b * H * dv;
@@ -155,11 +158,12 @@ void mlaQabsTwin(const Launch &l) {
 }
 
 // mla_core(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, ctxAll,
-// heads, H, dn, dr, kvr, scale); grid (nHeads, B), block nt.
+// heads, H, dn, dr, kvr, scale); grid (nHeads, B), block nt; template kv:
+// the cache's form (kv_rows.h).
 void mlaCoreTwin(const Launch &l) {
   constexpr int kTile = 1024; // hx::kMlaTile
-  const float *qAll = l.ptr<const float>(0), *qabsAll = l.ptr<const float>(1),
-              *cache = l.ptr<const float>(2);
+  const float *qAll = l.ptr<const float>(0), *qabsAll = l.ptr<const float>(1);
+  const void *cache = l.ptr<const void>(2);
   const int *seq = l.ptr<const int>(3), *selAll = l.ptr<const int>(4),
             *nselp = l.ptr<const int>(5);
   float *pAll = l.ptr<float>(6);
@@ -170,17 +174,21 @@ void mlaCoreTwin(const Launch &l) {
   const double scale = l.args.at(14).f;
   const int nt = (int)l.block[0], lat = kvr + dr;
   const int cv = kvr / 4, G = nt / cv;
+  KvRows rows(cache, l.kvForm(), lat);
   for (uint32_t b = 0; b < l.grid[1]; ++b)
     for (uint32_t bx = 0; bx < l.grid[0]; ++bx) {
       const int h = heads[bx], n = nselp[b];
       const float *qp = qAll + ((int64_t)b * H + h) * (dn + dr) + dn;
       const float *qs = qabsAll + ((int64_t)b * H + h) * kvr;
-      const float *cb = cache + (int64_t)seq[b] * maxCtx * lat;
+      const int64_t r0 = (int64_t)seq[b] * maxCtx;
       const int *sel = selAll + (int64_t)b * maxCtx;
       float *p = pAll + ((int64_t)b * H + h) * maxCtx;
+      std::vector<const float *> ents(n); // the selected rows' values
+      for (int j = 0; j < n; ++j)
+        ents[j] = rows.row(r0 + sel[j]);
       // Scores: lanes over channels c = lane + 32k in order, warp sums.
       for (int j = 0; j < n; ++j) {
-        const float *ent = cb + (int64_t)sel[j] * lat;
+        const float *ent = ents[j];
         float a[32], r[32];
         for (int lane = 0; lane < 32; ++lane) {
           a[lane] = r[lane] = 0.0f;
@@ -211,7 +219,7 @@ void mlaCoreTwin(const Launch &l) {
             const int m = std::min(n - j0, kTile);
             for (int j = grp; j < m; j += G) {
               const float pv = p[j0 + j];
-              const float *v = cb + (int64_t)sel[j0 + j] * lat + 4 * col;
+              const float *v = ents[j0 + j] + 4 * col;
               for (int q = 0; q < 4; ++q)
                 acc[q] += pv * v[q];
             }

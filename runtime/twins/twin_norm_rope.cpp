@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/helper_twins.h"
+#include "runtime/twins/kv_rows.h"
 
 #include <algorithm>
 #include <cmath>
@@ -105,17 +106,21 @@ void ropeRowsTwin(const Launch &l) {
 }
 
 // kv_store(kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta);
-// grid (1, B).
+// grid (1, B); template kv: the cache's form (kv_rows.h), the row computed
+// in fp32 first.
 void kvStoreTwin(const Launch &l) {
   const float *kva = l.ptr<const float>(0), *normW = l.ptr<const float>(1);
-  float *cache = l.ptr<float>(2);
+  void *cache = l.ptr<void>(2);
   const int *seq = l.ptr<const int>(3), *pos = l.ptr<const int>(4);
   const int kvr = l.i32(5), dr = l.i32(6), maxCtx = l.i32(7);
   const double eps = l.args.at(8).f, theta = l.args.at(9).f;
-  const int nt = (int)l.block[0], lat = kvr + dr;
+  const int nt = (int)l.block[0], lat = kvr + dr, kv = l.kvForm();
+  std::vector<float> staged(lat);
   for (uint32_t b = 0; b < l.grid[1]; ++b) {
     const float *src = kva + (int64_t)b * lat;
-    float *dst = cache + ((int64_t)seq[b] * maxCtx + pos[b]) * lat;
+    const int64_t r = (int64_t)seq[b] * maxCtx + pos[b];
+    float *dst = kv == glm::kv::kF32 ? static_cast<float *>(cache) + r * lat
+                                     : staged.data();
     std::vector<double> ss(nt, 0.0);
     for (int t = 0; t < nt; ++t)
       for (int i = t; i < kvr; i += nt)
@@ -127,6 +132,8 @@ void kvStoreTwin(const Launch &l) {
       dst[kvr + i] = src[kvr + i];
     for (int i = 0; i < dr / 2; ++i)
       hx::ropePair(dst + kvr, i, dr, pos[b], theta);
+    if (kv != glm::kv::kF32)
+      kvWriteRow(cache, kv, r, dst, lat);
   }
 }
 
@@ -154,20 +161,25 @@ void layerNormKey(const float *x, const float *w, const float *bias,
 } // namespace hx
 
 // index_key_store(k, w, bias, keys, seq, pos, hd, dr, maxCtx, theta);
-// grid (1, B).
+// grid (1, B); template kv: the keys' form (kv_rows.h).
 void indexKeyStoreTwin(const Launch &l) {
   const float *k = l.ptr<const float>(0), *w = l.ptr<const float>(1),
               *bias = l.ptr<const float>(2);
-  float *keys = l.ptr<float>(3);
+  void *keys = l.ptr<void>(3);
   const int *seq = l.ptr<const int>(4), *pos = l.ptr<const int>(5);
   const int hd = l.i32(6), dr = l.i32(7), maxCtx = l.i32(8);
   const double theta = l.args.at(9).f;
-  const int nt = (int)l.block[0];
+  const int nt = (int)l.block[0], kv = l.kvForm();
+  std::vector<float> staged(hd);
   for (uint32_t b = 0; b < l.grid[1]; ++b) {
-    float *dst = keys + ((int64_t)seq[b] * maxCtx + pos[b]) * hd;
+    const int64_t r = (int64_t)seq[b] * maxCtx + pos[b];
+    float *dst = kv == glm::kv::kF32 ? static_cast<float *>(keys) + r * hd
+                                     : staged.data();
     hx::layerNormKey(k + (int64_t)b * hd, w, bias, dst, hd, nt);
     for (int i = 0; i < dr / 2; ++i)
       hx::ropePair(dst, i, dr, pos[b], theta);
+    if (kv != glm::kv::kF32)
+      kvWriteRow(keys, kv, r, dst, hd);
   }
 }
 

@@ -20,6 +20,7 @@
 
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/templates/fixed_point.cuh"
+#include "codegen/templates/kv_cache.cuh"
 
 #include <algorithm>
 #include <cstdlib>
@@ -389,6 +390,214 @@ TEST_F(ExecutorHelpersGpu, AbsorbedMlaMatchesTwins) {
           .i32(kvr);
       o.run(nh * ((dv + 31) / 32), B, 1, 256); // 8 warps x 4 rows
       o.check(6, tag, tol, "exp2f");
+    }
+  }
+}
+
+/// The KV cache's storage forms (--kv-dtype bf16 | fp8, kv_cache.cuh).
+int kvFormOf(const std::string &kv) {
+  return kv == "bf16" ? glm::kv::kBf16 : glm::kv::kE4m3;
+}
+/// Rows of n values stored in form kv as the writers store them (numeric.h,
+/// the twins' conversions): bf16 rounded to nearest even, or E4M3 with the
+/// row's scale amax / 448 after its values.
+std::vector<uint8_t> encodeRows(const std::string &kv,
+                                const std::vector<float> &v, int n) {
+  const int form = kvFormOf(kv);
+  const size_t rows = v.size() / n, rb = glm::kv::rowBytes(form, n);
+  std::vector<uint8_t> out(rows * rb);
+  for (size_t r = 0; r < rows; ++r) {
+    const float *x = v.data() + r * n;
+    uint8_t *p = out.data() + r * rb;
+    if (form == glm::kv::kBf16) {
+      for (int i = 0; i < n; ++i) {
+        const uint16_t h = glm::rt::floatToBf16(x[i]);
+        std::memcpy(p + 2 * i, &h, 2);
+      }
+      continue;
+    }
+    float amax = 0.0f;
+    for (int i = 0; i < n; ++i)
+      amax = std::max(amax, std::fabs(x[i]));
+    const float sc = glm::kv::e4m3Scale(amax);
+    for (int i = 0; i < n; ++i)
+      p[i] = glm::rt::floatToE4m3(x[i] / sc);
+    std::memcpy(p + n, &sc, 4);
+  }
+  return out;
+}
+/// Row r of a stored cache, widened as the readers widen it.
+std::vector<float> decodeRow(const std::string &kv,
+                             const std::vector<uint8_t> &c, size_t r, int n) {
+  const int form = kvFormOf(kv);
+  const uint8_t *p = c.data() + r * glm::kv::rowBytes(form, n);
+  std::vector<float> v(n);
+  float sc = 1.0f;
+  if (form == glm::kv::kE4m3)
+    std::memcpy(&sc, p + n, 4);
+  for (int i = 0; i < n; ++i) {
+    if (form == glm::kv::kBf16) {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      v[i] = glm::rt::bf16ToFloat(h);
+    } else {
+      v[i] = glm::rt::e4m3ToFloat(p[i]) * sc;
+    }
+  }
+  return v;
+}
+
+/// The cache writers at bf16 and e4m3: the same bytes as the twins where the
+/// fp32 row is the same bits (no RoPE part: Flash's NoPE latent, or dr = 0
+/// keys); with a RoPE part (fp64 pow/sin/cos, last bit of the fp32 row) a
+/// value may round to the neighbouring stored value: within one step of the
+/// form at the row's largest magnitude (bf16 2^-7, E4M3 2^-3 relative), and
+/// the rows at position 0 (angle 0: exact) the same bytes. The readers over
+/// a stored cache: mla_core / mla_attn (fp64 exp, 1e-6) and
+/// indexer_scores_ctx (exact) as at f32.
+TEST_F(ExecutorHelpersGpu, KvCacheFormsMatchTwins) {
+  std::mt19937 rng(16);
+  const int B = 3, maxCtx = 520;
+  const std::vector<int> pos = {0, 17, 511}, seq = {2, 0, 1};
+  for (const std::string kv : {"bf16", "e4m3"}) {
+    const int form = kvFormOf(kv);
+    const double step = kv == "bf16" ? 1.0 / 128 : 1.0 / 8;
+    // Compares the written rows: bytes exact (want0 or the rows at
+    // position 0), else values within one step.
+    auto checkRows = [&](Dual &r, size_t k, int n, bool exact,
+                         const std::string &what) {
+      if (exact) {
+        r.checkInts(k, what + " (bytes)");
+        return;
+      }
+      const std::vector<uint8_t> g = r.gpu<uint8_t>(k), h = r.host<uint8_t>(k);
+      const size_t rb = glm::kv::rowBytes(form, n);
+      Err e;
+      size_t differ = 0;
+      for (int b = 0; b < B; ++b) {
+        const size_t row = (size_t)seq[b] * maxCtx + pos[b];
+        const std::vector<float> gv = decodeRow(kv, g, row, n),
+                                 hv = decodeRow(kv, h, row, n);
+        for (int i = 0; i < n; ++i) {
+          e.add(gv[i], hv[i]);
+          differ += !sameBits(gv[i], hv[i]);
+        }
+        if (pos[b] == 0)
+          reportExact(
+              kv + " " + what + " row at position 0",
+              std::memcmp(g.data() + row * rb, h.data() + row * rb, rb) != 0,
+              1);
+      }
+      std::printf("[gpu-case] %s %s: %zu of %zu values on the other side of a "
+                  "rounding boundary\n",
+                  kv.c_str(), what.c_str(), differ, (size_t)B * n);
+      report(kv + " " + what, e, step, "one stored step: fp64 sin/cos");
+    };
+    for (int dr : {64, 0}) {
+      const int kvr = 512, lat = kvr + dr;
+      Dual r("kv_store", 256, {{"kv", kv}});
+      r.buf(randn(rng, (size_t)B * lat))
+          .buf(randn(rng, kvr))
+          .out<uint8_t>((size_t)3 * maxCtx * glm::kv::rowBytes(form, lat))
+          .buf(seq)
+          .buf(pos)
+          .i32(kvr)
+          .i32(dr)
+          .i32(maxCtx)
+          .f64(1e-6)
+          .f64(10000.0);
+      r.run(1, B, 1, 256);
+      checkRows(r, 2, lat, dr == 0, "kv_store dr" + std::to_string(dr));
+    }
+    for (int dr : {64, 0}) {
+      const int hd = 128;
+      Dual r("index_key_store", 256, {{"kv", kv}});
+      r.buf(randn(rng, (size_t)B * hd, 3.0f))
+          .buf(randn(rng, hd))
+          .buf(randn(rng, hd))
+          .out<uint8_t>((size_t)3 * maxCtx * glm::kv::rowBytes(form, hd))
+          .buf(seq)
+          .buf(pos)
+          .i32(hd)
+          .i32(dr)
+          .i32(maxCtx)
+          .f64(10000.0);
+      r.run(1, B, 1, 256);
+      checkRows(r, 3, hd, dr == 0, "index_key_store dr" + std::to_string(dr));
+    }
+    // Readers over stored rows.
+    {
+      const int nh = 32, hd = 128, T = 3000;
+      const std::vector<int> s2 = {1, 0}, p2 = {2999, 700};
+      Dual sc("indexer_scores_ctx", 256, {{"kv", kv}});
+      sc.buf(randn(rng, (size_t)2 * nh * hd))
+          .buf(encodeRows(kv, randn(rng, (size_t)2 * T * hd), hd))
+          .buf(randn(rng, (size_t)2 * nh))
+          .out<double>((size_t)2 * T)
+          .buf(s2)
+          .buf(p2)
+          .i32(nh)
+          .i32(hd)
+          .i32(T)
+          .f64(1.0 / std::sqrt((double)nh))
+          .f64(1.0 / std::sqrt((double)hd));
+      sc.run(64, 2, 1, 256);
+      sc.checkD(3, kv + " index-key scores", 0);
+    }
+    {
+      const int H = 4, dn = 192, dr = 64, dv = 256, kvr = 512, lat = kvr + dr;
+      const int Bm = 2, ctx = 1600, R = H * (dn + dv);
+      const double scale = 1.0 / std::sqrt((double)(dn + dr));
+      const std::vector<int> heads = {0, 1, 3}, s2 = {1, 0}, nsel = {65, 1500};
+      std::vector<int> sel((size_t)Bm * ctx, 0);
+      for (int b = 0; b < Bm; ++b) {
+        std::vector<int> all(ctx);
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        std::copy(all.begin(), all.begin() + nsel[b], sel.begin() + b * ctx);
+      }
+      const std::vector<float> q = randn(rng, (size_t)Bm * H * (dn + dr));
+      const std::vector<uint8_t> cache =
+          encodeRows(kv, randn(rng, (size_t)Bm * ctx * lat), lat);
+      Dual c("mla_core", 1024, {{"kv", kv}});
+      c.buf(q)
+          .buf(randn(rng, (size_t)Bm * H * kvr, 0.1f))
+          .buf(cache)
+          .buf(s2)
+          .buf(sel)
+          .buf(nsel)
+          .out<float>((size_t)Bm * H * ctx)
+          .i32(ctx)
+          .out<float>((size_t)Bm * H * kvr)
+          .buf(heads)
+          .i32(H)
+          .i32(dn)
+          .i32(dr)
+          .i32(kvr)
+          .f64(scale);
+      c.run((unsigned)heads.size(), Bm, 1, 1024,
+            (unsigned)(kvr + dr + 2 * 1024 + 4 * 1024) * 4);
+      c.check(8, kv + " mla_core ctx (65, 1500 rows)", 1e-6, "fp64 exp");
+      Dual a("mla_attn", 256, {{"kv", kv}});
+      a.buf(q)
+          .buf(randn(rng, (size_t)kvr * R, 0.05f))
+          .buf(cache)
+          .buf(s2)
+          .buf(sel)
+          .buf(nsel)
+          .out<double>((size_t)Bm * H * ctx)
+          .i32(ctx)
+          .buf(std::vector<float>((size_t)Bm * H * dv, 0.0f))
+          .buf(heads)
+          .i32(H)
+          .i32(dn)
+          .i32(dr)
+          .i32(dv)
+          .i32(kvr)
+          .f64(scale);
+      a.run((unsigned)heads.size(), Bm, 1, 256,
+            (unsigned)(2 * kvr * sizeof(double)));
+      a.check(8, kv + " mla_attn ov", 1e-6, "fp64 exp");
     }
   }
 }

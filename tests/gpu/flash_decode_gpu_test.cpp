@@ -14,6 +14,8 @@
 #include "gpu_dual.h"
 #include "gpu_test_util.h"
 
+#include "codegen/templates/kv_cache.cuh"
+
 #include <numeric>
 
 namespace glm::gputest {
@@ -234,6 +236,65 @@ TEST_F(FlashDecodeGpu, KpoolStoreScoresAndSelectMatchTwins) {
       sel.checkInts(5, "pool selection count " + tag);
     }
   }
+}
+
+/// The pooled keys stored as bf16 and E4M3 (--kv-dtype bf16 | fp8,
+/// kv_cache.cuh): kpool_store rounds the same fp32 K_p (IEEE-exact
+/// pooling), so the same bytes; the pooled scores over them the same bits.
+TEST_F(FlashDecodeGpu, KpoolStoreAndScoresMatchTwinsAtBf16AndE4m3) {
+  for (const std::string kv : {"bf16", "e4m3"})
+    for (int hd : {128, 16}) {
+      const int P = 4, maxCtx = 64, B = 2, slots = 3, nh = 8, gs = hd + 3;
+      const int threads = hd == 128 ? 128 : 64;
+      const int form = kv == "bf16" ? glm::kv::kBf16 : glm::kv::kE4m3;
+      const std::vector<int> seq = {2, 0};
+      std::mt19937 rng(hd + 7);
+      const std::vector<float> lnW = randn(rng, hd, 0.3f),
+                               lnB = randn(rng, hd, 0.1f);
+      const std::vector<uint8_t> ape = storeAs(2, randn(rng, (size_t)P * hd));
+      std::vector<float> ring((size_t)slots * 2 * P * hd, NAN);
+      std::vector<uint8_t> pools(
+          (size_t)slots * (maxCtx / P) * glm::kv::rowBytes(form, hd), 0xFF);
+      for (int t = 0; t < 12; ++t) {
+        const std::string tag =
+            kv + " hd" + std::to_string(hd) + " token " + std::to_string(t);
+        const std::vector<int> pos(B, t);
+        Dual s("kpool_store", threads, {{"kv", kv}});
+        s.buf(randn(rng, (size_t)B * hd))
+            .buf(lnW)
+            .buf(lnB)
+            .buf(randn(rng, (size_t)B * gs))
+            .i32(gs)
+            .buf(ape)
+            .i32(2)
+            .buf(ring)
+            .buf(pools)
+            .buf(seq)
+            .buf(pos)
+            .i32(hd)
+            .i32(P)
+            .i32(maxCtx);
+        s.run(1, B, 1, threads);
+        s.check(7, "ring " + tag, 0);
+        s.checkInts(8, "pools " + tag + " (bytes)");
+        ring = s.host<float>(7);
+        pools = s.host<uint8_t>(8);
+        Dual sc("indexer_scores_ctx", 256, {{"pool", "4"}, {"kv", kv}});
+        sc.buf(randn(rng, (size_t)B * nh * hd))
+            .buf(pools)
+            .buf(randn(rng, (size_t)B * nh))
+            .out<double>((size_t)B * (maxCtx / P))
+            .buf(seq)
+            .buf(pos)
+            .i32(nh)
+            .i32(hd)
+            .i32(maxCtx)
+            .f64(1.0 / std::sqrt((double)nh))
+            .f64(1.0 / std::sqrt((double)hd));
+        sc.run(2, B, 1, 256);
+        sc.checkD(3, "pool scores " + tag, 0);
+      }
+    }
 }
 
 } // namespace

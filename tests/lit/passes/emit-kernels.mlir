@@ -1,6 +1,8 @@
 // RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=2},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{arch=sm_121,sm_90})' | FileCheck %s
 // RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels)' | FileCheck %s --check-prefix=ORDER
 // RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-emit-kernels{arch=gfx90a})' 2>&1 | FileCheck %s --check-prefix=ARCH
+// RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory{kv-dtype=fp8},glm-emit-kernels)' | FileCheck %s --check-prefix=FP8
+// RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-emit-kernels{kv-dtype=bf16})' | FileCheck %s --check-prefix=BF16
 // RUN: glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{moe-trellis-tuning=2:1:64:2:2 dense-trellis-tuning=8:1:64:64:0:0:2})' | FileCheck %s --check-prefix=TUNED
 // RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-emit-kernels{dense-trellis-tuning=16:2})' 2>&1 | FileCheck %s --check-prefix=BADTUNE
 // RUN: not glmc-opt %S/Inputs/model.mlir -pass-pipeline='builtin.module(glm-shard-tp{ranks=1},glm-select-width,glm-fuse,glm-plan-memory,glm-emit-kernels{moe-trellis-tuning=24:2:128:4:4})' 2>&1 | FileCheck %s --check-prefix=MOETRAP
@@ -23,6 +25,13 @@
 // ORDER: glm.mlp {{.*}}glm.kernels = ["glm_dense_gemv_fp8_block_sf32_b1_r2_stream_t256", "glm_dense_gemv_fp8_block_sf32_b1_r2_stream_t256", "glm_swiglu_t256", "glm_dense_gemv_fp8_block_sf32_b1_sumfixed_stream_t256"]
 // ORDER: glm.router {{.*}}glm.kernels = ["glm_dense_gemv_bf16_snone_b1_stream_t256", "glm_route_t32"]
 // ORDER: glm.fused_expert_gemv {{.*}}glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_t128"]
+// The KV cache's writers and readers are instantiated for its storage
+// (--kv-dtype; glm.kv's dtype wins over the pass option): the index-key
+// store and scores, the latent store and mla_core; the other kernels keep
+// their names.
+// FP8: glm.indexer_topk {{.*}}glm.kernels = ["glm_gemv_any_t256", "glm_rope_rows_t32", "glm_dense_gemv_fp8_block_sf32_b1_stream_t256", "glm_index_key_store_kve4m3_t256", "glm_dense_gemv_bf16_snone_b1_stream_t256", "glm_indexer_scores_ctx_kve4m3_t256", "glm_dsa_select_t1024"]
+// FP8: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_kve4m3_t256", "glm_rope_rows_t32", "glm_mla_qabs_t64", "glm_mla_core_kve4m3_t1024", "glm_mla_out_t256"]
+// BF16: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_kvbf16_t256", "glm_rope_rows_t32", "glm_mla_qabs_t64", "glm_mla_core_kvbf16_t1024", "glm_mla_out_t256"]
 // A sum over rank-owned units ends in fixed point (the same bits at every
 // rank count): one rank converts in the kernel (sum = fixed, above); two
 // write int64 rows (fixed_out), all-reduce them on NCCL and convert after.

@@ -35,13 +35,15 @@ using glm::rt::Error;
 using glm::rt::Pack;
 
 /// Compiles the pack in `dir` for `ranks` ranks into a plan (no NVRTC: the
-/// CPU backend runs the twins) with decode graphs of `batches` rows.
+/// CPU backend runs the twins) with decode graphs of `batches` rows; the
+/// KV cache stored as `kvDtype` (glmc compile --kv-dtype).
 inline std::shared_ptr<glm::plan::Plan>
 compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
             const std::vector<int64_t> &batches = {1},
             const std::string &denseTrellisTuning = "",
             const std::vector<int64_t> &prefillChunks = {0},
-            int64_t kvSlots = 1, bool draft = false) {
+            int64_t kvSlots = 1, bool draft = false,
+            const std::string &kvDtype = "f32") {
   mlir::DialectRegistry registry;
   glmc::registerGlmDialects(registry);
   mlir::MLIRContext ctx(registry);
@@ -52,16 +54,17 @@ compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
   auto module = glmc::importPack(ctx, dir, io);
   if (!module)
     throw Error("import of " + dir + " failed");
-  fs::path out = fs::temp_directory_path() /
-                 ("glm-plan-exec-" + std::to_string(::getpid()) + "-" +
-                  fs::path(dir).filename().string() + "-" +
-                  std::to_string(ranks) + (draft ? "-draft" : "") +
-                  ".glmplan");
+  fs::path out =
+      fs::temp_directory_path() /
+      ("glm-plan-exec-" + std::to_string(::getpid()) + "-" +
+       fs::path(dir).filename().string() + "-" + std::to_string(ranks) +
+       (draft ? "-draft" : "") + "-" + kvDtype + ".glmplan");
   glmc::PipelineOptions opt;
   opt.ranks = ranks;
   opt.memoryPerSpark = 0;
   opt.maxContext = 256;
   opt.kvSlots = kvSlots;
+  opt.kvDtype = kvDtype;
   opt.decodeBatches = batches;
   opt.prefillChunks = prefillChunks;
   opt.denseTrellisTuning = denseTrellisTuning;

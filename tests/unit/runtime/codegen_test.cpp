@@ -174,6 +174,16 @@ std::vector<KernelSpec> helperSpecs() {
   add("moe_gather", {{"threads", "256"}});
   add("moe_act", {{"threads", "512"}});
   add("moe_combine", {{"threads", "256"}});
+  // The KV cache's bf16 and e4m3 storage forms (kv_cache.cuh) of every
+  // family that writes or reads it (--kv-dtype bf16 | fp8).
+  for (const char *kv : {"bf16", "e4m3"}) {
+    for (const char *f : {"kv_store", "index_key_store", "mla_attn"})
+      add(f, {{"kv", kv}, {"threads", "256"}});
+    add("kpool_store", {{"kv", kv}, {"threads", "128"}});
+    add("mla_core", {{"kv", kv}, {"threads", "1024"}});
+    add("indexer_scores_ctx", {{"kv", kv}, {"threads", "256"}});
+    add("indexer_scores_ctx", {{"pool", "4"}, {"kv", kv}, {"threads", "256"}});
+  }
   return s;
 }
 
