@@ -108,6 +108,12 @@ std::shared_ptr<plan::Plan> openBenchPlan(const BenchOptions &opt,
 /// ratio to the cold prompt. Returns the table.
 std::string runServeBench(const BenchOptions &opt, std::ostream &log);
 
+/// `--suite prefill-step --plan PLAN` (bench_prefill_step.cpp): prompts of
+/// 512 .. 32768 tokens through the plan's prefill graphs from position 0
+/// with random weights: TTFT, tok/s, the token loop measured in the same run
+/// and the fraction of the H200's dense fp16 peak; returns the table.
+std::string runPrefillStepBench(const BenchOptions &opt, std::ostream &log);
+
 /// `--suite dense` (bench_dense.cpp): the GLM-5.3 trellis dense projections
 /// at K2/K3/K4 MCG E4M3, batch 1 and 8, legacy dense_gemv_trellis vs
 /// dense_trellis (default tuning and the best of a sweep), µs and ratio to

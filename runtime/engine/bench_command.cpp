@@ -45,11 +45,15 @@ void addBenchCommand(CLI::App &app, int &rc) {
                   "copy | expert | moe-layer | all | prefill | step | dense | "
                   "gemv (dense_gemv rows-per-warp and load choices) | flash "
                   "(GLM-5.3-Flash decode kernels: KDA, mHC, k-pool indexer) "
+                  "| prefill-step (with --plan: prompts of 512..32768 tokens "
+                  "through the plan's prefill graphs, random weights: TTFT "
+                  "against the token loop, fraction of the fp16 peak) "
                   "| serve (with --plan: serve --max-batch's generator, "
                   "random weights: tok/s at 1-16 concurrent streams, TTFT "
                   "under steady arrivals, a shared prefix's TTFT)")
       ->check(CLI::IsMember({"copy", "expert", "moe-layer", "all", "prefill",
-                             "step", "dense", "gemv", "flash", "serve"}));
+                             "step", "dense", "gemv", "flash", "serve",
+                             "prefill-step"}));
   cmd->add_option("--table", o->table, "Also write the result table to FILE");
   cmd->add_option("--device", o->device, "CUDA device ordinal")
       ->check(cliInt(0, 1023));
@@ -110,11 +114,14 @@ void addBenchCommand(CLI::App &app, int &rc) {
     bo.measuredOut = o->measuredOut;
     bo.graphs = !o->noGraphs;
     bo.servePrefix = o->servePrefix;
-    if (!bo.planPath.empty() && bo.suite != "serve")
+    if (!bo.planPath.empty() && bo.suite != "serve" &&
+        bo.suite != "prefill-step")
       bo.suite = "step";
     std::string table;
     if (bo.suite == "serve") {
       table = cuda::runServeBench(bo, std::cout); // bench_serve.cpp
+    } else if (bo.suite == "prefill-step") {
+      table = cuda::runPrefillStepBench(bo, std::cout);
     } else if (bo.suite == "step") {
       // The copy bandwidth is the step's roofline.
       cuda::BenchOptions copy = bo;
