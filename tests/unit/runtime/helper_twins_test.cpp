@@ -14,6 +14,7 @@
 #include "runtime/base/numeric.h"
 #include "runtime/cpu/ops.h"
 #include "runtime/twins/twin.h"
+#include "twin_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -28,59 +29,9 @@ namespace {
 using glm::rt::twins::Arg;
 using glm::rt::twins::Launch;
 namespace cpu = glm::rt::cpu;
+using glm::twintest::Call;
+using glm::twintest::randn;
 
-/// One launch of a helper family's twin, arguments in ABI order.
-class Call {
-public:
-  Call(const char *family, uint32_t gx, uint32_t gy, uint32_t gz,
-       uint32_t block) {
-    l_.family = family;
-    l_.templateArgs = &targs_;
-    l_.grid[0] = gx;
-    l_.grid[1] = gy;
-    l_.grid[2] = gz;
-    l_.block[0] = block;
-    targs_["threads"] = std::to_string(block);
-  }
-  Call &p(const void *v) {
-    Arg a;
-    a.p = const_cast<void *>(v);
-    l_.args.push_back(a);
-    return *this;
-  }
-  Call &i(int64_t v) {
-    Arg a;
-    a.i = v;
-    l_.args.push_back(a);
-    return *this;
-  }
-  Call &f(double v) {
-    Arg a;
-    a.f = v;
-    l_.args.push_back(a);
-    return *this;
-  }
-  void run() {
-    ASSERT_EQ(l_.args.size(),
-              glm::codegen::familyInfo(l_.family).kernelParams.size())
-        << l_.family;
-    auto fn = glm::rt::twins::findTwin(l_.family);
-    ASSERT_NE(fn, nullptr) << l_.family;
-    fn(l_);
-  }
-
-private:
-  Launch l_;
-  glm::plan::KeyValues targs_;
-};
-
-std::vector<float> randn(std::mt19937 &rng, size_t n, float s = 1.0f) {
-  std::normal_distribution<float> d(0.0f, s);
-  std::vector<float> v(n);
-  for (auto &x : v)
-    x = d(rng);
-  return v;
-}
 
 bool sameBits(float a, float b) {
   if (std::isnan(a) || std::isnan(b))

@@ -21,6 +21,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/numeric.h"
 #include "runtime/twins/twin.h"
+#include "twin_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -37,57 +38,20 @@ using glm::rt::twins::Launch;
 
 /// One twin launch: family, template args, grid (gx, gy), block, arguments
 /// in ABI order.
-struct Launch1 {
-  Launch1(const char *family, const std::string &kv, uint32_t gx, uint32_t gy,
-          uint32_t block, std::map<std::string, std::string> more = {}) {
-    l.family = family;
-    targs["threads"] = std::to_string(block);
-    if (kv != "f32")
-      targs["kv"] = kv;
-    for (auto &[k, v] : more)
-      targs[k] = v;
-    l.templateArgs = &targs;
-    l.grid[0] = gx;
-    l.grid[1] = gy;
-    l.block[0] = block;
-  }
-  Launch1 &p(const void *v) {
-    Arg a;
-    a.p = const_cast<void *>(v);
-    l.args.push_back(a);
-    return *this;
-  }
-  Launch1 &i(int64_t v) {
-    Arg a;
-    a.i = v;
-    l.args.push_back(a);
-    return *this;
-  }
-  Launch1 &f(double v) {
-    Arg a;
-    a.f = v;
-    l.args.push_back(a);
-    return *this;
-  }
-  void go() {
-    ASSERT_EQ(l.args.size(),
-              glm::codegen::familyInfo(l.family).kernelParams.size())
-        << l.family;
-    auto fn = glm::rt::twins::findTwin(l.family);
-    ASSERT_NE(fn, nullptr) << l.family;
-    fn(l);
-  }
-  Launch l;
-  glm::plan::KeyValues targs;
-};
-
-std::vector<float> randn(std::mt19937 &rng, size_t n, float s = 1.0f) {
-  std::normal_distribution<float> d(0.0f, s);
-  std::vector<float> v(n);
-  for (auto &x : v)
-    x = d(rng);
-  return v;
+/// A twin launch of a cache family at storage form `kv` ("f32" leaves the
+/// template argument out, as the compiler does).
+glm::twintest::Call Launch1(const char *family, const std::string &kv,
+                            uint32_t gx, uint32_t gy, uint32_t block,
+                            std::map<std::string, std::string> more = {}) {
+  glm::twintest::Call c(family, gx, gy, 1, block);
+  if (kv != "f32")
+    c.targ("kv", kv);
+  for (auto &[key, v] : more)
+    c.targ(key, v);
+  return c;
 }
+using glm::twintest::randn;
+
 
 bool sameBits(float a, float b) {
   if (std::isnan(a) || std::isnan(b))
@@ -272,7 +236,7 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
         .i(maxCtx)
         .f(1e-6)
         .f(8e6)
-        .go();
+        .run();
     for (const std::string kv : {"bf16", "e4m3"}) {
       std::vector<uint8_t> c(
           (size_t)slots * maxCtx *
@@ -289,7 +253,7 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
           .i(maxCtx)
           .f(1e-6)
           .f(8e6)
-          .go();
+          .run();
       for (int b = 0; b < B; ++b) {
         const int64_t r = (int64_t)seq[b] * maxCtx + pos[b];
         expectRounded(c, kv, r, f32.data() + r * lat, lat,
@@ -315,7 +279,7 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
         .i(dr)
         .i(maxCtx)
         .f(8e6)
-        .go();
+        .run();
     for (const std::string kv : {"bf16", "e4m3"}) {
       std::vector<uint8_t> c((size_t)slots * maxCtx *
                              (kv == "bf16" ? 2 * hd : hd + 4));
@@ -330,7 +294,7 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
           .i(dr)
           .i(maxCtx)
           .f(8e6)
-          .go();
+          .run();
       for (int b = 0; b < B; ++b) {
         const int64_t r = (int64_t)seq[b] * maxCtx + pos[b];
         expectRounded(c, kv, r, f32.data() + r * hd, hd,
@@ -371,7 +335,7 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
           .i(hd)
           .i(P)
           .i(ctx)
-          .go();
+          .run();
       for (const std::string kv : {"bf16", "e4m3"})
         Launch1("kpool_store", kv, 1, 1, 128)
             .p(k.data())
@@ -388,7 +352,7 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
             .i(hd)
             .i(P)
             .i(ctx)
-            .go();
+            .run();
     }
     for (const std::string kv : {"bf16", "e4m3"})
       for (int p = 0; p < ctx / P; ++p) {
@@ -469,7 +433,7 @@ TEST(KvRows, ReadersComputeOnTheValuesRead) {
           .i(dr)
           .i(kvr)
           .f(scale)
-          .go();
+          .run();
       pd[form2].assign((size_t)B * H * maxCtx, 0.0);
       ov[form2].assign((size_t)B * H * dv, 0.0f);
       Launch1("mla_attn", form2, (uint32_t)heads.size(), B, 256)
@@ -489,7 +453,7 @@ TEST(KvRows, ReadersComputeOnTheValuesRead) {
           .i(dv)
           .i(kvr)
           .f(scale)
-          .go();
+          .run();
     }
     size_t bad = 0;
     for (size_t i = 0; i < ctx["f32"].size(); ++i)
@@ -520,7 +484,7 @@ TEST(KvRows, ReadersComputeOnTheValuesRead) {
             .i(maxCtx)
             .f(1 / std::sqrt(3.0))
             .f(1 / std::sqrt(double(hd)))
-            .go();
+            .run();
       }
       EXPECT_EQ(std::memcmp(score["f32"].data(), score[kv].data(),
                             score[kv].size() * 8),

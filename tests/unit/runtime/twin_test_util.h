@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include "codegen/codegen.h"
 #include "runtime/base/error.h"
 #include "runtime/base/numeric.h"
 #include "runtime/codec/trellis.h"
@@ -161,5 +162,52 @@ inline std::vector<uint8_t> storeAs(int dt, const std::vector<float> &v) {
 inline const char *dtName(int dt) {
   return dt == 0 ? "f32" : dt == 1 ? "f16" : "bf16";
 }
+
+
+/// One launch of a family's twin on host memory, arguments appended in ABI
+/// order (p / i / f), template args beyond the block size by targ(); run()
+/// checks the argument count against the family and calls the twin.
+class Call {
+public:
+  Call(const char *family, uint32_t gx, uint32_t gy, uint32_t gz,
+       uint32_t block) {
+    l_.family = family;
+    l_.grid[0] = gx;
+    l_.grid[1] = gy;
+    l_.grid[2] = gz;
+    l_.block[0] = block;
+    targs_["threads"] = std::to_string(block);
+  }
+  Call &targ(const std::string &key, const std::string &value) {
+    targs_[key] = value;
+    return *this;
+  }
+  Call &p(const void *v) {
+    l_.args.push_back(P(v));
+    return *this;
+  }
+  Call &i(int64_t v) {
+    l_.args.push_back(I(v));
+    return *this;
+  }
+  Call &f(double v) {
+    l_.args.push_back(F(v));
+    return *this;
+  }
+  void run() {
+    l_.templateArgs = &targs_; // here: a Call may have been moved
+    ASSERT_EQ(l_.args.size(),
+              glm::codegen::familyInfo(l_.family).kernelParams.size())
+        << l_.family;
+    auto fn = glm::rt::twins::findTwin(l_.family);
+    ASSERT_NE(fn, nullptr) << l_.family;
+    fn(l_);
+  }
+
+private:
+  Launch l_;
+  glm::plan::KeyValues targs_;
+};
+
 
 } // namespace glm::twintest
