@@ -170,6 +170,21 @@ static std::string widthText(int32_t twice) {
   return twice % 2 ? str(twice / 2) + ".5" : str(twice / 2);
 }
 
+/// Whether codegen's gemm_dense instantiates `format` (dense_gemv's names).
+static bool gemmDenseTakes(const std::string &format) {
+#ifdef GLM_CODEGEN_AVAILABLE
+  for (const ::glm::codegen::FamilyInfo &f : ::glm::codegen::families())
+    if (f.family == "gemm_dense")
+      for (const auto &p : f.params)
+        if (p.name == "format")
+          return std::find(p.allowed.begin(), p.allowed.end(), format) !=
+                 p.allowed.end();
+#else
+  (void)format;
+#endif
+  return false;
+}
+
 /// The GEMV (or prefill GEMM) of one weight format with `in` inputs (0:
 /// unknown) for `b`; fails with the reason when no template decodes the
 /// format.
@@ -262,6 +277,15 @@ static FailureOr<Spec> gemvSpec(Type format, int64_t in, int64_t outputs,
                  "fp8_row and mxfp8, dense_gemv_f32 takes f32";
     return failure();
   }
+  // Prefill: a tensor-core GEMM reads each weight tile once per bm tokens
+  // (dense_gemv's parameters; the formats codegen's gemm_dense takes: fp8
+  // block / row and MXFP8; bf16 stays on dense_gemv).
+  if (b.prefill && haveFamily("gemm_dense") && gemmDenseTakes(fmt))
+    return Spec{"gemm_dense",
+                {{"format", fmt},
+                 {"scale", scale},
+                 {"bm", b.size >= 128 ? "128" : "64"},
+                 {"threads", "256"}}};
   // Several rows a warp (codegen/dense_gemv_abi.h).
   const int kb = ::glm::codegen::decodeKernelBatch(int(b.batch));
   Spec s{"dense_gemv",

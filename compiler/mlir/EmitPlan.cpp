@@ -14,6 +14,7 @@
 #include "compiler/mlir/Tuning.h"
 #include "codegen/dense_gemv_abi.h"
 #include "codegen/dense_trellis_abi.h"
+#include "codegen/gemm_dense_abi.h"
 #include "codegen/moe_trellis_abi.h"
 #include "codegen/templates/flash_math.cuh"
 #include "codegen/templates/kv_cache.cuh"
@@ -373,7 +374,8 @@ static int smsOfArch(const std::string &arch) {
 }
 static bool isGemv(const std::string &family) {
   return isTrellisGemv(family) || family == "dense_gemv" ||
-         family == "dense_gemv_f32" || family == "gemv_any";
+         family == "gemm_dense" || family == "dense_gemv_f32" ||
+         family == "gemv_any";
 }
 /// Is launch `i` of `seq` the input or output rotation of a trellis GEMV?
 static bool trellisNeighbour(const std::vector<std::string> &seq, size_t i) {
@@ -1694,7 +1696,7 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
     a.insert(a.end(), {batch, i32Arg(n, "n"), i32Arg(n, "x_stride"),
                        f32Arg(eps, "eps")});
     d.gridX = rows;
-  } else if (f == "dense_gemv" || f == "dense_gemv_f32" ||
+  } else if (f == "dense_gemv" || f == "gemm_dense" || f == "dense_gemv_f32" ||
              f == "dense_gemv_trellis" || f == "gemm_trellis" ||
              f == "dense_trellis" ||
              (f == "hadamard128" && trellisNeighbour(seq, launch)) ||
@@ -1773,7 +1775,7 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
                  y = trellis && f != "dense_trellis" ? z : g.y;
       x.name = trellis ? "xh" : "x";
       y.name = trellis && f != "dense_trellis" ? "z" : "y";
-      if (f == "dense_gemv") {
+      if (f == "dense_gemv" || f == "gemm_dense") {
         // x rows at stride `in` (the template's layout): a strided input
         // row is only fine for one row.
         ::glm::rt::check(rows <= 1 || !g.x.rowBytes ||
@@ -1808,6 +1810,13 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
         d.gridX = ::glm::codegen::denseGemvBlocks(
             int(g.outRows), sms(), int(warps),
             rowsPerWarp.empty() ? 1 : std::stoi(rowsPerWarp));
+        if (f == "gemm_dense") {
+          // Block tile bm tokens x BN outputs (gemm_dense.cuh).
+          const int64_t bm = std::stoll(targ("bm").empty() ? "64" : targ("bm"));
+          d.gridX = ::glm::codegen::gemmDenseGridX(int(g.outRows), int(bm),
+                                                   int(threads));
+          d.gridY = ::glm::codegen::gemmDenseGridY(int(rows), int(bm));
+        }
       } else if (f == "dense_gemv_f32") {
         a = {x, wt, y, i32Arg(g.in, "in"), i32Arg(g.outRows, "out")};
         d.gridX = ceilDiv(g.outRows, warps);
@@ -2213,6 +2222,7 @@ static bool readsWeights(const std::string &family) {
          family == "dense_trellis" || family == "dense_gemv" ||
          family == "dense_gemv_f32" || family == "dense_gemv_trellis" ||
          family == "gemm_trellis" || family == "gemm_trellis_grouped" ||
+         family == "gemm_dense" ||
          family == "mla_decode" ||
          family == "indexer_scores" || family == "router" ||
          family == "embed" || family == "rms_norm" ||
