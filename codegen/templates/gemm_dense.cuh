@@ -37,7 +37,15 @@
 // lane's 8 consecutive inputs 8c..8c+7 are its k = 2c, 2c+1, 2c+8, 2c+9 of
 // two k16 MMAs, so its x fragments are two 16-byte and its weights one
 // 8-byte shared-memory load (no ldmatrix). mma.sync + cp.async only (the
-// Sparks lack wgmma); static shared memory <= 45 KB.
+// Sparks lack wgmma); static shared memory <= 45 KB, no spills (ptxas
+// sm_90: 132-240 registers, the most at bm 128 x 128 threads MXFP8).
+//
+// Expected cost (not measured yet): weight bytes are read once per BM
+// tokens (dense_gemv at batch 8: once per 8), and each block does
+// 2 x BM x BN x 32 MMA work per 32 x BN weight bytes, so a 512-token chunk
+// is tensor-core bound: the LM head 6144 -> 151552 at m = 512 is ~1.9
+// fp16 TFLOP (hi + lo), a few ms at mma.sync rates on the H200 (64
+// dense_gemv launches: 227 ms).
 #pragma once
 
 #include "dense_gemv.cuh"
@@ -67,9 +75,9 @@ template <int FMT, int BM, int THREADS> struct GemmDenseLayout {
 };
 
 __device__ __forceinline__ void cpAsync4(void *dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(
-                   smemAddr(dst)),
-               "l"(src));
+  asm volatile(
+      "cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smemAddr(dst)),
+      "l"(src));
 }
 
 /// d = a . b (+ 0): the first MMA of a fresh partial sum.
@@ -105,18 +113,18 @@ __device__ __forceinline__ void gemmDense(GLM_GEMM_DENSE_PARAMS) {
   typedef GemmDenseLayout<FMT, BM, THREADS> L;
   typedef typename StorageOf<SCT>::type SC;
   constexpr int BK = L::kBK, BN = L::kBN, NSTAGE = L::kStages;
-  constexpr int NAHEAD = NSTAGE - 1;           // steps in flight
-  constexpr int MT = 4, NT = 4;                // warp tile (64, 32)
-  constexpr int XCHUNKS = BM * BK / 8 / THREADS; // 8 x values per chunk
+  constexpr int NAHEAD = NSTAGE - 1;              // steps in flight
+  constexpr int MT = 4, NT = 4;                   // warp tile (64, 32)
+  constexpr int XCHUNKS = BM * BK / 8 / THREADS;  // 8 x values per chunk
   constexpr int WCHUNKS = BN * BK / 16 / THREADS; // 16 weight bytes
   constexpr bool kMx = FMT == kFmtMxfp8, kBlk = FMT == kFmtFp8Block;
   static_assert(BN <= THREADS && XCHUNKS >= 1 && WCHUNKS >= 1, "tiling");
   static_assert(BN % 32 == 0 && 128 % 32 == 0, "a warp's 32 columns share "
                                                "one 128-block scale");
 
-  __shared__ __align__(16) u8 sW[NSTAGE][BN][BK];      // (BN,BK) per step
-  __shared__ __align__(16) __half sXh[2][BM][BK];      // (BM,BK) x hi
-  __shared__ __align__(16) __half sXl[2][BM][BK];      // (BM,BK) x lo
+  __shared__ __align__(16) u8 sW[NSTAGE][BN][BK]; // (BN,BK) per step
+  __shared__ __align__(16) __half sXh[2][BM][BK]; // (BM,BK) x hi
+  __shared__ __align__(16) __half sXl[2][BM][BK]; // (BM,BK) x lo
   __shared__ __align__(16) u32 sE[kMx ? 2 : 1][kMx ? BN : 1]; // e8m0 x4
 
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
@@ -219,8 +227,10 @@ __device__ __forceinline__ void gemmDense(GLM_GEMM_DENSE_PARAMS) {
       const uint4 l0 = *reinterpret_cast<const uint4 *>(&sXl[buf][row][8 * c]);
       const uint4 l1 =
           *reinterpret_cast<const uint4 *>(&sXl[buf][row + 8][8 * c]);
-      const u32 hA[4] = {h0.x, h1.x, h0.y, h1.y}, hB[4] = {h0.z, h1.z, h0.w, h1.w};
-      const u32 lA[4] = {l0.x, l1.x, l0.y, l1.y}, lB[4] = {l0.z, l1.z, l0.w, l1.w};
+      const u32 hA[4] = {h0.x, h1.x, h0.y, h1.y},
+                hB[4] = {h0.z, h1.z, h0.w, h1.w};
+      const u32 lA[4] = {l0.x, l1.x, l0.y, l1.y},
+                lB[4] = {l0.z, l1.z, l0.w, l1.w};
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         float *d = kMx || kBlk ? part[kMx || kBlk ? mt : 0][nt] : acc[mt][nt];

@@ -87,10 +87,9 @@ void gemmDenseTwin(const Launch &l) {
       for (int j = 0; j < in / group; ++j)
         gs[j] = fmt == 1 ? storageAt(scale, sct, (o >> 7) * nBlkIn + j)
                 : fmt == 3
-                    ? std::ldexp(1.0f,
-                                 int(static_cast<const unsigned char *>(
-                                     scale)[o * (in / 32) + j]) -
-                                     127)
+                    ? std::ldexp(1.0f, int(static_cast<const unsigned char *>(
+                                           scale)[o * (in / 32) + j]) -
+                                           127)
                     : 1.0f;
       const float rowScale = fmt == 2 ? storageAt(scale, sct, o) : 1.0f;
       for (int r = 0; r < rows; ++r) {
