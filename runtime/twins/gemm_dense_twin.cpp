@@ -61,8 +61,10 @@ void gemmDenseTwin(const Launch &l) {
   const int batch = l.i32(kBatch), in = l.i32(kIn), out = l.i32(kOut);
   const int outStride = l.i32(kOutStride);
   const bool accumulate = l.i32(kAccumulate) != 0;
-  check(in > 0 && in % 128 == 0 && bn > 0, "twin of gemm_dense: in ", in,
+  check(in > 0 && in % 128 == 0, "twin of gemm_dense: in ", in,
         " is not a positive multiple of 128");
+  check(bn > 0, "twin of gemm_dense: a block of ", l.block[0],
+        " threads has no columns");
   // The blocks the grid covers (blocks past batch / out return).
   const int rows = int(std::min<int64_t>(batch, int64_t(l.grid[1]) * bm));
   const int cols = int(std::min<int64_t>(out, int64_t(l.grid[0]) * bn));
