@@ -264,6 +264,19 @@ std::vector<FamilyInfo> buildFamilies() {
                       enumParam("xt", "x", {{"f32", "0"}, {"f16", "1"}}),
                       intParam("bm", "m", {"64", "128"}),
                       threadsParam({"128", "256"})}));
+  // Prefill GEMM on the FP8 dense formats (tensor cores, x as fp16 hi + lo):
+  // dense_gemv's runtime parameters, so a plan swaps one for the other
+  // keeping its arguments; format and scale as dense_gemv's (no bf16).
+  // Block tile bm tokens x 64 * threads / bm outputs (gemm_dense_abi.h).
+  f.push_back(family("gemm_dense", "glm::gemmDense",
+                     {enumParam("format", "",
+                                {{"fp8_block", "1"}, {"fp8_row", "2"},
+                                 {"mxfp8", "3"}}),
+                      enumParam("scale", "s",
+                                {{"none", "0"}, {"f32", "0"}, {"f16", "1"},
+                                 {"bf16", "2"}}),
+                      intParam("bm", "m", {"64", "128"}),
+                      threadsParam({"128", "256"})}));
   // Its grouped form: many expert halves (per-half widths) in one launch.
   f.push_back(family("gemm_trellis_grouped", "glm::gemmTrellisGrouped",
                      {widthsParam(), codebookParam(), boolParam("e4m3"),
@@ -459,11 +472,11 @@ void validateSpec(const KernelSpec &spec) {
     rt::check(known, "codegen: ", spec.family,
               " has no template parameter '", kv.first, "'");
   }
-  if (spec.family == "dense_gemv") {
+  if (spec.family == "dense_gemv" || spec.family == "gemm_dense") {
     const std::string &fmt = spec.args.at("format");
     const bool scaled = fmt == "fp8_block" || fmt == "fp8_row";
     rt::check(scaled == (spec.args.at("scale") != "none"), "codegen: ",
-              "dense_gemv format ", fmt,
+              spec.family, " format ", fmt,
               scaled ? " needs a scale dtype (f32|f16|bf16)"
                      : " takes scale = none");
   }

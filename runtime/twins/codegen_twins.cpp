@@ -15,6 +15,7 @@ const TwinEntry kCodegenTwins[] = {
     {"dense_gemv_f32", denseGemvF32Twin},
     {"gemm_trellis", gemmTrellisTwin},
     {"gemm_trellis_grouped", gemmTrellisGroupedTwin},
+    {"gemm_dense", gemmDenseTwin},
     {"embed", embedTwin},
     {"rms_norm", rmsNormTwin},
     {"rope", ropeTwin},

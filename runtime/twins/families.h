@@ -9,8 +9,8 @@
 //   exact  moe_reduce, dense_gemv_f32, embed, topk, argmax, router ids,
 //          rms_norm's x
 //   1e-6   hadamard128, router weights
-//   1e-5   dense_gemv, dense_gemv_trellis, rms_norm, indexer_scores,
-//          mla_decode
+//   1e-5   dense_gemv, dense_gemv_trellis, gemm_dense, rms_norm,
+//          indexer_scores, mla_decode
 //   2e-5   moe_trellis, expert_gemv_trellis, dense_trellis
 //   3e-5   gemm_trellis, gemm_trellis_grouped
 //   1e-3   rope (powf/cosf/sinf ulps times positions < 4096)
@@ -32,6 +32,7 @@ void denseGemvTwin(const Launch &l);          // dense_gemv_twin.cpp
 void denseGemvF32Twin(const Launch &l);       // dense_gemv_twin.cpp
 void gemmTrellisTwin(const Launch &l);        // gemm_trellis_twin.cpp
 void gemmTrellisGroupedTwin(const Launch &l); // gemm_trellis_twin.cpp
+void gemmDenseTwin(const Launch &l);          // gemm_dense_twin.cpp
 void embedTwin(const Launch &l);              // embed_rms_norm_rope_twin.cpp
 void rmsNormTwin(const Launch &l);            // embed_rms_norm_rope_twin.cpp
 void ropeTwin(const Launch &l);               // embed_rms_norm_rope_twin.cpp

@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/dense_gemv_abi.h"
+#include "codegen/gemm_dense_abi.h"
 #include "runtime/twins/footprint_util.h"
 
 #include <limits>
@@ -104,6 +105,33 @@ void denseGemvFp(const Launch &l, Footprint &f) {
   else
     r.opt(2, 0, 1);
   r.need(3, span(batch, r.at(7), rows), l.sumMode() == 2 ? 8 : 4);
+}
+
+// (x, w, scale, y, batch, in, out, out_stride, accumulate): dense_gemv's
+// list; blocks of bm rows x gemmDenseBlockCols columns.
+void gemmDenseFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const std::string &fmt = l.targ("format");
+  const std::string &sc = l.targ("scale");
+  const int sb = sc == "f32" ? 4 : 2;
+  const Wide bm = r.targ("bm");
+  const Wide bn = codegen::gemmDenseBlockCols(int(bm), int(r.block(0)));
+  const Wide in = r.at(5, 1), out = r.at(6);
+  r.require(in % 128 == 0, 5, "is ", int64_t(in), ", not a multiple of 128");
+  r.require(bn > 0, 0, "is launched on a block of ", int64_t(r.block(0)),
+            " threads");
+  const Wide rows = std::min(r.at(4), r.grid(1) * bm);
+  const Wide cols = std::min(out, r.grid(0) * bn);
+  const Wide hit = rows > 0 && cols > 0;
+  r.need(0, hit ? rows * in : 0, 4);
+  r.need(1, hit ? cols * in : 0, 1);
+  if (fmt == "fp8_block")
+    r.need(2, hit ? ceilDiv(cols, 128) * (in / 128) : 0, sb);
+  else if (fmt == "fp8_row")
+    r.need(2, hit ? cols : 0, sb);
+  else
+    r.need(2, hit ? cols * (in / 32) : 0, 1);
+  r.need(3, hit ? span(rows, r.at(7), cols) : 0, 4);
 }
 
 // (x, w, y, in, out)
@@ -492,6 +520,7 @@ const FootprintEntry kCodegenFootprints[] = {
     {"dense_gemv_f32", "pppii", denseGemvF32Fp},
     {"gemm_trellis", "pppiiiiiiiii", gemmTrellisFp},
     {"gemm_trellis_grouped", "ppppiiiiiiiii", gemmTrellisGroupedFp},
+    {"gemm_dense", "ppppiiiii", gemmDenseFp},
     {"embed", "ppppiiii", embedFp},
     {"rms_norm", "ppppiiif", rmsNormFp},
     {"rope", "ppiiiiif", ropeFp},

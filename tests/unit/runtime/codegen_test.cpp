@@ -122,6 +122,29 @@ std::vector<KernelSpec> representativeSpecs() {
   return s;
 }
 
+/// Every gemm_dense instance (format x bm x threads), the FP8 scales in
+/// turn as f32, bf16 and f16.
+std::vector<KernelSpec> gemmDenseSpecs() {
+  std::vector<KernelSpec> s;
+  const char *formats[][2] = {
+      {"fp8_block", "f32"}, {"fp8_row", "bf16"}, {"mxfp8", "none"}};
+  int i = 0;
+  for (const auto &fs : formats)
+    for (const char *bm : {"64", "128"})
+      for (const char *threads : {"128", "256"}) {
+        std::string sc = fs[1];
+        if (sc != "none" && (i++ % 3) == 2)
+          sc = "f16";
+        s.push_back({"gemm_dense",
+                     {{"format", fs[0]},
+                      {"scale", sc},
+                      {"bm", bm},
+                      {"threads", threads}},
+                     kArchs});
+      }
+  return s;
+}
+
 /// The CUDA executor's helper families at the block sizes it launches.
 std::vector<KernelSpec> helperSpecs() {
   std::vector<KernelSpec> s;
@@ -189,8 +212,10 @@ std::vector<KernelSpec> helperSpecs() {
 
 /// Every family's representative specs.
 std::vector<KernelSpec> allSpecs() {
-  std::vector<KernelSpec> s = representativeSpecs(), h = helperSpecs();
+  std::vector<KernelSpec> s = representativeSpecs(), h = helperSpecs(),
+                          g = gemmDenseSpecs();
   s.insert(s.end(), h.begin(), h.end());
+  s.insert(s.end(), g.begin(), g.end());
   return s;
 }
 
@@ -387,6 +412,67 @@ TEST(Codegen, HelperFamiliesCompileWithNvrtcForSm90AndSm121) {
     for (const glm::plan::KernelBinary &b : k.binaries) {
       EXPECT_NE(b.ptx.find(".entry " + k.name), std::string::npos)
           << k.name << " " << b.arch;
+      ASSERT_GE(b.cubin.size(), 4u) << k.name << " " << b.arch;
+      EXPECT_EQ(b.cubin[0], 0x7F) << k.name << " " << b.arch; // ELF
+    }
+  }
+}
+
+// gemm_dense: every (format, bm, threads) instance builds for both archs
+// (in parallel), keeps dense_gemv's runtime parameters and is named after
+// its template arguments.
+TEST(Codegen, GemmDenseEveryInstanceCompilesWithDenseGemvsAbi) {
+  EXPECT_EQ(cg::familyInfo("gemm_dense").kernelParams,
+            cg::familyInfo("dense_gemv").kernelParams);
+  EXPECT_EQ(cg::kernelName({"gemm_dense",
+                            {{"format", "mxfp8"},
+                             {"scale", "none"},
+                             {"bm", "128"},
+                             {"threads", "256"}},
+                            kArchs}),
+            "glm_gemm_dense_mxfp8_snone_m128_t256");
+  // No bf16 weights (not exact fp16 operands): dense_gemv keeps them.
+  EXPECT_THROW(cg::kernelName({"gemm_dense",
+                               {{"format", "bf16"},
+                                {"scale", "none"},
+                                {"bm", "64"},
+                                {"threads", "128"}},
+                               kArchs}),
+               glm::rt::Error);
+  EXPECT_THROW(cg::kernelName({"gemm_dense",
+                               {{"format", "fp8_row"},
+                                {"scale", "none"},
+                                {"bm", "64"},
+                                {"threads", "128"}},
+                               kArchs}),
+               glm::rt::Error);
+  if (!cg::nvrtcAvailable())
+    GTEST_SKIP() << "built without NVRTC";
+  const std::vector<KernelSpec> specs = gemmDenseSpecs();
+  ASSERT_EQ(specs.size(), 12u);
+  std::vector<glm::plan::KernelDef> built(specs.size());
+  std::vector<std::string> errors(specs.size());
+  glm::rt::parallelFor(int64_t(specs.size()), 1, 0,
+                       [&](int64_t b, int64_t e, int) {
+                         for (int64_t i = b; i < e; ++i) {
+                           try {
+                             built[i] = cg::buildKernel(specs[i], true);
+                           } catch (const std::exception &ex) {
+                             errors[i] = ex.what();
+                           }
+                         }
+                       });
+  for (size_t i = 0; i < specs.size(); ++i) {
+    ASSERT_TRUE(errors[i].empty()) << errors[i];
+    const glm::plan::KernelDef &k = built[i];
+    ASSERT_EQ(k.binaries.size(), 2u) << k.name;
+    for (const glm::plan::KernelBinary &b : k.binaries) {
+      EXPECT_NE(b.ptx.find(".entry " + k.name), std::string::npos)
+          << k.name << " " << b.arch;
+      // mma.sync and cp.async only: no wgmma (the Sparks lack it).
+      EXPECT_NE(b.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos)
+          << k.name;
+      EXPECT_EQ(b.ptx.find("wgmma"), std::string::npos) << k.name;
       ASSERT_GE(b.cubin.size(), 4u) << k.name << " " << b.arch;
       EXPECT_EQ(b.cubin[0], 0x7F) << k.name << " " << b.arch; // ELF
     }

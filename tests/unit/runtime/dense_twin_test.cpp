@@ -324,6 +324,114 @@ TEST(DenseGemvTwin, EveryFormatMatchesFloat64) {
   }
 }
 
+/// gemm_dense's twin against y = x . W^T * scale in float64 from unsplit x
+/// (the weights decoded here by hand): hi + lo keeps ~22 bits of x, so
+/// 1e-6 of max|y|. Shapes: m not a multiple of bm, several column blocks
+/// with a ragged last one (out 200 over BN 64 / 128), every format and
+/// scale storage, accumulate 0 / 1, grids that cover part of the problem.
+TEST(GemmDenseTwin, EveryFormatMatchesFloat64) {
+  std::mt19937 rng(18);
+  const int in = 384, out = 200;
+  for (const char *format : {"fp8_block", "fp8_row", "mxfp8"})
+    for (int sct : {0, 1, 2}) {
+      const std::string f = format;
+      if (f == "mxfp8" && sct != 0)
+        continue;
+      std::vector<uint8_t> w(size_t(out) * in), scale;
+      for (auto &v : w) {
+        v = uint8_t(rng());
+        if ((v & 0x7F) == 0x7F) // no NaN weights
+          v &= 0xF7;
+      }
+      std::vector<float> sc;
+      if (f == "fp8_block")
+        sc.resize(size_t((out + 127) / 128) * (in / 128));
+      else if (f == "fp8_row")
+        sc.resize(out);
+      for (float &v : sc)
+        v = roundTo(sct, 0.01f + float(rng() % 97) / 997.0f);
+      if (f == "mxfp8") {
+        scale.resize(size_t(out) * (in / 32));
+        for (auto &v : scale)
+          v = uint8_t(118 + rng() % 16);
+      } else {
+        scale = storeAs(sct, sc);
+      }
+      std::vector<double> wf(size_t(out) * in);
+      for (int o = 0; o < out; ++o)
+        for (int i = 0; i < in; ++i) {
+          double s = 1.0;
+          if (f == "fp8_block")
+            s = sc[size_t(o / 128) * (in / 128) + i / 128];
+          else if (f == "fp8_row")
+            s = sc[o];
+          else
+            s = std::ldexp(1.0,
+                           int(scale[size_t(o) * (in / 32) + i / 32]) - 127);
+          wf[size_t(o) * in + i] =
+              double(glm::rt::e4m3ToFloat(w[size_t(o) * in + i])) * s;
+        }
+      const std::string scaleName = f == "mxfp8" ? "none" : dtName(sct);
+      for (int bm : {64, 128})
+        for (int threads : {128, 256})
+          for (int acc : {0, 1}) {
+            const int m = bm == 64 ? 70 : 133, outStride = out + 5;
+            const std::vector<float> x = randn(rng, size_t(m) * in);
+            const int bn = 64 * threads / bm;
+            std::vector<float> y(size_t(m) * outStride, acc ? 2.0f : NAN);
+            const glm::plan::KeyValues targs = {{"format", format},
+                                                {"scale", scaleName},
+                                                {"bm", std::to_string(bm)},
+                                                {"threads",
+                                                 std::to_string(threads)}};
+            runTwin(launch("gemm_dense", targs, (out + bn - 1) / bn,
+                           (m + bm - 1) / bm, threads,
+                           {P(x.data()), P(w.data()),
+                            P(scale.empty() ? nullptr : scale.data()),
+                            P(y.data()), I(m), I(in), I(out), I(outStride),
+                            I(acc)}));
+            std::vector<float> got;
+            std::vector<double> want;
+            for (int r = 0; r < m; ++r)
+              for (int o = 0; o < out; ++o) {
+                double ref = acc ? 2.0 : 0.0;
+                for (int i = 0; i < in; ++i)
+                  ref += wf[size_t(o) * in + i] * x[size_t(r) * in + i];
+                got.push_back(y[size_t(r) * outStride + o]);
+                want.push_back(ref);
+              }
+            expectRel("gemm_dense " + f + " s" + scaleName + " m" +
+                          std::to_string(bm) + " t" +
+                          std::to_string(threads) + " acc" +
+                          std::to_string(acc),
+                      got.data(), want.data(), got.size(), 1e-6);
+          }
+    }
+}
+
+/// A grid covering part of the problem computes exactly its blocks; the
+/// rest of y stays as it was (as the kernel's early return leaves it).
+TEST(GemmDenseTwin, ComputesOnlyTheBlocksOfItsGrid) {
+  std::mt19937 rng(19);
+  const int in = 128, out = 300, m = 150;
+  std::vector<uint8_t> w(size_t(out) * in), scale(size_t(out) * in / 32, 127);
+  for (auto &v : w)
+    v = uint8_t(rng() & 0x77);
+  const std::vector<float> x = randn(rng, size_t(m) * in);
+  std::vector<float> y(size_t(m) * out, -7.0f);
+  const glm::plan::KeyValues targs = {
+      {"format", "mxfp8"}, {"scale", "none"}, {"bm", "64"}, {"threads", "128"}};
+  // Grid (2, 2): rows < 128, columns < 256.
+  runTwin(launch("gemm_dense", targs, 2, 2, 128,
+                 {P(x.data()), P(w.data()), P(scale.data()), P(y.data()), I(m),
+                  I(in), I(out), I(out), I(0)}));
+  for (int r = 0; r < m; ++r)
+    for (int o = 0; o < out; ++o) {
+      const bool hit = r < 128 && o < 256;
+      EXPECT_EQ(y[size_t(r) * out + o] == -7.0f, !hit) << r << " " << o;
+    }
+}
+
 TEST(DenseGemvF32Twin, Float64SumsBothOutputs) {
   std::mt19937 rng(17);
   const int in = 1000, out = 37;

@@ -158,6 +158,38 @@ TEST(Footprint, DenseTrellisRefusesWhatTheKernelTrapsOn) {
   EXPECT_EQ(f.bytes[1], uint64_t(64 + 7 * 8 + 8 + 7 + 1) * 32 * 3);
 }
 
+TEST(Footprint, GemmDenseCoversItsTilesAndRefusesRaggedInputs) {
+  // (x, w, scale, y, batch, in, out, out_stride, accumulate): 37 tokens of
+  // 256 inputs to kv_a's 576 outputs, bm 64 x 128 columns (threads 128).
+  const glm::plan::KeyValues t = {{"format", "mxfp8"},
+                                  {"scale", "none"},
+                                  {"bm", "64"},
+                                  {"threads", "128"}};
+  twins::Launch l = launchOf("gemm_dense", 5, 1, 128,
+                             {{4, 37}, {5, 256}, {6, 576}, {7, 600}, {8, 0}},
+                             &t);
+  twins::Footprint f = of(l);
+  EXPECT_EQ(f.bytes[0], 37u * 256 * 4);
+  EXPECT_EQ(f.bytes[1], 576u * 256);
+  EXPECT_EQ(f.bytes[2], 576u * 256 / 32);
+  EXPECT_EQ(f.bytes[3], (36u * 600 + 576) * 4);
+  // Block-128 scales of the column blocks the grid covers (2 of 5 blocks:
+  // 256 columns, two 128-blocks), bf16.
+  const glm::plan::KeyValues tb = {{"format", "fp8_block"},
+                                   {"scale", "bf16"},
+                                   {"bm", "128"},
+                                   {"threads", "256"}};
+  l.templateArgs = &tb;
+  l.grid[0] = 2, l.block[0] = 256;
+  f = of(l);
+  EXPECT_EQ(f.bytes[1], 256u * 256);
+  EXPECT_EQ(f.bytes[2], 2u * 2 * 2);
+  l.args[5].i = 192; // in not a multiple of 128: refused
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
+  l.args[5].i = 0;
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
+}
+
 TEST(Footprint, KdaChunkRefusesWhatTheKernelTrapsOn) {
   const glm::plan::KeyValues t = {
       {"chunk", "32"}, {"mma", "tf32"}, {"threads", "256"}};
