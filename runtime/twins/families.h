@@ -9,10 +9,10 @@
 //   exact  moe_reduce, dense_gemv_f32, embed, topk, argmax, router ids,
 //          rms_norm's x
 //   1e-6   hadamard128, router weights
-//   1e-5   dense_gemv, dense_gemv_trellis, gemm_dense, rms_norm,
+//   1e-5   dense_gemv, dense_gemv_trellis, rms_norm,
 //          indexer_scores, mla_decode
 //   2e-5   moe_trellis, expert_gemv_trellis, dense_trellis
-//   3e-5   gemm_trellis, gemm_trellis_grouped
+//   3e-5   gemm_trellis, gemm_trellis_grouped, gemm_dense
 //   1e-3   rope (powf/cosf/sinf ulps times positions < 4096)
 //
 //===----------------------------------------------------------------------===//

@@ -9,7 +9,8 @@
 // block: 128-input groups, acc = fma(s, scale[o/128][i/128], acc) in fp32;
 // MXFP8: 32-input groups, acc = fma(s, 2^(e - 127), acc) (exact product).
 // Then y = v or y + v in fp32. CUDA against the twin: max|cuda - twin| <=
-// 1e-5 * max|twin| (fp32 sums of up to in exact products).
+// 3e-5 * max|twin| (the MMA's fp32 sums of up to `in` exact products:
+// FP8 row at 6144 inputs measured 1.6e-5 on the H200).
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/gemm_dense_abi.h"

@@ -3,12 +3,14 @@
 // gemm_dense (tensor-core y = x . W^T, x as fp16 hi + lo, exact E4M3
 // weights, per-format scale groups) against:
 // - its twin (runtime/twins/gemm_dense_twin.cpp): the same exact products
-//   summed in fp64 per scale group; tolerance 1e-5 of max|twin| (fp32 mma
-//   sums in hardware order);
+//   summed in fp64 per scale group; tolerance 3e-5 of max|twin| (fp32 mma
+//   sums in hardware order: FP8-per-row sums all 6144 inputs in one fp32
+//   accumulator, 1.4e-5 and 1.6e-5 measured on the H200 at 6144->4096 and
+//   the LM head, as gemm_trellis's 3e-5);
 // - float64 y = x . W^T * scale from unsplit x (small shapes): hi + lo
 //   keeps ~22 bits of x, tolerance 1e-5;
 // - dense_gemv (batch 8) on the same data: the token-by-token path prefill
-//   logits must follow; tolerance 1e-5.
+//   logits must follow; tolerance 3e-5 (two fp32 sum orders, as above).
 // Every format and scale storage, bm 64 / 128, threads 128 / 256, m = 1,
 // 37, 512, ragged last column blocks, accumulate, and GLM-5.3's shapes
 // (q_a 6144->2048, kv_a 6144->576, 2048->4096 MXFP8; the LM head
@@ -156,7 +158,7 @@ TEST_P(GemmDenseGpu, MatchesTwinAndFloat64) {
   for (int r = 0; r < c.m; ++r)
     for (int o = 0; o < c.out; ++o)
       et.add(y[size_t(r) * outStride + o], t[size_t(r) * outStride + o]);
-  report(name + " vs_twin", et, 1e-5,
+  report(name + " vs_twin", et, 3e-5,
          "fp32 mma sums of the twin's exact products");
   if (!c.reference)
     return;
@@ -255,7 +257,7 @@ TEST_F(GemmDenseVsGemv, MatchesDenseGemvBatch8) {
       report(std::string("gemm_dense vs dense_gemv ") + sh.format + " " +
                  std::to_string(in) + "->" + std::to_string(out) + " bm" +
                  std::to_string(bm),
-             e, 1e-5, "same weights; x hi + lo vs fp32, fp32 sums");
+             e, 3e-5, "same weights; x hi + lo vs fp32, fp32 sums");
     }
   }
 }
