@@ -323,6 +323,10 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("mla_attn", "mlaAttn", any, {kv});
     helper("mla_qabs", "mlaQabs", upTo256);
     helper("mla_core", "mlaCore", {"256", "512", "1024"}, {kv});
+    // A prefill chunk's attention on tensor cores: 64 threads per 16 heads,
+    // vt = kvr / 16 column tiles (mla_prefill.cuh, mla_prefill_abi.h).
+    helper("mla_prefill", "mlaPrefill", {"64", "128", "256"},
+           {kv, intParam("vt", "v", range(1, 32))});
     helper("mla_out", "mlaOut", {"128", "256", "512"});
     helper("transpose", "transpose", any);
     // The two helper GEMV sums that feed an all-reduce take a sum mode.

@@ -194,7 +194,7 @@ uint64_t contextBytes(const Plan &plan, const RankPlan &r, const GraphDef &g,
     return 0;
   const std::string &family = plan.kernels[op.kernel].templateName;
   const bool attention = family == "mla_core" || family == "mla_decode" ||
-                         family == "mla_attn";
+                         family == "mla_attn" || family == "mla_prefill";
   const bool scores =
       family == "indexer_scores" || family == "indexer_scores_ctx";
   // GLM-5.3-Flash's recurrent KDA state: each row reads and writes its

@@ -29,6 +29,7 @@
 
 #include "codegen/dense_gemv_abi.h"
 #include "codegen/dense_trellis_abi.h"
+#include "codegen/mla_prefill_abi.h"
 #include "codegen/moe_trellis_abi.h"
 #include "codegen/templates/kv_cache.cuh"
 
@@ -543,7 +544,20 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     if (a.getShard().getRanks() > 1)
       out.push_back({"fill_f32", {{"threads", "256"}}});
     out.push_back({"mla_qabs", {{"threads", "64"}}});
-    out.push_back(withKv({"mla_core", {{"threads", "1024"}}}));
+    // A prefill chunk's rows attend on tensor cores (mla_prefill: a block
+    // per row and up to 64 heads, the row's keys gathered once, fp16
+    // inputs) where the shape fits; decode keeps mla_core's fp32 per head.
+    const int64_t ranks = a.getShard().getRanks(), kvr = a.getKvLora(),
+                  nhRank = (a.getHeads() + ranks - 1) / ranks;
+    if (b.prefill && haveFamily("mla_prefill") &&
+        ::glm::codegen::mlaPrefillTakes(kvr, a.getQkRope(), nhRank))
+      out.push_back(withKv(
+          {"mla_prefill",
+           {{"vt", str(kvr / 16)},
+            {"threads",
+             str(::glm::codegen::mlaPrefillThreadsFor(a.getHeads(), ranks))}}}));
+    else
+      out.push_back(withKv({"mla_core", {{"threads", "1024"}}}));
     out.push_back({"mla_out", {{"threads", "256"}}});
   } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
     // q = wq_b(q_a) and its RoPE, the key wk(x) normed, roped and stored,

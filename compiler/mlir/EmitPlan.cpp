@@ -15,6 +15,7 @@
 #include "codegen/dense_gemv_abi.h"
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/gemm_dense_abi.h"
+#include "codegen/mla_prefill_abi.h"
 #include "codegen/moe_trellis_abi.h"
 #include "codegen/templates/flash_math.cuh"
 #include "codegen/templates/kv_cache.cuh"
@@ -1101,6 +1102,21 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale")};
       // q_abs, q_pe, a tile of p and of selected rows, partial sums.
       grid(nh, R, 1, 1024, uint32_t((kvr + dr + 2 * 1024 + 4 * 1024) * 4));
+    } else if (f == "mla_prefill") {
+      // mla_core's arguments and the head count; a block per row and up to
+      // 64 heads (mla_prefill_abi.h: the threads EmitKernels chose).
+      const int threads =
+          ::glm::codegen::mlaPrefillThreadsFor(H, at.getShard().getRanks());
+      a = {in(op, 0, "qAll"), named(qabs, "qabsAll"), cache, seqA,
+           sel("selAll"), nsel("nselp"),
+           contextRows("mla_p", 2 * H * 4, "pAll"),
+           i32Arg(ctx, "maxCtx"), ctxv, headsA, i32Arg(nh, "nh"),
+           i32Arg(H, "H"), i32Arg(dn, "dn"), i32Arg(dr, "dr"),
+           i32Arg(kvr, "kvr"),
+           f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale")};
+      grid(::glm::codegen::mlaPrefillGridX(nh, threads), R, 1,
+           uint32_t(threads),
+           uint32_t(::glm::codegen::mlaPrefillSmem(threads, kvr, dr)));
     } else if (f == "mla_out") {
       a = {W, i32Arg(dtOf(kt), "dt"), scale, i32Arg(skOf(kt), "sk"), ctxv,
            headsA, out(op, 0, "ovAll"), i32Arg(H, "H"), i32Arg(dn, "dn"),

@@ -6,6 +6,7 @@
 // twin says so); KV caches and key caches count one slot of maxCtx rows.
 //
 //===----------------------------------------------------------------------===//
+#include "codegen/mla_prefill_abi.h"
 #include "runtime/twins/footprint_util.h"
 
 #include "codegen/templates/flash_math.cuh"
@@ -267,6 +268,43 @@ void mlaCoreFp(const Launch &l, Footprint &f) {
   r.need(8, rows * kvr, 4);
   r.need(9, B ? nHeads : 0, 4);
   headList(r, 9, B ? nHeads : 0, H);
+}
+
+// mla_prefill(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx,
+// ctxAll, heads, nh, H, dn, dr, kvr, scale); grid (ceil(nh / (16 * block /
+// 64)), B), dynamic shared memory mlaPrefillSmem (mla_prefill_abi.h).
+void mlaPrefillFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), ctx = r.at(7), nh = r.at(10, 1), H = r.at(11),
+             dn = r.at(12), dr = r.at(13), kvr = r.at(14, 16);
+  const int threads = int(r.block(0));
+  r.require(threads == 64 || threads == 128 || threads == 256, 10,
+            "is spread over ", threads, " threads; the kernel takes 64 per "
+            "16 heads, 64 to 256");
+  r.require(kvr % 16 == 0 && kvr / 16 == l.targIntOr("vt", 0), 14, "is ",
+            int64_t(kvr), "; the kernel's vt is ", l.targIntOr("vt", 0),
+            " (kvr / 16)");
+  r.require(dr % 4 == 0, 13, "is ", int64_t(dr),
+            "; rows of whole 4-value groups");
+  r.require(Wide(l.smemBytes) >= glm::codegen::mlaPrefillSmem(threads, kvr, dr),
+            0, "dynamic shared memory ", int64_t(l.smemBytes),
+            " bytes is under the kernel's ",
+            int64_t(glm::codegen::mlaPrefillSmem(threads, kvr, dr)));
+  const Wide covered = std::min<Wide>(
+      nh, r.grid(0) * glm::codegen::mlaPrefillHeadsPerBlock(threads));
+  const Wide rows = covered ? B * H : 0;
+  r.need(0, rows * (dn + dr), 4);
+  r.need(1, rows * kvr, 4);
+  r.need(2, rows ? ctx * kvRow(r, 14, kvr + dr, false) : 0, 1);
+  r.perSlot(2, 3);
+  r.kvRows(2);
+  r.need(3, rows ? B : 0, 4);
+  r.need(4, rows ? B * ctx : 0, 4);
+  r.need(5, rows ? B : 0, 4);
+  r.need(6, rows * ctx, 4);
+  r.need(8, rows * kvr, 4);
+  r.need(9, B ? covered : 0, 4);
+  headList(r, 9, B ? covered : 0, H);
 }
 
 // mla_out(W, dt, scale, sk, ctxAll, heads, ovAll, H, dn, dv, kvr); grid
@@ -860,6 +898,7 @@ const FootprintEntry kHelperFootprints[] = {
     {"mla_attn", "pppppppippiiiiid", mlaAttnFp},
     {"mla_qabs", "ppipippiiiii", mlaQabsFp},
     {"mla_core", "pppppppippiiiid", mlaCoreFp},
+    {"mla_prefill", "pppppppippiiiiid", mlaPrefillFp},
     {"mla_out", "pipipppiiii", mlaOutFp},
     {"transpose", "ppli", transposeFp},
     {"gemv_any", "pipipipiii", gemvAnyFp},

@@ -27,6 +27,7 @@ const TwinEntry kHelperTwins[] = {
     {"mla_attn", mlaAttnTwin},
     {"mla_qabs", mlaQabsTwin},
     {"mla_core", mlaCoreTwin},
+    {"mla_prefill", mlaPrefillTwin},
     {"mla_out", mlaOutTwin},
     {"transpose", transposeTwin},
     {"gemv_any", gemvAnyTwin},

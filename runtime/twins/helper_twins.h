@@ -86,6 +86,7 @@ void dsaSelectTwin(const Launch &l);
 void mlaAttnTwin(const Launch &l);
 void mlaQabsTwin(const Launch &l);
 void mlaCoreTwin(const Launch &l);
+void mlaPrefillTwin(const Launch &l);
 void mlaOutTwin(const Launch &l);
 void transposeTwin(const Launch &l);
 void gemvAnyTwin(const Launch &l);

@@ -195,12 +195,11 @@ void checkDtypes(const std::string &dir, const std::string &manifest,
     const Logits got = runPlan(p, dir, prefill);
     compare(want, got, V, tolOf(dtype), name + " " + dtype, prefill);
     if (prefill) {
-      // Its prefill against its own token by token: the same bits where
-      // the f32 plan's are (hf: the decode kernels over the chunk's rows).
-      // Where a chunk's row differs from the token's in the last bits
-      // (exlr8's tensor-core GEMMs, ~3e-4), a cached value may round to the
-      // neighbouring bf16/E4M3 value: measured 1.0e-3 (bf16), 3.4e-3 (fp8),
-      // held to half the tolerance against f32.
+      // Its prefill against its own token by token: where a chunk's row
+      // differs from the token's in the last bits (the tensor-core GEMMs and
+      // attention, ~3e-4), a cached value may round to the neighbouring
+      // bf16/E4M3 value: measured 1.0e-3 (bf16), 3.4e-3 (fp8), held to half
+      // the tolerance against f32.
       const double self = worstRelative(got.tokens, got.chunk16, V);
       std::printf("[ kv-dtype ] %s %s, 16-token chunk vs its token by token: "
                   "%.2e\n",
@@ -213,7 +212,11 @@ void checkDtypes(const std::string &dir, const std::string &manifest,
 
 } // namespace
 
-TEST(KvDtype, TinyHfRunsAtBf16AndFp8) { checkDtypes(tinyPack("hf"), "", 0.0); }
+/// hf's prefill differs from its token by token only in the attention's
+/// fp16 tensor-core inputs (mla_prefill): 3.3e-4 of the logits.
+TEST(KvDtype, TinyHfRunsAtBf16AndFp8) {
+  checkDtypes(tinyPack("hf"), "", 1e-3);
+}
 
 TEST(KvDtype, TinyExlr8RunsAtBf16AndFp8) {
   checkDtypes(tinyPack("exlr8"), "mixed", 1e-3);

@@ -583,9 +583,11 @@ TEST(PlanExecCpu, FlashSequencesShareADecodeBatchWithoutMixing) {
 }
 
 /// BF16 weights: the prefill graphs launch the decode families over row
-/// blocks, so the numbers are the same bits as token by token.
-TEST(PlanExecCpu, PrefillChunksOfTinyHfAreTheSameBitsAsTokenByToken) {
-  checkPrefillAgainstTokens(tinyPack("hf"), "", 0.0);
+/// blocks (the same bits as token by token) but for the attention, which
+/// runs on tensor cores (mla_prefill: fp16 q, keys and probabilities, about
+/// 4e-4 of its output; 3.3e-4 of the logits measured).
+TEST(PlanExecCpu, PrefillChunksOfTinyHfMatchTokenByToken) {
+  checkPrefillAgainstTokens(tinyPack("hf"), "", 1e-3);
 }
 /// exlr8: the dense trellis GEMMs of a chunk run on gemm_trellis (fp16
 /// tensor-core inputs in CUDA, the twin rounds the same), about 3e-4.
@@ -643,7 +645,9 @@ TEST(PlanExecCpu, PrefillChunksOfFlashMatchTokenByToken) {
                                std::to_string(ranks) + " rank(s), chunks of " +
                                std::to_string(cuts[0]) + " x " +
                                std::to_string(cuts.size());
-      compareRows(want, got, V, 1e-4, what);
+      // KDA's 3xTF32 chunks are within 5e-6; the MLA layers' tensor-core
+      // attention (mla_prefill, fp16 inputs) 1.3e-4 of the logits.
+      compareRows(want, got, V, 5e-4, what);
       compareRows(next, e->step({13}, {12}, {0}), V, 1e-4,
                   what + ", the step after them");
     }

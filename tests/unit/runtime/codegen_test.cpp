@@ -197,6 +197,12 @@ std::vector<KernelSpec> helperSpecs() {
   add("moe_gather", {{"threads", "256"}});
   add("moe_act", {{"threads", "512"}});
   add("moe_combine", {{"threads", "256"}});
+  // Prefill attention on tensor cores: GLM-5.3's 64 heads (kvr 512), 8 heads
+  // a rank (8 Sparks), the tiny models' kvr 32 and 48.
+  add("mla_prefill", {{"vt", "32"}, {"threads", "256"}});
+  add("mla_prefill", {{"vt", "32"}, {"threads", "64"}});
+  add("mla_prefill", {{"vt", "2"}, {"threads", "64"}});
+  add("mla_prefill", {{"vt", "3"}, {"threads", "128"}});
   // The KV cache's bf16 and e4m3 storage forms (kv_cache.cuh) of every
   // family that writes or reads it (--kv-dtype bf16 | fp8).
   for (const char *kv : {"bf16", "e4m3"}) {
@@ -204,6 +210,7 @@ std::vector<KernelSpec> helperSpecs() {
       add(f, {{"kv", kv}, {"threads", "256"}});
     add("kpool_store", {{"kv", kv}, {"threads", "128"}});
     add("mla_core", {{"kv", kv}, {"threads", "1024"}});
+    add("mla_prefill", {{"kv", kv}, {"vt", "32"}, {"threads", "256"}});
     add("indexer_scores_ctx", {{"kv", kv}, {"threads", "256"}});
     add("indexer_scores_ctx", {{"pool", "4"}, {"kv", kv}, {"threads", "256"}});
   }

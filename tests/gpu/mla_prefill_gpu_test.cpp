@@ -1,0 +1,133 @@
+//===- mla_prefill_gpu_test.cpp - prefill attention on tensor cores -------===//
+//
+// mla_prefill (a block per query row and 16..64 heads, mma.sync over fp16
+// q, keys and probabilities) against its twin (runtime/twins/
+// twin_mla_prefill.cpp: the same fp16 roundings, exact products summed in
+// fp64): the scores left in pAll within 1e-5 of max|twin| (fp32 mma sums),
+// ctx within 1e-4 (fp32 sums, and the rare probability whose fp16 rounding
+// flips between the device's expf and the host's: one flip moves ctx by at
+// most 2^-11 of that key's weight). GLM-5.3's shape (64 heads, kvr 512 +
+// rope 64) with up to 2048 selected keys in f32 / bf16 / e4m3 caches, a
+// rank's 8 heads, and the tiny models' shapes; heads outside the table keep
+// their rows.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/mla_prefill_abi.h"
+#include "gpu_twin_util.h"
+#include "runtime/twins/kv_rows.h"
+
+#include <algorithm>
+#include <numeric>
+
+using namespace glm::gputest;
+namespace cg = glm::codegen;
+
+namespace {
+
+struct PrefillCase {
+  std::string name;
+  int H, hb, he, dn, dr, kvr;
+  std::vector<int> nsel;
+  int kv = 0; // 0 f32, 1 bf16, 2 e4m3
+};
+
+class MlaPrefillGpu : public ::testing::TestWithParam<PrefillCase> {
+protected:
+  GLM_GPU_SUITE_SETUP
+};
+
+TEST_P(MlaPrefillGpu, MatchesTwin) {
+  const PrefillCase c = GetParam();
+  std::mt19937 rng(std::hash<std::string>()(c.name) & 0xFFFFFFF);
+  const int B = int(c.nsel.size()), lat = c.kvr + c.dr, slots = 2;
+  const int maxCtx = std::max(2048, *std::max_element(c.nsel.begin(),
+                                                      c.nsel.end()));
+  const std::vector<float> q = randn(rng, size_t(B) * c.H * (c.dn + c.dr));
+  const std::vector<float> qabs = randn(rng, size_t(B) * c.H * c.kvr);
+  std::vector<uint8_t> cache(size_t(slots) * maxCtx *
+                             glm::rt::twins::kvRowBytes(c.kv, lat));
+  for (int r = 0; r < slots * maxCtx; ++r) {
+    const std::vector<float> row = randn(rng, size_t(lat));
+    glm::rt::twins::kvWriteRow(cache.data(), c.kv, r, row.data(), lat);
+  }
+  std::vector<int> seq, nsel, sel(size_t(B) * maxCtx, 0), heads;
+  for (int b = 0; b < B; ++b) {
+    seq.push_back(b % slots);
+    nsel.push_back(c.nsel[b]);
+    std::vector<int> ids(maxCtx);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::copy(ids.begin(), ids.begin() + c.nsel[b], sel.begin() + b * maxCtx);
+  }
+  for (int h = c.hb; h < c.he; ++h)
+    heads.push_back(h);
+  const int nh = int(heads.size()), threads = cg::mlaPrefillThreads(nh);
+  const unsigned gx = cg::mlaPrefillGridX(nh, threads),
+                 smem = unsigned(cg::mlaPrefillSmem(threads, c.kvr, c.dr));
+  glm::codegen::KeyValues targs = {{"vt", std::to_string(c.kvr / 16)},
+                                   {"threads", std::to_string(threads)}};
+  if (c.kv)
+    targs["kv"] = c.kv == 1 ? "bf16" : "e4m3";
+  const KernelSpec s = spec("mla_prefill", targs);
+  const double scale = 1.0 / std::sqrt(double(c.dn + c.dr));
+  const size_t nCtx = size_t(B) * c.H * c.kvr, nP = size_t(B) * c.H * maxCtx;
+
+  std::vector<float> ctx0(nCtx, -7.0f), p0(nP, 0.0f);
+  auto dQ = upload(q), dQabs = upload(qabs), dCache = upload(cache),
+       dSeq = upload(seq), dSel = upload(sel), dN = upload(nsel),
+       dHeads = upload(heads), dP = upload(p0), dCtx = upload(ctx0);
+  Args a;
+  a.ptr(dQ).ptr(dQabs).ptr(dCache).ptr(dSeq).ptr(dSel).ptr(dN).ptr(dP)
+      << maxCtx;
+  a.ptr(dCtx).ptr(dHeads) << nh << c.H << c.dn << c.dr << c.kvr << scale;
+  a.launch(kernel(s), gx, unsigned(B), unsigned(threads), smem);
+  const std::vector<float> ctx = download<float>(dCtx, nCtx),
+                           p = download<float>(dP, nP);
+
+  std::vector<float> tctx = ctx0, tp = p0;
+  runTwin(s, gx, unsigned(B), unsigned(threads), smem,
+          {hp(q.data()), hp(qabs.data()), hp(cache.data()), hp(seq.data()),
+           hp(sel.data()), hp(nsel.data()), hp(tp.data()), hi(maxCtx),
+           hp(tctx.data()), hp(heads.data()), hi(nh), hi(c.H), hi(c.dn),
+           hi(c.dr), hi(c.kvr), hf(scale)});
+  Err ec, es;
+  size_t untouched = 0, outside = 0;
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < c.H; ++h) {
+      const bool mine = h >= c.hb && h < c.he;
+      for (int k = 0; k < c.kvr; ++k) {
+        const size_t i = (size_t(b) * c.H + h) * c.kvr + size_t(k);
+        if (mine)
+          ec.add(ctx[i], tctx[i]);
+        else
+          outside += 1, untouched += ctx[i] == -7.0f;
+      }
+      if (mine)
+        for (int j = 0; j < nsel[b]; ++j) {
+          const size_t i = (size_t(b) * c.H + h) * maxCtx + size_t(j);
+          es.add(p[i], tp[i]);
+        }
+    }
+  report("mla_prefill " + c.name + " scores", es, 1e-5,
+         "fp32 mma sums of exact fp16 products");
+  report("mla_prefill " + c.name + " ctx", ec, 1e-4,
+         "fp32 sums; a rare fp16 flip of a probability");
+  if (outside)
+    reportExact("mla_prefill " + c.name + " other heads", outside - untouched,
+                outside);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MlaPrefillGpu,
+    ::testing::Values(
+        PrefillCase{"glm53_64h", 64, 0, 64, 192, 64, 512, {1, 16, 37, 2048}},
+        PrefillCase{"glm53_bf16", 64, 0, 64, 192, 64, 512, {300, 2048}, 1},
+        PrefillCase{"glm53_e4m3", 64, 0, 64, 192, 64, 512, {129, 2048}, 2},
+        PrefillCase{"glm53_rank_8h", 64, 8, 16, 192, 64, 512, {700, 2048}},
+        PrefillCase{"glm53_40h", 64, 24, 64, 192, 64, 512, {1000}},
+        PrefillCase{"tiny_a", 4, 0, 4, 16, 8, 32, {1, 2, 9, 40}},
+        PrefillCase{"tiny_b", 6, 0, 6, 16, 16, 48, {5, 12, 31}},
+        PrefillCase{"no_rope", 20, 0, 20, 32, 0, 64, {3, 64, 65}}),
+    [](const auto &i) { return i.param.name; });
+
+} // namespace

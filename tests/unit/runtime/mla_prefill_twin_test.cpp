@@ -1,0 +1,221 @@
+//===- mla_prefill_twin_test.cpp - the tensor-core prefill attention ------===//
+//
+// mla_prefill's twin (the kernel's fp16 roundings) against mla_core's twin
+// (fp32 inputs, the decode kernel) on the same rows, selections and caches:
+// GLM-5.3's shape (64 heads, kvr 512 + 64 rope), a rank's 8 heads of 64,
+// the tiny test models' shapes, f32 / bf16 / e4m3 caches, selections of 1
+// to a few hundred keys (ragged 16-key tiles). Heads outside the table keep
+// their rows. Then the footprint: what the launch covers and what it
+// refuses.
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/mla_prefill_abi.h"
+#include "runtime/twins/footprint.h"
+#include "runtime/twins/kv_rows.h"
+#include "twin_test_util.h"
+
+#include <algorithm>
+#include <numeric>
+
+using namespace glm::twintest;
+namespace twins = glm::rt::twins;
+namespace cg = glm::codegen;
+
+namespace {
+
+struct Shape {
+  std::string name;
+  int H, hb, he; // heads [hb, he) of H in the table
+  int dn, dr, kvr;
+  std::vector<int> nsel; // selected keys per row
+  int kv = 0;            // cache form
+};
+
+struct Problem {
+  Shape s;
+  int B, maxCtx = 512, slots = 2, lat;
+  std::vector<float> q, qabs;
+  std::vector<uint8_t> cache;
+  std::vector<int> seq, sel, nsel, heads;
+
+  explicit Problem(const Shape &sh) : s(sh) {
+    std::mt19937 rng(std::hash<std::string>()(s.name) & 0xFFFFFFF);
+    std::normal_distribution<float> g(0.0f, 1.0f);
+    B = int(s.nsel.size());
+    lat = s.kvr + s.dr;
+    q.resize(size_t(B) * s.H * (s.dn + s.dr));
+    qabs.resize(size_t(B) * s.H * s.kvr);
+    for (float &v : q)
+      v = g(rng);
+    for (float &v : qabs)
+      v = g(rng);
+    cache.resize(size_t(slots) * maxCtx * twins::kvRowBytes(s.kv, lat));
+    std::vector<float> row(lat);
+    for (int r = 0; r < slots * maxCtx; ++r) {
+      for (float &v : row)
+        v = g(rng);
+      twins::kvWriteRow(cache.data(), s.kv, r, row.data(), lat);
+    }
+    sel.assign(size_t(B) * maxCtx, 0);
+    for (int b = 0; b < B; ++b) {
+      seq.push_back(b % slots);
+      nsel.push_back(s.nsel[b]);
+      std::vector<int> ids(maxCtx);
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      std::copy(ids.begin(), ids.begin() + s.nsel[b], sel.begin() + b * maxCtx);
+    }
+    for (int h = s.hb; h < s.he; ++h)
+      heads.push_back(h);
+  }
+  int nh() const { return int(heads.size()); }
+
+  /// mla_core's or mla_prefill's launch over ctx / p.
+  Launch run(const std::string &family, const glm::plan::KeyValues &t,
+             std::vector<float> &ctx, std::vector<float> &p) const {
+    ctx.assign(size_t(B) * s.H * s.kvr, -7.0f);
+    p.assign(size_t(B) * s.H * maxCtx, 0.0f);
+    const double scale = 1.0 / std::sqrt(double(s.dn + s.dr));
+    std::vector<Arg> a = {P(q.data()),   P(qabs.data()), P(cache.data()),
+                          P(seq.data()), P(sel.data()),  P(nsel.data()),
+                          P(p.data()),   I(maxCtx),      P(ctx.data()),
+                          P(heads.data())};
+    if (family == "mla_prefill") {
+      const int threads = cg::mlaPrefillThreads(nh());
+      a.push_back(I(nh()));
+      for (int v : {s.H, s.dn, s.dr, s.kvr})
+        a.push_back(I(v));
+      a.push_back(F(scale));
+      return launch(family, t, cg::mlaPrefillGridX(nh(), threads), B, threads,
+                    a, unsigned(cg::mlaPrefillSmem(threads, s.kvr, s.dr)));
+    }
+    for (int v : {s.H, s.dn, s.dr, s.kvr})
+      a.push_back(I(v));
+    a.push_back(F(scale));
+    return launch(family, t, nh(), B, 1024, a);
+  }
+  glm::plan::KeyValues prefillArgs() const {
+    glm::plan::KeyValues t = {
+        {"vt", std::to_string(s.kvr / 16)},
+        {"threads", std::to_string(cg::mlaPrefillThreads(nh()))}};
+    if (s.kv)
+      t["kv"] = s.kv == 1 ? "bf16" : "e4m3";
+    return t;
+  }
+  glm::plan::KeyValues coreArgs() const {
+    glm::plan::KeyValues t = {{"threads", "1024"}};
+    if (s.kv)
+      t["kv"] = s.kv == 1 ? "bf16" : "e4m3";
+    return t;
+  }
+};
+
+class MlaPrefillTwin : public ::testing::TestWithParam<Shape> {};
+
+/// fp16 q, keys and probabilities against fp32: each enters with a
+/// relative rounding error up to 2^-11 (rms ~2.8e-4), so a score moves by
+/// ~3e-4 of its typical size and ctx (a convex mix of values of size ~1)
+/// by a few 1e-4 of max|ctx|; 1.5e-3 bounds what was measured (below).
+TEST_P(MlaPrefillTwin, MatchesMlaCoreWithinTheFp16Rounding) {
+  const Problem pr(GetParam());
+  const glm::plan::KeyValues tc = pr.coreArgs(), tp = pr.prefillArgs();
+  std::vector<float> want, got, pw, pg;
+  runTwin(pr.run("mla_core", tc, want, pw));
+  runTwin(pr.run("mla_prefill", tp, got, pg));
+  const Shape &s = pr.s;
+  double worst = 0, peak = 0;
+  for (int b = 0; b < pr.B; ++b)
+    for (int h = 0; h < s.H; ++h)
+      for (int c = 0; c < s.kvr; ++c) {
+        const size_t i = (size_t(b) * s.H + h) * s.kvr + c;
+        if (h < s.hb || h >= s.he) { // not this launch's head
+          ASSERT_EQ(got[i], -7.0f) << s.name << " b " << b << " h " << h;
+          continue;
+        }
+        ASSERT_TRUE(std::isfinite(got[i])) << s.name;
+        worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+        peak = std::max(peak, double(std::fabs(want[i])));
+      }
+  ASSERT_GT(peak, 0.0);
+  const double rel = worst / peak;
+  std::printf("[ mla_prefill ] %-22s max|prefill - core| / max|core| = %.3g\n",
+              s.name.c_str(), rel);
+  EXPECT_LT(rel, 1.5e-3) << s.name;
+  EXPECT_GT(rel, 0.0) << s.name << ": fp16 inputs cannot be exact";
+  // The scores left in p are the softmax's inputs: q . k * scale.
+  for (int b = 0; b < pr.B; ++b)
+    for (int i = 0; i < pr.nh(); ++i)
+      for (int j = 0; j < pr.nsel[b]; ++j) {
+        const float sc =
+            pg[(size_t(b) * s.H + pr.heads[i]) * pr.maxCtx + size_t(j)];
+        ASSERT_TRUE(std::isfinite(sc));
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MlaPrefillTwin,
+    ::testing::Values(
+        Shape{"glm53_64_heads", 64, 0, 64, 192, 64, 512, {1, 37, 300}},
+        Shape{"glm53_rank_of_8", 64, 8, 16, 192, 64, 512, {16, 129}},
+        Shape{"glm53_bf16", 64, 0, 64, 192, 64, 512, {200}, 1},
+        Shape{"glm53_e4m3", 64, 40, 64, 192, 64, 512, {17, 250}, 2},
+        Shape{"tiny_dsa_a", 4, 0, 4, 16, 8, 32, {1, 2, 8, 23}},
+        Shape{"tiny_dsa_b", 6, 0, 6, 16, 16, 48, {5, 12, 31}},
+        Shape{"no_rope", 20, 0, 20, 32, 0, 64, {3, 64, 65}}),
+    [](const auto &i) { return i.param.name; });
+
+// ----------------------------------------------------------- footprints
+
+twins::Footprint footprint(const Launch &l) {
+  return twins::footprintOf(*twins::findFootprint(l.family), l);
+}
+
+TEST(MlaPrefillFootprint, CoversTheRowsHeadsAndCache) {
+  const Problem pr(Shape{"fp", 64, 8, 16, 192, 64, 512, {16, 129}});
+  const glm::plan::KeyValues t = pr.prefillArgs();
+  std::vector<float> ctx, p;
+  const Launch l = pr.run("mla_prefill", t, ctx, p);
+  EXPECT_EQ(l.block[0], 64u); // 8 heads: one group of 16
+  EXPECT_EQ(l.grid[0], 1u);
+  const twins::Footprint f = footprint(l);
+  const uint64_t rows = uint64_t(pr.B) * 64;
+  EXPECT_EQ(f.bytes[0], rows * (192 + 64) * 4);
+  EXPECT_EQ(f.bytes[1], rows * 512 * 4);
+  EXPECT_EQ(f.bytes[6], rows * uint64_t(pr.maxCtx) * 4);
+  EXPECT_EQ(f.bytes[8], rows * 512 * 4);
+  EXPECT_EQ(f.bytes[9], 8u * 4);
+  EXPECT_EQ(f.kvForm[2], 0);
+}
+
+TEST(MlaPrefillFootprint, RefusesShapesTheKernelDoesNotTake) {
+  const Problem pr(Shape{"fp_refuse", 64, 0, 64, 192, 64, 512, {16}});
+  std::vector<float> ctx, p;
+  auto refusedArg = [&](const glm::plan::KeyValues &t,
+                        auto &&edit) -> int {
+    Launch l = pr.run("mla_prefill", t, ctx, p);
+    edit(l);
+    try {
+      footprint(l);
+    } catch (const twins::BadLaunchArg &b) {
+      return int(b.arg);
+    }
+    return -1;
+  };
+  const glm::plan::KeyValues t = pr.prefillArgs();
+  EXPECT_EQ(refusedArg(t, [](Launch &) {}), -1);
+  glm::plan::KeyValues wrongVt = t;
+  wrongVt["vt"] = "16"; // kvr 512 is 32 tiles
+  EXPECT_EQ(refusedArg(wrongVt, [](Launch &) {}), 14);
+  EXPECT_EQ(refusedArg(t, [](Launch &l) { l.smemBytes -= 16; }), 0);
+  EXPECT_EQ(refusedArg(t, [](Launch &l) { l.block[0] = 512; }), 10);
+  EXPECT_EQ(refusedArg(t, [](Launch &l) { l.args[13].i = 62; }), 13);
+  // Past 99 KB (the Sparks' limit) the compiler keeps mla_core.
+  EXPECT_TRUE(cg::mlaPrefillTakes(512, 64, 64));
+  EXPECT_FALSE(cg::mlaPrefillTakes(512, 64 + 512, 64));
+  EXPECT_FALSE(cg::mlaPrefillTakes(520, 64, 64));
+  EXPECT_EQ(cg::mlaPrefillThreadsFor(64, 8), 64);
+  EXPECT_EQ(cg::mlaPrefillThreadsFor(64, 1), 256);
+  EXPECT_EQ(cg::mlaPrefillThreadsFor(6, 1), 64);
+}
+
+} // namespace
