@@ -327,6 +327,15 @@ std::vector<FamilyInfo> buildFamilies() {
     // vt = kvr / 16 column tiles (mla_prefill.cuh, mla_prefill_abi.h).
     helper("mla_prefill", "mlaPrefill", {"64", "128", "256"},
            {kv, intParam("vt", "v", range(1, 32))});
+    // Its per-head projections (q_abs, the head outputs) as 3xTF32 GEMMs
+    // over the chunk's rows: w = which side W's rows are (mla_proj.cuh), the
+    // weight's stored dtype and scale form.
+    helper("mla_proj", "mlaProj", {"128"},
+           {enumParam("w", "", {{"kn", "0"}, {"nk", "1"}}),
+            enumParam("dt", "", {{"f32", "0"}, {"f16", "1"}, {"bf16", "2"},
+                                 {"e4m3", "3"}}),
+            enumParam("sk", "", {{"none", "0"}, {"block", "1"}, {"row", "2"},
+                                 {"mx", "3"}})});
     helper("mla_out", "mlaOut", {"128", "256", "512"});
     helper("transpose", "transpose", any);
     // The two helper GEMV sums that feed an all-reduce take a sum mode.

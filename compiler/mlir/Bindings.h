@@ -84,6 +84,41 @@ struct BindingAnalysis {
 std::vector<uint64_t> apportion(uint64_t total,
                                 const std::vector<uint64_t> &weights);
 
+/// Storage code of the helper kernels' `dt` (0 f32, 1 f16, 2 bf16, 3 E4M3)
+/// and of their FP8 scales' `sk` (0 none, 1 block-128, 2 row, 3 MX).
+inline int dtOf(mlir::Type t) {
+  auto d = mlir::dyn_cast_or_null<mlir::glm::DenseType>(t);
+  if (!d)
+    return 2;
+  switch (d.getFormat()) {
+  case mlir::glm::DenseFormat::F32:
+    return 0;
+  case mlir::glm::DenseFormat::F16:
+    return 1;
+  case mlir::glm::DenseFormat::Fp8Block128:
+  case mlir::glm::DenseFormat::Fp8Row:
+  case mlir::glm::DenseFormat::Mxfp8:
+    return 3;
+  default:
+    return 2;
+  }
+}
+inline int skOf(mlir::Type t) {
+  auto d = mlir::dyn_cast_or_null<mlir::glm::DenseType>(t);
+  if (!d)
+    return 0;
+  switch (d.getFormat()) {
+  case mlir::glm::DenseFormat::Fp8Block128:
+    return 1;
+  case mlir::glm::DenseFormat::Fp8Row:
+    return 2;
+  case mlir::glm::DenseFormat::Mxfp8:
+    return 3;
+  default:
+    return 0;
+  }
+}
+
 } // namespace glmc
 
 #endif // GLMC_MLIR_BINDINGS_H

@@ -53,6 +53,8 @@
 
 using namespace mlir;
 using namespace mlir::glm;
+using glmc::dtOf;
+using glmc::skOf;
 
 namespace glmc {
 #define GEN_PASS_DEF_GLMEMITKERNELS
@@ -543,7 +545,22 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
              str(std::max<int64_t>(32, (a.getQkRope() / 2 + 31) / 32 * 32))}}});
     if (a.getShard().getRanks() > 1)
       out.push_back({"fill_f32", {{"threads", "256"}}});
-    out.push_back({"mla_qabs", {{"threads", "64"}}});
+    // A prefill chunk's q_abs and head outputs run as one GEMM per head
+    // over the chunk's rows (mla_proj: 3xTF32, kv_b read in its stored form
+    // once per 64 rows, not once per row), where the strides allow.
+    const int64_t dn = a.getQkNope(), dr = a.getQkRope();
+    const bool proj = b.prefill && haveFamily("mla_proj") && dn % 4 == 0 &&
+                      (dn + dr) % 4 == 0 && a.getKvLora() % 4 == 0;
+    auto projSpec = [&](const char *w) {
+      static const char *const kDt[] = {"f32", "f16", "bf16", "e4m3"};
+      static const char *const kSk[] = {"none", "block", "row", "mx"};
+      return Spec{"mla_proj",
+                  {{"w", w},
+                   {"dt", kDt[dtOf(kvb)]},
+                   {"sk", kSk[skOf(kvb)]},
+                   {"threads", "128"}}};
+    };
+    out.push_back(proj ? projSpec("kn") : Spec{"mla_qabs", {{"threads", "64"}}});
     // A prefill chunk's rows attend on tensor cores (mla_prefill: a block
     // per row and up to 64 heads, the row's keys gathered once, fp16
     // inputs) where the shape fits; decode keeps mla_core's fp32 per head.
@@ -558,7 +575,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
              str(::glm::codegen::mlaPrefillThreadsFor(a.getHeads(), ranks))}}}));
     else
       out.push_back(withKv({"mla_core", {{"threads", "1024"}}}));
-    out.push_back({"mla_out", {{"threads", "256"}}});
+    out.push_back(proj ? projSpec("nk") : Spec{"mla_out", {{"threads", "256"}}});
   } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {
     // q = wq_b(q_a) and its RoPE, the key wk(x) normed, roped and stored,
     // the head weights weights_proj(x), the scores over the cache, the

@@ -40,6 +40,8 @@
 
 using namespace mlir;
 using namespace mlir::glm;
+using glmc::dtOf;
+using glmc::skOf;
 
 namespace glmc {
 #define GEN_PASS_DEF_GLMEMITPLAN
@@ -395,7 +397,6 @@ struct GemvUse {
   int64_t outStride = 0;    // floats between the output's token rows
 };
 
-static int dtOf(Type t);
 
 /// HF names of the weights glm.kda_decode reads (conv taps, dt_bias, A_log,
 /// o_norm): the kernel reads them in one dtype (wdt), so 16-bit taps are
@@ -670,40 +671,6 @@ GemvUse ArgBuilder::gemvUse(Operation &op, size_t ordinal) {
   return g;
 }
 
-/// Storage code of the helper kernels' `dt` (0 f32, 1 f16, 2 bf16, 3 E4M3)
-/// and of their FP8 scales' `sk` (0 none, 1 block-128, 2 row, 3 MX).
-static int dtOf(Type t) {
-  auto d = dyn_cast_or_null<DenseType>(t);
-  if (!d)
-    return 2;
-  switch (d.getFormat()) {
-  case DenseFormat::F32:
-    return 0;
-  case DenseFormat::F16:
-    return 1;
-  case DenseFormat::Fp8Block128:
-  case DenseFormat::Fp8Row:
-  case DenseFormat::Mxfp8:
-    return 3;
-  default:
-    return 2;
-  }
-}
-static int skOf(Type t) {
-  auto d = dyn_cast_or_null<DenseType>(t);
-  if (!d)
-    return 0;
-  switch (d.getFormat()) {
-  case DenseFormat::Fp8Block128:
-    return 1;
-  case DenseFormat::Fp8Row:
-    return 2;
-  case DenseFormat::Mxfp8:
-    return 3;
-  default:
-    return 0;
-  }
-}
 static gp::ArgDef f64Arg(double v, const std::string &label) {
   gp::ArgDef a;
   a.kind = gp::ArgKind::F64;
@@ -1102,6 +1069,29 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale")};
       // q_abs, q_pe, a tile of p and of selected rows, partial sums.
       grid(nh, R, 1, 1024, uint32_t((kvr + dr + 2 * 1024 + 4 * 1024) * 4));
+    } else if (f == "mla_proj") {
+      // A prefill bucket's q_abs (the op's first mla_proj: W_uk's rows are
+      // the inputs) or head outputs (the second: W_uv's rows the outputs)
+      // as one GEMM per head over the chunk's rows (mla_proj.cuh).
+      const bool headOut =
+          std::count(seq.begin(), seq.begin() + launch, "mla_proj") > 0;
+      if (!headOut)
+        a = {in(op, 0, "x"), i32Arg(H * (dn + dr), "xStride"),
+             i32Arg(dn + dr, "xHead"), W, i32Arg(dtOf(kt), "dt"), scale,
+             i32Arg(skOf(kt), "sk"), i32Arg(dn + dv, "wHead"),
+             i32Arg(0, "wRow0"), i32Arg(kvr, "in"), headsA,
+             named(qabs, "y"), i32Arg(H * kvr, "yStride"),
+             i32Arg(kvr, "yHead"), i32Arg(R, "R"), i32Arg(dn, "K"),
+             i32Arg(kvr, "N")};
+      else
+        a = {named(ctxv, "x"), i32Arg(H * kvr, "xStride"), i32Arg(kvr, "xHead"),
+             W, i32Arg(dtOf(kt), "dt"), scale, i32Arg(skOf(kt), "sk"),
+             i32Arg(dn + dv, "wHead"), i32Arg(dn, "wRow0"), i32Arg(kvr, "in"),
+             headsA, out(op, 0, "y"), i32Arg(H * dv, "yStride"),
+             i32Arg(dv, "yHead"), i32Arg(R, "R"), i32Arg(kvr, "K"),
+             i32Arg(dv, "N")};
+      grid(nh * ceilDiv(headOut ? dv : kvr, 64), uint32_t(ceilDiv(R, 64)), 1,
+           128);
     } else if (f == "mla_prefill") {
       // mla_core's arguments and the head count; a block per row and up to
       // 64 heads (mla_prefill_abi.h: the threads EmitKernels chose).
@@ -2526,10 +2516,12 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
     if (auto a = dyn_cast<AttentionDecodeOp>(op);
         a && reader < launches.size() && seq[reader] == "kv_store") {
       size_t qabs = launches.size(), out = launches.size();
+      // (A prefill bucket's mla_proj pair: q_abs first, the outputs second.)
       for (size_t j = 0; j < launches.size(); ++j) {
-        if (seq[j] == "mla_qabs" && qabs == launches.size())
+        const bool proj = seq[j] == "mla_proj";
+        if ((seq[j] == "mla_qabs" || proj) && qabs == launches.size())
           qabs = j;
-        if (seq[j] == "mla_out" && out == launches.size())
+        else if ((seq[j] == "mla_out" || proj) && out == launches.size())
           out = j;
       }
       const int64_t k = a.getQkNope(), v = a.getVHead();

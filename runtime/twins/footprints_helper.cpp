@@ -14,6 +14,7 @@
 #include "codegen/templates/moe_entries.cuh"
 
 #include <limits>
+#include <map>
 #include <string>
 
 namespace glm::rt::twins {
@@ -305,6 +306,52 @@ void mlaPrefillFp(const Launch &l, Footprint &f) {
   r.need(8, rows * kvr, 4);
   r.need(9, B ? covered : 0, 4);
   headList(r, 9, B ? covered : 0, H);
+}
+
+// mla_proj(x, xStride, xHead, W, dt, scale, sk, wHead, wRow0, in, heads, y,
+// yStride, yHead, R, K, N); grid (nh * ceil(N / 64), ceil(R / 64)), 128
+// threads. H = xStride / xHead = yStride / yHead heads a row; W holds H
+// heads of wHead rows of `in` values.
+void mlaProjFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide xStride = r.at(1), xHead = r.at(2, 1), wHead = r.at(7),
+             wRow0 = r.at(8), in = r.at(9), yStride = r.at(12),
+             yHead = r.at(13, 1), R = r.at(14), K = r.at(15), N = r.at(16, 1);
+  const bool rowsAreOutputs = l.targ("w") == "nk";
+  static const std::map<std::string, int> kDt = {
+      {"f32", 0}, {"f16", 1}, {"bf16", 2}, {"e4m3", 3}};
+  static const std::map<std::string, int> kSk = {
+      {"none", 0}, {"block", 1}, {"row", 2}, {"mx", 3}};
+  r.require(r.raw(4) == kDt.at(l.targ("dt")), 4, "is ", int64_t(r.raw(4)),
+            "; the kernel was built for dt ", l.targ("dt"));
+  r.require(r.raw(6) == kSk.at(l.targ("sk")), 6, "is ", int64_t(r.raw(6)),
+            "; the kernel was built for sk ", l.targ("sk"));
+  r.require(r.block(0) == 128, 14, "runs on ", int64_t(r.block(0)),
+            " threads; the kernel takes 128");
+  r.require(K % 4 == 0 && xStride % 4 == 0 && xHead % 4 == 0, 15, "is ",
+            int64_t(K), " (x strides ", int64_t(xStride), ", ",
+            int64_t(xHead), "); 16-byte rows need multiples of 4");
+  r.require(xStride % xHead == 0 && yStride % yHead == 0 &&
+                xStride / xHead == yStride / yHead,
+            1, "is ", int64_t(xStride),
+            "; x and y rows must hold the same whole number of heads");
+  const Wide H = xStride / xHead, nb = ceilDiv(N, 64);
+  r.require(xHead >= K && yHead >= N, 2, "is ", int64_t(xHead),
+            "; a head's inputs and outputs must fit its stride");
+  r.require(wRow0 + (rowsAreOutputs ? N : K) <= wHead &&
+                in >= (rowsAreOutputs ? K : N),
+            8, "is ", int64_t(wRow0), "; a head's weight rows must fit ",
+            int64_t(wHead), " rows of ", int64_t(in));
+  r.require(r.grid(0) % nb == 0, 16, "is ", int64_t(N),
+            "; grid x must be whole heads of ", int64_t(nb), " blocks");
+  r.require(r.grid(1) * 64 >= R, 14, "is ", int64_t(R), "; ",
+            int64_t(r.grid(1)), " row blocks of 64 do not cover it");
+  const Wide nh = r.grid(0) / nb, rows = nh ? R : 0;
+  r.need(0, rows * xStride, 4);
+  weightWithScale(r, 3, 4, 5, 6, rows ? H * wHead : 0, in);
+  r.need(10, rows ? nh : 0, 4);
+  headList(r, 10, rows ? nh : 0, H);
+  r.need(11, rows * yStride, 4);
 }
 
 // mla_out(W, dt, scale, sk, ctxAll, heads, ovAll, H, dn, dv, kvr); grid
@@ -899,6 +946,7 @@ const FootprintEntry kHelperFootprints[] = {
     {"mla_qabs", "ppipippiiiii", mlaQabsFp},
     {"mla_core", "pppppppippiiiid", mlaCoreFp},
     {"mla_prefill", "pppppppippiiiiid", mlaPrefillFp},
+    {"mla_proj", "piipipiiiippiiiii", mlaProjFp},
     {"mla_out", "pipipppiiii", mlaOutFp},
     {"transpose", "ppli", transposeFp},
     {"gemv_any", "pipipipiii", gemvAnyFp},

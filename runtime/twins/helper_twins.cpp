@@ -28,6 +28,7 @@ const TwinEntry kHelperTwins[] = {
     {"mla_qabs", mlaQabsTwin},
     {"mla_core", mlaCoreTwin},
     {"mla_prefill", mlaPrefillTwin},
+    {"mla_proj", mlaProjTwin},
     {"mla_out", mlaOutTwin},
     {"transpose", transposeTwin},
     {"gemv_any", gemvAnyTwin},

@@ -43,6 +43,18 @@ inline void hadamard128F32(float *v) {
       }
 }
 
+/// cvt.rna.tf32.f32: round to 11 significant bits, ties away from zero
+/// (the tensor cores' tf32 operands; 3xTF32 splits x into tf32(x) and
+/// tf32(x - tf32(x))).
+inline float tf32(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u)
+    u = (u + 0x1000u) & 0xffffe000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
 /// Side-vector storage of the templates' SVT/VT/SCT ids: 0 f32, 1 f16,
 /// 2 bf16 (StorageOf in glm_common.cuh).
 /// clampSwiglu of glm_common.cuh: GLM-5.3-Flash's SwiGLU clamp on fp32 gate

@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/helper_twins.h"
 #include "runtime/twins/kv_rows.h"
+#include "runtime/twins/twin_common.h"
 
 #include "runtime/base/error.h"
 #include "runtime/base/parallel.h"
@@ -427,16 +428,6 @@ void kdaPrepTwin(const Launch &l) {
 }
 
 namespace {
-
-/// cvt.rna.tf32.f32: round to 11 significant bits, ties away from zero.
-float tf32(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u)
-    u = (u + 0x1000u) & 0xffffe000u;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
 
 /// MMA operands as the kernel feeds them: hi = tf32(x) and, for 3xTF32,
 /// lo = tf32(x − hi), of a rows x cols panel read from x with row stride

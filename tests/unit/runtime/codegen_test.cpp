@@ -203,6 +203,13 @@ std::vector<KernelSpec> helperSpecs() {
   add("mla_prefill", {{"vt", "32"}, {"threads", "64"}});
   add("mla_prefill", {{"vt", "2"}, {"threads", "64"}});
   add("mla_prefill", {{"vt", "3"}, {"threads", "128"}});
+  // Its per-head projections over kv_b's stored forms.
+  for (const char *w : {"kn", "nk"})
+    for (const auto &[dt, sk] :
+         std::vector<std::pair<const char *, const char *>>{
+             {"e4m3", "block"}, {"e4m3", "row"}, {"e4m3", "mx"},
+             {"bf16", "none"}, {"f32", "none"}, {"f16", "none"}})
+      add("mla_proj", {{"w", w}, {"dt", dt}, {"sk", sk}, {"threads", "128"}});
   // The KV cache's bf16 and e4m3 storage forms (kv_cache.cuh) of every
   // family that writes or reads it (--kv-dtype bf16 | fp8).
   for (const char *kv : {"bf16", "e4m3"}) {
