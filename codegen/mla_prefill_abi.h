@@ -21,10 +21,10 @@ constexpr int kMlaPrefillKeys = 16;
 /// Shared memory a block may take: the Sparks' 99 KB (sm_121).
 constexpr int64_t kMlaPrefillSmemMax = 99 * 1024;
 
-/// Threads of the block for `nh` heads of this rank: 64 per 16 heads, at
-/// most 256 (64 heads; more heads take more blocks).
+/// Threads of the block for `nh` heads of this rank: 64 per 16 heads, 1, 2
+/// or 4 groups (64 heads; more heads take more blocks).
 inline int mlaPrefillThreads(int64_t nh) {
-  return int(64 * std::clamp<int64_t>((nh + 15) / 16, 1, 4));
+  return nh <= 16 ? 64 : nh <= 32 ? 128 : 256;
 }
 /// Threads of a plan's mla_prefill over H heads split across `ranks`: those
 /// of the largest rank's share (ShardAttr::rangeOf: at most ceil(H / ranks)).
@@ -45,19 +45,24 @@ inline uint32_t mlaPrefillGridX(int64_t nh, int threads) {
 constexpr int64_t mlaPrefillPitch(int64_t lat) {
   return (lat + 15) / 16 * 16 + 8;
 }
+/// Longest latent row (kvr + dr) the kernel takes: a lane holds a row's
+/// 4-value chunks in 5 registers while its warp finds the row's scale.
+constexpr int64_t kMlaPrefillMaxLatent = 5 * 32 * 4;
 /// Dynamic shared memory: q (heads x pitch halves), a key tile
-/// (16 x pitch halves), then each head's max per column half (floats).
+/// (16 x pitch halves), then floats: each head's max per column half and
+/// q scale, each key's scale.
 constexpr int64_t mlaPrefillSmem(int threads, int64_t kvr, int64_t dr) {
   return (mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) *
              mlaPrefillPitch(kvr + dr) * 2 +
-         2 * mlaPrefillHeadsPerBlock(threads) * 4;
+         (3 * mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) * 4;
 }
 /// Whether mla_prefill takes the shape: kvr whole 16-column tiles (the
 /// template's vt = kvr / 16, at most 32), 4-value rows (the cache's
-/// 16-, 8- and 4-byte loads), and the shared memory within the Sparks'.
+/// 16-, 8- and 4-byte loads) of at most kMlaPrefillMaxLatent, and the
+/// shared memory within the Sparks'.
 inline bool mlaPrefillTakes(int64_t kvr, int64_t dr, int64_t nh) {
   return kvr > 0 && kvr % 16 == 0 && kvr / 16 <= 32 && dr >= 0 &&
-         dr % 4 == 0 && nh > 0 &&
+         dr % 4 == 0 && kvr + dr <= kMlaPrefillMaxLatent && nh > 0 &&
          mlaPrefillSmem(mlaPrefillThreads(nh), kvr, dr) <= kMlaPrefillSmemMax;
 }
 

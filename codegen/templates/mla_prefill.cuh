@@ -16,16 +16,18 @@
 // mlaPrefillSmem(THREADS, kvr, dr). VT = kvr / 16.
 //
 // Numerics (the twin, runtime/twins/twin_mla_prefill.cpp, computes the same
-// roundings): q = (q_abs, q_pe), each key row and the probabilities enter
-// the tensor cores as fp16 (round to nearest even; |values| below 65504:
-// the latent is RMS-normed, q_abs and the rope keys are far below); the
-// products are exact and summed in fp32. Pass 1: s_j = fp32(q . k_j) *
-// fp32(scale), written to pAll, and each head's max m. Pass 2: p_j =
-// fp16(expf(s_j - m)), l = the sum of those fp16 values, ctx = (sum_j p_j
-// v_j) / l with v_j = fp16(the first kvr values of row j). Relative error
-// about 1e-3 of |ctx| against fp32 inputs (the fp16 roundings), within
-// 1e-5 of the twin but for the rare p_j whose fp16 rounding flips between
-// the device's and the host's expf.
+// roundings): q = (q_abs, q_pe) of each head and each key row enter the
+// tensor cores as fp16 (round to nearest even) after a power-of-two scale of
+// their own (max |value| to [2^14, 2^15): no overflow and no subnormals
+// whatever the magnitudes, undone exactly on the fp32 score); the products
+// are exact and summed in fp32. Pass 1: s_j = fp32(q . k_j) * 2^-(eq + ek)
+// * fp32(scale), written to pAll, and each head's max m. Pass 2: v_j = the
+// first kvr values of row j (rows past 2^15 scaled down by 2^ev, ev >= -15),
+// p_j = fp16(expf(s_j - m) * 2^-ev), l = the sum of p_j * 2^ev, ctx =
+// (sum_j p_j v_j) / l. Relative error about 5e-4 of max|ctx| against fp32
+// inputs (the fp16 roundings), within 1e-4 of the twin (fp32 sums, and the
+// rare p_j whose fp16 rounding flips between the device's and the host's
+// expf).
 //
 // Warps: group g = w / 2 holds heads 16g..16g+15, half = w % 2. Pass 1:
 // the 16-key tile's keys 8 * half .. +7 (one n8 MMA tile over the latent,
@@ -99,31 +101,61 @@ __device__ __forceinline__ void mma(float c[4], const unsigned a[4],
                  "r"(b1));
 }
 
-/// Rows j0 .. j0 + 15 of the selection, columns [0, ncol) (a multiple of 4;
-/// zero past lat and for keys past n), as fp16 into ks [16][pitch]. Four
-/// 4-value loads issued per thread before their stores.
+/// e = 15 - (the exponent of m), clamped to [lo, hi]: m * 2^e in [2^14,
+/// 2^15), below fp16's 65504 and far above its subnormals. 0 for m = 0.
+/// (The twin: scaleExp in twin_mla_prefill.cpp.)
+__device__ __forceinline__ int scaleExp(float m, int lo, int hi) {
+  if (!(m > 0.0f))
+    return 0;
+  int k;
+  frexpf(m, &k); // m = f * 2^k, f in [0.5, 1)
+  const int e = 15 - k;
+  return e < lo ? lo : e > hi ? hi : e;
+}
+
+/// Rows j0 .. j0 + 15 of the selection, columns [0, ncol) (a multiple of 4,
+/// at most 5 * 128; zero past lat and for keys past n), as fp16 into ks
+/// [16][pitch], each row times its own power of two 2^e (scaleExp of the
+/// row's max |value| within [lo, hi]): kscale[k] = 2^-e undoes it. A warp takes
+/// whole rows, a lane 5 chunks of 4 values in registers.
 template <int KV, int THREADS>
-__device__ __forceinline__ void loadKeys(unsigned short *ks, int pitch,
-                                         int ncol, const void *cache,
-                                         long long r0, const int *sel, int j0,
-                                         int n, int lat) {
-  const int c4 = ncol >> 2, items = 16 * c4;
-  for (int it0 = threadIdx.x; it0 < items; it0 += 4 * THREADS) {
-    float4 v[4];
+__device__ __forceinline__ void loadKeys(unsigned short *ks, float *kscale,
+                                         int pitch, int ncol, int lo, int hi,
+                                         const void *cache, long long r0,
+                                         const int *sel, int j0, int n,
+                                         int lat) {
+  constexpr int NW = THREADS / 32;
+  const int lane = threadIdx.x & 31, c4 = ncol >> 2;
+  for (int k = threadIdx.x >> 5; k < 16; k += NW) {
+    float4 v[5];
+    float m = 0.0f;
+    const bool key = j0 + k < n;
+    const kv::Row<KV> row =
+        kv::row<KV>(cache, r0 + (key ? sel[j0 + k] : 0), lat);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int it = it0 + u * THREADS, k = it / c4, c = (it - k * c4) * 4;
+    for (int u = 0; u < 5; ++u) {
+      const int c = lane + 32 * u;
       v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (it < items && j0 + k < n && c < lat)
-        v[u] = kv::row<KV>(cache, r0 + sel[j0 + k], lat).four(c);
+      if (key && c < c4 && 4 * c < lat)
+        v[u] = row.four(4 * c);
+      m = fmaxf(m, fmaxf(fmaxf(fabsf(v[u].x), fabsf(v[u].y)),
+                         fmaxf(fabsf(v[u].z), fabsf(v[u].w))));
     }
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int it = it0 + u * THREADS, k = it / c4, c = (it - k * c4) * 4;
-      if (it < items)
-        *(uint2 *)(ks + k * pitch + c) =
-            make_uint2(pack(v[u].x, v[u].y), pack(v[u].z, v[u].w));
+    for (int o = 16; o > 0; o >>= 1)
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int e = scaleExp(m, lo, hi);
+    const float up = ldexpf(1.0f, e);
+#pragma unroll
+    for (int u = 0; u < 5; ++u) {
+      const int c = lane + 32 * u;
+      if (c < c4)
+        *(uint2 *)(ks + k * pitch + 4 * c) =
+            make_uint2(pack(v[u].x * up, v[u].y * up),
+                       pack(v[u].z * up, v[u].w * up));
     }
+    if (lane == 0)
+      kscale[k] = ldexpf(1.0f, -e);
   }
 }
 
@@ -141,6 +173,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   unsigned short *qs = (unsigned short *)mpsh; // [MH][pitch] fp16
   unsigned short *ks = qs + MH * pitch;        // [16][pitch] fp16
   float *red = (float *)(ks + 16 * pitch);     // [2][MH] column-half maxima
+  float *qscale = red + 2 * MH;                 // [MH] 2^-e of q's rows
+  float *kscale = qscale + MH;                  // [16] 2^-e of the keys
   const int t = threadIdx.x, lane = t & 31, w = t >> 5;
   const int grp = w >> 1, half = w & 1, gr = lane >> 2, tq = lane & 3;
   const int b = blockIdx.y, hb0 = blockIdx.x * MH, n = nselp[b];
@@ -148,18 +182,29 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   const int *sel = selAll + (long long)b * maxCtx;
   const float fscale = (float)scale;
 
-  // q of the block's heads (zero rows past nh, zero columns past lat).
-  for (int idx = t; idx < MH * kp; idx += THREADS) {
-    const int i = idx / kp, c = idx - i * kp;
-    float v = 0.0f;
-    if (hb0 + i < nh) {
-      const long long bh = (long long)b * H + heads[hb0 + i];
-      if (c < kvr)
-        v = qabsAll[bh * kvr + c];
-      else if (c < lat)
-        v = qAll[bh * (dn + dr) + dn + (c - kvr)];
-    }
-    qs[i * pitch + c] = mp::f16(v);
+  // q of the block's heads (zero rows past nh, zero columns past lat), a
+  // warp per head row, each row times 2^e (mp::scaleExp of its max |q|).
+  for (int i = w; i < MH; i += THREADS / 32) {
+    const long long bh =
+        hb0 + i < nh ? (long long)b * H + heads[hb0 + i] : -1;
+    auto qAt = [&](int c) -> float {
+      if (bh < 0 || c >= lat)
+        return 0.0f;
+      return c < kvr ? qabsAll[bh * kvr + c]
+                     : qAll[bh * (dn + dr) + dn + (c - kvr)];
+    };
+    float m = 0.0f;
+    for (int c = lane; c < lat; c += 32)
+      m = fmaxf(m, fabsf(qAt(c)));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int e = mp::scaleExp(m, -126, 100);
+    const float up = ldexpf(1.0f, e);
+    for (int c = lane; c < kp; c += 32)
+      qs[i * pitch + c] = mp::f16(qAt(c) * up);
+    if (lane == 0)
+      qscale[i] = ldexpf(1.0f, -e);
   }
   // This thread's two head rows (gr, gr + 8 of its group).
   bool valid[2];
@@ -182,7 +227,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   const int nks = kp / 16;
   for (int j0 = 0; j0 < n; j0 += 16) {
     __syncthreads(); // the previous tile is consumed (and q is staged)
-    mp::loadKeys<KV, THREADS>(ks, pitch, kp, cache, r0, sel, j0, n, lat);
+    mp::loadKeys<KV, THREADS>(ks, kscale, pitch, kp, -126, 100, cache, r0,
+                              sel, j0, n, lat);
     __syncthreads();
     float acc[4][4] = {};
     for (int s0 = 0; s0 < nks; s0 += 4) {
@@ -204,7 +250,9 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
             (acc[0][2 * r + e] + acc[1][2 * r + e]) +
             (acc[2][2 * r + e] + acc[3][2 * r + e]);
         if (valid[r] && j < n) {
-          const float s = d * fscale;
+          // q . k = d * 2^-eq * 2^-ek: powers of two, exact in fp32.
+          const float s =
+              d * (qscale[16 * grp + gr + 8 * r] * kscale[j - j0]) * fscale;
           prow[r][j] = s;
           mx[r] = fmaxf(mx[r], s);
         }
@@ -232,8 +280,22 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
       ks + ((mi & 1) * 8 + (lane & 7)) * pitch + (mi >> 1) * 8 + col0;
   for (int j0 = 0; j0 < n; j0 += 16) {
     __syncthreads();
-    mp::loadKeys<KV, THREADS>(ks, pitch, kvr, cache, r0, sel, j0, n, lat);
+    // Values: only rows past 2^15 scaled (down, by at most 2^15), the
+    // probabilities times the inverse so they stay below 65504.
+    mp::loadKeys<KV, THREADS>(ks, kscale, pitch, kvr, -15, 0, cache, r0,
+                              sel, j0, n, lat);
     // P fragment: rows gr / gr + 8, keys 2tq, 2tq + 1 / + 8.
+    float pe[2][2][2];
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = j0 + 2 * tq + 8 * kk + e;
+          pe[kk][r][e] = valid[r] && j < n ? expf(prow[r][j] - mx[r]) : 0.0f;
+        }
+    __syncthreads(); // the tile and its scales
     unsigned pa[4];
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk)
@@ -242,16 +304,12 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
         unsigned short hv[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int j = j0 + 2 * tq + 8 * kk + e;
-          float p = 0.0f;
-          if (valid[r] && j < n)
-            p = expf(prow[r][j] - mx[r]);
-          hv[e] = mp::f16(p);
-          lsum[r] += mp::f32(hv[e]);
+          const float vs = kscale[2 * tq + 8 * kk + e]; // 2^-ev >= 1
+          hv[e] = mp::f16(pe[kk][r][e] * vs);
+          lsum[r] += mp::f32(hv[e]) / vs; // the weight the MMA applies
         }
         pa[2 * kk + r] = (unsigned)hv[0] | ((unsigned)hv[1] << 16);
       }
-    __syncthreads();
 #pragma unroll
     for (int nt = 0; nt + 1 < VT; nt += 2) {
       unsigned bv[4];

@@ -28,6 +28,10 @@ template <int THREADS> __device__ __forceinline__ void route(GLM_ROUTE_PARAMS) {
   if (t < E) {
     s[t] = 1.0 / (1.0 + exp(-(double)logits[t]));
     ch[t] = s[t] + (bias ? (double)bias[t] : 0.0);
+    // A NaN score (a NaN logit or bias) ranks last: unordered, it would
+    // count no expert before it and be picked past k (pickS holds 64).
+    if (ch[t] != ch[t])
+      ch[t] = -1e300;
   }
   __syncthreads();
   const int kk0 = k;

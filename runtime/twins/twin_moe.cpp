@@ -110,6 +110,8 @@ void routeTwin(const Launch &l) {
     for (int t = 0; t < E; ++t) {
       s[t] = 1.0 / (1.0 + std::exp(-(double)logits[t]));
       ch[t] = s[t] + (bias ? (double)bias[t] : 0.0);
+      if (std::isnan(ch[t])) // route.cuh: a NaN score ranks last
+        ch[t] = -1e300;
     }
     std::vector<int> picks; // ascending id
     for (int t = 0; t < E; ++t) {

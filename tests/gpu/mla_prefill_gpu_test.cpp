@@ -8,8 +8,9 @@
 // flips between the device's expf and the host's: one flip moves ctx by at
 // most 2^-11 of that key's weight). GLM-5.3's shape (64 heads, kvr 512 +
 // rope 64) with up to 2048 selected keys in f32 / bf16 / e4m3 caches, a
-// rank's 8 heads, and the tiny models' shapes; heads outside the table keep
-// their rows.
+// rank's 8 heads, 40 heads (a block of 64 with 24 idle rows), the tiny
+// models' shapes, and magnitudes past fp16's range (1e5 / 1e6: the rows'
+// power-of-two scales); heads outside the table keep their rows.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/mla_prefill_abi.h"
@@ -29,6 +30,7 @@ struct PrefillCase {
   int H, hb, he, dn, dr, kvr;
   std::vector<int> nsel;
   int kv = 0; // 0 f32, 1 bf16, 2 e4m3
+  float qMag = 1.0f, kMag = 1.0f; // magnitudes of q and of the cache rows
 };
 
 class MlaPrefillGpu : public ::testing::TestWithParam<PrefillCase> {
@@ -42,12 +44,13 @@ TEST_P(MlaPrefillGpu, MatchesTwin) {
   const int B = int(c.nsel.size()), lat = c.kvr + c.dr, slots = 2;
   const int maxCtx = std::max(2048, *std::max_element(c.nsel.begin(),
                                                       c.nsel.end()));
-  const std::vector<float> q = randn(rng, size_t(B) * c.H * (c.dn + c.dr));
-  const std::vector<float> qabs = randn(rng, size_t(B) * c.H * c.kvr);
+  const std::vector<float> q =
+      randn(rng, size_t(B) * c.H * (c.dn + c.dr), c.qMag);
+  const std::vector<float> qabs = randn(rng, size_t(B) * c.H * c.kvr, c.qMag);
   std::vector<uint8_t> cache(size_t(slots) * maxCtx *
                              glm::rt::twins::kvRowBytes(c.kv, lat));
   for (int r = 0; r < slots * maxCtx; ++r) {
-    const std::vector<float> row = randn(rng, size_t(lat));
+    const std::vector<float> row = randn(rng, size_t(lat), c.kMag);
     glm::rt::twins::kvWriteRow(cache.data(), c.kv, r, row.data(), lat);
   }
   std::vector<int> seq, nsel, sel(size_t(B) * maxCtx, 0), heads;
@@ -127,7 +130,12 @@ INSTANTIATE_TEST_SUITE_P(
         PrefillCase{"glm53_40h", 64, 24, 64, 192, 64, 512, {1000}},
         PrefillCase{"tiny_a", 4, 0, 4, 16, 8, 32, {1, 2, 9, 40}},
         PrefillCase{"tiny_b", 6, 0, 6, 16, 16, 48, {5, 12, 31}},
-        PrefillCase{"no_rope", 20, 0, 20, 32, 0, 64, {3, 64, 65}}),
+        PrefillCase{"no_rope", 20, 0, 20, 32, 0, 64, {3, 64, 65}},
+        // Past fp16's range: each row's power-of-two scale.
+        PrefillCase{"huge_q", 64, 0, 64, 192, 64, 512, {40, 2048}, 0, 1e5f,
+                    1e-5f},
+        PrefillCase{"huge_keys", 64, 0, 64, 192, 64, 512, {300}, 2, 1e-6f,
+                    1e6f}),
     [](const auto &i) { return i.param.name; });
 
 } // namespace

@@ -20,6 +20,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <set>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -604,6 +606,36 @@ TEST(HelperTwins, RouteIsTheCpuRouter) {
       }
     }
   }
+}
+
+/// NaN logits (a NaN activation upstream) rank last: still k distinct
+/// valid ids, the finite experts first (route.cuh's pick table holds 64,
+/// which unordered NaN scores used to overrun).
+TEST(HelperTwins, RouteRanksNanScoresLast) {
+  const int E = 256, k = 8;
+  std::mt19937 rng(77);
+  std::vector<float> logits = randn(rng, E);
+  for (int e = 0; e < E; ++e)
+    if (e % 64 != 5) // four finite experts
+      logits[e] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<int> ids(k);
+  std::vector<float> w(k);
+  Call("route", 1, 1, 1, E)
+      .p(logits.data())
+      .p(nullptr)
+      .i(E)
+      .i(k)
+      .i(1)
+      .f(2.5)
+      .p(ids.data())
+      .p(w.data())
+      .run();
+  std::set<int> seen(ids.begin(), ids.end());
+  EXPECT_EQ(seen.size(), size_t(k));
+  for (int i : ids)
+    EXPECT_TRUE(i >= 0 && i < E) << i;
+  for (int e : {5, 69, 133, 197})
+    EXPECT_TRUE(seen.count(e)) << e;
 }
 
 TEST(HelperTwins, SwigluIsSiluTimesUpOnOwnedChunks) {

@@ -29,6 +29,7 @@ struct Shape {
   int dn, dr, kvr;
   std::vector<int> nsel; // selected keys per row
   int kv = 0;            // cache form
+  float qMag = 1.0f, kMag = 1.0f; // magnitudes of q and of the cache rows
 };
 
 struct Problem {
@@ -46,14 +47,14 @@ struct Problem {
     q.resize(size_t(B) * s.H * (s.dn + s.dr));
     qabs.resize(size_t(B) * s.H * s.kvr);
     for (float &v : q)
-      v = g(rng);
+      v = g(rng) * s.qMag;
     for (float &v : qabs)
-      v = g(rng);
+      v = g(rng) * s.qMag;
     cache.resize(size_t(slots) * maxCtx * twins::kvRowBytes(s.kv, lat));
     std::vector<float> row(lat);
     for (int r = 0; r < slots * maxCtx; ++r) {
       for (float &v : row)
-        v = g(rng);
+        v = g(rng) * s.kMag;
       twins::kvWriteRow(cache.data(), s.kv, r, row.data(), lat);
     }
     sel.assign(size_t(B) * maxCtx, 0);
@@ -115,7 +116,8 @@ class MlaPrefillTwin : public ::testing::TestWithParam<Shape> {};
 /// fp16 q, keys and probabilities against fp32: each enters with a
 /// relative rounding error up to 2^-11 (rms ~2.8e-4), so a score moves by
 /// ~3e-4 of its typical size and ctx (a convex mix of values of size ~1)
-/// by a few 1e-4 of max|ctx|; 1.5e-3 bounds what was measured (below).
+/// by a few 1e-4 of max|ctx|, whatever the magnitudes (each row enters
+/// scaled by a power of two); 1.5e-3 bounds what was measured (below).
 TEST_P(MlaPrefillTwin, MatchesMlaCoreWithinTheFp16Rounding) {
   const Problem pr(GetParam());
   const glm::plan::KeyValues tc = pr.coreArgs(), tp = pr.prefillArgs();
@@ -161,7 +163,14 @@ INSTANTIATE_TEST_SUITE_P(
         Shape{"glm53_e4m3", 64, 40, 64, 192, 64, 512, {17, 250}, 2},
         Shape{"tiny_dsa_a", 4, 0, 4, 16, 8, 32, {1, 2, 8, 23}},
         Shape{"tiny_dsa_b", 6, 0, 6, 16, 16, 48, {5, 12, 31}},
-        Shape{"no_rope", 20, 0, 20, 32, 0, 64, {3, 64, 65}}),
+        Shape{"no_rope", 20, 0, 20, 32, 0, 64, {3, 64, 65}},
+        // Magnitudes past fp16's range and below its normals: each row's
+        // power-of-two scale keeps them (the softmax sees scores of the
+        // same size: q 1e5 x keys 1e-5).
+        Shape{"huge_q_tiny_keys", 64, 0, 64, 192, 64, 512, {40, 300}, 0, 1e5f,
+              1e-5f},
+        Shape{"huge_keys", 64, 0, 64, 192, 64, 512, {40, 300}, 2, 1e-6f,
+              1e6f}),
     [](const auto &i) { return i.param.name; });
 
 // ----------------------------------------------------------- footprints
