@@ -7,14 +7,15 @@
 // meaning (pool 1): qi fp32 [B][nh][hd], keys [slots][maxCtx] rows in form
 // KV (kv_cache.cuh), wts fp32 [B][nh], score fp64 [B][maxCtx] (only t < T
 // written), seq / pos int [B]. Grid (gx, B), B = gridDim.y, any gx >= 1
-// (indexerMmaGridX). Dynamic shared memory indexerMmaSmemBytes(KV,
-// THREADS) (72.5 KB at f32 / bf16 keys, 40.5 KB at e4m3: within the Spark's
-// 99 KB). Shapes: nh a multiple of 8 dividing THREADS / 2, hd a multiple of
-// 32 up to 128 (indexerMmaTakes: GLM-5.3's 32 x 128, the tiny models'
-// 8 x 32); other launches return without writing.
+// (indexerMmaGridX), 256 threads. Dynamic shared memory
+// indexerMmaSmemBytes(KV, 256) (68.75 KB at f32 / bf16 keys, 36.75 KB at
+// e4m3: within the Spark's 99 KB). Shapes: nh a power of two from 2 to
+// 128, hd a multiple of 32 up to 128 (indexerMmaTakes: GLM-5.3's 32 x 128,
+// the tiny models' 2 x 64 and 8 x 32); other launches return without
+// writing (the compiler keeps indexer_scores_ctx for them).
 //
-// Tiling: a block owns THREADS / 2 query rows (tok = THREADS / 2 / nh
-// consecutive rows b of the step, all their heads) and walks 64-key tiles;
+// Tiling: a block owns 128 query rows (tok = 128 / nh consecutive rows b
+// of the step, all their heads) and walks 64-key tiles;
 // warp w computes query rows 16w .. 16w + 15 against the tile's 64 keys
 // (eight m16n8k16 n-tiles). The tok rows of a group are served by the
 // gx * tok blocks whose blockIdx.y falls in the group, striding over the
@@ -39,12 +40,13 @@
 // afterwards. Products are exact, sums fp32 in the tensor cores' order.
 // Epilogue in fp32: v = dot [* scale] * dotScale, term = ReLU(v) * (w_h *
 // headScale); the heads of a row are added in a fixed order independent of
-// the grid: per warp the rows g and g + 8 of a lane, then a butterfly over
-// the 8 lane groups (xor 4, 8, 16: every lane gets the same bits), then
-// the warps' partials of the row in warp order in fp64. Against the fp64
+// the grid: a butterfly over the lane groups holding them (xor 4 .. 2nh for
+// nh <= 8; nh >= 16: a lane's rows g and g + 8, then xor 4, 8, 16; every
+// lane gets the same bits), then for nh >= 32 the warps' partials of the
+// row in warp order in fp64. Against the fp64
 // indexer_scores_ctx: ~1e-6 of the largest score (q / k splits ~2^-22, the
-// fp32 sums over hd products and 16 heads); runtime/twins/
-// twin_indexer_mma.cpp computes the same split products summed in fp64.
+// fp32 sums over hd products and up to 16 heads); runtime/twins/
+// twin_dsa.cpp computes the same split products summed in fp64.
 //
 // Expected cost (not measured yet): GLM-5.3 at a 2048-token chunk over
 // 8K keys is ~0.4 fp16 TFLOP per layer with the three-MMA split, about a
@@ -71,22 +73,23 @@ constexpr int kIndexerMmaMaxHd = 128;
 /// Query rows (tokens x heads) of a block: one m16 tile per warp.
 GLM_KV_HD constexpr int indexerMmaRows(int threads) { return threads / 2; }
 
-/// Whether a block of `threads` takes nh heads of hd dims: whole tokens per
-/// block and per m16 tile (nh a multiple of 8 dividing the block's rows),
-/// whole 32-dim chunks up to 128.
+/// Whether a block of `threads` takes nh heads of hd dims: a token's heads
+/// within one m16 half-tile, one warp or whole warps (nh a power of two,
+/// 2 .. 128: at most 64 tokens a block), whole 32-dim chunks up to 128.
 GLM_KV_HD constexpr bool indexerMmaTakes(int nh, int hd, int threads) {
-  return threads == 256 && nh >= 8 && nh % 8 == 0 &&
-         indexerMmaRows(threads) % nh == 0 && hd >= 32 && hd % 32 == 0 &&
+  return threads == 256 && nh >= 2 && nh <= indexerMmaRows(threads) &&
+         (nh & (nh - 1)) == 0 && hd >= 32 && hd % 32 == 0 &&
          hd <= kIndexerMmaMaxHd;
 }
 
 /// Dynamic shared memory: two key tiles (hi and lo planes but at e4m3),
-/// two tiles of e4m3 row scales, two buffers of the warps' head partials.
+/// two tiles of e4m3 row scales, two buffers of the warps' head partials,
+/// each token's key limit.
 GLM_KV_HD constexpr unsigned indexerMmaSmemBytes(int kvForm, int threads) {
   return unsigned(2 * (kvForm == kv::kE4m3 ? 1 : 2) * kIndexerMmaKeys *
                       kIndexerMmaMaxHd * 2 +
                   2 * kIndexerMmaKeys * 4 +
-                  2 * (threads / 32) * 2 * kIndexerMmaKeys * 4);
+                  2 * (threads / 32) * kIndexerMmaKeys * 4 + 64 * 4);
 }
 
 /// Grid x for a step of `rows` rows: ~2048 blocks in all for short chunks
@@ -132,7 +135,8 @@ indexerScoresMma(GLM_INDEXER_SCORES_MMA_PARAMS) {
   extern __shared__ __align__(16) unsigned char ixSmem[];
   __half *sKey = reinterpret_cast<__half *>(ixSmem); // [2][PLANES](KC,BN,32)
   float *sScale = reinterpret_cast<float *>(ixSmem + 2 * PLANES * PLANE * 2);
-  float *sPart = sScale + 2 * BN; // [2][NW][2](BN) head partials
+  float *sPart = sScale + 2 * BN; // [2][NW](BN) head partials (nh >= 32)
+  int *sEnd = reinterpret_cast<int *>(sPart + 2 * NW * BN); // (64) per token
 
   const int R = gridDim.y, tok = M / nh, nkc = hd / 32, unitsRow = hd / 4;
   const int first = blockIdx.y / tok * tok, cnt = min(tok, R - first);
@@ -220,19 +224,19 @@ indexerScoresMma(GLM_INDEXER_SCORES_MMA_PARAMS) {
   };
 
   // One pass per KV slot among the group's rows (one for a prefill chunk).
-  unsigned done = 0;
-  const unsigned all = cnt >= 32 ? ~0u : (1u << cnt) - 1u;
+  u64 done = 0;
+  const u64 all = cnt >= 64 ? ~0ull : (1ull << cnt) - 1ull;
   while (done != all) {
     int slot = -1, tMax = 0;
-    unsigned mask = 0;
+    u64 mask = 0;
     for (int i = 0; i < cnt; ++i) {
-      if ((done >> i) & 1u)
+      if ((done >> i) & 1ull)
         continue;
       const int s = seq[first + i];
       if (slot < 0)
         slot = s;
       if (s == slot) {
-        mask |= 1u << i;
+        mask |= 1ull << i;
         tMax = max(tMax, pos[first + i] + 1);
       }
     }
@@ -242,6 +246,9 @@ indexerScoresMma(GLM_INDEXER_SCORES_MMA_PARAMS) {
     const int nTiles = (tEnd + BN - 1) / BN;
     if (lid >= nTiles)
       continue; // the same for every thread of the block
+    // Keys below sEnd[tl] are the pass's to write for token tl.
+    for (int tl = threadIdx.x; tl < tok; tl += THREADS)
+      sEnd[tl] = ((mask >> tl) & 1ull) ? min(pos[first + tl] + 1, tEnd) : 0;
 
     loadKeys(lid);
     storeKeys(0);
@@ -288,14 +295,21 @@ indexerScoresMma(GLM_INDEXER_SCORES_MMA_PARAMS) {
         }
       }
 
+      // Score of the block's token tl at key t, where the pass writes it.
+      auto put = [&](int tl, int t, double v) {
+        if (t < sEnd[tl])
+          score[(long long)(first + tl) * maxCtx + t] = v;
+      };
       // Terms, then the warp's head sums per key: acc[nt] = rows g, g + 8
-      // x keys 8nt + 2c, 8nt + 2c + 1.
-      float *part = sPart + buf * NW * 2 * BN + warp * 2 * BN;
+      // x keys 8nt + 2c, 8nt + 2c + 1. A token's nh rows are lanes g ..
+      // g + nh - 1 of one half (nh <= 8), the warp's 16 rows (nh = 16), or
+      // 16 rows of each of nh / 16 warps, added across warps below.
+      float *part = sPart + buf * NW * BN + warp * BN;
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int n = 8 * nt + 2 * c + e;
+          const int n = 8 * nt + 2 * c + e, t = j * BN + n;
           float v0 = acc[nt][e], v1 = acc[nt][2 + e];
           if constexpr (!kSplitK) {
             const float s = sScale[buf * BN + n];
@@ -304,43 +318,43 @@ indexerScoresMma(GLM_INDEXER_SCORES_MMA_PARAMS) {
           v0 *= dotS, v1 *= dotS;
           float t0 = (v0 > 0.0f ? v0 : 0.0f) * whs[0];
           float t1 = (v1 > 0.0f ? v1 : 0.0f) * whs[1];
-          if (nh >= 16) { // rows g and g + 8: one token
+          if (nh >= 16) {
             t0 += t1;
             t0 += __shfl_xor_sync(0xffffffffu, t0, 4);
             t0 += __shfl_xor_sync(0xffffffffu, t0, 8);
             t0 += __shfl_xor_sync(0xffffffffu, t0, 16);
-          } else { // nh == 8: row g token 2w, row g + 8 token 2w + 1
-            t0 += __shfl_xor_sync(0xffffffffu, t0, 4);
-            t0 += __shfl_xor_sync(0xffffffffu, t0, 8);
-            t0 += __shfl_xor_sync(0xffffffffu, t0, 16);
-            t1 += __shfl_xor_sync(0xffffffffu, t1, 4);
-            t1 += __shfl_xor_sync(0xffffffffu, t1, 8);
-            t1 += __shfl_xor_sync(0xffffffffu, t1, 16);
-          }
-          if (g == 0) {
-            part[n] = t0;
-            part[BN + n] = t1;
+            if (g == 0) {
+              if (nh == 16)
+                put(warp, t, (double)t0);
+              else
+                part[n] = t0;
+            }
+          } else {
+            for (int o = 4; o < 4 * nh; o <<= 1) { // within nh lane groups
+              t0 += __shfl_xor_sync(0xffffffffu, t0, o);
+              t1 += __shfl_xor_sync(0xffffffffu, t1, o);
+            }
+            if (g % nh == 0) {
+              put((16 * warp + g) / nh, t, (double)t0);
+              put((16 * warp + g + 8) / nh, t, (double)t1);
+            }
           }
         }
       if (jn < nTiles)
         storeKeys(buf ^ 1);
       __syncthreads(); // partials complete; the next tile stored
 
-      // A row's score: its warps' partials in warp order, fp64.
-      const float *pb = sPart + buf * NW * 2 * BN;
-      const int wpt = nh >= 16 ? nh / 16 : 1; // warps per token
-      for (int o = threadIdx.x; o < tok * BN; o += THREADS) {
-        const int tl = o / BN, n = o - tl * BN, t = j * BN + n;
-        if (!((mask >> tl) & 1u) || t > pos[first + tl] || t >= tEnd)
-          continue;
-        double s = 0.0;
-        if (nh >= 16) {
+      // nh >= 32: a token's warps' partials in warp order, fp64.
+      if (nh >= 32) {
+        const float *pb = sPart + buf * NW * BN;
+        const int wpt = nh / 16; // warps per token
+        for (int o = threadIdx.x; o < tok * BN; o += THREADS) {
+          const int tl = o / BN, n = o - tl * BN;
+          double v = 0.0;
           for (int w = tl * wpt; w < (tl + 1) * wpt; ++w)
-            s += (double)pb[w * 2 * BN + n];
-        } else {
-          s = (double)pb[(tl >> 1) * 2 * BN + (tl & 1) * BN + n];
+            v += (double)pb[w * BN + n];
+          put(tl, j * BN + n, v);
         }
-        score[(long long)(first + tl) * maxCtx + t] = s;
       }
     }
     __syncthreads(); // the next pass reuses the tiles and partials

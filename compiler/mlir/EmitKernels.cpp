@@ -598,9 +598,9 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     // pool = 1 (the plain DSA indexer) stays out of the spec: its kernels
     // keep their names. A prefill chunk's rows share their keys: the plain
     // indexer scores them as a GEMM on tensor cores where codegen has
-    // indexer_scores_mma and its shapes fit (nh a multiple of 8 dividing
-    // 128, hd 32..128 in 32s: GLM-5.3 and the tiny models); else, and in
-    // decode, the fp64 kernel.
+    // indexer_scores_mma and its shapes fit (nh a power of two 2..128, hd
+    // 32..128 in 32s: GLM-5.3, synth tiny, glm_dsa_a); else (glm_dsa_b's
+    // 12 heads), and in decode, the fp64 kernel.
     const bool mma =
         b.prefill && P == 1 && haveFamily("indexer_scores_mma") &&
         ::glm::indexerMmaTakes(int(ix.getHeads()), int(ix.getHeadDim()), 256);

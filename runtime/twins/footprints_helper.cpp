@@ -198,7 +198,7 @@ void indexerScoresMmaFp(const Launch &l, Footprint &f) {
   r.require(glm::indexerMmaTakes(int(nh), int(hd), int(nt)), 6, "is ",
             int64_t(nh), " heads of ", int64_t(hd),
             " dims at ", int64_t(nt), " threads: indexer_scores_mma takes "
-            "256 threads, nh a multiple of 8 dividing 128, hd 32..128 in 32s");
+            "256 threads, nh a power of two 2..128, hd 32..128 in 32s");
   const Wide smem = glm::indexerMmaSmemBytes(l.kvForm(), int(nt));
   r.require(Wide(l.smemBytes) >= smem, 0, "dynamic shared memory ",
             int64_t(l.smemBytes), " bytes is under the kernel's ",

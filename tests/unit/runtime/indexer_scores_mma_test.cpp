@@ -3,8 +3,9 @@
 // indexer_scores_mma's twin (runtime/twins/twin_dsa.cpp: the kernel's fp16
 // hi + lo operands, exact products, fp64 sums) against the fp64 scores of
 // indexer_scores_ctx's twin on the same stored keys: f32, bf16 and e4m3
-// index keys, GLM-5.3's 32 heads x 128 dims and the tiny models' 8 x 32
-// (tests/oracle/goldens/glm_dsa_a), prefill chunks of several rows with
+// index keys, GLM-5.3's 32 heads x 128 dims, the tiny models' 8 x 32
+// (tests/oracle/goldens/glm_dsa_a) and 2 x 64 (synth --preset tiny), 4, 16
+// and 64 heads, prefill chunks of several rows with
 // causal positions whose T is not a multiple of the 64-key tile, rows in
 // two KV slots, and the shapes the kernel refuses (nothing written).
 //
@@ -154,6 +155,11 @@ std::vector<Case> cases() {
     v.push_back({8, 32, 21, 60, 128, kv, false});
     v.push_back({8, 32, 19, 3, 64, kv, true});
     v.push_back({16, 64, 9, 100, 160, kv, true});
+    // The synth tiny preset (2 x 64: 64 rows a block), 4 heads, and 64
+    // heads (partials of 4 warps a row).
+    v.push_back({2, 64, 70, 5, 128, kv, false});
+    v.push_back({4, 32, 33, 40, 100, kv, true});
+    v.push_back({64, 64, 6, 90, 100, kv, false});
   }
   return v;
 }
@@ -195,12 +201,16 @@ TEST(IndexerScoresMmaTwin, UsesTheHiLoSplitOfQ) {
 TEST(IndexerScoresMmaTwin, RefusedShapesWriteNothing) {
   EXPECT_TRUE(glm::indexerMmaTakes(32, 128, 256));
   EXPECT_TRUE(glm::indexerMmaTakes(8, 32, 256));
-  EXPECT_FALSE(glm::indexerMmaTakes(5, 16, 256)); // helper_twins' shape
-  EXPECT_FALSE(glm::indexerMmaTakes(24, 128, 256)); // 128 % 24
+  EXPECT_TRUE(glm::indexerMmaTakes(2, 64, 256));
+  EXPECT_TRUE(glm::indexerMmaTakes(128, 32, 256));
+  EXPECT_FALSE(glm::indexerMmaTakes(1, 64, 256));   // 128 tokens a block
+  EXPECT_FALSE(glm::indexerMmaTakes(5, 16, 256));   // helper_twins' shape
+  EXPECT_FALSE(glm::indexerMmaTakes(12, 32, 256));  // glm_dsa_b's heads
+  EXPECT_FALSE(glm::indexerMmaTakes(256, 32, 256)); // over 128 rows
   EXPECT_FALSE(glm::indexerMmaTakes(32, 192, 256)); // over 128 dims
   EXPECT_FALSE(glm::indexerMmaTakes(32, 48, 256));  // not 32-dim chunks
   EXPECT_FALSE(glm::indexerMmaTakes(32, 128, 128));
-  const int nh = 24, hd = 128, maxCtx = 64;
+  const int nh = 12, hd = 128, maxCtx = 64;
   std::vector<float> q(size_t(nh) * hd, 1.0f), w(nh, 1.0f);
   const std::vector<uint8_t> keys =
       storeRows(std::vector<float>(size_t(maxCtx) * hd, 1.0f), hd, 0);
