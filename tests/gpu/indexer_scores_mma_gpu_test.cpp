@@ -12,9 +12,10 @@
 // - itself at another grid x: the same bits (the head order does not
 //   depend on the grid).
 // Every key form (f32, bf16, e4m3) at GLM-5.3's 32 heads x 128 dims (a
-// 256-row chunk at position 2000, rows at position 0) and the tiny models'
-// 8 x 32, ragged key tiles, rows in two KV slots. Only keys t <= pos[b] of
-// each row may be written.
+// 256-row chunk at position 2000, rows at position 0), the tiny models'
+// 8 x 32 and 2 x 64, 16 and 64 heads, ragged key tiles, rows in two KV slots. Only keys t <= pos[b] of
+// each row may be written. Glm53ChunkAgainstFp64Kernel times both kernels
+// at a full-size chunk (2048 rows over 8K keys; no twin there).
 //
 //===----------------------------------------------------------------------===//
 #include "gpu_dual.h"
@@ -24,6 +25,7 @@
 #include "codegen/templates/kv_cache.cuh"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 using namespace glm::gputest;
@@ -154,13 +156,69 @@ TEST_P(IndexerScoresMmaGpu, MatchesTwinAndFp64Kernel) {
   }
 }
 
+class IndexerScoresMmaTimeGpu : public ::testing::Test {
+protected:
+  GLM_GPU_SUITE_SETUP
+};
+
+// GLM-5.3's prefill shape with no twin (too large for it): a 2048-row chunk
+// at positions 6144 .. 8191 of an 8K cache, f32 keys. Prints ms per launch
+// of both kernels (wall time around a synchronized launch, best of 3) and
+// holds the tensor-core scores to the fp64 kernel's at 1e-5.
+TEST_F(IndexerScoresMmaTimeGpu, Glm53ChunkAgainstFp64Kernel) {
+  const int nh = 32, hd = 128, B = 2048, maxCtx = 8192, p0 = maxCtx - B;
+  std::mt19937 rng(53);
+  auto dQ = upload(randn(rng, size_t(B) * nh * hd));
+  auto dK = upload(randn(rng, size_t(maxCtx) * hd));
+  auto dW = upload(randn(rng, size_t(B) * nh));
+  std::vector<int> seq(B, 0), pos(B);
+  for (int b = 0; b < B; ++b)
+    pos[b] = p0 + b;
+  auto dSeq = upload(seq), dPos = upload(pos);
+  auto run = [&](const std::string &family, unsigned gx, unsigned smem,
+                 double &bestMs) {
+    auto dS = poisoned<double>(size_t(B) * maxCtx);
+    const KernelSpec s = spec(family, {{"threads", "256"}});
+    bestMs = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      Args a;
+      a.ptr(dQ).ptr(dK).ptr(dW).ptr(dS).ptr(dSeq).ptr(dPos)
+          << nh << hd << maxCtx << 1.0 / std::sqrt(double(nh))
+          << 1.0 / std::sqrt(double(hd));
+      const auto t0 = std::chrono::steady_clock::now();
+      a.launch(kernel(s), gx, unsigned(B), 256u, smem);
+      bestMs = std::min(
+          bestMs, std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - t0)
+                      .count());
+    }
+    return download<double>(dS, size_t(B) * maxCtx);
+  };
+  double msMma = 0, msCtx = 0;
+  const std::vector<double> mma =
+      run("indexer_scores_mma", glm::indexerMmaGridX(B),
+          glm::indexerMmaSmemBytes(glm::kv::kF32, 256), msMma);
+  const std::vector<double> ctx = run("indexer_scores_ctx", 64, 0, msCtx);
+  const double flop = 2.0 * 3 * nh * hd * (double(B) * p0 + B * (B + 1) / 2.0);
+  std::printf("[gpu-case] indexer scores 2048 rows at 6144..8191, 32x128: "
+              "mma %.3f ms (%.1f fp16 TFLOP/s incl. the hi/lo MMAs), fp64 "
+              "%.3f ms, %.1fx\n",
+              msMma, flop / msMma * 1e-9, msCtx, msCtx / msMma);
+  const Case c{nh, hd, B, p0, maxCtx, false};
+  compare("indexer_scores_mma glm53 chunk vs_fp64_kernel", mma, ctx, c, pos,
+          1e-5, "hi + lo splits (~22 bits) and fp32 sums");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, IndexerScoresMmaGpu,
     ::testing::Values(Case{32, 128, 256, 2000, 2400, false}, // GLM-5.3 chunk
                       Case{32, 128, 70, 0, 128, false},      // position 0
                       Case{32, 128, 37, 500, 600, true},
                       Case{8, 32, 40, 10, 64, false}, // the tiny models
-                      Case{8, 32, 19, 0, 32, true}),
+                      Case{8, 32, 19, 0, 32, true},
+                      Case{2, 64, 150, 20, 256, true}, // synth tiny
+                      Case{16, 64, 45, 100, 200, false},
+                      Case{64, 64, 20, 300, 400, true}),
     [](const auto &info) {
       const Case &c = info.param;
       return "nh" + std::to_string(c.nh) + "_hd" + std::to_string(c.hd) +
