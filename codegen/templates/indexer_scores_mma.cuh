@@ -107,8 +107,7 @@ GLM_KV_HD constexpr unsigned indexerMmaGridX(int rows) {
 namespace glm {
 
 /// fp32 pair -> (hi, lo) fp16 pairs: hi = fp16(x), lo = fp16(x - hi).
-__device__ __forceinline__ void splitHalf2(float a, float b, u32 &hi,
-                                           u32 &lo) {
+__device__ __forceinline__ void splitHalf2(float a, float b, u32 &hi, u32 &lo) {
   const __half2 h = __floats2half2_rn(a, b);
   const float2 f = __half22float2(h);
   const __half2 l = __floats2half2_rn(a - f.x, b - f.y);
@@ -126,7 +125,7 @@ indexerScoresMma(GLM_INDEXER_SCORES_MMA_PARAMS) {
   constexpr int BN = kIndexerMmaKeys, KC = kIndexerMmaMaxHd / 32;
   constexpr bool kSplitK = KV != kv::kE4m3; // keys as hi + lo planes
   constexpr int PLANES = kSplitK ? 2 : 1;
-  constexpr int PLANE = KC * BN * 32;         // halves of one plane
+  constexpr int PLANE = KC * BN * 32; // halves of one plane
   constexpr int UNITS = BN * kIndexerMmaMaxHd / 4 / THREADS; // 4-dim loads
   static_assert(M == 16 * NW && BN == 64, "a warp: 16 rows x 8 n8 tiles");
   if (!indexerMmaTakes(nh, hd, THREADS))
@@ -177,8 +176,8 @@ indexerScoresMma(GLM_INDEXER_SCORES_MMA_PARAMS) {
   float4 rawF[kSplitK ? UNITS : 1]; // f32 / bf16 values
   u32 rawB[kSplitK ? 1 : UNITS];    // four E4M3 bytes
   float rawS[kSplitK ? 1 : UNITS];  // their row's scale
-  long long r0 = 0; // the pass's slot row 0
-  int tEnd = 0;     // keys < tEnd exist for the pass
+  long long r0 = 0;                 // the pass's slot row 0
+  int tEnd = 0;                     // keys < tEnd exist for the pass
   auto loadKeys = [&](int j) {
 #pragma unroll
     for (int i = 0; i < UNITS; ++i) {

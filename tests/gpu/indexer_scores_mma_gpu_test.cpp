@@ -13,9 +13,10 @@
 //   depend on the grid).
 // Every key form (f32, bf16, e4m3) at GLM-5.3's 32 heads x 128 dims (a
 // 256-row chunk at position 2000, rows at position 0), the tiny models'
-// 8 x 32 and 2 x 64, 16 and 64 heads, ragged key tiles, rows in two KV slots. Only keys t <= pos[b] of
-// each row may be written. Glm53ChunkAgainstFp64Kernel times both kernels
-// at a full-size chunk (2048 rows over 8K keys; no twin there).
+// 8 x 32 and 2 x 64, 16 and 64 heads, ragged key tiles, rows in two KV slots.
+// Only keys t <= pos[b] of each row may be written. Glm53ChunkAgainstFp64Kernel
+// times both kernels at a full-size chunk (2048 rows over 8K keys; no twin
+// there).
 //
 //===----------------------------------------------------------------------===//
 #include "gpu_dual.h"
@@ -71,16 +72,13 @@ protected:
 };
 
 /// Scores of `family` on the device and through its twin (Dual runs both).
-std::unique_ptr<Dual> launchScores(const std::string &family,
-                                   const std::string &kv, unsigned gx,
-                                   const Case &c, const std::vector<float> &q,
-                                   const std::vector<uint8_t> &keys,
-                                   const std::vector<float> &w,
-                                   const std::vector<int> &seq,
-                                   const std::vector<int> &pos) {
-  auto d = std::make_unique<Dual>(family, 256,
-                                  std::map<std::string, std::string>{
-                                      {"kv", kv}});
+std::unique_ptr<Dual>
+launchScores(const std::string &family, const std::string &kv, unsigned gx,
+             const Case &c, const std::vector<float> &q,
+             const std::vector<uint8_t> &keys, const std::vector<float> &w,
+             const std::vector<int> &seq, const std::vector<int> &pos) {
+  auto d = std::make_unique<Dual>(
+      family, 256, std::map<std::string, std::string>{{"kv", kv}});
   d->buf(q)
       .buf(keys)
       .buf(w)
@@ -131,25 +129,23 @@ TEST_P(IndexerScoresMmaGpu, MatchesTwinAndFp64Kernel) {
       seq[b] = c.twoSlots ? (b / 3) & 1 : 1;
       pos[b] = c.p0 + b;
     }
-    const std::string name = "indexer_scores_mma " + kv + " nh" +
-                             std::to_string(c.nh) + " hd" +
-                             std::to_string(c.hd) + " B" +
-                             std::to_string(c.B) + " p0 " +
-                             std::to_string(c.p0) +
-                             (c.twoSlots ? " two slots" : "");
+    const std::string name =
+        "indexer_scores_mma " + kv + " nh" + std::to_string(c.nh) + " hd" +
+        std::to_string(c.hd) + " B" + std::to_string(c.B) + " p0 " +
+        std::to_string(c.p0) + (c.twoSlots ? " two slots" : "");
     const unsigned gx = glm::indexerMmaGridX(c.B);
-    auto mma = launchScores("indexer_scores_mma", kv, gx, c, q, keys, w, seq,
-                            pos);
+    auto mma =
+        launchScores("indexer_scores_mma", kv, gx, c, q, keys, w, seq, pos);
     const std::vector<double> gpu = mma->gpu<double>(3);
     compare(name + " vs_twin", gpu, mma->host<double>(3), c, pos, 1e-5,
             "fp32 tensor-core sums of the twin's exact products");
-    auto ctx = launchScores("indexer_scores_ctx", kv, 64, c, q, keys, w, seq,
-                            pos);
+    auto ctx =
+        launchScores("indexer_scores_ctx", kv, 64, c, q, keys, w, seq, pos);
     compare(name + " vs_fp64_kernel", gpu, ctx->gpu<double>(3), c, pos, 1e-5,
             "hi + lo splits (~22 bits) and fp32 sums");
     // Another grid x: each block strides differently over the key tiles.
-    auto other = launchScores("indexer_scores_mma", kv, gx + 5, c, q, keys, w,
-                              seq, pos);
+    auto other =
+        launchScores("indexer_scores_mma", kv, gx + 5, c, q, keys, w, seq, pos);
     const std::vector<double> g2 = other->gpu<double>(3);
     reportExact(name + " grid x " + std::to_string(gx + 5) + " bits",
                 std::memcmp(gpu.data(), g2.data(), gpu.size() * 8) != 0, 1);
@@ -187,10 +183,9 @@ TEST_F(IndexerScoresMmaTimeGpu, Glm53ChunkAgainstFp64Kernel) {
           << 1.0 / std::sqrt(double(hd));
       const auto t0 = std::chrono::steady_clock::now();
       a.launch(kernel(s), gx, unsigned(B), 256u, smem);
-      bestMs = std::min(
-          bestMs, std::chrono::duration<double, std::milli>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count());
+      bestMs = std::min(bestMs, std::chrono::duration<double, std::milli>(
+                                    std::chrono::steady_clock::now() - t0)
+                                    .count());
     }
     return download<double>(dS, size_t(B) * maxCtx);
   };
@@ -221,8 +216,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{64, 64, 20, 300, 400, true}),
     [](const auto &info) {
       const Case &c = info.param;
-      return "nh" + std::to_string(c.nh) + "_hd" + std::to_string(c.hd) +
-             "_B" + std::to_string(c.B) + "_p" + std::to_string(c.p0) +
+      return "nh" + std::to_string(c.nh) + "_hd" + std::to_string(c.hd) + "_B" +
+             std::to_string(c.B) + "_p" + std::to_string(c.p0) +
              (c.twoSlots ? "_slots2" : "");
     });
 

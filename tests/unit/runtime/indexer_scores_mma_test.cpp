@@ -59,13 +59,11 @@ std::vector<uint8_t> storeRows(const std::vector<float> &v, int n, int kv) {
 }
 
 /// One launch of `family` (256 threads) over B rows; scores NaN-poisoned.
-std::vector<double> scores(const char *family, unsigned gx, int kv,
-                           const std::vector<float> &q,
-                           const std::vector<uint8_t> &keys,
-                           const std::vector<float> &w,
-                           const std::vector<int> &seq,
-                           const std::vector<int> &pos, int nh, int hd,
-                           int maxCtx) {
+std::vector<double>
+scores(const char *family, unsigned gx, int kv, const std::vector<float> &q,
+       const std::vector<uint8_t> &keys, const std::vector<float> &w,
+       const std::vector<int> &seq, const std::vector<int> &pos, int nh, int hd,
+       int maxCtx) {
   const int B = int(pos.size());
   std::vector<double> s(size_t(B) * maxCtx, NAN);
   const char *kvName = kv == 0 ? "f32" : kv == 1 ? "bf16" : "e4m3";
@@ -95,8 +93,8 @@ struct Case {
 std::string caseName(const Case &c) {
   const char *kv[] = {"f32", "bf16", "e4m3"};
   return "nh" + std::to_string(c.nh) + " hd" + std::to_string(c.hd) + " B" +
-         std::to_string(c.B) + " p0 " + std::to_string(c.p0) + " " +
-         kv[c.kv] + (c.twoSlots ? " two slots" : "");
+         std::to_string(c.B) + " p0 " + std::to_string(c.p0) + " " + kv[c.kv] +
+         (c.twoSlots ? " two slots" : "");
 }
 
 class IndexerScoresMma : public ::testing::TestWithParam<Case> {};
@@ -107,8 +105,8 @@ class IndexerScoresMma : public ::testing::TestWithParam<Case> {};
 // kernel's header. Keys t >= T of each row stay unwritten.
 TEST_P(IndexerScoresMma, TwinFollowsTheFp64Scores) {
   const Case c = GetParam();
-  std::mt19937 rng(unsigned(c.nh * 131 + c.hd * 7 + c.B + c.p0 + c.kv * 977 +
-                            c.twoSlots));
+  std::mt19937 rng(
+      unsigned(c.nh * 131 + c.hd * 7 + c.B + c.p0 + c.kv * 977 + c.twoSlots));
   const int slots = 2;
   const std::vector<float> q = randn(rng, size_t(c.B) * c.nh * c.hd),
                            w = randn(rng, size_t(c.B) * c.nh);
@@ -189,8 +187,8 @@ TEST(IndexerScoresMmaTwin, UsesTheHiLoSplitOfQ) {
       k[size_t(t) * hd + i] = i == 0 ? float(t + 1) : 1.0f;
   const std::vector<uint8_t> keys = storeRows(k, hd, 0);
   const std::vector<int> seq = {0}, pos = {maxCtx - 1};
-  const std::vector<double> s = scores("indexer_scores_mma", 1, 0, q, keys, w,
-                                       seq, pos, nh, hd, maxCtx);
+  const std::vector<double> s =
+      scores("indexer_scores_mma", 1, 0, q, keys, w, seq, pos, nh, hd, maxCtx);
   const double hs = 1.0 / std::sqrt(8.0), ds = 1.0 / std::sqrt(32.0);
   for (int t = 0; t < maxCtx; ++t)
     EXPECT_EQ(s[t], (1.0 + 0x1p-20) * (t + 1) * ds * hs) << t;
@@ -215,8 +213,8 @@ TEST(IndexerScoresMmaTwin, RefusedShapesWriteNothing) {
   const std::vector<uint8_t> keys =
       storeRows(std::vector<float>(size_t(maxCtx) * hd, 1.0f), hd, 0);
   const std::vector<int> seq = {0}, pos = {maxCtx - 1};
-  const std::vector<double> s = scores("indexer_scores_mma", 1, 0, q, keys, w,
-                                       seq, pos, nh, hd, maxCtx);
+  const std::vector<double> s =
+      scores("indexer_scores_mma", 1, 0, q, keys, w, seq, pos, nh, hd, maxCtx);
   for (double v : s)
     EXPECT_TRUE(std::isnan(v));
 }
