@@ -1671,11 +1671,10 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
   if (buildHelperLaunch(f, op, rows, launch, seq, li)) {
     if (f == "indexer_scores_mma") { // its key tiles: planes per kv form
       const std::string kv = targ("kv");
-      d.smemBytes = ::glm::indexerMmaSmemBytes(
-          kv == "e4m3"   ? ::glm::kv::kE4m3
-          : kv == "bf16" ? ::glm::kv::kBf16
-                         : ::glm::kv::kF32,
-          int(d.blockX));
+      const int form = kv == "e4m3"   ? ::glm::kv::kE4m3
+                       : kv == "bf16" ? ::glm::kv::kBf16
+                                      : ::glm::kv::kF32;
+      d.smemBytes = ::glm::indexerMmaSmemBytes(form, int(d.blockX));
     }
     return li;
   }

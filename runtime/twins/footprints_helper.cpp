@@ -196,9 +196,9 @@ void indexerScoresMmaFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide nh = r.at(6), hd = r.at(7), nt = r.block(0);
   r.require(glm::indexerMmaTakes(int(nh), int(hd), int(nt)), 6, "is ",
-            int64_t(nh), " heads of ", int64_t(hd),
-            " dims at ", int64_t(nt), " threads: indexer_scores_mma takes "
-            "256 threads, nh a power of two 2..128, hd 32..128 in 32s");
+            int64_t(nh), " heads of ", int64_t(hd), " dims at ", int64_t(nt),
+            " threads: indexer_scores_mma takes 256 threads, nh a power of "
+            "two 2..128, hd 32..128 in 32s");
   const Wide smem = glm::indexerMmaSmemBytes(l.kvForm(), int(nt));
   r.require(Wide(l.smemBytes) >= smem, 0, "dynamic shared memory ",
             int64_t(l.smemBytes), " bytes is under the kernel's ",

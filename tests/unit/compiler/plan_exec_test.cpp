@@ -500,13 +500,12 @@ void checkPrefillAgainstTokens(const std::string &dir,
     std::set<std::string> scores;
     for (const glm::plan::OpDef &op : g.ops)
       if (op.kernel >= 0 &&
-          plan->kernels[op.kernel].templateName.rfind("indexer_scores", 0) ==
-              0)
+          plan->kernels[op.kernel].templateName.rfind("indexer_scores", 0) == 0)
         scores.insert(plan->kernels[op.kernel].templateName);
-    EXPECT_EQ(scores, (std::set<std::string>{
-                          g.kind == glm::plan::GraphKind::Prefill
-                              ? "indexer_scores_mma"
-                              : "indexer_scores_ctx"}))
+    EXPECT_EQ(scores,
+              (std::set<std::string>{g.kind == glm::plan::GraphKind::Prefill
+                                         ? "indexer_scores_mma"
+                                         : "indexer_scores_ctx"}))
         << int(g.kind) << "." << g.size;
   }
   const std::vector<int32_t> prompt = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12};
