@@ -319,6 +319,9 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("index_key_store", "indexKeyStore", pow2, {kv});
     helper("dsa_iota", "dsaIota", any);
     helper("indexer_scores_ctx", "indexerScoresCtx", any, {pool, kv});
+    // The plain indexer's scores of a prefill chunk on tensor cores (its
+    // ABI; the query rows split fp16 hi + lo), 8 warps.
+    helper("indexer_scores_mma", "indexerScoresMma", {"256"}, {kv});
     helper("dsa_select", "dsaSelect", {"256", "512", "1024"}, {pool});
     helper("mla_attn", "mlaAttn", any, {kv});
     helper("mla_qabs", "mlaQabs", upTo256);

@@ -195,8 +195,11 @@ uint64_t contextBytes(const Plan &plan, const RankPlan &r, const GraphDef &g,
   const std::string &family = plan.kernels[op.kernel].templateName;
   const bool attention = family == "mla_core" || family == "mla_decode" ||
                          family == "mla_attn" || family == "mla_prefill";
-  const bool scores =
-      family == "indexer_scores" || family == "indexer_scores_ctx";
+  // (indexer_scores_mma reads a key tile once per block of 128 query rows,
+  // mostly from L2: counted once, as the others.)
+  const bool scores = family == "indexer_scores" ||
+                      family == "indexer_scores_ctx" ||
+                      family == "indexer_scores_mma";
   // GLM-5.3-Flash's recurrent KDA state: each row reads and writes its
   // slot's fp32 state ("kda_state.L") once per step.
   if (family == "kda_decode") {

@@ -31,6 +31,7 @@
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/mla_prefill_abi.h"
 #include "codegen/moe_trellis_abi.h"
+#include "codegen/templates/indexer_scores_mma.cuh"
 #include "codegen/templates/kv_cache.cuh"
 
 #ifdef GLM_CODEGEN_AVAILABLE
@@ -626,8 +627,16 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     if (Type t = proj(4); t && !gemv(t, projIn(4), projOut(4)))
       return failure();
     // pool = 1 (the plain DSA indexer) stays out of the spec: its kernels
-    // keep their names.
-    Spec scores = withKv({"indexer_scores_ctx", {{"threads", "256"}}}),
+    // keep their names. A prefill chunk's rows share their keys: the plain
+    // indexer scores them as a GEMM on tensor cores where codegen has
+    // indexer_scores_mma and its shapes fit (nh a power of two 2..128, hd
+    // 32..128 in 32s: GLM-5.3, synth tiny, glm_dsa_a); else (glm_dsa_b's
+    // 12 heads), and in decode, the fp64 kernel.
+    const bool mma =
+        b.prefill && P == 1 && haveFamily("indexer_scores_mma") &&
+        ::glm::indexerMmaTakes(int(ix.getHeads()), int(ix.getHeadDim()), 256);
+    Spec scores = withKv({mma ? "indexer_scores_mma" : "indexer_scores_ctx",
+                          {{"threads", "256"}}}),
          select{"dsa_select", {{"threads", "1024"}}};
     if (P > 1)
       scores.args["pool"] = select.args["pool"] = str(P);

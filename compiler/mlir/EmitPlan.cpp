@@ -18,6 +18,7 @@
 #include "codegen/mla_prefill_abi.h"
 #include "codegen/moe_trellis_abi.h"
 #include "codegen/templates/flash_math.cuh"
+#include "codegen/templates/indexer_scores_mma.cuh"
 #include "codegen/templates/kv_cache.cuh"
 
 #include "mlir/IR/Builders.h"
@@ -1165,12 +1166,16 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            i32Arg(P, "P"),
            i32Arg(ctx, "maxCtx")};
       grid(1, R, 1, 256);
-    } else if (f == "indexer_scores_ctx") {
+    } else if (f == "indexer_scores_ctx" || f == "indexer_scores_mma") {
+      // The tensor-core form takes the same arguments (a prefill chunk).
       a = {qi, keys, scratchRows("indexer_w", nh * 4, "wts"), score, seqA,
            posA, i32Arg(nh, "nh"), i32Arg(hd, "hd"), i32Arg(ctx, "maxCtx"),
            f64Arg(1.0 / std::sqrt(double(nh)), "headScale"),
            f64Arg(1.0 / std::sqrt(double(hd)), "dotScale")};
-      grid(64, R, 1, 256);
+      if (f == "indexer_scores_mma") // shared memory: build() (kv form)
+        grid(::glm::indexerMmaGridX(int(R)), R, 1, 256);
+      else
+        grid(64, R, 1, 256);
     } else if (f == "dsa_select") {
       a = {named(score, "scoreAll"),
            posA,
@@ -1669,8 +1674,16 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
   };
 
   launchFixedOut = fixedOut(k);
-  if (buildHelperLaunch(f, op, rows, launch, seq, li))
+  if (buildHelperLaunch(f, op, rows, launch, seq, li)) {
+    if (f == "indexer_scores_mma") { // its key tiles: planes per kv form
+      const std::string kv = targ("kv");
+      const int form = kv == "e4m3"   ? ::glm::kv::kE4m3
+                       : kv == "bf16" ? ::glm::kv::kBf16
+                                      : ::glm::kv::kF32;
+      d.smemBytes = ::glm::indexerMmaSmemBytes(form, int(d.blockX));
+    }
     return li;
+  }
   if (f == "embed") {
     auto e = cast<EmbedOp>(op);
     int64_t hidden = hiddenOf(e.getResult());

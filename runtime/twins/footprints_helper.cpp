@@ -10,6 +10,7 @@
 #include "runtime/twins/footprint_util.h"
 
 #include "codegen/templates/flash_math.cuh"
+#include "codegen/templates/indexer_scores_mma.cuh"
 #include "codegen/templates/kv_cache.cuh"
 #include "codegen/templates/moe_entries.cuh"
 
@@ -187,6 +188,23 @@ void indexerScoresCtxFp(const Launch &l, Footprint &f) {
   r.need(3, B * ctx, 8);
   r.need(4, B, 4);
   r.need(5, B, 4);
+}
+
+// indexer_scores_ctx's arguments (pool 1); grid (gx, B), 256 threads,
+// dynamic shared memory indexerMmaSmemBytes at least; shapes the kernel
+// takes (indexerMmaTakes: else it would write nothing).
+void indexerScoresMmaFp(const Launch &l, Footprint &f) {
+  indexerScoresCtxFp(l, f);
+  Reach r(l, f);
+  const Wide nh = r.at(6), hd = r.at(7), nt = r.block(0);
+  r.require(glm::indexerMmaTakes(int(nh), int(hd), int(nt)), 6, "is ",
+            int64_t(nh), " heads of ", int64_t(hd), " dims at ", int64_t(nt),
+            " threads: indexer_scores_mma takes 256 threads, nh a power of "
+            "two 2..128, hd 32..128 in 32s");
+  const Wide smem = glm::indexerMmaSmemBytes(l.kvForm(), int(nt));
+  r.require(Wide(l.smemBytes) >= smem, 0, "dynamic shared memory ",
+            int64_t(l.smemBytes), " bytes is under the kernel's ",
+            int64_t(smem));
 }
 
 // (scoreAll, pos, k, flagsAll, selAll, nsel, maxCtx); grid (1, B).
@@ -941,6 +959,7 @@ const FootprintEntry kHelperFootprints[] = {
     {"index_key_store", "ppppppiiid", indexKeyStoreFp},
     {"dsa_iota", "pppi", dsaIotaFp},
     {"indexer_scores_ctx", "ppppppiiidd", indexerScoresCtxFp},
+    {"indexer_scores_mma", "ppppppiiidd", indexerScoresMmaFp},
     {"dsa_select", "ppipppi", dsaSelectFp},
     {"mla_attn", "pppppppippiiiiid", mlaAttnFp},
     {"mla_qabs", "ppipippiiiii", mlaQabsFp},

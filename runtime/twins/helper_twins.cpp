@@ -23,6 +23,7 @@ const TwinEntry kHelperTwins[] = {
     {"index_key_store", indexKeyStoreTwin},
     {"dsa_iota", dsaIotaTwin},
     {"indexer_scores_ctx", indexerScoresCtxTwin},
+    {"indexer_scores_mma", indexerScoresMmaTwin},
     {"dsa_select", dsaSelectTwin},
     {"mla_attn", mlaAttnTwin},
     {"mla_qabs", mlaQabsTwin},

@@ -82,6 +82,7 @@ void kvStoreTwin(const Launch &l);
 void indexKeyStoreTwin(const Launch &l);
 void dsaIotaTwin(const Launch &l);
 void indexerScoresCtxTwin(const Launch &l);
+void indexerScoresMmaTwin(const Launch &l);
 void dsaSelectTwin(const Launch &l);
 void mlaAttnTwin(const Launch &l);
 void mlaQabsTwin(const Launch &l);

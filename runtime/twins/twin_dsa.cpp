@@ -2,11 +2,19 @@
 //
 // dsa_iota, indexer_scores_ctx and dsa_select: integer work and fp64 sums
 // in the kernels' order (head dots serial over i, heads added in order), so
-// the same bits as CUDA.
+// the same bits as CUDA. indexer_scores_mma: the tensor-core kernel's
+// operands (fp16 hi + lo splits) with fp64 sums, within a tolerance of it.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/helper_twins.h"
 #include "runtime/twins/kv_rows.h"
+
+#include "codegen/templates/indexer_scores_mma.cuh"
+#include "runtime/base/numeric.h"
+#include "runtime/base/parallel.h"
+
+#include <algorithm>
+#include <cstring>
 
 namespace glm::rt::twins {
 
@@ -54,6 +62,82 @@ void indexerScoresCtxTwin(const Launch &l) {
       score[(int64_t)b * pc + t] = acc;
     }
   }
+}
+
+/// x as the kernel's fp16 pair: hi = fp16(x), lo = fp16(x - hi), the
+/// difference in fp32 (exact: hi is within a rounding of x).
+static void splitHalf(float x, double &hi, double &lo) {
+  const float h = roundToHalf(x);
+  hi = h;
+  lo = roundToHalf(x - h);
+}
+
+// indexer_scores_mma(qi, keys, wts, score, seq, pos, nh, hd, maxCtx,
+// headScale, dotScale); grid (gx, B), 256 threads: indexer_scores_ctx's
+// scores (pool 1) from the tensor-core kernel's operands. q and f32 / bf16
+// keys split into fp16 hi + lo, the dot hi.hi + hi.lo + lo.hi; e4m3 keys as
+// their byte values (hi.b + lo.b), the dot times the row's scale. Every
+// product is exact in fp64 and the dot sums them in fp64 over i in order,
+// then the ctx kernel's fp64 epilogue. The kernel adds the same products
+// in fp32 (tensor-core order) with an fp32 epilogue: within ~1e-6 of the
+// largest score (tests/gpu/indexer_scores_mma_gpu_test.cpp). Shapes the
+// kernel refuses (indexerMmaTakes) write nothing, as there.
+void indexerScoresMmaTwin(const Launch &l) {
+  const float *qi = l.ptr<const float>(0), *wts = l.ptr<const float>(2);
+  const uint8_t *keys = l.ptr<const uint8_t>(1);
+  double *score = l.ptr<double>(3);
+  const int *seq = l.ptr<const int>(4), *pos = l.ptr<const int>(5);
+  const int nh = l.i32(6), hd = l.i32(7), maxCtx = l.i32(8);
+  const double headScale = l.args.at(9).f, dotScale = l.args.at(10).f;
+  const int kv = l.kvForm(), B = int(l.grid[1]);
+  if (!glm::indexerMmaTakes(nh, hd, int(l.block[0])))
+    return;
+  const int64_t rowBytes = kvRowBytes(kv, hd);
+  parallelFor(B, 1, 0, [&](int64_t b0, int64_t b1, int) {
+    std::vector<double> qh(size_t(nh) * hd), ql(qh.size()), kh(hd), kl(hd);
+    for (int64_t b = b0; b < b1; ++b) {
+      const float *q = qi + b * nh * hd;
+      for (size_t i = 0; i < qh.size(); ++i)
+        splitHalf(q[i], qh[i], ql[i]);
+      const float *wv = wts + b * nh;
+      const int T = std::min(pos[b] + 1, maxCtx);
+      for (int t = 0; t < T; ++t) {
+        const uint8_t *p = keys + ((int64_t)seq[b] * maxCtx + t) * rowBytes;
+        double scale = 1.0;
+        for (int i = 0; i < hd; ++i) {
+          if (kv == glm::kv::kE4m3) {
+            kh[i] = glm::kv::e4m3Value(p[i]), kl[i] = 0.0; // exact in fp16
+          } else {
+            float x;
+            if (kv == glm::kv::kBf16) {
+              uint16_t h;
+              std::memcpy(&h, p + 2 * i, 2);
+              x = bf16ToFloat(h);
+            } else {
+              std::memcpy(&x, p + 4 * i, 4);
+            }
+            splitHalf(x, kh[i], kl[i]);
+          }
+        }
+        if (kv == glm::kv::kE4m3) {
+          float s;
+          std::memcpy(&s, p + hd, 4);
+          scale = s;
+        }
+        double acc = 0;
+        for (int h = 0; h < nh; ++h) {
+          const double *a = qh.data() + size_t(h) * hd,
+                       *al = ql.data() + size_t(h) * hd;
+          double d = 0;
+          for (int i = 0; i < hd; ++i)
+            d += a[i] * kh[i] + a[i] * kl[i] + al[i] * kh[i];
+          const double v = d * scale * dotScale;
+          acc += (double)wv[h] * headScale * (v > 0.0 ? v : 0.0);
+        }
+        score[b * maxCtx + t] = acc;
+      }
+    }
+  });
 }
 
 // dsa_select(scoreAll, pos, k, flagsAll, selAll, nsel, maxCtx); grid (1, B).

@@ -38,6 +38,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -488,6 +489,25 @@ void checkPrefillAgainstTokens(const std::string &dir,
   auto pack = Pack::open(dir, po);
   const int64_t V = pack->config()->vocabSize;
   auto plan = compilePlan(dir, 1, manifest, {1}, "", {8, 16});
+  // The indexer scores a chunk on indexer_scores_mma (the tiny indexer's 2
+  // heads of 64 dims), a decode step on the fp64 indexer_scores_ctx. Its
+  // scores differ by ~1e-7 relative; only the top-8 selection they feed
+  // reaches the logits, and it is the same here.
+  for (const glm::plan::GraphDef &g : plan->ranks[0].graphs) {
+    if (g.kind != glm::plan::GraphKind::Prefill &&
+        g.kind != glm::plan::GraphKind::Decode)
+      continue;
+    std::set<std::string> scores;
+    for (const glm::plan::OpDef &op : g.ops)
+      if (op.kernel >= 0 &&
+          plan->kernels[op.kernel].templateName.rfind("indexer_scores", 0) == 0)
+        scores.insert(plan->kernels[op.kernel].templateName);
+    EXPECT_EQ(scores,
+              (std::set<std::string>{g.kind == glm::plan::GraphKind::Prefill
+                                         ? "indexer_scores_mma"
+                                         : "indexer_scores_ctx"}))
+        << int(g.kind) << "." << g.size;
+  }
   const std::vector<int32_t> prompt = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12};
   auto tokens = cpuExecutor(plan, dir);
   std::vector<float> want;

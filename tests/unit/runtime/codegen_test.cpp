@@ -192,6 +192,8 @@ std::vector<KernelSpec> helperSpecs() {
   add("kda_gnorm", {{"threads", "256"}});
   add("indexer_scores_ctx", {{"pool", "4"}, {"threads", "256"}});
   add("dsa_select", {{"pool", "4"}, {"threads", "1024"}});
+  // The prefill indexer scores on tensor cores.
+  add("indexer_scores_mma", {{"threads", "256"}});
   // MoE prefill glue (moe_group.cuh): at the block sizes of the chain.
   add("moe_group", {{"threads", "512"}});
   add("moe_gather", {{"threads", "256"}});
@@ -220,6 +222,7 @@ std::vector<KernelSpec> helperSpecs() {
     add("mla_prefill", {{"kv", kv}, {"vt", "32"}, {"threads", "256"}});
     add("indexer_scores_ctx", {{"kv", kv}, {"threads", "256"}});
     add("indexer_scores_ctx", {{"pool", "4"}, {"kv", kv}, {"threads", "256"}});
+    add("indexer_scores_mma", {{"kv", kv}, {"threads", "256"}});
   }
   return s;
 }

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "codegen/codegen.h"
 #include "codegen/templates/flash_math.cuh"
+#include "codegen/templates/indexer_scores_mma.cuh"
 #include "runtime/twins/footprint.h"
 
 #include <gtest/gtest.h>
@@ -234,6 +235,35 @@ TEST(Footprint, KdaChunkRefusesWhatTheKernelTrapsOn) {
   EXPECT_EQ(of(l).bytes[12], uint64_t(T) * n * dv * 4);
   l.smemBytes -= 4;
   EXPECT_THROW(of(l), twins::BadLaunchArg);
+}
+
+TEST(Footprint, IndexerScoresMmaRefusesWhatTheKernelSkips) {
+  // indexer_scores_ctx's arguments (qi, keys, wts, score, seq, pos, nh, hd,
+  // maxCtx, headScale, dotScale): 37 rows of 32 heads x 128 over 1000
+  // keys, f32 keys, grid (4, 37), the kernel's shared memory.
+  const glm::plan::KeyValues t = {{"threads", "256"}};
+  const int B = 37, nh = 32, hd = 128, ctx = 1000;
+  twins::Launch l = launchOf("indexer_scores_mma", 4, B, 256,
+                             {{6, nh}, {7, hd}, {8, ctx}}, &t);
+  l.smemBytes = glm::indexerMmaSmemBytes(glm::kv::kF32, 256);
+  const twins::Footprint f = of(l);
+  EXPECT_EQ(f.bytes[0], uint64_t(B) * nh * hd * 4); // as indexer_scores_ctx
+  EXPECT_EQ(f.bytes[3], uint64_t(B) * ctx * 8);
+  l.smemBytes -= 4; // under the kernel's key tiles
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
+  l.smemBytes += 4;
+  l.args[6].i = 12; // not a power of two: the kernel would write nothing
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
+  l.args[6].i = nh;
+  l.args[7].i = 96 + 64; // over 128 dims
+  EXPECT_THROW(of(l), twins::BadLaunchArg);
+  // e4m3 keys need one plane of fp16 keys, not two.
+  const glm::plan::KeyValues t8 = {{"kv", "e4m3"}, {"threads", "256"}};
+  l.templateArgs = &t8;
+  l.args[7].i = hd;
+  l.smemBytes = glm::indexerMmaSmemBytes(glm::kv::kE4m3, 256);
+  EXPECT_LT(l.smemBytes, glm::indexerMmaSmemBytes(glm::kv::kF32, 256));
+  EXPECT_EQ(of(l).bytes[3], uint64_t(B) * ctx * 8);
 }
 
 TEST(Footprint, KdaGnormCoversItsRowsHeads) {
