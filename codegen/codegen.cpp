@@ -278,10 +278,14 @@ std::vector<FamilyInfo> buildFamilies() {
                       intParam("bm", "m", {"64", "128"}),
                       threadsParam({"128", "256"})}));
   // Its grouped form: many expert halves (per-half widths) in one launch.
+  // halves > 1: a block adds that many items (one expert row block's
+  // halves) in registers and stores once (the MoE prefill's down GEMM).
+  TemplateParam halves = intParam("halves", "h", range(1, 32));
+  halves.defaultValue = "1";
   f.push_back(family("gemm_trellis_grouped", "glm::gemmTrellisGrouped",
                      {widthsParam(), codebookParam(), boolParam("e4m3"),
                       enumParam("xt", "x", {{"f32", "0"}, {"f16", "1"}}),
-                      intParam("bm", "m", {"64", "128"}),
+                      intParam("bm", "m", {"64", "128"}), halves,
                       threadsParam({"128", "256"})}));
   // The CUDA executor's helper families (embedding, norms, stores, DSA,
   // absorbed MLA, routing, MoE glue, fills). Their only template parameter

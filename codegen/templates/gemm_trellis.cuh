@@ -184,12 +184,18 @@ template <int K, int BM, int THREADS> struct GemmSmem {
 /// shared memory; xh fragments come from shared memory by ldmatrix (128
 /// bytes per mma). The decode of the next 16 inputs is issued between the
 /// MMAs of the current ones so the integer and tensor pipes overlap.
+/// gemmTrellisMainloop adds the tile's products to acc (the caller's, so
+/// several matrices can add into one tile: the grouped down halves) and
+/// leaves shared memory free for the next call; gemmTrellisStore writes it.
+template <int BM> struct TileAcc {
+  float v[BM / 16][4][4];
+};
 template <int K, int CB, bool E4M3, int XT, int BM, int THREADS>
-__device__ __forceinline__ void gemmTrellisTile(
+__device__ __forceinline__ void gemmTrellisMainloop(
     const void *__restrict__ xh, const int *__restrict__ row_map,
-    const unsigned char *__restrict__ tiles, float *__restrict__ z, int m,
-    int in, int out, int x_stride, int z_stride, int accumulate,
-    TileStrides st, int m0, int n0, unsigned char *smem) {
+    const unsigned char *__restrict__ tiles, int m, int in, int out,
+    int x_stride, TileStrides st, int m0, int n0, unsigned char *smem,
+    TileAcc<BM> &tacc) {
   static_assert(K >= 1 && K <= 8, "K in 1..8");
   static_assert(CB >= 0 && CB <= 2, "codebook");
   static_assert(XT == 0 || XT == 1, "xh storage: f32 or f16");
@@ -277,14 +283,7 @@ __device__ __forceinline__ void gemmTrellisTile(
     b[0] = decodeLaneFrag<K, CB, E4M3>(src, lane);
     b[1] = decodeLaneFrag<K, CB, E4M3>(src + kTileWords, lane);
   };
-  float acc[MT][4][4];
-#pragma unroll
-  for (int i = 0; i < MT; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        acc[i][j][r] = 0.0f;
+  float (&acc)[MT][4][4] = tacc.v;
   auto mmaHalf = [&](int buf, int kk, const uint4 b[2]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
@@ -326,9 +325,20 @@ __device__ __forceinline__ void gemmTrellisTile(
       storeX(buf ^ 1);
   }
   cpAsyncWait<0>();
+  __syncthreads(); // the ring and sX free for the next mainloop
+}
 
-  // Epilogue: n8 tile nt of the warp = columns 32w + 8nt; c0,c1 at row
-  // lane/4, c2,c3 at row lane/4 + 8.
+/// Epilogue: n8 tile nt of warp w = columns n0 + 32w + 8nt; c0,c1 at row
+/// lane/4, c2,c3 at row lane/4 + 8 (rows >= m not written).
+template <int BM, int THREADS>
+__device__ __forceinline__ void gemmTrellisStore(const TileAcc<BM> &tacc,
+                                                 float *__restrict__ z, int m,
+                                                 int out, int z_stride,
+                                                 int accumulate, int m0,
+                                                 int n0) {
+  constexpr int MT = BM / 16;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float (&acc)[MT][4][4] = tacc.v;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -349,6 +359,26 @@ __device__ __forceinline__ void gemmTrellisTile(
         p[1] = v1;
       }
     }
+}
+
+/// One tile from zero: the mainloop, then the store.
+template <int K, int CB, bool E4M3, int XT, int BM, int THREADS>
+__device__ __forceinline__ void gemmTrellisTile(
+    const void *__restrict__ xh, const int *__restrict__ row_map,
+    const unsigned char *__restrict__ tiles, float *__restrict__ z, int m,
+    int in, int out, int x_stride, int z_stride, int accumulate,
+    TileStrides st, int m0, int n0, unsigned char *smem) {
+  TileAcc<BM> acc;
+#pragma unroll
+  for (int i = 0; i < BM / 16; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        acc.v[i][j][r] = 0.0f;
+  gemmTrellisMainloop<K, CB, E4M3, XT, BM, THREADS>(
+      xh, row_map, tiles, m, in, out, x_stride, st, m0, n0, smem, acc);
+  gemmTrellisStore<BM, THREADS>(acc, z, m, out, z_stride, accumulate, m0, n0);
 }
 
 /// Dense entry: grid (ceil(out / THREADS), ceil(m / BM)); BN = THREADS.

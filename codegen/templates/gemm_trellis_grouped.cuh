@@ -12,8 +12,13 @@
 // the expert; without row_ids the first xh row), x_col (first xh column:
 // the down half's 128-channel slice of the activation), z_off (z element
 // offset of the item's row 0, column 0). Down halves of one expert write
-// separate partials (sum them as moe_reduce does) or use accumulate with
-// one launch per half. Items are built on the device after routing; the
+// separate partials (sum them as moe_reduce does), use accumulate with
+// one launch per half, or HALVES > 1: block x takes items x, x + n_items,
+// .., x + (HALVES - 1) * n_items (one expert row block's halves in order:
+// same rows, row_start and z_off, their own tiles / k / x_col; null tiles
+// skipped), adds them in its fp32 accumulators and stores once (one launch
+// instead of HALVES, and z read and written once). Items are built on the
+// device after routing; the
 // grid is (items, ceil(out / THREADS)) (BN = THREADS: use 128 threads for
 // 128-wide gate/up halves, 256 for down), so a padded upper-bound item
 // count with null tiles is fine.
@@ -46,13 +51,85 @@ struct GroupedSmem<WMASK, BM, THREADS, 9> {
   static constexpr int kBytes = 0;
 };
 
-template <int WMASK, int CB, bool E4M3, int XT, int BM, int THREADS>
+/// HALVES > 1: the halves of item blockIdx.x added in registers, one store.
+template <int WMASK, int CB, bool E4M3, int XT, int BM, int HALVES,
+          int THREADS>
+__device__ __forceinline__ void
+gemmTrellisHalves(GLM_GEMM_TRELLIS_GROUPED_PARAMS, unsigned char *smem) {
+  const GemmItem first = items[blockIdx.x];
+  if (first.rows <= 0) // a slot past the blocks
+    return;
+  const int m = first.rows < BM ? first.rows : BM;
+  const int n0 = blockIdx.y * THREADS; // BN = THREADS
+  const TileStrides st{sI, sI8, sJ8};
+  TileAcc<BM> acc;
+#pragma unroll
+  for (int i = 0; i < BM / 16; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        acc.v[i][j][r] = 0.0f;
+  bool any = false, unbuilt = false;
+  for (int h = 0; h < HALVES; ++h) {
+    const GemmItem it = items[(long long)h * n_items + blockIdx.x];
+    if (it.tiles == nullptr)
+      continue; // a half of another rank
+    any = true;
+    const int *map = row_ids ? row_ids + it.row_start : nullptr;
+    const long long xoff =
+        (row_ids ? 0 : (long long)it.row_start * x_stride) + it.x_col;
+    const void *x = static_cast<const unsigned char *>(xh) +
+                    xoff * (XT == 1 ? 2 : 4);
+#define GLM_GEMM_HALVES_CASE(KK)                                               \
+  case KK:                                                                     \
+    if (WMASK & (1 << KK))                                                     \
+      gemmTrellisMainloop<KK, CB, E4M3, XT, BM, THREADS>(                      \
+          x, map, it.tiles, m, in, out, x_stride, st, 0, n0, smem, acc);       \
+    else                                                                       \
+      unbuilt = true;                                                          \
+    break;
+    switch (it.k) {
+      GLM_GEMM_HALVES_CASE(1)
+      GLM_GEMM_HALVES_CASE(2)
+      GLM_GEMM_HALVES_CASE(3)
+      GLM_GEMM_HALVES_CASE(4)
+      GLM_GEMM_HALVES_CASE(5)
+      GLM_GEMM_HALVES_CASE(6)
+      GLM_GEMM_HALVES_CASE(7)
+      GLM_GEMM_HALVES_CASE(8)
+    default:
+      unbuilt = true;
+    }
+#undef GLM_GEMM_HALVES_CASE
+  }
+  float *zz = z + first.z_off;
+  if (unbuilt) { // a width this kernel was not built for: NaN, never silence
+    for (int idx = threadIdx.x; idx < m * THREADS; idx += THREADS) {
+      const int r = idx / THREADS, c = n0 + idx % THREADS;
+      if (c < out)
+        zz[(long long)r * z_stride + c] = __int_as_float(0x7fc00000);
+    }
+  } else if (any) {
+    gemmTrellisStore<BM, THREADS>(acc, zz, m, out, z_stride, accumulate, 0,
+                                  n0);
+  }
+}
+
+template <int WMASK, int CB, bool E4M3, int XT, int BM, int HALVES,
+          int THREADS>
 __device__ __forceinline__ void gemmTrellisGrouped(
     GLM_GEMM_TRELLIS_GROUPED_PARAMS) {
   static_assert(WMASK != 0 && (WMASK & ~0x1FE) == 0, "widths 1..8");
+  static_assert(HALVES >= 1 && HALVES <= 32, "halves: 1..32");
   __shared__ __align__(16) unsigned char smem[GroupedSmem<WMASK, BM, THREADS>::kBytes];
   if ((int)blockIdx.x >= n_items)
     return;
+  if (HALVES > 1) {
+    gemmTrellisHalves<WMASK, CB, E4M3, XT, BM, HALVES, THREADS>(
+        GLM_GEMM_TRELLIS_GROUPED_ARGS, smem);
+    return;
+  }
   const GemmItem it = items[blockIdx.x];
   if (it.tiles == nullptr || it.rows <= 0)
     return;

@@ -415,27 +415,30 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
         // (weights decoded once per BM rows, not once per 8 tokens):
         // H(x * signs.in), moe_group (sorted entries, GEMM items),
         // moe_gather (rows * su_block, fp16), gate/up, moe_act (the
-        // rotations, SwiGLU, down's input), down one half per launch
-        // (accumulating), moe_combine (* sv_block * route weight, in slot
-        // order), H(.) * signs.out.
+        // rotations, SwiGLU, down's input), down (every half of an expert
+        // row block added in one block's registers, one launch),
+        // moe_combine (* sv_block * route weight, in slot order),
+        // H(.) * signs.out.
         const std::string bm = str(::glm::codegen::moeGroupedRows(
             b.size, f.getTopK(), f.getExperts()));
-        auto grouped = [&](const char *threads) {
-          return Spec{"gemm_trellis_grouped",
-                      {{"widths", digits},
-                       {"codebook", cbName(*f.getCodebook())},
-                       {"e4m3", f.getE4m3() ? "1" : "0"},
-                       {"xt", "f16"},
-                       {"bm", bm},
-                       {"threads", threads}}};
+        auto grouped = [&](const char *threads, int64_t halves) {
+          Spec s{"gemm_trellis_grouped",
+                 {{"widths", digits},
+                  {"codebook", cbName(*f.getCodebook())},
+                  {"e4m3", f.getE4m3() ? "1" : "0"},
+                  {"xt", "f16"},
+                  {"bm", bm},
+                  {"threads", threads}}};
+          if (halves > 1)
+            s.args["halves"] = str(halves);
+          return s;
         };
         out.push_back(had);
         out.push_back({"moe_group", {{"threads", "512"}}});
         out.push_back({"moe_gather", {{"threads", "256"}}});
-        out.push_back(grouped("128"));
+        out.push_back(grouped("128", 1));
         out.push_back({"moe_act", {{"threads", "256"}}});
-        for (int64_t h = 0; h < f.getHalves(); ++h)
-          out.push_back(grouped("256"));
+        out.push_back(grouped("256", f.getHalves()));
         out.push_back({"moe_combine", {{"threads", "256"}}});
         out.push_back(had);
         return out;

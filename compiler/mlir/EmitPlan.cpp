@@ -1620,14 +1620,19 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
       d.gridX = uint32_t(NB * 2 * H);
       d.gridY = ceilDiv(128, threads);
     } else {
-      // Down half h = launch - (first down launch): its items, added into
-      // zd (moe_act zeroed it) in half order.
+      // Down: every half of an expert row block in one block (halves = H:
+      // the items h * NB + b added in registers), added into zd (moe_act
+      // zeroed it); or, one launch per half, half h = launch - (first down
+      // launch) in half order.
       const int64_t h = int64_t(launch) - int64_t(firstGemm) - 2;
+      const bool oneLaunch =
+          std::count(seq.begin(), seq.end(), "gemm_trellis_grouped") == 2;
       gp::ArgDef x = act, z = zd, items = downItems;
       x.name = "xh";
       z.name = "z";
       items.name = "items";
-      items.offset += uint64_t(h) * uint64_t(NB) * 32;
+      if (!oneLaunch)
+        items.offset += uint64_t(h) * uint64_t(NB) * 32;
       a = {x, runtimeArg("null"), items, z, i32Arg(NB, "n_items"),
            i32Arg(128, "in"), i32Arg(hidden, "out"), i32Arg(kPitch, "x_stride"),
            i32Arg(hidden, "z_stride"), i32Arg(1, "accumulate"),

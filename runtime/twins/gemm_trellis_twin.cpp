@@ -18,6 +18,7 @@
 
 #include "runtime/base/parallel.h"
 
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -66,38 +67,51 @@ struct GemmShape {
   bool e4m3;
 };
 
-/// Columns [n0, n1) of rows r of one tile problem: xRow(r) gives the
-/// element offset of row r's first input in xh.
-template <class XRowFn>
-void gemmColumns(const GemmShape &g, const void *xh, const unsigned char *tiles,
-                 int k, int rows, XRowFn xRow, float *z, int n0, int n1) {
+/// One matrix of a tile problem: its tiles and width, and the element
+/// offset in xh of row r's first input.
+struct TilePart {
+  const unsigned char *tiles;
+  int k;
+  std::function<int64_t(int)> xRow;
+};
+
+/// Columns [n0, n1) of rows r of z = sum over parts of xh . T (exact
+/// products, fp64 sums, one fp32 rounding; added to z when accumulating).
+void gemmColumnsParts(const GemmShape &g, const void *xh,
+                      const std::vector<TilePart> &parts, int rows, float *z,
+                      int n0, int n1) {
   const int nIn = g.in;
   // xh rounded to fp16 as the kernel stages it.
-  std::vector<float> x(size_t(rows) * nIn);
-  for (int r = 0; r < rows; ++r) {
-    const int64_t off = xRow(r);
-    for (int i = 0; i < nIn; ++i)
-      x[size_t(r) * nIn + i] =
-          g.xf16 ? halfToFloat(static_cast<const uint16_t *>(xh)[off + i])
-                 : roundToHalf(static_cast<const float *>(xh)[off + i]);
+  std::vector<std::vector<float>> xs(parts.size());
+  for (size_t q = 0; q < parts.size(); ++q) {
+    std::vector<float> &x = xs[q];
+    x.resize(size_t(rows) * nIn);
+    for (int r = 0; r < rows; ++r) {
+      const int64_t off = parts[q].xRow(r);
+      for (int i = 0; i < nIn; ++i)
+        x[size_t(r) * nIn + i] =
+            g.xf16 ? halfToFloat(static_cast<const uint16_t *>(xh)[off + i])
+                   : roundToHalf(static_cast<const float *>(xh)[off + i]);
+    }
   }
   float w[256];
   std::vector<double> acc(size_t(rows) * 16);
   for (int j = n0 / 16; j < (n1 + 15) / 16; ++j) {
     std::fill(acc.begin(), acc.end(), 0.0);
-    for (int i = 0; i < nIn / 16; ++i) {
-      decodeTileAt(tiles, tileIndex(i, j, g.sI, g.sI8, g.sJ8), k, g.cb, g.e4m3,
-                   w);
-      for (int r = 0; r < rows; ++r) {
-        const float *xr = &x[size_t(r) * nIn + 16 * i];
-        for (int c = 0; c < 16; ++c) {
-          double s = 0;
-          for (int t = 0; t < 16; ++t)
-            s += double(w[16 * t + c]) * xr[t];
-          acc[size_t(r) * 16 + c] += s;
+    for (size_t q = 0; q < parts.size(); ++q)
+      for (int i = 0; i < nIn / 16; ++i) {
+        decodeTileAt(parts[q].tiles, tileIndex(i, j, g.sI, g.sI8, g.sJ8),
+                     parts[q].k, g.cb, g.e4m3, w);
+        for (int r = 0; r < rows; ++r) {
+          const float *xr = &xs[q][size_t(r) * nIn + 16 * i];
+          for (int c = 0; c < 16; ++c) {
+            double s = 0;
+            for (int t = 0; t < 16; ++t)
+              s += double(w[16 * t + c]) * xr[t];
+            acc[size_t(r) * 16 + c] += s;
+          }
         }
       }
-    }
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < 16; ++c) {
         const int col = 16 * j + c;
@@ -108,6 +122,12 @@ void gemmColumns(const GemmShape &g, const void *xh, const unsigned char *tiles,
         *p = g.accumulate ? v + *p : v;
       }
   }
+}
+
+template <class XRowFn>
+void gemmColumns(const GemmShape &g, const void *xh, const unsigned char *tiles,
+                 int k, int rows, XRowFn xRow, float *z, int n0, int n1) {
+  gemmColumnsParts(g, xh, {TilePart{tiles, k, xRow}}, rows, z, n0, n1);
 }
 
 GemmShape shapeOf(const Launch &l, int in, int out, int xStride, int zStride,
@@ -170,6 +190,49 @@ void gemmTrellisGroupedTwin(const Launch &l) {
   float *z = l.ptr<float>(kGZ);
   const int64_t nItems = std::min<int64_t>(l.grid[0], l.i32(kGNItems));
   const int64_t nCol = l.grid[1];
+  const int halves = l.targIntOr("halves", 1);
+  const int64_t stride = l.i32(kGNItems); // items of one half
+  auto xRowOf = [&](const GemmItem &it) {
+    return [&, it](int r) -> int64_t {
+      const int64_t row =
+          rowIds ? rowIds[it.row_start + r] : int64_t(it.row_start) + r;
+      return row * g.xStride + it.x_col;
+    };
+  };
+  if (halves > 1) {
+    // Block b adds items b, b + stride, .. (one row block's halves).
+    parallelFor(nItems * nCol, 1, 0, [&](int64_t b0, int64_t b1, int) {
+      for (int64_t t = b0; t < b1; ++t) {
+        const GemmItem first = items[t / nCol];
+        const int by = int(t % nCol);
+        const int n0 = by * BN, n1 = std::min(g.out, n0 + BN);
+        if (first.rows <= 0 || n0 >= g.out)
+          continue;
+        const int m = std::min(first.rows, BM);
+        float *zz = z + first.z_off;
+        std::vector<TilePart> parts;
+        bool unbuilt = false;
+        for (int h = 0; h < halves; ++h) {
+          const GemmItem it = items[h * stride + t / nCol];
+          if (!it.tiles)
+            continue;
+          if (it.k < 1 || it.k > 8 || !(wmask >> it.k & 1))
+            unbuilt = true;
+          else
+            parts.push_back({it.tiles, it.k, xRowOf(it)});
+        }
+        if (unbuilt) {
+          for (int r = 0; r < m; ++r)
+            for (int c = n0; c < n1; ++c)
+              zz[int64_t(r) * g.zStride + c] =
+                  std::numeric_limits<float>::quiet_NaN();
+        } else if (!parts.empty()) {
+          gemmColumnsParts(g, xh, parts, m, zz, n0, n1);
+        }
+      }
+    });
+    return;
+  }
   parallelFor(nItems * nCol, 1, 0, [&](int64_t b0, int64_t b1, int) {
     for (int64_t t = b0; t < b1; ++t) {
       const GemmItem it = items[t / nCol];

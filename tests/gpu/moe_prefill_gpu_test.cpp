@@ -7,8 +7,8 @@
 // moe_gather and moe_combine are fp32 products and sums in a fixed order,
 // moe_act is fp32 arithmetic with flash_math's expF, --fmad=false). Then
 // the whole prefill chain on CUDA (hadamard128, moe_group, moe_gather,
-// gemm_trellis_grouped gate/up, moe_act, gemm_trellis_grouped down per
-// half, moe_combine, hadamard128) against the same chain through the
+// gemm_trellis_grouped gate/up, moe_act, gemm_trellis_grouped down (one
+// launch, halves 16), moe_combine, hadamard128) against the same chain through the
 // twins (from CUDA's rotated input, hadamard128 being held to 1e-6):
 // routing, items and X exact; Zgu to gemm_trellis_grouped's 3e-5; the
 // output to 2e-4 (the GEMMs' fp32 order moves Zgu by ~1e-6 of max|Zgu|,
@@ -268,13 +268,17 @@ TEST_F(MoePrefillGpu, CombineEqualsTwinExactly) {
 
 const char *const kWidths = "234";
 
-KernelSpec gemmSpec(int bm, int threads) {
-  return spec("gemm_trellis_grouped", {{"widths", kWidths},
-                                       {"codebook", "mcg"},
-                                       {"e4m3", "1"},
-                                       {"xt", "f16"},
-                                       {"bm", std::to_string(bm)},
-                                       {"threads", std::to_string(threads)}});
+KernelSpec gemmSpec(int bm, int threads, int halves = 1) {
+  KernelSpec s = spec("gemm_trellis_grouped",
+                      {{"widths", kWidths},
+                       {"codebook", "mcg"},
+                       {"e4m3", "1"},
+                       {"xt", "f16"},
+                       {"bm", std::to_string(bm)},
+                       {"threads", std::to_string(threads)}});
+  if (halves > 1)
+    s.args["halves"] = std::to_string(halves);
+  return s;
 }
 
 struct ChainCase {
@@ -343,7 +347,9 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
   const KernelSpec gather = spec("moe_gather", {{"threads", "256"}});
   const KernelSpec act = spec("moe_act", {{"threads", "512"}});
   const KernelSpec combine = spec("moe_combine", {{"threads", "256"}});
-  const KernelSpec gu = gemmSpec(BM, 128), down = gemmSpec(BM, 256);
+  // Down as the plan runs it: one launch, a block adding an expert row
+  // block's 16 halves in registers.
+  const KernelSpec gu = gemmSpec(BM, 128), down = gemmSpec(BM, 256, H);
   KernelCache::get().prefetch({had, group, gather, act, combine, gu, down});
   const unsigned hadGrid = unsigned((T * nBlk + 3) / 4);
   const unsigned guItems = unsigned(NB * 2 * H);
@@ -395,11 +401,10 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
         << N << c.topk << c.E << c.S << inter << hidden << c.limit;
     a.launch(kernel(act), unsigned(N), 1, 512);
   }
-  for (int h = 0; h < H; ++h) {
+  {
     Args a;
-    a.ptr(dAct).null() << CUdeviceptr(dDown.ptr() +
-                                      uint64_t(h) * NB * sizeof(GemmItem));
-    a.ptr(dZd) << NB << 128 << hidden << inter << hidden << 1 << 8 << 0 << 64;
+    a.ptr(dAct).null().ptr(dDown).ptr(dZd)
+        << NB << 128 << hidden << inter << hidden << 1 << 8 << 0 << 64;
     a.launch(kernel(down), unsigned(NB), unsigned(hidden / 256), 256);
   }
   {
@@ -457,11 +462,10 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
            hp(hTiles.data()), hp(svh.data()), hp(suh.data()), hp(actH.data()),
            hp(zd.data()), hi(N), hi(c.topk), hi(c.E), hi(c.S), hi(inter),
            hi(hidden), hf(c.limit)});
-  for (int h = 0; h < H; ++h)
-    runTwin(down, unsigned(NB), unsigned(hidden / 256), 256, 0,
-            {hp(actH.data()), hp(nullptr), hp(downI.data() + size_t(h) * NB),
-             hp(zd.data()), hi(NB), hi(128), hi(hidden), hi(inter), hi(hidden),
-             hi(1), hi(8), hi(0), hi(64)});
+  runTwin(down, unsigned(NB), unsigned(hidden / 256), 256, 0,
+          {hp(actH.data()), hp(nullptr), hp(downI.data()), hp(zd.data()),
+           hi(NB), hi(128), hi(hidden), hi(inter), hi(hidden), hi(1), hi(8),
+           hi(0), hi(64)});
   runTwin(combine, unsigned(T), unsigned((hidden + 1023) / 1024), 256, 0,
           {hp(zd.data()), hp(entryOf.data()), hp(r.ids.data()), hp(r.rw.data()),
            hp(svb.data()), hp(out.data()), hi(T), hi(c.topk), hi(c.E), hi(c.S),

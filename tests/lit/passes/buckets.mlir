@@ -21,9 +21,10 @@
 // CHECK-SAME: glm.bucket_kernels = {{.}}["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_t128"],
 // CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b8_svf32_down_p4_m4_sumfixed_t128"],
 // A prefill chunk's experts are grouped by expert: sorted entries, the
-// tensor-core GEMMs (gate/up, then down one half a launch), the weighted sum
-// in fp32 (an fp32 all-reduce: glm.fixed_sum is false there).
-// CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_group_t512", "glm_moe_gather_t256", "glm_gemm_trellis_grouped_k34_mcg_e4m3_xf16_m64_t128", "glm_moe_act_t256", "glm_gemm_trellis_grouped_k34_mcg_e4m3_xf16_m64_t256", "glm_gemm_trellis_grouped_k34_mcg_e4m3_xf16_m64_t256", "glm_moe_combine_t256", "glm_hadamard128_vf32_t256"]{{.}},
+// tensor-core GEMMs (gate/up, then down: both halves of an expert row
+// block in one block, one launch), the weighted sum in fp32 (an fp32
+// all-reduce: glm.fixed_sum is false there).
+// CHECK-SAME: ["glm_hadamard128_vf32_t256", "glm_moe_group_t512", "glm_moe_gather_t256", "glm_gemm_trellis_grouped_k34_mcg_e4m3_xf16_m64_t128", "glm_moe_act_t256", "glm_gemm_trellis_grouped_k34_mcg_e4m3_xf16_m64_h2_t256", "glm_moe_combine_t256", "glm_hadamard128_vf32_t256"]{{.}},
 // CHECK-SAME: glm.fixed_sum = array<i1: true, true, false>
 // CHECK-SAME: glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_t128"]
 

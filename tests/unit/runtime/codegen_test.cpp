@@ -119,6 +119,10 @@ std::vector<KernelSpec> representativeSpecs() {
   add("gemm_trellis_grouped", {{"widths", "18"}, {"codebook", "mul1"},
                                {"e4m3", "0"}, {"xt", "f32"}, {"bm", "128"},
                                {"threads", "256"}});
+  // The MoE prefill's down: an expert row block's 16 halves in one block.
+  add("gemm_trellis_grouped", {{"widths", "234"}, {"codebook", "mcg"},
+                               {"e4m3", "1"}, {"xt", "f16"}, {"bm", "128"},
+                               {"halves", "16"}, {"threads", "256"}});
   return s;
 }
 

@@ -209,7 +209,10 @@ struct PrefillProblem {
 
   /// The prefill path through the twins; poisoned outputs (NaN, 0x7e00
   /// fp16 NaN, items of 0xff bytes) so that an unwritten element shows.
-  Chain prefillPath(const std::vector<float> &xh) const {
+  /// Down as the plan runs it (one launch, halves = H: each block adds an
+  /// expert row block's halves in registers) or one launch per half.
+  Chain prefillPath(const std::vector<float> &xh,
+                    bool downPerHalf = false) const {
     Chain c;
     c.order.assign(N, 0x7eadbeef);
     c.entryOf.assign(N, 0x7eadbeef);
@@ -243,7 +246,9 @@ struct PrefillProblem {
                     I(s.S), I(kInter), I(s.hidden), F(s.limit)}));
     glm::plan::KeyValues down = gu;
     down["threads"] = "256";
-    for (int h = 0; h < kH; ++h)
+    if (!downPerHalf)
+      down["halves"] = std::to_string(kH);
+    for (int h = 0; h < (downPerHalf ? kH : 1); ++h)
       runTwin(launch("gemm_trellis_grouped", down, unsigned(NB),
                      unsigned(s.hidden / 256), 256,
                      {P(c.act.data()), P(nullptr),
@@ -401,6 +406,16 @@ TEST_P(MoePrefillChain, MatchesTheDecodePath) {
   ASSERT_GT(maxRef, 0.0);
   expectRel(pr.s.name + " prefill chain vs moe_trellis", c.y.data(),
             refD.data(), refD.size(), pr.s.tol);
+  // Down in one launch (halves added in fp64, one rounding) against one
+  // launch per half (each half rounded, then added in fp32): the same
+  // products, two fp32 roundings orders.
+  const PrefillProblem::Chain perHalf = pr.prefillPath(xh, true);
+  std::vector<double> zdHalf(perHalf.zd.begin(), perHalf.zd.end());
+  int nWritten = 0;
+  while (nWritten < pr.N && c.order[nWritten] >= 0)
+    ++nWritten;
+  expectRel(pr.s.name + " down in one launch vs per half", c.zd.data(),
+            zdHalf.data(), size_t(nWritten) * pr.s.hidden, 2e-6);
 
   // Each step as its ABI states, on the chain's own buffers.
   int nValid = 0;
