@@ -189,6 +189,15 @@ template <int K, int BM, int THREADS> struct GemmSmem {
 /// leaves shared memory free for the next call; gemmTrellisStore writes it.
 template <int BM> struct TileAcc {
   float v[BM / 16][4][4];
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < BM / 16; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+          v[i][j][r] = 0.0f;
+  }
 };
 template <int K, int CB, bool E4M3, int XT, int BM, int THREADS>
 __device__ __forceinline__ void gemmTrellisMainloop(
@@ -369,13 +378,7 @@ __device__ __forceinline__ void gemmTrellisTile(
     int in, int out, int x_stride, int z_stride, int accumulate,
     TileStrides st, int m0, int n0, unsigned char *smem) {
   TileAcc<BM> acc;
-#pragma unroll
-  for (int i = 0; i < BM / 16; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        acc.v[i][j][r] = 0.0f;
+  acc.zero();
   gemmTrellisMainloop<K, CB, E4M3, XT, BM, THREADS>(
       xh, row_map, tiles, m, in, out, x_stride, st, m0, n0, smem, acc);
   gemmTrellisStore<BM, THREADS>(acc, z, m, out, z_stride, accumulate, m0, n0);

@@ -63,13 +63,7 @@ gemmTrellisHalves(GLM_GEMM_TRELLIS_GROUPED_PARAMS, unsigned char *smem) {
   const int n0 = blockIdx.y * THREADS; // BN = THREADS
   const TileStrides st{sI, sI8, sJ8};
   TileAcc<BM> acc;
-#pragma unroll
-  for (int i = 0; i < BM / 16; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        acc.v[i][j][r] = 0.0f;
+  acc.zero();
   bool any = false, unbuilt = false;
   for (int h = 0; h < HALVES; ++h) {
     const GemmItem it = items[(long long)h * n_items + blockIdx.x];
