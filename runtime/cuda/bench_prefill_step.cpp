@@ -5,7 +5,8 @@
 // PlanExecutor::prefill from position 0, chunk after chunk as the generator
 // feeds them (the largest chunk that fits what is left; the rest in the
 // smallest chunk, padded), random weights generated on the device. Per
-// prompt: the time to the logits of its last token (TTFT without
+// prompt: the time to the logits of its last token (only that row read
+// back, as the generators do without --logits-out; TTFT without
 // tokenizer, sampling and HTTP) and tok/s; the token loop it replaces,
 // measured in the same run (the batch-1 decode step at the prompt's middle
 // position, times the prompt's tokens); and the fraction of the H200's
@@ -121,7 +122,7 @@ std::string runPrefillStepBench(const BenchOptions &opt, std::ostream &log) {
           c = uint32_t(left); // the rest, padded to the smallest chunk
         engine.prefill(std::vector<int32_t>(toks.begin() + at,
                                             toks.begin() + at + c),
-                       int32_t(at), 0);
+                       int32_t(at), 0, /*lastRowOnly=*/true);
         at += c;
       }
       GLM_CU(cuStreamSynchronize(s));

@@ -103,6 +103,7 @@ public:
     auto run = [&](bool prefill, std::vector<int32_t> tokens) {
       Job j;
       j.prefill = prefill;
+      j.lastRowOnly = logitsOut == nullptr;
       j.tokens = std::move(tokens);
       j.position = position;
       j.slot = slot;
@@ -198,6 +199,7 @@ private:
   /// One unit of a sequence's work: a decode row or a prefill chunk.
   struct Job {
     bool prefill = false;
+    bool lastRowOnly = false; // a chunk's logits: only its last row
     std::vector<int32_t> tokens;
     int32_t position = 0, slot = 0;
     std::vector<float> logits;
@@ -364,7 +366,7 @@ private:
 
   void runChunk(Job &j) {
     try {
-      j.logits = exec_->prefill(j.tokens, j.position, j.slot);
+      j.logits = exec_->prefill(j.tokens, j.position, j.slot, j.lastRowOnly);
     } catch (...) {
       j.error = std::current_exception();
     }

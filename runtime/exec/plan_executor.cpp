@@ -675,16 +675,19 @@ void PlanExecutor::writeIoRows(const std::vector<int32_t> &tokens,
 }
 
 std::vector<float> PlanExecutor::readLogits(uint32_t rows,
-                                           const char *buffer) {
+                                           const char *buffer,
+                                           uint32_t first) {
   bindThread();
   RankState &st = *ranks_[0];
   st.backend->synchronize();
   const uint64_t V = uint64_t(plan_->model.vocabSize);
   const uint32_t lb = st.ioBuffer(buffer);
-  check(st.rp->buffers[lb].bytes >= rows * V * 4, "Io buffer ", buffer,
-        " holds fewer than ", rows, " rows of ", V, " logits: re-plan");
+  check(st.rp->buffers[lb].bytes >= (first + rows) * V * 4, "Io buffer ",
+        buffer, " holds fewer than ", first + rows, " rows of ", V,
+        " logits: re-plan");
   std::vector<float> logits(rows * V);
-  st.backend->read(st.address(lb, 0), logits.data(), logits.size() * 4);
+  st.backend->read(st.address(lb, first * V * 4), logits.data(),
+                   logits.size() * 4);
   return logits;
 }
 
@@ -709,7 +712,8 @@ void PlanExecutor::runPrefill(uint32_t chunk) {
 }
 
 std::vector<float> PlanExecutor::prefill(const std::vector<int32_t> &tokens,
-                                         int32_t start, int32_t slot) {
+                                         int32_t start, int32_t slot,
+                                         bool lastRowOnly) {
   check(loaded_, "plan executor: prefill() before load()");
   const uint32_t n = uint32_t(tokens.size());
   check(n > 0, "plan executor: an empty prefill chunk");
@@ -747,7 +751,7 @@ std::vector<float> PlanExecutor::prefill(const std::vector<int32_t> &tokens,
     pos[j] = start + int32_t(j);
   writeIoRows(tok, pos, slots);
   runGraph(graphs.data(), C);
-  return readLogits(n);
+  return lastRowOnly ? readLogits(1, "io.logits", n - 1) : readLogits(n);
 }
 
 bool PlanExecutor::recurrentState() const {

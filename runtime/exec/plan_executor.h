@@ -185,9 +185,13 @@ public:
   /// tokens.size() rows (the rows past the prompt are padding at the next
   /// positions, which later tokens overwrite before anything reads them:
   /// start + the graph's size must fit the KV cache). Returns the logits
-  /// [tokens.size(), vocab] of the first local rank.
+  /// [tokens.size(), vocab] of the first local rank, or with `lastRowOnly`
+  /// only the last token's [vocab]: what sampling needs. A 2048-token
+  /// chunk's rows are 1.27 GB at GLM-5.3's vocabulary, and reading them back
+  /// cost 40% of the prompt's time (docs/perf.md, session 19).
   std::vector<float> prefill(const std::vector<int32_t> &tokens,
-                             int32_t start, int32_t slot);
+                             int32_t start, int32_t slot,
+                             bool lastRowOnly = false);
   /// The prefill graph sizes (chunk tokens) of the plan, ascending.
   std::vector<uint32_t> prefillChunks() const;
   /// Runs the prefill graph of `chunk` tokens on what the Io buffers hold
@@ -253,10 +257,11 @@ private:
   void writeIoRows(const std::vector<int32_t> &tokens,
                    const std::vector<int32_t> &positions,
                    const std::vector<int32_t> &slots);
-  /// The first `rows` rows of local rank 0's io.logits (or another Io
+  /// Rows [first, first + rows) of local rank 0's io.logits (or another Io
   /// logits buffer), after the step.
   std::vector<float> readLogits(uint32_t rows,
-                                const char *buffer = "io.logits");
+                                const char *buffer = "io.logits",
+                                uint32_t first = 0);
   std::vector<const plan::GraphDef *>
   graphsOf(plan::GraphKind kind, uint32_t rows) const;
   std::vector<const plan::GraphDef *> decodeGraphs(uint32_t rows) const {

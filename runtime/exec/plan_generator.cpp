@@ -116,14 +116,17 @@ public:
         } else {
           const std::vector<int32_t> t(p.begin() + i, p.begin() + i + n);
           const int32_t at = position;
-          l = exec_->prefill(t, position, 0);
+          l = exec_->prefill(t, position, 0, logitsOut == nullptr);
           position += int32_t(n);
           lastRow = int32_t(n) - 1;
           if (drafting)
             fillMtp(nextOf(i, n), at);
           i += n;
         }
-        rows.insert(rows.end(), l.begin(), l.end());
+        if (logitsOut)
+          rows.insert(rows.end(), l.begin(), l.end());
+        else // sampling needs the prompt's last row only
+          rows.assign(l.end() - config_.vocabSize, l.end());
       }
       return rows;
     };

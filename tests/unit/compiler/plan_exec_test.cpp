@@ -537,6 +537,17 @@ void checkPrefillAgainstTokens(const std::string &dir,
   compareRows(next, two->step({13}, {12}, {0}), V, tol,
               name + ", the step after them");
 
+  // What sampling reads: only the chunk's last row, the same bits as that
+  // row of the full read.
+  auto last = cpuExecutor(plan, dir);
+  const std::vector<float> lastRow =
+      last->prefill({prompt.begin(), prompt.begin() + 5}, 0, 0, true);
+  const std::vector<float> all =
+      last->prefill({prompt.begin(), prompt.begin() + 5}, 0, 0);
+  ASSERT_EQ(lastRow.size(), size_t(V));
+  ASSERT_EQ(all.size(), size_t(5 * V));
+  EXPECT_TRUE(std::equal(lastRow.begin(), lastRow.end(), all.end() - V));
+
   // A chunk that would pass the KV cache is refused, naming the sizes.
   const std::string m = [&] {
     try {
