@@ -125,6 +125,11 @@ GLM_KV_HD float e4m3Scale(float amax) {
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
 /// Row `row` of a KV-form cache of n-value rows, for reading.
+/// What one load of four stored values is, per form.
+template <int KV> struct Raw4 { using Type = float4; };
+template <> struct Raw4<kBf16> { using Type = uint2; };
+template <> struct Raw4<kE4m3> { using Type = unsigned; };
+
 template <int KV> struct Row {
   const unsigned char *p; // the row's first byte
   float s;                // e4m3: the row's scale
@@ -136,21 +141,29 @@ template <int KV> struct Row {
     else
       return e4m3Value(p[i]) * s;
   }
-  /// Values i .. i+3 (i a multiple of 4): one 16-, 8- or 4-byte load.
-  __device__ __forceinline__ float4 four(int i) const {
+  /// The stored bytes of values i .. i+3, as one load: float4 (f32), uint2
+  /// (bf16), unsigned (e4m3). Split from widen() so a kernel can issue the
+  /// loads of a later tile before it needs the values.
+  using Raw = typename Raw4<KV>::Type;
+  __device__ __forceinline__ Raw raw4(int i) const {
+    return *(const Raw *)(p + (long long)i * (sizeof(Raw) / 4)); // 4 values
+  }
+  __device__ __forceinline__ float4 widen(Raw u) const {
     if constexpr (KV == kF32) {
-      return *(const float4 *)(p + 4ll * i);
+      return u;
     } else if constexpr (KV == kBf16) {
-      const uint2 u = *(const uint2 *)(p + 2ll * i);
       return make_float4(bitsFloat(u.x << 16), bitsFloat(u.x & 0xffff0000u),
                          bitsFloat(u.y << 16), bitsFloat(u.y & 0xffff0000u));
     } else {
-      const unsigned u = *(const unsigned *)(p + i);
       return make_float4(e4m3Value((unsigned char)u) * s,
                          e4m3Value((unsigned char)(u >> 8)) * s,
                          e4m3Value((unsigned char)(u >> 16)) * s,
                          e4m3Value((unsigned char)(u >> 24)) * s);
     }
+  }
+  /// Values i .. i+3 (i a multiple of 4): one 16-, 8- or 4-byte load.
+  __device__ __forceinline__ float4 four(int i) const {
+    return widen(raw4(i));
   }
 };
 template <int KV>

@@ -114,32 +114,98 @@ __device__ __forceinline__ int scaleExp(float m, int lo, int hi) {
 }
 
 /// Rows j0 .. j0 + 15 of the selection, columns [0, ncol) (a multiple of 4,
-/// at most 5 * 128; zero past lat and for keys past n), as fp16 into ks
-/// [16][pitch], each row times its own power of two 2^e (scaleExp of the
-/// row's max |value| within [lo, hi]): kscale[k] = 2^-e undoes it. A warp takes
-/// whole rows, a lane 5 chunks of 4 values in registers.
-template <int KV, int THREADS>
-__device__ __forceinline__ void loadKeys(unsigned short *ks, float *kscale,
-                                         int pitch, int ncol, int lo, int hi,
-                                         const void *cache, long long r0,
-                                         const int *sel, int j0, int n,
-                                         int lat) {
-  constexpr int NW = THREADS / 32;
-  const int lane = threadIdx.x & 31, c4 = ncol >> 2;
-  for (int k = threadIdx.x >> 5; k < 16; k += NW) {
-    float4 v[5];
-    float m = 0.0f;
-    const bool key = j0 + k < n;
-    const kv::Row<KV> row =
-        kv::row<KV>(cache, r0 + (key ? sel[j0 + k] : 0), lat);
+/// at most 128 * CH; zero past lat and for keys past n), on their way to
+/// shared memory as fp16 ks [16][pitch], each row times its own power of
+/// two 2^e (scaleExp of the row's max |value| within [lo, hi]; kscale[k] =
+/// 2^-e undoes it). A warp takes whole rows (k = warp + NW * i), a lane CH
+/// chunks of 4 values. fetch() issues the global loads of a tile into
+/// registers and store() converts them after the caller's MMAs on the
+/// previous tile: the gather's latency (the selection index, then the row)
+/// hides behind tensor-core work instead of stalling the block, which holds
+/// a whole SM (about 220 registers x 256 threads). A warp keeps HELD rows in
+/// registers; the rest of its rows (blocks under 256 threads) load in
+/// store(). The selection indices run one tile further ahead, so a fetch
+/// never waits on them.
+template <int KV, int THREADS, int CH> struct KeyTile {
+  static_assert(CH >= 1 && CH <= 5, "CH: 1 to 5 chunks of 128 values");
+  static constexpr int NW = THREADS / 32, RPW = 16 / NW;
+  static constexpr int HELD = NW >= 8 ? 2 : 1; // 2 x CH loads a lane at most
+  using Raw = typename kv::Row<KV>::Raw;
+  kv::Row<KV> row[HELD];
+  Raw v[HELD][CH];
+  int idx[HELD]; // the next tile's selection indices (-1: past n)
+
+  /// Reads the selection indices of the tile at j0 (for the next fetch).
+  __device__ __forceinline__ void index(const int *sel, int j0, int n) {
 #pragma unroll
-    for (int u = 0; u < 5; ++u) {
+    for (int i = 0; i < HELD; ++i) {
+      const int k = (threadIdx.x >> 5) + NW * i;
+      idx[i] = j0 + k < n ? sel[j0 + k] : -1;
+    }
+  }
+  /// Issues the loads of the tile whose indices index() read, then reads
+  /// the indices of the tile after it (at j0 + 16).
+  __device__ __forceinline__ void fetch(const void *cache, long long r0,
+                                        const int *sel, int j0, int n,
+                                        int lat, int ncol) {
+    const int lane = threadIdx.x & 31, c4 = ncol >> 2;
+#pragma unroll
+    for (int i = 0; i < HELD; ++i) {
+      row[i] = kv::row<KV>(cache, r0 + (idx[i] >= 0 ? idx[i] : 0), lat);
+#pragma unroll
+      for (int u = 0; u < CH; ++u) {
+        const int c = lane + 32 * u;
+        v[i][u] = Raw{};
+        if (idx[i] >= 0 && c < c4 && 4 * c < lat)
+          v[i][u] = row[i].raw4(4 * c);
+      }
+    }
+    index(sel, j0 + 16, n);
+  }
+  /// Writes the fetched tile (j0) to ks / kscale; the caller syncs after.
+  __device__ __forceinline__ void store(unsigned short *ks, float *kscale,
+                                        int pitch, int ncol, int lo, int hi,
+                                        const void *cache, long long r0,
+                                        const int *sel, int j0, int n,
+                                        int lat) {
+    const int lane = threadIdx.x & 31, c4 = ncol >> 2;
+#pragma unroll
+    for (int i = 0; i < HELD; ++i)
+      storeRow(ks, kscale, pitch, c4, lo, hi, j0 + (threadIdx.x >> 5) + NW * i < n,
+               (threadIdx.x >> 5) + NW * i, row[i], v[i], lat);
+#pragma unroll 1 // one row's loads at a time: the register budget
+    for (int i = HELD; i < RPW; ++i) {
+      const int k = (threadIdx.x >> 5) + NW * i;
+      const bool key = j0 + k < n;
+      const kv::Row<KV> r = kv::row<KV>(cache, r0 + (key ? sel[j0 + k] : 0), lat);
+      Raw raw[CH];
+#pragma unroll
+      for (int u = 0; u < CH; ++u) {
+        const int c = lane + 32 * u;
+        raw[u] = Raw{};
+        if (key && c < c4 && 4 * c < lat)
+          raw[u] = r.raw4(4 * c);
+      }
+      storeRow(ks, kscale, pitch, c4, lo, hi, key, k, r, raw, lat);
+    }
+  }
+  /// Row k of the tile from its loaded values (zero without a key, past
+  /// lat and past ncol = 4 c4).
+  static __device__ __forceinline__ void
+  storeRow(unsigned short *ks, float *kscale, int pitch, int c4, int lo,
+           int hi, bool key, int k, const kv::Row<KV> &r, const Raw *raw,
+           int lat) {
+    const int lane = threadIdx.x & 31;
+    float4 f[CH];
+    float m = 0.0f;
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
       const int c = lane + 32 * u;
-      v[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      f[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       if (key && c < c4 && 4 * c < lat)
-        v[u] = row.four(4 * c);
-      m = fmaxf(m, fmaxf(fmaxf(fabsf(v[u].x), fabsf(v[u].y)),
-                         fmaxf(fabsf(v[u].z), fabsf(v[u].w))));
+        f[u] = r.widen(raw[u]);
+      m = fmaxf(m, fmaxf(fmaxf(fabsf(f[u].x), fabsf(f[u].y)),
+                         fmaxf(fabsf(f[u].z), fabsf(f[u].w))));
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1)
@@ -147,17 +213,17 @@ __device__ __forceinline__ void loadKeys(unsigned short *ks, float *kscale,
     const int e = scaleExp(m, lo, hi);
     const float up = ldexpf(1.0f, e);
 #pragma unroll
-    for (int u = 0; u < 5; ++u) {
+    for (int u = 0; u < CH; ++u) {
       const int c = lane + 32 * u;
       if (c < c4)
         *(uint2 *)(ks + k * pitch + 4 * c) =
-            make_uint2(pack(v[u].x * up, v[u].y * up),
-                       pack(v[u].z * up, v[u].w * up));
+            make_uint2(pack(f[u].x * up, f[u].y * up),
+                       pack(f[u].z * up, f[u].w * up));
     }
     if (lane == 0)
       kscale[k] = ldexpf(1.0f, -e);
   }
-}
+};
 
 } // namespace mp
 
@@ -225,11 +291,16 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   const unsigned short *kb =
       ks + (8 * half + (lane & 7)) * pitch + ((lane >> 3) & 1) * 8;
   const int nks = kp / 16;
+  constexpr int CH2 = (VT + 7) / 8; // pass 2's 16 VT columns, 128 a chunk
+  mp::KeyTile<KV, THREADS, 5> keys;
+  keys.index(sel, 0, n);
+  keys.fetch(cache, r0, sel, 0, n, lat, kp);
   for (int j0 = 0; j0 < n; j0 += 16) {
     __syncthreads(); // the previous tile is consumed (and q is staged)
-    mp::loadKeys<KV, THREADS>(ks, kscale, pitch, kp, -126, 100, cache, r0,
-                              sel, j0, n, lat);
+    keys.store(ks, kscale, pitch, kp, -126, 100, cache, r0, sel, j0, n, lat);
     __syncthreads();
+    if (j0 + 16 < n) // the next tile's loads fly during these MMAs
+      keys.fetch(cache, r0, sel, j0 + 16, n, lat, kp);
     float acc[4][4] = {};
     for (int s0 = 0; s0 < nks; s0 += 4) {
 #pragma unroll
@@ -258,6 +329,10 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
         }
       }
   }
+  // Pass 2's first values fly during the maxima's exchange.
+  mp::KeyTile<KV, THREADS, CH2> vals;
+  vals.index(sel, 0, n);
+  vals.fetch(cache, r0, sel, 0, n, lat, kvr);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -278,13 +353,26 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   const int mi = lane >> 3, col0 = half * VT * 8;
   const unsigned short *vb =
       ks + ((mi & 1) * 8 + (lane & 7)) * pitch + (mi >> 1) * 8 + col0;
+  // P fragment: rows gr / gr + 8, keys 2tq, 2tq + 1 / + 8 of a tile; its
+  // scores read a tile ahead, as the values are.
+  float sc[2][2][2];
+  auto readScores = [&](int j0) {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = j0 + 2 * tq + 8 * kk + e;
+          sc[kk][r][e] = valid[r] && j < n ? prow[r][j] : 0.0f;
+        }
+  };
+  readScores(0);
   for (int j0 = 0; j0 < n; j0 += 16) {
     __syncthreads();
     // Values: only rows past 2^15 scaled (down, by at most 2^15), the
     // probabilities times the inverse so they stay below 65504.
-    mp::loadKeys<KV, THREADS>(ks, kscale, pitch, kvr, -15, 0, cache, r0,
-                              sel, j0, n, lat);
-    // P fragment: rows gr / gr + 8, keys 2tq, 2tq + 1 / + 8.
+    vals.store(ks, kscale, pitch, kvr, -15, 0, cache, r0, sel, j0, n, lat);
     float pe[2][2][2];
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk)
@@ -293,9 +381,13 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int j = j0 + 2 * tq + 8 * kk + e;
-          pe[kk][r][e] = valid[r] && j < n ? expf(prow[r][j] - mx[r]) : 0.0f;
+          pe[kk][r][e] = valid[r] && j < n ? expf(sc[kk][r][e] - mx[r]) : 0.0f;
         }
     __syncthreads(); // the tile and its scales
+    if (j0 + 16 < n) {
+      vals.fetch(cache, r0, sel, j0 + 16, n, lat, kvr);
+      readScores(j0 + 16);
+    }
     unsigned pa[4];
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk)
