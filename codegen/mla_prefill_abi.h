@@ -50,11 +50,14 @@ constexpr int64_t mlaPrefillPitch(int64_t lat) {
 constexpr int64_t kMlaPrefillMaxLatent = 5 * 32 * 4;
 /// Dynamic shared memory: q (heads x pitch halves), a key tile
 /// (16 x pitch halves), then floats: each head's max per column half and
-/// q scale, each key's scale.
+/// q scale, each key's scale, and 4 a thread for the score partials the
+/// two warps of a head group exchange (pass 1 splits the latent between
+/// them).
 constexpr int64_t mlaPrefillSmem(int threads, int64_t kvr, int64_t dr) {
   return (mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) *
              mlaPrefillPitch(kvr + dr) * 2 +
-         (3 * mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) * 4;
+         (3 * mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) * 4 +
+         int64_t(threads) * 16;
 }
 /// Whether mla_prefill takes the shape: kvr whole 16-column tiles (the
 /// template's vt = kvr / 16, at most 32), 4-value rows (the cache's

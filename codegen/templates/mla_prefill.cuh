@@ -50,6 +50,10 @@
 namespace glm {
 namespace mp {
 
+/// k16 steps of the longest latent row the kernel takes (5 chunks of 128
+/// values a row: KeyTile's CH; mla_prefill_abi.h kMlaPrefillMaxLatent).
+constexpr int kMaxSteps = 5 * 128 / 16;
+
 __device__ __forceinline__ unsigned smem32(const void *p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
@@ -193,7 +197,7 @@ template <int KV, int THREADS, int CH> struct KeyTile {
   /// lat and past ncol = 4 c4).
   static __device__ __forceinline__ void
   storeRow(unsigned short *ks, float *kscale, int pitch, int c4, int lo,
-           int hi, bool key, int k, const kv::Row<KV> &r, const Raw *raw,
+           int hi, bool key, int k, const kv::Row<KV> &r, const Raw (&raw)[CH],
            int lat) {
     const int lane = threadIdx.x & 31;
     float4 f[CH];
@@ -241,6 +245,7 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   float *red = (float *)(ks + 16 * pitch);     // [2][MH] column-half maxima
   float *qscale = red + 2 * MH;                 // [MH] 2^-e of q's rows
   float *kscale = qscale + MH;                  // [16] 2^-e of the keys
+  float4 *part = (float4 *)(kscale + 16);       // [THREADS] score partials
   const int t = threadIdx.x, lane = t & 31, w = t >> 5;
   const int grp = w >> 1, half = w & 1, gr = lane >> 2, tq = lane & 3;
   const int b = blockIdx.y, hb0 = blockIdx.x * MH, n = nselp[b];
@@ -286,40 +291,62 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   // Pass 1: scores into pAll, the running max of each head row.
   const float ninf = __int_as_float(0xff800000);
   float mx[2] = {ninf, ninf};
-  const unsigned short *qa =
-      qs + (16 * grp + (lane & 15)) * pitch + (lane >> 4) * 8;
-  const unsigned short *kb =
-      ks + (8 * half + (lane & 7)) * pitch + ((lane >> 3) & 1) * 8;
+  // The group's two warps split the latent's k16 steps (warp half h takes
+  // steps h, h + 2, ..): each holds its steps' q fragments in registers
+  // (at most 20 x 4) and multiplies them with all 16 keys of a tile (two
+  // n8 tiles from one ldmatrix.x4), then the warps trade the partial sums
+  // of the keys the other finishes (keys 8h .. 8h + 7 are warp h's).
+  constexpr int QSTEPS = (mp::kMaxSteps + 1) / 2;
   const int nks = kp / 16;
+  unsigned qf[QSTEPS][4];
+  __syncthreads(); // q is staged
+#pragma unroll
+  for (int i = 0; i < QSTEPS; ++i)
+    if (2 * i + half < nks)
+      mp::ldsm4(qf[i], qs + (16 * grp + (lane & 15)) * pitch +
+                           (lane >> 4) * 8 + 16 * (2 * i + half));
+  const unsigned short *kb =
+      ks + ((lane >> 4) * 8 + (lane & 7)) * pitch + ((lane >> 3) & 1) * 8;
   constexpr int CH2 = (VT + 7) / 8; // pass 2's 16 VT columns, 128 a chunk
   mp::KeyTile<KV, THREADS, 5> keys;
   keys.index(sel, 0, n);
   keys.fetch(cache, r0, sel, 0, n, lat, kp);
   for (int j0 = 0; j0 < n; j0 += 16) {
-    __syncthreads(); // the previous tile is consumed (and q is staged)
+    __syncthreads(); // the previous tile and partials are consumed
     keys.store(ks, kscale, pitch, kp, -126, 100, cache, r0, sel, j0, n, lat);
     __syncthreads();
     if (j0 + 16 < n) // the next tile's loads fly during these MMAs
       keys.fetch(cache, r0, sel, j0 + 16, n, lat, kp);
-    float acc[4][4] = {};
-    for (int s0 = 0; s0 < nks; s0 += 4) {
+    float acc[2][2][4] = {}; // [step parity][n8 tile]: independent chains
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
-        if (s0 + u < nks) {
-          unsigned a[4], bb[2];
-          mp::ldsm4(a, qa + 16 * (s0 + u));
-          mp::ldsm2(bb, kb + 16 * (s0 + u));
-          mp::mma(acc[u], a, bb[0], bb[1]);
-        }
+    for (int i = 0; i < QSTEPS; ++i)
+      if (2 * i + half < nks) {
+        unsigned bb[4];
+        mp::ldsm4(bb, kb + 16 * (2 * i + half));
+        mp::mma(acc[i & 1][0], qf[i], bb[0], bb[1]);
+        mp::mma(acc[i & 1][1], qf[i], bb[2], bb[3]);
+      }
+    // Even steps' sum plus odd steps': this warp's keys and the partner's
+    // (selects, not acc[..][half]: a runtime index would put acc in
+    // local memory).
+    float mine[4], its[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float s0 = acc[0][0][c] + acc[1][0][c];
+      const float s1 = acc[0][1][c] + acc[1][1][c];
+      mine[c] = half ? s1 : s0;
+      its[c] = half ? s0 : s1;
     }
+    part[t] = make_float4(its[0], its[1], its[2], its[3]);
+    __syncthreads(); // the partner's partials
+    const float4 pp = part[t ^ 32]; // the group's other warp, same lane
+    const float theirs[4] = {pp.x, pp.y, pp.z, pp.w};
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int j = j0 + 8 * half + 2 * tq + e;
-        const float d =
-            (acc[0][2 * r + e] + acc[1][2 * r + e]) +
-            (acc[2][2 * r + e] + acc[3][2 * r + e]);
+        const int j = j0 + 8 * half + 2 * tq + e, c = 2 * r + e;
+        const float d = mine[c] + theirs[c]; // fixed order for a shape
         if (valid[r] && j < n) {
           // q . k = d * 2^-eq * 2^-ek: powers of two, exact in fp32.
           const float s =
