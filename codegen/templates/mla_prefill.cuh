@@ -30,10 +30,15 @@
 // expf).
 //
 // Warps: group g = w / 2 holds heads 16g..16g+15, half = w % 2. Pass 1:
-// the 16-key tile's keys 8 * half .. +7 (one n8 MMA tile over the latent,
-// four accumulators so consecutive MMAs do not wait on each other); pass
-// 2: the columns half * kvr / 2 .. +kvr / 2 (VT n8 tiles, VT * 4 fp32
-// accumulators a thread), P built in registers from pAll.
+// the warp's q fragments of the latent's k16 steps half, half + 2, .. stay
+// in registers (at most 20 x 4); per step one ldmatrix.x4 of the tile's 16
+// keys feeds two MMAs (keys 0..7, 8..15); the warps of a group trade the
+// partial sums of the 8 keys the other finishes (keys 8 * half .. +7 are
+// this warp's: scores, pAll, max). Pass 2: the columns half * kvr / 2 ..
+// +kvr / 2 (VT n8 tiles, VT * 4 fp32 accumulators a thread), P built in
+// registers from pAll. Both passes issue the next tile's global loads
+// (KeyTile::fetch) before this tile's MMAs. Shared memory traffic per
+// pass-1 MMA: 256 bytes (was 768 with q re-read for every 8 keys).
 #pragma once
 
 #include "kv_cache.cuh"
