@@ -264,14 +264,15 @@ std::vector<FamilyInfo> buildFamilies() {
                       enumParam("xt", "x", {{"f32", "0"}, {"f16", "1"}}),
                       intParam("bm", "m", {"64", "128"}),
                       threadsParam({"128", "256"})}));
-  // Prefill GEMM on the FP8 dense formats (tensor cores, x as fp16 hi + lo):
-  // dense_gemv's runtime parameters, so a plan swaps one for the other
-  // keeping its arguments; format and scale as dense_gemv's (no bf16).
-  // Block tile bm tokens x 64 * threads / bm outputs (gemm_dense_abi.h).
+  // Prefill GEMM on the BF16 and FP8 dense formats (tensor cores, x as
+  // bf16 hi + mid + lo or fp16 hi + lo): dense_gemv's runtime parameters, so
+  // a plan swaps one for the other keeping its arguments; format and scale
+  // as dense_gemv's. Block tile bm tokens x 64 * threads / bm outputs
+  // (gemm_dense_abi.h).
   f.push_back(family("gemm_dense", "glm::gemmDense",
                      {enumParam("format", "",
-                                {{"fp8_block", "1"}, {"fp8_row", "2"},
-                                 {"mxfp8", "3"}}),
+                                {{"bf16", "0"}, {"fp8_block", "1"},
+                                 {"fp8_row", "2"}, {"mxfp8", "3"}}),
                       enumParam("scale", "s",
                                 {{"none", "0"}, {"f32", "0"}, {"f16", "1"},
                                  {"bf16", "2"}}),

@@ -282,8 +282,8 @@ static FailureOr<Spec> gemvSpec(Type format, int64_t in, int64_t outputs,
     return failure();
   }
   // Prefill: a tensor-core GEMM reads each weight tile once per bm tokens
-  // (dense_gemv's parameters; the formats codegen's gemm_dense takes: fp8
-  // block / row and MXFP8; bf16 stays on dense_gemv).
+  // (dense_gemv's parameters; the formats codegen's gemm_dense takes: bf16,
+  // fp8 block / row and MXFP8).
   if (b.prefill && haveFamily("gemm_dense") && gemmDenseTakes(fmt))
     return Spec{"gemm_dense",
                 {{"format", fmt},

@@ -124,13 +124,15 @@ void gemmDenseFp(const Launch &l, Footprint &f) {
   const Wide cols = std::min(out, r.grid(0) * bn);
   const Wide hit = rows > 0 && cols > 0;
   r.need(0, hit ? rows * in : 0, 4);
-  r.need(1, hit ? cols * in : 0, 1);
+  r.need(1, hit ? cols * in : 0, fmt == "bf16" ? 2 : 1);
   if (fmt == "fp8_block")
     r.need(2, hit ? ceilDiv(cols, 128) * (in / 128) : 0, sb);
   else if (fmt == "fp8_row")
     r.need(2, hit ? cols : 0, sb);
-  else
+  else if (fmt == "mxfp8")
     r.need(2, hit ? cols * (in / 32) : 0, 1);
+  else
+    r.opt(2, 0, 1); // BF16: no scale (dense_gemv's null)
   r.need(3, hit ? span(rows, r.at(7), cols) : 0, 4);
 }
 

@@ -1,16 +1,18 @@
-//===- gemm_dense_twin.cpp - twin of the FP8 dense prefill GEMM -----------===//
+//===- gemm_dense_twin.cpp - twin of the dense prefill GEMM ---------------===//
 //
 // gemm_dense (codegen/templates/gemm_dense.cuh): y = x . W^T over the
-// block tiles the grid covers. x enters as fp16 hi + lo (splitHiLo), the
-// E4M3 weights are exact, so every product the tensor cores form is exact;
-// the kernel sums a scale group's products in fp32 (hardware order), the
-// twin in fp64 rounded once to fp32. Groups and scales as the kernel
+// block tiles the grid covers. x enters as fp16 hi + lo (splitHiLo) for the
+// E4M3 weights, as bf16 hi + mid + lo (splitBf16x3) for BF16 weights; the
+// weights are exact operands, so every product the tensor cores form is
+// exact; the kernel sums a scale group's products in fp32 (hardware order),
+// the twin in fp64 rounded once to fp32. Groups and scales as the kernel
 // applies them: FP8 row: one group (all inputs), y = s * scale[o]; FP8
 // block: 128-input groups, acc = fma(s, scale[o/128][i/128], acc) in fp32;
-// MXFP8: 32-input groups, acc = fma(s, 2^(e - 127), acc) (exact product).
-// Then y = v or y + v in fp32. CUDA against the twin: max|cuda - twin| <=
-// 3e-5 * max|twin| (the MMA's fp32 sums of up to `in` exact products:
-// FP8 row at 6144 inputs measured 1.6e-5 on the H200).
+// BF16: the same groups, scale 1 (acc + s); MXFP8: 32-input groups, acc =
+// fma(s, 2^(e - 127), acc) (exact product). Then y = v or y + v in fp32.
+// CUDA against the twin: max|cuda - twin| <= 3e-5 * max|twin| (the MMA's
+// fp32 sums of up to `in` exact products: FP8 row at 6144 inputs measured
+// 1.6e-5 on the H200).
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/gemm_dense_abi.h"
@@ -48,15 +50,17 @@ void gemmDenseTwin(const Launch &l) {
   const std::string &format = l.targ("format");
   const std::string &scaleArg = l.targ("scale");
   const int sct = scaleArg == "f16" ? 1 : scaleArg == "bf16" ? 2 : 0;
-  const int fmt = format == "fp8_block" ? 1
-                  : format == "fp8_row" ? 2
-                  : format == "mxfp8"   ? 3
-                                        : -1;
+  const int fmt = format == "bf16"        ? 0
+                  : format == "fp8_block" ? 1
+                  : format == "fp8_row"   ? 2
+                  : format == "mxfp8"     ? 3
+                                          : -1;
   check(fmt >= 0, "twin of gemm_dense: unknown format '", format, "'");
   const int bm = l.targInt("bm");
   const int bn = codegen::gemmDenseBlockCols(bm, int(l.block[0]));
   const float *x = l.ptr<const float>(kX);
-  const unsigned char *w = l.ptr<const unsigned char>(kW);
+  const auto *wBf16 = static_cast<const uint16_t *>(l.args[kW].p);
+  const auto *wFp8 = static_cast<const unsigned char *>(l.args[kW].p);
   const void *scale = l.args[kScale].p;
   float *y = l.ptr<float>(kY);
   const int batch = l.i32(kBatch), in = l.i32(kIn), out = l.i32(kOut);
@@ -71,22 +75,25 @@ void gemmDenseTwin(const Launch &l) {
   const int cols = int(std::min<int64_t>(out, int64_t(l.grid[0]) * bn));
   if (rows <= 0 || cols <= 0)
     return;
-  // x as the tensor cores see it: hi + lo (exact in fp64).
+  // x as the tensor cores see it: the sum of its planes (exact in fp64).
   std::vector<double> xe(size_t(rows) * in);
   for (size_t i = 0; i < xe.size(); ++i) {
-    float hi, lo;
-    splitHiLo(x[i], hi, lo);
-    xe[i] = double(hi) + double(lo);
+    float hi, mid = 0.0f, lo;
+    if (fmt == 0)
+      splitBf16x3(x[i], hi, mid, lo);
+    else
+      splitHiLo(x[i], hi, lo);
+    xe[i] = double(hi) + double(mid) + double(lo);
   }
-  const int group = fmt == 1 ? 128 : fmt == 3 ? 32 : in;
+  const int group = fmt == 0 || fmt == 1 ? 128 : fmt == 3 ? 32 : in;
   const int64_t nBlkIn = in / 128;
   parallelFor(cols, 8, 0, [&](int64_t o0, int64_t o1, int) {
     std::vector<double> wv(in);
     std::vector<float> gs(in / group); // the groups' scales
     for (int64_t o = o0; o < o1; ++o) {
-      const unsigned char *row = w + o * in;
       for (int i = 0; i < in; ++i)
-        wv[i] = e4m3ToFloat(row[i]);
+        wv[i] = fmt == 0 ? bf16ToFloat(wBf16[o * in + i])
+                         : e4m3ToFloat(wFp8[o * in + i]);
       for (int j = 0; j < in / group; ++j)
         gs[j] = fmt == 1 ? storageAt(scale, sct, (o >> 7) * nBlkIn + j)
                 : fmt == 3

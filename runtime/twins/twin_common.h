@@ -3,10 +3,10 @@
 //
 // The pieces of codegen/templates/glm_common.cuh and trellis_tile.cuh whose
 // exact rounding the twins must reproduce: the warp Hadamard-128 butterfly
-// (same stage order, fp32), the fp16 hi + lo split of activations that enter
-// the tensor cores, side-vector loads of the three storage types, and one
-// 16x16 trellis tile decoded through the CPU codec (bit-exact with the
-// kernels' decode: tests/gpu/trellis_decode_gpu_test.cpp).
+// (same stage order, fp32), the fp16 hi + lo and bf16 hi + mid + lo splits
+// of activations that enter the tensor cores, side-vector loads of the three
+// storage types, and one 16x16 trellis tile decoded through the CPU codec
+// (bit-exact with the kernels' decode: tests/gpu/trellis_decode_gpu_test.cpp).
 //
 // Private to runtime/twins. Thread-safety: pure functions.
 //
@@ -115,6 +115,17 @@ inline int widthMaskArg(const Launch &l) {
 inline void splitHiLo(float x, float &hi, float &lo) {
   hi = roundToHalf(x);
   lo = roundToHalf(x - hi);
+}
+
+/// The bf16 hi + mid + lo planes of an activation as gemm_dense's
+/// splitBf16x3 makes them: each plane RN-rounds what the planes before it
+/// left (the differences are exact in fp32), so hi + mid + lo == x (down to
+/// |x| = 2^-110). The tensor cores multiply each by an exact bf16 weight.
+inline void splitBf16x3(float x, float &hi, float &mid, float &lo) {
+  hi = bf16ToFloat(floatToBf16(x));
+  const float r = x - hi;
+  mid = bf16ToFloat(floatToBf16(r));
+  lo = bf16ToFloat(floatToBf16(r - mid));
 }
 
 /// Tile index of tile (i, j) under the TileStrides of glm_common.cuh.

@@ -1,20 +1,23 @@
-//===- gemm_dense_gpu_test.cpp - prefill GEMM on the FP8 dense formats ----===//
+//===- gemm_dense_gpu_test.cpp - prefill GEMM on the dense formats --------===//
 //
-// gemm_dense (tensor-core y = x . W^T, x as fp16 hi + lo, exact E4M3
-// weights, per-format scale groups) against:
+// gemm_dense (tensor-core y = x . W^T; x as fp16 hi + lo with exact E4M3
+// weights, per-format scale groups, or as bf16 hi + mid + lo with exact
+// BF16 weights, 128-input partials) against:
 // - its twin (runtime/twins/gemm_dense_twin.cpp): the same exact products
 //   summed in fp64 per scale group; tolerance 3e-5 of max|twin| (fp32 mma
 //   sums in hardware order: FP8-per-row sums all 6144 inputs in one fp32
 //   accumulator, 1.4e-5 and 1.6e-5 measured on the H200 at 6144->4096 and
 //   the LM head, as gemm_trellis's 3e-5);
 // - float64 y = x . W^T * scale from unsplit x (small shapes): hi + lo
-//   keeps ~22 bits of x, tolerance 1e-5;
+//   keeps ~22 bits of x, BF16's three planes all of it; tolerance 1e-5
+//   (fp32 sums);
 // - dense_gemv (batch 8) on the same data: the token-by-token path prefill
 //   logits must follow; tolerance 3e-5 (two fp32 sum orders, as above).
 // Every format and scale storage, bm 64 / 128, threads 128 / 256, m = 1,
 // 37, 512, ragged last column blocks, accumulate, and GLM-5.3's shapes
 // (q_a 6144->2048, kv_a 6144->576, 2048->4096 MXFP8; the LM head
-// 6144->151552 FP8 per row at m = 64).
+// 6144->151552 FP8 per row at m = 64; the router 6144->256 BF16 at a
+// 2048-token chunk, the indexer's head weights 6144->32 BF16).
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/gemm_dense_abi.h"
@@ -28,13 +31,19 @@ using glm::rt::e4m3ToFloat;
 
 namespace {
 
-/// Random FP8 weights [out, in] of a format, with their scales as stored.
+/// Random BF16 or FP8 weights [out, in] of a format, with their scales as
+/// stored.
 struct DenseWeights {
   std::string format, scale; // spec values
   int in = 0, out = 0;
   std::vector<uint8_t> w, s;
   /// Dequantized weight (o, i) as the format defines it.
   double at(int o, int i) const {
+    if (format == "bf16") {
+      uint16_t b;
+      std::memcpy(&b, &w[2 * (size_t(o) * in + i)], 2);
+      return glm::rt::bf16ToFloat(b);
+    }
     const double q = e4m3ToFloat(w[size_t(o) * in + i]);
     const int sdt = scale == "f16" ? 1 : scale == "bf16" ? 2 : 0;
     auto stored = [&](size_t k) -> double {
@@ -59,6 +68,10 @@ DenseWeights makeWeights(std::mt19937 &rng, const std::string &format,
                          const std::string &scale, int in, int out) {
   DenseWeights d;
   d.format = format, d.scale = scale, d.in = in, d.out = out;
+  if (format == "bf16") { // no scale
+    d.w = storeAs(2, randn(rng, size_t(out) * in, 0.02f));
+    return d;
+  }
   d.w.resize(size_t(out) * in);
   for (auto &b : d.w) {
     b = uint8_t(rng());
@@ -170,18 +183,18 @@ TEST_P(GemmDenseGpu, MatchesTwinAndFloat64) {
         ref += d.at(o, i) * x[size_t(r) * c.in + i];
       e.add(y[size_t(r) * outStride + o], ref);
     }
-  report(name, e, 1e-5, "x as fp16 hi + lo (~22 bits), fp32 sums");
+  report(name, e, 1e-5,
+         c.format == "bf16" ? "x exact as bf16 hi + mid + lo, fp32 sums"
+                            : "x as fp16 hi + lo (~22 bits), fp32 sums");
 }
 
 std::vector<GemmCase> gemmCases() {
   std::vector<GemmCase> v;
   // Every format / scale storage and block shape at m = 1, 37, 512, a
   // ragged last column block (out 300), accumulate on odd cases.
-  const std::pair<const char *, const char *> fs[] = {{"fp8_block", "f32"},
-                                                      {"fp8_block", "bf16"},
-                                                      {"fp8_row", "f16"},
-                                                      {"fp8_row", "f32"},
-                                                      {"mxfp8", "none"}};
+  const std::pair<const char *, const char *> fs[] = {
+      {"bf16", "none"},   {"fp8_block", "f32"}, {"fp8_block", "bf16"},
+      {"fp8_row", "f16"}, {"fp8_row", "f32"},   {"mxfp8", "none"}};
   int i = 0;
   for (const auto &f : fs)
     for (int bm : {64, 128})
@@ -199,6 +212,9 @@ std::vector<GemmCase> gemmCases() {
   v.push_back({"mxfp8", "none", 128, 128, 512, 2048, 128, 0, false});
   v.push_back({"fp8_row", "f32", 128, 256, 64, 6144, 151552, 0, false});
   v.push_back({"fp8_block", "f32", 128, 256, 512, 6144, 2048, 0, false});
+  v.push_back({"bf16", "none", 128, 256, 2048, 6144, 256, 0, false}); // router
+  v.push_back({"bf16", "none", 64, 256, 300, 6144, 256, 1, false});
+  v.push_back({"bf16", "none", 128, 256, 512, 6144, 32, 0, false});
   return v;
 }
 
@@ -229,7 +245,8 @@ TEST_F(GemmDenseVsGemv, MatchesDenseGemvBatch8) {
   const Shape shapes[] = {{"mxfp8", "none", 6144, 2048},
                           {"mxfp8", "none", 6144, 576},
                           {"fp8_block", "f32", 2048, 1024},
-                          {"fp8_row", "bf16", 6144, 4096}};
+                          {"fp8_row", "bf16", 6144, 4096},
+                          {"bf16", "none", 6144, 256}}; // the router
   std::mt19937 rng(2024);
   for (const Shape &sh : shapes) {
     const int m = 8, in = sh.in, out = sh.out;
@@ -257,7 +274,10 @@ TEST_F(GemmDenseVsGemv, MatchesDenseGemvBatch8) {
       report(std::string("gemm_dense vs dense_gemv ") + sh.format + " " +
                  std::to_string(in) + "->" + std::to_string(out) + " bm" +
                  std::to_string(bm),
-             e, 3e-5, "same weights; x hi + lo vs fp32, fp32 sums");
+             e, 3e-5,
+             sh.format == std::string("bf16")
+                 ? "same weights; x as exact bf16 planes, fp32 sums"
+                 : "same weights; x hi + lo vs fp32, fp32 sums");
     }
   }
 }

@@ -15,6 +15,12 @@
 // CHECK: glm.buckets = [{batch = 1 : i64, kind = "decode", size = 1 : i64}, {batch = 4 : i64, kind = "decode", size = 4 : i64}, {batch = 8 : i64, kind = "prefill", size = 16 : i64}]
 // CHECK-SAME: name = "glm_rms_norm_rows_t1024"
 // CHECK-NOT: name = "glm_rms_norm_rows
+// The prefill bucket's dense GEMVs run on gemm_dense, FP8 and BF16 alike
+// (the indexer's head weights and the router: bf16 x planes).
+// CHECK: glm.indexer_topk
+// CHECK-SAME: ["glm_gemv_any_t256", "glm_rope_rows_t32", "glm_gemm_dense_fp8_block_sf32_m64_t256", "glm_index_key_store_t256", "glm_gemm_dense_bf16_snone_m64_t256", "glm_indexer_scores_mma_t256", "glm_dsa_select_t1024"]{{.}},
+// CHECK: glm.router
+// CHECK-SAME: ["glm_gemm_dense_bf16_snone_m64_t256", "glm_route_t32"]{{.}},
 // Per op, one kernel list per bucket in glm.buckets order; glm.kernels is
 // the first bucket's.
 // CHECK: glm.fused_expert_gemv

@@ -613,10 +613,11 @@ TEST(PlanExecCpu, FlashSequencesShareADecodeBatchWithoutMixing) {
   }
 }
 
-/// BF16 weights: the prefill graphs launch the decode families over row
-/// blocks (the same bits as token by token) but for the attention, which
-/// runs on tensor cores (mla_prefill: fp16 q, keys and probabilities, about
-/// 4e-4 of its output; 3.3e-4 of the logits measured).
+/// BF16 weights: the prefill graphs' dense projections run on gemm_dense
+/// (bf16 x planes that hold x exactly; its twin within 2e-7 of
+/// dense_gemv's), the attention on tensor cores (mla_prefill: fp16 q, keys
+/// and probabilities, about 4e-4 of its output; 3.3e-4 of the logits
+/// measured, as before gemm_dense took bf16).
 TEST(PlanExecCpu, PrefillChunksOfTinyHfMatchTokenByToken) {
   checkPrefillAgainstTokens(tinyPack("hf"), "", 1e-3);
 }

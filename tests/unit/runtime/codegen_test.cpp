@@ -130,8 +130,10 @@ std::vector<KernelSpec> representativeSpecs() {
 /// turn as f32, bf16 and f16.
 std::vector<KernelSpec> gemmDenseSpecs() {
   std::vector<KernelSpec> s;
-  const char *formats[][2] = {
-      {"fp8_block", "f32"}, {"fp8_row", "bf16"}, {"mxfp8", "none"}};
+  const char *formats[][2] = {{"bf16", "none"},
+                              {"fp8_block", "f32"},
+                              {"fp8_row", "bf16"},
+                              {"mxfp8", "none"}};
   int i = 0;
   for (const auto &fs : formats)
     for (const char *bm : {"64", "128"})
@@ -452,10 +454,17 @@ TEST(Codegen, GemmDenseEveryInstanceCompilesWithDenseGemvsAbi) {
                              {"threads", "256"}},
                             kArchs}),
             "glm_gemm_dense_mxfp8_snone_m128_t256");
-  // No bf16 weights (not exact fp16 operands): dense_gemv keeps them.
+  // BF16 weights (bf16 x planes, no scale), named as dense_gemv's bf16.
+  EXPECT_EQ(cg::kernelName({"gemm_dense",
+                            {{"format", "bf16"},
+                             {"scale", "none"},
+                             {"bm", "64"},
+                             {"threads", "256"}},
+                            kArchs}),
+            "glm_gemm_dense_bf16_snone_m64_t256");
   EXPECT_THROW(cg::kernelName({"gemm_dense",
                                {{"format", "bf16"},
-                                {"scale", "none"},
+                                {"scale", "f32"},
                                 {"bm", "64"},
                                 {"threads", "128"}},
                                kArchs}),
@@ -470,7 +479,7 @@ TEST(Codegen, GemmDenseEveryInstanceCompilesWithDenseGemvsAbi) {
   if (!cg::nvrtcAvailable())
     GTEST_SKIP() << "built without NVRTC";
   const std::vector<KernelSpec> specs = gemmDenseSpecs();
-  ASSERT_EQ(specs.size(), 12u);
+  ASSERT_EQ(specs.size(), 16u);
   std::vector<glm::plan::KernelDef> built(specs.size());
   std::vector<std::string> errors(specs.size());
   glm::rt::parallelFor(int64_t(specs.size()), 1, 0,
@@ -490,8 +499,14 @@ TEST(Codegen, GemmDenseEveryInstanceCompilesWithDenseGemvsAbi) {
     for (const glm::plan::KernelBinary &b : k.binaries) {
       EXPECT_NE(b.ptx.find(".entry " + k.name), std::string::npos)
           << k.name << " " << b.arch;
-      // mma.sync and cp.async only: no wgmma (the Sparks lack it).
-      EXPECT_NE(b.ptx.find("mma.sync.aligned.m16n8k16"), std::string::npos)
+      // mma.sync and cp.async only: no wgmma (the Sparks lack it); bf16
+      // operands for BF16 weights, fp16 for E4M3.
+      const bool bf16 = k.templateArgs.at("format") == "bf16";
+      EXPECT_NE(b.ptx.find(bf16 ? "mma.sync.aligned.m16n8k16.row.col.f32."
+                                  "bf16.bf16.f32"
+                                : "mma.sync.aligned.m16n8k16.row.col.f32."
+                                  "f16.f16.f32"),
+                std::string::npos)
           << k.name;
       EXPECT_EQ(b.ptx.find("wgmma"), std::string::npos) << k.name;
       ASSERT_GE(b.cubin.size(), 4u) << k.name << " " << b.arch;

@@ -409,6 +409,78 @@ TEST(GemmDenseTwin, EveryFormatMatchesFloat64) {
     }
 }
 
+/// BF16 weights: x's bf16 hi + mid + lo planes hold it exactly, so the twin
+/// is the float64 y = x . W^T from unsplit x up to its fp32 roundings (each
+/// 128-input partial, their sum, y + v): 2e-7 of max|y| (one rounding is
+/// 2^-24 = 6e-8). x spans 2^-40 .. 2^40; a missing plane (16 bits of x)
+/// would be ~2^-17 = 8e-6 off a product. dense_gemv's bf16 twin (fp64 sums
+/// of the same exact products) agrees to the same tolerance: prefill
+/// follows the token-by-token router logits.
+TEST(GemmDenseTwin, Bf16PlanesMatchFloat64AndDenseGemv) {
+  std::mt19937 rng(20);
+  const int in = 384, out = 200;
+  std::vector<uint16_t> w(size_t(out) * in);
+  std::vector<double> wf(w.size());
+  {
+    const std::vector<float> v = randn(rng, w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      w[i] = glm::rt::floatToBf16(v[i]);
+      wf[i] = glm::rt::bf16ToFloat(w[i]);
+    }
+  }
+  for (int bm : {64, 128})
+    for (int threads : {128, 256})
+      for (int acc : {0, 1}) {
+        const int m = bm == 64 ? 70 : 133, outStride = out + 5;
+        std::vector<float> x = randn(rng, size_t(m) * in);
+        for (float &v : x) // the planes' low bits matter
+          v = std::ldexp(v, int(rng() % 81) - 40);
+        const int bn = 64 * threads / bm;
+        std::vector<float> y(size_t(m) * outStride, acc ? 2.0f : NAN);
+        const glm::plan::KeyValues targs = {{"format", "bf16"},
+                                            {"scale", "none"},
+                                            {"bm", std::to_string(bm)},
+                                            {"threads",
+                                             std::to_string(threads)}};
+        runTwin(launch("gemm_dense", targs, (out + bn - 1) / bn,
+                       (m + bm - 1) / bm, threads,
+                       {P(x.data()), P(w.data()), P(nullptr), P(y.data()),
+                        I(m), I(in), I(out), I(outStride), I(acc)}));
+        std::vector<float> got;
+        std::vector<double> want;
+        for (int r = 0; r < m; ++r)
+          for (int o = 0; o < out; ++o) {
+            double ref = acc ? 2.0 : 0.0;
+            for (int i = 0; i < in; ++i)
+              ref += wf[size_t(o) * in + i] * x[size_t(r) * in + i];
+            got.push_back(y[size_t(r) * outStride + o]);
+            want.push_back(ref);
+          }
+        const std::string what = "gemm_dense bf16 m" + std::to_string(bm) +
+                                 " t" + std::to_string(threads) + " acc" +
+                                 std::to_string(acc);
+        expectRel(what, got.data(), want.data(), got.size(), 2e-7);
+        // The first 8 rows through dense_gemv's twin (batch 8).
+        std::vector<float> g(size_t(8) * outStride, acc ? 2.0f : NAN);
+        const glm::plan::KeyValues gargs = {{"format", "bf16"},
+                                            {"scale", "none"},
+                                            {"batch", "8"},
+                                            {"threads", "256"}};
+        runTwin(launch("dense_gemv", gargs, (out + 7) / 8, 1, 256,
+                       {P(x.data()), P(w.data()), P(nullptr), P(g.data()),
+                        I(8), I(in), I(out), I(outStride), I(acc)}));
+        std::vector<double> gd;
+        got.clear();
+        for (int r = 0; r < 8; ++r)
+          for (int o = 0; o < out; ++o) {
+            got.push_back(y[size_t(r) * outStride + o]);
+            gd.push_back(g[size_t(r) * outStride + o]);
+          }
+        expectRel(what + " vs dense_gemv", got.data(), gd.data(), got.size(),
+                  2e-7);
+      }
+}
+
 /// A grid covering part of the problem computes exactly its blocks; the
 /// rest of y stays as it was (as the kernel's early return leaves it).
 TEST(GemmDenseTwin, ComputesOnlyTheBlocksOfItsGrid) {

@@ -185,6 +185,17 @@ TEST(Footprint, GemmDenseCoversItsTilesAndRefusesRaggedInputs) {
   f = of(l);
   EXPECT_EQ(f.bytes[1], 256u * 256);
   EXPECT_EQ(f.bytes[2], 2u * 2 * 2);
+  // BF16: two bytes a weight, no scale (the plan passes null).
+  const glm::plan::KeyValues th = {{"format", "bf16"},
+                                   {"scale", "none"},
+                                   {"bm", "128"},
+                                   {"threads", "256"}};
+  l.templateArgs = &th;
+  f = of(l);
+  EXPECT_EQ(f.bytes[1], 256u * 256 * 2);
+  EXPECT_EQ(f.bytes[2], 0u);
+  EXPECT_TRUE(f.nullable[2]);
+  l.templateArgs = &tb;
   l.args[5].i = 192; // in not a multiple of 128: refused
   EXPECT_THROW(of(l), twins::BadLaunchArg);
   l.args[5].i = 0;
