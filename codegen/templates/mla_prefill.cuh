@@ -11,8 +11,9 @@
 // qabsAll [B][H][kvr], the cache [slots][maxCtx] rows of kvr + dr values in
 // form KV (kv_cache.cuh), selAll [B][maxCtx] / nselp [B] (the selection),
 // pAll [B][H][maxCtx] scratch (the scores), ctxAll [B][H][kvr] out. Grid
-// (mlaPrefillGridX(nh, THREADS), B); block head i of blockIdx.x takes
-// heads[16 * THREADS / 64 * blockIdx.x + i]; dynamic shared memory
+// (mlaPrefillGridX(nh, THREADS), B), row B - 1 - blockIdx.y; block head i
+// of blockIdx.x takes heads[16 * THREADS / 64 * blockIdx.x + i]; dynamic
+// shared memory
 // mlaPrefillSmem(THREADS, kvr, dr). VT = kvr / 16.
 //
 // Numerics (the twin, runtime/twins/twin_mla_prefill.cpp, computes the same
@@ -253,7 +254,10 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   float4 *part = (float4 *)(kscale + 16);       // [THREADS] score partials
   const int t = threadIdx.x, lane = t & 31, w = t >> 5;
   const int grp = w >> 1, half = w & 1, gr = lane >> 2, tq = lane & 3;
-  const int b = blockIdx.y, hb0 = blockIdx.x * MH, n = nselp[b];
+  // Rows in reverse: a chunk's later rows attend the most keys, and the
+  // longest blocks first leave the short ones to fill the last wave.
+  const int b = gridDim.y - 1 - blockIdx.y, hb0 = blockIdx.x * MH,
+            n = nselp[b];
   const long long r0 = (long long)seq[b] * maxCtx;
   const int *sel = selAll + (long long)b * maxCtx;
   const float fscale = (float)scale;
