@@ -18,6 +18,7 @@
 #include "runtime/twins/kv_rows.h"
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 
 using namespace glm::gputest;
@@ -131,11 +132,80 @@ INSTANTIATE_TEST_SUITE_P(
         PrefillCase{"tiny_a", 4, 0, 4, 16, 8, 32, {1, 2, 9, 40}},
         PrefillCase{"tiny_b", 6, 0, 6, 16, 16, 48, {5, 12, 31}},
         PrefillCase{"no_rope", 20, 0, 20, 32, 0, 64, {3, 64, 65}},
+        // bf16 rows of 72 bytes: the ring copies 8-byte chunks.
+        PrefillCase{"tiny_bf16_8b", 4, 0, 4, 16, 4, 32, {3, 17, 40}, 1},
         // Past fp16's range: each row's power-of-two scale.
         PrefillCase{"huge_q", 64, 0, 64, 192, 64, 512, {40, 2048}, 0, 1e5f,
                     1e-5f},
         PrefillCase{"huge_keys", 64, 0, 64, 192, 64, 512, {300}, 2, 1e-6f,
                     1e6f}),
     [](const auto &i) { return i.param.name; });
+
+/// Not a check: the time of one launch at GLM-5.3's shape (64 heads, kvr
+/// 512 + rope 64, 2048 selected keys a row, 2 x 132 rows) per cache form,
+/// with the rate of the gathered rows (each read twice: scores, values)
+/// and of the MMA FLOPs, so a change of the kernel shows whether it moved
+/// the bytes or the arithmetic.
+class MlaPrefillGpuBench : public ::testing::Test {
+protected:
+  GLM_GPU_SUITE_SETUP
+};
+
+TEST_F(MlaPrefillGpuBench, GlmShapeByCacheForm) {
+  const int H = 64, dn = 192, dr = 64, kvr = 512, lat = kvr + dr, B = 264,
+            nsel = 2048, maxCtx = 2048, threads = cg::mlaPrefillThreads(H);
+  std::mt19937 rng(5);
+  const std::vector<float> q = randn(rng, size_t(B) * H * (dn + dr));
+  const std::vector<float> qabs = randn(rng, size_t(B) * H * kvr);
+  std::vector<int> seq(B, 0), nselv(B, nsel), sel(size_t(B) * maxCtx),
+      heads(H);
+  for (int b = 0; b < B; ++b)
+    for (int j = 0; j < maxCtx; ++j)
+      sel[size_t(b) * maxCtx + j] = (j * 7 + b) % maxCtx;
+  std::iota(heads.begin(), heads.end(), 0);
+  auto dQ = upload(q), dQabs = upload(qabs), dSeq = upload(seq),
+       dSel = upload(sel), dN = upload(nselv), dHeads = upload(heads);
+  cuda::DeviceBuffer dP(size_t(B) * H * maxCtx * 4),
+      dCtx(size_t(B) * H * kvr * 4);
+  for (int kvForm = 0; kvForm < 3; ++kvForm) {
+    std::vector<uint8_t> cache(size_t(maxCtx) *
+                               glm::rt::twins::kvRowBytes(kvForm, lat));
+    for (int r = 0; r < maxCtx; ++r) {
+      const std::vector<float> row = randn(rng, size_t(lat));
+      glm::rt::twins::kvWriteRow(cache.data(), kvForm, r, row.data(), lat);
+    }
+    auto dCache = upload(cache);
+    glm::codegen::KeyValues targs = {{"vt", std::to_string(kvr / 16)},
+                                     {"threads", std::to_string(threads)}};
+    if (kvForm)
+      targs["kv"] = kvForm == 1 ? "bf16" : "e4m3";
+    const KernelSpec s = spec("mla_prefill", targs);
+    Args a;
+    a.ptr(dQ).ptr(dQabs).ptr(dCache).ptr(dSeq).ptr(dSel).ptr(dN).ptr(dP)
+        << maxCtx;
+    a.ptr(dCtx).ptr(dHeads) << H << H << dn << dr << kvr
+                            << 1.0 / std::sqrt(double(dn + dr));
+    const unsigned gx = cg::mlaPrefillGridX(H, threads),
+                   smem = unsigned(cg::mlaPrefillSmem(threads, kvr, dr));
+    a.launch(kernel(s), gx, unsigned(B), unsigned(threads), smem); // warm
+    std::vector<double> ms;
+    for (int r = 0; r < 5; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      a.launch(kernel(s), gx, unsigned(B), unsigned(threads), smem);
+      ms.push_back(std::chrono::duration<double, std::milli>(
+                       std::chrono::steady_clock::now() - t0)
+                       .count());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double t = ms[ms.size() / 2] * 1e-3;
+    const double bytes = double(B) * nsel * 2.0 *
+                         double(glm::rt::twins::kvRowBytes(kvForm, lat));
+    const double flops = double(B) * nsel * H * 2.0 * (lat + kvr);
+    std::printf("[gpu-bench] mla_prefill %s 64 heads x %d rows x %d keys: "
+                "%.3f ms, rows gathered %.2f TB/s, %.1f TFLOP/s\n",
+                kvForm == 0 ? "f32" : kvForm == 1 ? "bf16" : "e4m3", B, nsel,
+                t * 1e3, bytes / t * 1e-12, flops / t * 1e-12);
+  }
+}
 
 } // namespace
