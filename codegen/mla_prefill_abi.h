@@ -48,22 +48,14 @@ constexpr int64_t mlaPrefillPitch(int64_t lat) {
 /// Longest latent row (kvr + dr) the kernel takes: a lane holds a row's
 /// 4-value chunks in 5 registers while its warp finds the row's scale.
 constexpr int64_t kMlaPrefillMaxLatent = 5 * 32 * 4;
-/// Bytes of the region that holds q (heads x pitch halves) and, once q's
-/// fragments are in registers, the ring of raw key tiles: at least one
-/// tile of 16 f32 rows (16-byte padded), so every cache form gets a ring
-/// (mla_prefill.cuh mp::regionBytes, the same rule).
-constexpr int64_t mlaPrefillRegion(int threads, int64_t kvr, int64_t dr) {
-  return std::max<int64_t>(
-      mlaPrefillHeadsPerBlock(threads) * mlaPrefillPitch(kvr + dr) * 2,
-      kMlaPrefillKeys * ((4 * (kvr + dr) + 15) / 16 * 16));
-}
-/// Dynamic shared memory: the q / ring region, a key tile (16 x pitch
-/// halves), then floats: each head's max per column half and q scale, each
-/// key's scale, and 4 a thread for the score partials the two warps of a
-/// head group exchange (pass 1 splits the latent between them).
+/// Dynamic shared memory: q (heads x pitch halves), a key tile
+/// (16 x pitch halves), then floats: each head's max per column half and
+/// q scale, each key's scale, and 4 a thread for the score partials the
+/// two warps of a head group exchange (pass 1 splits the latent between
+/// them).
 constexpr int64_t mlaPrefillSmem(int threads, int64_t kvr, int64_t dr) {
-  return mlaPrefillRegion(threads, kvr, dr) +
-         kMlaPrefillKeys * mlaPrefillPitch(kvr + dr) * 2 +
+  return (mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) *
+             mlaPrefillPitch(kvr + dr) * 2 +
          (3 * mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) * 4 +
          int64_t(threads) * 16;
 }

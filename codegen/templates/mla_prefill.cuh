@@ -37,9 +37,8 @@
 // partial sums of the 8 keys the other finishes (keys 8 * half .. +7 are
 // this warp's: scores, pAll, max). Pass 2: the columns half * kvr / 2 ..
 // +kvr / 2 (VT n8 tiles, VT * 4 fp32 accumulators a thread), P built in
-// registers from pAll. Both passes gather the key rows by cp.async into a
-// ring of raw tiles where q was (mp::KeyRing: up to 4 tiles, 2 of f32 rows
-// at GLM-5.3's shape), stages - 1 tiles ahead of the MMAs. Shared memory traffic per
+// registers from pAll. Both passes issue the next tile's global loads
+// (KeyTile::fetch) before this tile's MMAs. Shared memory traffic per
 // pass-1 MMA: 256 bytes (was 768 with q re-read for every 8 keys).
 #pragma once
 
@@ -58,7 +57,7 @@ namespace glm {
 namespace mp {
 
 /// k16 steps of the longest latent row the kernel takes (5 chunks of 128
-/// values a row: convert()'s CH; mla_prefill_abi.h kMlaPrefillMaxLatent).
+/// values a row: KeyTile's CH; mla_prefill_abi.h kMlaPrefillMaxLatent).
 constexpr int kMaxSteps = 5 * 128 / 16;
 
 __device__ __forceinline__ unsigned smem32(const void *p) {
@@ -124,148 +123,115 @@ __device__ __forceinline__ int scaleExp(float m, int lo, int hi) {
   return e < lo ? lo : e > hi ? hi : e;
 }
 
-/// Bytes of the region that first holds q (fp16, [MH][pitch]) and, once
-/// q's fragments are in registers, the ring of raw tiles: at least one f32
-/// tile (mla_prefill_abi.h mlaPrefillRegion, the same rule).
-__device__ __forceinline__ int regionBytes(int mh, int pitch, int lat) {
-  const int q = mh * pitch * 2, tile = 16 * ((4 * lat + 15) / 16 * 16);
-  return q > tile ? q : tile;
-}
-
-__device__ __forceinline__ void cpAsync16(void *dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem32(dst)),
-               "l"(src));
-}
-__device__ __forceinline__ void cpAsync8(void *dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem32(dst)),
-               "l"(src));
-}
-__device__ __forceinline__ void cpAsync4(void *dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem32(dst)),
-               "l"(src));
-}
-__device__ __forceinline__ void cpCommit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-/// Waits until at most n of this thread's newest groups are in flight.
-__device__ __forceinline__ void cpWait(int n) {
-  if (n <= 0)
-    asm volatile("cp.async.wait_group 0;\n" ::);
-  else if (n == 1)
-    asm volatile("cp.async.wait_group 1;\n" ::);
-  else if (n == 2)
-    asm volatile("cp.async.wait_group 2;\n" ::);
-  else
-    asm volatile("cp.async.wait_group 3;\n" ::);
-}
-
-/// The row's selected keys on their way to the tensor cores: 16-key tiles
-/// of whole stored rows (the e4m3 scale included) copied by cp.async into
-/// a ring of `stages` tiles in shared memory, `stages` - 1 tiles ahead of
-/// the one being converted, so the gather's latency (the selection index,
-/// then the row) hides behind the MMAs of the tiles before it. The block
-/// holds a whole SM (about 250 registers x 256 threads), so its registers
-/// cannot hold more than one tile in flight; the ring lives where q was.
-/// convert() writes a tile as fp16 ks [16][pitch], columns [0, ncol) (a
-/// multiple of 4, at most 128 * CH; zero past lat and for keys past n),
-/// each row times its own power of two 2^e (scaleExp of the row's max
-/// |value| within [lo, hi]; kscale[k] = 2^-e undoes it).
-template <int KV, int THREADS> struct KeyRing {
+/// Rows j0 .. j0 + 15 of the selection, columns [0, ncol) (a multiple of 4,
+/// at most 128 * CH; zero past lat and for keys past n), on their way to
+/// shared memory as fp16 ks [16][pitch], each row times its own power of
+/// two 2^e (scaleExp of the row's max |value| within [lo, hi]; kscale[k] =
+/// 2^-e undoes it). A warp takes whole rows (k = warp + NW * i), a lane CH
+/// chunks of 4 values. fetch() issues the global loads of a tile into
+/// registers and store() converts them after the caller's MMAs on the
+/// previous tile: the gather's latency (the selection index, then the row)
+/// hides behind tensor-core work instead of stalling the block, which holds
+/// a whole SM (about 220 registers x 256 threads). A warp keeps HELD rows in
+/// registers; the rest of its rows (blocks under 256 threads) load in
+/// store(). The selection indices run one tile further ahead, so a fetch
+/// never waits on them.
+template <int KV, int THREADS, int CH> struct KeyTile {
+  static_assert(CH >= 1 && CH <= 5, "CH: 1 to 5 chunks of 128 values");
   static constexpr int NW = THREADS / 32, RPW = 16 / NW;
-  unsigned char *ring;
-  int stages, rowBytes, pitchB;
-  int chunk, chunks; // cp.async granule (16, 8 or 4 bytes: what the stored
-                     // rows' alignment allows) and chunks of a row
+  static constexpr int HELD = NW >= 8 ? 2 : 1; // 2 x CH loads a lane at most
+  using Raw = typename kv::Row<KV>::Raw;
+  kv::Row<KV> row[HELD];
+  Raw v[HELD][CH];
+  int idx[HELD]; // the next tile's selection indices (-1: past n)
 
-  __device__ __forceinline__ KeyRing(unsigned char *region, int bytes,
-                                     int lat) {
-    ring = region;
-    rowBytes = (int)kv::rowBytes(KV, lat);
-    pitchB = (rowBytes + 15) / 16 * 16;
-    chunk = rowBytes % 16 == 0 ? 16 : rowBytes % 8 == 0 ? 8 : 4;
-    chunks = rowBytes / chunk;
-    const int s = bytes / (16 * pitchB);
-    stages = s < 1 ? 1 : s > 4 ? 4 : s;
-  }
-  __device__ __forceinline__ unsigned char *stage(int tile) const {
-    return ring + (tile % stages) * 16 * pitchB;
-  }
-  /// Copies tile `tile` (keys 16 tile ..) into its stage; one commit group
-  /// a call, empty past n (the group count stays uniform).
-  __device__ __forceinline__ void issue(const void *cache, long long r0,
-                                       const int *sel, int tile, int n) const {
-    const int j0 = 16 * tile;
-    if (j0 < n) {
-      unsigned char *dst = stage(tile);
-      const int total = 16 * chunks;
-      for (int i = threadIdx.x; i < total; i += THREADS) {
-        const int k = i / chunks, c = i - k * chunks;
-        if (j0 + k < n) {
-          const unsigned char *src =
-              (const unsigned char *)cache +
-              (r0 + sel[j0 + k]) * (long long)rowBytes + c * chunk;
-          unsigned char *d = dst + k * pitchB + c * chunk;
-          if (chunk == 16)
-            cpAsync16(d, src);
-          else if (chunk == 8)
-            cpAsync8(d, src);
-          else
-            cpAsync4(d, src);
-        }
-      }
-    }
-    cpCommit();
-  }
-  /// Waits for tile `tile` (issued stages - 1 calls of issue() before the
-  /// newest) and syncs the block; then the caller may convert it.
-  __device__ __forceinline__ void ready() const {
-    cpWait(stages - 1);
-    __syncthreads();
-  }
-  /// Tile `tile` from its stage to ks / kscale; the caller syncs after.
-  template <int CH>
-  __device__ __forceinline__ void convert(unsigned short *ks, float *kscale,
-                                          int pitch, int ncol, int lo, int hi,
-                                          int tile, int n, int lat) const {
-    static_assert(CH >= 1 && CH <= 5, "CH: 1 to 5 chunks of 128 values");
-    const int lane = threadIdx.x & 31, c4 = ncol >> 2;
-    const unsigned char *base = stage(tile);
-#pragma unroll 1
-    for (int i = 0; i < RPW; ++i) {
+  /// Reads the selection indices of the tile at j0 (for the next fetch).
+  __device__ __forceinline__ void index(const int *sel, int j0, int n) {
+#pragma unroll
+    for (int i = 0; i < HELD; ++i) {
       const int k = (threadIdx.x >> 5) + NW * i;
-      const bool key = 16 * tile + k < n;
-      kv::Row<KV> r;
-      r.p = base + k * pitchB;
-      r.s = 1.0f;
-      if constexpr (KV == kv::kE4m3)
-        r.s = key ? *(const float *)(r.p + lat) : 1.0f;
-      float4 f[CH];
-      float m = 0.0f;
-#pragma unroll
-      for (int u = 0; u < CH; ++u) {
-        const int c = lane + 32 * u;
-        f[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (key && c < c4 && 4 * c < lat)
-          f[u] = r.four(4 * c);
-        m = fmaxf(m, fmaxf(fmaxf(fabsf(f[u].x), fabsf(f[u].y)),
-                           fmaxf(fabsf(f[u].z), fabsf(f[u].w))));
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1)
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      const int e = scaleExp(m, lo, hi);
-      const float up = ldexpf(1.0f, e);
-#pragma unroll
-      for (int u = 0; u < CH; ++u) {
-        const int c = lane + 32 * u;
-        if (c < c4)
-          *(uint2 *)(ks + k * pitch + 4 * c) =
-              make_uint2(pack(f[u].x * up, f[u].y * up),
-                         pack(f[u].z * up, f[u].w * up));
-      }
-      if (lane == 0)
-        kscale[k] = ldexpf(1.0f, -e);
+      idx[i] = j0 + k < n ? sel[j0 + k] : -1;
     }
+  }
+  /// Issues the loads of the tile whose indices index() read, then reads
+  /// the indices of the tile after it (at j0 + 16).
+  __device__ __forceinline__ void fetch(const void *cache, long long r0,
+                                        const int *sel, int j0, int n,
+                                        int lat, int ncol) {
+    const int lane = threadIdx.x & 31, c4 = ncol >> 2;
+#pragma unroll
+    for (int i = 0; i < HELD; ++i) {
+      row[i] = kv::row<KV>(cache, r0 + (idx[i] >= 0 ? idx[i] : 0), lat);
+#pragma unroll
+      for (int u = 0; u < CH; ++u) {
+        const int c = lane + 32 * u;
+        v[i][u] = Raw{};
+        if (idx[i] >= 0 && c < c4 && 4 * c < lat)
+          v[i][u] = row[i].raw4(4 * c);
+      }
+    }
+    index(sel, j0 + 16, n);
+  }
+  /// Writes the fetched tile (j0) to ks / kscale; the caller syncs after.
+  __device__ __forceinline__ void store(unsigned short *ks, float *kscale,
+                                        int pitch, int ncol, int lo, int hi,
+                                        const void *cache, long long r0,
+                                        const int *sel, int j0, int n,
+                                        int lat) {
+    const int lane = threadIdx.x & 31, c4 = ncol >> 2;
+#pragma unroll
+    for (int i = 0; i < HELD; ++i)
+      storeRow(ks, kscale, pitch, c4, lo, hi, j0 + (threadIdx.x >> 5) + NW * i < n,
+               (threadIdx.x >> 5) + NW * i, row[i], v[i], lat);
+#pragma unroll 1 // one row's loads at a time: the register budget
+    for (int i = HELD; i < RPW; ++i) {
+      const int k = (threadIdx.x >> 5) + NW * i;
+      const bool key = j0 + k < n;
+      const kv::Row<KV> r = kv::row<KV>(cache, r0 + (key ? sel[j0 + k] : 0), lat);
+      Raw raw[CH];
+#pragma unroll
+      for (int u = 0; u < CH; ++u) {
+        const int c = lane + 32 * u;
+        raw[u] = Raw{};
+        if (key && c < c4 && 4 * c < lat)
+          raw[u] = r.raw4(4 * c);
+      }
+      storeRow(ks, kscale, pitch, c4, lo, hi, key, k, r, raw, lat);
+    }
+  }
+  /// Row k of the tile from its loaded values (zero without a key, past
+  /// lat and past ncol = 4 c4).
+  static __device__ __forceinline__ void
+  storeRow(unsigned short *ks, float *kscale, int pitch, int c4, int lo,
+           int hi, bool key, int k, const kv::Row<KV> &r, const Raw (&raw)[CH],
+           int lat) {
+    const int lane = threadIdx.x & 31;
+    float4 f[CH];
+    float m = 0.0f;
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int c = lane + 32 * u;
+      f[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (key && c < c4 && 4 * c < lat)
+        f[u] = r.widen(raw[u]);
+      m = fmaxf(m, fmaxf(fmaxf(fabsf(f[u].x), fabsf(f[u].y)),
+                         fmaxf(fabsf(f[u].z), fabsf(f[u].w))));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int e = scaleExp(m, lo, hi);
+    const float up = ldexpf(1.0f, e);
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int c = lane + 32 * u;
+      if (c < c4)
+        *(uint2 *)(ks + k * pitch + 4 * c) =
+            make_uint2(pack(f[u].x * up, f[u].y * up),
+                       pack(f[u].z * up, f[u].w * up));
+    }
+    if (lane == 0)
+      kscale[k] = ldexpf(1.0f, -e);
   }
 };
 
@@ -280,11 +246,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   constexpr int MH = 16 * (THREADS / 64); // heads of the block
   extern __shared__ __align__(16) unsigned char mpsh[];
   const int lat = kvr + dr, kp = (lat + 15) / 16 * 16, pitch = kp + 8;
-  unsigned short *qs = (unsigned short *)mpsh; // [MH][pitch] fp16, then
-                                               // the ring of raw tiles
-  unsigned short *ks = (unsigned short *)(mpsh + mp::regionBytes(MH, pitch,
-                                                                 lat));
-                                               // [16][pitch] fp16
+  unsigned short *qs = (unsigned short *)mpsh; // [MH][pitch] fp16
+  unsigned short *ks = qs + MH * pitch;        // [16][pitch] fp16
   float *red = (float *)(ks + 16 * pitch);     // [2][MH] column-half maxima
   float *qscale = red + 2 * MH;                 // [MH] 2^-e of q's rows
   float *kscale = qscale + MH;                  // [16] 2^-e of the keys
@@ -354,17 +317,15 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   const unsigned short *kb =
       ks + ((lane >> 4) * 8 + (lane & 7)) * pitch + ((lane >> 3) & 1) * 8;
   constexpr int CH2 = (VT + 7) / 8; // pass 2's 16 VT columns, 128 a chunk
-  __syncthreads(); // every warp's q fragments are loaded: q's region is free
-  const mp::KeyRing<KV, THREADS> ring(
-      (unsigned char *)qs, mp::regionBytes(MH, pitch, lat), lat);
-  for (int i = 0; i < ring.stages; ++i)
-    ring.issue(cache, r0, sel, i, n);
+  mp::KeyTile<KV, THREADS, 5> keys;
+  keys.index(sel, 0, n);
+  keys.fetch(cache, r0, sel, 0, n, lat, kp);
   for (int j0 = 0; j0 < n; j0 += 16) {
-    const int tile = j0 / 16;
-    ring.ready(); // this tile landed; the previous tile and partials used
-    ring.template convert<5>(ks, kscale, pitch, kp, -126, 100, tile, n, lat);
+    __syncthreads(); // the previous tile and partials are consumed
+    keys.store(ks, kscale, pitch, kp, -126, 100, cache, r0, sel, j0, n, lat);
     __syncthreads();
-    ring.issue(cache, r0, sel, tile + ring.stages, n); // into the freed stage
+    if (j0 + 16 < n) // the next tile's loads fly during these MMAs
+      keys.fetch(cache, r0, sel, j0 + 16, n, lat, kp);
     float acc[2][2][4] = {}; // [step parity][n8 tile]: independent chains
 #pragma unroll
     for (int i = 0; i < QSTEPS; ++i)
@@ -404,11 +365,10 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
         }
       }
   }
-  // Pass 2's first values fly during the maxima's exchange (the stages
-  // hold no pass-1 tile: the last ready() waited for every real copy).
-  __syncthreads(); // every warp is done converting pass 1's last tile
-  for (int i = 0; i < ring.stages; ++i)
-    ring.issue(cache, r0, sel, i, n);
+  // Pass 2's first values fly during the maxima's exchange.
+  mp::KeyTile<KV, THREADS, CH2> vals;
+  vals.index(sel, 0, n);
+  vals.fetch(cache, r0, sel, 0, n, lat, kvr);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -445,11 +405,10 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   };
   readScores(0);
   for (int j0 = 0; j0 < n; j0 += 16) {
-    ring.ready(); // this tile landed; the previous tile's MMAs are done
+    __syncthreads();
     // Values: only rows past 2^15 scaled (down, by at most 2^15), the
     // probabilities times the inverse so they stay below 65504.
-    ring.template convert<CH2>(ks, kscale, pitch, kvr, -15, 0, j0 / 16, n,
-                               lat);
+    vals.store(ks, kscale, pitch, kvr, -15, 0, cache, r0, sel, j0, n, lat);
     float pe[2][2][2];
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk)
@@ -461,9 +420,10 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
           pe[kk][r][e] = valid[r] && j < n ? expf(sc[kk][r][e] - mx[r]) : 0.0f;
         }
     __syncthreads(); // the tile and its scales
-    ring.issue(cache, r0, sel, j0 / 16 + ring.stages, n);
-    if (j0 + 16 < n)
+    if (j0 + 16 < n) {
+      vals.fetch(cache, r0, sel, j0 + 16, n, lat, kvr);
       readScores(j0 + 16);
+    }
     unsigned pa[4];
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk)

@@ -132,7 +132,7 @@ INSTANTIATE_TEST_SUITE_P(
         PrefillCase{"tiny_a", 4, 0, 4, 16, 8, 32, {1, 2, 9, 40}},
         PrefillCase{"tiny_b", 6, 0, 6, 16, 16, 48, {5, 12, 31}},
         PrefillCase{"no_rope", 20, 0, 20, 32, 0, 64, {3, 64, 65}},
-        // bf16 rows of 72 bytes: the ring copies 8-byte chunks.
+        // bf16 rows of 72 bytes (8-byte aligned only).
         PrefillCase{"tiny_bf16_8b", 4, 0, 4, 16, 4, 32, {3, 17, 40}, 1},
         // Past fp16's range: each row's power-of-two scale.
         PrefillCase{"huge_q", 64, 0, 64, 192, 64, 512, {40, 2048}, 0, 1e5f,
