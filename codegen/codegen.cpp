@@ -333,8 +333,14 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("mla_core", "mlaCore", {"256", "512", "1024"}, {kv});
     // A prefill chunk's attention on tensor cores: 64 threads per 16 heads,
     // vt = kvr / 16 column tiles (mla_prefill.cuh, mla_prefill_abi.h).
+    // keys = rows16: the keys and values come from mla_rows16's fp16 rows
+    // of the chunk's slot (mla_rows16_layout.cuh) instead of the cache.
+    TemplateParam keys = enumParam("keys", "", {{"cache", "0"}, {"rows16", "1"}});
+    keys.defaultValue = "cache";
     helper("mla_prefill", "mlaPrefill", {"64", "128", "256"},
-           {kv, intParam("vt", "v", range(1, 32))});
+           {kv, keys, intParam("vt", "v", range(1, 32))});
+    // The chunk's selectable cache rows in those fp16 forms, once a chunk.
+    helper("mla_rows16", "mlaRows16", {"256"}, {kv});
     // Its per-head projections (q_abs, the head outputs) as 3xTF32 GEMMs
     // over the chunk's rows: w = which side W's rows are (mla_proj.cuh), the
     // weight's stored dtype and scale form.

@@ -14,6 +14,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "codegen/templates/mla_rows16_layout.cuh"
+
 namespace glm::codegen {
 
 /// Keys per shared-memory tile (one k16 of the P.V MMA).
@@ -59,6 +61,8 @@ constexpr int64_t mlaPrefillSmem(int threads, int64_t kvr, int64_t dr) {
          (3 * mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) * 4 +
          int64_t(threads) * 16;
 }
+/// The fp16 rows mla_rows16 writes and mla_prefill<keys = rows16> reads:
+/// templates/mla_rows16_layout.cuh (glm::rows16), shared with the kernels.
 /// Whether mla_prefill takes the shape: kvr whole 16-column tiles (the
 /// template's vt = kvr / 16, at most 32), 4-value rows (the cache's
 /// 16-, 8- and 4-byte loads) of at most kMlaPrefillMaxLatent, and the

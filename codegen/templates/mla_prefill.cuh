@@ -43,6 +43,7 @@
 #pragma once
 
 #include "kv_cache.cuh"
+#include "mla_rows16_layout.cuh"
 
 #define GLM_MLA_PREFILL_PARAMS                                                 \
   const float *qAll, const float *qabsAll, const void *cache, const int *seq,  \
@@ -145,6 +146,7 @@ template <int KV, int THREADS, int CH> struct KeyTile {
   Raw v[HELD][CH];
   int idx[HELD]; // the next tile's selection indices (-1: past n)
 
+  __device__ __forceinline__ void setup(const void *, int, int, int) {}
   /// Reads the selection indices of the tile at j0 (for the next fetch).
   __device__ __forceinline__ void index(const int *sel, int j0, int n) {
 #pragma unroll
@@ -235,14 +237,107 @@ template <int KV, int THREADS, int CH> struct KeyTile {
   }
 };
 
+
+/// KeyTile's interface over rows mla_rows16 already converted (KEYS =
+/// rows16): rows j0 .. j0 + 15 of the selection copied as they are, 8
+/// halves a load, from the key rows (V false: pitch - 8 halves a row) or
+/// the value rows (V true: kvr), and each row's 2^-e; no widening, no max,
+/// no rounding. setup() takes the rows16 buffer (cache and r0 are unused).
+template <int THREADS, bool V> struct Rows16Tile {
+  static constexpr int NW = THREADS / 32, RPW = 16 / NW;
+  static constexpr int HELD = NW >= 8 ? 2 : 1;
+  static constexpr int U = (kMaxSteps * 16 / 8 + 31) / 32; // 16-byte loads
+  const uint4 *rows;    // the rows of this pass, c8 loads apart
+  const float *scales;  // their 2^-e
+  int c8;               // 16-byte loads of a row
+  uint4 v[HELD][U];
+  float sc[HELD];
+  int idx[HELD];
+
+  __device__ __forceinline__ void setup(const void *rows16, int maxCtx,
+                                        int kvr, int dr) {
+    const unsigned char *b = (const unsigned char *)rows16;
+    if (V) {
+      rows = (const uint4 *)(b + rows16::valueOffset(maxCtx, kvr, dr));
+      scales = (const float *)(b + rows16::valueScaleOffset(maxCtx, kvr, dr));
+      c8 = kvr / 8;
+    } else {
+      rows = (const uint4 *)b;
+      scales = (const float *)(b + rows16::keyScaleOffset(maxCtx, kvr, dr));
+      c8 = (int)rows16::keyHalves(kvr, dr) / 8;
+    }
+  }
+  __device__ __forceinline__ void index(const int *sel, int j0, int n) {
+#pragma unroll
+    for (int i = 0; i < HELD; ++i) {
+      const int k = (threadIdx.x >> 5) + NW * i;
+      idx[i] = j0 + k < n ? sel[j0 + k] : -1;
+    }
+  }
+  __device__ __forceinline__ void fetch(const void *, long long,
+                                        const int *sel, int j0, int n, int,
+                                        int) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < HELD; ++i) {
+      const uint4 *src = rows + (long long)(idx[i] >= 0 ? idx[i] : 0) * c8;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = lane + 32 * u;
+        v[i][u] = make_uint4(0u, 0u, 0u, 0u);
+        if (idx[i] >= 0 && c < c8)
+          v[i][u] = src[c];
+      }
+      sc[i] = idx[i] >= 0 ? scales[idx[i]] : 1.0f;
+    }
+    index(sel, j0 + 16, n);
+  }
+  /// Writes the fetched tile (j0): a row past n is zeros with scale 1, as
+  /// KeyTile::storeRow leaves it.
+  __device__ __forceinline__ void store(unsigned short *ks, float *kscale,
+                                        int pitch, int, int, int,
+                                        const void *, long long,
+                                        const int *sel, int j0, int n, int) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < HELD; ++i) {
+      const int k = (threadIdx.x >> 5) + NW * i;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = lane + 32 * u;
+        if (c < c8)
+          *(uint4 *)(ks + k * pitch + 8 * c) = v[i][u];
+      }
+      if (lane == 0)
+        kscale[k] = sc[i];
+    }
+#pragma unroll 1
+    for (int i = HELD; i < RPW; ++i) {
+      const int k = (threadIdx.x >> 5) + NW * i;
+      const int j = j0 + k < n ? sel[j0 + k] : -1;
+      const uint4 *src = rows + (long long)(j >= 0 ? j : 0) * c8;
+      for (int c = lane; c < c8; c += 32)
+        *(uint4 *)(ks + k * pitch + 8 * c) =
+            j >= 0 ? src[c] : make_uint4(0u, 0u, 0u, 0u);
+      if (lane == 0)
+        kscale[k] = j >= 0 ? scales[j] : 1.0f;
+    }
+  }
+};
+
+/// A or B by a compile-time flag (no <type_traits> under NVRTC).
+template <bool C, class A, class B> struct Pick { using T = A; };
+template <class A, class B> struct Pick<false, A, B> { using T = B; };
+
 } // namespace mp
 
-template <int KV, int VT, int THREADS>
+template <int KV, int KEYS, int VT, int THREADS>
 __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   static_assert(THREADS == 64 || THREADS == 128 || THREADS == 256,
                 "THREADS: 64 per 16 heads, 1 to 4 groups");
   static_assert(VT >= 1 && VT <= 32, "VT = kvr / 16: 1 to 32");
   static_assert(KV >= kv::kF32 && KV <= kv::kE4m3, "KV: f32, bf16 or e4m3");
+  static_assert(KEYS == 0 || KEYS == 1, "KEYS: the cache, or rows16");
   constexpr int MH = 16 * (THREADS / 64); // heads of the block
   extern __shared__ __align__(16) unsigned char mpsh[];
   const int lat = kvr + dr, kp = (lat + 15) / 16 * 16, pitch = kp + 8;
@@ -258,7 +353,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   // longest blocks first leave the short ones to fill the last wave.
   const int b = gridDim.y - 1 - blockIdx.y, hb0 = blockIdx.x * MH,
             n = nselp[b];
-  const long long r0 = (long long)seq[b] * maxCtx;
+  // KEYS = rows16: `cache` is mla_rows16's buffer of the chunk's slot.
+  const long long r0 = KEYS ? 0 : (long long)seq[b] * maxCtx;
   const int *sel = selAll + (long long)b * maxCtx;
   const float fscale = (float)scale;
 
@@ -317,7 +413,9 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   const unsigned short *kb =
       ks + ((lane >> 4) * 8 + (lane & 7)) * pitch + ((lane >> 3) & 1) * 8;
   constexpr int CH2 = (VT + 7) / 8; // pass 2's 16 VT columns, 128 a chunk
-  mp::KeyTile<KV, THREADS, 5> keys;
+  typename mp::Pick<KEYS == 1, mp::Rows16Tile<THREADS, false>,
+                    mp::KeyTile<KV, THREADS, 5>>::T keys;
+  keys.setup(cache, maxCtx, kvr, dr);
   keys.index(sel, 0, n);
   keys.fetch(cache, r0, sel, 0, n, lat, kp);
   for (int j0 = 0; j0 < n; j0 += 16) {
@@ -366,7 +464,9 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
       }
   }
   // Pass 2's first values fly during the maxima's exchange.
-  mp::KeyTile<KV, THREADS, CH2> vals;
+  typename mp::Pick<KEYS == 1, mp::Rows16Tile<THREADS, true>,
+                    mp::KeyTile<KV, THREADS, CH2>>::T vals;
+  vals.setup(cache, maxCtx, kvr, dr);
   vals.index(sel, 0, n);
   vals.fetch(cache, r0, sel, 0, n, lat, kvr);
 #pragma unroll

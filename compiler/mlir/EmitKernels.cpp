@@ -570,14 +570,21 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     // inputs) where the shape fits; decode keeps mla_core's fp32 per head.
     const int64_t ranks = a.getShard().getRanks(), kvr = a.getKvLora(),
                   nhRank = (a.getHeads() + ranks - 1) / ranks;
+    // Its keys and values come from mla_rows16: the chunk's selectable
+    // cache rows in fp16 once, not converted per tile per query row.
     if (b.prefill && haveFamily("mla_prefill") &&
-        ::glm::codegen::mlaPrefillTakes(kvr, a.getQkRope(), nhRank))
-      out.push_back(withKv(
-          {"mla_prefill",
-           {{"vt", str(kvr / 16)},
-            {"threads",
-             str(::glm::codegen::mlaPrefillThreadsFor(a.getHeads(), ranks))}}}));
-    else
+        ::glm::codegen::mlaPrefillTakes(kvr, a.getQkRope(), nhRank)) {
+      const bool rows16 = haveFamily("mla_rows16");
+      if (rows16)
+        out.push_back(withKv({"mla_rows16", {{"threads", "256"}}}));
+      Spec attn{"mla_prefill",
+                {{"vt", str(kvr / 16)},
+                 {"threads", str(::glm::codegen::mlaPrefillThreadsFor(
+                                 a.getHeads(), ranks))}}};
+      if (rows16)
+        attn.args["keys"] = "rows16";
+      out.push_back(rows16 ? attn : withKv(attn));
+    } else
       out.push_back(withKv({"mla_core", {{"threads", "1024"}}}));
     out.push_back(proj ? projSpec("nk") : Spec{"mla_out", {{"threads", "256"}}});
   } else if (auto ix = dyn_cast<IndexerTopkOp>(op)) {

@@ -1038,6 +1038,18 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
                  : runtimeArg("null");
     const gp::ArgDef qabs = scratchRows("mla_qabs", H * kvr * 4, "qabsAll");
     const gp::ArgDef ctxv = scratchRows("mla_ctx", H * kvr * 4, "ctxAll");
+    // mla_rows16's fp16 rows of max_context tokens (one buffer, reused by
+    // every layer: each layer's mla_prefill reads what its mla_rows16 just
+    // wrote).
+    auto rows16 = [&] {
+      gp::ArgDef r = bufferArg(
+          st.scratchBuffer("mla_rows16",
+                           uint64_t(::glm::rows16::bytes(ctx, kvr, dr))),
+          "rows16");
+      if (st.contextScratch)
+        st.contextScratch->insert(st.rp.buffers[r.buffer].name);
+      return r;
+    };
     if (f == "kv_store") {
       a = {in(op, 1, "kva"), weight(at.getKvNorm(), "normW"), cache, seqA,
            posA, i32Arg(kvr, "kvr"), i32Arg(dr, "dr"), i32Arg(ctx, "maxCtx"),
@@ -1093,12 +1105,24 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
              i32Arg(dv, "N")};
       grid(nh * ceilDiv(headOut ? dv : kvr, 64), uint32_t(ceilDiv(R, 64)), 1,
            128);
+    } else if (f == "mla_rows16") {
+      // The chunk's slot's rows 0 .. its last position in mla_prefill's
+      // fp16 forms (mla_rows16_layout.cuh), for the mla_prefill after it.
+      a = {cache, seqA, posA, i32Arg(R, "R"), i32Arg(ctx, "maxCtx"),
+           i32Arg(kvr, "kvr"), i32Arg(dr, "dr"), rows16()};
+      grid(uint32_t(ceilDiv(uint64_t(ctx),
+                            uint64_t(::glm::rows16::kRowsPerBlock))),
+           1, 1, uint32_t(32 * ::glm::rows16::kRowsPerBlock));
     } else if (f == "mla_prefill") {
       // mla_core's arguments and the head count; a block per row and up to
-      // 64 heads (mla_prefill_abi.h: the threads EmitKernels chose).
+      // 64 heads (mla_prefill_abi.h: the threads EmitKernels chose). With
+      // keys = rows16 the rows come from mla_rows16's buffer.
       const int threads =
           ::glm::codegen::mlaPrefillThreadsFor(H, at.getShard().getRanks());
-      a = {in(op, 0, "qAll"), named(qabs, "qabsAll"), cache, seqA,
+      const bool fromRows16 =
+          std::count(seq.begin(), seq.end(), "mla_rows16") > 0;
+      a = {in(op, 0, "qAll"), named(qabs, "qabsAll"),
+           fromRows16 ? named(rows16(), "cache") : cache, seqA,
            sel("selAll"), nsel("nselp"),
            contextRows("mla_p", 2 * H * 4, "pAll"),
            i32Arg(ctx, "maxCtx"), ctxv, headsA, i32Arg(nh, "nh"),

@@ -314,9 +314,19 @@ void mlaPrefillFp(const Launch &l, Footprint &f) {
   const Wide rows = covered ? B * H : 0;
   r.need(0, rows * (dn + dr), 4);
   r.need(1, rows * kvr, 4);
-  r.need(2, rows ? ctx * kvRow(r, 14, kvr + dr, false) : 0, 1);
-  r.perSlot(2, 3);
-  r.kvRows(2);
+  if (l.templateArgs && l.templateArgs->count("keys") &&
+      l.templateArgs->at("keys") == "rows16") {
+    // mla_rows16's buffer of the chunk's slot (selections index its rows).
+    r.need(2, rows ? Wide(glm::rows16::bytes(int64_t(ctx), int64_t(kvr),
+                                             int64_t(dr)))
+                   : 0,
+           1);
+    r.ioIndex(3, IoIndex::Slot); // the slots, unread: rows16 is the slot's
+  } else {
+    r.need(2, rows ? ctx * kvRow(r, 14, kvr + dr, false) : 0, 1);
+    r.perSlot(2, 3);
+    r.kvRows(2);
+  }
   r.need(3, rows ? B : 0, 4);
   r.need(4, rows ? B * ctx : 0, 4);
   r.need(5, rows ? B : 0, 4);
@@ -324,6 +334,33 @@ void mlaPrefillFp(const Launch &l, Footprint &f) {
   r.need(8, rows * kvr, 4);
   r.need(9, B ? covered : 0, 4);
   headList(r, 9, B ? covered : 0, H);
+}
+
+// mla_rows16(cache, seq, pos, R, maxCtx, kvr, dr, rows16); grid
+// (ceil(maxCtx / 8)), 256 threads: rows 0 .. pos[R - 1] of slot seq[0].
+void mlaRows16Fp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide R = r.at(3), ctx = r.at(4), kvr = r.at(5, 16), dr = r.at(6);
+  r.require(r.block(0) == 32 * glm::rows16::kRowsPerBlock, 0,
+            "is spread over ", int64_t(r.block(0)), " threads; the kernel "
+            "takes a warp per row, ", 32 * glm::rows16::kRowsPerBlock);
+  r.require(kvr % 16 == 0, 5, "is ", int64_t(kvr),
+            "; mla_prefill's value rows are whole 16-column tiles");
+  r.require(dr % 4 == 0 && kvr + dr <= glm::codegen::kMlaPrefillMaxLatent, 6,
+            "is ", int64_t(dr), "; rows of whole 4-value groups of at most ",
+            int64_t(glm::codegen::kMlaPrefillMaxLatent) - int64_t(kvr),
+            " rope values");
+  const bool any = R > 0 && r.grid(0) > 0 && ctx > 0;
+  r.need(0, any ? ctx * kvRow(r, 5, kvr + dr, false) : 0, 1);
+  r.perSlot(0, 1);
+  r.kvRows(0);
+  r.need(1, any ? 1 : 0, 4);
+  r.need(2, any ? R : 0, 4);
+  r.positionsIn(2, 4, ctx);
+  r.need(7,
+         any ? Wide(glm::rows16::bytes(int64_t(ctx), int64_t(kvr), int64_t(dr)))
+             : 0,
+         1);
 }
 
 // mla_proj(x, xStride, xHead, W, dt, scale, sk, wHead, wRow0, in, heads, y,
@@ -965,6 +1002,7 @@ const FootprintEntry kHelperFootprints[] = {
     {"mla_qabs", "ppipippiiiii", mlaQabsFp},
     {"mla_core", "pppppppippiiiid", mlaCoreFp},
     {"mla_prefill", "pppppppippiiiiid", mlaPrefillFp},
+    {"mla_rows16", "pppiiiip", mlaRows16Fp},
     {"mla_proj", "piipipiiiippiiiii", mlaProjFp},
     {"mla_out", "pipipppiiii", mlaOutFp},
     {"transpose", "ppli", transposeFp},

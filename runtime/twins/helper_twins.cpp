@@ -29,6 +29,7 @@ const TwinEntry kHelperTwins[] = {
     {"mla_qabs", mlaQabsTwin},
     {"mla_core", mlaCoreTwin},
     {"mla_prefill", mlaPrefillTwin},
+    {"mla_rows16", mlaRows16Twin},
     {"mla_proj", mlaProjTwin},
     {"mla_out", mlaOutTwin},
     {"transpose", transposeTwin},

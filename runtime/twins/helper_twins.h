@@ -88,6 +88,7 @@ void mlaAttnTwin(const Launch &l);
 void mlaQabsTwin(const Launch &l);
 void mlaCoreTwin(const Launch &l);
 void mlaPrefillTwin(const Launch &l);
+void mlaRows16Twin(const Launch &l);
 void mlaProjTwin(const Launch &l);
 void mlaOutTwin(const Launch &l);
 void transposeTwin(const Launch &l);

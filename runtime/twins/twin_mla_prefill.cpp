@@ -4,7 +4,10 @@
 // the same fp16 roundings of q, the key rows and the probabilities, the
 // exact products summed in fp64 (the kernel sums them in fp32 on the tensor
 // cores, so the two agree to fp32 rounding), the power-of-two row scales,
-// the scores and probabilities as the kernel forms them in fp32.
+// the scores and probabilities as the kernel forms them in fp32. And the
+// twin of mla_rows16 (templates/mla_rows16.cuh): the same key and value
+// rows written once per chunk, which mla_prefill<keys = rows16> reads as
+// they are (the two paths give the same bits).
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/mla_prefill_abi.h"
@@ -16,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace glm::rt::twins {
@@ -45,11 +49,96 @@ float scaledHalves(float *v, int n, int lo, int hi) {
   return std::ldexp(1.0f, -e);
 }
 
+/// Whether the launch reads mla_rows16's buffer (keys = rows16).
+bool readsRows16(const Launch &l) {
+  if (!l.templateArgs)
+    return false;
+  auto it = l.templateArgs->find("keys");
+  return it != l.templateArgs->end() && it->second == "rows16";
+}
+
+/// Key row t of a rows16 buffer as fp32 (lat values) and its 2^-e; the
+/// value row (kvr) and its 2^-e.
+struct Rows16View {
+  const unsigned char *b;
+  int64_t maxCtx, kvr, dr;
+  float key(int64_t t, float *out) const {
+    const int64_t kh = glm::rows16::keyHalves(kvr, dr);
+    const auto *h = reinterpret_cast<const uint16_t *>(b) + t * kh;
+    for (int64_t c = 0; c < kvr + dr; ++c)
+      out[c] = halfToFloat(h[c]);
+    return reinterpret_cast<const float *>(
+        b + glm::rows16::keyScaleOffset(maxCtx, kvr, dr))[t];
+  }
+  float value(int64_t t, float *out) const {
+    const auto *h = reinterpret_cast<const uint16_t *>(
+                        b + glm::rows16::valueOffset(maxCtx, kvr, dr)) +
+                    t * kvr;
+    for (int64_t c = 0; c < kvr; ++c)
+      out[c] = halfToFloat(h[c]);
+    return reinterpret_cast<const float *>(
+        b + glm::rows16::valueScaleOffset(maxCtx, kvr, dr))[t];
+  }
+};
+
+/// n values times 2^e (scaleExp within [lo, hi]) as fp16 bits, zero past
+/// n up to `width`; returns 2^-e.
+float scaledHalfBits(const float *v, int n, int width, int lo, int hi,
+                     uint16_t *out) {
+  float m = 0.0f;
+  for (int c = 0; c < n; ++c)
+    m = std::max(m, std::fabs(v[c]));
+  const int e = scaleExp(m, lo, hi);
+  const float up = std::ldexp(1.0f, e);
+  for (int c = 0; c < width; ++c)
+    out[c] = c < n ? floatToHalf(v[c] * up) : 0;
+  return std::ldexp(1.0f, -e);
+}
+
 } // namespace
+
+// mla_rows16(cache, seq, pos, R, maxCtx, kvr, dr, rows16); grid
+// (ceil(maxCtx / 8)), 256 threads; template kv: the cache's form.
+void mlaRows16Twin(const Launch &l) {
+  const void *cache = l.ptr<const void>(0);
+  const int *seq = l.ptr<const int>(1), *pos = l.ptr<const int>(2);
+  const int R = l.i32(3), maxCtx = l.i32(4), kvr = l.i32(5), dr = l.i32(6);
+  auto *b = l.ptr<unsigned char>(7);
+  const int lat = kvr + dr, kvForm = l.kvForm();
+  // keys = rows16: `cache` is mla_rows16's buffer of the chunk's slot.
+  std::optional<Rows16View> rows16;
+  if (readsRows16(l))
+    rows16 = Rows16View{static_cast<const unsigned char *>(cache), maxCtx,
+                        kvr, dr};
+  const int kh = int(glm::rows16::keyHalves(kvr, dr));
+  // The rows the grid covers, up to the chunk's last position.
+  const int64_t covered =
+      int64_t(l.grid[0]) * glm::rows16::kRowsPerBlock;
+  const int64_t last =
+      std::min<int64_t>({R > 0 ? pos[R - 1] : -1, maxCtx - 1, covered - 1});
+  auto *keys = reinterpret_cast<uint16_t *>(b);
+  auto *vals = reinterpret_cast<uint16_t *>(
+      b + glm::rows16::valueOffset(maxCtx, kvr, dr));
+  auto *kscale = reinterpret_cast<float *>(
+      b + glm::rows16::keyScaleOffset(maxCtx, kvr, dr));
+  auto *vscale = reinterpret_cast<float *>(
+      b + glm::rows16::valueScaleOffset(maxCtx, kvr, dr));
+  parallelFor(last + 1, 64, 0, [&](int64_t t0, int64_t t1, int) {
+    std::vector<float> raw(lat);
+    for (int64_t t = t0; t < t1; ++t) {
+      kvReadRow(cache, kvForm, int64_t(seq[0]) * maxCtx + t, lat, raw.data());
+      kscale[t] = scaledHalfBits(raw.data(), lat, kh, glm::rows16::kKeyLo,
+                                 glm::rows16::kKeyHi, keys + t * kh);
+      vscale[t] = scaledHalfBits(raw.data(), kvr, kvr, glm::rows16::kValueLo,
+                                 glm::rows16::kValueHi, vals + t * kvr);
+    }
+  });
+}
 
 // mla_prefill(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx,
 // ctxAll, heads, nh, H, dn, dr, kvr, scale); grid (ceil(nh / heads per
-// block), B); template kv: the cache's form.
+// block), B); template kv: the cache's form; keys = rows16: `cache` is
+// mla_rows16's buffer.
 void mlaPrefillTwin(const Launch &l) {
   const float *qAll = l.ptr<const float>(0), *qabsAll = l.ptr<const float>(1);
   const void *cache = l.ptr<const void>(2);
@@ -63,6 +152,11 @@ void mlaPrefillTwin(const Launch &l) {
             kvr = l.i32(14);
   const float fscale = float(l.args.at(15).f);
   const int lat = kvr + dr, kvForm = l.kvForm();
+  // keys = rows16: `cache` is mla_rows16's buffer of the chunk's slot.
+  std::optional<Rows16View> rows16;
+  if (readsRows16(l))
+    rows16 = Rows16View{static_cast<const unsigned char *>(cache), maxCtx,
+                        kvr, dr};
   const int64_t covered =
       std::min<int64_t>(nh, int64_t(l.grid[0]) *
                                 codegen::mlaPrefillHeadsPerBlock(l.block[0]));
@@ -72,7 +166,7 @@ void mlaPrefillTwin(const Launch &l) {
     std::vector<double> ctx(kvr);
     for (int64_t b = b0; b < b1; ++b) {
       const int n = nselp[b];
-      const int64_t r0 = int64_t(seq[b]) * maxCtx;
+      const int64_t r0 = rows16 ? 0 : int64_t(seq[b]) * maxCtx;
       const int *sel = selAll + b * maxCtx;
       // Each key row as pass 1 scales it, its first kvr values as pass 2.
       raw.resize(lat);
@@ -81,12 +175,19 @@ void mlaPrefillTwin(const Launch &l) {
       kscale.resize(n);
       vscale.resize(n);
       for (int j = 0; j < n; ++j) {
-        kvReadRow(cache, kvForm, r0 + sel[j], lat, raw.data());
         float *k = keys.data() + size_t(j) * lat, *v = vals.data() + size_t(j) * kvr;
+        if (rows16) {
+          kscale[j] = rows16->key(sel[j], k);
+          vscale[j] = rows16->value(sel[j], v);
+          continue;
+        }
+        kvReadRow(cache, kvForm, r0 + sel[j], lat, raw.data());
         std::copy(raw.begin(), raw.end(), k);
         std::copy(raw.begin(), raw.begin() + kvr, v);
-        kscale[j] = scaledHalves(k, lat, -126, 100);
-        vscale[j] = scaledHalves(v, kvr, -15, 0);
+        kscale[j] = scaledHalves(k, lat, glm::rows16::kKeyLo,
+                                 glm::rows16::kKeyHi);
+        vscale[j] = scaledHalves(v, kvr, glm::rows16::kValueLo,
+                                 glm::rows16::kValueHi);
       }
       s.resize(n);
       for (int64_t hi = 0; hi < covered; ++hi) {

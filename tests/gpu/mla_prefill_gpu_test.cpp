@@ -32,6 +32,10 @@ struct PrefillCase {
   std::vector<int> nsel;
   int kv = 0; // 0 f32, 1 bf16, 2 e4m3
   float qMag = 1.0f, kMag = 1.0f; // magnitudes of q and of the cache rows
+  // The keys through mla_rows16 (one slot, as a prefill chunk has): its
+  // fp16 rows bit for bit against its twin's, then mla_prefill<keys =
+  // rows16> against the cache path's twin (the same bits on the CPU).
+  bool rows16 = false;
 };
 
 class MlaPrefillGpu : public ::testing::TestWithParam<PrefillCase> {
@@ -56,7 +60,7 @@ TEST_P(MlaPrefillGpu, MatchesTwin) {
   }
   std::vector<int> seq, nsel, sel(size_t(B) * maxCtx, 0), heads;
   for (int b = 0; b < B; ++b) {
-    seq.push_back(b % slots);
+    seq.push_back(c.rows16 ? 1 : b % slots);
     nsel.push_back(c.nsel[b]);
     std::vector<int> ids(maxCtx);
     std::iota(ids.begin(), ids.end(), 0);
@@ -80,11 +84,45 @@ TEST_P(MlaPrefillGpu, MatchesTwin) {
   auto dQ = upload(q), dQabs = upload(qabs), dCache = upload(cache),
        dSeq = upload(seq), dSel = upload(sel), dN = upload(nsel),
        dHeads = upload(heads), dP = upload(p0), dCtx = upload(ctx0);
+  // rows16: the slot's rows 0 .. maxCtx - 1 converted on the device.
+  const std::vector<int> pos(size_t(B), maxCtx - 1);
+  const size_t r16Bytes = size_t(glm::rows16::bytes(maxCtx, c.kvr, c.dr));
+  cuda::DeviceBuffer dRows16(c.rows16 ? r16Bytes : 16);
+  if (c.rows16) {
+    glm::codegen::KeyValues tr = {{"threads", "256"}};
+    if (c.kv)
+      tr["kv"] = c.kv == 1 ? "bf16" : "e4m3";
+    const KernelSpec sr = spec("mla_rows16", tr);
+    auto dPos = upload(pos);
+    const unsigned grx = unsigned((maxCtx + glm::rows16::kRowsPerBlock - 1) /
+                                  glm::rows16::kRowsPerBlock);
+    Args ar;
+    ar.ptr(dCache).ptr(dSeq).ptr(dPos) << B << maxCtx << c.kvr << c.dr;
+    ar.ptr(dRows16);
+    ar.launch(kernel(sr), grx, 1, 256, 0);
+    const std::vector<uint8_t> got = download<uint8_t>(dRows16, r16Bytes);
+    std::vector<uint8_t> want(r16Bytes, 0);
+    runTwin(sr, grx, 1, 256, 0,
+            {hp(cache.data()), hp(seq.data()), hp(pos.data()), hi(B),
+             hi(maxCtx), hi(c.kvr), hi(c.dr), hp(want.data())});
+    size_t bad = 0;
+    for (size_t i = 0; i < r16Bytes; ++i)
+      bad += got[i] != want[i];
+    reportExact("mla_rows16 " + c.name + " bytes", bad, r16Bytes);
+  }
+  glm::codegen::KeyValues t16 = targs;
+  t16.erase("kv");
+  t16["keys"] = "rows16";
   Args a;
-  a.ptr(dQ).ptr(dQabs).ptr(dCache).ptr(dSeq).ptr(dSel).ptr(dN).ptr(dP)
-      << maxCtx;
+  a.ptr(dQ).ptr(dQabs);
+  if (c.rows16)
+    a.ptr(dRows16);
+  else
+    a.ptr(dCache);
+  a.ptr(dSeq).ptr(dSel).ptr(dN).ptr(dP) << maxCtx;
   a.ptr(dCtx).ptr(dHeads) << nh << c.H << c.dn << c.dr << c.kvr << scale;
-  a.launch(kernel(s), gx, unsigned(B), unsigned(threads), smem);
+  a.launch(kernel(c.rows16 ? spec("mla_prefill", t16) : s), gx, unsigned(B),
+           unsigned(threads), smem);
   const std::vector<float> ctx = download<float>(dCtx, nCtx),
                            p = download<float>(dP, nP);
 
@@ -138,7 +176,20 @@ INSTANTIATE_TEST_SUITE_P(
         PrefillCase{"huge_q", 64, 0, 64, 192, 64, 512, {40, 2048}, 0, 1e5f,
                     1e-5f},
         PrefillCase{"huge_keys", 64, 0, 64, 192, 64, 512, {300}, 2, 1e-6f,
-                    1e6f}),
+                    1e6f},
+        // Through mla_rows16.
+        PrefillCase{"glm53_rows16", 64, 0, 64, 192, 64, 512, {1, 16, 37, 2048},
+                    0, 1.0f, 1.0f, true},
+        PrefillCase{"glm53_e4m3_rows16", 64, 0, 64, 192, 64, 512, {129, 2048},
+                    2, 1.0f, 1.0f, true},
+        PrefillCase{"glm53_bf16_rank_8h_rows16", 64, 8, 16, 192, 64, 512,
+                    {700, 2048}, 1, 1.0f, 1.0f, true},
+        PrefillCase{"tiny_a_rows16", 4, 0, 4, 16, 8, 32, {1, 2, 9, 40}, 0,
+                    1.0f, 1.0f, true},
+        PrefillCase{"no_rope_rows16", 20, 0, 20, 32, 0, 64, {3, 64, 65}, 0,
+                    1.0f, 1.0f, true},
+        PrefillCase{"huge_keys_rows16", 64, 0, 64, 192, 64, 512, {300}, 2,
+                    1e-6f, 1e6f, true}),
     [](const auto &i) { return i.param.name; });
 
 /// Not a check: the time of one launch at GLM-5.3's shape (64 heads, kvr
@@ -205,6 +256,52 @@ TEST_F(MlaPrefillGpuBench, GlmShapeByCacheForm) {
                 "%.3f ms, rows gathered %.2f TB/s, %.1f TFLOP/s\n",
                 kvForm == 0 ? "f32" : kvForm == 1 ? "bf16" : "e4m3", B, nsel,
                 t * 1e3, bytes / t * 1e-12, flops / t * 1e-12);
+
+    // The same through mla_rows16 (the slot's 2048 rows once, then the
+    // attention on fp16 rows): each timed alone.
+    const size_t r16Bytes = size_t(glm::rows16::bytes(maxCtx, kvr, dr));
+    cuda::DeviceBuffer dRows16(r16Bytes);
+    const std::vector<int> pos(size_t(B), maxCtx - 1);
+    auto dPos = upload(pos);
+    glm::codegen::KeyValues tr = {{"threads", "256"}};
+    if (kvForm)
+      tr["kv"] = targs["kv"];
+    Args ar;
+    ar.ptr(dCache).ptr(dSeq).ptr(dPos) << B << maxCtx << kvr << dr;
+    ar.ptr(dRows16);
+    const unsigned grx = unsigned(maxCtx / glm::rows16::kRowsPerBlock);
+    glm::codegen::KeyValues t16 = targs;
+    t16.erase("kv");
+    t16["keys"] = "rows16";
+    Args a16;
+    a16.ptr(dQ).ptr(dQabs).ptr(dRows16).ptr(dSeq).ptr(dSel).ptr(dN).ptr(dP)
+        << maxCtx;
+    a16.ptr(dCtx).ptr(dHeads) << H << H << dn << dr << kvr
+                              << 1.0 / std::sqrt(double(dn + dr));
+    auto timed = [&](auto &&once) {
+      once(); // warm
+      std::vector<double> v;
+      for (int r = 0; r < 5; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        once();
+        v.push_back(std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - t0)
+                        .count());
+      }
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2] * 1e-3;
+    };
+    const double tc = timed([&] {
+      ar.launch(kernel(spec("mla_rows16", tr)), grx, 1, 256, 0);
+    });
+    const double ta = timed([&] {
+      a16.launch(kernel(spec("mla_prefill", t16)), gx, unsigned(B),
+                 unsigned(threads), smem);
+    });
+    std::printf("[gpu-bench] mla_prefill %s via rows16: mla_rows16 %.3f ms + "
+                "attention %.3f ms (%.1f TFLOP/s), %.2fx the cache path\n",
+                kvForm == 0 ? "f32" : kvForm == 1 ? "bf16" : "e4m3", tc * 1e3,
+                ta * 1e3, flops / ta * 1e-12, t / (tc + ta));
   }
 }
 

@@ -19,6 +19,10 @@
 // (the indexer's head weights and the router: bf16 x planes).
 // CHECK: glm.indexer_topk
 // CHECK-SAME: ["glm_gemv_any_t256", "glm_rope_rows_t32", "glm_gemm_dense_fp8_block_sf32_m64_t256", "glm_index_key_store_t256", "glm_gemm_dense_bf16_snone_m64_t256", "glm_indexer_scores_mma_t256", "glm_dsa_select_t1024"]{{.}},
+// A prefill chunk's attention: the slot's rows in fp16 once (mla_rows16),
+// then the tensor-core attention reading them.
+// CHECK: glm.attention_decode
+// CHECK-SAME: ["glm_kv_store_t256", "glm_rope_rows_t32", "glm_mla_proj_kn_e4m3_block_t128", "glm_mla_rows16_t256", "glm_mla_prefill_rows16_v4_t64", "glm_mla_proj_nk_e4m3_block_t128"]
 // CHECK: glm.router
 // CHECK-SAME: ["glm_gemm_dense_bf16_snone_m64_t256", "glm_route_t32"]{{.}},
 // Per op, one kernel list per bucket in glm.buckets order; glm.kernels is

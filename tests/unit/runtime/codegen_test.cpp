@@ -211,6 +211,10 @@ std::vector<KernelSpec> helperSpecs() {
   add("mla_prefill", {{"vt", "32"}, {"threads", "64"}});
   add("mla_prefill", {{"vt", "2"}, {"threads", "64"}});
   add("mla_prefill", {{"vt", "3"}, {"threads", "128"}});
+  // Reading mla_rows16's fp16 rows (f32 cache; bf16/e4m3 below).
+  add("mla_prefill", {{"keys", "rows16"}, {"vt", "32"}, {"threads", "256"}});
+  add("mla_prefill", {{"keys", "rows16"}, {"vt", "2"}, {"threads", "64"}});
+  add("mla_rows16", {{"threads", "256"}});
   // Its per-head projections over kv_b's stored forms.
   for (const char *w : {"kn", "nk"})
     for (const auto &[dt, sk] :
@@ -226,6 +230,7 @@ std::vector<KernelSpec> helperSpecs() {
     add("kpool_store", {{"kv", kv}, {"threads", "128"}});
     add("mla_core", {{"kv", kv}, {"threads", "1024"}});
     add("mla_prefill", {{"kv", kv}, {"vt", "32"}, {"threads", "256"}});
+    add("mla_rows16", {{"kv", kv}, {"threads", "256"}});
     add("indexer_scores_ctx", {{"kv", kv}, {"threads", "256"}});
     add("indexer_scores_ctx", {{"pool", "4"}, {"kv", kv}, {"threads", "256"}});
     add("indexer_scores_mma", {{"kv", kv}, {"threads", "256"}});

@@ -15,6 +15,7 @@
 #include "twin_test_util.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 using namespace glm::twintest;
@@ -154,6 +155,52 @@ TEST_P(MlaPrefillTwin, MatchesMlaCoreWithinTheFp16Rounding) {
       }
 }
 
+/// mla_rows16 then mla_prefill<keys = rows16> gives the bits the cache path
+/// gives, for a chunk of one slot: the per-row forms are the same bits
+/// whether made per tile or once; the rows past the chunk's last position
+/// are left as they were.
+TEST_P(MlaPrefillTwin, Rows16PathHasTheCachePathsBits) {
+  Problem pr(GetParam());
+  const Shape &s = pr.s;
+  for (int &q : pr.seq)
+    q = 1; // one slot, as a prefill chunk has
+  // The chunk's positions: the selections stay below the last + 1.
+  int top = 0;
+  for (int b = 0; b < pr.B; ++b)
+    for (int j = 0; j < pr.nsel[b]; ++j)
+      top = std::max(top, pr.sel[size_t(b) * pr.maxCtx + j]);
+  std::vector<int> pos(pr.B);
+  for (int b = 0; b < pr.B; ++b)
+    pos[b] = top - (pr.B - 1 - b);
+  std::vector<uint8_t> rows16(size_t(glm::rows16::bytes(pr.maxCtx, s.kvr, s.dr)),
+                              0xEE);
+  glm::plan::KeyValues tr = {{"threads", "256"}};
+  if (s.kv)
+    tr["kv"] = s.kv == 1 ? "bf16" : "e4m3";
+  runTwin(launch("mla_rows16", tr,
+                 unsigned((pr.maxCtx + glm::rows16::kRowsPerBlock - 1) /
+                          glm::rows16::kRowsPerBlock),
+                 1, 256,
+                 {P(pr.cache.data()), P(pr.seq.data()), P(pos.data()),
+                  I(pr.B), I(pr.maxCtx), I(s.kvr), I(s.dr), P(rows16.data())}));
+  const size_t kh = size_t(glm::rows16::keyHalves(s.kvr, s.dr));
+  for (size_t i = size_t(top + 1) * kh * 2; i < size_t(pr.maxCtx) * kh * 2; ++i)
+    ASSERT_EQ(rows16[i], 0xEE) << s.name << ": past the last position";
+  std::vector<float> want, got, pw, pg;
+  runTwin(pr.run("mla_prefill", pr.prefillArgs(), want, pw));
+  Problem from16 = pr;
+  from16.cache = rows16;
+  glm::plan::KeyValues t16 = pr.prefillArgs();
+  t16.erase("kv");
+  t16["keys"] = "rows16";
+  runTwin(from16.run("mla_prefill", t16, got, pg));
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_EQ(std::memcmp(&want[i], &got[i], 4), 0)
+        << s.name << " ctx " << i << ": " << want[i] << " vs " << got[i];
+  ASSERT_EQ(std::memcmp(pw.data(), pg.data(), pw.size() * 4), 0) << s.name;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, MlaPrefillTwin,
     ::testing::Values(
@@ -194,6 +241,33 @@ TEST(MlaPrefillFootprint, CoversTheRowsHeadsAndCache) {
   EXPECT_EQ(f.bytes[8], rows * 512 * 4);
   EXPECT_EQ(f.bytes[9], 8u * 4);
   EXPECT_EQ(f.kvForm[2], 0);
+}
+
+TEST(MlaPrefillFootprint, Rows16CoversItsBuffer) {
+  Problem pr(Shape{"fp16", 64, 0, 64, 192, 64, 512, {16, 129}});
+  const uint64_t bytes = uint64_t(glm::rows16::bytes(pr.maxCtx, 512, 64));
+  EXPECT_EQ(bytes, uint64_t(pr.maxCtx) * (576 * 2 + 512 * 2 + 8));
+  std::vector<int> pos = {300, 301};
+  std::vector<uint8_t> rows16(bytes);
+  glm::plan::KeyValues tr = {{"threads", "256"}};
+  Launch conv = launch("mla_rows16", tr, unsigned(pr.maxCtx / 8), 1, 256,
+                       {P(pr.cache.data()), P(pr.seq.data()), P(pos.data()),
+                        I(2), I(pr.maxCtx), I(512), I(64), P(rows16.data())});
+  twins::Footprint f = footprint(conv);
+  EXPECT_EQ(f.bytes[0], uint64_t(pr.maxCtx) * 576 * 4);
+  EXPECT_EQ(f.bytes[2], 2u * 4);
+  EXPECT_EQ(f.bytes[7], bytes);
+  conv.block[0] = 128;
+  EXPECT_THROW(footprint(conv), twins::BadLaunchArg);
+  conv.block[0] = 256;
+  conv.args[5].i = 520; // not whole 16-column tiles
+  EXPECT_THROW(footprint(conv), twins::BadLaunchArg);
+  glm::plan::KeyValues t = pr.prefillArgs();
+  t["keys"] = "rows16";
+  std::vector<float> ctx, p;
+  pr.cache = rows16;
+  const Launch l = pr.run("mla_prefill", t, ctx, p);
+  EXPECT_EQ(footprint(l).bytes[2], bytes);
 }
 
 TEST(MlaPrefillFootprint, RefusesShapesTheKernelDoesNotTake) {
