@@ -94,12 +94,6 @@ template <int FMT, int BM, int THREADS> struct GemmDenseLayout {
       kXBytes + kEBytes + 4 * kBN * kRowBytes <= 45 * 1024 ? 4 : 3;
 };
 
-__device__ __forceinline__ void cpAsync4(void *dst, const void *src) {
-  asm volatile(
-      "cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smemAddr(dst)),
-      "l"(src));
-}
-
 /// d = a . b (+ 0): the first MMA of a fresh partial sum.
 __device__ __forceinline__ void mma16816Zero(float d[4], const u32 a[4], u32 b0,
                                              u32 b1) {

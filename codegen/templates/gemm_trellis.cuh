@@ -29,6 +29,7 @@
 // shared memory <= 45 KB (the Sparks allow 99 KB).
 #pragma once
 
+#include "cp_async.cuh"
 #include "glm_common.cuh"
 
 #define GLM_GEMM_TRELLIS_PARAMS                                                \
@@ -129,17 +130,6 @@ __device__ __forceinline__ uint4 decodeLaneFrag(const u32 *words, int lane) {
 
 __device__ __forceinline__ u32 smemAddr(const void *p) {
   return u32(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cpAsync16(void *dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smemAddr(dst)),
-               "l"(src));
-}
-__device__ __forceinline__ void cpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ void ldmatrixX4(u32 a[4], const void *p) {

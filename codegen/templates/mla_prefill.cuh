@@ -42,6 +42,7 @@
 // pass-1 MMA: 256 bytes (was 768 with q re-read for every 8 keys).
 #pragma once
 
+#include "cp_async.cuh"
 #include "kv_cache.cuh"
 #include "mla_rows16_layout.cuh"
 
@@ -275,23 +276,6 @@ template <int KV, int THREADS, int CH> struct CacheTiles {
   __device__ __forceinline__ const float *scales(int) const { return kscale; }
 };
 
-__device__ __forceinline__ void cpAsync16(void *dst, const void *src,
-                                          int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   smem32(dst)),
-               "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cpAsync4(void *dst, const void *src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem32(dst)),
-               "l"(src));
-}
-__device__ __forceinline__ void cpAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N> __device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 /// The tiles of a pass from mla_rows16's fp16 rows (KEYS = rows16): no
 /// conversion left, so the rows go global -> shared by cp.async into a ring
 /// of S = heads / 16 + 1 slots of 16 rows (q's shared memory, free once q
@@ -345,7 +329,7 @@ template <int THREADS, bool V> struct Rows16Ring {
         const bool key = idx[i] >= 0;
         const unsigned char *src = rows + (long long)(key ? idx[i] : 0) * c8 * 16;
         for (int c = lane; c < c8; c += 32)
-          cpAsync16(slot + k * pitch + 8 * c, src + 16 * c, key ? 16 : 0);
+          cpAsync16Fill(slot + k * pitch + 8 * c, src + 16 * c, key ? 16 : 0);
         if (lane == 0) {
           float *d = slotScale + (it % S) * 16 + k;
           if (key)
