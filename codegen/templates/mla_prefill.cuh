@@ -10,7 +10,9 @@
 // heads in `heads`, after the table: qAll [B][H][dn + dr] (q_pe roped),
 // qabsAll [B][H][kvr], the cache [slots][maxCtx] rows of kvr + dr values in
 // form KV (kv_cache.cuh), selAll [B][maxCtx] / nselp [B] (the selection),
-// pAll [B][H][maxCtx] scratch (the scores), ctxAll [B][H][kvr] out. Grid
+// pAll [B][H][pStride] scratch (the scores; pStride = the most keys a row
+// selects, the DSA top-k: at most the first pStride of a row's selection
+// are taken), ctxAll [B][H][kvr] out. Grid
 // (mlaPrefillGridX(nh, THREADS), B), row B - 1 - blockIdx.y; block head i
 // of blockIdx.x takes heads[16 * THREADS / 64 * blockIdx.x + i]; dynamic
 // shared memory
@@ -50,10 +52,10 @@
   const float *qAll, const float *qabsAll, const void *cache, const int *seq,  \
       const int *selAll, const int *nselp, float *pAll, int maxCtx,            \
       float *ctxAll, const int *heads, int nh, int H, int dn, int dr, int kvr, \
-      double scale
+      double scale, int pStride
 #define GLM_MLA_PREFILL_ARGS                                                   \
   qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, ctxAll, heads, nh,   \
-      H, dn, dr, kvr, scale
+      H, dn, dr, kvr, scale, pStride
 
 namespace glm {
 namespace mp {
@@ -394,7 +396,7 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   // Rows in reverse: a chunk's later rows attend the most keys, and the
   // longest blocks first leave the short ones to fill the last wave.
   const int b = gridDim.y - 1 - blockIdx.y, hb0 = blockIdx.x * MH,
-            n = nselp[b];
+            n = min(nselp[b], pStride);
   // KEYS = rows16: `cache` is mla_rows16's buffer of the chunk's slot.
   const long long r0 = KEYS ? 0 : (long long)seq[b] * maxCtx;
   const int *sel = selAll + (long long)b * maxCtx;
@@ -431,7 +433,7 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   for (int r = 0; r < 2; ++r) {
     const int hi = hb0 + 16 * grp + gr + 8 * r;
     valid[r] = hi < nh;
-    prow[r] = valid[r] ? pAll + ((long long)b * H + heads[hi]) * maxCtx
+    prow[r] = valid[r] ? pAll + ((long long)b * H + heads[hi]) * pStride
                        : nullptr;
   }
 

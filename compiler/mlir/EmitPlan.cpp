@@ -479,11 +479,14 @@ private:
     Value v = op.getResult(i);
     return bufferArg(st.bufferOf.lookup(v), label, rowBytesOf(v), offset);
   }
-  /// A scratch row buffer of `perRow` bytes per token.
+  /// A scratch row buffer of `perRow` bytes per token (of the largest
+  /// step, or of `rows` when given: a larger step then gets its own).
   gp::ArgDef scratchRows(const std::string &name, uint64_t perRow,
-                         const std::string &label) {
-    return bufferArg(st.scratchBuffer(name, perRow * st.maxTokens), label,
-                     perRow);
+                         const std::string &label, int64_t rows = 0) {
+    return bufferArg(
+        st.scratchBuffer(name, perRow * uint64_t(rows > 0 ? rows
+                                                          : st.maxTokens)),
+        label, perRow);
   }
   /// Kernel `k` ends a sum over rank-owned units in int64 (sum =
   /// fixed_out): its output rows of n int64 go to the fixed-sum scratch the
@@ -507,9 +510,9 @@ private:
   /// A scratch row buffer of `perContextToken` bytes per token of
   /// max_context per token of the step (selections, scores, flags).
   gp::ArgDef contextRows(const std::string &name, uint64_t perContextToken,
-                         const std::string &label) {
+                         const std::string &label, int64_t rows = 0) {
     const uint64_t ctx = std::max<int64_t>(st.maxContext, 1);
-    gp::ArgDef a = scratchRows(name, perContextToken * ctx, label);
+    gp::ArgDef a = scratchRows(name, perContextToken * ctx, label, rows);
     if (st.contextScratch)
       st.contextScratch->insert(st.rp.buffers[a.buffer].name);
     return a;
@@ -1074,9 +1077,12 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            i32Arg(kvr, "kvr")};
       grid(nh * ceilDiv(kvr, 32), R, 1, 64);
     } else if (f == "mla_core") {
+      // Its weights of max_context keys a row, for this step's rows only:
+      // decode steps are small, and a prefill chunk's attention is
+      // mla_prefill's (at 2048 rows and 8K tokens this was 8.6 GB).
       a = {in(op, 0, "qAll"), named(qabs, "qabsAll"), cache, seqA,
            sel("selAll"), nsel("nselp"),
-           contextRows("mla_p", 2 * H * 4, "pAll"),
+           contextRows("mla_p", 2 * H * 4, "pAll", rows),
            i32Arg(ctx, "maxCtx"), ctxv, headsA, i32Arg(H, "H"),
            i32Arg(dn, "dn"), i32Arg(dr, "dr"), i32Arg(kvr, "kvr"),
            f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale")};
@@ -1121,14 +1127,30 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
           ::glm::codegen::mlaPrefillThreadsFor(H, at.getShard().getRanks());
       const bool fromRows16 =
           std::count(seq.begin(), seq.end(), "mla_rows16") > 0;
+      // Its scores: a row of the most keys a row selects (the DSA top-k,
+      // not max_context: 1 GB at GLM-5.3's 2048-token chunks whatever the
+      // context; the kernel takes at most that many).
+      // dsa_select.cuh: k tokens (k pools of P tokens and the incomplete
+      // pool's P - 1 past them, or all T <= (k + 1) P - 1 of them).
+      int64_t pStride = ctx;
+      if (auto ix = at.getSelection().getDefiningOp<IndexerTopkOp>()) {
+        const int64_t k = std::max<int64_t>(ix.getTopk(), 1),
+                      P = std::max<int64_t>(ix.getKpool(), 1);
+        pStride = std::min<int64_t>(ctx, P == 1 ? k : (k + 1) * P);
+      }
+      gp::ArgDef p = pStride == ctx
+                         ? contextRows("mla_prefill_p", H * 4, "pAll")
+                         : scratchRows("mla_prefill_p", uint64_t(H) * 4 *
+                                                            uint64_t(pStride),
+                                       "pAll");
       a = {in(op, 0, "qAll"), named(qabs, "qabsAll"),
            fromRows16 ? named(rows16(), "cache") : cache, seqA,
-           sel("selAll"), nsel("nselp"),
-           contextRows("mla_p", 2 * H * 4, "pAll"),
+           sel("selAll"), nsel("nselp"), p,
            i32Arg(ctx, "maxCtx"), ctxv, headsA, i32Arg(nh, "nh"),
            i32Arg(H, "H"), i32Arg(dn, "dn"), i32Arg(dr, "dr"),
            i32Arg(kvr, "kvr"),
-           f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale")};
+           f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale"),
+           i32Arg(pStride, "pStride")};
       grid(::glm::codegen::mlaPrefillGridX(nh, threads), R, 1,
            uint32_t(threads),
            uint32_t(::glm::codegen::mlaPrefillSmem(threads, kvr, dr)));

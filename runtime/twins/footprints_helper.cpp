@@ -290,12 +290,13 @@ void mlaCoreFp(const Launch &l, Footprint &f) {
 }
 
 // mla_prefill(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx,
-// ctxAll, heads, nh, H, dn, dr, kvr, scale); grid (ceil(nh / (16 * block /
+// ctxAll, heads, nh, H, dn, dr, kvr, scale, pStride); grid (ceil(nh / (16 * block /
 // 64)), B), dynamic shared memory mlaPrefillSmem (mla_prefill_abi.h).
 void mlaPrefillFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide B = r.grid(1), ctx = r.at(7), nh = r.at(10, 1), H = r.at(11),
-             dn = r.at(12), dr = r.at(13), kvr = r.at(14, 16);
+             dn = r.at(12), dr = r.at(13), kvr = r.at(14, 16),
+             pStride = r.at(16, 1); // the kernel takes at most pStride keys
   const int threads = int(r.block(0));
   r.require(threads == 64 || threads == 128 || threads == 256, 10,
             "is spread over ", threads, " threads; the kernel takes 64 per "
@@ -330,7 +331,7 @@ void mlaPrefillFp(const Launch &l, Footprint &f) {
   r.need(3, rows ? B : 0, 4);
   r.need(4, rows ? B * ctx : 0, 4);
   r.need(5, rows ? B : 0, 4);
-  r.need(6, rows * ctx, 4);
+  r.need(6, rows * pStride, 4);
   r.need(8, rows * kvr, 4);
   r.need(9, B ? covered : 0, 4);
   headList(r, 9, B ? covered : 0, H);
@@ -1001,7 +1002,7 @@ const FootprintEntry kHelperFootprints[] = {
     {"mla_attn", "pppppppippiiiiid", mlaAttnFp},
     {"mla_qabs", "ppipippiiiii", mlaQabsFp},
     {"mla_core", "pppppppippiiiid", mlaCoreFp},
-    {"mla_prefill", "pppppppippiiiiid", mlaPrefillFp},
+    {"mla_prefill", "pppppppippiiiiidi", mlaPrefillFp},
     {"mla_rows16", "pppiiiip", mlaRows16Fp},
     {"mla_proj", "piipipiiiippiiiii", mlaProjFp},
     {"mla_out", "pipipppiiii", mlaOutFp},

@@ -136,7 +136,7 @@ void mlaRows16Twin(const Launch &l) {
 }
 
 // mla_prefill(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx,
-// ctxAll, heads, nh, H, dn, dr, kvr, scale); grid (ceil(nh / heads per
+// ctxAll, heads, nh, H, dn, dr, kvr, scale, pStride); grid (ceil(nh / heads per
 // block), B); template kv: the cache's form; keys = rows16: `cache` is
 // mla_rows16's buffer.
 void mlaPrefillTwin(const Launch &l) {
@@ -151,6 +151,7 @@ void mlaPrefillTwin(const Launch &l) {
   const int nh = l.i32(10), H = l.i32(11), dn = l.i32(12), dr = l.i32(13),
             kvr = l.i32(14);
   const float fscale = float(l.args.at(15).f);
+  const int pStride = l.i32(16); // pAll's row: the most keys a row selects
   const int lat = kvr + dr, kvForm = l.kvForm();
   // keys = rows16: `cache` is mla_rows16's buffer of the chunk's slot.
   std::optional<Rows16View> rows16;
@@ -165,7 +166,7 @@ void mlaPrefillTwin(const Launch &l) {
     std::vector<float> kscale, vscale;
     std::vector<double> ctx(kvr);
     for (int64_t b = b0; b < b1; ++b) {
-      const int n = nselp[b];
+      const int n = std::min(nselp[b], pStride);
       const int64_t r0 = rows16 ? 0 : int64_t(seq[b]) * maxCtx;
       const int *sel = selAll + b * maxCtx;
       // Each key row as pass 1 scales it, its first kvr values as pass 2.
@@ -197,7 +198,7 @@ void mlaPrefillTwin(const Launch &l) {
         for (int c = 0; c < dr; ++c)
           q[kvr + c] = qAll[bh * (dn + dr) + dn + c];
         const float qscale = scaledHalves(q.data(), lat, -126, 100);
-        float *p = pAll + bh * maxCtx;
+        float *p = pAll + bh * pStride;
         float mx = -std::numeric_limits<float>::infinity();
         for (int j = 0; j < n; ++j) {
           const float *k = keys.data() + size_t(j) * lat;

@@ -120,7 +120,7 @@ TEST_P(MlaPrefillGpu, MatchesTwin) {
   else
     a.ptr(dCache);
   a.ptr(dSeq).ptr(dSel).ptr(dN).ptr(dP) << maxCtx;
-  a.ptr(dCtx).ptr(dHeads) << nh << c.H << c.dn << c.dr << c.kvr << scale;
+  a.ptr(dCtx).ptr(dHeads) << nh << c.H << c.dn << c.dr << c.kvr << scale << maxCtx;
   a.launch(kernel(c.rows16 ? spec("mla_prefill", t16) : s), gx, unsigned(B),
            unsigned(threads), smem);
   const std::vector<float> ctx = download<float>(dCtx, nCtx),
@@ -131,7 +131,7 @@ TEST_P(MlaPrefillGpu, MatchesTwin) {
           {hp(q.data()), hp(qabs.data()), hp(cache.data()), hp(seq.data()),
            hp(sel.data()), hp(nsel.data()), hp(tp.data()), hi(maxCtx),
            hp(tctx.data()), hp(heads.data()), hi(nh), hi(c.H), hi(c.dn),
-           hi(c.dr), hi(c.kvr), hf(scale)});
+           hi(c.dr), hi(c.kvr), hf(scale), hi(maxCtx)});
   Err ec, es;
   size_t untouched = 0, outside = 0;
   for (int b = 0; b < B; ++b)
@@ -235,7 +235,7 @@ TEST_F(MlaPrefillGpuBench, GlmShapeByCacheForm) {
     a.ptr(dQ).ptr(dQabs).ptr(dCache).ptr(dSeq).ptr(dSel).ptr(dN).ptr(dP)
         << maxCtx;
     a.ptr(dCtx).ptr(dHeads) << H << H << dn << dr << kvr
-                            << 1.0 / std::sqrt(double(dn + dr));
+                            << 1.0 / std::sqrt(double(dn + dr)) << maxCtx;
     const unsigned gx = cg::mlaPrefillGridX(H, threads),
                    smem = unsigned(cg::mlaPrefillSmem(threads, kvr, dr));
     a.launch(kernel(s), gx, unsigned(B), unsigned(threads), smem); // warm
@@ -277,7 +277,7 @@ TEST_F(MlaPrefillGpuBench, GlmShapeByCacheForm) {
     a16.ptr(dQ).ptr(dQabs).ptr(dRows16).ptr(dSeq).ptr(dSel).ptr(dN).ptr(dP)
         << maxCtx;
     a16.ptr(dCtx).ptr(dHeads) << H << H << dn << dr << kvr
-                              << 1.0 / std::sqrt(double(dn + dr));
+                              << 1.0 / std::sqrt(double(dn + dr)) << maxCtx;
     auto timed = [&](auto &&once) {
       once(); // warm
       std::vector<double> v;

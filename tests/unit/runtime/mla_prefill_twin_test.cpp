@@ -72,11 +72,16 @@ struct Problem {
   }
   int nh() const { return int(heads.size()); }
 
-  /// mla_core's or mla_prefill's launch over ctx / p.
+  /// mla_core's or mla_prefill's launch over ctx / p (mla_prefill's rows
+  /// of p `pStride` apart; 0: maxCtx).
   Launch run(const std::string &family, const glm::plan::KeyValues &t,
-             std::vector<float> &ctx, std::vector<float> &p) const {
+             std::vector<float> &ctx, std::vector<float> &p,
+             int pStride = 0) const {
+    if (pStride == 0)
+      pStride = maxCtx;
     ctx.assign(size_t(B) * s.H * s.kvr, -7.0f);
-    p.assign(size_t(B) * s.H * maxCtx, 0.0f);
+    p.assign(size_t(B) * s.H * (family == "mla_prefill" ? pStride : maxCtx),
+             0.0f);
     const double scale = 1.0 / std::sqrt(double(s.dn + s.dr));
     std::vector<Arg> a = {P(q.data()),   P(qabs.data()), P(cache.data()),
                           P(seq.data()), P(sel.data()),  P(nsel.data()),
@@ -88,6 +93,7 @@ struct Problem {
       for (int v : {s.H, s.dn, s.dr, s.kvr})
         a.push_back(I(v));
       a.push_back(F(scale));
+      a.push_back(I(pStride));
       return launch(family, t, cg::mlaPrefillGridX(nh(), threads), B, threads,
                     a, unsigned(cg::mlaPrefillSmem(threads, s.kvr, s.dr)));
     }
@@ -199,6 +205,29 @@ TEST_P(MlaPrefillTwin, Rows16PathHasTheCachePathsBits) {
     ASSERT_EQ(std::memcmp(&want[i], &got[i], 4), 0)
         << s.name << " ctx " << i << ": " << want[i] << " vs " << got[i];
   ASSERT_EQ(std::memcmp(pw.data(), pg.data(), pw.size() * 4), 0) << s.name;
+}
+
+/// p's rows only as long as the longest selection (the plan's DSA top-k)
+/// give the same bits as rows of maxCtx; a shorter stride caps each row's
+/// keys at it (the kernel never writes past a row).
+TEST_P(MlaPrefillTwin, ScoreRowsOfTheLongestSelectionGiveTheSameBits) {
+  const Problem pr(GetParam());
+  const int most = *std::max_element(pr.nsel.begin(), pr.nsel.end());
+  std::vector<float> want, got, pw, pg;
+  runTwin(pr.run("mla_prefill", pr.prefillArgs(), want, pw));
+  runTwin(pr.run("mla_prefill", pr.prefillArgs(), got, pg, most));
+  ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * 4), 0)
+      << pr.s.name;
+  for (size_t r = 0; r < pg.size() / size_t(most); ++r)
+    ASSERT_EQ(std::memcmp(pw.data() + r * pr.maxCtx, pg.data() + r * most,
+                          size_t(most) * 4),
+              0)
+        << pr.s.name << " p row " << r;
+  if (most > 1) { // capped: the first most - 1 keys of every row
+    runTwin(pr.run("mla_prefill", pr.prefillArgs(), got, pg, most - 1));
+    EXPECT_NE(std::memcmp(want.data(), got.data(), want.size() * 4), 0)
+        << pr.s.name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
