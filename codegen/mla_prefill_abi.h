@@ -51,15 +51,14 @@ constexpr int64_t mlaPrefillPitch(int64_t lat) {
 /// 4-value chunks in 5 registers while its warp finds the row's scale.
 constexpr int64_t kMlaPrefillMaxLatent = 5 * 32 * 4;
 /// Dynamic shared memory: q (heads x pitch halves), a key tile
-/// (16 x pitch halves) — with keys = rows16 the two are a ring of heads / 16
-/// + 1 tiles once q is in registers — then floats: each head's max per
-/// column half and q scale, each ring tile's 16 key scales, and 4 a thread
-/// for the score partials the two warps of a head group exchange (pass 1
-/// splits the latent between them).
+/// (16 x pitch halves), then floats: each head's max per column half and
+/// q scale, each key's scale, and 4 a thread for the score partials the
+/// two warps of a head group exchange (pass 1 splits the latent between
+/// them).
 constexpr int64_t mlaPrefillSmem(int threads, int64_t kvr, int64_t dr) {
   return (mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) *
              mlaPrefillPitch(kvr + dr) * 2 +
-         (4 * mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) * 4 +
+         (3 * mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) * 4 +
          int64_t(threads) * 16;
 }
 /// The fp16 rows mla_rows16 writes and mla_prefill<keys = rows16> reads:

@@ -1,7 +1,6 @@
 // cp_async.cuh - global -> shared copies that bypass registers (cp.async,
 // sm_80 and later: the H200's sm_90 and the Sparks' sm_121), grouped and
-// waited on by commit group: the rings of gemm_trellis, gemm_dense and
-// mla_prefill.
+// waited on by commit group: the rings of gemm_trellis and gemm_dense.
 #pragma once
 
 namespace glm {
@@ -14,13 +13,6 @@ __device__ __forceinline__ void cpAsync16(void *dst, const void *src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
                    cpAsyncSmem(dst)),
                "l"(src));
-}
-/// The same with `bytes` (0 or 16) read from src, the rest zero-filled.
-__device__ __forceinline__ void cpAsync16Fill(void *dst, const void *src,
-                                              int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   cpAsyncSmem(dst)),
-               "l"(src), "r"(bytes));
 }
 /// 4 bytes (4-byte aligned).
 __device__ __forceinline__ void cpAsync4(void *dst, const void *src) {

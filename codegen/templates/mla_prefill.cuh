@@ -44,7 +44,6 @@
 // pass-1 MMA: 256 bytes (was 768 with q re-read for every 8 keys).
 #pragma once
 
-#include "cp_async.cuh"
 #include "kv_cache.cuh"
 #include "mla_rows16_layout.cuh"
 
@@ -241,131 +240,93 @@ template <int KV, int THREADS, int CH> struct KeyTile {
 };
 
 
-/// The tiles of a pass from the cache (KEYS = cache): a KeyTile converting
-/// each gathered row, one tile in flight in registers, the tile in ks.
-template <int KV, int THREADS, int CH> struct CacheTiles {
-  KeyTile<KV, THREADS, CH> key;
-  const void *cache;
-  long long r0;
-  int lat, ncol, lo, hi, pitch;
-  unsigned short *ks;
-  float *kscale;
-  __device__ __forceinline__ void setup(const void *cache_, long long r0_,
-                                        int, int, int, int lat_, int ncol_,
-                                        int lo_, int hi_, unsigned short *,
-                                        unsigned short *ks_, float *kscale_,
-                                        int pitch_) {
-    cache = cache_, r0 = r0_, lat = lat_, ncol = ncol_, lo = lo_, hi = hi_;
-    ks = ks_, kscale = kscale_, pitch = pitch_;
-  }
-  __device__ __forceinline__ void begin(const int *sel, int n) {
-    key.index(sel, 0, n);
-    key.fetch(cache, r0, sel, 0, n, lat, ncol);
-  }
-  /// Tile it in shared memory for the block (the previous one consumed),
-  /// the next one's loads in flight.
-  __device__ __forceinline__ void ready(int it, const int *sel, int n) {
-    const int j0 = 16 * it;
-    __syncthreads();
-    key.store(ks, kscale, pitch, ncol, lo, hi, cache, r0, sel, j0, n, lat);
-    __syncthreads();
-    if (j0 + 16 < n)
-      key.fetch(cache, r0, sel, j0 + 16, n, lat, ncol);
-  }
-  __device__ __forceinline__ const unsigned short *tile(int) const {
-    return ks;
-  }
-  __device__ __forceinline__ const float *scales(int) const { return kscale; }
-};
-
-/// The tiles of a pass from mla_rows16's fp16 rows (KEYS = rows16): no
-/// conversion left, so the rows go global -> shared by cp.async into a ring
-/// of S = heads / 16 + 1 slots of 16 rows (q's shared memory, free once q
-/// is in registers, then the key tile's): tiles it + 1 .. it + S - 1 fly
-/// while tile it is multiplied (five slots at 64 heads). V: the value rows
-/// (kvr halves) instead of the key rows. A row past n is zeros with scale
-/// 1, as KeyTile::storeRow leaves it (pass 2 multiplies it by P = 0).
-template <int THREADS, bool V> struct Rows16Ring {
+/// KeyTile's interface over rows mla_rows16 already converted (KEYS =
+/// rows16). Like KeyTile it holds the next tile in registers: a cp.async
+/// ring of up to five tiles in q's shared memory measured slower (1.05 ms
+/// against 0.89 at GLM-5.3's shape, docs/perf.md session 20), as it did for
+/// raw cache tiles in session 19. Rows16Tile: rows j0 .. j0 + 15 of the selection copied as they are, 8
+/// halves a load, from the key rows (V false: pitch - 8 halves a row) or
+/// the value rows (V true: kvr), and each row's 2^-e; no widening, no max,
+/// no rounding. setup() takes the rows16 buffer (cache and r0 are unused).
+template <int THREADS, bool V> struct Rows16Tile {
   static constexpr int NW = THREADS / 32, RPW = 16 / NW;
-  static constexpr int S = THREADS / 64 + 1;
-  const unsigned char *rows; // this pass's rows, 16 * c8 bytes apart
-  const float *rowScale;     // their 2^-e
-  unsigned short *slots;     // [S][16][pitch]
-  float *slotScale;          // [S][16]
-  int c8, pitch;
-  int idx[RPW]; // selection indices of the next tile to issue (-1: past n)
+  static constexpr int HELD = NW >= 8 ? 2 : 1;
+  static constexpr int U = (kMaxSteps * 16 / 8 + 31) / 32; // 16-byte loads
+  const uint4 *rows;    // the rows of this pass, c8 loads apart
+  const float *scales;  // their 2^-e
+  int c8;               // 16-byte loads of a row
+  uint4 v[HELD][U];
+  float sc[HELD];
+  int idx[HELD];
 
-  __device__ __forceinline__ void setup(const void *rows16, long long,
-                                        int maxCtx, int kvr, int dr, int,
-                                        int, int, int, unsigned short *qs,
-                                        unsigned short *, float *kscale,
-                                        int pitch_) {
+  __device__ __forceinline__ void setup(const void *rows16, int maxCtx,
+                                        int kvr, int dr) {
     const unsigned char *b = (const unsigned char *)rows16;
     if (V) {
-      rows = b + rows16::valueOffset(maxCtx, kvr, dr);
-      rowScale = (const float *)(b + rows16::valueScaleOffset(maxCtx, kvr, dr));
+      rows = (const uint4 *)(b + rows16::valueOffset(maxCtx, kvr, dr));
+      scales = (const float *)(b + rows16::valueScaleOffset(maxCtx, kvr, dr));
       c8 = kvr / 8;
     } else {
-      rows = b;
-      rowScale = (const float *)(b + rows16::keyScaleOffset(maxCtx, kvr, dr));
+      rows = (const uint4 *)b;
+      scales = (const float *)(b + rows16::keyScaleOffset(maxCtx, kvr, dr));
       c8 = (int)rows16::keyHalves(kvr, dr) / 8;
     }
-    slots = qs, slotScale = kscale, pitch = pitch_;
   }
   __device__ __forceinline__ void index(const int *sel, int j0, int n) {
 #pragma unroll
-    for (int i = 0; i < RPW; ++i) {
+    for (int i = 0; i < HELD; ++i) {
       const int k = (threadIdx.x >> 5) + NW * i;
       idx[i] = j0 + k < n ? sel[j0 + k] : -1;
     }
   }
-  /// Copies tile it into its slot (one commit group, empty past n), then
-  /// reads the next tile's indices.
-  __device__ __forceinline__ void issue(int it, const int *sel, int n) {
-    const int j0 = 16 * it, lane = threadIdx.x & 31;
-    if (j0 < n) {
-      unsigned short *slot = slots + (it % S) * 16 * pitch;
+  __device__ __forceinline__ void fetch(const void *, long long,
+                                        const int *sel, int j0, int n, int,
+                                        int) {
+    const int lane = threadIdx.x & 31;
 #pragma unroll
-      for (int i = 0; i < RPW; ++i) {
-        const int k = (threadIdx.x >> 5) + NW * i;
-        const bool key = idx[i] >= 0;
-        const unsigned char *src = rows + (long long)(key ? idx[i] : 0) * c8 * 16;
-        for (int c = lane; c < c8; c += 32)
-          cpAsync16Fill(slot + k * pitch + 8 * c, src + 16 * c, key ? 16 : 0);
-        if (lane == 0) {
-          float *d = slotScale + (it % S) * 16 + k;
-          if (key)
-            cpAsync4(d, rowScale + idx[i]);
-          else
-            *d = 1.0f;
-        }
+    for (int i = 0; i < HELD; ++i) {
+      const uint4 *src = rows + (long long)(idx[i] >= 0 ? idx[i] : 0) * c8;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = lane + 32 * u;
+        v[i][u] = make_uint4(0u, 0u, 0u, 0u);
+        if (idx[i] >= 0 && c < c8)
+          v[i][u] = src[c];
       }
-      index(sel, j0 + 16, n);
+      sc[i] = idx[i] >= 0 ? scales[idx[i]] : 1.0f;
     }
-    cpAsyncCommit();
+    index(sel, j0 + 16, n);
   }
-  /// The slots are free (q in registers, or the previous pass done): tiles
-  /// 0 .. S - 2 in flight.
-  __device__ __forceinline__ void begin(const int *sel, int n) {
-    cpAsyncWait<0>();
-    __syncthreads();
-    index(sel, 0, n);
+  /// Writes the fetched tile (j0): a row past n is zeros with scale 1, as
+  /// KeyTile::storeRow leaves it.
+  __device__ __forceinline__ void store(unsigned short *ks, float *kscale,
+                                        int pitch, int, int, int,
+                                        const void *, long long,
+                                        const int *sel, int j0, int n, int) {
+    const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int i = 0; i < S - 1; ++i)
-      issue(i, sel, n);
-  }
-  /// Tile it landed for the block (and tile it - 1's slot consumed): tile
-  /// it + S - 1 goes into that slot.
-  __device__ __forceinline__ void ready(int it, const int *sel, int n) {
-    cpAsyncWait<S - 2>();
-    __syncthreads();
-    issue(it + S - 1, sel, n);
-  }
-  __device__ __forceinline__ const unsigned short *tile(int it) const {
-    return slots + (it % S) * 16 * pitch;
-  }
-  __device__ __forceinline__ const float *scales(int it) const {
-    return slotScale + (it % S) * 16;
+    for (int i = 0; i < HELD; ++i) {
+      const int k = (threadIdx.x >> 5) + NW * i;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = lane + 32 * u;
+        if (c < c8)
+          *(uint4 *)(ks + k * pitch + 8 * c) = v[i][u];
+      }
+      if (lane == 0)
+        kscale[k] = sc[i];
+    }
+#pragma unroll 1
+    for (int i = HELD; i < RPW; ++i) {
+      const int k = (threadIdx.x >> 5) + NW * i;
+      const int j = j0 + k < n ? sel[j0 + k] : -1;
+      const uint4 *src = rows + (long long)(j >= 0 ? j : 0) * c8;
+      for (int c = lane; c < c8; c += 32)
+        *(uint4 *)(ks + k * pitch + 8 * c) =
+            j >= 0 ? src[c] : make_uint4(0u, 0u, 0u, 0u);
+      if (lane == 0)
+        kscale[k] = j >= 0 ? scales[j] : 1.0f;
+    }
   }
 };
 
@@ -389,8 +350,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   unsigned short *ks = qs + MH * pitch;        // [16][pitch] fp16
   float *red = (float *)(ks + 16 * pitch);     // [2][MH] column-half maxima
   float *qscale = red + 2 * MH;                 // [MH] 2^-e of q's rows
-  float *kscale = qscale + MH; // [MH / 16 + 1][16] 2^-e of the keys (a ring)
-  float4 *part = (float4 *)(kscale + MH + 16); // [THREADS] score partials
+  float *kscale = qscale + MH;                  // [16] 2^-e of the keys
+  float4 *part = (float4 *)(kscale + 16);       // [THREADS] score partials
   const int t = threadIdx.x, lane = t & 31, w = t >> 5;
   const int grp = w >> 1, half = w & 1, gr = lane >> 2, tq = lane & 3;
   // Rows in reverse: a chunk's later rows attend the most keys, and the
@@ -454,20 +415,20 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
     if (2 * i + half < nks)
       mp::ldsm4(qf[i], qs + (16 * grp + (lane & 15)) * pitch +
                            (lane >> 4) * 8 + 16 * (2 * i + half));
-  // The fragment rows of a tile's keys (within its first row).
-  const int kbo = ((lane >> 4) * 8 + (lane & 7)) * pitch + ((lane >> 3) & 1) * 8;
+  const unsigned short *kb =
+      ks + ((lane >> 4) * 8 + (lane & 7)) * pitch + ((lane >> 3) & 1) * 8;
   constexpr int CH2 = (VT + 7) / 8; // pass 2's 16 VT columns, 128 a chunk
-  typename mp::Pick<KEYS == 1, mp::Rows16Ring<THREADS, false>,
-                    mp::CacheTiles<KV, THREADS, 5>>::T keys;
-  keys.setup(cache, r0, maxCtx, kvr, dr, lat, kp, -126, 100, qs, ks, kscale,
-             pitch);
-  keys.begin(sel, n);
-  for (int j0 = 0, it = 0; j0 < n; j0 += 16, ++it) {
-    // The tile in shared memory (the previous tile and partials consumed);
-    // the next tiles' loads fly during these MMAs.
-    keys.ready(it, sel, n);
-    const unsigned short *kb = keys.tile(it) + kbo;
-    const float *tscale = keys.scales(it);
+  typename mp::Pick<KEYS == 1, mp::Rows16Tile<THREADS, false>,
+                    mp::KeyTile<KV, THREADS, 5>>::T keys;
+  keys.setup(cache, maxCtx, kvr, dr);
+  keys.index(sel, 0, n);
+  keys.fetch(cache, r0, sel, 0, n, lat, kp);
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    __syncthreads(); // the previous tile and partials are consumed
+    keys.store(ks, kscale, pitch, kp, -126, 100, cache, r0, sel, j0, n, lat);
+    __syncthreads();
+    if (j0 + 16 < n) // the next tile's loads fly during these MMAs
+      keys.fetch(cache, r0, sel, j0 + 16, n, lat, kp);
     float acc[2][2][4] = {}; // [step parity][n8 tile]: independent chains
 #pragma unroll
     for (int i = 0; i < QSTEPS; ++i)
@@ -501,20 +462,18 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
         if (valid[r] && j < n) {
           // q . k = d * 2^-eq * 2^-ek: powers of two, exact in fp32.
           const float s =
-              d * (qscale[16 * grp + gr + 8 * r] * tscale[j - j0]) * fscale;
+              d * (qscale[16 * grp + gr + 8 * r] * kscale[j - j0]) * fscale;
           prow[r][j] = s;
           mx[r] = fmaxf(mx[r], s);
         }
       }
   }
-  // Values: only rows past 2^15 scaled (down, by at most 2^15), the
-  // probabilities times the inverse so they stay below 65504.
-  typename mp::Pick<KEYS == 1, mp::Rows16Ring<THREADS, true>,
-                    mp::CacheTiles<KV, THREADS, CH2>>::T vals;
-  vals.setup(cache, r0, maxCtx, kvr, dr, lat, kvr, -15, 0, qs, ks, kscale,
-             pitch);
-  if (KEYS == 0) // the first values fly during the maxima's exchange
-    vals.begin(sel, n);
+  // Pass 2's first values fly during the maxima's exchange.
+  typename mp::Pick<KEYS == 1, mp::Rows16Tile<THREADS, true>,
+                    mp::KeyTile<KV, THREADS, CH2>>::T vals;
+  vals.setup(cache, maxCtx, kvr, dr);
+  vals.index(sel, 0, n);
+  vals.fetch(cache, r0, sel, 0, n, lat, kvr);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
@@ -523,8 +482,6 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
       red[half * MH + 16 * grp + gr + 8 * r] = mx[r];
   }
   __syncthreads(); // the maxima, and pAll's scores seen by the block
-  if (KEYS == 1) // the ring's slots are free once pass 1 is done
-    vals.begin(sel, n);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = 16 * grp + gr + 8 * r;
@@ -535,7 +492,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   float o[VT][4] = {};
   float lsum[2] = {0.0f, 0.0f};
   const int mi = lane >> 3, col0 = half * VT * 8;
-  const int vbo = ((mi & 1) * 8 + (lane & 7)) * pitch + (mi >> 1) * 8 + col0;
+  const unsigned short *vb =
+      ks + ((mi & 1) * 8 + (lane & 7)) * pitch + (mi >> 1) * 8 + col0;
   // P fragment: rows gr / gr + 8, keys 2tq, 2tq + 1 / + 8 of a tile; its
   // scores read a tile ahead, as the values are.
   float sc[2][2][2];
@@ -551,7 +509,11 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
         }
   };
   readScores(0);
-  for (int j0 = 0, it = 0; j0 < n; j0 += 16, ++it) {
+  for (int j0 = 0; j0 < n; j0 += 16) {
+    __syncthreads();
+    // Values: only rows past 2^15 scaled (down, by at most 2^15), the
+    // probabilities times the inverse so they stay below 65504.
+    vals.store(ks, kscale, pitch, kvr, -15, 0, cache, r0, sel, j0, n, lat);
     float pe[2][2][2];
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk)
@@ -562,11 +524,11 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
           const int j = j0 + 2 * tq + 8 * kk + e;
           pe[kk][r][e] = valid[r] && j < n ? expf(sc[kk][r][e] - mx[r]) : 0.0f;
         }
-    vals.ready(it, sel, n); // the tile and its scales
-    if (j0 + 16 < n)
+    __syncthreads(); // the tile and its scales
+    if (j0 + 16 < n) {
+      vals.fetch(cache, r0, sel, j0 + 16, n, lat, kvr);
       readScores(j0 + 16);
-    const unsigned short *vb = vals.tile(it) + vbo;
-    const float *tscale = vals.scales(it);
+    }
     unsigned pa[4];
 #pragma unroll
     for (int kk = 0; kk < 2; ++kk)
@@ -575,7 +537,7 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
         unsigned short hv[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float vs = tscale[2 * tq + 8 * kk + e]; // 2^-ev >= 1
+          const float vs = kscale[2 * tq + 8 * kk + e]; // 2^-ev >= 1
           hv[e] = mp::f16(pe[kk][r][e] * vs);
           lsum[r] += mp::f32(hv[e]) / vs; // the weight the MMA applies
         }
