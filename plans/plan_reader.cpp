@@ -440,9 +440,14 @@ Plan readPlan(const std::string &path, const ReadExpectations &expect) {
             replanHint(expect.packDir, 0, path));
   std::string bytes = rt::readFileBounded(path, rt::kMaxPlanBytes, "a plan");
   // An engine executable (glmc compile --emit engine) carries its plan.
-  if (auto e = findEmbeddedPlan(bytes, path))
-    return parsePlan(reinterpret_cast<const uint8_t *>(bytes.data()) + e->offset,
-                     e->size, path + " (the plan inside this engine)", expect);
+  // Its bytes start wherever the executable ended; flatbuffers reads them
+  // as aligned scalars (UBSan: a misaligned Vector), so they get storage of
+  // their own, aligned as the heap aligns it.
+  if (auto e = findEmbeddedPlan(bytes, path)) {
+    const std::string plan = bytes.substr(e->offset, e->size);
+    return parsePlan(reinterpret_cast<const uint8_t *>(plan.data()), plan.size(),
+                     path + " (the plan inside this engine)", expect);
+  }
   return parsePlan(reinterpret_cast<const uint8_t *>(bytes.data()),
                    bytes.size(), path, expect);
 }
