@@ -9,9 +9,10 @@
 
 #define GLM_INDEX_KEY_STORE_PARAMS                                             \
   const float *k, const float *w, const float *bias, void *keys,               \
-      const int *seq, const int *pos, int hd, int dr, int maxCtx, double theta
+      const int *seq, const int *pos, int hd, int dr, int maxCtx,              \
+      double theta, const int *pages, int pageShift
 #define GLM_INDEX_KEY_STORE_ARGS                                               \
-  k, w, bias, keys, seq, pos, hd, dr, maxCtx, theta
+  k, w, bias, keys, seq, pos, hd, dr, maxCtx, theta, pages, pageShift
 
 namespace glm {
 namespace hx {
@@ -48,7 +49,7 @@ __device__ __forceinline__ void indexKeyStore(GLM_INDEX_KEY_STORE_PARAMS) {
                 "THREADS: a power of two (hx::blockSumD's tree)");
   static_assert(KV >= kv::kF32 && KV <= kv::kE4m3, "KV: f32, bf16 or e4m3");
   const int b = blockIdx.y;
-  const long long r = (long long)seq[b] * maxCtx + pos[b];
+  const long long r = kv::slotRows(pages, pageShift, seq[b], maxCtx)(pos[b]);
   const float *x = k + (long long)b * hd; // (hd)
   float *dst;                             // (hd) the key in fp32
   if constexpr (KV == kv::kF32)

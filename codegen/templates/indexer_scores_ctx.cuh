@@ -13,9 +13,10 @@
 #define GLM_INDEXER_SCORES_CTX_PARAMS                                          \
   const float *qi, const void *keys, const float *wts, double *score,          \
       const int *seq, const int *pos, int nh, int hd, int maxCtx,              \
-      double headScale, double dotScale
+      double headScale, double dotScale, const int *pages, int pageShift
 #define GLM_INDEXER_SCORES_CTX_ARGS                                            \
-  qi, keys, wts, score, seq, pos, nh, hd, maxCtx, headScale, dotScale
+  qi, keys, wts, score, seq, pos, nh, hd, maxCtx, headScale, dotScale, pages,  \
+      pageShift
 
 namespace glm {
 
@@ -33,12 +34,13 @@ indexerScoresCtx(GLM_INDEXER_SCORES_CTX_PARAMS) {
   __shared__ double term[NW][64]; // (NW, 64) a warp's head terms
   const int b = blockIdx.y, T = (pos[b] + 1) / POOL, pc = maxCtx / POOL;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  const float *q = qi + (long long)b * nh * hd;             // (nh, hd)
-  const float *wv = wts + (long long)b * nh;                // (nh)
-  const long long r0 = (long long)seq[b] * pc;              // the slot's row 0
+  const float *q = qi + (long long)b * nh * hd; // (nh, hd)
+  const float *wv = wts + (long long)b * nh;    // (nh)
+  // the slot's rows (paged only at POOL 1: glmc refuses a paged k-pool)
+  const kv::SlotRows r0 = kv::slotRows(pages, pageShift, seq[b], pc);
   for (int t0 = blockIdx.x * NW; t0 < T; t0 += gridDim.x * NW) {
     const int t = t0 + w;
-    const kv::Row<KV> kt = kv::row<KV>(keys, r0 + (t < T ? t : 0), hd);
+    const kv::Row<KV> kt = kv::row<KV>(keys, r0(t < T ? t : 0), hd);
     double acc = 0;
     for (int h0 = 0; h0 < nh; h0 += 64) {
       for (int h = h0 + lane; h < h0 + 64 && h < nh; h += 32) {

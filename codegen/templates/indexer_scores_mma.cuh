@@ -60,9 +60,10 @@
 #define GLM_INDEXER_SCORES_MMA_PARAMS                                          \
   const float *qi, const void *keys, const float *wts, double *score,          \
       const int *seq, const int *pos, int nh, int hd, int maxCtx,              \
-      double headScale, double dotScale
+      double headScale, double dotScale, const int *pages, int pageShift
 #define GLM_INDEXER_SCORES_MMA_ARGS                                            \
-  qi, keys, wts, score, seq, pos, nh, hd, maxCtx, headScale, dotScale
+  qi, keys, wts, score, seq, pos, nh, hd, maxCtx, headScale, dotScale, pages,  \
+      pageShift
 
 namespace glm {
 
@@ -177,7 +178,7 @@ indexerScoresMma(GLM_INDEXER_SCORES_MMA_PARAMS) {
   float4 rawF[kSplitK ? UNITS : 1]; // f32 / bf16 values
   u32 rawB[kSplitK ? 1 : UNITS];    // four E4M3 bytes
   float rawS[kSplitK ? 1 : UNITS];  // their row's scale
-  long long r0 = 0;                 // the pass's slot row 0
+  kv::SlotRows r0 = {};             // the pass's slot's rows
   int tEnd = 0;                     // keys < tEnd exist for the pass
   auto loadKeys = [&](int j) {
 #pragma unroll
@@ -189,7 +190,7 @@ indexerScoresMma(GLM_INDEXER_SCORES_MMA_PARAMS) {
       else
         rawB[i] = 0u, rawS[i] = 0.0f;
       if (n < BN && t < tEnd) { // zeros past the pass's keys
-        const kv::Row<KV> k = kv::row<KV>(keys, r0 + t, hd);
+        const kv::Row<KV> k = kv::row<KV>(keys, r0(t), hd);
         if constexpr (kSplitK) {
           rawF[i] = k.four(d); // exact widening of f32 / bf16
         } else {
@@ -241,7 +242,7 @@ indexerScoresMma(GLM_INDEXER_SCORES_MMA_PARAMS) {
       }
     }
     done |= mask;
-    r0 = (long long)slot * maxCtx;
+    r0 = kv::slotRows(pages, pageShift, slot, maxCtx);
     tEnd = min(tMax, maxCtx);
     const int nTiles = (tEnd + BN - 1) / BN;
     if (lid >= nTiles)

@@ -12,7 +12,8 @@
 //           i = E4M3(x_i / scale), round to nearest even, saturating to
 //           +-448 (NaN -> 0x7F); read x_i = E4M3(byte i) * scale (one fp32
 //           product).
-// Rows are kvRowBytes(KV, n) bytes apart: [slots, rows, kvRowBytes].
+// Rows are kvRowBytes(KV, n) bytes apart: [slots, rows, kvRowBytes], or
+// with --kv-page-tokens [pages, page tokens, kvRowBytes] (SlotRows).
 // A writer computes its row in fp32 exactly as the f32 form stores it, so a
 // bf16 or e4m3 row is the rounding of the f32 row; readers run their f32
 // arithmetic on the values read. The CPU twins (runtime/twins/kv_rows.cpp)
@@ -122,6 +123,31 @@ GLM_KV_HD float e4m3Scale(float amax) {
   return s > 0.0f ? s : 1.0f;
 }
 
+/// Where the tokens of one KV slot live in a cache of maxCtx rows a slot
+/// (slotRows). Unpaged (pages null): the slot's own block, base + t. Paged
+/// (glmc compile --kv-page-tokens 2^shift): pages of 2^shift rows, the
+/// slot's page table naming the page of each 2^shift tokens, so slots can
+/// share the pages of a common prompt prefix (io.pages, the runtime's).
+struct SlotRows {
+  const int *pages; // the slot's maxCtx >> shift page numbers, or null
+  long long base;   // unpaged: the slot's row 0
+  int shift;
+  GLM_KV_HD long long operator()(int t) const {
+    return pages ? ((long long)pages[t >> shift] << shift) +
+                       (t & ((1 << shift) - 1))
+                 : base + t;
+  }
+};
+/// pages: io.pages [slots][maxCtx >> pageShift] (null: unpaged).
+GLM_KV_HD SlotRows slotRows(const int *pages, int pageShift, int slot,
+                            int maxCtx) {
+  SlotRows r;
+  r.pages = pages ? pages + (long long)slot * (maxCtx >> pageShift) : nullptr;
+  r.base = pages ? 0 : (long long)slot * maxCtx;
+  r.shift = pages ? pageShift : 0;
+  return r;
+}
+
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
 /// Row `row` of a KV-form cache of n-value rows, for reading.
@@ -162,9 +188,7 @@ template <int KV> struct Row {
     }
   }
   /// Values i .. i+3 (i a multiple of 4): one 16-, 8- or 4-byte load.
-  __device__ __forceinline__ float4 four(int i) const {
-    return widen(raw4(i));
-  }
+  __device__ __forceinline__ float4 four(int i) const { return widen(raw4(i)); }
 };
 template <int KV>
 __device__ __forceinline__ Row<KV> row(const void *cache, long long r, int n) {

@@ -10,13 +10,15 @@
 
 #define GLM_KV_STORE_PARAMS                                                    \
   const float *kva, const float *normW, void *cache, const int *seq,           \
-      const int *pos, int kvr, int dr, int maxCtx, double eps, double theta
+      const int *pos, int kvr, int dr, int maxCtx, double eps, double theta,   \
+      const int *pages, int pageShift
 #define GLM_KV_STORE_ARGS                                                      \
-  kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta
+  kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta, pages, pageShift
 
 namespace glm {
 
-/// Grid (1, B); cache [slots, maxCtx] rows of kv::rowBytes(KV, kvr + dr).
+/// Grid (1, B); cache [slots, maxCtx] rows of kv::rowBytes(KV, kvr + dr)
+/// (paged: kv::SlotRows).
 template <int KV, int THREADS>
 __device__ __forceinline__ void kvStore(GLM_KV_STORE_PARAMS) {
   static_assert(THREADS >= 32 && THREADS <= 1024 &&
@@ -24,7 +26,7 @@ __device__ __forceinline__ void kvStore(GLM_KV_STORE_PARAMS) {
                 "THREADS: a power of two (hx::blockSumD's tree)");
   static_assert(KV >= kv::kF32 && KV <= kv::kE4m3, "KV: f32, bf16 or e4m3");
   const int b = blockIdx.y, lat = kvr + dr;
-  const long long r = (long long)seq[b] * maxCtx + pos[b];
+  const long long r = kv::slotRows(pages, pageShift, seq[b], maxCtx)(pos[b]);
   const float *src = kva + (long long)b * lat; // (lat)
   float *dst;                                  // (lat) the row in fp32
   if constexpr (KV == kv::kF32)

@@ -17,10 +17,10 @@
   const float *qAll, const float *qabsAll, const void *cache, const int *seq,  \
       const int *selAll, const int *nselp, float *pAll, int maxCtx,            \
       float *ctxAll, const int *heads, int H, int dn, int dr, int kvr,         \
-      double scale
+      double scale, const int *pages, int pageShift
 #define GLM_MLA_CORE_ARGS                                                      \
   qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, ctxAll, heads, H,    \
-      dn, dr, kvr, scale
+      dn, dr, kvr, scale, pages, pageShift
 
 namespace glm {
 namespace hx {
@@ -50,7 +50,7 @@ __device__ __forceinline__ void mlaCore(GLM_MLA_CORE_PARAMS) {
   const float *qp =
       qAll + (long long)b * H * (dn + dr) + (long long)h * (dn + dr) + dn;
   const float *qabs = qabsAll + ((long long)b * H + h) * kvr;
-  const long long r0 = (long long)seq[b] * maxCtx; // the slot's row 0
+  const kv::SlotRows r0 = kv::slotRows(pages, pageShift, seq[b], maxCtx);
   const int *sel = selAll + (long long)b * maxCtx;
   float *p = pAll + ((long long)b * H + h) * maxCtx;
   for (int c = t; c < kvr; c += nt)
@@ -64,7 +64,7 @@ __device__ __forceinline__ void mlaCore(GLM_MLA_CORE_PARAMS) {
       ss[j] = sel[j0 + j];
     __syncthreads();
     for (int j = w; j < m; j += nw) {
-      const kv::Row<KV> ent = kv::row<KV>(cache, r0 + ss[j], lat);
+      const kv::Row<KV> ent = kv::row<KV>(cache, r0(ss[j]), lat);
       float a = 0.0f, r = 0.0f;
       int c = lane;
       for (; c + 32 * 15 < kvr; c += 32 * 16) {
@@ -127,7 +127,7 @@ __device__ __forceinline__ void mlaCore(GLM_MLA_CORE_PARAMS) {
       float pv[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
-        v[k] = kv::row<KV>(cache, r0 + ss[j + k * G], lat).four(4 * col);
+        v[k] = kv::row<KV>(cache, r0(ss[j + k * G]), lat).four(4 * col);
         pv[k] = ps[j + k * G];
       }
 #pragma unroll
@@ -139,7 +139,7 @@ __device__ __forceinline__ void mlaCore(GLM_MLA_CORE_PARAMS) {
       }
     }
     for (; j < m; j += G) {
-      const float4 v = kv::row<KV>(cache, r0 + ss[j], lat).four(4 * col);
+      const float4 v = kv::row<KV>(cache, r0(ss[j]), lat).four(4 * col);
       const float pv = ps[j];
       acc.x += pv * v.x;
       acc.y += pv * v.y;

@@ -51,10 +51,10 @@
   const float *qAll, const float *qabsAll, const void *cache, const int *seq,  \
       const int *selAll, const int *nselp, float *pAll, int maxCtx,            \
       float *ctxAll, const int *heads, int nh, int H, int dn, int dr, int kvr, \
-      double scale, int pStride
+      double scale, int pStride, const int *pages, int pageShift
 #define GLM_MLA_PREFILL_ARGS                                                   \
   qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, ctxAll, heads, nh,   \
-      H, dn, dr, kvr, scale, pStride
+      H, dn, dr, kvr, scale, pStride, pages, pageShift
 
 namespace glm {
 namespace mp {
@@ -110,8 +110,7 @@ __device__ __forceinline__ void mma(float c[4], const unsigned a[4],
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                 "r"(b1));
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /// e = 15 - (the exponent of m), clamped to [lo, hi]: m * 2^e in [2^14,
@@ -159,13 +158,13 @@ template <int KV, int THREADS, int CH> struct KeyTile {
   }
   /// Issues the loads of the tile whose indices index() read, then reads
   /// the indices of the tile after it (at j0 + 16).
-  __device__ __forceinline__ void fetch(const void *cache, long long r0,
-                                        const int *sel, int j0, int n,
-                                        int lat, int ncol) {
+  __device__ __forceinline__ void fetch(const void *cache, kv::SlotRows r0,
+                                        const int *sel, int j0, int n, int lat,
+                                        int ncol) {
     const int lane = threadIdx.x & 31, c4 = ncol >> 2;
 #pragma unroll
     for (int i = 0; i < HELD; ++i) {
-      row[i] = kv::row<KV>(cache, r0 + (idx[i] >= 0 ? idx[i] : 0), lat);
+      row[i] = kv::row<KV>(cache, r0(idx[i] >= 0 ? idx[i] : 0), lat);
 #pragma unroll
       for (int u = 0; u < CH; ++u) {
         const int c = lane + 32 * u;
@@ -179,19 +178,20 @@ template <int KV, int THREADS, int CH> struct KeyTile {
   /// Writes the fetched tile (j0) to ks / kscale; the caller syncs after.
   __device__ __forceinline__ void store(unsigned short *ks, float *kscale,
                                         int pitch, int ncol, int lo, int hi,
-                                        const void *cache, long long r0,
+                                        const void *cache, kv::SlotRows r0,
                                         const int *sel, int j0, int n,
                                         int lat) {
     const int lane = threadIdx.x & 31, c4 = ncol >> 2;
 #pragma unroll
     for (int i = 0; i < HELD; ++i)
-      storeRow(ks, kscale, pitch, c4, lo, hi, j0 + (threadIdx.x >> 5) + NW * i < n,
+      storeRow(ks, kscale, pitch, c4, lo, hi,
+               j0 + (threadIdx.x >> 5) + NW * i < n,
                (threadIdx.x >> 5) + NW * i, row[i], v[i], lat);
 #pragma unroll 1 // one row's loads at a time: the register budget
     for (int i = HELD; i < RPW; ++i) {
       const int k = (threadIdx.x >> 5) + NW * i;
       const bool key = j0 + k < n;
-      const kv::Row<KV> r = kv::row<KV>(cache, r0 + (key ? sel[j0 + k] : 0), lat);
+      const kv::Row<KV> r = kv::row<KV>(cache, r0(key ? sel[j0 + k] : 0), lat);
       Raw raw[CH];
 #pragma unroll
       for (int u = 0; u < CH; ++u) {
@@ -206,8 +206,8 @@ template <int KV, int THREADS, int CH> struct KeyTile {
   /// Row k of the tile from its loaded values (zero without a key, past
   /// lat and past ncol = 4 c4).
   static __device__ __forceinline__ void
-  storeRow(unsigned short *ks, float *kscale, int pitch, int c4, int lo,
-           int hi, bool key, int k, const kv::Row<KV> &r, const Raw (&raw)[CH],
+  storeRow(unsigned short *ks, float *kscale, int pitch, int c4, int lo, int hi,
+           bool key, int k, const kv::Row<KV> &r, const Raw (&raw)[CH],
            int lat) {
     const int lane = threadIdx.x & 31;
     float4 f[CH];
@@ -230,37 +230,36 @@ template <int KV, int THREADS, int CH> struct KeyTile {
     for (int u = 0; u < CH; ++u) {
       const int c = lane + 32 * u;
       if (c < c4)
-        *(uint2 *)(ks + k * pitch + 4 * c) =
-            make_uint2(pack(f[u].x * up, f[u].y * up),
-                       pack(f[u].z * up, f[u].w * up));
+        *(uint2 *)(ks + k * pitch + 4 * c) = make_uint2(
+            pack(f[u].x * up, f[u].y * up), pack(f[u].z * up, f[u].w * up));
     }
     if (lane == 0)
       kscale[k] = ldexpf(1.0f, -e);
   }
 };
 
-
 /// KeyTile's interface over rows mla_rows16 already converted (KEYS =
 /// rows16). Like KeyTile it holds the next tile in registers: a cp.async
 /// ring of up to five tiles in q's shared memory measured slower (1.05 ms
 /// against 0.89 at GLM-5.3's shape, docs/perf.md session 20), as it did for
-/// raw cache tiles in session 19. Rows16Tile: rows j0 .. j0 + 15 of the selection copied as they are, 8
-/// halves a load, from the key rows (V false: pitch - 8 halves a row) or
-/// the value rows (V true: kvr), and each row's 2^-e; no widening, no max,
-/// no rounding. setup() takes the rows16 buffer (cache and r0 are unused).
+/// raw cache tiles in session 19. Rows16Tile: rows j0 .. j0 + 15 of the
+/// selection copied as they are, 8 halves a load, from the key rows (V false:
+/// pitch - 8 halves a row) or the value rows (V true: kvr), and each row's
+/// 2^-e; no widening, no max, no rounding. setup() takes the rows16 buffer
+/// (cache and r0 are unused).
 template <int THREADS, bool V> struct Rows16Tile {
   static constexpr int NW = THREADS / 32, RPW = 16 / NW;
   static constexpr int HELD = NW >= 8 ? 2 : 1;
   static constexpr int U = (kMaxSteps * 16 / 8 + 31) / 32; // 16-byte loads
-  const uint4 *rows;    // the rows of this pass, c8 loads apart
-  const float *scales;  // their 2^-e
-  int c8;               // 16-byte loads of a row
+  const uint4 *rows;   // the rows of this pass, c8 loads apart
+  const float *scales; // their 2^-e
+  int c8;              // 16-byte loads of a row
   uint4 v[HELD][U];
   float sc[HELD];
   int idx[HELD];
 
-  __device__ __forceinline__ void setup(const void *rows16, int maxCtx,
-                                        int kvr, int dr) {
+  __device__ __forceinline__ void setup(const void *rows16, int maxCtx, int kvr,
+                                        int dr) {
     const unsigned char *b = (const unsigned char *)rows16;
     if (V) {
       rows = (const uint4 *)(b + rows16::valueOffset(maxCtx, kvr, dr));
@@ -279,9 +278,8 @@ template <int THREADS, bool V> struct Rows16Tile {
       idx[i] = j0 + k < n ? sel[j0 + k] : -1;
     }
   }
-  __device__ __forceinline__ void fetch(const void *, long long,
-                                        const int *sel, int j0, int n, int,
-                                        int) {
+  __device__ __forceinline__ void
+  fetch(const void *, kv::SlotRows, const int *sel, int j0, int n, int, int) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < HELD; ++i) {
@@ -300,9 +298,9 @@ template <int THREADS, bool V> struct Rows16Tile {
   /// Writes the fetched tile (j0): a row past n is zeros with scale 1, as
   /// KeyTile::storeRow leaves it.
   __device__ __forceinline__ void store(unsigned short *ks, float *kscale,
-                                        int pitch, int, int, int,
-                                        const void *, long long,
-                                        const int *sel, int j0, int n, int) {
+                                        int pitch, int, int, int, const void *,
+                                        kv::SlotRows, const int *sel, int j0,
+                                        int n, int) {
     const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int i = 0; i < HELD; ++i) {
@@ -349,9 +347,9 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   unsigned short *qs = (unsigned short *)mpsh; // [MH][pitch] fp16
   unsigned short *ks = qs + MH * pitch;        // [16][pitch] fp16
   float *red = (float *)(ks + 16 * pitch);     // [2][MH] column-half maxima
-  float *qscale = red + 2 * MH;                 // [MH] 2^-e of q's rows
-  float *kscale = qscale + MH;                  // [16] 2^-e of the keys
-  float4 *part = (float4 *)(kscale + 16);       // [THREADS] score partials
+  float *qscale = red + 2 * MH;                // [MH] 2^-e of q's rows
+  float *kscale = qscale + MH;                 // [16] 2^-e of the keys
+  float4 *part = (float4 *)(kscale + 16);      // [THREADS] score partials
   const int t = threadIdx.x, lane = t & 31, w = t >> 5;
   const int grp = w >> 1, half = w & 1, gr = lane >> 2, tq = lane & 3;
   // Rows in reverse: a chunk's later rows attend the most keys, and the
@@ -359,15 +357,15 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   const int b = gridDim.y - 1 - blockIdx.y, hb0 = blockIdx.x * MH,
             n = min(nselp[b], pStride);
   // KEYS = rows16: `cache` is mla_rows16's buffer of the chunk's slot.
-  const long long r0 = KEYS ? 0 : (long long)seq[b] * maxCtx;
+  const kv::SlotRows r0 = kv::slotRows(KEYS ? nullptr : pages, pageShift,
+                                       KEYS ? 0 : seq[b], maxCtx);
   const int *sel = selAll + (long long)b * maxCtx;
   const float fscale = (float)scale;
 
   // q of the block's heads (zero rows past nh, zero columns past lat), a
   // warp per head row, each row times 2^e (mp::scaleExp of its max |q|).
   for (int i = w; i < MH; i += THREADS / 32) {
-    const long long bh =
-        hb0 + i < nh ? (long long)b * H + heads[hb0 + i] : -1;
+    const long long bh = hb0 + i < nh ? (long long)b * H + heads[hb0 + i] : -1;
     auto qAt = [&](int c) -> float {
       if (bh < 0 || c >= lat)
         return 0.0f;
@@ -394,8 +392,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   for (int r = 0; r < 2; ++r) {
     const int hi = hb0 + 16 * grp + gr + 8 * r;
     valid[r] = hi < nh;
-    prow[r] = valid[r] ? pAll + ((long long)b * H + heads[hi]) * pStride
-                       : nullptr;
+    prow[r] =
+        valid[r] ? pAll + ((long long)b * H + heads[hi]) * pStride : nullptr;
   }
 
   // Pass 1: scores into pAll, the running max of each head row.
@@ -413,8 +411,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
 #pragma unroll
   for (int i = 0; i < QSTEPS; ++i)
     if (2 * i + half < nks)
-      mp::ldsm4(qf[i], qs + (16 * grp + (lane & 15)) * pitch +
-                           (lane >> 4) * 8 + 16 * (2 * i + half));
+      mp::ldsm4(qf[i], qs + (16 * grp + (lane & 15)) * pitch + (lane >> 4) * 8 +
+                           16 * (2 * i + half));
   const unsigned short *kb =
       ks + ((lane >> 4) * 8 + (lane & 7)) * pitch + ((lane >> 3) & 1) * 8;
   constexpr int CH2 = (VT + 7) / 8; // pass 2's 16 VT columns, 128 a chunk
@@ -450,7 +448,7 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
       its[c] = half ? s0 : s1;
     }
     part[t] = make_float4(its[0], its[1], its[2], its[3]);
-    __syncthreads(); // the partner's partials
+    __syncthreads();                // the partner's partials
     const float4 pp = part[t ^ 32]; // the group's other warp, same lane
     const float theirs[4] = {pp.x, pp.y, pp.z, pp.w};
 #pragma unroll

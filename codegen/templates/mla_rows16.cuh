@@ -7,8 +7,9 @@
 // conversion, not the gather, was the kernel's time (docs/perf.md, session
 // 19). mla_prefill<keys = rows16> then only copies halves.
 //
-// ABI: (cache, seq, pos, R, maxCtx, kvr, dr, rows16); the cache [slots]
-// [maxCtx] rows of kvr + dr values in form KV (kv_cache.cuh), the chunk's
+// ABI: (cache, seq, pos, R, maxCtx, kvr, dr, rows16, pages, pageShift); the
+// cache [slots][maxCtx] rows (paged: kv::SlotRows) of kvr + dr values in
+// form KV (kv_cache.cuh), the chunk's
 // slot seq[0] (a prefill chunk has one), its rows' positions pos[0..R-1],
 // ascending: rows 0 .. pos[R - 1] (at most maxCtx - 1) are the ones its
 // selections can name. Grid (ceil(maxCtx / 8)), 256 threads: a warp a row,
@@ -23,8 +24,9 @@
 
 #define GLM_MLA_ROWS16_PARAMS                                                  \
   const void *cache, const int *seq, const int *pos, int R, int maxCtx,        \
-      int kvr, int dr, void *rows16
-#define GLM_MLA_ROWS16_ARGS cache, seq, pos, R, maxCtx, kvr, dr, rows16
+      int kvr, int dr, void *rows16, const int *pages, int pageShift
+#define GLM_MLA_ROWS16_ARGS                                                    \
+  cache, seq, pos, R, maxCtx, kvr, dr, rows16, pages, pageShift
 
 namespace glm {
 
@@ -39,7 +41,8 @@ __device__ __forceinline__ void mlaRows16(GLM_MLA_ROWS16_PARAMS) {
     return;
   const int lat = kvr + dr, kh = (int)rows16::keyHalves(kvr, dr);
   const int c4 = kh >> 2; // 4-value chunks of a key row (zero past lat)
-  const kv::Row<KV> r = kv::row<KV>(cache, (long long)seq[0] * maxCtx + t, lat);
+  const kv::Row<KV> r = kv::row<KV>(
+      cache, kv::slotRows(pages, pageShift, seq[0], maxCtx)(t), lat);
   constexpr int CH = mp::kMaxSteps * 16 / 128; // chunks of 128 values a row
   float4 f[CH];
   float mk = 0.0f, mv = 0.0f;

@@ -64,6 +64,7 @@ struct CompileArgs {
   bool timing = false;
   std::string decodeBatches = "1,2,4,8";
   int64_t kvSlots = 1;
+  int64_t kvPageTokens = 0, kvPages = 0;
   std::string draft = "none";
   std::string prefillChunks = "512,2048";
   bool allowContextBeyondModel = false;
@@ -372,6 +373,21 @@ static int runCompile(const CompileArgs &a) {
                  "glmc compile: --kv-slots ", a.kvSlots,
                  " is out of range (1..256 sequences)");
   opt.kvSlots = a.kvSlots;
+  glm::rt::check(a.kvPageTokens == 0 ||
+                     (a.kvPageTokens >= 64 && a.kvPageTokens <= (1 << 20) &&
+                      (a.kvPageTokens & (a.kvPageTokens - 1)) == 0),
+                 "glmc compile: --kv-page-tokens ", a.kvPageTokens,
+                 " is not a power of two from 64 (the indexer's key tile) "
+                 "to 2^20");
+  glm::rt::check(a.kvPages == 0 ||
+                     (a.kvPages >= 2 && a.kvPages <= (int64_t(1) << 30)),
+                 "glmc compile: --kv-pages ", a.kvPages,
+                 " is out of range (0 = the default, else 2 (a page and the "
+                 "sink) to 2^30)");
+  glm::rt::check(a.kvPages == 0 || a.kvPageTokens > 0,
+                 "glmc compile: --kv-pages needs --kv-page-tokens");
+  opt.kvPageTokens = a.kvPageTokens;
+  opt.kvPages = a.kvPages;
   opt.decodeBatches = intList(a.decodeBatches, "--decode-batches");
   for (int64_t b : opt.decodeBatches)
     glm::rt::check(b >= 1 && b <= 8, "glmc compile: --decode-batches: batch ",
@@ -552,6 +568,23 @@ void addCompileCommand(CLI::App &app, int &rc,
                   "cache, index keys and (GLM-5.3-Flash) KDA state, so "
                   "memory grows with it; the rows of a decode batch name "
                   "their slots")
+      ->capture_default_str();
+  cmd->add_option("--kv-page-tokens", args->kvPageTokens,
+                  "paged KV cache: the latent caches and index keys are "
+                  "pages of this many tokens (a power of two from 64 that "
+                  "divides --max-context), which sequences sharing a "
+                  "prompt prefix share (glm-engine serve reuses them and "
+                  "skips their prefill); 0 = one --max-context block per "
+                  "slot. GLM-5.3 only: Flash's KDA state and k-pool are "
+                  "per sequence")
+      ->capture_default_str();
+  cmd->add_option("--kv-pages", args->kvPages,
+                  "with --kv-page-tokens: pages the caches hold (their "
+                  "memory), one of them a sink for padding rows; 0 = "
+                  "--kv-slots x --max-context / --kv-page-tokens + 1, the "
+                  "unpaged bytes. More slots than the pages cover lets more "
+                  "short sequences run at once; requests wait when the pages "
+                  "run out")
       ->capture_default_str();
   cmd->add_option("--draft", args->draft,
                   "mtp: also compile the MTP draft graph (the pack's "

@@ -224,6 +224,10 @@ struct RankState {
   BankMap expertBank;
   /// The Io rows the runtime writes before a step (plan_executor.h).
   uint32_t ioTokens = 0, ioPositions = 0, ioSlots = 0;
+  /// Paged KV: io.pages (the slots' page tables) and the page's rows (0 =
+  /// unpaged); the caches hold kvPages pages.
+  uint32_t ioPages = 0;
+  int64_t kvPageTokens = 0, kvPages = 0;
   /// (pack file, file offset) → offset in the weight buffer of each bound
   /// range (the expert tables point at their parts' tiles).
   std::map<std::pair<std::string, uint64_t>, uint64_t> rangeOffset;
@@ -881,6 +885,14 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
   const uint32_t R = uint32_t(rows);
   const int64_t ctx = std::max<int64_t>(st.maxContext, 1);
   const gp::ArgDef seqA = io(st.ioSlots, "seq"), posA = io(st.ioPositions, "pos");
+  // Paged KV (--kv-page-tokens): each slot's page table in io.pages (one
+  // table for every step, not a row per token), and log2 of the page's
+  // rows; unpaged a null table (kv::SlotRows).
+  const gp::ArgDef pagesA =
+      st.kvPageTokens ? bufferArg(st.ioPages, "pages") : runtimeArg("null");
+  const gp::ArgDef shiftA = i32Arg(
+      st.kvPageTokens ? int32_t(llvm::Log2_64(uint64_t(st.kvPageTokens))) : 0,
+      "pageShift");
   auto grid = [&](uint64_t x, uint32_t y, uint32_t z, uint32_t block,
                   uint32_t smem = 0) {
     d.gridX = uint32_t(std::max<uint64_t>(x, 1));
@@ -1057,7 +1069,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
       a = {in(op, 1, "kva"), weight(at.getKvNorm(), "normW"), cache, seqA,
            posA, i32Arg(kvr, "kvr"), i32Arg(dr, "dr"), i32Arg(ctx, "maxCtx"),
            f64Arg(at.getEps().convertToDouble(), "eps"),
-           f64Arg(theta, "theta")};
+           f64Arg(theta, "theta"), pagesA, shiftA};
       grid(1, R, 1, 256);
     } else if (f == "rope_rows") {
       gp::ArgDef x = in(op, 0, "x");
@@ -1085,7 +1097,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            contextRows("mla_p", 2 * H * 4, "pAll", rows),
            i32Arg(ctx, "maxCtx"), ctxv, headsA, i32Arg(H, "H"),
            i32Arg(dn, "dn"), i32Arg(dr, "dr"), i32Arg(kvr, "kvr"),
-           f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale")};
+           f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale"), pagesA, shiftA};
       // q_abs, q_pe, a tile of p and of selected rows, partial sums.
       grid(nh, R, 1, 1024, uint32_t((kvr + dr + 2 * 1024 + 4 * 1024) * 4));
     } else if (f == "mla_proj") {
@@ -1115,7 +1127,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
       // The chunk's slot's rows 0 .. its last position in mla_prefill's
       // fp16 forms (mla_rows16_layout.cuh), for the mla_prefill after it.
       a = {cache, seqA, posA, i32Arg(R, "R"), i32Arg(ctx, "maxCtx"),
-           i32Arg(kvr, "kvr"), i32Arg(dr, "dr"), rows16()};
+           i32Arg(kvr, "kvr"), i32Arg(dr, "dr"), rows16(), pagesA, shiftA};
       grid(uint32_t(ceilDiv(uint64_t(ctx),
                             uint64_t(::glm::rows16::kRowsPerBlock))),
            1, 1, uint32_t(32 * ::glm::rows16::kRowsPerBlock));
@@ -1150,7 +1162,8 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            i32Arg(H, "H"), i32Arg(dn, "dn"), i32Arg(dr, "dr"),
            i32Arg(kvr, "kvr"),
            f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale"),
-           i32Arg(pStride, "pStride")};
+           i32Arg(pStride, "pStride"), fromRows16 ? runtimeArg("null") : pagesA,
+           shiftA};
       grid(::glm::codegen::mlaPrefillGridX(nh, threads), R, 1,
            uint32_t(threads),
            uint32_t(::glm::codegen::mlaPrefillSmem(threads, kvr, dr)));
@@ -1193,7 +1206,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
       a = {scratchRows("indexer_k", hd * 4, "k"), weight(wsym(2), "w"),
            weight(wsym(3), "bias"), keys, seqA, posA, i32Arg(hd, "hd"),
            i32Arg(dr, "dr"), i32Arg(ctx, "maxCtx"),
-           f64Arg(ropeTheta, "theta")};
+           f64Arg(ropeTheta, "theta"), pagesA, shiftA};
       grid(1, R, 1, 256);
     } else if (f == "kpool_store") {
       const std::string ring = "kpool_ring." + std::to_string(layer);
@@ -1217,7 +1230,8 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
       a = {qi, keys, scratchRows("indexer_w", nh * 4, "wts"), score, seqA,
            posA, i32Arg(nh, "nh"), i32Arg(hd, "hd"), i32Arg(ctx, "maxCtx"),
            f64Arg(1.0 / std::sqrt(double(nh)), "headScale"),
-           f64Arg(1.0 / std::sqrt(double(hd)), "dotScale")};
+           f64Arg(1.0 / std::sqrt(double(hd)), "dotScale"),
+           P > 1 ? runtimeArg("null") : pagesA, shiftA};
       if (f == "indexer_scores_mma") // shared memory: build() (kv form)
         grid(::glm::indexerMmaGridX(int(R)), R, 1, 256);
       else
@@ -2874,6 +2888,11 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                            {"layout", m.layout},
                            {"manifest", m.manifest},
                            {"kv_slots", std::to_string(intAttr(kv, "slots", 1))}};
+    if (intAttr(kv, "page_tokens", 0) > 0) {
+      plan.compileOptions["kv_page_tokens"] =
+          std::to_string(intAttr(kv, "page_tokens", 0));
+      plan.compileOptions["kv_pages"] = std::to_string(intAttr(kv, "pages", 0));
+    }
     bool drafting = false;
     step.walk([&](DraftBeginOp) { drafting = true; });
     plan.compileOptions["draft"] = drafting ? "mtp" : "none";
@@ -3027,11 +3046,30 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       const int kvForm = m.kvDtype == gp::DType::E4M3   ? ::glm::kv::kE4m3
                          : m.kvDtype == gp::DType::BF16 ? ::glm::kv::kBf16
                                                         : ::glm::kv::kF32;
-      // `rows` cached rows of n values (latent rows, index keys).
+      // `rows` cached rows of n values a slot (latent rows, index keys);
+      // paged (--kv-page-tokens: rows is max_context then, glm-plan-memory
+      // refuses a k-pool) the pages' rows, whatever the slots.
+      const DictionaryAttr kvAttr =
+          module->getAttrOfType<DictionaryAttr>("glm.kv");
+      const int64_t pageTokens = intAttr(kvAttr, "page_tokens", 0),
+                    kvPages = intAttr(kvAttr, "pages", 0);
       auto cacheBuffer = [&](const std::string &name, int64_t layer,
                              uint64_t rows, int64_t n) {
-        kvBuffer(name, layer, rows * uint64_t(::glm::kv::rowBytes(kvForm, n)),
-                 m.kvDtype);
+        const uint64_t rowBytes = uint64_t(::glm::kv::rowBytes(kvForm, n));
+        if (pageTokens) {
+          gp::BufferDef kb;
+          kb.name = name;
+          kb.kind = gp::BufferKind::KvCache;
+          kb.layer = layer;
+          kb.dtype = m.kvDtype;
+          kb.bytes = alignUp(std::max<uint64_t>(
+              uint64_t(kvPages) * uint64_t(pageTokens) * rowBytes, 4));
+          kb.arenaOffset = top;
+          top += kb.bytes;
+          rp.buffers.push_back(kb);
+          return;
+        }
+        kvBuffer(name, layer, rows * rowBytes, m.kvDtype);
       };
       std::set<int64_t> kvPlanned; // layers whose caches the walk made
       step.walk([&](Operation *op) {
@@ -3137,6 +3175,8 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       for (auto &[key, at] : banks)
         st.expertBank[key] = at;
       st.kvSlots = kvSlots;
+      st.kvPageTokens = pageTokens;
+      st.kvPages = kvPages;
       // The Io rows: token ids (the step's argument), positions and KV
       // slots, which the runtime writes before each step.
       auto ioRows = [&](const char *name) {
@@ -3160,6 +3200,20 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
             "io.draft_rows";
       st.ioPositions = ioRows("io.positions");
       st.ioSlots = ioRows("io.slots");
+      // Paged KV: each slot's page table, [slots][max_context / page]
+      // int32 page numbers the runtime writes (kv::SlotRows).
+      if (pageTokens) {
+        gp::BufferDef b;
+        b.name = "io.pages";
+        b.kind = gp::BufferKind::Io;
+        b.dtype = gp::DType::I32;
+        b.bytes = alignUp(uint64_t(kvSlots) *
+                          uint64_t(m.maxContext / pageTokens) * 4);
+        b.arenaOffset = alignUp(st.top);
+        st.top = b.arenaOffset + b.bytes;
+        rp.buffers.push_back(b);
+        st.ioPages = uint32_t(rp.buffers.size() - 1);
+      }
       // The logits the step leaves for the host's sampler.
       // The draft graph's sample (after glm.draft_begin) leaves its
       // logits in io.draft_logits.

@@ -31,6 +31,9 @@ struct PipelineOptions {
   /// Sequences the plan holds at once: KV cache, index keys and recurrent
   /// (KDA) state per slot; a decode batch's rows name their slots.
   int64_t kvSlots = 1;
+  /// Paged KV (glmc compile --kv-page-tokens / --kv-pages): rows a page
+  /// (0 = unpaged) and pages the caches hold (0 = slots × context / page).
+  int64_t kvPageTokens = 0, kvPages = 0;
   /// KV cache storage (latent cache and index keys): f32 | bf16 | fp8
   /// (templates/kv_cache.cuh).
   std::string kvDtype = "f32";

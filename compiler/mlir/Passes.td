@@ -76,7 +76,14 @@ def GlmPlanMemory : Pass<"glm-plan-memory", "::mlir::ModuleOp"> {
            "tokens per step the activation arena holds (prefill chunk)">,
     Option<"maxSequences", "max-sequences", "int64_t", "1",
            "KV slots: sequences whose KV cache, index keys and recurrent "
-           "state (GLM-5.3-Flash KDA) the plan holds at once">
+           "state (GLM-5.3-Flash KDA) the plan holds at once">,
+    Option<"pageTokens", "page-tokens", "int64_t", "0",
+           "paged KV (kv::SlotRows): rows a page, a power of two >= 64 "
+           "dividing max-context; 0 = a max-context block per slot">,
+    Option<"pages", "pages", "int64_t", "0",
+           "paged KV: pages the caches hold, the last a sink for rows past a "
+           "sequence's pages; 0 = max-sequences × max-context / "
+           "page-tokens + 1 (the unpaged bytes and the sink)">
   ];
 }
 

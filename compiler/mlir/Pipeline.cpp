@@ -44,6 +44,8 @@ void buildPipeline(OpPassManager &pm, const PipelineOptions &opt,
   mem.maxTokens = tokens;
   // Each KV slot (sequence) keeps its own cache and KDA state.
   mem.maxSequences = opt.kvSlots;
+  mem.pageTokens = opt.kvPageTokens;
+  mem.pages = opt.kvPages;
   if (stop == Stage::Kernel) {
     pm.addPass(createGlmPlanMemory(mem));
     return;

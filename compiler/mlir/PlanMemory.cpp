@@ -247,8 +247,55 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
                                 std::max<uint64_t>(get("kpool"), 1));
       }
     kvBytes += indexBytes + mtpKvBytes;
-    kvBytes *= static_cast<uint64_t>(maxSequences); // one set per KV slot
-    mtpKvBytes *= static_cast<uint64_t>(maxSequences);
+    // Rows the caches hold: max_context per KV slot, or (paged) pages of
+    // page-tokens rows (templates/kv_cache.cuh SlotRows).
+    uint64_t kvRows = uint64_t(maxContext) * uint64_t(maxSequences);
+    int64_t kvPages = pages;
+    if (pageTokens) {
+      bool pooled = false;
+      module.walk([&](Operation *op) {
+        if (auto ix = dyn_cast<DsaIndexerOp>(op))
+          pooled |= ix.getKpool() > 1;
+        if (auto ix = dyn_cast<IndexerTopkOp>(op))
+          pooled |= ix.getKpool() > 1;
+      });
+      if (pageTokens < 64 || (pageTokens & (pageTokens - 1)) ||
+          maxContext % pageTokens || pages < 0) {
+        module.emitError() << "glm-plan-memory: page-tokens " << pageTokens
+                           << " must be a power of two from 64 dividing "
+                              "max-context "
+                           << maxContext << ", and pages not negative";
+        return signalPassFailure();
+      }
+      if (pooled) {
+        module.emitError()
+            << "glm-plan-memory: a paged KV cache (--kv-page-tokens) needs "
+               "every cache row-per-token; this model's indexer pools keys "
+               "(a k-pool, GLM-5.3-Flash), whose keys and KDA state stay "
+               "per sequence: compile it without --kv-page-tokens";
+        return signalPassFailure();
+      }
+      // Default: the unpaged bytes, and the sink page (runtime/exec/
+      // kv_pages.h: table entries past a sequence's pages name it).
+      if (kvPages == 0)
+        kvPages = maxSequences * (maxContext / pageTokens) + 1;
+      if (kvPages < 2) {
+        module.emitError() << "glm-plan-memory: a paged KV cache needs at "
+                              "least 2 pages (one and the sink), got "
+                           << kvPages;
+        return signalPassFailure();
+      }
+      kvRows = uint64_t(kvPages) * uint64_t(pageTokens);
+    }
+    // Every cache is rows of tokens here (a k-pool is never paged, so its
+    // pooled keys and ring stay per slot).
+    if (pageTokens) {
+      kvBytes = kvBytes / uint64_t(maxContext) * kvRows;
+      mtpKvBytes = mtpKvBytes / uint64_t(maxContext) * kvRows;
+    } else {
+      kvBytes *= static_cast<uint64_t>(maxSequences); // one set per KV slot
+      mtpKvBytes *= static_cast<uint64_t>(maxSequences);
+    }
 
     const FailureOr<glmc::BindingTable> &table =
         getAnalysis<glmc::BindingAnalysis>().table;
@@ -336,6 +383,11 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
         b.getNamedAttr("max_tokens", b.getI64IntegerAttr(maxTokens)),
         b.getNamedAttr("slots", b.getI64IntegerAttr(maxSequences)),
     };
+    if (pageTokens) {
+      kv.push_back(
+          b.getNamedAttr("page_tokens", b.getI64IntegerAttr(pageTokens)));
+      kv.push_back(b.getNamedAttr("pages", b.getI64IntegerAttr(kvPages)));
+    }
     if (mtpKvBytes) // of `bytes`: the MTP layers' caches
       kv.push_back(
           b.getNamedAttr("mtp_bytes", b.getI64IntegerAttr(mtpKvBytes)));

@@ -2,6 +2,7 @@
 #include "runtime/exec/batching_generator.h"
 
 #include "runtime/base/error.h"
+#include "runtime/exec/kv_pages.h"
 #include "runtime/exec/plan_generator.h"
 
 #include <algorithm>
@@ -69,6 +70,10 @@ public:
                 << " --decode-batches up to " << std::min(maxBatch, 8)
                 << " for more" << std::endl;
     slots_.resize(size_t(usable));
+    if (exec_->pageTokens() > 0)
+      pool_ = std::make_unique<KvPagePool>(
+          exec_->kvPages(), exec_->pageTokens(),
+          plan.model.maxContext / exec_->pageTokens());
     scheduler_ = std::thread([this] { schedule(); });
   }
 
@@ -87,7 +92,7 @@ public:
                             std::vector<float> *logitsOut,
                             const SampleCallback &onSample) override {
     // Every logits row of the prompt is only there when it runs whole.
-    const int32_t slot = admit(prompt, logitsOut == nullptr);
+    const int32_t slot = admit(prompt, logitsOut == nullptr, params.maxNew);
     struct Release {
       BatchingGenerator &g;
       int32_t slot;
@@ -192,6 +197,23 @@ public:
          "prefix.\n# TYPE glm_prefix_hit_requests_total counter\n"
          "glm_prefix_hit_requests_total "
       << prefixRequests_ << "\n";
+    if (pool_)
+      o << "# HELP glm_kv_pages_total KV pages sequences can hold (glmc "
+           "compile --kv-pages, less the sink).\n# TYPE glm_kv_pages_total "
+           "gauge\nglm_kv_pages_total "
+        << pool_->capacity()
+        << "\n# HELP glm_kv_pages_in_use KV pages a running sequence "
+           "references.\n# TYPE glm_kv_pages_in_use gauge\n"
+           "glm_kv_pages_in_use "
+        << pool_->inUse()
+        << "\n# HELP glm_kv_pages_cached KV pages of finished sequences kept "
+           "for prefix reuse (evicted least recently used first).\n"
+           "# TYPE glm_kv_pages_cached gauge\nglm_kv_pages_cached "
+        << pool_->cached()
+        << "\n# HELP glm_kv_page_waits_total Requests that waited for KV "
+           "pages.\n# TYPE glm_kv_page_waits_total counter\n"
+           "glm_kv_page_waits_total "
+        << pageWaits_ << "\n";
     return o.str();
   }
 
@@ -210,12 +232,19 @@ private:
     std::vector<int64_t> tokens; // whose KV (and state) the slot holds
     bool busy = false;
     uint64_t lastUse = 0;
+    // Paged plans: the sequence's page table, its pages, and how many of
+    // them it has published (KvPagePool).
+    std::vector<int32_t> table;
+    int64_t pages = 0, published = 0;
   };
 
   /// Waits for a free slot (and room under --max-batch); takes the one
   /// sharing the longest prefix with `prompt` (or, without `reuse`, none)
-  /// and keeps that prefix in it.
-  int32_t admit(const std::vector<int64_t> &prompt, bool reuse) {
+  /// and keeps that prefix in it. Paged plans: admitPaged.
+  int32_t admit(const std::vector<int64_t> &prompt, bool reuse,
+                int64_t maxNew) {
+    if (pool_)
+      return admitPaged(prompt, reuse, maxNew);
     std::unique_lock<std::mutex> lock(mu_);
     free_.wait(lock, [&] {
       if (active_ >= maxBatch_)
@@ -256,16 +285,78 @@ private:
     return int32_t(best);
   }
 
+  /// Paged plans: waits for a free slot, room under --max-batch and the
+  /// pages of prompt + maxNew tokens; takes the cached pages that begin the
+  /// prompt (shared with whoever else holds them) and new ones for the
+  /// rest. The slot's table reaches the plan before its first job runs.
+  int32_t admitPaged(const std::vector<int64_t> &prompt, bool reuse,
+                     int64_t maxNew) {
+    const int64_t tokens =
+        std::min<int64_t>(int64_t(prompt.size()) + std::max<int64_t>(maxNew, 0),
+                          exec_->plan().model.maxContext);
+    std::unique_lock<std::mutex> lock(mu_);
+    const int64_t total = pool_->pagesFor(tokens);
+    check(total <= pool_->capacity(), "this request's ", tokens,
+          " tokens need ", total, " KV pages of ", pool_->pageTokens(),
+          " tokens; the plan has ", pool_->capacity(),
+          " (glmc compile --kv-pages): re-plan with more, or send fewer "
+          "tokens");
+    std::vector<int32_t> matched;
+    bool waited = false;
+    free_.wait(lock, [&] {
+      matched = reuse ? pool_->match(prompt) : std::vector<int32_t>();
+      bool slot = false;
+      for (const Slot &s : slots_)
+        slot |= !s.busy;
+      const bool ok =
+          active_ < maxBatch_ && slot && pool_->fits(matched, total);
+      waited |= !ok;
+      return ok;
+    });
+    pageWaits_ += waited;
+    size_t best = 0;
+    while (slots_[best].busy)
+      ++best;
+    Slot &s = slots_[best];
+    s.busy = true;
+    s.table = pool_->acquire(matched, total);
+    s.pages = total;
+    s.published = int64_t(matched.size());
+    const size_t reused = matched.size() * size_t(pool_->pageTokens());
+    s.tokens.assign(prompt.begin(), prompt.begin() + reused);
+    tables_.emplace_back(int32_t(best), s.table);
+    ++active_;
+    if (reused > 0) {
+      prefixHits_ += reused;
+      ++prefixRequests_;
+    }
+    return int32_t(best);
+  }
+
+  /// Paged plans: files the pages of `slot` its written tokens complete
+  /// (under mu_), for the prompts that begin with them.
+  void publishPages(int32_t slot, int64_t written) {
+    Slot &s = slots_[size_t(slot)];
+    const int64_t full = std::min(written / pool_->pageTokens(), s.pages);
+    for (; s.published < full; ++s.published)
+      pool_->publish(s.table, s.published, s.tokens);
+  }
+
   /// The sequence in `slot` ended; its tokens stay for prefix reuse when
-  /// it ended cleanly (`ok`), else the slot is emptied.
+  /// it ended cleanly (`ok`), else the slot is emptied. Paged: its pages'
+  /// references go (the published ones stay cached).
   void release(int32_t slot, bool ok) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       Slot &s = slots_[size_t(slot)];
       s.busy = false;
       s.lastUse = ++clock_;
-      if (!ok)
+      if (!ok || pool_)
         s.tokens.clear();
+      if (pool_) {
+        pool_->release(s.table, s.pages);
+        s.pages = s.published = 0;
+      }
       --active_;
     }
     free_.notify_all();
@@ -283,6 +374,8 @@ private:
       work_.wait_for(lock, kGatherMs, [&] {
         return stop_ || int(pending_.size()) >= active_;
       });
+      std::vector<std::pair<int32_t, std::vector<int32_t>>> tables;
+      tables.swap(tables_);
       std::vector<Job *> rows;
       Job *chunk = nullptr;
       for (auto it = pending_.begin(); it != pending_.end();) {
@@ -298,6 +391,9 @@ private:
         }
       }
       lock.unlock();
+      // Page tables of the sequences admitted since: before their jobs.
+      for (const auto &[slot, table] : tables)
+        exec_->setPageTable(slot, table);
       const auto t0 = std::chrono::steady_clock::now();
       runRows(rows);
       const auto t1 = std::chrono::steady_clock::now();
@@ -311,6 +407,13 @@ private:
         chunk->done = true;
         ++chunks_;
       }
+      if (pool_) // what the jobs wrote, for the prompts that follow
+        for (Job *j : rows)
+          if (!j->error)
+            publishPages(j->slot, j->position + int64_t(j->tokens.size()));
+      if (pool_ && chunk && !chunk->error)
+        publishPages(chunk->slot,
+                     chunk->position + int64_t(chunk->tokens.size()));
       if (!rows.empty()) {
         ++steps_;
         stepRows_ += rows.size();
@@ -387,12 +490,15 @@ private:
   std::condition_variable work_, done_, free_;
   std::vector<Slot> slots_;
   std::deque<Job *> pending_;
+  std::unique_ptr<KvPagePool> pool_; // paged plans (--kv-page-tokens)
+  // Page tables of admitted sequences, for the scheduler to set.
+  std::vector<std::pair<int32_t, std::vector<int32_t>>> tables_;
   int active_ = 0;
   uint64_t clock_ = 0;
   bool stop_ = false;
   // Counters for /metrics.
   uint64_t steps_ = 0, stepRows_ = 0, chunks_ = 0, prefixHits_ = 0,
-           prefixRequests_ = 0;
+           prefixRequests_ = 0, pageWaits_ = 0;
   std::array<uint64_t, 7> rowsHist_{};
   int lastRows_ = 0;
   double stepSeconds_ = 0;

@@ -77,6 +77,7 @@ constexpr IoRows kIoRows[] = {
     {"io.positions", twins::IoIndex::Position, &IoBounds::positions},
     {"io.tokens", twins::IoIndex::Row, &IoBounds::tokens},
     {"io.draft_rows", twins::IoIndex::Row, &IoBounds::draftRows},
+    {"io.pages", twins::IoIndex::Page, &IoBounds::pages},
 };
 
 const IoRows *ioRowsOf(const gp::BufferDef &b) {
@@ -494,17 +495,31 @@ std::vector<std::vector<ByteRegion>> opRegions(const gp::Plan &plan,
 
 IoBounds ioBounds(const gp::Plan &plan) {
   IoBounds io;
-  if (auto it = plan.compileOptions.find("kv_slots");
-      it != plan.compileOptions.end()) {
+  // Compile option `key` as an integer in [lo, hi], or `dflt` without it.
+  auto option = [&](const char *key, long long lo, long long hi,
+                    const char *what, long long dflt) {
+    auto it = plan.compileOptions.find(key);
+    if (it == plan.compileOptions.end())
+      return dflt;
     const std::string &v = it->second;
     char *end = nullptr;
     const long long n = std::strtoll(v.c_str(), &end, 10);
-    check(!v.empty() && *end == 0 && n >= 1 && n <= (1 << 20),
-          "plan compile option kv_slots '", v, "' is not a KV slot count "
-          "(1..2^20): the plan is damaged (altered and re-signed?) or was "
+    check(!v.empty() && *end == 0 && n >= lo && n <= hi,
+          "plan compile option ", key, " '", v, "' is not ", what, " (", lo,
+          "..", hi, "): the plan is damaged (altered and re-signed?) or was "
           "written by another glmc; re-plan with this glmc");
-    io.slots = n;
-  }
+    return n;
+  };
+  io.slots = option("kv_slots", 1, 1 << 20, "a KV slot count", 1);
+  io.pageTokens = option("kv_page_tokens", 64, 1 << 20, "a page's tokens", 0);
+  io.pages = option("kv_pages", 2, 1ll << 30, "a KV page count", 0);
+  check((io.pageTokens == 0) == (io.pages == 0) &&
+            (io.pageTokens & (io.pageTokens - 1)) == 0 &&
+            (!io.pageTokens || plan.model.maxContext % io.pageTokens == 0),
+        "plan compile options kv_page_tokens and kv_pages (", io.pageTokens,
+        ", ", io.pages, ") are not a paged KV cache of the plan's ",
+        plan.model.maxContext, "-token context: the plan is damaged or was "
+        "written by another glmc; re-plan with this glmc");
   io.positions = plan.model.maxContext;
   io.tokens = plan.model.vocabSize;
   for (const gp::RankPlan &rp : plan.ranks)

@@ -38,6 +38,8 @@ struct IoBounds {
   int64_t tokens = 0;    // io.tokens: the vocabulary
   int64_t draftRows = 0; // io.draft_rows: hidden rows of the step before a
                          // draft, at most the largest graph's rows
+  int64_t pages = 0;      // io.pages: the compile option kv_pages (paged KV)
+  int64_t pageTokens = 0; // rows a page (kv_page_tokens); 0 = unpaged
 };
 
 /// The plan's IoBounds; throws Error when its kv_slots option is not a

@@ -366,6 +366,15 @@ void PlanExecutor::load() {
   check(!loaded_, "plan executor: load() called twice");
   checkLaunchBounds(*plan_); // damaged launches: refused before any byte moves
   io_ = ioBounds(*plan_);
+  if (io_.pageTokens) {
+    // Identity tables (today's layout) while the pages last; past them the
+    // slots wrap onto pages the runtime must assign before it uses them.
+    const int64_t per = io_.positions / io_.pageTokens;
+    pageTables_.resize(size_t(io_.slots * per));
+    for (size_t i = 0; i < pageTables_.size(); ++i)
+      pageTables_[i] = int32_t(int64_t(i) % io_.pages);
+    pagesDirty_ = true;
+  }
   // Every kernel a graph of these ranks launches must be launchable.
   for (auto &st : ranks_) {
     std::vector<bool> used(plan_->kernels.size());
@@ -663,6 +672,17 @@ void PlanExecutor::writeIoRows(const std::vector<int32_t> &tokens,
     check(tokens[r] >= 0 && tokens[r] < io_.tokens, "plan executor: token id ",
           tokens[r], " is outside the plan's vocabulary of ", io_.tokens);
   }
+  if (pagesDirty_) {
+    for (auto &st : ranks_) {
+      const uint32_t b = st->ioBuffer("io.pages");
+      check(st->rp->buffers[b].bytes >= pageTables_.size() * 4, "Io buffer "
+            "io.pages holds fewer than the slots' ", pageTables_.size(),
+            " page numbers: re-plan");
+      st->backend->write(st->address(b, 0), pageTables_.data(),
+                         pageTables_.size() * 4);
+    }
+    pagesDirty_ = false;
+  }
   for (auto &st : ranks_)
     for (auto [name, v] : {std::pair{"io.tokens", &tokens},
                            std::pair{"io.positions", &positions},
@@ -672,6 +692,26 @@ void PlanExecutor::writeIoRows(const std::vector<int32_t> &tokens,
             " holds fewer than ", rows, " rows: re-plan");
       st->backend->write(st->address(b, 0), v->data(), rows * 4ull);
     }
+}
+
+void PlanExecutor::setPageTable(int32_t slot,
+                                const std::vector<int32_t> &pages) {
+  check(io_.pageTokens > 0, "plan executor: a page table for a plan "
+        "without paged KV (glmc compile --kv-page-tokens)");
+  const int64_t per = io_.positions / io_.pageTokens;
+  check(slot >= 0 && slot < io_.slots, "plan executor: KV slot ", slot,
+        " is outside the plan's ", io_.slots, " slot(s)");
+  check(int64_t(pages.size()) == per, "plan executor: slot ", slot, "'s page "
+        "table has ", pages.size(), " entries; the plan's context is ", per,
+        " pages of ", io_.pageTokens, " tokens");
+  // Kernels address cache rows through these: a page past the pool would
+  // be another buffer's bytes.
+  for (int32_t p : pages)
+    check(p >= 0 && p < io_.pages, "plan executor: page ", p,
+          " in slot ", slot, "'s page table is outside the plan's ",
+          io_.pages, " KV pages");
+  std::copy(pages.begin(), pages.end(), pageTables_.begin() + slot * per);
+  pagesDirty_ = true;
 }
 
 std::vector<float> PlanExecutor::readLogits(uint32_t rows,

@@ -12,7 +12,11 @@
 // Io convention (docs/plan-format.md "Io buffers"): before a step the
 // executor writes the step's rows into the Io buffers "io.tokens",
 // "io.positions" and "io.slots" (int32 per row: token id, position, KV-cache
-// slot) and afterwards reads "io.logits" (fp32 [rows, vocab]).
+// slot) and afterwards reads "io.logits" (fp32 [rows, vocab]). A paged plan
+// (glmc compile --kv-page-tokens) also has "io.pages", every slot's page
+// table, which the executor writes before a step where setPageTable changed
+// it (identity tables after load: slot s's token t in page s * context /
+// page + t / page, today's unpaged layout, while the pages last).
 //
 // Thread-safety: one thread drives an executor; backends are not shared.
 //
@@ -240,6 +244,16 @@ public:
   /// Launches and collectives run so far.
   uint64_t launches() const { return launches_; }
 
+  // Paged KV (glmc compile --kv-page-tokens; io.pages).
+  /// Tokens a page; 0 when the plan's caches are unpaged.
+  int64_t pageTokens() const { return io_.pageTokens; }
+  /// Pages the caches hold (0 unpaged).
+  int64_t kvPages() const { return io_.pages; }
+  /// Slot `slot`'s page table: pages[i] holds its tokens [i * P, (i + 1) *
+  /// P), context / P entries, each a page < kvPages() (throws otherwise).
+  /// Written to the device before the next step, prefill or draft.
+  void setPageTable(int32_t slot, const std::vector<int32_t> &pages);
+
 private:
   struct RankState;
   /// Backend::bindThread of every local rank: each public entry that
@@ -282,6 +296,8 @@ private:
   std::vector<std::pair<std::string, std::string>> *profiled_ = nullptr;
   std::shared_ptr<const plan::Plan> plan_;
   IoBounds io_; // what writeIoRows and draft() let into the Io rows
+  std::vector<int32_t> pageTables_; // [slots][context / page] (paged plans)
+  bool pagesDirty_ = false;         // pageTables_ not yet on the devices
   std::string packDir_;
   std::vector<std::unique_ptr<RankState>> ranks_;
   std::unique_ptr<Collectives> collectives_;

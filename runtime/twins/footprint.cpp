@@ -17,6 +17,8 @@ const char *ioIndexName(IoIndex what) {
   switch (what) {
   case IoIndex::Slot:
     return "KV slots (io.slots)";
+  case IoIndex::Page:
+    return "KV pages (io.pages)";
   case IoIndex::Position:
     return "positions (io.positions)";
   case IoIndex::Row:

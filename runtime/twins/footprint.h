@@ -61,6 +61,7 @@ struct TablePointer {
 /// below a bound it enforces (launch_bounds.h IoBounds).
 enum class IoIndex : uint8_t {
   Slot,     // io.slots: a KV-cache / recurrent-state slot
+  Page,     // io.pages: a KV page (glmc compile --kv-page-tokens)
   Position, // io.positions: a token's position in its sequence
   Row,      // io.tokens (a token id) or io.draft_rows (a hidden row): a
             // row of the table the kernel gathers from

@@ -105,8 +105,7 @@ public:
     const int64_t bound = f_.tables->ioBound(k, what);
     if (bound <= 0)
       bad(k, "points into ", f_.tables->name(k), ", but the kernel indexes ",
-          "memory by its values: it must be the runtime's ",
-          ioIndexName(what));
+          "memory by its values: it must be the runtime's ", ioIndexName(what));
     f_.io.at(k) = true;
     return bound;
   }
@@ -118,6 +117,29 @@ public:
       bad(k, "makes the kernel reach more than 2^62 bytes");
     f_.bytes.at(k) = uint64_t(b);
     indexed(k);
+  }
+  /// Pointer `cache` holds `rows` rows of `rowBytes` a KV slot, which the
+  /// kernel finds through kv::SlotRows: the slot in pointer `seq`, the
+  /// page table in pointer `pages` (null: unpaged) and the page shift in
+  /// integer `shift`. Unpaged it reaches every slot's rows (perSlot); paged
+  /// every page's 2^shift rows, and the table's rows of every slot.
+  void slotRows(size_t cache, size_t seq, size_t pages, size_t shift, Wide rows,
+                Wide rowBytes) {
+    need(cache, rows * rowBytes, 1);
+    if (null(pages)) {
+      opt(pages, 0, 4);
+      perSlot(cache, seq);
+      return;
+    }
+    const Wide s = at(shift);
+    require(s <= 30 && rows % (Wide(1) << s) == 0, shift, "is ", int64_t(s),
+            "; pages of 2^shift rows must split the slot's ", int64_t(rows));
+    opt(pages, (rows >> s) * ioIndex(seq, IoIndex::Slot), 4);
+    const Wide b = (ioIndex(pages, IoIndex::Page) << s) * rowBytes;
+    if (b > (Wide(1) << 62))
+      bad(cache, "makes the kernel reach more than 2^62 bytes");
+    f_.bytes.at(cache) = uint64_t(b);
+    indexed(cache);
   }
   /// Pointer `pos` holds the runtime's positions, which a kernel sized for
   /// `ctx` tokens (integer argument ctxArg) must hold all of.

@@ -132,22 +132,23 @@ void ropeRowsFp(const Launch &l, Footprint &f) {
   r.ioIndex(4, IoIndex::Position); // rotation angles only
 }
 
-// (kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta); grid (1, B).
+// (kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta, pages,
+// pageShift); grid (1, B).
 void kvStoreFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide B = r.grid(1), kvr = r.at(5), dr = r.at(6), ctx = r.at(7);
   const Wide lat = kvr + dr;
   r.need(0, B * lat, 4);
   r.need(1, B ? kvr : 0, 4);
-  r.need(2, B ? ctx * kvRow(r, 5, lat, true) : 0, 1);
-  r.perSlot(2, 3);
+  r.slotRows(2, 3, 10, 11, B ? ctx : 0, kvRow(r, 5, lat, true));
   r.kvRows(2);
   r.positionsIn(4, 7, ctx);
   r.need(3, B, 4);
   r.need(4, B, 4);
 }
 
-// (k, w, bias, keys, seq, pos, hd, dr, maxCtx, theta); grid (1, B).
+// (k, w, bias, keys, seq, pos, hd, dr, maxCtx, theta, pages, pageShift);
+// grid (1, B).
 void indexKeyStoreFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide B = r.grid(1), hd = r.at(6), dr = r.at(7), ctx = r.at(8);
@@ -155,8 +156,7 @@ void indexKeyStoreFp(const Launch &l, Footprint &f) {
   r.need(0, B * hd, 4);
   r.need(1, B ? hd : 0, 4);
   r.need(2, B ? hd : 0, 4);
-  r.need(3, B ? ctx * kvRow(r, 6, hd, true) : 0, 1);
-  r.perSlot(3, 4);
+  r.slotRows(3, 4, 10, 11, B ? ctx : 0, kvRow(r, 6, hd, true));
   r.kvRows(3);
   r.positionsIn(5, 8, ctx);
   r.need(4, B, 4);
@@ -173,15 +173,17 @@ void dsaIotaFp(const Launch &l, Footprint &f) {
   r.positionsIn(2, 3, ctx);
 }
 
-// (qi, keys, wts, score, seq, pos, nh, hd, maxCtx, headScale, dotScale).
-// Template pool: keys and scores have ctx / pool rows.
+// (qi, keys, wts, score, seq, pos, nh, hd, maxCtx, headScale, dotScale,
+// pages, pageShift). Template pool: keys and scores have ctx / pool rows
+// (paged keys only at pool 1).
 void indexerScoresCtxFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide B = r.grid(1), nh = r.at(6), hd = r.at(7),
              ctx = r.at(8) / l.targIntOr("pool", 1);
   r.need(0, B * nh * hd, 4);
-  r.need(1, B ? ctx * kvRow(r, 7, hd, false) : 0, 1);
-  r.perSlot(1, 4);
+  r.require(r.null(11) || l.targIntOr("pool", 1) == 1, 11,
+            "pages a k-pool's pooled keys; only pool-1 keys are paged");
+  r.slotRows(1, 4, 11, 12, B ? ctx : 0, kvRow(r, 7, hd, false));
   r.kvRows(1);
   r.positionsIn(5, 8, r.at(8));
   r.need(2, B * nh, 4);
@@ -262,7 +264,7 @@ void mlaQabsFp(const Launch &l, Footprint &f) {
 }
 
 // mla_core(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, ctxAll,
-// heads, H, dn, dr, kvr, scale); grid (nHeads, B).
+// heads, H, dn, dr, kvr, scale, pages, pageShift); grid (nHeads, B).
 void mlaCoreFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide B = r.grid(1), nHeads = r.grid(0), ctx = r.at(7);
@@ -277,8 +279,7 @@ void mlaCoreFp(const Launch &l, Footprint &f) {
   if (r.l.kvForm() != glm::kv::kF32)
     r.require((kvr + dr) % 4 == 0, 12, "is ", int64_t(dr),
               "; a bf16/e4m3 cache needs kvr + dr a multiple of 4");
-  r.need(2, rows ? ctx * kvRow(r, 13, kvr + dr, false) : 0, 1);
-  r.perSlot(2, 3);
+  r.slotRows(2, 3, 15, 16, rows ? ctx : 0, kvRow(r, 13, kvr + dr, false));
   r.kvRows(2);
   r.need(3, rows ? B : 0, 4);
   r.need(4, rows ? B * ctx : 0, 4);
@@ -290,8 +291,9 @@ void mlaCoreFp(const Launch &l, Footprint &f) {
 }
 
 // mla_prefill(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx,
-// ctxAll, heads, nh, H, dn, dr, kvr, scale, pStride); grid (ceil(nh / (16 * block /
-// 64)), B), dynamic shared memory mlaPrefillSmem (mla_prefill_abi.h).
+// ctxAll, heads, nh, H, dn, dr, kvr, scale, pStride, pages, pageShift); grid
+// (ceil(nh / (16 * block / 64)), B), dynamic shared memory mlaPrefillSmem
+// (mla_prefill_abi.h).
 void mlaPrefillFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide B = r.grid(1), ctx = r.at(7), nh = r.at(10, 1), H = r.at(11),
@@ -299,7 +301,8 @@ void mlaPrefillFp(const Launch &l, Footprint &f) {
              pStride = r.at(16, 1); // the kernel takes at most pStride keys
   const int threads = int(r.block(0));
   r.require(threads == 64 || threads == 128 || threads == 256, 10,
-            "is spread over ", threads, " threads; the kernel takes 64 per "
+            "is spread over ", threads,
+            " threads; the kernel takes 64 per "
             "16 heads, 64 to 256");
   r.require(kvr % 16 == 0 && kvr / 16 == l.targIntOr("vt", 0), 14, "is ",
             int64_t(kvr), "; the kernel's vt is ", l.targIntOr("vt", 0),
@@ -318,14 +321,15 @@ void mlaPrefillFp(const Launch &l, Footprint &f) {
   if (l.templateArgs && l.templateArgs->count("keys") &&
       l.templateArgs->at("keys") == "rows16") {
     // mla_rows16's buffer of the chunk's slot (selections index its rows).
-    r.need(2, rows ? Wide(glm::rows16::bytes(int64_t(ctx), int64_t(kvr),
-                                             int64_t(dr)))
-                   : 0,
-           1);
+    r.need(
+        2,
+        rows ? Wide(glm::rows16::bytes(int64_t(ctx), int64_t(kvr), int64_t(dr)))
+             : 0,
+        1);
     r.ioIndex(3, IoIndex::Slot); // the slots, unread: rows16 is the slot's
+    r.opt(17, 0, 4);             // and so are the pages
   } else {
-    r.need(2, rows ? ctx * kvRow(r, 14, kvr + dr, false) : 0, 1);
-    r.perSlot(2, 3);
+    r.slotRows(2, 3, 17, 18, rows ? ctx : 0, kvRow(r, 14, kvr + dr, false));
     r.kvRows(2);
   }
   r.need(3, rows ? B : 0, 4);
@@ -337,14 +341,16 @@ void mlaPrefillFp(const Launch &l, Footprint &f) {
   headList(r, 9, B ? covered : 0, H);
 }
 
-// mla_rows16(cache, seq, pos, R, maxCtx, kvr, dr, rows16); grid
-// (ceil(maxCtx / 8)), 256 threads: rows 0 .. pos[R - 1] of slot seq[0].
+// mla_rows16(cache, seq, pos, R, maxCtx, kvr, dr, rows16, pages, pageShift);
+// grid (ceil(maxCtx / 8)), 256 threads: rows 0 .. pos[R - 1] of slot seq[0].
 void mlaRows16Fp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide R = r.at(3), ctx = r.at(4), kvr = r.at(5, 16), dr = r.at(6);
-  r.require(r.block(0) == 32 * glm::rows16::kRowsPerBlock, 0,
-            "is spread over ", int64_t(r.block(0)), " threads; the kernel "
-            "takes a warp per row, ", 32 * glm::rows16::kRowsPerBlock);
+  r.require(r.block(0) == 32 * glm::rows16::kRowsPerBlock, 0, "is spread over ",
+            int64_t(r.block(0)),
+            " threads; the kernel "
+            "takes a warp per row, ",
+            32 * glm::rows16::kRowsPerBlock);
   r.require(kvr % 16 == 0, 5, "is ", int64_t(kvr),
             "; mla_prefill's value rows are whole 16-column tiles");
   r.require(dr % 4 == 0 && kvr + dr <= glm::codegen::kMlaPrefillMaxLatent, 6,
@@ -352,8 +358,7 @@ void mlaRows16Fp(const Launch &l, Footprint &f) {
             int64_t(glm::codegen::kMlaPrefillMaxLatent) - int64_t(kvr),
             " rope values");
   const bool any = R > 0 && r.grid(0) > 0 && ctx > 0;
-  r.need(0, any ? ctx * kvRow(r, 5, kvr + dr, false) : 0, 1);
-  r.perSlot(0, 1);
+  r.slotRows(0, 1, 8, 9, any ? ctx : 0, kvRow(r, 5, kvr + dr, false));
   r.kvRows(0);
   r.need(1, any ? 1 : 0, 4);
   r.need(2, any ? R : 0, 4);
@@ -385,8 +390,8 @@ void mlaProjFp(const Launch &l, Footprint &f) {
   r.require(r.block(0) == 128, 14, "runs on ", int64_t(r.block(0)),
             " threads; the kernel takes 128");
   r.require(K % 4 == 0 && xStride % 4 == 0 && xHead % 4 == 0, 15, "is ",
-            int64_t(K), " (x strides ", int64_t(xStride), ", ",
-            int64_t(xHead), "); 16-byte rows need multiples of 4");
+            int64_t(K), " (x strides ", int64_t(xStride), ", ", int64_t(xHead),
+            "); 16-byte rows need multiples of 4");
   r.require(xStride % xHead == 0 && yStride % yHead == 0 &&
                 xStride / xHead == yStride / yHead,
             1, "is ", int64_t(xStride),
@@ -719,7 +724,7 @@ void moeGatherFp(const Launch &l, Footprint &f) {
   // A thread's columns run over gate's hidden then up's: past the first
   // hidden the up rows of the table are read whole.
   r.opt(3,
-        !tRows         ? 0
+        !tRows          ? 0
         : cols > hidden ? 2 * (E + S) * (hidden / 128)
                         : span(E + S, hidden / 128, ceilDiv(cols, 128)),
         4);
@@ -827,8 +832,7 @@ void mhcHeadFp(const Launch &l, Footprint &f) {
 void kdaDecodeFp(const Launch &l, Footprint &f) {
   Reach r(l, f);
   const Wide n = r.grid(0), B = r.grid(1), ins = r.at(5), bs = r.at(7);
-  const Wide h0 = r.at(20), dk = r.at(21, 1), dv = r.at(22, 1),
-             K = r.at(23, 1);
+  const Wide h0 = r.at(20), dk = r.at(21, 1), dv = r.at(22, 1), K = r.at(23, 1);
   const Wide nt = r.block(0), rows = r.targ("rows");
   const Wide dvr = (dv + 31) / 32 * 32, RG = dvr <= nt ? nt / dvr : 0;
   r.require(dk <= 256, 21, "is ", int64_t(dk), ", over 256");
@@ -993,17 +997,17 @@ const FootprintEntry kHelperFootprints[] = {
     {"rms_norm_rows", "pppidii", rmsNormRowsFp},
     {"add_rms_norm", "pppppid", addRmsNormFp},
     {"rope_rows", "piiipd", ropeRowsFp},
-    {"kv_store", "pppppiiidd", kvStoreFp},
-    {"index_key_store", "ppppppiiid", indexKeyStoreFp},
+    {"kv_store", "pppppiiiddpi", kvStoreFp},
+    {"index_key_store", "ppppppiiidpi", indexKeyStoreFp},
     {"dsa_iota", "pppi", dsaIotaFp},
-    {"indexer_scores_ctx", "ppppppiiidd", indexerScoresCtxFp},
-    {"indexer_scores_mma", "ppppppiiidd", indexerScoresMmaFp},
+    {"indexer_scores_ctx", "ppppppiiiddpi", indexerScoresCtxFp},
+    {"indexer_scores_mma", "ppppppiiiddpi", indexerScoresMmaFp},
     {"dsa_select", "ppipppi", dsaSelectFp},
     {"mla_attn", "pppppppippiiiiid", mlaAttnFp},
     {"mla_qabs", "ppipippiiiii", mlaQabsFp},
-    {"mla_core", "pppppppippiiiid", mlaCoreFp},
-    {"mla_prefill", "pppppppippiiiiidi", mlaPrefillFp},
-    {"mla_rows16", "pppiiiip", mlaRows16Fp},
+    {"mla_core", "pppppppippiiiidpi", mlaCoreFp},
+    {"mla_prefill", "pppppppippiiiiidipi", mlaPrefillFp},
+    {"mla_rows16", "pppiiiippi", mlaRows16Fp},
     {"mla_proj", "piipipiiiippiiiii", mlaProjFp},
     {"mla_out", "pipipppiiii", mlaOutFp},
     {"transpose", "ppli", transposeFp},

@@ -48,4 +48,12 @@ private:
   std::unordered_map<int64_t, std::vector<float>> decoded_;
 };
 
+/// Where the rows of KV slot `slot` are (kv::SlotRows), from the family's
+/// (pages, pageShift) arguments at k and k + 1: the slot's own block of
+/// maxCtx rows without pages, else its page table in io.pages.
+inline glm::kv::SlotRows slotRowsOf(const Launch &l, size_t k, int slot,
+                                    int maxCtx) {
+  return glm::kv::slotRows(l.ptr<const int>(k), l.i32(k + 1), slot, maxCtx);
+}
+
 } // namespace glm::rt::twins

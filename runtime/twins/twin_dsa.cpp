@@ -32,8 +32,8 @@ void dsaIotaTwin(const Launch &l) {
 }
 
 // indexer_scores_ctx(qi, keys, wts, score, seq, pos, nh, hd, maxCtx,
-// headScale, dotScale); grid (n, B): every t < (pos[b] + 1) / pool once
-// (template pool, default 1: keys and scores have maxCtx / pool rows;
+// headScale, dotScale, pages, pageShift); grid (n, B): every t < (pos[b] + 1) /
+// pool once (template pool, default 1: keys and scores have maxCtx / pool rows;
 // template kv: the keys' form, kv_rows.h).
 void indexerScoresCtxTwin(const Launch &l) {
   const float *qi = l.ptr<const float>(0), *wts = l.ptr<const float>(2);
@@ -48,9 +48,9 @@ void indexerScoresCtxTwin(const Launch &l) {
     const int T = (pos[b] + 1) / pool;
     const float *q = qi + (int64_t)b * nh * hd;
     const float *wv = wts + (int64_t)b * nh;
-    const int64_t r0 = (int64_t)seq[b] * pc;
+    const glm::kv::SlotRows r0 = slotRowsOf(l, 11, seq[b], pc);
     for (int t = 0; t < T; ++t) {
-      const float *kt = rows.row(r0 + t);
+      const float *kt = rows.row(r0(t));
       double acc = 0;
       for (int h = 0; h < nh; ++h) {
         double d = 0;
@@ -73,11 +73,11 @@ static void splitHalf(float x, double &hi, double &lo) {
 }
 
 // indexer_scores_mma(qi, keys, wts, score, seq, pos, nh, hd, maxCtx,
-// headScale, dotScale); grid (gx, B), 256 threads: indexer_scores_ctx's
-// scores (pool 1) from the tensor-core kernel's operands. q and f32 / bf16
-// keys split into fp16 hi + lo, the dot hi.hi + hi.lo + lo.hi; e4m3 keys as
-// their byte values (hi.b + lo.b), the dot times the row's scale. Every
-// product is exact in fp64 and the dot sums them in fp64 over i in order,
+// headScale, dotScale, pages, pageShift); grid (gx, B), 256 threads:
+// indexer_scores_ctx's scores (pool 1) from the tensor-core kernel's operands.
+// q and f32 / bf16 keys split into fp16 hi + lo, the dot hi.hi + hi.lo + lo.hi;
+// e4m3 keys as their byte values (hi.b + lo.b), the dot times the row's scale.
+// Every product is exact in fp64 and the dot sums them in fp64 over i in order,
 // then the ctx kernel's fp64 epilogue. The kernel adds the same products
 // in fp32 (tensor-core order) with an fp32 epilogue: within ~1e-6 of the
 // largest score (tests/gpu/indexer_scores_mma_gpu_test.cpp). Shapes the
@@ -101,8 +101,9 @@ void indexerScoresMmaTwin(const Launch &l) {
         splitHalf(q[i], qh[i], ql[i]);
       const float *wv = wts + b * nh;
       const int T = std::min(pos[b] + 1, maxCtx);
+      const glm::kv::SlotRows r0 = slotRowsOf(l, 11, seq[b], maxCtx);
       for (int t = 0; t < T; ++t) {
-        const uint8_t *p = keys + ((int64_t)seq[b] * maxCtx + t) * rowBytes;
+        const uint8_t *p = keys + r0(t) * rowBytes;
         double scale = 1.0;
         for (int i = 0; i < hd; ++i) {
           if (kv == glm::kv::kE4m3) {

@@ -158,8 +158,8 @@ void mlaQabsTwin(const Launch &l) {
 }
 
 // mla_core(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, ctxAll,
-// heads, H, dn, dr, kvr, scale); grid (nHeads, B), block nt; template kv:
-// the cache's form (kv_rows.h).
+// heads, H, dn, dr, kvr, scale, pages, pageShift); grid (nHeads, B), block nt;
+// template kv: the cache's form (kv_rows.h).
 void mlaCoreTwin(const Launch &l) {
   constexpr int kTile = 1024; // hx::kMlaTile
   const float *qAll = l.ptr<const float>(0), *qabsAll = l.ptr<const float>(1);
@@ -180,12 +180,12 @@ void mlaCoreTwin(const Launch &l) {
       const int h = heads[bx], n = nselp[b];
       const float *qp = qAll + ((int64_t)b * H + h) * (dn + dr) + dn;
       const float *qs = qabsAll + ((int64_t)b * H + h) * kvr;
-      const int64_t r0 = (int64_t)seq[b] * maxCtx;
+      const glm::kv::SlotRows r0 = slotRowsOf(l, 15, seq[b], maxCtx);
       const int *sel = selAll + (int64_t)b * maxCtx;
       float *p = pAll + ((int64_t)b * H + h) * maxCtx;
       std::vector<const float *> ents(n); // the selected rows' values
       for (int j = 0; j < n; ++j)
-        ents[j] = rows.row(r0 + sel[j]);
+        ents[j] = rows.row(r0(sel[j]));
       // Scores: lanes over channels c = lane + 32k in order, warp sums.
       for (int j = 0; j < n; ++j) {
         const float *ent = ents[j];

@@ -97,7 +97,8 @@ float scaledHalfBits(const float *v, int n, int width, int lo, int hi,
 
 } // namespace
 
-// mla_rows16(cache, seq, pos, R, maxCtx, kvr, dr, rows16); grid
+// mla_rows16(cache, seq, pos, R, maxCtx, kvr, dr, rows16, pages, pageShift);
+// grid
 // (ceil(maxCtx / 8)), 256 threads; template kv: the cache's form.
 void mlaRows16Twin(const Launch &l) {
   const void *cache = l.ptr<const void>(0);
@@ -108,12 +109,11 @@ void mlaRows16Twin(const Launch &l) {
   // keys = rows16: `cache` is mla_rows16's buffer of the chunk's slot.
   std::optional<Rows16View> rows16;
   if (readsRows16(l))
-    rows16 = Rows16View{static_cast<const unsigned char *>(cache), maxCtx,
-                        kvr, dr};
+    rows16 =
+        Rows16View{static_cast<const unsigned char *>(cache), maxCtx, kvr, dr};
   const int kh = int(glm::rows16::keyHalves(kvr, dr));
   // The rows the grid covers, up to the chunk's last position.
-  const int64_t covered =
-      int64_t(l.grid[0]) * glm::rows16::kRowsPerBlock;
+  const int64_t covered = int64_t(l.grid[0]) * glm::rows16::kRowsPerBlock;
   const int64_t last =
       std::min<int64_t>({R > 0 ? pos[R - 1] : -1, maxCtx - 1, covered - 1});
   auto *keys = reinterpret_cast<uint16_t *>(b);
@@ -123,10 +123,11 @@ void mlaRows16Twin(const Launch &l) {
       b + glm::rows16::keyScaleOffset(maxCtx, kvr, dr));
   auto *vscale = reinterpret_cast<float *>(
       b + glm::rows16::valueScaleOffset(maxCtx, kvr, dr));
+  const glm::kv::SlotRows slot = slotRowsOf(l, 8, seq[0], maxCtx);
   parallelFor(last + 1, 64, 0, [&](int64_t t0, int64_t t1, int) {
     std::vector<float> raw(lat);
     for (int64_t t = t0; t < t1; ++t) {
-      kvReadRow(cache, kvForm, int64_t(seq[0]) * maxCtx + t, lat, raw.data());
+      kvReadRow(cache, kvForm, slot(int(t)), lat, raw.data());
       kscale[t] = scaledHalfBits(raw.data(), lat, kh, glm::rows16::kKeyLo,
                                  glm::rows16::kKeyHi, keys + t * kh);
       vscale[t] = scaledHalfBits(raw.data(), kvr, kvr, glm::rows16::kValueLo,
@@ -136,9 +137,9 @@ void mlaRows16Twin(const Launch &l) {
 }
 
 // mla_prefill(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx,
-// ctxAll, heads, nh, H, dn, dr, kvr, scale, pStride); grid (ceil(nh / heads per
-// block), B); template kv: the cache's form; keys = rows16: `cache` is
-// mla_rows16's buffer.
+// ctxAll, heads, nh, H, dn, dr, kvr, scale, pStride, pages, pageShift); grid
+// (ceil(nh / heads per block), B); template kv: the cache's form; keys =
+// rows16: `cache` is mla_rows16's buffer.
 void mlaPrefillTwin(const Launch &l) {
   const float *qAll = l.ptr<const float>(0), *qabsAll = l.ptr<const float>(1);
   const void *cache = l.ptr<const void>(2);
@@ -156,18 +157,18 @@ void mlaPrefillTwin(const Launch &l) {
   // keys = rows16: `cache` is mla_rows16's buffer of the chunk's slot.
   std::optional<Rows16View> rows16;
   if (readsRows16(l))
-    rows16 = Rows16View{static_cast<const unsigned char *>(cache), maxCtx,
-                        kvr, dr};
-  const int64_t covered =
-      std::min<int64_t>(nh, int64_t(l.grid[0]) *
-                                codegen::mlaPrefillHeadsPerBlock(l.block[0]));
+    rows16 =
+        Rows16View{static_cast<const unsigned char *>(cache), maxCtx, kvr, dr};
+  const int64_t covered = std::min<int64_t>(
+      nh, int64_t(l.grid[0]) * codegen::mlaPrefillHeadsPerBlock(l.block[0]));
   parallelFor(l.grid[1], 1, 0, [&](int64_t b0, int64_t b1, int) {
     std::vector<float> raw, keys, vals, q(lat), s;
     std::vector<float> kscale, vscale;
     std::vector<double> ctx(kvr);
     for (int64_t b = b0; b < b1; ++b) {
       const int n = std::min(nselp[b], pStride);
-      const int64_t r0 = rows16 ? 0 : int64_t(seq[b]) * maxCtx;
+      const glm::kv::SlotRows r0 = rows16 ? glm::kv::slotRows(nullptr, 0, 0, 0)
+                                          : slotRowsOf(l, 17, seq[b], maxCtx);
       const int *sel = selAll + b * maxCtx;
       // Each key row as pass 1 scales it, its first kvr values as pass 2.
       raw.resize(lat);
@@ -176,19 +177,20 @@ void mlaPrefillTwin(const Launch &l) {
       kscale.resize(n);
       vscale.resize(n);
       for (int j = 0; j < n; ++j) {
-        float *k = keys.data() + size_t(j) * lat, *v = vals.data() + size_t(j) * kvr;
+        float *k = keys.data() + size_t(j) * lat,
+              *v = vals.data() + size_t(j) * kvr;
         if (rows16) {
           kscale[j] = rows16->key(sel[j], k);
           vscale[j] = rows16->value(sel[j], v);
           continue;
         }
-        kvReadRow(cache, kvForm, r0 + sel[j], lat, raw.data());
+        kvReadRow(cache, kvForm, r0(sel[j]), lat, raw.data());
         std::copy(raw.begin(), raw.end(), k);
         std::copy(raw.begin(), raw.begin() + kvr, v);
-        kscale[j] = scaledHalves(k, lat, glm::rows16::kKeyLo,
-                                 glm::rows16::kKeyHi);
-        vscale[j] = scaledHalves(v, kvr, glm::rows16::kValueLo,
-                                 glm::rows16::kValueHi);
+        kscale[j] =
+            scaledHalves(k, lat, glm::rows16::kKeyLo, glm::rows16::kKeyHi);
+        vscale[j] =
+            scaledHalves(v, kvr, glm::rows16::kValueLo, glm::rows16::kValueHi);
       }
       s.resize(n);
       for (int64_t hi = 0; hi < covered; ++hi) {

@@ -105,7 +105,8 @@ void ropeRowsTwin(const Launch &l) {
     }
 }
 
-// kv_store(kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta);
+// kv_store(kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta, pages,
+// pageShift);
 // grid (1, B); template kv: the cache's form (kv_rows.h), the row computed
 // in fp32 first.
 void kvStoreTwin(const Launch &l) {
@@ -118,7 +119,7 @@ void kvStoreTwin(const Launch &l) {
   std::vector<float> staged(lat);
   for (uint32_t b = 0; b < l.grid[1]; ++b) {
     const float *src = kva + (int64_t)b * lat;
-    const int64_t r = (int64_t)seq[b] * maxCtx + pos[b];
+    const int64_t r = slotRowsOf(l, 10, seq[b], maxCtx)(pos[b]);
     float *dst = kv == glm::kv::kF32 ? static_cast<float *>(cache) + r * lat
                                      : staged.data();
     std::vector<double> ss(nt, 0.0);
@@ -139,8 +140,8 @@ void kvStoreTwin(const Launch &l) {
 
 namespace hx {
 
-void layerNormKey(const float *x, const float *w, const float *bias,
-                  float *dst, int hd, int nt) {
+void layerNormKey(const float *x, const float *w, const float *bias, float *dst,
+                  int hd, int nt) {
   std::vector<double> part(nt, 0.0);
   for (int t = 0; t < nt; ++t)
     for (int i = t; i < hd; i += nt)
@@ -160,7 +161,8 @@ void layerNormKey(const float *x, const float *w, const float *bias,
 
 } // namespace hx
 
-// index_key_store(k, w, bias, keys, seq, pos, hd, dr, maxCtx, theta);
+// index_key_store(k, w, bias, keys, seq, pos, hd, dr, maxCtx, theta, pages,
+// pageShift);
 // grid (1, B); template kv: the keys' form (kv_rows.h).
 void indexKeyStoreTwin(const Launch &l) {
   const float *k = l.ptr<const float>(0), *w = l.ptr<const float>(1),
@@ -172,7 +174,7 @@ void indexKeyStoreTwin(const Launch &l) {
   const int nt = (int)l.block[0], kv = l.kvForm();
   std::vector<float> staged(hd);
   for (uint32_t b = 0; b < l.grid[1]; ++b) {
-    const int64_t r = (int64_t)seq[b] * maxCtx + pos[b];
+    const int64_t r = slotRowsOf(l, 10, seq[b], maxCtx)(pos[b]);
     float *dst = kv == glm::kv::kF32 ? static_cast<float *>(keys) + r * hd
                                      : staged.data();
     hx::layerNormKey(k + (int64_t)b * hd, w, bias, dst, hd, nt);

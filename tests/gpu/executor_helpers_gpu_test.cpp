@@ -163,7 +163,8 @@ TEST_F(ExecutorHelpersGpu, RopeAndStoresMatchTwins) {
         .i32(dr)
         .i32(maxCtx)
         .f64(1e-6)
-        .f64(10000.0);
+        .f64(10000.0)
+        .unpaged();
     r.run(1, B, 1, 256);
     r.check(2, "latent rows", 1e-6, "fp64 pow/sin/cos of the rope part");
   }
@@ -179,7 +180,8 @@ TEST_F(ExecutorHelpersGpu, RopeAndStoresMatchTwins) {
         .i32(hd)
         .i32(dr)
         .i32(maxCtx)
-        .f64(10000.0);
+        .f64(10000.0)
+        .unpaged();
     r.run(1, B, 1, 256);
     r.check(3, "index keys", 1e-6, "fp64 pow/sin/cos of the rope part");
   }
@@ -200,7 +202,8 @@ TEST_F(ExecutorHelpersGpu, DsaFamiliesMatchTwinsExactly) {
       .i32(hd)
       .i32(maxCtx)
       .f64(1.0 / std::sqrt((double)nh))
-      .f64(1.0 / std::sqrt((double)hd));
+      .f64(1.0 / std::sqrt((double)hd))
+      .unpaged();
   s.run(64, B, 1, 256);
   s.checkD(3, "scores", 0);
   // Selection on the twin's scores with ties (rounded values).
@@ -334,7 +337,8 @@ TEST_F(ExecutorHelpersGpu, AbsorbedMlaMatchesTwins) {
               .i32(dn)
               .i32(dr)
               .i32(kvr)
-              .f64(scale);
+              .f64(scale)
+              .unpaged();
           r.run(nh, B, 1, 1024, smem);
           if (run == 0) {
             r.check(8, "kvr" + std::to_string(kvr) + " ctx (65, 1500 rows)",
@@ -505,7 +509,8 @@ TEST_F(ExecutorHelpersGpu, KvCacheFormsMatchTwins) {
           .i32(dr)
           .i32(maxCtx)
           .f64(1e-6)
-          .f64(10000.0);
+          .f64(10000.0)
+          .unpaged();
       r.run(1, B, 1, 256);
       checkRows(r, 2, lat, dr == 0, "kv_store dr" + std::to_string(dr));
     }
@@ -521,7 +526,8 @@ TEST_F(ExecutorHelpersGpu, KvCacheFormsMatchTwins) {
           .i32(hd)
           .i32(dr)
           .i32(maxCtx)
-          .f64(10000.0);
+          .f64(10000.0)
+          .unpaged();
       r.run(1, B, 1, 256);
       checkRows(r, 3, hd, dr == 0, "index_key_store dr" + std::to_string(dr));
     }
@@ -540,7 +546,8 @@ TEST_F(ExecutorHelpersGpu, KvCacheFormsMatchTwins) {
           .i32(hd)
           .i32(T)
           .f64(1.0 / std::sqrt((double)nh))
-          .f64(1.0 / std::sqrt((double)hd));
+          .f64(1.0 / std::sqrt((double)hd))
+          .unpaged();
       sc.run(64, 2, 1, 256);
       sc.checkD(3, kv + " index-key scores", 0);
     }
@@ -574,7 +581,8 @@ TEST_F(ExecutorHelpersGpu, KvCacheFormsMatchTwins) {
           .i32(dn)
           .i32(dr)
           .i32(kvr)
-          .f64(scale);
+          .f64(scale)
+          .unpaged();
       c.run((unsigned)heads.size(), Bm, 1, 1024,
             (unsigned)(kvr + dr + 2 * 1024 + 4 * 1024) * 4);
       c.check(8, kv + " mla_core ctx (65, 1500 rows)", 1e-6, "fp64 exp");

@@ -220,7 +220,8 @@ TEST_F(FlashDecodeGpu, KpoolStoreScoresAndSelectMatchTwins) {
           .i32(hd)
           .i32(maxCtx)
           .f64(1.0 / std::sqrt((double)nh))
-          .f64(1.0 / std::sqrt((double)hd));
+          .f64(1.0 / std::sqrt((double)hd))
+          .unpaged();
       sc.run(2, B, 1, 256);
       sc.checkD(3, "pool scores " + tag, 0);
       Dual sel("dsa_select", 256, {{"pool", "4"}});
@@ -290,7 +291,8 @@ TEST_F(FlashDecodeGpu, KpoolStoreAndScoresMatchTwinsAtBf16AndE4m3) {
             .i32(hd)
             .i32(maxCtx)
             .f64(1.0 / std::sqrt((double)nh))
-            .f64(1.0 / std::sqrt((double)hd));
+            .f64(1.0 / std::sqrt((double)hd))
+            .unpaged();
         sc.run(2, B, 1, 256);
         sc.checkD(3, "pool scores " + tag, 0);
       }

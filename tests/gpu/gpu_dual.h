@@ -74,6 +74,8 @@ public:
     return buf(p);
   }
   Dual &null() { return scalar<uint64_t>(0, twins::Arg{}); }
+  /// The KV families' trailing (pages, pageShift) of an unpaged cache.
+  Dual &unpaged() { return null().i32(0); }
   Dual &i32(int v) { return scalar(v, intArg(v)); }
   Dual &i64(long long v) { return scalar(v, intArg(v)); }
   Dual &u64(unsigned long long v) { return scalar(v, intArg((int64_t)v)); }

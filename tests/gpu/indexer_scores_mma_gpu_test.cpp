@@ -89,7 +89,8 @@ launchScores(const std::string &family, const std::string &kv, unsigned gx,
       .i32(c.hd)
       .i32(c.maxCtx)
       .f64(1.0 / std::sqrt(double(c.nh)))
-      .f64(1.0 / std::sqrt(double(c.hd)));
+      .f64(1.0 / std::sqrt(double(c.hd)))
+      .unpaged();
   const int form = kv == "e4m3" ? 2 : kv == "bf16" ? 1 : 0;
   const unsigned smem =
       family == "indexer_scores_mma" ? glm::indexerMmaSmemBytes(form, 256) : 0;
@@ -181,6 +182,7 @@ TEST_F(IndexerScoresMmaTimeGpu, Glm53ChunkAgainstFp64Kernel) {
       a.ptr(dQ).ptr(dK).ptr(dW).ptr(dS).ptr(dSeq).ptr(dPos)
           << nh << hd << maxCtx << 1.0 / std::sqrt(double(nh))
           << 1.0 / std::sqrt(double(hd));
+      a.null() << 0; // unpaged
       const auto t0 = std::chrono::steady_clock::now();
       a.launch(kernel(s), gx, unsigned(B), 256u, smem);
       bestMs = std::min(bestMs, std::chrono::duration<double, std::milli>(

@@ -36,6 +36,9 @@ struct PrefillCase {
   // fp16 rows bit for bit against its twin's, then mla_prefill<keys =
   // rows16> against the cache path's twin (the same bits on the CPU).
   bool rows16 = false;
+  // > 0: the cache in shuffled pages of 2^pageShift rows (kv::SlotRows,
+  // glmc compile --kv-page-tokens), device and twin alike.
+  int pageShift = 0;
 };
 
 class MlaPrefillGpu : public ::testing::TestWithParam<PrefillCase> {
@@ -58,6 +61,23 @@ TEST_P(MlaPrefillGpu, MatchesTwin) {
     const std::vector<float> row = randn(rng, size_t(lat), c.kMag);
     glm::rt::twins::kvWriteRow(cache.data(), c.kv, r, row.data(), lat);
   }
+  std::vector<int> pages;
+  if (c.pageShift) {
+    const int P = 1 << c.pageShift, per = maxCtx / P, n = slots * per + 5;
+    std::vector<int> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    pages.assign(order.begin(), order.begin() + slots * per);
+    const size_t rb = size_t(glm::rt::twins::kvRowBytes(c.kv, lat));
+    std::vector<uint8_t> pool(size_t(n) * P * rb, 0xAB);
+    for (int sl = 0; sl < slots; ++sl)
+      for (int t = 0; t < maxCtx; ++t)
+        std::memcpy(pool.data() +
+                        (size_t(pages[sl * per + t / P]) * P + t % P) * rb,
+                    cache.data() + (size_t(sl) * maxCtx + t) * rb, rb);
+    cache = std::move(pool);
+  }
+  const int *pagesHost = pages.empty() ? nullptr : pages.data();
   std::vector<int> seq, nsel, sel(size_t(B) * maxCtx, 0), heads;
   for (int b = 0; b < B; ++b) {
     seq.push_back(c.rows16 ? 1 : b % slots);
@@ -83,7 +103,15 @@ TEST_P(MlaPrefillGpu, MatchesTwin) {
   std::vector<float> ctx0(nCtx, -7.0f), p0(nP, 0.0f);
   auto dQ = upload(q), dQabs = upload(qabs), dCache = upload(cache),
        dSeq = upload(seq), dSel = upload(sel), dN = upload(nsel),
-       dHeads = upload(heads), dP = upload(p0), dCtx = upload(ctx0);
+       dHeads = upload(heads), dP = upload(p0), dCtx = upload(ctx0),
+       dPages = upload(pages.empty() ? std::vector<int>{0} : pages);
+  auto pageArgs = [&](Args &x) {
+    if (c.pageShift)
+      x.ptr(dPages);
+    else
+      x.null();
+    x << c.pageShift;
+  };
   // rows16: the slot's rows 0 .. maxCtx - 1 converted on the device.
   const std::vector<int> pos(size_t(B), maxCtx - 1);
   const size_t r16Bytes = size_t(glm::rows16::bytes(maxCtx, c.kvr, c.dr));
@@ -99,12 +127,14 @@ TEST_P(MlaPrefillGpu, MatchesTwin) {
     Args ar;
     ar.ptr(dCache).ptr(dSeq).ptr(dPos) << B << maxCtx << c.kvr << c.dr;
     ar.ptr(dRows16);
+    pageArgs(ar);
     ar.launch(kernel(sr), grx, 1, 256, 0);
     const std::vector<uint8_t> got = download<uint8_t>(dRows16, r16Bytes);
     std::vector<uint8_t> want(r16Bytes, 0);
     runTwin(sr, grx, 1, 256, 0,
             {hp(cache.data()), hp(seq.data()), hp(pos.data()), hi(B),
-             hi(maxCtx), hi(c.kvr), hi(c.dr), hp(want.data())});
+             hi(maxCtx), hi(c.kvr), hi(c.dr), hp(want.data()), hp(pagesHost),
+             hi(c.pageShift)});
     size_t bad = 0;
     for (size_t i = 0; i < r16Bytes; ++i)
       bad += got[i] != want[i];
@@ -121,6 +151,10 @@ TEST_P(MlaPrefillGpu, MatchesTwin) {
     a.ptr(dCache);
   a.ptr(dSeq).ptr(dSel).ptr(dN).ptr(dP) << maxCtx;
   a.ptr(dCtx).ptr(dHeads) << nh << c.H << c.dn << c.dr << c.kvr << scale << maxCtx;
+  if (c.rows16)
+    a.null() << 0; // rows16 holds the slot's rows: no pages
+  else
+    pageArgs(a);
   a.launch(kernel(c.rows16 ? spec("mla_prefill", t16) : s), gx, unsigned(B),
            unsigned(threads), smem);
   const std::vector<float> ctx = download<float>(dCtx, nCtx),
@@ -131,7 +165,8 @@ TEST_P(MlaPrefillGpu, MatchesTwin) {
           {hp(q.data()), hp(qabs.data()), hp(cache.data()), hp(seq.data()),
            hp(sel.data()), hp(nsel.data()), hp(tp.data()), hi(maxCtx),
            hp(tctx.data()), hp(heads.data()), hi(nh), hi(c.H), hi(c.dn),
-           hi(c.dr), hi(c.kvr), hf(scale), hi(maxCtx)});
+           hi(c.dr), hi(c.kvr), hf(scale), hi(maxCtx), hp(pagesHost),
+           hi(c.pageShift)});
   Err ec, es;
   size_t untouched = 0, outside = 0;
   for (int b = 0; b < B; ++b)
@@ -177,6 +212,13 @@ INSTANTIATE_TEST_SUITE_P(
                     1e-5f},
         PrefillCase{"huge_keys", 64, 0, 64, 192, 64, 512, {300}, 2, 1e-6f,
                     1e6f},
+        // A paged cache (shuffled pages of 64 / 128 rows).
+        PrefillCase{"glm53_paged64", 64, 0, 64, 192, 64, 512, {1, 16, 37, 2048},
+                    0, 1.0f, 1.0f, false, 6},
+        PrefillCase{"glm53_e4m3_paged128", 64, 0, 64, 192, 64, 512,
+                    {129, 2048}, 2, 1.0f, 1.0f, false, 7},
+        PrefillCase{"glm53_bf16_rows16_paged64", 64, 0, 64, 192, 64, 512,
+                    {700, 2048}, 1, 1.0f, 1.0f, true, 6},
         // Through mla_rows16.
         PrefillCase{"glm53_rows16", 64, 0, 64, 192, 64, 512, {1, 16, 37, 2048},
                     0, 1.0f, 1.0f, true},
@@ -236,6 +278,7 @@ TEST_F(MlaPrefillGpuBench, GlmShapeByCacheForm) {
         << maxCtx;
     a.ptr(dCtx).ptr(dHeads) << H << H << dn << dr << kvr
                             << 1.0 / std::sqrt(double(dn + dr)) << maxCtx;
+    a.null() << 0; // unpaged
     const unsigned gx = cg::mlaPrefillGridX(H, threads),
                    smem = unsigned(cg::mlaPrefillSmem(threads, kvr, dr));
     a.launch(kernel(s), gx, unsigned(B), unsigned(threads), smem); // warm
@@ -269,6 +312,7 @@ TEST_F(MlaPrefillGpuBench, GlmShapeByCacheForm) {
     Args ar;
     ar.ptr(dCache).ptr(dSeq).ptr(dPos) << B << maxCtx << kvr << dr;
     ar.ptr(dRows16);
+    ar.null() << 0; // unpaged
     const unsigned grx = unsigned(maxCtx / glm::rows16::kRowsPerBlock);
     glm::codegen::KeyValues t16 = targs;
     t16.erase("kv");
@@ -278,6 +322,7 @@ TEST_F(MlaPrefillGpuBench, GlmShapeByCacheForm) {
         << maxCtx;
     a16.ptr(dCtx).ptr(dHeads) << H << H << dn << dr << kvr
                               << 1.0 / std::sqrt(double(dn + dr)) << maxCtx;
+    a16.null() << 0;
     auto timed = [&](auto &&once) {
       once(); // warm
       std::vector<double> v;

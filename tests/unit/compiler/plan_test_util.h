@@ -43,7 +43,8 @@ compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
             const std::string &denseTrellisTuning = "",
             const std::vector<int64_t> &prefillChunks = {0},
             int64_t kvSlots = 1, bool draft = false,
-            const std::string &kvDtype = "f32") {
+            const std::string &kvDtype = "f32", int64_t kvPageTokens = 0,
+            int64_t kvPages = 0) {
   mlir::DialectRegistry registry;
   glmc::registerGlmDialects(registry);
   mlir::MLIRContext ctx(registry);
@@ -58,13 +59,16 @@ compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
       fs::temp_directory_path() /
       ("glm-plan-exec-" + std::to_string(::getpid()) + "-" +
        fs::path(dir).filename().string() + "-" + std::to_string(ranks) +
-       (draft ? "-draft" : "") + "-" + kvDtype + ".glmplan");
+       (draft ? "-draft" : "") + "-" + kvDtype + "-p" +
+       std::to_string(kvPageTokens) + ".glmplan");
   glmc::PipelineOptions opt;
   opt.ranks = ranks;
   opt.memoryPerSpark = 0;
   opt.maxContext = 256;
   opt.kvSlots = kvSlots;
   opt.kvDtype = kvDtype;
+  opt.kvPageTokens = kvPageTokens;
+  opt.kvPages = kvPages;
   opt.decodeBatches = batches;
   opt.prefillChunks = prefillChunks;
   opt.denseTrellisTuning = denseTrellisTuning;

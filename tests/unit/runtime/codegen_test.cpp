@@ -528,7 +528,7 @@ TEST(Codegen, HelperFamiliesKeepTheirAbiAndCompileWithoutFmad) {
   const cg::FamilyInfo &n = cg::familyInfo("rms_norm_rows");
   EXPECT_EQ(n.kernelParams,
             (std::vector<std::string>{"x", "w", "y", "n", "eps", "xs", "ys"}));
-  EXPECT_EQ(cg::familyInfo("mla_core").kernelParams.size(), 15u);
+  EXPECT_EQ(cg::familyInfo("mla_core").kernelParams.size(), 17u);
   EXPECT_EQ(cg::familyInfo("route").kernelParams.back(), "weightsAll");
   KernelSpec s{"mla_out", {{"threads", "256"}}, kArchs};
   const glm::plan::KernelDef k = cg::buildKernel(s, false);

@@ -371,7 +371,7 @@ TEST(FlashTwins, KpoolStoreScoresAndSelectionMatchTheReference) {
       run("indexer_scores_ctx", tp, 2, B, 128,
           {P(qi.data()), P(pools.data()), P(wts.data()), P(score.data()),
            P(seq), P(pos.data()), I(nh), I(hd), I(maxCtx), F(headScale),
-           F(dotScale)});
+           F(dotScale), P(nullptr), I(0)});
       std::vector<int> flags((size_t)B * (maxCtx / Pool)), sel((size_t)B * maxCtx),
           nsel(B);
       run("dsa_select", {{"pool", "4"}, {"threads", "256"}}, 1, B, 256,

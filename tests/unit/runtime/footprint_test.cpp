@@ -256,6 +256,7 @@ TEST(Footprint, IndexerScoresMmaRefusesWhatTheKernelSkips) {
   const int B = 37, nh = 32, hd = 128, ctx = 1000;
   twins::Launch l = launchOf("indexer_scores_mma", 4, B, 256,
                              {{6, nh}, {7, hd}, {8, ctx}}, &t);
+  l.args[11].p = nullptr; // unpaged
   l.smemBytes = glm::indexerMmaSmemBytes(glm::kv::kF32, 256);
   const twins::Footprint f = of(l);
   EXPECT_EQ(f.bytes[0], uint64_t(B) * nh * hd * 4); // as indexer_scores_ctx
@@ -351,10 +352,12 @@ std::string refusal(const twins::Launch &l, const MemTables &t,
   } while (0)
 
 TEST(FootprintTables, RuntimeIndicesReachEveryValueBelowTheirBound) {
-  // kv_store(kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta);
-  // grid (1, B = 2): latent rows of 40, 64 positions per slot.
+  // kv_store(kva, normW, cache, seq, pos, kvr, dr, maxCtx, eps, theta,
+  // pages, pageShift); grid (1, B = 2): latent rows of 40, 64 positions
+  // per slot, unpaged.
   twins::Launch l =
       launchOf("kv_store", 1, 2, 128, {{5, 32}, {6, 8}, {7, 64}});
+  l.args[10].p = nullptr;
   // Without a checker: one slot (slot 0's footprint).
   EXPECT_EQ(of(l).bytes[2], uint64_t(64) * 40 * 4);
   MemTables t;
@@ -367,6 +370,20 @@ TEST(FootprintTables, RuntimeIndicesReachEveryValueBelowTheirBound) {
       twins::footprintOf(*twins::findFootprint("kv_store"), l, &t);
   EXPECT_EQ(f.bytes[2], uint64_t(3) * 64 * 40 * 4); // every slot
   EXPECT_TRUE(f.io[3] && f.io[4] && !f.io[2]);
+  // Paged (pages of 2^4 = 16 rows): the cache reaches every page, the
+  // table every slot's 64 / 16 entries; the table must be io.pages.
+  twins::Launch pl = l;
+  pl.args[10].p = reinterpret_cast<void *>(uintptr_t(256));
+  pl.args[11].i = 4;
+  EXPECT_REFUSED(pl, t, 10, "must be the runtime's KV pages (io.pages)");
+  t.io[{10, twins::IoIndex::Page}] = 7;
+  const twins::Footprint fp =
+      twins::footprintOf(*twins::findFootprint("kv_store"), pl, &t);
+  EXPECT_EQ(fp.bytes[2], uint64_t(7) * 16 * 40 * 4); // every page
+  EXPECT_EQ(fp.bytes[10], uint64_t(3) * (64 / 16) * 4);
+  EXPECT_TRUE(fp.io[10] && fp.indexed[2]);
+  pl.args[11].i = 7; // pages of 128 rows do not split a 64-row slot
+  EXPECT_REFUSED(pl, t, 11, "must split the slot's 64");
   // A cache of fewer positions than the runtime writes.
   t.io[{4, twins::IoIndex::Position}] = 65;
   EXPECT_REFUSED(l, t, 7, "under the 65 positions");

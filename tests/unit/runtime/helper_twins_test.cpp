@@ -232,6 +232,7 @@ TEST(HelperTwins, KvStoreIsNormThenRope) {
       .i(maxCtx)
       .f(1e-6)
       .f(10000.0)
+      .unpaged()
       .run();
   for (int b = 0; b < B; ++b) {
     std::vector<float> want(lat);
@@ -267,6 +268,7 @@ TEST(HelperTwins, IndexKeyStoreIsLayerNormThenRope) {
       .i(dr)
       .i(maxCtx)
       .f(10000.0)
+      .unpaged()
       .run();
   for (int b = 0; b < B; ++b) {
     std::vector<float> want(hd);
@@ -302,6 +304,7 @@ TEST(HelperTwins, IndexerScoresAndDsaSelectFollowTheDsaRule) {
       .i(maxCtx)
       .f(hs)
       .f(ds)
+      .unpaged()
       .run();
   for (int b = 0; b < B; ++b)
     for (int t = 0; t <= pos[b]; ++t) {
@@ -486,6 +489,7 @@ TEST(HelperTwins, AbsorbedMlaMatchesFp64Attention) {
           .i(dr)
           .i(kvr)
           .f(scale)
+          .unpaged()
           .run();
       Call("mla_out", nh * ((dv + 31) / 32), B, 1, 256)
           .p(kv.bytes.data())

@@ -80,7 +80,8 @@ scores(const char *family, unsigned gx, int kv, const std::vector<float> &q,
       .i(hd)
       .i(maxCtx)
       .f(1.0 / std::sqrt(double(nh)))
-      .f(1.0 / std::sqrt(double(hd)));
+      .f(1.0 / std::sqrt(double(hd)))
+      .unpaged();
   c.run();
   return s;
 }

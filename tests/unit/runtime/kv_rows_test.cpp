@@ -236,6 +236,7 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
         .i(maxCtx)
         .f(1e-6)
         .f(8e6)
+        .unpaged()
         .run();
     for (const std::string kv : {"bf16", "e4m3"}) {
       std::vector<uint8_t> c(
@@ -253,6 +254,7 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
           .i(maxCtx)
           .f(1e-6)
           .f(8e6)
+          .unpaged()
           .run();
       for (int b = 0; b < B; ++b) {
         const int64_t r = (int64_t)seq[b] * maxCtx + pos[b];
@@ -279,6 +281,7 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
         .i(dr)
         .i(maxCtx)
         .f(8e6)
+        .unpaged()
         .run();
     for (const std::string kv : {"bf16", "e4m3"}) {
       std::vector<uint8_t> c((size_t)slots * maxCtx *
@@ -294,6 +297,7 @@ TEST(KvRows, WritersStoreTheF32RowRounded) {
           .i(dr)
           .i(maxCtx)
           .f(8e6)
+          .unpaged()
           .run();
       for (int b = 0; b < B; ++b) {
         const int64_t r = (int64_t)seq[b] * maxCtx + pos[b];
@@ -433,6 +437,7 @@ TEST(KvRows, ReadersComputeOnTheValuesRead) {
           .i(dr)
           .i(kvr)
           .f(scale)
+          .unpaged()
           .run();
       pd[form2].assign((size_t)B * H * maxCtx, 0.0);
       ov[form2].assign((size_t)B * H * dv, 0.0f);
@@ -484,6 +489,7 @@ TEST(KvRows, ReadersComputeOnTheValuesRead) {
             .i(maxCtx)
             .f(1 / std::sqrt(3.0))
             .f(1 / std::sqrt(double(hd)))
+            .unpaged()
             .run();
       }
       EXPECT_EQ(std::memcmp(score["f32"].data(), score[kv].data(),

@@ -39,6 +39,8 @@ struct Problem {
   std::vector<float> q, qabs;
   std::vector<uint8_t> cache;
   std::vector<int> seq, sel, nsel, heads;
+  std::vector<int> pages; // paged(): the slots' page tables
+  int pageShift = 0;
 
   explicit Problem(const Shape &sh) : s(sh) {
     std::mt19937 rng(std::hash<std::string>()(s.name) & 0xFFFFFFF);
@@ -71,6 +73,31 @@ struct Problem {
       heads.push_back(h);
   }
   int nh() const { return int(heads.size()); }
+  /// The same rows in a paged cache (kv::SlotRows): pages of 2^shift rows
+  /// in a pool of `spare` more pages than the slots need, each slot's pages
+  /// at shuffled places of it.
+  Problem paged(int shift, int spare) const {
+    Problem p = *this;
+    p.pageShift = shift;
+    const int P = 1 << shift, per = maxCtx / P, n = slots * per + spare;
+    std::vector<int> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937 rng(77);
+    std::shuffle(order.begin(), order.end(), rng);
+    p.pages.assign(order.begin(), order.begin() + slots * per);
+    const size_t rb = size_t(twins::kvRowBytes(s.kv, lat));
+    p.cache.assign(size_t(n) * P * rb, 0xAB);
+    for (int sl = 0; sl < slots; ++sl)
+      for (int t = 0; t < maxCtx; ++t)
+        std::memcpy(p.cache.data() +
+                        (size_t(p.pages[sl * per + t / P]) * P + t % P) * rb,
+                    cache.data() + (size_t(sl) * maxCtx + t) * rb, rb);
+    return p;
+  }
+  void pageArgs(std::vector<Arg> &a) const {
+    a.push_back(P(pages.empty() ? nullptr : pages.data()));
+    a.push_back(I(pageShift));
+  }
 
   /// mla_core's or mla_prefill's launch over ctx / p (mla_prefill's rows
   /// of p `pStride` apart; 0: maxCtx).
@@ -94,12 +121,14 @@ struct Problem {
         a.push_back(I(v));
       a.push_back(F(scale));
       a.push_back(I(pStride));
+      pageArgs(a);
       return launch(family, t, cg::mlaPrefillGridX(nh(), threads), B, threads,
                     a, unsigned(cg::mlaPrefillSmem(threads, s.kvr, s.dr)));
     }
     for (int v : {s.H, s.dn, s.dr, s.kvr})
       a.push_back(I(v));
     a.push_back(F(scale));
+    pageArgs(a);
     return launch(family, t, nh(), B, 1024, a);
   }
   glm::plan::KeyValues prefillArgs() const {
@@ -188,7 +217,8 @@ TEST_P(MlaPrefillTwin, Rows16PathHasTheCachePathsBits) {
                           glm::rows16::kRowsPerBlock),
                  1, 256,
                  {P(pr.cache.data()), P(pr.seq.data()), P(pos.data()),
-                  I(pr.B), I(pr.maxCtx), I(s.kvr), I(s.dr), P(rows16.data())}));
+                  I(pr.B), I(pr.maxCtx), I(s.kvr), I(s.dr), P(rows16.data()),
+                  P(nullptr), I(0)}));
   const size_t kh = size_t(glm::rows16::keyHalves(s.kvr, s.dr));
   for (size_t i = size_t(top + 1) * kh * 2; i < size_t(pr.maxCtx) * kh * 2; ++i)
     ASSERT_EQ(rows16[i], 0xEE) << s.name << ": past the last position";
@@ -210,6 +240,43 @@ TEST_P(MlaPrefillTwin, Rows16PathHasTheCachePathsBits) {
 /// p's rows only as long as the longest selection (the plan's DSA top-k)
 /// give the same bits as rows of maxCtx; a shorter stride caps each row's
 /// keys at it (the kernel never writes past a row).
+/// A paged cache (glmc compile --kv-page-tokens) holding the same rows at
+/// shuffled pages gives mla_core, mla_prefill and mla_rows16 the bits of
+/// the unpaged cache.
+TEST_P(MlaPrefillTwin, PagedCacheGivesTheUnpagedBits) {
+  const Problem pr(GetParam());
+  const Shape &s = pr.s;
+  for (int shift : {6, 7}) {
+    const Problem pg = pr.paged(shift, 3);
+    std::vector<float> a, b, pa, pb;
+    runTwin(pr.run("mla_core", pr.coreArgs(), a, pa));
+    runTwin(pg.run("mla_core", pr.coreArgs(), b, pb));
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+        << s.name << " mla_core, pages of " << (1 << shift);
+    runTwin(pr.run("mla_prefill", pr.prefillArgs(), a, pa));
+    runTwin(pg.run("mla_prefill", pr.prefillArgs(), b, pb));
+    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0)
+        << s.name << " mla_prefill, pages of " << (1 << shift);
+    // mla_rows16 of slot 1 up to its last row.
+    const std::vector<int> pos = {pr.maxCtx - 1};
+    const std::vector<int> slot1 = {1};
+    glm::plan::KeyValues tr = {{"threads", "256"}};
+    if (s.kv)
+      tr["kv"] = s.kv == 1 ? "bf16" : "e4m3";
+    const size_t bytes = size_t(glm::rows16::bytes(pr.maxCtx, s.kvr, s.dr));
+    std::vector<uint8_t> ra(bytes, 0xEE), rb(bytes, 0xEE);
+    for (const Problem *x : {&pr, &pg}) {
+      std::vector<Arg> args = {P(x->cache.data()), P(slot1.data()),
+                               P(pos.data()),      I(1),
+                               I(pr.maxCtx),       I(s.kvr),
+                               I(s.dr),            P((x == &pr ? ra : rb).data())};
+      x->pageArgs(args);
+      runTwin(launch("mla_rows16", tr, unsigned(pr.maxCtx / 8), 1, 256, args));
+    }
+    ASSERT_EQ(ra, rb) << s.name << " mla_rows16, pages of " << (1 << shift);
+  }
+}
+
 TEST_P(MlaPrefillTwin, ScoreRowsOfTheLongestSelectionGiveTheSameBits) {
   const Problem pr(GetParam());
   const int most = *std::max_element(pr.nsel.begin(), pr.nsel.end());
@@ -281,7 +348,8 @@ TEST(MlaPrefillFootprint, Rows16CoversItsBuffer) {
   glm::plan::KeyValues tr = {{"threads", "256"}};
   Launch conv = launch("mla_rows16", tr, unsigned(pr.maxCtx / 8), 1, 256,
                        {P(pr.cache.data()), P(pr.seq.data()), P(pos.data()),
-                        I(2), I(pr.maxCtx), I(512), I(64), P(rows16.data())});
+                        I(2), I(pr.maxCtx), I(512), I(64), P(rows16.data()),
+                        P(nullptr), I(0)});
   twins::Footprint f = footprint(conv);
   EXPECT_EQ(f.bytes[0], uint64_t(pr.maxCtx) * 576 * 4);
   EXPECT_EQ(f.bytes[2], 2u * 4);

@@ -194,6 +194,9 @@ public:
     l_.args.push_back(F(v));
     return *this;
   }
+  /// The KV families' trailing (pages, pageShift) of an unpaged cache
+  /// (kv::SlotRows): a null page table.
+  Call &unpaged() { return p(nullptr).i(0); }
   void run() {
     l_.templateArgs = &targs_; // here: a Call may have been moved
     ASSERT_EQ(l_.args.size(),
