@@ -457,7 +457,7 @@ def test_two_rank_processes_serve_like_one(tiny, scratch, client):
 
     def start(name):
         port = free_port()
-        port_file = os.path.join(d, f"port-{name}")
+        port_file = os.path.join(d, f"port-{name}-{paged}")
         return ServerProcess(launch_serve_cmd(engine, plan2, pack, port,
                                               port_file),
                              port_file, os.path.join(d, f"{name}.log"))
@@ -580,20 +580,26 @@ def test_serve_starts_the_ranks_of_a_multi_rank_cuda_plan(tiny):
         r.stderr.decode(errors="replace")
 
 
-def test_continuous_batching_load(tiny, scratch):
+@pytest.mark.parametrize("paged", [False, True])
+def test_continuous_batching_load(tiny, scratch, paged):
     """--max-batch 8 on a plan of 8 KV slots: 32 concurrent streaming chat
     requests of mixed lengths (greedy and seeded sampling), every reply the
     text its request gets alone from a server without batching on the same
     plan; /metrics shows decode steps of more than one request and prefix
-    hits for the requests that share a system prompt."""
+    hits for the requests that share a system prompt. Paged (glmc compile
+    --kv-page-tokens 64): the system prompt spans whole pages, which the
+    requests after the first to finish share (the first of them to end
+    files its pages; at most 7 others run then, so later ones take them)."""
     engine, d, pack, _ = tiny
     glmc = find_binary("glmc")
-    plan8 = os.path.join(d, "tiny-slots8.plan")
+    plan8 = os.path.join(d, "tiny-slots8%s.plan" % ("-paged" if paged else ""))
     r = subprocess.run([glmc, "compile", pack, "--sparks", "1",
-                        "--kv-slots", "8", "-o", plan8],
+                        "--kv-slots", "8", "-o", plan8] +
+                       (["--kv-page-tokens", "64"] if paged else []),
                        capture_output=True, timeout=300)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
-    system = "You are a terse assistant. Answer in one short line. " * 2
+    system = "You are a terse assistant. Answer in one short line. " * \
+        (6 if paged else 2)
 
     def request(i):
         msgs = [{"role": "user",
@@ -616,7 +622,7 @@ def test_continuous_batching_load(tiny, scratch):
         port_file = os.path.join(d, f"port-{name}")
         return ServerProcess(serve_cmd(engine, plan8, pack, port, port_file,
                                        flags), port_file,
-                             os.path.join(d, f"{name}.log"))
+                             os.path.join(d, f"{name}-{paged}.log"))
 
     solo = start("solo", "--no-access-log")
     try:
@@ -646,5 +652,9 @@ def test_continuous_batching_load(tiny, scratch):
         assert value("glm_prefix_hit_tokens_total") > 0
         assert value("glm_prefix_hit_requests_total") > 0
         assert "glm_inter_token_latency_seconds_count" in text
+        if paged:
+            assert value("glm_kv_pages_total") == 8 * 4096 // 64
+            assert value("glm_kv_pages_in_use") == 0
+            assert value("glm_kv_pages_cached") > 0
     finally:
         batched.stop()
