@@ -7,6 +7,14 @@
 // expanded to their POOL tokens, ascending, then the tail tokens
 // T·POOL .. pos[b] (the incomplete pool, always selected) follow; sel
 // stays [B, maxCtx] tokens. With T <= k every token 0..pos[b] is selected.
+// Order: scores as fp64 values, -0 equal to +0, NaN above every number
+// (dsa::scoreKey); flags[t] = 1 where t is chosen.
+// Radix select: eight passes of 8 bits over the scores' order-preserving
+// keys find the k-th largest key K and how many keys equal to K to take
+// (the lowest positions); then one pass in position order writes the
+// chosen ones through block-wide prefix sums. O(T) a row: the earlier
+// rank-counting form was O(T^2) (229 ms of a 252 ms decode step at 16K
+// tokens, docs/perf.md session 21).
 #pragma once
 
 #define GLM_DSA_SELECT_PARAMS                                                  \
@@ -14,45 +22,158 @@
       int *nsel, int maxCtx
 #define GLM_DSA_SELECT_ARGS scoreAll, pos, k, flagsAll, selAll, nsel, maxCtx
 
-namespace glm {
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define GLM_DSA_HD __host__ __device__ __forceinline__
+#else
+#define GLM_DSA_HD inline
+#include <cstring>
+#endif
 
-/// t is picked when fewer than k positions come before it in (score
-/// descending, position ascending) order. Grid (1, B); flags scratch.
+namespace glm {
+namespace dsa {
+
+/// A score as an unsigned key whose order is the selection's: larger
+/// score, larger key; -0 as +0; NaN the largest.
+GLM_DSA_HD unsigned long long scoreKey(double s) {
+  if (s != s)
+    return ~0ull;
+  if (s == 0.0)
+    s = 0.0;
+#if defined(__CUDA_ARCH__)
+  const unsigned long long u = (unsigned long long)__double_as_longlong(s);
+#else
+  unsigned long long u;
+  std::memcpy(&u, &s, 8);
+#endif
+  return (u >> 63) ? ~u : (u | 0x8000000000000000ull);
+}
+
+} // namespace dsa
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+
+/// Grid (1, B); flags scratch. THREADS a multiple of 64, at most 1024.
 template <int POOL, int THREADS>
 __device__ __forceinline__ void dsaSelect(GLM_DSA_SELECT_PARAMS) {
-  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "THREADS: warps");
+  static_assert(THREADS % 64 == 0 && THREADS <= 1024,
+                "THREADS: whole warps, 256 bins of 8 a lane in warp 0");
   static_assert(POOL >= 1, "POOL: tokens per candidate");
+  constexpr int NW = THREADS / 32;
+  __shared__ unsigned hist[256];
+  __shared__ unsigned long long sPrefix;
+  __shared__ int sNeed;
+  __shared__ int warpSum[NW];
   const int b = blockIdx.y, T = (pos[b] + 1) / POOL, pc = maxCtx / POOL;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const double *score = scoreAll + (long long)b * pc; // (pc)
   int *flags = flagsAll + (long long)b * pc;          // (pc)
   int *sel = selAll + (long long)b * maxCtx;          // (maxCtx)
-  if (T <= k) {
-    for (int t = threadIdx.x; t <= pos[b]; t += THREADS)
-      sel[t] = t;
+  if (T <= k || k <= 0) { // all, or (k 0) only the tail
+    const int first = k <= 0 ? T * POOL : 0;
+    for (int t = first + threadIdx.x; t <= pos[b]; t += THREADS)
+      sel[t - first] = t;
+    for (int t = threadIdx.x; k <= 0 && t < T; t += THREADS)
+      flags[t] = 0;
     if (threadIdx.x == 0)
-      nsel[b] = pos[b] + 1;
+      nsel[b] = pos[b] + 1 - first;
     return;
   }
-  for (int t = threadIdx.x; t < T; t += THREADS) {
-    const double st = score[t];
-    int rank = 0;
-    for (int u = 0; u < T && rank < k; ++u) {
-      const double su = score[u];
-      rank += (su > st || (su == st && u < t)) ? 1 : 0;
+  // The k-th largest key, a digit a pass from the top.
+  unsigned long long prefix = 0, mask = 0;
+  int need = k; // keys still to choose at or below the prefix
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += THREADS)
+      hist[i] = 0;
+    __syncthreads();
+    for (int t = threadIdx.x; t < T; t += THREADS) {
+      const unsigned long long key = dsa::scoreKey(score[t]);
+      if ((key & mask) == prefix)
+        atomicAdd(&hist[(key >> shift) & 255], 1u);
     }
-    flags[t] = rank < k;
+    __syncthreads();
+    if (w == 0) {
+      // Lane l holds digits 255 - 8l .. 248 - 8l (descending); the first
+      // lane whose running count from the top reaches `need` holds the
+      // digit.
+      unsigned c[8], sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        sum += (c[j] = hist[255 - 8 * lane - j]);
+      unsigned run = sum;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned v = __shfl_up_sync(0xffffffffu, run, o);
+        if (lane >= o)
+          run += v;
+      }
+      const unsigned hit = __ballot_sync(0xffffffffu, run >= (unsigned)need);
+      if (lane == __ffs(hit) - 1) {
+        unsigned cum = run - sum;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (cum + c[j] >= (unsigned)need) {
+            sPrefix = prefix | ((unsigned long long)(255 - 8 * lane - j) << shift);
+            sNeed = need - int(cum);
+            break;
+          }
+          cum += c[j];
+        }
+      }
+    }
+    __syncthreads();
+    prefix = sPrefix;
+    need = sNeed;
+    mask |= 255ull << shift;
+    __syncthreads(); // hist is cleared next pass
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int n = 0;
-    for (int t = 0; t < T; ++t)
-      if (flags[t])
+  // Keys above K are chosen, and the first `need` equal to K; positions
+  // ascending through prefix sums (warp shuffles, then the warps' totals).
+  int eqBase = 0, outBase = 0;
+  auto blockScan = [&](int v, int &total) {
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, x, o);
+      if (lane >= o)
+        x += y;
+    }
+    if (lane == 31)
+      warpSum[w] = x;
+    __syncthreads();
+    int before = 0;
+    total = 0;
+    for (int i = 0; i < NW; ++i) {
+      before += i < w ? warpSum[i] : 0;
+      total += warpSum[i];
+    }
+    __syncthreads(); // warpSum is reused by the next scan
+    return before + x - v; // exclusive
+  };
+  for (int t0 = 0; t0 < T; t0 += THREADS) {
+    const int t = t0 + threadIdx.x;
+    const unsigned long long key =
+        t < T ? dsa::scoreKey(score[t]) : 0ull;
+    const int eq = t < T && key == prefix, gt = t < T && key > prefix;
+    int eqTotal, chosenTotal;
+    const int eqBefore = eqBase + blockScan(eq, eqTotal);
+    const int chosen = gt || (eq && eqBefore < need);
+    const int at = outBase + blockScan(chosen, chosenTotal);
+    if (t < T) {
+      flags[t] = chosen;
+      if (chosen)
         for (int j = 0; j < POOL; ++j)
-          sel[n++] = t * POOL + j;
-    for (int t = T * POOL; t <= pos[b]; ++t) // POOL > 1: the tail
-      sel[n++] = t;
-    nsel[b] = n;
+          sel[at * POOL + j] = t * POOL + j;
+    }
+    eqBase += eqTotal;
+    outBase += chosenTotal;
   }
+  const int n = outBase * POOL; // = k * POOL
+  for (int t = T * POOL + threadIdx.x; t <= pos[b]; t += THREADS)
+    sel[n + (t - T * POOL)] = t; // POOL > 1: the tail
+  if (threadIdx.x == 0)
+    nsel[b] = n + (pos[b] + 1 - T * POOL);
 }
+
+#endif
 
 } // namespace glm

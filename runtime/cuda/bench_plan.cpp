@@ -16,6 +16,7 @@
 #include "plans/plan.h"
 #include "runtime/base/error.h"
 #include "runtime/cuda/bench.h"
+#include "runtime/cuda/bench_util.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/plan_backend.h"
 #include "runtime/exec/plan_executor.h"
@@ -59,56 +60,6 @@ std::shared_ptr<plan::Plan> openBenchPlan(const BenchOptions &opt,
         plan::replanCommand(*p, opt.stepPack, "step-1spark.glmplan",
                             {{"--sparks", "1"}}));
   return p;
-}
-
-/// Per kernel name: the summed time of its launches in each repetition
-/// of a profiled graph (op by op, events around each launch).
-struct KernelTimes {
-  std::map<std::string, std::vector<double>> msOf;
-  std::map<std::string, int> launches;
-  double totalMs = 0; // median over repetitions of the sum of all launches
-
-  /// One line per kernel, slowest first; returns the launches.
-  int printTo(std::ostream &log, const char *prefix) const {
-    std::vector<std::pair<double, std::string>> order;
-    for (auto &[k, v] : msOf)
-      order.push_back({median(v), k});
-    std::sort(order.rbegin(), order.rend());
-    int n = 0;
-    for (auto &[k, c] : launches)
-      n += c;
-    for (auto &[ms, k] : order) {
-      char row[320];
-      std::snprintf(row, sizeof row,
-                    "%s %-58s %5d x %9.2f us = %8.3f ms  %5.1f%%\n", prefix,
-                    k.c_str(), launches.at(k), ms * 1e3 / launches.at(k), ms,
-                    100.0 * ms / std::max(1e-9, totalMs));
-      log << row;
-    }
-    return n;
-  }
-};
-
-template <class Profile>
-KernelTimes timeKernels(Profile profile, int reps) {
-  KernelTimes t;
-  std::vector<double> sums;
-  for (int rep = 0; rep < reps; ++rep) {
-    std::map<std::string, double> ms;
-    std::map<std::string, int> count;
-    double sum = 0;
-    for (const auto &l : profile()) {
-      ms[l.kernel] += l.ms;
-      ++count[l.kernel];
-      sum += l.ms;
-    }
-    for (auto &[k, v] : ms)
-      t.msOf[k].push_back(v);
-    t.launches = count;
-    sums.push_back(sum);
-  }
-  t.totalMs = median(sums);
-  return t;
 }
 
 void runPlanStepBench(const BenchOptions &opt, BenchResult &r,

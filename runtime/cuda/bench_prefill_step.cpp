@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/base/error.h"
 #include "runtime/cuda/bench.h"
+#include "runtime/cuda/bench_util.h"
 #include "runtime/cuda/cuda_api.h"
 #include "runtime/cuda/plan_backend.h"
 #include "runtime/exec/plan_executor.h"
@@ -109,22 +110,28 @@ std::string runPrefillStepBench(const BenchOptions &opt, std::ostream &log) {
     std::vector<int32_t> toks(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j)
       toks[size_t(j)] = int32_t((j * 7919 + 11) % p->model.vocabSize);
-    // The chunk sequence the generator would run (PlanGenerator).
+    // The chunk sequence the generator would run (PlanGenerator): (start,
+    // tokens) of each.
+    std::vector<std::pair<int64_t, uint32_t>> seq;
+    for (int64_t at = 0; at < n;) {
+      const int64_t left = n - at;
+      uint32_t c = 0;
+      for (uint32_t k : chunks)
+        if (k <= left)
+          c = k;
+      if (c == 0)
+        c = uint32_t(left); // the rest, padded to the smallest chunk
+      seq.push_back({at, c});
+      at += c;
+    }
+    auto runChunk = [&](std::pair<int64_t, uint32_t> ch) {
+      engine.prefill(std::vector<int32_t>(toks.begin() + ch.first,
+                                          toks.begin() + ch.first + ch.second),
+                     int32_t(ch.first), 0, /*lastRowOnly=*/true);
+    };
     auto runPrompt = [&] {
-      int64_t at = 0;
-      while (at < n) {
-        const int64_t left = n - at;
-        uint32_t c = 0;
-        for (uint32_t k : chunks)
-          if (k <= left)
-            c = k;
-        if (c == 0)
-          c = uint32_t(left); // the rest, padded to the smallest chunk
-        engine.prefill(std::vector<int32_t>(toks.begin() + at,
-                                            toks.begin() + at + c),
-                       int32_t(at), 0, /*lastRowOnly=*/true);
-        at += c;
-      }
+      for (const auto &ch : seq)
+        runChunk(ch);
       GLM_CU(cuStreamSynchronize(s));
     };
     runPrompt(); // warm-up: kernels loaded, caches written
@@ -144,6 +151,21 @@ std::string runPrefillStepBench(const BenchOptions &opt, std::ostream &log) {
     engine.step({toks[size_t(mid)]}, {mid}, {0});
     const double stepMs = timeMedianMs(s, std::max(3, opt.reps), 500.0,
                                        [&] { engine.runDecode(1, true); });
+    // Past the first chunk, where the time goes as the context grows: the
+    // decode step at the middle and the last chunk (after its rows are
+    // written again), each launch timed, the slowest kernels.
+    if (n >= 8192) {
+      const std::string at = "prefill-step " + std::to_string(n);
+      timeKernels([&] { return engine.profileDecode(1); }, 3)
+          .printTo(log, (at + " step at " + std::to_string(mid) + ":").c_str(),
+                   10);
+      runChunk(seq.back());
+      timeKernels([&] { return engine.profilePrefill(seq.back().second); }, 1)
+          .printTo(log,
+                   (at + " chunk at " + std::to_string(seq.back().first) + ":")
+                       .c_str(),
+                   12);
+    }
     const double loop = stepMs * double(n);
     const double flops =
         promptFlops(n, gemmPerToken, cfg, p->model.numLayers, indexerLayers);

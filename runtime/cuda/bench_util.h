@@ -9,8 +9,13 @@
 
 #include "runtime/cuda/cuda_api.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <map>
+#include <ostream>
+#include <string>
 #include <vector>
 
 namespace glm::rt::cuda {
@@ -75,5 +80,58 @@ private:
   CUgraph graph_ = nullptr;
   CUgraphExec exec_ = nullptr;
 };
+
+/// Per kernel name: the summed time of its launches in each repetition
+/// of a profiled graph (op by op, events around each launch).
+struct KernelTimes {
+  std::map<std::string, std::vector<double>> msOf;
+  std::map<std::string, int> launches;
+  double totalMs = 0; // median over repetitions of the sum of all launches
+
+  /// One line per kernel, slowest first; returns the launches.
+  /// At most `top` lines (0: all).
+  int printTo(std::ostream &log, const char *prefix, size_t top = 0) const {
+    std::vector<std::pair<double, std::string>> order;
+    for (auto &[k, v] : msOf)
+      order.push_back({median(v), k});
+    std::sort(order.rbegin(), order.rend());
+    int n = 0;
+    for (auto &[k, c] : launches)
+      n += c;
+    if (top && order.size() > top)
+      order.resize(top);
+    for (auto &[ms, k] : order) {
+      char row[320];
+      std::snprintf(row, sizeof row,
+                    "%s %-58s %5d x %9.2f us = %8.3f ms  %5.1f%%\n", prefix,
+                    k.c_str(), launches.at(k), ms * 1e3 / launches.at(k), ms,
+                    100.0 * ms / std::max(1e-9, totalMs));
+      log << row;
+    }
+    return n;
+  }
+};
+
+template <class Profile>
+KernelTimes timeKernels(Profile profile, int reps) {
+  KernelTimes t;
+  std::vector<double> sums;
+  for (int rep = 0; rep < reps; ++rep) {
+    std::map<std::string, double> ms;
+    std::map<std::string, int> count;
+    double sum = 0;
+    for (const auto &l : profile()) {
+      ms[l.kernel] += l.ms;
+      ++count[l.kernel];
+      sum += l.ms;
+    }
+    for (auto &[k, v] : ms)
+      t.msOf[k].push_back(v);
+    t.launches = count;
+    sums.push_back(sum);
+  }
+  t.totalMs = median(sums);
+  return t;
+}
 
 } // namespace glm::rt::cuda

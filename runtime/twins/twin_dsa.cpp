@@ -9,12 +9,14 @@
 #include "runtime/twins/helper_twins.h"
 #include "runtime/twins/kv_rows.h"
 
+#include "codegen/templates/dsa_select.cuh"
 #include "codegen/templates/indexer_scores_mma.cuh"
 #include "runtime/base/numeric.h"
 #include "runtime/base/parallel.h"
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 namespace glm::rt::twins {
 
@@ -143,7 +145,9 @@ void indexerScoresMmaTwin(const Launch &l) {
 
 // dsa_select(scoreAll, pos, k, flagsAll, selAll, nsel, maxCtx); grid (1, B).
 // Template pool (default 1): candidates are the complete pools, expanded to
-// their tokens, then the tail tokens (dsa_select.cuh).
+// their tokens, then the tail tokens (dsa_select.cuh). The k largest keys
+// (dsa::scoreKey: -0 as +0, NaN largest), ties to the lower position, in
+// position order: the kernel's radix select chooses the same set.
 void dsaSelectTwin(const Launch &l) {
   const double *scoreAll = l.ptr<const double>(0);
   const int *pos = l.ptr<const int>(1);
@@ -156,26 +160,35 @@ void dsaSelectTwin(const Launch &l) {
     const double *score = scoreAll + (int64_t)b * pc;
     int *flags = flagsAll + (int64_t)b * pc;
     int *sel = selAll + (int64_t)b * maxCtx;
-    if (T <= k) {
-      for (int t = 0; t <= pos[b]; ++t)
-        sel[t] = t;
-      nsel[b] = pos[b] + 1;
+    if (T <= k || k <= 0) {
+      const int first = k <= 0 ? T * pool : 0;
+      for (int t = first; t <= pos[b]; ++t)
+        sel[t - first] = t;
+      for (int t = 0; k <= 0 && t < T; ++t)
+        flags[t] = 0;
+      nsel[b] = pos[b] + 1 - first;
       continue;
     }
-    for (int t = 0; t < T; ++t) {
-      const double st = score[t];
-      int rank = 0;
-      for (int u = 0; u < T && rank < k; ++u) {
-        const double su = score[u];
-        rank += (su > st || (su == st && u < t)) ? 1 : 0;
-      }
-      flags[t] = rank < k;
-    }
-    int n = 0;
+    // K: the k-th largest key; `need` of the keys equal to it are chosen.
+    std::vector<unsigned long long> keys(static_cast<size_t>(T));
     for (int t = 0; t < T; ++t)
-      if (flags[t])
+      keys[size_t(t)] = glm::dsa::scoreKey(score[t]);
+    std::vector<unsigned long long> order = keys;
+    std::nth_element(order.begin(), order.begin() + (k - 1), order.end(),
+                     std::greater<unsigned long long>());
+    const unsigned long long K = order[size_t(k - 1)];
+    int need = k;
+    for (unsigned long long key : keys)
+      need -= key > K ? 1 : 0;
+    int n = 0;
+    for (int t = 0; t < T; ++t) {
+      const unsigned long long key = keys[size_t(t)];
+      const bool chosen = key > K || (key == K && need-- > 0);
+      flags[t] = chosen;
+      if (chosen)
         for (int j = 0; j < pool; ++j)
           sel[n++] = t * pool + j;
+    }
     for (int t = T * pool; t <= pos[b]; ++t)
       sel[n++] = t;
     nsel[b] = n;

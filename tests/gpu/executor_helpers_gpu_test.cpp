@@ -232,6 +232,39 @@ TEST_F(ExecutorHelpersGpu, DsaFamiliesMatchTwinsExactly) {
   io.checkInts(1, "counts");
 }
 
+/// dsa_select's radix select at long contexts: 20000 and 12345 candidates
+/// of few distinct values (runs of ties, -0 and +0), 700 tokens, pools of 4
+/// with a tail, and k 0; positions and counts the twin's exactly.
+TEST_F(ExecutorHelpersGpu, DsaSelectAtLongContextsMatchesTwin) {
+  std::mt19937 rng(21);
+  const int maxCtx = 20480, B = 4, topk = 2048;
+  const std::vector<int> pos = {19999, 12344, 699, 20479};
+  std::uniform_int_distribution<int> v(-40, 40);
+  std::vector<double> score((size_t)B * maxCtx);
+  for (double &x : score) {
+    const int q = v(rng);
+    x = q == 0 ? (rng() & 1 ? -0.0 : 0.0) : q * 0.125;
+  }
+  for (int pool : {1, 4})
+    for (int k : {topk, 0}) {
+      if (pool == 4 && k == 0)
+        continue;
+      Dual sel("dsa_select", 1024, {{"pool", std::to_string(pool)}});
+      sel.buf(score)
+          .buf(pos)
+          .i32(k / pool)
+          .out<int>((size_t)B * maxCtx)
+          .out<int>((size_t)B * maxCtx)
+          .out<int>(B)
+          .i32(maxCtx);
+      sel.run(1, B, 1, 1024);
+      const std::string what = "pool " + std::to_string(pool) + " k " +
+                               std::to_string(k);
+      sel.checkInts(4, what + ": selected positions");
+      sel.checkInts(5, what + ": counts");
+    }
+}
+
 /// kv_b [R, kvr] stored as dt (0 f32, 1 f16, 2 bf16, 3 e4m3) with scales sk
 /// (1 block-128 f32, 2 row f32, 3 MXFP8 e8m0 bytes).
 struct KvB {

@@ -415,6 +415,52 @@ KvB makeKvB(std::mt19937 &rng, int R, int kvr, int dt, int sk) {
   return k;
 }
 
+/// dsa_select against its rule written out: t is chosen when fewer than k
+/// candidates come before it in (score descending, position ascending)
+/// order (-0 equal to +0), on runs of ties, at 1 to 3000 candidates, pools
+/// of 1 and 4.
+TEST(HelperTwins, DsaSelectIsTheTopKWithTiesToLowerPositions) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> v(-12, 12);
+  for (int pool : {1, 4})
+    for (int T : {1, 5, 64, 777, 3000})
+      for (int k : {1, 3, 64, 2048}) {
+        const int maxCtx = 3000 * 4, p = T * pool + pool - 2; // pool tail
+        std::vector<double> score((size_t)maxCtx / pool);
+        for (double &x : score) {
+          const int q = v(rng);
+          x = q == 0 ? (rng() & 1 ? -0.0 : 0.0) : q * 0.5;
+        }
+        std::vector<int> pos = {p}, flags(score.size()), sel(maxCtx, -1),
+                         nsel(1);
+        Call("dsa_select", 1, 1, 1, 1024)
+            .targ("pool", std::to_string(pool))
+            .p(score.data())
+            .p(pos.data())
+            .i(k)
+            .p(flags.data())
+            .p(sel.data())
+            .p(nsel.data())
+            .i(maxCtx)
+            .run();
+        std::vector<int> want;
+        for (int t = 0; t < T; ++t) {
+          int before = 0;
+          for (int u = 0; u < T; ++u)
+            before += score[u] > score[t] || (score[u] == score[t] && u < t);
+          if (T <= k || before < k)
+            for (int j = 0; j < pool; ++j)
+              want.push_back(t * pool + j);
+        }
+        for (int t = T * pool; t <= p; ++t)
+          want.push_back(t);
+        ASSERT_EQ(nsel[0], int(want.size()))
+            << "pool " << pool << " T " << T << " k " << k;
+        EXPECT_TRUE(std::equal(want.begin(), want.end(), sel.begin()))
+            << "pool " << pool << " T " << T << " k " << k;
+      }
+}
+
 TEST(HelperTwins, AbsorbedMlaMatchesFp64Attention) {
   std::mt19937 rng(8);
   const int H = 3, dn = 24, dr = 8, dv = 20, B = 2, maxCtx = 1200;
