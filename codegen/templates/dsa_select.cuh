@@ -52,6 +52,20 @@ GLM_DSA_HD unsigned long long scoreKey(double s) {
 
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 
+namespace dsa {
+/// v summed over lanes 0 .. this lane of the warp.
+template <class V> __device__ __forceinline__ V warpInclusiveSum(V v) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const V u = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o)
+      v += u;
+  }
+  return v;
+}
+} // namespace dsa
+
 /// Grid (1, B); flags scratch. THREADS a multiple of 64, at most 1024.
 template <int POOL, int THREADS>
 __device__ __forceinline__ void dsaSelect(GLM_DSA_SELECT_PARAMS) {
@@ -99,13 +113,7 @@ __device__ __forceinline__ void dsaSelect(GLM_DSA_SELECT_PARAMS) {
 #pragma unroll
       for (int j = 0; j < 8; ++j)
         sum += (c[j] = hist[255 - 8 * lane - j]);
-      unsigned run = sum;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const unsigned v = __shfl_up_sync(0xffffffffu, run, o);
-        if (lane >= o)
-          run += v;
-      }
+      const unsigned run = dsa::warpInclusiveSum(sum);
       const unsigned hit = __ballot_sync(0xffffffffu, run >= (unsigned)need);
       if (lane == __ffs(hit) - 1) {
         unsigned cum = run - sum;
@@ -130,13 +138,7 @@ __device__ __forceinline__ void dsaSelect(GLM_DSA_SELECT_PARAMS) {
   // ascending through prefix sums (warp shuffles, then the warps' totals).
   int eqBase = 0, outBase = 0;
   auto blockScan = [&](int v, int &total) {
-    int x = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, x, o);
-      if (lane >= o)
-        x += y;
-    }
+    const int x = dsa::warpInclusiveSum(v);
     if (lane == 31)
       warpSum[w] = x;
     __syncthreads();

@@ -27,6 +27,7 @@
 namespace fs = std::filesystem;
 using namespace glm::rt;
 using plan_test::compilePlan;
+using plan_test::metric;
 using plan_test::cpuExecutor;
 using plan_test::tinyPack;
 
@@ -88,13 +89,6 @@ std::vector<Outcome> together(Generator &g, const std::vector<Request> &reqs,
   return out;
 }
 
-int64_t metric(const Generator &g, const std::string &name) {
-  std::smatch m;
-  const std::string text = g.metricsText();
-  if (!std::regex_search(text, m, std::regex("\n" + name + " (\\d+)")))
-    return -1;
-  return std::stoll(m[1]);
-}
 
 /// `kvSlots` at least the 10 requests of a wave (plus Flash's kept slot):
 /// a new request takes a slot never used before the least recently used

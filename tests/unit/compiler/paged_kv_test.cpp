@@ -34,6 +34,7 @@
 namespace fs = std::filesystem;
 using namespace glm::rt;
 using plan_test::compilePlan;
+using plan_test::metric;
 using plan_test::cpuExecutor;
 using plan_test::tinyPack;
 
@@ -48,13 +49,6 @@ std::vector<int64_t> tokensOf(int n, int seed, int64_t vocab) {
   return t;
 }
 
-int64_t metric(const Generator &g, const std::string &name) {
-  std::smatch m;
-  const std::string text = g.metricsText();
-  if (!std::regex_search(text, m, std::regex("\n" + name + " (\\d+)")))
-    return -1;
-  return std::stoll(m[1]);
-}
 
 } // namespace
 

@@ -16,6 +16,7 @@
 #include "runtime/exec/cpu_backend.h"
 #include "runtime/exec/plan_executor.h"
 #include "runtime/formats/pack.h"
+#include "runtime/gen/generator.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
@@ -24,6 +25,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -144,6 +146,15 @@ cpuExecutor(std::shared_ptr<glm::plan::Plan> plan, const std::string &dir,
     e->useRandomWeights(randomSeed);
   e->load();
   return e;
+}
+
+/// Counter or gauge `name` of the generator's /metrics text; -1 without it.
+inline int64_t metric(const glm::rt::Generator &g, const std::string &name) {
+  std::smatch m;
+  const std::string text = g.metricsText();
+  if (!std::regex_search(text, m, std::regex("\n" + name + " (\\d+)")))
+    return -1;
+  return std::stoll(m[1]);
 }
 
 } // namespace plan_test
