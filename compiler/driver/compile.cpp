@@ -580,7 +580,8 @@ void addCompileCommand(CLI::App &app, int &rc,
       ->capture_default_str();
   cmd->add_option("--kv-pages", args->kvPages,
                   "with --kv-page-tokens: pages the caches hold (their "
-                  "memory), one of them a sink for padding rows; 0 = "
+                  "memory), one of them a sink for padding rows, at least "
+                  "--max-context / --kv-page-tokens + 1; 0 = "
                   "--kv-slots x --max-context / --kv-page-tokens + 1, the "
                   "unpaged bytes. More slots than the pages cover lets more "
                   "short sequences run at once; requests wait when the pages "

@@ -279,10 +279,15 @@ struct PlanMemory : glmc::impl::GlmPlanMemoryBase<PlanMemory> {
       // kv_pages.h: table entries past a sequence's pages name it).
       if (kvPages == 0)
         kvPages = maxSequences * (maxContext / pageTokens) + 1;
-      if (kvPages < 2) {
-        module.emitError() << "glm-plan-memory: a paged KV cache needs at "
-                              "least 2 pages (one and the sink), got "
-                           << kvPages;
+      // One sequence of the whole context must fit: a lone sequence (glm-engine
+      // run) reads slot 0's identity table, whose pages must be distinct.
+      if (kvPages < maxContext / pageTokens + 1) {
+        module.emitError()
+            << "glm-plan-memory: --kv-pages " << kvPages
+            << " holds less than one sequence of the whole context ("
+            << maxContext / pageTokens << " pages of " << pageTokens
+            << " tokens) and the sink page; give at least "
+            << maxContext / pageTokens + 1;
         return signalPassFailure();
       }
       kvRows = uint64_t(kvPages) * uint64_t(pageTokens);

@@ -515,7 +515,10 @@ IoBounds ioBounds(const gp::Plan &plan) {
   io.pages = option("kv_pages", 2, 1ll << 30, "a KV page count", 0);
   check((io.pageTokens == 0) == (io.pages == 0) &&
             (io.pageTokens & (io.pageTokens - 1)) == 0 &&
-            (!io.pageTokens || plan.model.maxContext % io.pageTokens == 0),
+            (!io.pageTokens || (plan.model.maxContext % io.pageTokens == 0 &&
+                                io.pages >= plan.model.maxContext /
+                                                    io.pageTokens +
+                                                1)),
         "plan compile options kv_page_tokens and kv_pages (", io.pageTokens,
         ", ", io.pages, ") are not a paged KV cache of the plan's ",
         plan.model.maxContext, "-token context: the plan is damaged or was "
