@@ -1234,14 +1234,8 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            P > 1 ? runtimeArg("null") : pagesA, shiftA};
       if (f == "indexer_scores_mma") // shared memory: build() (kv form)
         grid(::glm::indexerMmaGridX(int(R)), R, 1, 256);
-      else // a warp a key (8 a block): blocks for about 16 keys each of
-             // the context's candidates, 64 .. 1024 (64 blocks left 68 of
-             // the H200's SMs idle: 0.6 ms a launch at 16K tokens); blocks
-             // past a row's candidates return. Each key's sums are the same.
-        grid(std::clamp<uint64_t>(
-                 ceilDiv(uint64_t(ctx / std::max<int64_t>(P, 1)), 16), 64,
-                 1024),
-             R, 1, 256);
+      else
+        grid(64, R, 1, 256);
     } else if (f == "dsa_select") {
       a = {named(score, "scoreAll"),
            posA,

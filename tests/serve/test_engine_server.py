@@ -457,7 +457,7 @@ def test_two_rank_processes_serve_like_one(tiny, scratch, client):
 
     def start(name):
         port = free_port()
-        port_file = os.path.join(d, f"port-{name}-{paged}")
+        port_file = os.path.join(d, f"port-{name}")
         return ServerProcess(launch_serve_cmd(engine, plan2, pack, port,
                                               port_file),
                              port_file, os.path.join(d, f"{name}.log"))
@@ -619,7 +619,7 @@ def test_continuous_batching_load(tiny, scratch, paged):
 
     def start(name, flags):
         port = free_port()
-        port_file = os.path.join(d, f"port-{name}")
+        port_file = os.path.join(d, f"port-{name}-{paged}")
         return ServerProcess(serve_cmd(engine, plan8, pack, port, port_file,
                                        flags), port_file,
                              os.path.join(d, f"{name}-{paged}.log"))
