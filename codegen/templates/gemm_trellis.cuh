@@ -31,6 +31,7 @@
 
 #include "cp_async.cuh"
 #include "glm_common.cuh"
+#include "trellis_tile.cuh"
 
 #define GLM_GEMM_TRELLIS_PARAMS                                                \
   const void *__restrict__ xh, const unsigned char *__restrict__ tiles,        \
@@ -41,90 +42,25 @@
 
 namespace glm {
 
-/// Two 16-bit states -> their two codebook values as an fp16 pair (low half
-/// = s0), bit-identical to decodeState (fp16 add / fused fp16 FMA round
-/// exactly once, like the format's RN16), optionally rounded to E4M3.
-template <int CB, bool E4M3>
-__device__ __forceinline__ u32 decodePairH2(u32 s0, u32 s1) {
-  u32 r;
-  if (CB == kCbMul1) {
-    // dp4a gives 0x6400 + byte sum = the fp16 bits of 1024 + b; one fused
-    // fp16 FMA with k_inv (0x1EEE) and k_bias (0xC931) is the format's RN16.
-    // Unsigned dp4a: the bytes are 0..255 (the signed form would be wrong).
-    const u32 b0 = __dp4a(s0 * 0x83DCD12Du, 0x01010101u, 0x6400u);
-    const u32 b1 = __dp4a(s1 * 0x83DCD12Du, 0x01010101u, 0x6400u);
-    const u32 bb = __byte_perm(b0, b1, 0x5410);
-    __half2 h = *reinterpret_cast<const __half2 *>(&bb);
-    const __half2 kInv = __halves2half2(__ushort_as_half(0x1EEE),
-                                        __ushort_as_half(0x1EEE));
-    const __half2 kBias = __halves2half2(__ushort_as_half(0xC931),
-                                         __ushort_as_half(0xC931));
-    h = __hfma2(h, kInv, kBias);
-    r = *reinterpret_cast<const u32 *>(&h);
-  } else {
-    u32 y0 = CB == kCb3Inst ? s0 * 89226354u + 64248484u : s0 * 0xCBAC1FEDu;
-    u32 y1 = CB == kCb3Inst ? s1 * 89226354u + 64248484u : s1 * 0xCBAC1FEDu;
-    y0 = (y0 & 0x8FFF8FFFu) ^ 0x3B603B60u;
-    y1 = (y1 & 0x8FFF8FFFu) ^ 0x3B603B60u;
-    const u32 lo = __byte_perm(y0, y1, 0x5410); // (y0.lo, y1.lo)
-    const u32 hi = __byte_perm(y0, y1, 0x7632); // (y0.hi, y1.hi)
-    // fp16 add of two fp16 values = RN16 of their exact sum.
-    const __half2 h = __hadd2(*reinterpret_cast<const __half2 *>(&lo),
-                              *reinterpret_cast<const __half2 *>(&hi));
-    r = *reinterpret_cast<const u32 *>(&h);
-  }
-  if (E4M3) {
-    // exlr8: fp16 -> E4M3 (RNE, saturating) -> back; exact in fp16.
-    const __nv_fp8x2_storage_t q = __nv_cvt_halfraw2_to_fp8x2(
-        *reinterpret_cast<const __half2_raw *>(&r), __NV_SATFINITE, __NV_E4M3);
-    const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(q, __NV_E4M3);
-    r = *reinterpret_cast<const u32 *>(&b);
-  }
-  return r;
-}
-
-/// Lane `lane`'s 8 positions of one tile (words in shared memory) as its
-/// m16n8k16 B fragments: .x/.y = n8 half 0 (b0b1, b2b3), .z/.w = half 1.
+/// Lane `lane`'s 8 positions of one tile (its words in shared memory, at
+/// the offsets of `m`, LaneMap<K>(lane): computed once per kernel) as its
+/// m16n8k16 B fragments: .x/.y = n8 half 0 (b0b1, b2b3), .z/.w = half 1 —
+/// position pairs (0,1), (2,3), (4,5), (6,7). The states and their values
+/// come from trellis_tile.cuh, as in the decode kernels (one decode).
 template <int K, int CB, bool E4M3>
-__device__ __forceinline__ uint4 decodeLaneFrag(const u32 *words, int lane) {
-  constexpr int kWords = 8 * K;
-  constexpr int kBits = 256 * K;
-  // The lane's 8 windows span bits [S, S + 7K + 16) of the circular stream.
-  constexpr int kSpan = 7 * K + 16;
-  constexpr int kAligned = (kSpan + 31) / 32; // words after alignment
-  int S = 8 * lane * K + K - 16;
-  if (S < 0)
-    S += kBits;
-  const int q = S >> 5, r = S & 31;
-  u32 w[kAligned + 1];
+__device__ __forceinline__ uint4 decodeLaneFrag(const u32 *words,
+                                                const LaneMap<K> &m) {
+  u32 v[TileLane<K>::kLoad];
 #pragma unroll
-  for (int i = 0; i <= kAligned; ++i) {
-    int idx = q + i;
-    if (idx >= kWords)
-      idx -= kWords;
-    w[i] = words[idx];
-  }
-  // a = the stream from bit S on, MSB-first (funnel shift by r; r = 0 keeps
-  // w[i]), so every window below sits at a compile-time offset.
-  u32 a[kAligned + 1];
-#pragma unroll
-  for (int i = 0; i < kAligned; ++i)
-    a[i] = __funnelshift_l(w[i + 1], w[i], r);
-  a[kAligned] = 0;
+  for (int i = 0; i < TileLane<K>::kLoad; ++i)
+    v[i] = words[m.off[i]];
   u32 s[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const int o = e * K, qi = o >> 5, ri = o & 31;
-    if (ri <= 16)
-      s[e] = (a[qi] >> (16 - ri)) & 0xFFFFu;
-    else
-      s[e] = __funnelshift_l(a[qi + 1], a[qi], ri) >> 16;
-  }
+  laneStates<K>(v, m.shift, s);
   uint4 f;
-  f.x = decodePairH2<CB, E4M3>(s[0], s[1]);
-  f.y = decodePairH2<CB, E4M3>(s[2], s[3]);
-  f.z = decodePairH2<CB, E4M3>(s[4], s[5]);
-  f.w = decodePairH2<CB, E4M3>(s[6], s[7]);
+  f.x = decodePair<CB, E4M3>(s[0], s[1]);
+  f.y = decodePair<CB, E4M3>(s[2], s[3]);
+  f.z = decodePair<CB, E4M3>(s[4], s[5]);
+  f.w = decodePair<CB, E4M3>(s[6], s[7]);
   return f;
 }
 
@@ -138,18 +74,13 @@ __device__ __forceinline__ void ldmatrixX4(u32 a[4], const void *p) {
                : "r"(smemAddr(p)));
 }
 
-__device__ __forceinline__ void mma16816(float c[4], const u32 a[4], u32 b0,
-                                         u32 b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ u32 packHalf2(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const u32 *>(&h);
 }
+
+/// Row pitch of the staged xh (halves): 32 + 8, conflict-free ldmatrix.
+constexpr int kGemmXPitch = 32 + 8;
 
 /// Shared memory of one block tile: the trellis word ring and the xh
 /// double buffer. BN = 32 * warps output columns, 32 inputs per step.
@@ -159,7 +90,7 @@ template <int K, int BM, int THREADS> struct GemmSmem {
   static constexpr int kStages = K <= 4 ? 4 : 3;
   static constexpr int kStepTiles = 2 * (kBN / 16); // 2 deep x BN/16 wide
   static constexpr int kStepWords = kStepTiles * 8 * K;
-  static constexpr int kXPitch = 32 + 8; // halves; conflict-free ldmatrix
+  static constexpr int kXPitch = kGemmXPitch;
   static constexpr int kWordsBytes = kStages * kStepWords * 4;
   static constexpr int kXBytes = 2 * BM * kXPitch * 2;
   static constexpr int kBytes = kWordsBytes + kXBytes;
@@ -189,110 +120,152 @@ template <int BM> struct TileAcc {
           v[i][j][r] = 0.0f;
   }
 };
+/// The trellis words of one 32-input step, global -> shared by cp.async:
+/// the step's THREADS / 8 tiles (2 k16 rows x BN / 16 columns; tile t: k16
+/// row t / (BN / 16), column t % (BN / 16), at t * 8K words of the slot),
+/// thread x copying 16-byte chunk x % 8 (and x % 8 + 8 when K > 4) of tile
+/// x / 8. The mapping is the same at every width (the chained halves change
+/// K per half) and fixed over the steps: a step only moves the tile row.
+template <int THREADS> struct WordCopy {
+  static constexpr int kWide = THREADS / 16; // tile columns (BN = THREADS)
+  int tile, half; // this thread's tile of a step, its k16 row (0, 1)
+  long long col;  // tileIndex's column part; -1 past the matrix
+  __device__ __forceinline__ void init(int n0, int out, TileStrides st) {
+    tile = threadIdx.x >> 3;
+    half = tile / kWide;
+    const int j = (n0 >> 4) + tile % kWide;
+    col = j < out / 16 ? (long long)(j >> 3) * st.sJ8 + (j & 7) : -1;
+  }
+  /// Step k of the matrix at tw (width K) into the ring slot dst.
+  __device__ __forceinline__ void copy(u32 *dst, const u32 *tw, int k, int K,
+                                       TileStrides st) const {
+    if (col < 0)
+      return;
+    const int i = 2 * k + half, sub = threadIdx.x & 7;
+    const long long idx =
+        (long long)(i >> 3) * st.sI8 + (long long)(i & 7) * st.sI + col;
+    const u32 *src = tw + idx * (8 * K) + 4 * sub;
+    u32 *d = dst + tile * (8 * K) + 4 * sub;
+    if (sub < 2 * K)
+      cpAsync16(d, src);
+    if (K > 4 && sub + 8 < 2 * K)
+      cpAsync16(d + 32, src + 32);
+  }
+};
+
+/// xh rows staged for the MMAs: each thread's 8-element chunks of a BM x 32
+/// step (fixed rows over the steps), read to registers (fp16 pairs, zero
+/// beyond m) a step ahead, then stored to shared memory (padded rows).
+template <int BM, int THREADS> struct XStage {
+  static constexpr int kPitch = kGemmXPitch;
+  static constexpr int kChunks = BM * 32 / 8 / THREADS;
+  long long row[kChunks]; // element offset of the row, -1 beyond m
+  u32 r[kChunks][4];
+  __device__ __forceinline__ void init(const int *__restrict__ row_map, int m0,
+                                       int m, int x_stride) {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int rr = m0 + ((threadIdx.x + c * THREADS) >> 2);
+      row[c] = rr < m ? (long long)(row_map ? row_map[rr] : rr) * x_stride : -1;
+    }
+  }
+  /// Columns col0 .. col0 + 31 of the rows (fp32 storage rounds to fp16).
+  template <int XT>
+  __device__ __forceinline__ void load(const void *__restrict__ xh,
+                                       long long col0) {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int col = ((threadIdx.x + c * THREADS) & 3) * 8;
+      if (row[c] >= 0) {
+        const long long off = row[c] + col0 + col;
+        if (XT == 1) {
+          const uint4 v = *reinterpret_cast<const uint4 *>(
+              static_cast<const __half *>(xh) + off);
+          r[c][0] = v.x, r[c][1] = v.y, r[c][2] = v.z, r[c][3] = v.w;
+        } else {
+          const float4 *p = reinterpret_cast<const float4 *>(
+              static_cast<const float *>(xh) + off);
+          const float4 a = p[0], b = p[1];
+          r[c][0] = packHalf2(a.x, a.y), r[c][1] = packHalf2(a.z, a.w);
+          r[c][2] = packHalf2(b.x, b.y), r[c][3] = packHalf2(b.z, b.w);
+        }
+      } else {
+        r[c][0] = r[c][1] = r[c][2] = r[c][3] = 0u;
+      }
+    }
+  }
+  __device__ __forceinline__ void store(__half (*sx)[kPitch]) const {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int chunk = threadIdx.x + c * THREADS;
+      *reinterpret_cast<uint4 *>(&sx[chunk >> 2][(chunk & 3) * 8]) =
+          make_uint4(r[c][0], r[c][1], r[c][2], r[c][3]);
+    }
+  }
+};
+
+/// The warp's MMAs of one k16 half (kk) of a step: BM rows of staged xh
+/// (ldmatrix) times its two decoded tiles b[0], b[1] (4 n8 columns).
+template <int BM, int PITCH>
+__device__ __forceinline__ void mmaK16(float (&acc)[BM / 16][4][4],
+                                       __half (*sx)[PITCH], int kk,
+                                       const uint4 b[2], int lane) {
+#pragma unroll
+  for (int mt = 0; mt < BM / 16; ++mt) {
+    u32 a[4];
+    ldmatrixX4(a, &sx[mt * 16 + (lane & 15)][kk * 16 + (lane >> 4) * 8]);
+    mma16816(acc[mt][0], a, b[0].x, b[0].y);
+    mma16816(acc[mt][1], a, b[0].z, b[0].w);
+    mma16816(acc[mt][2], a, b[1].x, b[1].y);
+    mma16816(acc[mt][3], a, b[1].z, b[1].w);
+  }
+}
+
 template <int K, int CB, bool E4M3, int XT, int BM, int THREADS>
-__device__ __forceinline__ void gemmTrellisMainloop(
-    const void *__restrict__ xh, const int *__restrict__ row_map,
-    const unsigned char *__restrict__ tiles, int m, int in, int out,
-    int x_stride, TileStrides st, int m0, int n0, unsigned char *smem,
-    TileAcc<BM> &tacc) {
+__device__ __forceinline__ void
+gemmTrellisMainloop(const void *__restrict__ xh,
+                    const int *__restrict__ row_map,
+                    const unsigned char *__restrict__ tiles, int m, int in,
+                    int out, int x_stride, TileStrides st, int m0, int n0,
+                    unsigned char *smem, TileAcc<BM> &tacc) {
   static_assert(K >= 1 && K <= 8, "K in 1..8");
   static_assert(CB >= 0 && CB <= 2, "codebook");
   static_assert(XT == 0 || XT == 1, "xh storage: f32 or f16");
   static_assert(BM == 64 || BM == 128, "BM: 64 or 128 tokens");
   static_assert(THREADS == 128 || THREADS == 256, "4 or 8 warps");
   typedef GemmSmem<K, BM, THREADS> L;
-  constexpr int BK = 32;                    // inputs per step
-  constexpr int kTileWords = 8 * K;         // u32 per tile
-  constexpr int kWide = L::kBN / 16;        // tile columns per block
+  typedef XStage<BM, THREADS> XS;
+  constexpr int BK = 32;             // inputs per step
+  constexpr int kTileWords = 8 * K;  // u32 per tile
+  constexpr int kWide = L::kBN / 16; // tile columns per block
   constexpr int kStepWords = L::kStepWords;
-  constexpr int kStepChunks = kStepWords / 4; // 16-byte chunks
   constexpr int NSTAGE = L::kStages;
-  constexpr int NAHEAD = NSTAGE - 1;          // steps in flight
-  constexpr int XPITCH = L::kXPitch;
-  constexpr int MT = BM / 16;                 // m16 tiles per warp
-  constexpr int XCHUNKS = BM * BK / 8 / THREADS; // 8-element chunks/thread
+  constexpr int NAHEAD = NSTAGE - 1; // steps in flight
 
-  u32 (*sWords)[kStepWords] = reinterpret_cast<u32 (*)[kStepWords]>(smem);
-  __half (*sX)[BM][XPITCH] =
-      reinterpret_cast<__half (*)[BM][XPITCH]>(smem + L::kWordsBytes);
+  u32(*sWords)[kStepWords] = reinterpret_cast<u32(*)[kStepWords]>(smem);
+  __half(*sX)[BM][XS::kPitch] =
+      reinterpret_cast<__half(*)[BM][XS::kPitch]>(smem + L::kWordsBytes);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int nk = in / BK;
-  const int tileCols = out / 16;
   const u32 *tw = reinterpret_cast<const u32 *>(tiles);
 
   // Trellis words of step k into ring slot k % NSTAGE (one commit group).
-  // Tile t of a step: k16 half t / kWide, tile column t % kWide.
+  WordCopy<THREADS> wc;
+  wc.init(n0, out, st);
   auto loadWords = [&](int k) {
-    if (k < nk) {
-      u32 *dst = sWords[k % NSTAGE];
-      for (int c = threadIdx.x; c < kStepChunks; c += THREADS) {
-        const int t = c / (2 * K), sub = c % (2 * K);
-        const int i = 2 * k + t / kWide, j = (n0 >> 4) + t % kWide;
-        if (j < tileCols)
-          cpAsync16(dst + t * kTileWords + 4 * sub,
-                    tw + tileIndex(i, j, st) * kTileWords + 4 * sub);
-      }
-    }
+    if (k < nk)
+      wc.copy(sWords[k % NSTAGE], tw, k, K, st);
     cpAsyncCommit();
   };
-  // The xh rows of this thread's chunks (fixed over k).
-  long long xrow[XCHUNKS];
-#pragma unroll
-  for (int c = 0; c < XCHUNKS; ++c) {
-    const int r = m0 + ((threadIdx.x + c * THREADS) >> 2);
-    xrow[c] = r < m ? (long long)(row_map ? row_map[r] : r) * x_stride : -1;
-  }
-  // xh of step k -> registers (fp16 pairs), zero beyond m.
-  u32 xr[XCHUNKS][4];
-  auto loadX = [&](int k) {
-#pragma unroll
-    for (int c = 0; c < XCHUNKS; ++c) {
-      const int col = ((threadIdx.x + c * THREADS) & 3) * 8;
-      if (xrow[c] >= 0) {
-        const long long off = xrow[c] + k * BK + col;
-        if (XT == 1) {
-          const uint4 v = *reinterpret_cast<const uint4 *>(
-              static_cast<const __half *>(xh) + off);
-          xr[c][0] = v.x, xr[c][1] = v.y, xr[c][2] = v.z, xr[c][3] = v.w;
-        } else {
-          const float4 *p = reinterpret_cast<const float4 *>(
-              static_cast<const float *>(xh) + off);
-          const float4 a = p[0], b = p[1];
-          xr[c][0] = packHalf2(a.x, a.y), xr[c][1] = packHalf2(a.z, a.w);
-          xr[c][2] = packHalf2(b.x, b.y), xr[c][3] = packHalf2(b.z, b.w);
-        }
-      } else {
-        xr[c][0] = xr[c][1] = xr[c][2] = xr[c][3] = 0u;
-      }
-    }
-  };
-  auto storeX = [&](int buf) {
-#pragma unroll
-    for (int c = 0; c < XCHUNKS; ++c) {
-      const int chunk = threadIdx.x + c * THREADS;
-      const int row = chunk >> 2, col = (chunk & 3) * 8;
-      *reinterpret_cast<uint4 *>(&sX[buf][row][col]) =
-          make_uint4(xr[c][0], xr[c][1], xr[c][2], xr[c][3]);
-    }
-  };
+  XS xs;
+  xs.init(row_map, m0, m, x_stride);
   // This warp's two tiles of k16 half kk of step k -> B fragments.
+  const LaneMap<K> lm(lane);
   auto decode = [&](int k, int kk, uint4 b[2]) {
     const u32 *src = sWords[k % NSTAGE] + (kk * kWide + 2 * warp) * kTileWords;
-    b[0] = decodeLaneFrag<K, CB, E4M3>(src, lane);
-    b[1] = decodeLaneFrag<K, CB, E4M3>(src + kTileWords, lane);
-  };
-  float (&acc)[MT][4][4] = tacc.v;
-  auto mmaHalf = [&](int buf, int kk, const uint4 b[2]) {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      u32 a[4];
-      ldmatrixX4(a, &sX[buf][mt * 16 + (lane & 15)][kk * 16 + (lane >> 4) * 8]);
-      mma16816(acc[mt][0], a, b[0].x, b[0].y);
-      mma16816(acc[mt][1], a, b[0].z, b[0].w);
-      mma16816(acc[mt][2], a, b[1].x, b[1].y);
-      mma16816(acc[mt][3], a, b[1].z, b[1].w);
-    }
+    b[0] = decodeLaneFrag<K, CB, E4M3>(src, lm);
+    b[1] = decodeLaneFrag<K, CB, E4M3>(src + kTileWords, lm);
   };
 
   // Prologue: NAHEAD steps of words in flight, xh of step 0, fragments of
@@ -300,8 +273,8 @@ __device__ __forceinline__ void gemmTrellisMainloop(
 #pragma unroll
   for (int s = 0; s < NAHEAD; ++s)
     loadWords(s);
-  loadX(0);
-  storeX(0);
+  xs.template load<XT>(xh, 0);
+  xs.store(sX[0]);
   cpAsyncWait<NAHEAD - 1>(); // step 0 landed
   __syncthreads();
   uint4 bcur[2], bnext[2];
@@ -310,18 +283,18 @@ __device__ __forceinline__ void gemmTrellisMainloop(
   for (int k = 0; k < nk; ++k) {
     const int buf = k & 1;
     cpAsyncWait<NAHEAD - 2 < 0 ? 0 : NAHEAD - 2>(); // step k + 1 landed
-    __syncthreads(); // sX[buf] stored; slot (k-1) and sX[buf^1] free
+    __syncthreads();       // sX[buf] stored; slot (k-1) and sX[buf^1] free
     loadWords(k + NAHEAD); // into slot (k - 1) % NSTAGE
     const bool more = k + 1 < nk;
     if (more)
-      loadX(k + 1);
+      xs.template load<XT>(xh, (long long)(k + 1) * BK);
     decode(k, 1, bnext);
-    mmaHalf(buf, 0, bcur);
+    mmaK16<BM>(tacc.v, sX[buf], 0, bcur, lane);
     if (more)
       decode(k + 1, 0, bcur);
-    mmaHalf(buf, 1, bnext);
+    mmaK16<BM>(tacc.v, sX[buf], 1, bnext, lane);
     if (more)
-      storeX(buf ^ 1);
+      xs.store(sX[buf ^ 1]);
   }
   cpAsyncWait<0>();
   __syncthreads(); // the ring and sX free for the next mainloop
@@ -330,14 +303,12 @@ __device__ __forceinline__ void gemmTrellisMainloop(
 /// Epilogue: n8 tile nt of warp w = columns n0 + 32w + 8nt; c0,c1 at row
 /// lane/4, c2,c3 at row lane/4 + 8 (rows >= m not written).
 template <int BM, int THREADS>
-__device__ __forceinline__ void gemmTrellisStore(const TileAcc<BM> &tacc,
-                                                 float *__restrict__ z, int m,
-                                                 int out, int z_stride,
-                                                 int accumulate, int m0,
-                                                 int n0) {
+__device__ __forceinline__ void
+gemmTrellisStore(const TileAcc<BM> &tacc, float *__restrict__ z, int m, int out,
+                 int z_stride, int accumulate, int m0, int n0) {
   constexpr int MT = BM / 16;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const float (&acc)[MT][4][4] = tacc.v;
+  const float(&acc)[MT][4][4] = tacc.v;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -362,11 +333,12 @@ __device__ __forceinline__ void gemmTrellisStore(const TileAcc<BM> &tacc,
 
 /// One tile from zero: the mainloop, then the store.
 template <int K, int CB, bool E4M3, int XT, int BM, int THREADS>
-__device__ __forceinline__ void gemmTrellisTile(
-    const void *__restrict__ xh, const int *__restrict__ row_map,
-    const unsigned char *__restrict__ tiles, float *__restrict__ z, int m,
-    int in, int out, int x_stride, int z_stride, int accumulate,
-    TileStrides st, int m0, int n0, unsigned char *smem) {
+__device__ __forceinline__ void
+gemmTrellisTile(const void *__restrict__ xh, const int *__restrict__ row_map,
+                const unsigned char *__restrict__ tiles, float *__restrict__ z,
+                int m, int in, int out, int x_stride, int z_stride,
+                int accumulate, TileStrides st, int m0, int n0,
+                unsigned char *smem) {
   TileAcc<BM> acc;
   acc.zero();
   gemmTrellisMainloop<K, CB, E4M3, XT, BM, THREADS>(

@@ -17,9 +17,9 @@
 // .., x + (HALVES - 1) * n_items (one expert row block's halves in order:
 // same rows, row_start and z_off, their own tiles / k / x_col; null tiles
 // skipped), adds them in its fp32 accumulators and stores once (one launch
-// instead of HALVES, and z read and written once). Items are built on the
-// device after routing; the
-// grid is (items, ceil(out / THREADS)) (BN = THREADS: use 128 threads for
+// instead of HALVES, and z read and written once); the halves run as one
+// chain of steps through one cp.async ring. Items are built on the device
+// after routing; the grid is (items, ceil(out / THREADS)) (BN = THREADS: use 128 threads for
 // 128-wide gate/up halves, 256 for down), so a padded upper-bound item
 // count with null tiles is fine.
 #pragma once
@@ -33,8 +33,8 @@
       int n_items, int in, int out, int x_stride, int z_stride,                \
       int accumulate, int sI, int sI8, int sJ8
 #define GLM_GEMM_TRELLIS_GROUPED_ARGS                                          \
-  xh, row_ids, items, z, n_items, in, out, x_stride, z_stride, accumulate,     \
-      sI, sI8, sJ8
+  xh, row_ids, items, z, n_items, in, out, x_stride, z_stride, accumulate, sI, \
+      sI8, sJ8
 
 namespace glm {
 
@@ -51,39 +51,120 @@ struct GroupedSmem<WMASK, BM, THREADS, 9> {
   static constexpr int kBytes = 0;
 };
 
+/// The widest width in WMASK (sizes the chained halves' ring slots).
+template <int WMASK> struct WidestWidth {
+  static constexpr int value = (WMASK >> 8) & 1   ? 8
+                               : (WMASK >> 7) & 1 ? 7
+                               : (WMASK >> 6) & 1 ? 6
+                               : (WMASK >> 5) & 1 ? 5
+                               : (WMASK >> 4) & 1 ? 4
+                               : (WMASK >> 3) & 1 ? 3
+                               : (WMASK >> 2) & 1 ? 2
+                                                  : 1;
+};
+
 /// HALVES > 1: the halves of item blockIdx.x added in registers, one store.
-template <int WMASK, int CB, bool E4M3, int XT, int BM, int HALVES,
-          int THREADS>
+/// The block's halves run as one chain of 32-input steps through one
+/// cp.async ring (slots of the widest width): the next half's words and xh
+/// are in flight while this half multiplies, where a mainloop per half would
+/// fill and drain the ring HALVES times (the down GEMM's halves are 4 steps
+/// each). A half's steps decode at its own width; every accumulator sees the
+/// same MMAs in the same order as one mainloop per half.
+template <int WMASK, int CB, bool E4M3, int XT, int BM, int HALVES, int THREADS>
 __device__ __forceinline__ void
 gemmTrellisHalves(GLM_GEMM_TRELLIS_GROUPED_PARAMS, unsigned char *smem) {
+  constexpr int KMAX = WidestWidth<WMASK>::value;
+  typedef GemmSmem<KMAX, BM, THREADS> L;
+  typedef XStage<BM, THREADS> XS;
+  constexpr int BK = 32;
+  constexpr int kWide = L::kBN / 16;
+  constexpr int kSlotWords = L::kStepWords;
+  constexpr int NSTAGE = L::kStages;
+  constexpr int NAHEAD = NSTAGE - 1;
+  __shared__ const unsigned char *sTiles[HALVES];
+  __shared__ int sK[HALVES], sXcol[HALVES], sCount, sUnbuilt;
+
   const GemmItem first = items[blockIdx.x];
   if (first.rows <= 0) // a slot past the blocks
     return;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // The halves with tiles on this rank, in order (warp 0, a lane a half).
+  if (warp == 0) {
+    const bool have = lane < HALVES;
+    GemmItem it{};
+    if (have)
+      it = items[(long long)lane * n_items + blockIdx.x];
+    const bool on = have && it.tiles != nullptr;
+    const unsigned mask = __ballot_sync(0xFFFFFFFFu, on);
+    const bool built = it.k >= 1 && it.k <= 8 && ((WMASK >> it.k) & 1);
+    const unsigned bad = __ballot_sync(0xFFFFFFFFu, on && !built);
+    if (on) {
+      const int slot = __popc(mask & ((1u << lane) - 1u));
+      sTiles[slot] = it.tiles;
+      sK[slot] = it.k;
+      sXcol[slot] = it.x_col;
+    }
+    if (lane == 0)
+      sCount = __popc(mask), sUnbuilt = bad != 0;
+  }
+  __syncthreads();
+  const int count = sCount;
   const int m = first.rows < BM ? first.rows : BM;
   const int n0 = blockIdx.y * THREADS; // BN = THREADS
+  float *zz = z + first.z_off;
+  if (sUnbuilt) { // a width this kernel was not built for: NaN, never silence
+    for (int idx = threadIdx.x; idx < m * THREADS; idx += THREADS) {
+      const int r = idx / THREADS, c = n0 + idx % THREADS;
+      if (c < out)
+        zz[(long long)r * z_stride + c] = __int_as_float(0x7fc00000);
+    }
+    return;
+  }
+  if (count == 0)
+    return; // every half on another rank
+
   const TileStrides st{sI, sI8, sJ8};
-  TileAcc<BM> acc;
-  acc.zero();
-  bool any = false, unbuilt = false;
-  for (int h = 0; h < HALVES; ++h) {
-    const GemmItem it = items[(long long)h * n_items + blockIdx.x];
-    if (it.tiles == nullptr)
-      continue; // a half of another rank
-    any = true;
-    const int *map = row_ids ? row_ids + it.row_start : nullptr;
-    const long long xoff =
-        (row_ids ? 0 : (long long)it.row_start * x_stride) + it.x_col;
-    const void *x = static_cast<const unsigned char *>(xh) +
-                    xoff * (XT == 1 ? 2 : 4);
+  const int nk = in / BK, total = count * nk;
+  const int *map = row_ids ? row_ids + first.row_start : nullptr;
+  const void *x =
+      static_cast<const unsigned char *>(xh) +
+      (row_ids ? 0 : (long long)first.row_start * x_stride) * (XT == 1 ? 2 : 4);
+  u32(*sWords)[kSlotWords] = reinterpret_cast<u32(*)[kSlotWords]>(smem);
+  __half(*sX)[BM][XS::kPitch] =
+      reinterpret_cast<__half(*)[BM][XS::kPitch]>(smem + L::kWordsBytes);
+
+  // Words of chain step g (half g / nk, its step g % nk) into slot
+  // g % NSTAGE, packed at that half's width; one commit group per step.
+  WordCopy<THREADS> wc;
+  wc.init(n0, out, st);
+  auto loadWords = [&](int g) {
+    if (g < total) {
+      const int a = g / nk;
+      wc.copy(sWords[g % NSTAGE], reinterpret_cast<const u32 *>(sTiles[a]),
+              g - a * nk, sK[a], st);
+    }
+    cpAsyncCommit();
+  };
+  XS xs;
+  xs.init(map, 0, m, x_stride);
+  auto loadX = [&](int g) {
+    const int a = g / nk;
+    xs.template load<XT>(x, (long long)sXcol[a] + (g - a * nk) * BK);
+  };
+  // This warp's two tiles of k16 half kk of chain step g, decoded at the
+  // width of the step's half (a warp-uniform switch).
+  auto decode = [&](int g, int kk, uint4 b[2]) {
+    const int K = sK[g / nk];
+    const u32 *src = sWords[g % NSTAGE] + (kk * kWide + 2 * warp) * 8 * K;
+    switch (K) {
 #define GLM_GEMM_HALVES_CASE(KK)                                               \
   case KK:                                                                     \
-    if (WMASK & (1 << KK))                                                     \
-      gemmTrellisMainloop<KK, CB, E4M3, XT, BM, THREADS>(                      \
-          x, map, it.tiles, m, in, out, x_stride, st, 0, n0, smem, acc);       \
-    else                                                                       \
-      unbuilt = true;                                                          \
+    if (WMASK & (1 << KK)) {                                                   \
+      const LaneMap<KK> lm(lane);                                              \
+      b[0] = decodeLaneFrag<KK, CB, E4M3>(src, lm);                            \
+      b[1] = decodeLaneFrag<KK, CB, E4M3>(src + 8 * KK, lm);                   \
+    }                                                                          \
     break;
-    switch (it.k) {
       GLM_GEMM_HALVES_CASE(1)
       GLM_GEMM_HALVES_CASE(2)
       GLM_GEMM_HALVES_CASE(3)
@@ -92,31 +173,52 @@ gemmTrellisHalves(GLM_GEMM_TRELLIS_GROUPED_PARAMS, unsigned char *smem) {
       GLM_GEMM_HALVES_CASE(6)
       GLM_GEMM_HALVES_CASE(7)
       GLM_GEMM_HALVES_CASE(8)
-    default:
-      unbuilt = true;
-    }
 #undef GLM_GEMM_HALVES_CASE
-  }
-  float *zz = z + first.z_off;
-  if (unbuilt) { // a width this kernel was not built for: NaN, never silence
-    for (int idx = threadIdx.x; idx < m * THREADS; idx += THREADS) {
-      const int r = idx / THREADS, c = n0 + idx % THREADS;
-      if (c < out)
-        zz[(long long)r * z_stride + c] = __int_as_float(0x7fc00000);
+    default:
+      break; // unreachable: sUnbuilt covers the widths not built
     }
-  } else if (any) {
-    gemmTrellisStore<BM, THREADS>(acc, zz, m, out, z_stride, accumulate, 0,
-                                  n0);
+  };
+  TileAcc<BM> acc;
+  acc.zero();
+
+  // The loop of gemmTrellisMainloop over the chain's steps.
+#pragma unroll
+  for (int s = 0; s < NAHEAD; ++s)
+    loadWords(s);
+  loadX(0);
+  xs.store(sX[0]);
+  cpAsyncWait<NAHEAD - 1>(); // step 0 landed
+  __syncthreads();
+  uint4 bcur[2], bnext[2];
+  decode(0, 0, bcur);
+  for (int g = 0; g < total; ++g) {
+    const int buf = g & 1;
+    cpAsyncWait<NAHEAD - 2 < 0 ? 0 : NAHEAD - 2>(); // step g + 1 landed
+    __syncthreads(); // sX[buf] stored; slot g - 1 and sX[buf ^ 1] free
+    loadWords(g + NAHEAD);
+    const bool more = g + 1 < total;
+    if (more)
+      loadX(g + 1);
+    decode(g, 1, bnext);
+    mmaK16<BM>(acc.v, sX[buf], 0, bcur, lane);
+    if (more)
+      decode(g + 1, 0, bcur);
+    mmaK16<BM>(acc.v, sX[buf], 1, bnext, lane);
+    if (more)
+      xs.store(sX[buf ^ 1]);
   }
+  cpAsyncWait<0>();
+  gemmTrellisStore<BM, THREADS>(acc, zz, m, out, z_stride, accumulate, 0, n0);
 }
 
 template <int WMASK, int CB, bool E4M3, int XT, int BM, int HALVES,
           int THREADS>
-__device__ __forceinline__ void gemmTrellisGrouped(
-    GLM_GEMM_TRELLIS_GROUPED_PARAMS) {
+__device__ __forceinline__ void
+gemmTrellisGrouped(GLM_GEMM_TRELLIS_GROUPED_PARAMS) {
   static_assert(WMASK != 0 && (WMASK & ~0x1FE) == 0, "widths 1..8");
   static_assert(HALVES >= 1 && HALVES <= 32, "halves: 1..32");
-  __shared__ __align__(16) unsigned char smem[GroupedSmem<WMASK, BM, THREADS>::kBytes];
+  __shared__ __align__(
+      16) unsigned char smem[GroupedSmem<WMASK, BM, THREADS>::kBytes];
   if ((int)blockIdx.x >= n_items)
     return;
   if (HALVES > 1) {
@@ -132,8 +234,8 @@ __device__ __forceinline__ void gemmTrellisGrouped(
   const int *map = row_ids ? row_ids + it.row_start : nullptr;
   const long long xoff =
       (row_ids ? 0 : (long long)it.row_start * x_stride) + it.x_col;
-  const void *x = static_cast<const unsigned char *>(xh) +
-                  xoff * (XT == 1 ? 2 : 4);
+  const void *x =
+      static_cast<const unsigned char *>(xh) + xoff * (XT == 1 ? 2 : 4);
   float *zz = z + it.z_off;
   const TileStrides st{sI, sI8, sJ8};
 #define GLM_GEMM_GROUPED_CASE(KK)                                              \

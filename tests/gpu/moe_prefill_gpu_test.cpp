@@ -8,8 +8,8 @@
 // moe_act is fp32 arithmetic with flash_math's expF, --fmad=false). Then
 // the whole prefill chain on CUDA (hadamard128, moe_group, moe_gather,
 // gemm_trellis_grouped gate/up, moe_act, gemm_trellis_grouped down (one
-// launch, halves 16), moe_combine, hadamard128) against the same chain through the
-// twins (from CUDA's rotated input, hadamard128 being held to 1e-6):
+// launch, halves 16), moe_combine, hadamard128) against the same chain through
+// the twins (from CUDA's rotated input, hadamard128 being held to 1e-6):
 // routing, items and X exact; Zgu to gemm_trellis_grouped's 3e-5; the
 // output to 2e-4 (the GEMMs' fp32 order moves Zgu by ~1e-6 of max|Zgu|,
 // which flips act's fp16 rounding at 0.3-0.6 % of its elements, 2^-11
@@ -19,9 +19,11 @@
 #include "gpu_dual.h"
 #include "gpu_twin_util.h"
 
+#include "codegen/moe_trellis_abi.h"
 #include "codegen/templates/gemm_item.cuh"
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 
 namespace glm::gputest {
@@ -269,13 +271,13 @@ TEST_F(MoePrefillGpu, CombineEqualsTwinExactly) {
 const char *const kWidths = "234";
 
 KernelSpec gemmSpec(int bm, int threads, int halves = 1) {
-  KernelSpec s = spec("gemm_trellis_grouped",
-                      {{"widths", kWidths},
-                       {"codebook", "mcg"},
-                       {"e4m3", "1"},
-                       {"xt", "f16"},
-                       {"bm", std::to_string(bm)},
-                       {"threads", std::to_string(threads)}});
+  KernelSpec s =
+      spec("gemm_trellis_grouped", {{"widths", kWidths},
+                                    {"codebook", "mcg"},
+                                    {"e4m3", "1"},
+                                    {"xt", "f16"},
+                                    {"bm", std::to_string(bm)},
+                                    {"threads", std::to_string(threads)}});
   if (halves > 1)
     s.args["halves"] = std::to_string(halves);
   return s;
@@ -537,6 +539,109 @@ INSTANTIATE_TEST_SUITE_P(
         ChainCase{"t64_e16_s0_h512_bm64_clamp", 64, 4, 16, 0, 512, 64, 1.0,
                   7.0f}),
     [](const auto &info) { return info.param.name; });
+
+/// Not a check: the grouped gate/up and down GEMMs of one GLM-5.3 MoE layer
+/// (256 routed experts top-8 + 1 shared, hidden 6144, inter 2048, exlr8
+/// halves of widths 2/3/4 at random, MCG + E4M3) at a prefill chunk's
+/// rows, items built by moe_group on the device, random trellis words and
+/// activations; each launch timed alone (median of 5), with the MMA
+/// FLOPs' rate, per rows per item (bm: an expert's rows of a 2048-token
+/// chunk average 64).
+class MoePrefillGpuBench : public ::testing::Test {
+protected:
+  GLM_GPU_SUITE_SETUP
+};
+
+TEST_F(MoePrefillGpuBench, GroupedGemmsAtGlmShape) {
+  const int H = 16, inter = 2048, hidden = 6144, topk = 8, E = 256, S = 1;
+  const int eTot = E + S;
+  for (const int T : {2048, 4096})
+    for (const int BM : {64, 128}) {
+      std::mt19937 rng(77 + T);
+      const Routing r(rng, T, topk, E, S);
+      const int N = r.N();
+      const int NB = int(glm::codegen::moeGroupedSlots(N, BM, eTot));
+      std::vector<uint8_t> widths(size_t(eTot) * 48);
+      std::vector<uint64_t> off(widths.size());
+      uint64_t bytes = 0;
+      for (size_t i = 0; i < widths.size(); ++i) {
+        widths[i] = uint8_t(2 + rng() % 3);
+        off[i] = bytes;
+        bytes += uint64_t(hidden / 16) * 8 * 32 * widths[i];
+      }
+      cuda::DeviceBuffer dBlob(bytes);
+      const KernelSpec fill = spec("fill_random", {{"threads", "256"}});
+      auto fillWords = [&](const cuda::DeviceBuffer &b, unsigned mask) {
+        Args a;
+        a.ptr(b) << (long long)(b.size() / 4) << 0x5EEDull << mask;
+        a.launch(kernel(fill), 4096, 1, 256);
+      };
+      fillWords(dBlob, 0xFFFFFFFFu);
+      std::vector<uint64_t> tiles(widths.size());
+      for (size_t i = 0; i < tiles.size(); ++i)
+        tiles[i] = dBlob.ptr() + off[i];
+      auto dIds = upload(r.ids), dT = upload(tiles), dW = upload(widths);
+      auto dOrder = poisoned<int>(N), dEntry = poisoned<int>(N);
+      auto dGu = poisoned<GemmItem>(size_t(NB) * 2 * H);
+      auto dDown = poisoned<GemmItem>(size_t(H) * NB);
+      {
+        Args a;
+        a.ptr(dIds) << T << topk << E << S << H << BM;
+        a.ptr(dT).ptr(dW) << hidden << inter;
+        a.ptr(dOrder).ptr(dEntry).ptr(dGu).ptr(dDown) << NB;
+        a.launch(kernel(spec("moe_group", {{"threads", "512"}})), 1, 1, 512);
+      }
+      int valid = 0;
+      for (int q = 0; q < N; ++q)
+        valid += r.expert(q) >= 0;
+      // fp16 activations in (-1, 1): sign, exponent <= 14 (mask 0xBBFF).
+      cuda::DeviceBuffer dXg(size_t(N) * 2 * hidden * 2),
+          dAct(size_t(N) * inter * 2);
+      fillWords(dXg, 0xBBFFBBFFu);
+      fillWords(dAct, 0xBBFFBBFFu);
+      cuda::DeviceBuffer dZgu(size_t(N) * 2 * inter * 4),
+          dZd(size_t(N) * hidden * 4);
+      GLM_CU(cuMemsetD8(dZd.ptr(), 0, dZd.size()));
+      auto timed = [&](auto &&once) {
+        once(); // warm
+        std::vector<double> ms;
+        for (int rep = 0; rep < 5; ++rep) {
+          const auto t0 = std::chrono::steady_clock::now();
+          once();
+          ms.push_back(std::chrono::duration<double, std::milli>(
+                           std::chrono::steady_clock::now() - t0)
+                           .count());
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2];
+      };
+      const unsigned guItems = unsigned(NB) * 2 * H;
+      const double guFlops = double(valid) * 2 * inter * hidden * 2;
+      {
+        const KernelSpec gu = gemmSpec(BM, 128);
+        const double ms = timed([&] {
+          Args a;
+          a.ptr(dXg).null().ptr(dGu).ptr(dZgu)
+              << int(guItems) << hidden << 128 << 2 * hidden << 2 * inter << 0
+              << 8 << 64 << 0;
+          a.launch(kernel(gu), guItems, 1, 128);
+        });
+        std::printf("[gpu-bench] moe prefill gate/up %d rows (%d entries, bm "
+                    "%d): %.3f ms, %.1f TFLOP/s\n",
+                    T, valid, BM, ms, guFlops / ms * 1e-9);
+      }
+      const KernelSpec down = gemmSpec(BM, 256, H);
+      const double ms = timed([&] {
+        Args a;
+        a.ptr(dAct).null().ptr(dDown).ptr(dZd)
+            << NB << 128 << hidden << inter << hidden << 1 << 8 << 0 << 64;
+        a.launch(kernel(down), unsigned(NB), unsigned(hidden / 256), 256);
+      });
+      std::printf("[gpu-bench] moe prefill down %d rows (bm %d, 16 halves "
+                  "chained): %.3f ms, %.1f TFLOP/s\n",
+                  T, BM, ms, double(valid) * inter * hidden * 2 / ms * 1e-9);
+    }
+}
 
 } // namespace
 } // namespace glm::gputest
