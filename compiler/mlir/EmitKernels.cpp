@@ -205,7 +205,10 @@ static FailureOr<Spec> gemvSpec(Type format, int64_t in, int64_t outputs,
       return failure();
     }
     std::string k = str(t.getTwiceBits() / 2);
-    // Prefill on tensor cores when codegen has the trellis GEMM.
+    // Prefill on tensor cores when codegen has the trellis GEMM. Block tile
+    // bm x 128 outputs: two 4-warp blocks an SM beat one 8-warp block of
+    // 256 outputs by 10-16% at GLM-5.3's projections (docs/perf.md,
+    // session 22: GemmTrellisGpuBench.DenseAtGlmShapes).
     if (b.prefill && haveFamily("gemm_trellis"))
       return Spec{"gemm_trellis",
                   {{"K", k},
@@ -213,7 +216,7 @@ static FailureOr<Spec> gemvSpec(Type format, int64_t in, int64_t outputs,
                    {"e4m3", t.getE4m3() ? "1" : "0"},
                    {"xt", "f32"},
                    {"bm", b.size >= 128 ? "128" : "64"},
-                   {"threads", "256"}}};
+                   {"threads", "128"}}};
     // Decode: dense_trellis, as the CUDA executor runs trellis GEMVs (its
     // tuning, codegen/dense_trellis_abi.h).
     if (haveFamily("dense_trellis")) {

@@ -347,6 +347,24 @@ TEST_F(MlaPrefillGpuBench, GlmShapeByCacheForm) {
                 "attention %.3f ms (%.1f TFLOP/s), %.2fx the cache path\n",
                 kvForm == 0 ? "f32" : kvForm == 1 ? "bf16" : "e4m3", tc * 1e3,
                 ta * 1e3, flops / ta * 1e-12, t / (tc + ta));
+    // Fewer heads a block (more blocks a row, each gathering the row's keys
+    // again): more independent blocks an SM to hide the per-tile barriers
+    // and gathers.
+    if (kvForm != 0)
+      continue;
+    for (const int th : {128, 64}) {
+      glm::codegen::KeyValues tt = t16;
+      tt["threads"] = std::to_string(th);
+      const double tb = timed([&] {
+        a16.launch(kernel(spec("mla_prefill", tt)), cg::mlaPrefillGridX(H, th),
+                   unsigned(B), unsigned(th),
+                   unsigned(cg::mlaPrefillSmem(th, kvr, dr)));
+      });
+      std::printf("[gpu-bench] mla_prefill rows16, %d heads a block (%d "
+                  "threads): attention %.3f ms (%.1f TFLOP/s)\n",
+                  int(cg::mlaPrefillHeadsPerBlock(th)), th, tb * 1e3,
+                  flops / tb * 1e-12);
+    }
   }
 }
 
