@@ -19,9 +19,9 @@
 // skipped), adds them in its fp32 accumulators and stores once (one launch
 // instead of HALVES, and z read and written once); the halves run as one
 // chain of steps through one cp.async ring. Items are built on the device
-// after routing; the grid is (items, ceil(out / THREADS)) (BN = THREADS: use 128 threads for
-// 128-wide gate/up halves, 256 for down), so a padded upper-bound item
-// count with null tiles is fine.
+// after routing; the grid is (items, ceil(out / THREADS)) (BN = THREADS: use
+// 128 threads for 128-wide gate/up halves, 256 for down), so a padded
+// upper-bound item count with null tiles is fine.
 #pragma once
 
 #include "gemm_item.cuh"
@@ -63,6 +63,94 @@ template <int WMASK> struct WidestWidth {
                                                   : 1;
 };
 
+/// The chained halves' pipeline state (gemmTrellisHalves): the ring and xh
+/// buffers, the next chain step each of the word copy and the xh load
+/// fetches (half, step within it: counters, no division), and the
+/// accumulators. half<KK>() runs one half's steps at its width.
+template <int WMASK, int CB, bool E4M3, int XT, int BM, int THREADS>
+struct HalvesChain {
+  static constexpr int KMAX = WidestWidth<WMASK>::value;
+  typedef GemmSmem<KMAX, BM, THREADS> L;
+  typedef XStage<BM, THREADS> XS;
+  static constexpr int BK = 32;
+  static constexpr int kWide = L::kBN / 16;
+  static constexpr int kSlotWords = L::kStepWords;
+  static constexpr int NSTAGE = L::kStages;
+  static constexpr int NAHEAD = NSTAGE - 1;
+
+  u32 (*sWords)[kSlotWords];
+  __half (*sX)[BM][XS::kPitch];
+  const unsigned char *const *tiles; // the halves on this rank, in order
+  const int *ks, *xcols;
+  int count, nk, total, lane, warp;
+  const void *x;
+  TileStrides st;
+  WordCopy<THREADS> wc;
+  XS xs;
+  TileAcc<BM> acc;
+  int wordStep = 0, wordHalf = 0, wordK = 0; // next step to copy
+  int xHalf = 0, xK = 0;                     // next step of xh to load
+
+  /// The next chain step's words into its ring slot (a commit group even
+  /// past the chain's end, so the waits count steps).
+  __device__ __forceinline__ void loadWords() {
+    if (wordHalf < count) {
+      wc.copy(sWords[wordStep % NSTAGE],
+              reinterpret_cast<const u32 *>(tiles[wordHalf]), wordK,
+              ks[wordHalf], st);
+      if (++wordK == nk)
+        wordK = 0, ++wordHalf;
+    }
+    ++wordStep;
+    cpAsyncCommit();
+  }
+  /// The next chain step's xh columns into registers.
+  __device__ __forceinline__ void loadX() {
+    xs.template load<XT>(x, (long long)xcols[xHalf] + xK * BK);
+    if (++xK == nk)
+      xK = 0, ++xHalf;
+  }
+  __device__ __forceinline__ void start() {
+    acc.zero();
+#pragma unroll
+    for (int s = 0; s < NAHEAD; ++s)
+      loadWords();
+    loadX();
+    xs.store(sX[0]);
+    cpAsyncWait<NAHEAD - 1>(); // step 0 landed
+    __syncthreads();
+  }
+  /// Half a (chain steps a * nk ..) at width KK: gemmTrellisMainloop's
+  /// loop, with the words and xh of the next half already in flight.
+  template <int KK> __device__ __forceinline__ void half(int a) {
+    const LaneMap<KK> lm(lane);
+    auto decode = [&](int g, int kk, uint4 b[2]) {
+      const u32 *src = sWords[g % NSTAGE] + (kk * kWide + 2 * warp) * 8 * KK;
+      b[0] = decodeLaneFrag<KK, CB, E4M3>(src, lm);
+      b[1] = decodeLaneFrag<KK, CB, E4M3>(src + 8 * KK, lm);
+    };
+    uint4 bcur[2], bnext[2];
+    for (int k = 0; k < nk; ++k) {
+      const int g = a * nk + k, buf = g & 1;
+      cpAsyncWait<NAHEAD - 2 < 0 ? 0 : NAHEAD - 2>(); // step g + 1 landed
+      __syncthreads(); // sX[buf] stored; slot g - 1 and sX[buf ^ 1] free
+      loadWords();     // step g + NAHEAD
+      const bool more = g + 1 < total;
+      if (more)
+        loadX(); // step g + 1
+      if (k == 0)
+        decode(g, 0, bcur);
+      decode(g, 1, bnext);
+      mmaK16<BM>(acc.v, sX[buf], 0, bcur, lane);
+      if (k + 1 < nk)
+        decode(g + 1, 0, bcur);
+      mmaK16<BM>(acc.v, sX[buf], 1, bnext, lane);
+      if (more)
+        xs.store(sX[buf ^ 1]);
+    }
+  }
+};
+
 /// HALVES > 1: the halves of item blockIdx.x added in registers, one store.
 /// The block's halves run as one chain of 32-input steps through one
 /// cp.async ring (slots of the widest width): the next half's words and xh
@@ -73,14 +161,6 @@ template <int WMASK> struct WidestWidth {
 template <int WMASK, int CB, bool E4M3, int XT, int BM, int HALVES, int THREADS>
 __device__ __forceinline__ void
 gemmTrellisHalves(GLM_GEMM_TRELLIS_GROUPED_PARAMS, unsigned char *smem) {
-  constexpr int KMAX = WidestWidth<WMASK>::value;
-  typedef GemmSmem<KMAX, BM, THREADS> L;
-  typedef XStage<BM, THREADS> XS;
-  constexpr int BK = 32;
-  constexpr int kWide = L::kBN / 16;
-  constexpr int kSlotWords = L::kStepWords;
-  constexpr int NSTAGE = L::kStages;
-  constexpr int NAHEAD = NSTAGE - 1;
   __shared__ const unsigned char *sTiles[HALVES];
   __shared__ int sK[HALVES], sXcol[HALVES], sCount, sUnbuilt;
 
@@ -123,47 +203,27 @@ gemmTrellisHalves(GLM_GEMM_TRELLIS_GROUPED_PARAMS, unsigned char *smem) {
   if (count == 0)
     return; // every half on another rank
 
-  const TileStrides st{sI, sI8, sJ8};
-  const int nk = in / BK, total = count * nk;
-  const int *map = row_ids ? row_ids + first.row_start : nullptr;
-  const void *x =
+  typedef HalvesChain<WMASK, CB, E4M3, XT, BM, THREADS> Chain;
+  Chain c;
+  c.sWords = reinterpret_cast<u32(*)[Chain::kSlotWords]>(smem);
+  c.sX = reinterpret_cast<__half(*)[BM][Chain::XS::kPitch]>(
+      smem + Chain::L::kWordsBytes);
+  c.tiles = sTiles, c.ks = sK, c.xcols = sXcol;
+  c.count = count, c.nk = in / Chain::BK, c.total = count * c.nk;
+  c.lane = lane, c.warp = warp;
+  c.x =
       static_cast<const unsigned char *>(xh) +
       (row_ids ? 0 : (long long)first.row_start * x_stride) * (XT == 1 ? 2 : 4);
-  u32(*sWords)[kSlotWords] = reinterpret_cast<u32(*)[kSlotWords]>(smem);
-  __half(*sX)[BM][XS::kPitch] =
-      reinterpret_cast<__half(*)[BM][XS::kPitch]>(smem + L::kWordsBytes);
-
-  // Words of chain step g (half g / nk, its step g % nk) into slot
-  // g % NSTAGE, packed at that half's width; one commit group per step.
-  WordCopy<THREADS> wc;
-  wc.init(n0, out, st);
-  auto loadWords = [&](int g) {
-    if (g < total) {
-      const int a = g / nk;
-      wc.copy(sWords[g % NSTAGE], reinterpret_cast<const u32 *>(sTiles[a]),
-              g - a * nk, sK[a], st);
-    }
-    cpAsyncCommit();
-  };
-  XS xs;
-  xs.init(map, 0, m, x_stride);
-  auto loadX = [&](int g) {
-    const int a = g / nk;
-    xs.template load<XT>(x, (long long)sXcol[a] + (g - a * nk) * BK);
-  };
-  // This warp's two tiles of k16 half kk of chain step g, decoded at the
-  // width of the step's half (a warp-uniform switch).
-  auto decode = [&](int g, int kk, uint4 b[2]) {
-    const int K = sK[g / nk];
-    const u32 *src = sWords[g % NSTAGE] + (kk * kWide + 2 * warp) * 8 * K;
-    switch (K) {
+  c.st = TileStrides{sI, sI8, sJ8};
+  c.wc.init(n0, out, c.st);
+  c.xs.init(row_ids ? row_ids + first.row_start : nullptr, 0, m, x_stride);
+  c.start();
+  for (int a = 0; a < count; ++a) {
+    switch (sK[a]) {
 #define GLM_GEMM_HALVES_CASE(KK)                                               \
   case KK:                                                                     \
-    if (WMASK & (1 << KK)) {                                                   \
-      const LaneMap<KK> lm(lane);                                              \
-      b[0] = decodeLaneFrag<KK, CB, E4M3>(src, lm);                            \
-      b[1] = decodeLaneFrag<KK, CB, E4M3>(src + 8 * KK, lm);                   \
-    }                                                                          \
+    if (WMASK & (1 << KK))                                                     \
+      c.template half<(WMASK & (1 << KK)) ? KK : Chain::KMAX>(a);              \
     break;
       GLM_GEMM_HALVES_CASE(1)
       GLM_GEMM_HALVES_CASE(2)
@@ -177,42 +237,12 @@ gemmTrellisHalves(GLM_GEMM_TRELLIS_GROUPED_PARAMS, unsigned char *smem) {
     default:
       break; // unreachable: sUnbuilt covers the widths not built
     }
-  };
-  TileAcc<BM> acc;
-  acc.zero();
-
-  // The loop of gemmTrellisMainloop over the chain's steps.
-#pragma unroll
-  for (int s = 0; s < NAHEAD; ++s)
-    loadWords(s);
-  loadX(0);
-  xs.store(sX[0]);
-  cpAsyncWait<NAHEAD - 1>(); // step 0 landed
-  __syncthreads();
-  uint4 bcur[2], bnext[2];
-  decode(0, 0, bcur);
-  for (int g = 0; g < total; ++g) {
-    const int buf = g & 1;
-    cpAsyncWait<NAHEAD - 2 < 0 ? 0 : NAHEAD - 2>(); // step g + 1 landed
-    __syncthreads(); // sX[buf] stored; slot g - 1 and sX[buf ^ 1] free
-    loadWords(g + NAHEAD);
-    const bool more = g + 1 < total;
-    if (more)
-      loadX(g + 1);
-    decode(g, 1, bnext);
-    mmaK16<BM>(acc.v, sX[buf], 0, bcur, lane);
-    if (more)
-      decode(g + 1, 0, bcur);
-    mmaK16<BM>(acc.v, sX[buf], 1, bnext, lane);
-    if (more)
-      xs.store(sX[buf ^ 1]);
   }
   cpAsyncWait<0>();
-  gemmTrellisStore<BM, THREADS>(acc, zz, m, out, z_stride, accumulate, 0, n0);
+  gemmTrellisStore<BM, THREADS>(c.acc, zz, m, out, z_stride, accumulate, 0, n0);
 }
 
-template <int WMASK, int CB, bool E4M3, int XT, int BM, int HALVES,
-          int THREADS>
+template <int WMASK, int CB, bool E4M3, int XT, int BM, int HALVES, int THREADS>
 __device__ __forceinline__ void
 gemmTrellisGrouped(GLM_GEMM_TRELLIS_GROUPED_PARAMS) {
   static_assert(WMASK != 0 && (WMASK & ~0x1FE) == 0, "widths 1..8");

@@ -630,16 +630,20 @@ TEST_F(MoePrefillGpuBench, GroupedGemmsAtGlmShape) {
                     "%d): %.3f ms, %.1f TFLOP/s\n",
                     T, valid, BM, ms, guFlops / ms * 1e-9);
       }
-      const KernelSpec down = gemmSpec(BM, 256, H);
-      const double ms = timed([&] {
-        Args a;
-        a.ptr(dAct).null().ptr(dDown).ptr(dZd)
-            << NB << 128 << hidden << inter << hidden << 1 << 8 << 0 << 64;
-        a.launch(kernel(down), unsigned(NB), unsigned(hidden / 256), 256);
-      });
-      std::printf("[gpu-bench] moe prefill down %d rows (bm %d, 16 halves "
-                  "chained): %.3f ms, %.1f TFLOP/s\n",
-                  T, BM, ms, double(valid) * inter * hidden * 2 / ms * 1e-9);
+      for (const int threads : {256, 128}) {
+        const KernelSpec down = gemmSpec(BM, threads, H);
+        const double ms = timed([&] {
+          Args a;
+          a.ptr(dAct).null().ptr(dDown).ptr(dZd)
+              << NB << 128 << hidden << inter << hidden << 1 << 8 << 0 << 64;
+          a.launch(kernel(down), unsigned(NB), unsigned(hidden / threads),
+                   threads);
+        });
+        std::printf("[gpu-bench] moe prefill down %d rows (bm %d, %d threads, "
+                    "16 halves chained): %.3f ms, %.1f TFLOP/s\n",
+                    T, BM, threads, ms,
+                    double(valid) * inter * hidden * 2 / ms * 1e-9);
+      }
     }
 }
 
