@@ -286,7 +286,7 @@ std::vector<FamilyInfo> buildFamilies() {
   f.push_back(family("gemm_trellis_grouped", "glm::gemmTrellisGrouped",
                      {widthsParam(), codebookParam(), boolParam("e4m3"),
                       enumParam("xt", "x", {{"f32", "0"}, {"f16", "1"}}),
-                      intParam("bm", "m", {"64", "128"}), halves,
+                      intParam("bm", "m", {"64", "96", "128"}), halves,
                       threadsParam({"128", "256"})}));
   // The CUDA executor's helper families (embedding, norms, stores, DSA,
   // absorbed MLA, routing, MoE glue, fills). Their only template parameter
@@ -506,6 +506,15 @@ void validateSpec(const KernelSpec &spec) {
               spec.family, " format ", fmt,
               scaled ? " needs a scale dtype (f32|f16|bf16)"
                      : " takes scale = none");
+  }
+  if (spec.family == "gemm_trellis_grouped") {
+    // XStage: a step's bm x 32 inputs in whole 8-value chunks a thread.
+    const int bm = std::stoi(spec.args.at("bm"));
+    const int threads = std::stoi(spec.args.at("threads"));
+    rt::check(bm * 4 % threads == 0, "codegen: gemm_trellis_grouped bm ", bm,
+              " with ", threads,
+              " threads: bm x 32 inputs must split into whole 8-value chunks "
+              "a thread (bm 96 takes 128 threads)");
   }
   if (spec.family == "dense_trellis") {
     // The per-warp cp.async ring is static shared memory (<= 32 KB).

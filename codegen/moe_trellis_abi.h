@@ -151,10 +151,19 @@ inline std::string moeTrellisRefusal(const MoeTrellisLayer &l) {
 
 /// A prefill chunk's grouped MoE layer (moe_group.cuh): rows per GEMM
 /// item, 128 once experts average that many rows of the chunk (uniform
-/// routing), else 64 (fewer idle rows in each expert's last item).
+/// routing), 96 from an average of 48 (an expert's ~64 +- 8 rows of a
+/// 2048-token chunk in one item: each weight tile decoded once, where 64
+/// splits half the experts into a full item and a nearly empty one that
+/// decodes every tile again; docs/perf.md, session 22), else 64.
 inline int64_t moeGroupedRows(int64_t tokens, int64_t topk, int64_t experts) {
-  return tokens * topk >= 128 * experts ? 128 : 64;
+  return tokens * topk >= 128 * experts  ? 128
+         : tokens * topk >= 48 * experts ? 96
+                                         : 64;
 }
+/// Threads of the grouped down GEMM's blocks (BN = threads outputs): 256,
+/// or 128 at 96 rows an item (a step's 96 x 32 inputs in whole 8-value
+/// chunks a thread; the bench measures 128 and 256 alike).
+inline int64_t moeGroupedDownThreads(int64_t bm) { return bm == 96 ? 128 : 256; }
 /// Item slots per (projection, half) for `entries` sorted entries of
 /// `experts` experts (routed + shared) in items of `bm` rows.
 inline int64_t moeGroupedSlots(int64_t entries, int64_t bm, int64_t experts) {

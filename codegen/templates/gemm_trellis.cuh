@@ -231,7 +231,9 @@ gemmTrellisMainloop(const void *__restrict__ xh,
   static_assert(K >= 1 && K <= 8, "K in 1..8");
   static_assert(CB >= 0 && CB <= 2, "codebook");
   static_assert(XT == 0 || XT == 1, "xh storage: f32 or f16");
-  static_assert(BM == 64 || BM == 128, "BM: 64 or 128 tokens");
+  static_assert(BM == 64 || BM == 96 || BM == 128, "BM: 64, 96 or 128 tokens");
+  static_assert(BM * 4 % THREADS == 0, "BM x 32 inputs in whole 8-value "
+                                       "chunks a thread (bm 96: 128 threads)");
   static_assert(THREADS == 128 || THREADS == 256, "4 or 8 warps");
   typedef GemmSmem<K, BM, THREADS> L;
   typedef XStage<BM, THREADS> XS;

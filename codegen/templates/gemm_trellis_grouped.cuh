@@ -20,7 +20,8 @@
 // instead of HALVES, and z read and written once); the halves run as one
 // chain of steps through one cp.async ring. Items are built on the device
 // after routing; the grid is (items, ceil(out / THREADS)) (BN = THREADS: use
-// 128 threads for 128-wide gate/up halves, 256 for down), so a padded
+// 128 threads for 128-wide gate/up halves, 256 or 128 for down; bm 96 takes
+// 128: bm x 32 inputs in whole 8-value chunks a thread), so a padded
 // upper-bound item count with null tiles is fine.
 #pragma once
 

@@ -20,7 +20,7 @@
 //   T, topk, E, S  rows, routed slots per row, routed and shared experts;
 //               Etot = E + S <= 512, U = topk + S, N = T*U
 //   H           halves of 128 intermediate channels, 0..16
-//   BM          rows per item (the GEMMs' bm: 64 or 128; >= 1)
+//   BM          rows per item (the GEMMs' bm: 64, 96 or 128; >= 1)
 //   tiles       [(e*3 + p)*16 + h] first tile of half h of projection p
 //               (0 gate, 1 up, 2 down) of expert e; null = not on this rank
 //   widths      u8, same index: K of that half
@@ -48,8 +48,8 @@
 //     threads, grid (NB*2*H, 1)
 //   down (h = 0 .. H-1): items down_items + h*NB, xh = act [N][inter] f16,
 //     z = zd [N][hidden], n_items NB, in 128, out hidden, x_stride inter,
-//     z_stride hidden, accumulate 1, strides (8, 0, 64), 256 threads, grid
-//     (NB, hidden/256)
+//     z_stride hidden, accumulate 1, strides (8, 0, 64), T threads, grid
+//     (NB, hidden/T), T = moeGroupedDownThreads(BM) (moe_trellis_abi.h)
 // A repeated expert in one row gives two entries (each with its weight);
 // the router never repeats one.
 // -------------------------------------------------------------------------

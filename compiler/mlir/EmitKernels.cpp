@@ -441,7 +441,9 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
         out.push_back({"moe_gather", {{"threads", "256"}}});
         out.push_back(grouped("128", 1));
         out.push_back({"moe_act", {{"threads", "256"}}});
-        out.push_back(grouped("256", f.getHalves()));
+        out.push_back(grouped(
+            str(::glm::codegen::moeGroupedDownThreads(std::stoll(bm))).c_str(),
+            f.getHalves()));
         out.push_back({"moe_combine", {{"threads", "256"}}});
         out.push_back(had);
         return out;

@@ -351,7 +351,8 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
   const KernelSpec combine = spec("moe_combine", {{"threads", "256"}});
   // Down as the plan runs it: one launch, a block adding an expert row
   // block's 16 halves in registers.
-  const KernelSpec gu = gemmSpec(BM, 128), down = gemmSpec(BM, 256, H);
+  const int DT = int(glm::codegen::moeGroupedDownThreads(BM));
+  const KernelSpec gu = gemmSpec(BM, 128), down = gemmSpec(BM, DT, H);
   KernelCache::get().prefetch({had, group, gather, act, combine, gu, down});
   const unsigned hadGrid = unsigned((T * nBlk + 3) / 4);
   const unsigned guItems = unsigned(NB * 2 * H);
@@ -407,7 +408,7 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
     Args a;
     a.ptr(dAct).null().ptr(dDown).ptr(dZd)
         << NB << 128 << hidden << inter << hidden << 1 << 8 << 0 << 64;
-    a.launch(kernel(down), unsigned(NB), unsigned(hidden / 256), 256);
+    a.launch(kernel(down), unsigned(NB), unsigned(hidden / DT), DT);
   }
   {
     Args a;
@@ -464,7 +465,7 @@ TEST_P(MoePrefillChainGpu, CudaChainEqualsTwinChain) {
            hp(hTiles.data()), hp(svh.data()), hp(suh.data()), hp(actH.data()),
            hp(zd.data()), hi(N), hi(c.topk), hi(c.E), hi(c.S), hi(inter),
            hi(hidden), hf(c.limit)});
-  runTwin(down, unsigned(NB), unsigned(hidden / 256), 256, 0,
+  runTwin(down, unsigned(NB), unsigned(hidden / DT), DT, 0,
           {hp(actH.data()), hp(nullptr), hp(downI.data()), hp(zd.data()),
            hi(NB), hi(128), hi(hidden), hi(inter), hi(hidden), hi(1), hi(8),
            hi(0), hi(64)});
@@ -536,6 +537,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         ChainCase{"t100_e40_s1_h1024_bm64", 100, 8, 40, 1, 1024, 64, 1.0, 0},
         ChainCase{"t37_e20_s1_h768_bm128_tp", 37, 6, 20, 1, 768, 128, 0.75, 0},
+        ChainCase{"t300_e24_s1_h1024_bm96", 300, 6, 24, 1, 1024, 96, 1.0, 0},
         ChainCase{"t64_e16_s0_h512_bm64_clamp", 64, 4, 16, 0, 512, 64, 1.0,
                   7.0f}),
     [](const auto &info) { return info.param.name; });
@@ -556,7 +558,7 @@ TEST_F(MoePrefillGpuBench, GroupedGemmsAtGlmShape) {
   const int H = 16, inter = 2048, hidden = 6144, topk = 8, E = 256, S = 1;
   const int eTot = E + S;
   for (const int T : {2048, 4096})
-    for (const int BM : {64, 128}) {
+    for (const int BM : {64, 96, 128}) {
       std::mt19937 rng(77 + T);
       const Routing r(rng, T, topk, E, S);
       const int N = r.N();
@@ -631,6 +633,8 @@ TEST_F(MoePrefillGpuBench, GroupedGemmsAtGlmShape) {
                     T, valid, BM, ms, guFlops / ms * 1e-9);
       }
       for (const int threads : {256, 128}) {
+        if (BM * 4 % threads)
+          continue; // bm 96: 128 threads only
         const KernelSpec down = gemmSpec(BM, threads, H);
         const double ms = timed([&] {
           Args a;

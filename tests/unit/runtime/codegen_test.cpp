@@ -119,6 +119,10 @@ std::vector<KernelSpec> representativeSpecs() {
   add("gemm_trellis_grouped", {{"widths", "18"}, {"codebook", "mul1"},
                                {"e4m3", "0"}, {"xt", "f32"}, {"bm", "128"},
                                {"threads", "256"}});
+  // 96 rows an item (a 2048-token chunk's experts): 128 threads.
+  add("gemm_trellis_grouped", {{"widths", "234"}, {"codebook", "mcg"},
+                               {"e4m3", "1"}, {"xt", "f16"}, {"bm", "96"},
+                               {"halves", "16"}, {"threads", "128"}});
   // The MoE prefill's down: an expert row block's 16 halves in one block.
   add("gemm_trellis_grouped", {{"widths", "234"}, {"codebook", "mcg"},
                                {"e4m3", "1"}, {"xt", "f16"}, {"bm", "128"},
@@ -322,6 +326,12 @@ TEST(Codegen, RejectsBadSpecsWithWhatToFix) {
                   {"threads", "256"}},
                  {}})
                 .find("needs a scale dtype"),
+            std::string::npos);
+  EXPECT_NE(msg({"gemm_trellis_grouped",
+                 {{"widths", "234"}, {"codebook", "mcg"}, {"e4m3", "1"},
+                  {"xt", "f16"}, {"bm", "96"}, {"threads", "256"}},
+                 {}})
+                .find("bm 96 takes 128 threads"),
             std::string::npos);
   EXPECT_NE(msg({"rope", {{"rope_dim", "64"}}, {"sm_75"}}).find("sm_121"),
             std::string::npos);

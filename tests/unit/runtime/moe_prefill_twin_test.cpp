@@ -245,12 +245,13 @@ struct PrefillProblem {
                     P(c.act.data()), P(c.zd.data()), I(N), I(s.topk), I(s.E),
                     I(s.S), I(kInter), I(s.hidden), F(s.limit)}));
     glm::plan::KeyValues down = gu;
-    down["threads"] = "256";
+    const int dt = int(glm::codegen::moeGroupedDownThreads(s.BM));
+    down["threads"] = std::to_string(dt);
     if (!downPerHalf)
       down["halves"] = std::to_string(kH);
     for (int h = 0; h < (downPerHalf ? kH : 1); ++h)
       runTwin(launch("gemm_trellis_grouped", down, unsigned(NB),
-                     unsigned(s.hidden / 256), 256,
+                     unsigned(s.hidden / dt), unsigned(dt),
                      {P(c.act.data()), P(nullptr),
                       P(c.downItems.data() + size_t(h) * NB), P(c.zd.data()),
                       I(NB), I(128), I(s.hidden), I(kInter), I(s.hidden), I(1),
@@ -467,6 +468,10 @@ std::vector<PrefillSetup> chainSetups() {
   c.empties = false;
   c.tol = 3e-3;
   v.push_back(c);
+  PrefillSetup d = a; // BM 96 (a 2048-token chunk's items), 128-thread down
+  d.name = "t8_k234_e6_shared_bm96";
+  d.BM = 96;
+  v.push_back(d);
   return v;
 }
 
