@@ -21,7 +21,6 @@
 #include "runtime/codec/trellis.h"
 
 #include <algorithm>
-#include <chrono>
 #include <thread>
 
 using namespace glm::gputest;
@@ -584,17 +583,11 @@ TEST_F(GemmTrellisGpuBench, DenseAtGlmShapes) {
   const Shape shapes[] = {{"q_b 2048->16384", 2048, 16384},
                           {"o_proj 16384->6144", 16384, 6144},
                           {"q_a 6144->2048", 6144, 2048}};
-  const KernelSpec fill = spec("fill_random", {{"threads", "256"}});
-  auto fillWords = [&](const cuda::DeviceBuffer &b, unsigned mask) {
-    Args a;
-    a.ptr(b) << (long long)(b.size() / 4) << 0x5EEDull << mask;
-    a.launch(kernel(fill), 4096, 1, 256);
-  };
   for (const Shape &sh : shapes) {
     cuda::DeviceBuffer dT(size_t(sh.in / 16) * (sh.out / 16) * 32 * K);
     cuda::DeviceBuffer dX(size_t(M) * sh.in * 4), dZ(size_t(M) * sh.out * 4);
-    fillWords(dT, 0xFFFFFFFFu);
-    fillWords(dX, 0xBF7FFFFFu); // |x| < 2, finite
+    fillRandomWords(dT, 0xFFFFFFFFu);
+    fillRandomWords(dX, 0xBF7FFFFFu); // |x| < 2, finite
     const int tileCols = sh.out / 16;
     for (const int bm : {128, 64})
       for (const int threads : {256, 128}) {
@@ -606,17 +599,7 @@ TEST_F(GemmTrellisGpuBench, DenseAtGlmShapes) {
           a.launch(kernel(s), unsigned((sh.out + threads - 1) / threads),
                    unsigned((M + bm - 1) / bm), unsigned(threads));
         };
-        once(); // warm
-        std::vector<double> ms;
-        for (int rep = 0; rep < 5; ++rep) {
-          const auto t0 = std::chrono::steady_clock::now();
-          once();
-          ms.push_back(std::chrono::duration<double, std::milli>(
-                           std::chrono::steady_clock::now() - t0)
-                           .count());
-        }
-        std::sort(ms.begin(), ms.end());
-        const double t = ms[ms.size() / 2];
+        const double t = medianMs(once);
         std::printf("[gpu-bench] gemm_trellis %s x %d rows, bm %d, %d "
                     "threads: %.3f ms, %.1f TFLOP/s\n",
                     sh.name, M, bm, threads, t,

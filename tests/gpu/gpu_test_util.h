@@ -19,6 +19,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -188,6 +190,29 @@ template <class T> cuda::DeviceBuffer poisoned(size_t n) {
   GLM_CU(cuMemsetD8(b.ptr(), 0xFF, b.size()));
   return b;
 }
+/// Benches: the median wall time in ms of `reps` calls of once(), after one
+/// warm call (Args::launch waits for the kernel).
+template <class F> double medianMs(F &&once, int reps = 5) {
+  once();
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    once();
+    ms.push_back(std::chrono::duration<double, std::milli>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+/// Benches: a buffer's 32-bit words from fill_random (a hash of the word's
+/// index, AND mask: e.g. 0xBBFFBBFF keeps fp16 pairs finite, |x| < 1).
+inline void fillRandomWords(const cuda::DeviceBuffer &b, unsigned mask) {
+  Args a;
+  a.ptr(b) << (long long)(b.size() / 4) << 0x5EEDull << mask;
+  a.launch(kernel(spec("fill_random", {{"threads", "256"}})), 4096, 1, 256);
+}
+
 template <class T> std::vector<T> download(const cuda::DeviceBuffer &b,
                                           size_t n) {
   std::vector<T> v(n);

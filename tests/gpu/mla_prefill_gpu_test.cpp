@@ -323,19 +323,8 @@ TEST_F(MlaPrefillGpuBench, GlmShapeByCacheForm) {
     a16.ptr(dCtx).ptr(dHeads) << H << H << dn << dr << kvr
                               << 1.0 / std::sqrt(double(dn + dr)) << maxCtx;
     a16.null() << 0;
-    auto timed = [&](auto &&once) {
-      once(); // warm
-      std::vector<double> v;
-      for (int r = 0; r < 5; ++r) {
-        const auto t0 = std::chrono::steady_clock::now();
-        once();
-        v.push_back(std::chrono::duration<double, std::milli>(
-                        std::chrono::steady_clock::now() - t0)
-                        .count());
-      }
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2] * 1e-3;
-    };
+    // Seconds a launch.
+    auto timed = [&](auto &&once) { return medianMs(once) * 1e-3; };
     const double tc = timed([&] {
       ar.launch(kernel(spec("mla_rows16", tr)), grx, 1, 256, 0);
     });

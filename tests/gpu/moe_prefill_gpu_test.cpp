@@ -572,13 +572,7 @@ TEST_F(MoePrefillGpuBench, GroupedGemmsAtGlmShape) {
         bytes += uint64_t(hidden / 16) * 8 * 32 * widths[i];
       }
       cuda::DeviceBuffer dBlob(bytes);
-      const KernelSpec fill = spec("fill_random", {{"threads", "256"}});
-      auto fillWords = [&](const cuda::DeviceBuffer &b, unsigned mask) {
-        Args a;
-        a.ptr(b) << (long long)(b.size() / 4) << 0x5EEDull << mask;
-        a.launch(kernel(fill), 4096, 1, 256);
-      };
-      fillWords(dBlob, 0xFFFFFFFFu);
+      fillRandomWords(dBlob, 0xFFFFFFFFu);
       std::vector<uint64_t> tiles(widths.size());
       for (size_t i = 0; i < tiles.size(); ++i)
         tiles[i] = dBlob.ptr() + off[i];
@@ -599,29 +593,16 @@ TEST_F(MoePrefillGpuBench, GroupedGemmsAtGlmShape) {
       // fp16 activations in (-1, 1): sign, exponent <= 14 (mask 0xBBFF).
       cuda::DeviceBuffer dXg(size_t(N) * 2 * hidden * 2),
           dAct(size_t(N) * inter * 2);
-      fillWords(dXg, 0xBBFFBBFFu);
-      fillWords(dAct, 0xBBFFBBFFu);
+      fillRandomWords(dXg, 0xBBFFBBFFu);
+      fillRandomWords(dAct, 0xBBFFBBFFu);
       cuda::DeviceBuffer dZgu(size_t(N) * 2 * inter * 4),
           dZd(size_t(N) * hidden * 4);
       GLM_CU(cuMemsetD8(dZd.ptr(), 0, dZd.size()));
-      auto timed = [&](auto &&once) {
-        once(); // warm
-        std::vector<double> ms;
-        for (int rep = 0; rep < 5; ++rep) {
-          const auto t0 = std::chrono::steady_clock::now();
-          once();
-          ms.push_back(std::chrono::duration<double, std::milli>(
-                           std::chrono::steady_clock::now() - t0)
-                           .count());
-        }
-        std::sort(ms.begin(), ms.end());
-        return ms[ms.size() / 2];
-      };
       const unsigned guItems = unsigned(NB) * 2 * H;
       const double guFlops = double(valid) * 2 * inter * hidden * 2;
       {
         const KernelSpec gu = gemmSpec(BM, 128);
-        const double ms = timed([&] {
+        const double ms = medianMs([&] {
           Args a;
           a.ptr(dXg).null().ptr(dGu).ptr(dZgu)
               << int(guItems) << hidden << 128 << 2 * hidden << 2 * inter << 0
@@ -636,7 +617,7 @@ TEST_F(MoePrefillGpuBench, GroupedGemmsAtGlmShape) {
         if (BM * 4 % threads)
           continue; // bm 96: 128 threads only
         const KernelSpec down = gemmSpec(BM, threads, H);
-        const double ms = timed([&] {
+        const double ms = medianMs([&] {
           Args a;
           a.ptr(dAct).null().ptr(dDown).ptr(dZd)
               << NB << 128 << hidden << inter << hidden << 1 << 8 << 0 << 64;
