@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "plans/plan_inspect.h"
+#include "codegen/indexer_abi.h"
 #include "runtime/base/error.h"
 
 #include <nlohmann/json.hpp>
@@ -275,10 +276,19 @@ OpCost opCost(const Plan &plan, const RankPlan &r, const GraphDef &g,
     // Each launch reads its share of the op's bytes.
     const KernelDef &k = plan.kernels[op.kernel];
     auto s = opt.sass.find(k.name);
+    LaunchDims dims = op.launch.gridX ? op.launch : k.launch;
+    if (k.templateName == "indexer_scores_ctx") {
+      // Its grid is for the plan's context; at `context` the blocks past
+      // the candidates return at once (codegen/indexer_abi.h).
+      auto pool = k.templateArgs.find("pool");
+      const int64_t P =
+          pool == k.templateArgs.end() ? 1 : std::stoll(pool->second);
+      dims.gridX = std::min(dims.gridX, glm::codegen::indexerCtxGridX(
+                                            context / std::max<int64_t>(P, 1)));
+    }
     const LaunchPrediction one =
         predictLaunch(*opt.target, s == opt.sass.end() ? nullptr : &s->second,
-                      op.launch.gridX ? op.launch : k.launch,
-                      c.bytes / launches, k.templateName);
+                      dims, c.bytes / launches, k.templateName);
     c.model = one;
     for (size_t i = 0; i < kPipes; ++i) {
       c.model.warpInstr[i] *= launches;

@@ -18,6 +18,7 @@
 #include "codegen/mla_prefill_abi.h"
 #include "codegen/moe_trellis_abi.h"
 #include "codegen/templates/flash_math.cuh"
+#include "codegen/indexer_abi.h"
 #include "codegen/templates/indexer_scores_mma.cuh"
 #include "codegen/templates/kv_cache.cuh"
 
@@ -1234,8 +1235,9 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            P > 1 ? runtimeArg("null") : pagesA, shiftA};
       if (f == "indexer_scores_mma") // shared memory: build() (kv form)
         grid(::glm::indexerMmaGridX(int(R)), R, 1, 256);
-      else
-        grid(64, R, 1, 256);
+      else // blocks for the context's candidates (codegen/indexer_abi.h)
+        grid(::glm::codegen::indexerCtxGridX(ctx / std::max<int64_t>(P, 1)),
+             R, 1, 256);
     } else if (f == "dsa_select") {
       a = {named(score, "scoreAll"),
            posA,
