@@ -83,24 +83,31 @@ __device__ __forceinline__ unsigned pack(float x0, float x1) {
   asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(x1), "f"(x0));
   return r;
 }
-__device__ __forceinline__ void ldsm4(unsigned a[4], const void *p) {
+/// ldmatrix at a shared-window address: the loops below add compile-time
+/// byte offsets to one base, which ptxas folds into the instruction (with
+/// generic pointers it recomputed each address from the lane id, ~12
+/// instructions a fragment at 250 registers).
+__device__ __forceinline__ void ldsm4(unsigned a[4], unsigned addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(smem32(p)));
+               : "r"(addr));
 }
-__device__ __forceinline__ void ldsm2(unsigned b[2], const void *p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
-               : "=r"(b[0]), "=r"(b[1])
-               : "r"(smem32(p)));
+__device__ __forceinline__ void ldsm4(unsigned a[4], const void *p) {
+  ldsm4(a, smem32(p));
 }
-__device__ __forceinline__ void ldsm4t(unsigned a[4], const void *p) {
+__device__ __forceinline__ void ldsm4t(unsigned a[4], unsigned addr) {
   asm volatile(
       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
       : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-      : "r"(smem32(p)));
+      : "r"(addr));
 }
-__device__ __forceinline__ void ldsm2t(unsigned b[2], const void *p) {
+__device__ __forceinline__ void ldsm2t(unsigned b[2], unsigned addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+               : "=r"(b[0]), "=r"(b[1])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm2(unsigned b[2], const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
                : "=r"(b[0]), "=r"(b[1])
                : "r"(smem32(p)));
 }
@@ -426,13 +433,19 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   const int nks = kp / 16;
   unsigned qf[QSTEPS][4];
   __syncthreads(); // q is staged
+  const float qsc[2] = {qscale[16 * grp + gr], qscale[16 * grp + gr + 8]};
 #pragma unroll
   for (int i = 0; i < QSTEPS; ++i)
     if (2 * i + half < nks)
       mp::ldsm4(qf[i], qs + (16 * grp + (lane & 15)) * pitch + (lane >> 4) * 8 +
                            16 * (2 * i + half));
-  const unsigned short *kb =
-      ks + ((lane >> 4) * 8 + (lane & 7)) * pitch + ((lane >> 3) & 1) * 8;
+  // This lane's ldmatrix row of the key tile at the warp's first step;
+  // step 2i + half is 64 i bytes on.
+  const unsigned kb = mp::smem32(ks + ((lane >> 4) * 8 + (lane & 7)) * pitch +
+                                 ((lane >> 3) & 1) * 8 + 16 * half);
+  // Whether the warp's step i is within the latent: always for the kvr
+  // part (compile time), by nks for the rope part.
+  auto stepOn = [&](int i) { return i < VT / 2 || 2 * i + half < nks; };
   constexpr int CH2 = (VT + 7) / 8; // pass 2's 16 VT columns, 128 a chunk
   typename mp::Pick<KEYS == 1, mp::Rows16Tile<THREADS, false>,
                     mp::KeyTile<KV, THREADS, 5>>::T keys;
@@ -451,13 +464,13 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
     unsigned bb[3][4];
 #pragma unroll
     for (int i = 0; i < 2; ++i)
-      if (2 * i + half < nks)
-        mp::ldsm4(bb[i], kb + 16 * (2 * i + half));
+      if (stepOn(i))
+        mp::ldsm4(bb[i], kb + 64 * i);
 #pragma unroll
     for (int i = 0; i < QSTEPS; ++i) {
-      if (i + 2 < QSTEPS && 2 * (i + 2) + half < nks)
-        mp::ldsm4(bb[(i + 2) % 3], kb + 16 * (2 * (i + 2) + half));
-      if (2 * i + half < nks) {
+      if (i + 2 < QSTEPS && stepOn(i + 2))
+        mp::ldsm4(bb[(i + 2) % 3], kb + 64 * (i + 2));
+      if (stepOn(i)) {
         mp::mma(acc[i & 1][0], qf[i], bb[i % 3][0], bb[i % 3][1]);
         mp::mma(acc[i & 1][1], qf[i], bb[i % 3][2], bb[i % 3][3]);
       }
@@ -485,8 +498,7 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
         const float d = mine[c] + theirs[c]; // fixed order for a shape
         if (valid[r] && j < n) {
           // q . k = d * 2^-eq * 2^-ek: powers of two, exact in fp32.
-          const float s =
-              d * (qscale[16 * grp + gr + 8 * r] * kscale[j - j0]) * fscale;
+          const float s = d * (qsc[r] * kscale[j - j0]) * fscale;
           prow[r][j] = s;
           mx[r] = fmaxf(mx[r], s);
         }
@@ -516,8 +528,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   float o[VT][4] = {};
   float lsum[2] = {0.0f, 0.0f};
   const int mi = lane >> 3, col0 = half * VT * 8;
-  const unsigned short *vb =
-      ks + ((mi & 1) * 8 + (lane & 7)) * pitch + (mi >> 1) * 8 + col0;
+  const unsigned vb = mp::smem32(ks + ((mi & 1) * 8 + (lane & 7)) * pitch +
+                                 (mi >> 1) * 8 + col0);
   // P fragment: rows gr / gr + 8, keys 2tq, 2tq + 1 / + 8 of a tile; its
   // scores read a tile ahead, as the values are.
   float sc[2][2][2];
@@ -531,6 +543,14 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
           const int j = j0 + 2 * tq + 8 * kk + e;
           sc[kk][r][e] = valid[r] && j < n ? prow[r][j] : 0.0f;
         }
+    // The scores two tiles on into L2 (64 bytes a head row, two lanes):
+    // pAll's rows outgrow the L2 while pass 1 writes them, and one tile
+    // of MMAs did not cover their reads from DRAM (ncu, session 23).
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (tq < 2 && valid[r] && j0 + 32 + 8 * tq < n)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(prow[r] + j0 + 32 +
+                                                        8 * tq));
   };
   readScores(0);
   for (int j0 = 0; j0 < n; j0 += 16) {
@@ -575,13 +595,13 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
 #pragma unroll
     for (int nt = 0; nt + 1 < VT; nt += 2) {
       unsigned bv[4];
-      mp::ldsm4t(bv, vb + 8 * nt);
+      mp::ldsm4t(bv, vb + 16 * nt);
       mp::mma(o[nt], pa, bv[0], bv[1]);
       mp::mma(o[nt + 1], pa, bv[2], bv[3]);
     }
     if (VT & 1) {
       unsigned bv[2];
-      mp::ldsm2t(bv, vb + 8 * (VT - 1));
+      mp::ldsm2t(bv, vb + 16 * (VT - 1));
       mp::mma(o[VT - 1], pa, bv[0], bv[1]);
     }
   }
