@@ -518,111 +518,115 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
       red[half * MH + 16 * grp + gr + 8 * r] = mx[r];
   }
   __syncthreads(); // the maxima, and pAll's scores seen by the block
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = 16 * grp + gr + 8 * r;
-    mx[r] = fmaxf(red[row], red[MH + row]);
-  }
 
-  // Pass 2: ctx = P . V over the first kvr columns, l = sum of P.
-  float o[VT][4] = {};
-  float lsum[2] = {0.0f, 0.0f};
-  const int mi = lane >> 3, col0 = half * VT * 8;
+  // Pass 2: ctx = P . V over the first kvr columns, l = sum of P. The
+  // block forms each tile's P once (four probabilities a thread: head
+  // t / 4, keys 4 (t % 4) ..) as fp16 in q's shared memory, free since
+  // pass 1 holds q in registers; a warp then takes MT m16 tiles of heads
+  // and a part of the columns, so each value fragment from ldmatrix feeds
+  // MT MMAs (two: half the shared-memory reads of MT = 1).
+  constexpr int MT = MH >= 32 && (2 * VT) % 4 == 0 ? 2 : 1;
+  constexpr int CP = 2 * MT;      // column parts: CP * MH / (16 MT) = warps
+  constexpr int NT = 2 * VT / CP; // n8 tiles of a warp
+  constexpr int PP = 24;          // halves a P row (16 + 8: no bank conflicts)
+  unsigned short *ps = qs;        // [MH][PP]
+  float *lrow = red;              // [MH] l of each head row, after the loop
+  const int hb2 = w / CP, col0 = (w % CP) * NT * 8;
+  const int ph = t >> 2, pk = 4 * (t & 3); // this thread's P: head, keys
+  const bool pvalid = hb0 + ph < nh;
+  const float *pscores =
+      pvalid ? pAll + ((long long)b * H + heads[hb0 + ph]) * pStride : pAll;
+  const float pmx = fmaxf(red[ph], red[MH + ph]);
+  float o[MT][NT][4] = {};
+  float lsum = 0.0f;
+  const int mi = lane >> 3;
   const unsigned vb = mp::smem32(ks + ((mi & 1) * 8 + (lane & 7)) * pitch +
                                  (mi >> 1) * 8 + col0);
-  // P fragment: rows gr / gr + 8, keys 2tq, 2tq + 1 / + 8 of a tile; its
-  // scores read a tile ahead, as the values are.
-  float sc[2][2][2];
+  const unsigned pb = mp::smem32(ps + (16 * MT * hb2 + (lane & 15)) * PP +
+                                 (lane >> 4) * 8);
+  // The thread's four scores, read a tile ahead as the values are, and
+  // two tiles on into L2 (pAll's rows outgrow the L2 while pass 1 writes
+  // them; one tile of MMAs did not cover their reads from DRAM: ncu).
+  float sc[4];
   auto readScores = [&](int j0) {
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = j0 + 2 * tq + 8 * kk + e;
-          sc[kk][r][e] = valid[r] && j < n ? prow[r][j] : 0.0f;
-        }
-    // The scores two tiles on into L2 (64 bytes a head row, two lanes):
-    // pAll's rows outgrow the L2 while pass 1 writes them, and one tile
-    // of MMAs did not cover their reads from DRAM (ncu, session 23).
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      if (tq < 2 && valid[r] && j0 + 32 + 8 * tq < n)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(prow[r] + j0 + 32 +
-                                                        8 * tq));
+    for (int e = 0; e < 4; ++e)
+      sc[e] = pvalid && j0 + pk + e < n ? pscores[j0 + pk + e] : 0.0f;
+    if (pk < 8 && pvalid && j0 + 32 + pk < n)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(pscores + j0 + 32 + pk));
   };
   readScores(0);
+  __syncthreads(); // every warp read red's maxima before lrow reuses it
   for (int j0 = 0; j0 < n; j0 += 16) {
-    __syncthreads();
+    __syncthreads(); // the previous tile's values and P are consumed
     // Values: only rows past 2^15 scaled (down, by at most 2^15), the
     // probabilities times the inverse so they stay below 65504.
     vals.store(ks, kscale, pitch, kvr, -15, 0, cache, r0, sel, j0, n, lat);
-    // expf(-inf) = 0 past n: no branch per probability.
-    float pe[2][2][2];
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = j0 + 2 * tq + 8 * kk + e;
-          pe[kk][r][e] = expf(valid[r] && j < n ? sc[kk][r][e] - mx[r] : ninf);
-        }
     __syncthreads(); // the tile and its scales
-    if (j0 + 16 < n) {
+    if (j0 + 16 < n)
       vals.fetch(cache, r0, sel, j0 + 16, n, lat, kvr);
-      readScores(j0 + 16);
+    // expf(-inf) = 0 past n: no branch per probability.
+    unsigned short hv[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = j0 + pk + e;
+      const float pe = expf(pvalid && j < n ? sc[e] - pmx : ninf);
+      const float vs = kscale[pk + e]; // 2^-ev >= 1
+      hv[e] = mp::f16(pe * vs);
+      // The weight the MMA applies, f32(hv) / vs: times 2^ev (its
+      // exponent bits negated), exact like the division, as the product
+      // is >= 2^-39, normal.
+      lsum += mp::f32(hv[e]) * __int_as_float(0x7f000000 - __float_as_int(vs));
     }
-    unsigned pa[4];
+    *(uint2 *)(ps + ph * PP + pk) =
+        make_uint2((unsigned)hv[0] | ((unsigned)hv[1] << 16),
+                   (unsigned)hv[2] | ((unsigned)hv[3] << 16));
+    if (j0 + 16 < n)
+      readScores(j0 + 16);
+    __syncthreads(); // P
+    unsigned pa[MT][4];
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk)
+    for (int mt = 0; mt < MT; ++mt)
+      mp::ldsm4(pa[mt], pb + mt * 16 * PP * 2);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        unsigned short hv[2];
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float vs = kscale[2 * tq + 8 * kk + e]; // 2^-ev >= 1
-          hv[e] = mp::f16(pe[kk][r][e] * vs);
-          // The weight the MMA applies, f32(hv) / vs: times 2^ev (its
-          // exponent bits negated), exact like the division, as the
-          // product is >= 2^-39, normal.
-          lsum[r] += mp::f32(hv[e]) *
-                     __int_as_float(0x7f000000 - __float_as_int(vs));
-        }
-        pa[2 * kk + r] = (unsigned)hv[0] | ((unsigned)hv[1] << 16);
-      }
-#pragma unroll
-    for (int nt = 0; nt + 1 < VT; nt += 2) {
+    for (int nt = 0; nt + 1 < NT; nt += 2) {
       unsigned bv[4];
       mp::ldsm4t(bv, vb + 16 * nt);
-      mp::mma(o[nt], pa, bv[0], bv[1]);
-      mp::mma(o[nt + 1], pa, bv[2], bv[3]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mp::mma(o[mt][nt], pa[mt], bv[0], bv[1]);
+        mp::mma(o[mt][nt + 1], pa[mt], bv[2], bv[3]);
+      }
     }
-    if (VT & 1) {
+    if (NT & 1) {
       unsigned bv[2];
-      mp::ldsm2t(bv, vb + 16 * (VT - 1));
-      mp::mma(o[VT - 1], pa, bv[0], bv[1]);
+      mp::ldsm2t(bv, vb + 16 * (NT - 1));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        mp::mma(o[mt][NT - 1], pa[mt], bv[0], bv[1]);
     }
   }
+  // l of head ph: its four threads are lanes 4q .. 4q + 3 of one warp.
+  lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+  lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+  if ((t & 3) == 0)
+    lrow[ph] = lsum;
+  __syncthreads();
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    lsum[r] += __shfl_xor_sync(0xffffffffu, lsum[r], 1);
-    lsum[r] += __shfl_xor_sync(0xffffffffu, lsum[r], 2);
-  }
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    if (!valid[r])
-      continue;
-    const int hi = hb0 + 16 * grp + gr + 8 * r;
-    float *crow = ctxAll + ((long long)b * H + heads[hi]) * kvr + col0;
-    const float inv = lsum[r] > 0.0f ? 1.0f / lsum[r] : 0.0f;
+    for (int r = 0; r < 2; ++r) {
+      const int hr = 16 * (MT * hb2 + mt) + gr + 8 * r;
+      if (hb0 + hr >= nh)
+        continue;
+      float *crow = ctxAll + ((long long)b * H + heads[hb0 + hr]) * kvr + col0;
+      const float inv = lrow[hr] > 0.0f ? 1.0f / lrow[hr] : 0.0f;
 #pragma unroll
-    for (int nt = 0; nt < VT; ++nt) {
-      crow[8 * nt + 2 * tq] = o[nt][2 * r] * inv;
-      crow[8 * nt + 2 * tq + 1] = o[nt][2 * r + 1] * inv;
+      for (int nt = 0; nt < NT; ++nt) {
+        crow[8 * nt + 2 * tq] = o[mt][nt][2 * r] * inv;
+        crow[8 * nt + 2 * tq + 1] = o[mt][nt][2 * r + 1] * inv;
+      }
     }
-  }
 }
 
 } // namespace glm
