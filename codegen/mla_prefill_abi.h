@@ -50,26 +50,28 @@ constexpr int64_t mlaPrefillPitch(int64_t lat) {
 /// Longest latent row (kvr + dr) the kernel takes: a lane holds a row's
 /// 4-value chunks in 5 registers while its warp finds the row's scale.
 constexpr int64_t kMlaPrefillMaxLatent = 5 * 32 * 4;
-/// Dynamic shared memory: q (heads x pitch halves), a key tile
-/// (16 x pitch halves), then floats: each head's max per column half and
-/// q scale, each key's scale, and 4 a thread for the score partials the
-/// two warps of a head group exchange (pass 1 splits the latent between
-/// them).
+/// Longest rope part (dr) the kernel takes: pass 1 holds each head row's
+/// q in registers, kvr / 16 + 4 k16 steps (mla_prefill.cuh kMaxRopeSteps).
+constexpr int64_t kMlaPrefillMaxRope = 64;
+/// Dynamic shared memory: q (heads x pitch halves; pass 2's fp16 P once q
+/// is in registers), a key tile (16 x pitch halves), then floats: each
+/// head's max per column half (then its l) and q scale, each key's scale.
 constexpr int64_t mlaPrefillSmem(int threads, int64_t kvr, int64_t dr) {
   return (mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) *
              mlaPrefillPitch(kvr + dr) * 2 +
-         (3 * mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) * 4 +
-         int64_t(threads) * 16;
+         (3 * mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) * 4;
 }
 /// The fp16 rows mla_rows16 writes and mla_prefill<keys = rows16> reads:
 /// templates/mla_rows16_layout.cuh (glm::rows16), shared with the kernels.
 /// Whether mla_prefill takes the shape: kvr whole 16-column tiles (the
 /// template's vt = kvr / 16, at most 32), 4-value rows (the cache's
-/// 16-, 8- and 4-byte loads) of at most kMlaPrefillMaxLatent, and the
+/// 16-, 8- and 4-byte loads) of at most kMlaPrefillMaxLatent, a rope part
+/// of at most kMlaPrefillMaxRope, and the
 /// shared memory within the Sparks'.
 inline bool mlaPrefillTakes(int64_t kvr, int64_t dr, int64_t nh) {
   return kvr > 0 && kvr % 16 == 0 && kvr / 16 <= 32 && dr >= 0 &&
-         dr % 4 == 0 && kvr + dr <= kMlaPrefillMaxLatent && nh > 0 &&
+         dr % 4 == 0 && dr <= kMlaPrefillMaxRope &&
+         kvr + dr <= kMlaPrefillMaxLatent && nh > 0 &&
          mlaPrefillSmem(mlaPrefillThreads(nh), kvr, dr) <= kMlaPrefillSmemMax;
 }
 

@@ -62,6 +62,9 @@ namespace mp {
 /// k16 steps of the longest latent row the kernel takes (5 chunks of 128
 /// values a row: KeyTile's CH; mla_prefill_abi.h kMlaPrefillMaxLatent).
 constexpr int kMaxSteps = 5 * 128 / 16;
+/// k16 steps of the rope part that pass 1 holds q for, past the kvr part
+/// (mla_prefill_abi.h kMlaPrefillMaxRope).
+constexpr int kMaxRopeSteps = 64 / 16;
 
 __device__ __forceinline__ unsigned smem32(const void *p) {
   return (unsigned)__cvta_generic_to_shared(p);
@@ -356,7 +359,6 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   float *red = (float *)(ks + 16 * pitch);     // [2][MH] column-half maxima
   float *qscale = red + 2 * MH;                // [MH] 2^-e of q's rows
   float *kscale = qscale + MH;                 // [16] 2^-e of the keys
-  float4 *part = (float4 *)(kscale + 16);      // [THREADS] score partials
   const int t = threadIdx.x, lane = t & 31, w = t >> 5;
   const int grp = w >> 1, half = w & 1, gr = lane >> 2, tq = lane & 3;
   // Rows in reverse: a chunk's later rows attend the most keys, and the
@@ -424,28 +426,27 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   // Pass 1: scores into pAll, the running max of each head row.
   const float ninf = __int_as_float(0xff800000);
   float mx[2] = {ninf, ninf};
-  // The group's two warps split the latent's k16 steps (warp half h takes
-  // steps h, h + 2, ..): each holds its steps' q fragments in registers
-  // (at most 20 x 4) and multiplies them with all 16 keys of a tile (two
-  // n8 tiles from one ldmatrix.x4), then the warps trade the partial sums
-  // of the keys the other finishes (keys 8h .. 8h + 7 are warp h's).
-  constexpr int QSTEPS = (mp::kMaxSteps + 1) / 2;
+  // Each warp of a group holds all of q's k16 steps in registers (VT +
+  // kMaxRopeSteps fragments of 4) and takes its own 8 keys of a tile (keys
+  // 8 half ..), so no partial sums are traded between warps: one
+  // ldmatrix.x4 of its keys covers two steps, four accumulator chains.
+  constexpr int QSTEPS = VT + mp::kMaxRopeSteps, PAIRS = (QSTEPS + 1) / 2;
   const int nks = kp / 16;
   unsigned qf[QSTEPS][4];
   __syncthreads(); // q is staged
   const float qsc[2] = {qscale[16 * grp + gr], qscale[16 * grp + gr + 8]};
+  // Whether step i is within the latent: always for the kvr part
+  // (compile time), by nks for the rope part.
+  auto stepOn = [&](int i) { return i < VT || i < nks; };
 #pragma unroll
   for (int i = 0; i < QSTEPS; ++i)
-    if (2 * i + half < nks)
+    if (stepOn(i))
       mp::ldsm4(qf[i], qs + (16 * grp + (lane & 15)) * pitch + (lane >> 4) * 8 +
-                           16 * (2 * i + half));
-  // This lane's ldmatrix row of the key tile at the warp's first step;
-  // step 2i + half is 64 i bytes on.
-  const unsigned kb = mp::smem32(ks + ((lane >> 4) * 8 + (lane & 7)) * pitch +
-                                 ((lane >> 3) & 1) * 8 + 16 * half);
-  // Whether the warp's step i is within the latent: always for the kvr
-  // part (compile time), by nks for the rope part.
-  auto stepOn = [&](int i) { return i < VT / 2 || 2 * i + half < nks; };
+                           16 * i);
+  // This lane's ldmatrix row of the key tile: key 8 half + lane % 8,
+  // columns 8 (lane / 8) of each 32-column pair of steps (64 bytes apart).
+  const unsigned kb =
+      mp::smem32(ks + (8 * half + (lane & 7)) * pitch + (lane >> 3) * 8);
   constexpr int CH2 = (VT + 7) / 8; // pass 2's 16 VT columns, 128 a chunk
   typename mp::Pick<KEYS == 1, mp::Rows16Tile<THREADS, false>,
                     mp::KeyTile<KV, THREADS, 5>>::T keys;
@@ -453,49 +454,37 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   keys.index(sel, 0, n);
   keys.fetch(cache, r0, sel, 0, n, lat, kp);
   for (int j0 = 0; j0 < n; j0 += 16) {
-    __syncthreads(); // the previous tile and partials are consumed
+    __syncthreads(); // the previous tile is consumed
     keys.store(ks, kscale, pitch, kp, -126, 100, cache, r0, sel, j0, n, lat);
     __syncthreads();
     if (j0 + 16 < n) // the next tile's loads fly during these MMAs
       keys.fetch(cache, r0, sel, j0 + 16, n, lat, kp);
-    float acc[2][2][4] = {}; // [step parity][n8 tile]: independent chains
-    // Key fragments two steps ahead of their MMAs: the ldmatrix latency
-    // hides behind the MMAs in between (asm volatile keeps this order).
+    float acc[4][4] = {}; // [step % 4]: independent chains
+    // Key fragments two pairs ahead of their MMAs: the ldmatrix latency
+    // hides behind the MMAs in between. An odd last step reads 16 halves
+    // past its row (inside the block's shared memory) and skips them.
     unsigned bb[3][4];
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-      if (stepOn(i))
-        mp::ldsm4(bb[i], kb + 64 * i);
+    for (int p = 0; p < 2; ++p)
+      if (stepOn(2 * p))
+        mp::ldsm4(bb[p], kb + 64 * p);
 #pragma unroll
-    for (int i = 0; i < QSTEPS; ++i) {
-      if (i + 2 < QSTEPS && stepOn(i + 2))
-        mp::ldsm4(bb[(i + 2) % 3], kb + 64 * (i + 2));
-      if (stepOn(i)) {
-        mp::mma(acc[i & 1][0], qf[i], bb[i % 3][0], bb[i % 3][1]);
-        mp::mma(acc[i & 1][1], qf[i], bb[i % 3][2], bb[i % 3][3]);
-      }
+    for (int p = 0; p < PAIRS; ++p) {
+      if (p + 2 < PAIRS && stepOn(2 * (p + 2)))
+        mp::ldsm4(bb[(p + 2) % 3], kb + 64 * (p + 2));
+      if (stepOn(2 * p))
+        mp::mma(acc[(2 * p) & 3], qf[2 * p], bb[p % 3][0], bb[p % 3][1]);
+      if (2 * p + 1 < QSTEPS && stepOn(2 * p + 1))
+        mp::mma(acc[(2 * p + 1) & 3], qf[2 * p + 1], bb[p % 3][2],
+                bb[p % 3][3]);
     }
-    // Even steps' sum plus odd steps': this warp's keys and the partner's
-    // (selects, not acc[..][half]: a runtime index would put acc in
-    // local memory).
-    float mine[4], its[4];
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const float s0 = acc[0][0][c] + acc[1][0][c];
-      const float s1 = acc[0][1][c] + acc[1][1][c];
-      mine[c] = half ? s1 : s0;
-      its[c] = half ? s0 : s1;
-    }
-    part[t] = make_float4(its[0], its[1], its[2], its[3]);
-    __syncthreads();                // the partner's partials
-    const float4 pp = part[t ^ 32]; // the group's other warp, same lane
-    const float theirs[4] = {pp.x, pp.y, pp.z, pp.w};
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int j = j0 + 8 * half + 2 * tq + e, c = 2 * r + e;
-        const float d = mine[c] + theirs[c]; // fixed order for a shape
+        // The chains' sum in a fixed order.
+        const float d = (acc[0][c] + acc[1][c]) + (acc[2][c] + acc[3][c]);
         if (valid[r] && j < n) {
           // q . k = d * 2^-eq * 2^-ek: powers of two, exact in fp32.
           const float s = d * (qsc[r] * kscale[j - j0]) * fscale;
@@ -544,20 +533,22 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
                                  (mi >> 1) * 8 + col0);
   const unsigned pb = mp::smem32(ps + (16 * MT * hb2 + (lane & 15)) * PP +
                                  (lane >> 4) * 8);
-  // The thread's four scores, read a tile ahead as the values are, and
-  // two tiles on into L2 (pAll's rows outgrow the L2 while pass 1 writes
-  // them; one tile of MMAs did not cover their reads from DRAM: ncu).
-  float sc[4];
-  auto readScores = [&](int j0) {
+  // The thread's four scores, read two tiles ahead (two register sets,
+  // the loop unrolled twice so each set has fixed registers) and four
+  // tiles on into L2: pAll's rows outgrow the L2 while pass 1 writes
+  // them, and one tile of MMAs did not cover their reads from DRAM (ncu).
+  auto readScores = [&](float(&sc)[4], int j0) {
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       sc[e] = pvalid && j0 + pk + e < n ? pscores[j0 + pk + e] : 0.0f;
-    if (pk < 8 && pvalid && j0 + 32 + pk < n)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(pscores + j0 + 32 + pk));
+    if (pk < 8 && pvalid && j0 + 64 + pk < n)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(pscores + j0 + 64 + pk));
   };
-  readScores(0);
+  float scA[4], scB[4];
+  readScores(scA, 0);
+  readScores(scB, 16);
   __syncthreads(); // every warp read red's maxima before lrow reuses it
-  for (int j0 = 0; j0 < n; j0 += 16) {
+  auto tile = [&](int j0, float(&sc)[4]) {
     __syncthreads(); // the previous tile's values and P are consumed
     // Values: only rows past 2^15 scaled (down, by at most 2^15), the
     // probabilities times the inverse so they stay below 65504.
@@ -581,8 +572,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
     *(uint2 *)(ps + ph * PP + pk) =
         make_uint2((unsigned)hv[0] | ((unsigned)hv[1] << 16),
                    (unsigned)hv[2] | ((unsigned)hv[3] << 16));
-    if (j0 + 16 < n)
-      readScores(j0 + 16);
+    if (j0 + 32 < n)
+      readScores(sc, j0 + 32);
     __syncthreads(); // P
     unsigned pa[MT][4];
 #pragma unroll
@@ -605,6 +596,11 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
       for (int mt = 0; mt < MT; ++mt)
         mp::mma(o[mt][NT - 1], pa[mt], bv[0], bv[1]);
     }
+  };
+  for (int j0 = 0; j0 < n; j0 += 32) {
+    tile(j0, scA);
+    if (j0 + 16 < n)
+      tile(j0 + 16, scB);
   }
   // l of head ph: its four threads are lanes 4q .. 4q + 3 of one warp.
   lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);

@@ -307,8 +307,10 @@ void mlaPrefillFp(const Launch &l, Footprint &f) {
   r.require(kvr % 16 == 0 && kvr / 16 == l.targIntOr("vt", 0), 14, "is ",
             int64_t(kvr), "; the kernel's vt is ", l.targIntOr("vt", 0),
             " (kvr / 16)");
-  r.require(dr % 4 == 0, 13, "is ", int64_t(dr),
-            "; rows of whole 4-value groups");
+  r.require(dr % 4 == 0 && dr <= glm::codegen::kMlaPrefillMaxRope, 13, "is ",
+            int64_t(dr), "; rows of whole 4-value groups, at most ",
+            int64_t(glm::codegen::kMlaPrefillMaxRope),
+            " (q's rope steps the kernel holds)");
   r.require(Wide(l.smemBytes) >= glm::codegen::mlaPrefillSmem(threads, kvr, dr),
             0, "dynamic shared memory ", int64_t(l.smemBytes),
             " bytes is under the kernel's ",

@@ -389,10 +389,12 @@ TEST(MlaPrefillFootprint, RefusesShapesTheKernelDoesNotTake) {
   EXPECT_EQ(refusedArg(t, [](Launch &l) { l.smemBytes -= 16; }), 0);
   EXPECT_EQ(refusedArg(t, [](Launch &l) { l.block[0] = 512; }), 10);
   EXPECT_EQ(refusedArg(t, [](Launch &l) { l.args[13].i = 62; }), 13);
+  EXPECT_EQ(refusedArg(t, [](Launch &l) { l.args[13].i = 68; }), 13);
   // Past 99 KB (the Sparks' limit) the compiler keeps mla_core.
   EXPECT_TRUE(cg::mlaPrefillTakes(512, 64, 64));
   EXPECT_FALSE(cg::mlaPrefillTakes(512, 64 + 512, 64));
   EXPECT_FALSE(cg::mlaPrefillTakes(520, 64, 64));
+  EXPECT_FALSE(cg::mlaPrefillTakes(256, 128, 64)); // rope past 64
   EXPECT_EQ(cg::mlaPrefillThreadsFor(64, 8), 64);
   EXPECT_EQ(cg::mlaPrefillThreadsFor(64, 1), 256);
   EXPECT_EQ(cg::mlaPrefillThreadsFor(6, 1), 64);
