@@ -54,12 +54,13 @@ constexpr int64_t kMlaPrefillMaxLatent = 5 * 32 * 4;
 /// q in registers, kvr / 16 + 4 k16 steps (mla_prefill.cuh kMaxRopeSteps).
 constexpr int64_t kMlaPrefillMaxRope = 64;
 /// Dynamic shared memory: q (heads x pitch halves; pass 2's fp16 P once q
-/// is in registers), a key tile (16 x pitch halves), then floats: each
-/// head's max per column half (then its l) and q scale, each key's scale.
+/// is in registers), a key tile (16 x pitch halves; with q's, pass 1's
+/// ring of key tiles on rows16), then floats: each head's max per column
+/// half (then its l) and q scale, the keys' scales (a tile's per slot).
 constexpr int64_t mlaPrefillSmem(int threads, int64_t kvr, int64_t dr) {
   return (mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) *
              mlaPrefillPitch(kvr + dr) * 2 +
-         (3 * mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) * 4;
+         (4 * mlaPrefillHeadsPerBlock(threads) + kMlaPrefillKeys) * 4;
 }
 /// The fp16 rows mla_rows16 writes and mla_prefill<keys = rows16> reads:
 /// templates/mla_rows16_layout.cuh (glm::rows16), shared with the kernels.

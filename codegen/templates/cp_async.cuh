@@ -14,6 +14,14 @@ __device__ __forceinline__ void cpAsync16(void *dst, const void *src) {
                    cpAsyncSmem(dst)),
                "l"(src));
 }
+/// 16 bytes, or 16 zero bytes when !on (src is not read then): a
+/// predicated copy without a branch around it.
+__device__ __forceinline__ void cpAsync16(void *dst, const void *src,
+                                          bool on) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   cpAsyncSmem(dst)),
+               "l"(src), "r"(on ? 16 : 0));
+}
 /// 4 bytes (4-byte aligned).
 __device__ __forceinline__ void cpAsync4(void *dst, const void *src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(

@@ -44,6 +44,7 @@
 // pass-1 MMA: 256 bytes (was 768 with q re-read for every 8 keys).
 #pragma once
 
+#include "cp_async.cuh"
 #include "kv_cache.cuh"
 #include "mla_rows16_layout.cuh"
 
@@ -358,7 +359,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   unsigned short *ks = qs + MH * pitch;        // [16][pitch] fp16
   float *red = (float *)(ks + 16 * pitch);     // [2][MH] column-half maxima
   float *qscale = red + 2 * MH;                // [MH] 2^-e of q's rows
-  float *kscale = qscale + MH;                 // [16] 2^-e of the keys
+  float *kscale = qscale + MH; // [MH + 16] 2^-e of the keys: a 16-key tile
+                               // a ring slot (pass 1, rows16), else one
   const int t = threadIdx.x, lane = t & 31, w = t >> 5;
   const int grp = w >> 1, half = w & 1, gr = lane >> 2, tq = lane & 3;
   // Rows in reverse: a chunk's later rows attend the most keys, and the
@@ -434,7 +436,8 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
   const int nks = kp / 16;
   unsigned qf[QSTEPS][4];
   __syncthreads(); // q is staged
-  const float qsc[2] = {qscale[16 * grp + gr], qscale[16 * grp + gr + 8]};
+  const float qsc[2] = {qscale[16 * grp + gr] * fscale,
+                        qscale[16 * grp + gr + 8] * fscale};
   // Whether step i is within the latent: always for the kvr part
   // (compile time), by nks for the rope part.
   auto stepOn = [&](int i) { return i < VT || i < nks; };
@@ -443,22 +446,15 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
     if (stepOn(i))
       mp::ldsm4(qf[i], qs + (16 * grp + (lane & 15)) * pitch + (lane >> 4) * 8 +
                            16 * i);
-  // This lane's ldmatrix row of the key tile: key 8 half + lane % 8,
-  // columns 8 (lane / 8) of each 32-column pair of steps (64 bytes apart).
-  const unsigned kb =
-      mp::smem32(ks + (8 * half + (lane & 7)) * pitch + (lane >> 3) * 8);
+  // This lane's ldmatrix row of a key tile, in bytes from the tile: key
+  // 8 half + lane % 8, columns 8 (lane / 8) of each 32-column pair of
+  // steps (64 bytes apart).
+  const unsigned kl = ((8 * half + (lane & 7)) * pitch + (lane >> 3) * 8) * 2;
   constexpr int CH2 = (VT + 7) / 8; // pass 2's 16 VT columns, 128 a chunk
-  typename mp::Pick<KEYS == 1, mp::Rows16Tile<THREADS, false>,
-                    mp::KeyTile<KV, THREADS, 5>>::T keys;
-  keys.setup(cache, maxCtx, kvr, dr);
-  keys.index(sel, 0, n);
-  keys.fetch(cache, r0, sel, 0, n, lat, kp);
-  for (int j0 = 0; j0 < n; j0 += 16) {
-    __syncthreads(); // the previous tile is consumed
-    keys.store(ks, kscale, pitch, kp, -126, 100, cache, r0, sel, j0, n, lat);
-    __syncthreads();
-    if (j0 + 16 < n) // the next tile's loads fly during these MMAs
-      keys.fetch(cache, r0, sel, j0 + 16, n, lat, kp);
+  // Scores of the 16 keys whose rows start at shared address `tile`
+  // (scales ksc) into pAll and the running maxima.
+  auto tileScores = [&](unsigned tile, const float *ksc, int j0) {
+    const unsigned kb = tile + kl;
     float acc[4][4] = {}; // [step % 4]: independent chains
     // Key fragments two pairs ahead of their MMAs: the ldmatrix latency
     // hides behind the MMAs in between. An odd last step reads 16 halves
@@ -486,12 +482,84 @@ __device__ __forceinline__ void mlaPrefill(GLM_MLA_PREFILL_PARAMS) {
         // The chains' sum in a fixed order.
         const float d = (acc[0][c] + acc[1][c]) + (acc[2][c] + acc[3][c]);
         if (valid[r] && j < n) {
-          // q . k = d * 2^-eq * 2^-ek: powers of two, exact in fp32.
-          const float s = d * (qsc[r] * kscale[j - j0]) * fscale;
+          // q . k * scale = d * 2^-ek * (2^-eq * scale): the power-of-two
+          // factors are exact, so one rounding, as d * 2^-(eq + ek) * scale.
+          const float s = d * ksc[j - j0] * qsc[r];
           prow[r][j] = s;
           mx[r] = fmaxf(mx[r], s);
         }
       }
+  };
+  if constexpr (KEYS == 1) {
+    // rows16's key rows need no conversion: they go global -> shared by
+    // cp.async into a ring of RING 16-key tiles over q's and the key
+    // tile's shared memory (q is in registers now), RING - 1 tiles in
+    // flight, one block barrier a tile (ncu showed the single tile held
+    // in registers waiting on its gather once the MMAs got faster).
+    constexpr int RING = (MH + 16) / 16, NW = THREADS / 32, RPW = 16 / NW;
+    const unsigned char *r16 = (const unsigned char *)cache;
+    const uint4 *krows = (const uint4 *)r16;
+    const float *kscales =
+        (const float *)(r16 + rows16::keyScaleOffset(maxCtx, kvr, dr));
+    const int c8 = kp / 8, ntiles = (n + 15) / 16;
+    int idx[RPW]; // selection indices of the next tile to issue
+    auto index = [&](int tt) {
+#pragma unroll
+      for (int i = 0; i < RPW; ++i) {
+        const int j = 16 * tt + w + NW * i;
+        idx[i] = tt < ntiles && j < n ? sel[j] : -1;
+      }
+    };
+    // A lane copies 16-byte chunks lane, lane + 32, .. of each of its
+    // warp's rows (compile-time unrolled, predicated: no branches); rows
+    // past n are zeros, their scores never kept.
+    constexpr int KU = (mp::kMaxSteps * 16 / 8 + 31) / 32;
+    auto issue = [&](int tt) { // tile tt into slot tt % RING, then tt + 1's
+      unsigned short *dst = qs + (tt % RING) * 16 * pitch;
+#pragma unroll
+      for (int i = 0; i < RPW; ++i) {
+        const int k = w + NW * i;
+        const bool on = idx[i] >= 0;
+        const uint4 *src = krows + (long long)(on ? idx[i] : 0) * c8;
+#pragma unroll
+        for (int u = 0; u < KU; ++u) {
+          const int c = lane + 32 * u;
+          if (c < c8)
+            cpAsync16(dst + k * pitch + 8 * c, src + c, on);
+        }
+        if (on && lane == 0)
+          cpAsync4(kscale + (tt % RING) * 16 + k, kscales + idx[i]);
+      }
+      cpAsyncCommit(); // a group every tile, empty past the last
+      index(tt + 1);
+    };
+    __syncthreads(); // every warp holds its q fragments: q's memory is free
+    index(0);
+#pragma unroll
+    for (int tt = 0; tt < RING - 1; ++tt)
+      issue(tt);
+    for (int tt = 0; tt < ntiles; ++tt) {
+      cpAsyncWait<RING - 2>(); // this thread's copies of tile tt
+      __syncthreads(); // everyone's; and tile tt - 1's slot is consumed
+      issue(tt + RING - 1);
+      tileScores(mp::smem32(qs + (tt % RING) * 16 * pitch),
+                 kscale + (tt % RING) * 16, 16 * tt);
+    }
+  } else {
+    typename mp::Pick<KEYS == 1, mp::Rows16Tile<THREADS, false>,
+                      mp::KeyTile<KV, THREADS, 5>>::T keys;
+    keys.setup(cache, maxCtx, kvr, dr);
+    keys.index(sel, 0, n);
+    keys.fetch(cache, r0, sel, 0, n, lat, kp);
+    for (int j0 = 0; j0 < n; j0 += 16) {
+      __syncthreads(); // the previous tile is consumed
+      keys.store(ks, kscale, pitch, kp, -126, 100, cache, r0, sel, j0, n,
+                 lat);
+      __syncthreads();
+      if (j0 + 16 < n) // the next tile's loads fly during these MMAs
+        keys.fetch(cache, r0, sel, j0 + 16, n, lat, kp);
+      tileScores(mp::smem32(ks), kscale, j0);
+    }
   }
   // Pass 2's first values fly during the maxima's exchange.
   typename mp::Pick<KEYS == 1, mp::Rows16Tile<THREADS, true>,
