@@ -5,8 +5,8 @@
 // attention gets), the twin, the footprint and the tests.
 //
 // A block takes one query row and up to 16 * groups heads (a group = 16
-// heads = 2 warps, one per half of the latent columns); keys go through
-// shared memory 16 at a time.
+// heads = 2 warps: 8 keys each in pass 1, a part of the value columns in
+// pass 2); keys go through shared memory 16 at a time.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -24,7 +24,8 @@
 // their own (max |value| to [2^14, 2^15): no overflow and no subnormals
 // whatever the magnitudes, undone exactly on the fp32 score); the products
 // are exact and summed in fp32. Pass 1: s_j = fp32(q . k_j) * 2^-(eq + ek)
-// * fp32(scale), written to pAll, and each head's max m. Pass 2: v_j = the
+// * fp32(scale) (one rounding: the other factors are powers of two),
+// written to pAll, and each head's max m. Pass 2: v_j = the
 // first kvr values of row j (rows past 2^15 scaled down by 2^ev, ev >= -15),
 // p_j = fp16(expf(s_j - m) * 2^-ev), l = the sum of p_j * 2^ev, ctx =
 // (sum_j p_j v_j) / l. Relative error about 5e-4 of max|ctx| against fp32
@@ -33,15 +34,19 @@
 // expf).
 //
 // Warps: group g = w / 2 holds heads 16g..16g+15, half = w % 2. Pass 1:
-// the warp's q fragments of the latent's k16 steps half, half + 2, .. stay
-// in registers (at most 20 x 4); per step one ldmatrix.x4 of the tile's 16
-// keys feeds two MMAs (keys 0..7, 8..15); the warps of a group trade the
-// partial sums of the 8 keys the other finishes (keys 8 * half .. +7 are
-// this warp's: scores, pAll, max). Pass 2: the columns half * kvr / 2 ..
-// +kvr / 2 (VT n8 tiles, VT * 4 fp32 accumulators a thread), P built in
-// registers from pAll. Both passes issue the next tile's global loads
-// (KeyTile::fetch) before this tile's MMAs. Shared memory traffic per
-// pass-1 MMA: 256 bytes (was 768 with q re-read for every 8 keys).
+// each warp holds all of its group's q fragments in registers (kvr / 16 +
+// 4 k16 steps: a rope part of at most 64) and scores its own 8 keys of a
+// 16-key tile (keys 8 * half ..), one ldmatrix.x4 a pair of steps, four
+// accumulator chains: no partial sums traded between warps. On rows16 the
+// key tiles come global -> shared by cp.async through a ring over q's and
+// the tile's shared memory (MH / 16 tiles in flight, one barrier a tile);
+// from the cache (converted per tile) a tile is held in registers ahead.
+// Pass 2: the block forms each tile's P once (four a thread) as fp16 in
+// shared memory; a warp takes MT m16 tiles of heads (two at 32 and more
+// heads) and a part of the columns, each value fragment feeding MT MMAs,
+// the values held a tile ahead in registers, the scores two tiles ahead.
+// Measured with ncu on the H200 (docs/perf.md, session 23): what is left
+// is the ldmatrix -> MMA latency of two warps a scheduler.
 #pragma once
 
 #include "cp_async.cuh"
