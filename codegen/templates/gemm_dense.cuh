@@ -12,6 +12,12 @@
 // rows must be 4-byte aligned, as the planner's 16-byte alignment gives).
 // SC = the `scale` template storage (f32, f16, bf16).
 //
+// `window`, after dense_gemv's parameters: null, or int32 {first, last},
+// the rows whose outputs the caller will read (a prefill chunk's LM head:
+// io.logit_rows, which the runtime writes; only the prompt's last row
+// unless every row's logits are asked for). Row blocks wholly outside it
+// return at once and leave y's rows there as they were.
+//
 // Grid (ceil(out / BN), ceil(batch / BM)), BN = 64 * THREADS / BM
 // (gemmDenseBlockCols, codegen/gemm_dense_abi.h): bm 64 -> BN = THREADS,
 // bm 128 -> BN = THREADS / 2. Warps form a (BM/64) x (BN/32) grid, warp
@@ -68,11 +74,18 @@
 #define GLM_GEMM_DENSE_PARAMS                                                  \
   const float *__restrict__ x, const void *__restrict__ w,                     \
       const void *__restrict__ scale, float *__restrict__ y, int batch,        \
-      int in, int out, int out_stride, int accumulate
+      int in, int out, int out_stride, int accumulate,                         \
+      const int *__restrict__ window
 #define GLM_GEMM_DENSE_ARGS                                                    \
-  x, w, scale, y, batch, in, out, out_stride, accumulate
+  x, w, scale, y, batch, in, out, out_stride, accumulate, window
 
 namespace glm {
+
+/// Whether rows m0 .. m0 + bm - 1 meet the caller's window (null: all).
+__device__ __forceinline__ bool gemmDenseRowsWanted(const int *window, int m0,
+                                                    int bm) {
+  return !window || (m0 <= window[1] && m0 + bm > window[0]);
+}
 
 /// Block shape and shared memory of gemm_dense: warps (BM/64) x (BN/32),
 /// BN = 64 * THREADS / BM output columns. A step moves kRowBytes of each
@@ -228,8 +241,8 @@ __device__ __forceinline__ void gemmDenseFp8(GLM_GEMM_DENSE_PARAMS) {
   __shared__ __align__(16) u32 sE[kMx ? 2 : 1][kMx ? BN : 1]; // e8m0 x4
 
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  if (m0 >= batch || n0 >= out)
-    return; // a grid rounded up by the caller
+  if (m0 >= batch || n0 >= out || !gemmDenseRowsWanted(window, m0, BM))
+    return; // a grid rounded up by the caller, or rows nobody reads
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wm = warp / L::kWarpsN, wn = warp % L::kWarpsN;
   const int g = lane >> 2, c = lane & 3;
@@ -416,8 +429,8 @@ __device__ __forceinline__ void gemmDenseBf16(GLM_GEMM_DENSE_PARAMS) {
   __shared__ __align__(16) __nv_bfloat16 sX[2][3][BM][BK];  // (BM,BK) planes
 
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
-  if (m0 >= batch || n0 >= out)
-    return; // a grid rounded up by the caller
+  if (m0 >= batch || n0 >= out || !gemmDenseRowsWanted(window, m0, BM))
+    return; // a grid rounded up by the caller, or rows nobody reads
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wm = warp / L::kWarpsN, wn = warp % L::kWarpsN;
   const int g = lane >> 2, c = lane & 3;

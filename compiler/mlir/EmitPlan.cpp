@@ -229,6 +229,9 @@ struct RankState {
   /// unpaged); the caches hold kvPages pages.
   uint32_t ioPages = 0;
   int64_t kvPageTokens = 0, kvPages = 0;
+  /// io.logit_rows: {first, last} rows of a prefill chunk whose logits the
+  /// runtime reads (the LM head's gemm_dense window); -1 without prefill.
+  int64_t ioLogitRows = -1;
   /// (pack file, file offset) → offset in the weight buffer of each bound
   /// range (the expert tables point at their parts' tiles).
   std::map<std::pair<std::string, uint64_t>, uint64_t> rangeOffset;
@@ -321,6 +324,18 @@ static gp::ArgDef runtimeArg(const std::string &name) {
 }
 
 static uint64_t ceilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+/// Blocks per row of rms_norm_rows / add_rms_norm (1024 threads; every
+/// block sums the whole row in the same order, so any count gives the same
+/// bits). A decode step's few rows spread each row over ceil(n / 1024)
+/// blocks, each thread's values in registers (n <= 8 * 1024), for latency;
+/// from 128 rows (prefill chunks) the rows alone fill the SMs, and more
+/// blocks a row only re-read it: 6 a row cost 306 us a launch at 2048 x
+/// 6144 on the H200 (docs/perf.md, session 23).
+static uint64_t normBlocksPerRow(uint64_t n, uint64_t rows) {
+  const uint64_t K = ceilDiv(n, 1024);
+  return rows >= 128 || K > 8 ? 1 : K;
+}
 
 /// Bytes per element of a dense weight format (0 = not a plain row layout).
 static uint64_t elemBytes(Type t) {
@@ -444,6 +459,8 @@ public:
   /// Launch `launch` of `op`, whose launches run the families `seq`.
   LaunchInfo build(const gp::KernelDef &k, Operation &op, int64_t rows,
                    size_t launch, const std::vector<std::string> &seq);
+  /// The graph being built is a prefill chunk's.
+  bool prefill = false;
 
 private:
   ModuleOp module;
@@ -965,13 +982,12 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     // output row; launch 1: hnorm of the hidden rows into the second.
     auto m = cast<MtpInputOp>(op);
     const int64_t n = hiddenOf(m.getEmbedded());
-    const int64_t K = ceilDiv(n, 1024);
     a = {in(op, unsigned(launch), "x"),
          weight(launch ? m.getHnorm() : m.getEnorm(), "w"),
          out(op, 0, "y", launch ? uint64_t(n) * 4 : 0), i32Arg(n, "n"),
          f64Arg(m.getEps().convertToDouble(), "eps"), i32Arg(n, "xs"),
          i32Arg(2 * n, "ys")};
-    grid(K > 8 ? 1 : K, R, 1, 1024);
+    grid(normBlocksPerRow(n, R), R, 1, 1024);
     return true;
   }
   if (f == "sum_parts" && isa<CarryRowsOp>(op)) {
@@ -999,13 +1015,10 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
   if (f == "rms_norm_rows") {
     auto r = cast<RmsNormOp>(op);
     const int64_t n = hiddenOf(r.getResult());
-    // G blocks per row when each thread keeps its values in registers
-    // (n <= 8 * 1024); every block sums the whole row in the same order.
-    const int64_t K = ceilDiv(n, 1024);
     a = {in(op, 0, "x"), weight(r.getWeight(), "w"), out(op, 0, "y"),
          i32Arg(n, "n"), f64Arg(r.getEps().convertToDouble(), "eps"),
          i32Arg(n, "xs"), i32Arg(n, "ys")};
-    grid(K > 8 ? 1 : K, R, 1, 1024);
+    grid(normBlocksPerRow(n, R), R, 1, 1024);
     return true;
   }
   if (f == "add_rms_norm") {
@@ -1014,7 +1027,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     a = {in(op, 0, "x"), in(op, 1, "delta"), out(op, 0, "xout"),
          weight(r.getWeight(), "w"), out(op, 1, "y"), i32Arg(n, "n"),
          f64Arg(r.getEps().convertToDouble(), "eps")};
-    grid(ceilDiv(n, 1024), R, 1, 1024);
+    grid(normBlocksPerRow(n, R), R, 1, 1024);
     return true;
   }
   if (buildFlashLaunch(f, op, rows, li))
@@ -1897,6 +1910,12 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
             int(g.outRows), sms(), int(warps),
             rowsPerWarp.empty() ? 1 : std::stoi(rowsPerWarp));
         if (f == "gemm_dense") {
+          // A prefill chunk's LM head computes the rows io.logit_rows
+          // names (the runtime's window: the prompt's last row, unless
+          // every row's logits are asked for); other GEMMs every row.
+          a.push_back(prefill && isa<LmHeadOp>(op) && st.ioLogitRows >= 0
+                          ? io(uint32_t(st.ioLogitRows), "window")
+                          : runtimeArg("null"));
           // Block tile bm tokens x BN outputs (gemm_dense.cuh).
           const int64_t bm = std::stoll(targ("bm").empty() ? "64" : targ("bm"));
           d.gridX = ::glm::codegen::gemmDenseGridX(int(g.outRows), int(bm),
@@ -2380,6 +2399,7 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
   bucketIndex = bk.kernels;
   ArgBuilder args(module, symbols, st, rank,
                   plan.numRanks ? plan.numRanks : 1, plan.model.layout);
+  args.prefill = bk.prefill;
   std::set<std::string> charged; // symbols whose bytes an op already read
   st.fixedSum.clear(); // this graph's fixed-point producers only
   bool inDraft = false; // after glm.draft_begin: the draft graph's ops
@@ -3202,6 +3222,18 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
             "io.draft_rows";
       st.ioPositions = ioRows("io.positions");
       st.ioSlots = ioRows("io.slots");
+      st.ioLogitRows = -1;
+      if (llvm::any_of(buckets, [](const Bucket &b) { return b.prefill; })) {
+        gp::BufferDef b;
+        b.name = "io.logit_rows";
+        b.kind = gp::BufferKind::Io;
+        b.dtype = gp::DType::I32;
+        b.bytes = alignUp(8);
+        b.arenaOffset = alignUp(st.top);
+        st.top = b.arenaOffset + b.bytes;
+        rp.buffers.push_back(b);
+        st.ioLogitRows = int64_t(rp.buffers.size() - 1);
+      }
       // Paged KV: each slot's page table, [slots][max_context / page]
       // int32 page numbers the runtime writes (kv::SlotRows).
       if (pageTokens) {

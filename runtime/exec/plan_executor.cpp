@@ -714,6 +714,16 @@ void PlanExecutor::setPageTable(int32_t slot,
   pagesDirty_ = true;
 }
 
+void PlanExecutor::writeLogitRows(int32_t first, int32_t last) {
+  bindThread();
+  const int32_t window[2] = {first, last};
+  for (auto &st : ranks_) {
+    auto it = st->io.find("io.logit_rows");
+    if (it != st->io.end())
+      st->backend->write(st->address(it->second, 0), window, sizeof window);
+  }
+}
+
 std::vector<float> PlanExecutor::readLogits(uint32_t rows,
                                            const char *buffer,
                                            uint32_t first) {
@@ -748,6 +758,7 @@ void PlanExecutor::runPrefill(uint32_t chunk) {
     check(graphs.back() != nullptr, "rank ", st->rp->rank,
           " has no prefill graph of ", chunk, " tokens");
   }
+  writeLogitRows(0, int32_t(chunk) - 1);
   runGraph(graphs.data(), chunk);
 }
 
@@ -790,6 +801,9 @@ std::vector<float> PlanExecutor::prefill(const std::vector<int32_t> &tokens,
   for (uint32_t j = 0; j < C; ++j)
     pos[j] = start + int32_t(j);
   writeIoRows(tok, pos, slots);
+  // Only the rows whose logits come back: the LM head is a chunk's largest
+  // GEMM (29 ms of a 2048-token chunk of GLM-5.3 on the H200).
+  writeLogitRows(lastRowOnly ? int32_t(n) - 1 : 0, int32_t(n) - 1);
   runGraph(graphs.data(), C);
   return lastRowOnly ? readLogits(1, "io.logits", n - 1) : readLogits(n);
 }

@@ -268,6 +268,9 @@ private:
   profileGraphs(const std::vector<const plan::GraphDef *> &graphs,
                 uint32_t rows);
   /// io.tokens / io.positions / io.slots of every rank: one row each.
+  /// A prefill chunk's LM head computes rows first .. last only
+  /// (io.logit_rows, gemm_dense's window); plans without it compute all.
+  void writeLogitRows(int32_t first, int32_t last);
   void writeIoRows(const std::vector<int32_t> &tokens,
                    const std::vector<int32_t> &positions,
                    const std::vector<int32_t> &slots);

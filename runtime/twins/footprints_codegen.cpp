@@ -134,6 +134,7 @@ void gemmDenseFp(const Launch &l, Footprint &f) {
   else
     r.opt(2, 0, 1); // BF16: no scale (dense_gemv's null)
   r.need(3, hit ? span(rows, r.at(7), cols) : 0, 4);
+  r.opt(9, 2, 4); // the row window {first, last}, or null
 }
 
 // (x, w, y, in, out)
@@ -522,7 +523,7 @@ const FootprintEntry kCodegenFootprints[] = {
     {"dense_gemv_f32", "pppii", denseGemvF32Fp},
     {"gemm_trellis", "pppiiiiiiiii", gemmTrellisFp},
     {"gemm_trellis_grouped", "ppppiiiiiiiii", gemmTrellisGroupedFp},
-    {"gemm_dense", "ppppiiiii", gemmDenseFp},
+    {"gemm_dense", "ppppiiiiip", gemmDenseFp},
     {"embed", "ppppiiii", embedFp},
     {"rms_norm", "ppppiiif", rmsNormFp},
     {"rope", "ppiiiiif", ropeFp},

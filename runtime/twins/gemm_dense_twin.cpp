@@ -28,7 +28,7 @@ namespace glm::rt::twins {
 
 namespace {
 
-// GLM_GEMM_DENSE_PARAMS, in order (dense_gemv's).
+// GLM_GEMM_DENSE_PARAMS, in order (dense_gemv's, then the row window).
 enum GemmDenseArg {
   kX,
   kW,
@@ -39,6 +39,7 @@ enum GemmDenseArg {
   kOut,
   kOutStride,
   kAccumulate,
+  kWindow, // gemm_dense's own: null or {first, last} rows wanted
   kNumArgs
 };
 
@@ -66,6 +67,13 @@ void gemmDenseTwin(const Launch &l) {
   const int batch = l.i32(kBatch), in = l.i32(kIn), out = l.i32(kOut);
   const int outStride = l.i32(kOutStride);
   const bool accumulate = l.i32(kAccumulate) != 0;
+  // Row blocks outside the window return in the kernel: their rows of y
+  // stay as they are here too.
+  const int32_t *window = static_cast<const int32_t *>(l.args[kWindow].p);
+  auto wanted = [&](int r) {
+    const int m0 = r / bm * bm;
+    return !window || (m0 <= window[1] && m0 + bm > window[0]);
+  };
   check(in > 0 && in % 128 == 0, "twin of gemm_dense: in ", in,
         " is not a positive multiple of 128");
   check(bn > 0, "twin of gemm_dense: a block of ", l.block[0],
@@ -103,6 +111,8 @@ void gemmDenseTwin(const Launch &l) {
                     : 1.0f;
       const float rowScale = fmt == 2 ? storageAt(scale, sct, o) : 1.0f;
       for (int r = 0; r < rows; ++r) {
+        if (!wanted(r))
+          continue;
         const double *xr = &xe[size_t(r) * in];
         float acc = 0.0f;
         for (int j = 0; j < in / group; ++j) {

@@ -24,6 +24,7 @@
 #include "gpu_twin_util.h"
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 using namespace glm::gputest;
@@ -108,7 +109,8 @@ KernelSpec gemmSpec(const DenseWeights &d, int bm, int threads) {
 /// the initial y when accumulating, else poisoned).
 std::vector<float> runGemm(const KernelSpec &s, const DenseWeights &d,
                            const std::vector<float> &x, int m, int outStride,
-                           int accumulate, const std::vector<float> &y0) {
+                           int accumulate, const std::vector<float> &y0,
+                           const std::vector<int32_t> &window = {}) {
   const int bm = std::stoi(s.args.at("bm"));
   const int threads = std::stoi(s.args.at("threads"));
   auto dX = upload(x);
@@ -118,6 +120,11 @@ std::vector<float> runGemm(const KernelSpec &s, const DenseWeights &d,
   Args a;
   a.ptr(dX).ptr(dW).ptr(dS).ptr(dY)
       << m << d.in << d.out << outStride << accumulate;
+  auto dWin = upload(window.empty() ? std::vector<int32_t>{0} : window);
+  if (window.empty())
+    a.null(); // every row
+  else
+    a.ptr(dWin);
   a.launch(kernel(s), glm::codegen::gemmDenseGridX(d.out, bm, threads),
            glm::codegen::gemmDenseGridY(m, bm), unsigned(threads));
   return download<float>(dY, y0.size());
@@ -127,14 +134,16 @@ std::vector<float> runGemm(const KernelSpec &s, const DenseWeights &d,
 std::vector<float> runTwinGemm(const KernelSpec &s, const DenseWeights &d,
                                const std::vector<float> &x, int m,
                                int outStride, int accumulate,
-                               const std::vector<float> &y0) {
+                               const std::vector<float> &y0,
+                               const std::vector<int32_t> &window = {}) {
   const int bm = std::stoi(s.args.at("bm"));
   const int threads = std::stoi(s.args.at("threads"));
   std::vector<float> y = accumulate ? y0 : std::vector<float>(y0.size(), NAN);
   runTwin(s, glm::codegen::gemmDenseGridX(d.out, bm, threads),
           glm::codegen::gemmDenseGridY(m, bm), unsigned(threads), 0,
           {hp(x.data()), hp(d.w.data()), hp(d.s.data()), hp(y.data()), hi(m),
-           hi(d.in), hi(d.out), hi(outStride), hi(accumulate)});
+           hi(d.in), hi(d.out), hi(outStride), hi(accumulate),
+           hp(window.empty() ? nullptr : window.data())});
   return y;
 }
 
@@ -228,6 +237,51 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmDenseGpu, ::testing::ValuesIn(gemmCases()),
                                   std::to_string(c.out) + "_" +
                                   std::to_string(info.index);
                          });
+
+// A prefill chunk's LM head computes only the row blocks its window
+// {first, last} meets (io.logit_rows); the others keep y's bytes.
+class GemmDenseWindowGpu : public ::testing::Test {
+protected:
+  GLM_GPU_SUITE_SETUP
+};
+
+TEST_F(GemmDenseWindowGpu, ComputesOnlyTheRowBlocksItMeets) {
+  std::mt19937 rng(23);
+  const int m = 300, in = 1024, out = 520, bm = 64, threads = 256;
+  const DenseWeights d = makeWeights(rng, "fp8_row", "f32", in, out);
+  const std::vector<float> x = randn(rng, size_t(m) * in);
+  const std::vector<float> y0 = randn(rng, size_t(m) * out);
+  const KernelSpec s = gemmSpec(d, bm, threads);
+  const std::vector<float> all = runGemm(s, d, x, m, out, 1, y0);
+  // {window, rows of the blocks it meets}: the last row (block 256..299,
+  // 44 rows), rows across a block edge (64..191), none.
+  const std::pair<std::vector<int32_t>, int64_t> cases[] = {
+      {{299, 299}, 44}, {{127, 128}, 128}, {{5, 4}, 0}};
+  for (const auto &[win, rows] : cases) {
+    const std::vector<float> y = runGemm(s, d, x, m, out, 1, y0, win);
+    const std::vector<float> t = runTwinGemm(s, d, x, m, out, 1, y0, win);
+    int64_t kept = 0, computed = 0, wrong = 0;
+    for (int r = 0; r < m; ++r) {
+      const int b0 = r / bm * bm;
+      const bool in = b0 <= win[1] && b0 + bm > win[0];
+      for (int o = 0; o < out; ++o) {
+        const size_t i = size_t(r) * out + o;
+        const bool same = in ? std::memcmp(&y[i], &all[i], 4) == 0
+                             : std::memcmp(&y[i], &y0[i], 4) == 0 &&
+                                   std::memcmp(&t[i], &y0[i], 4) == 0;
+        (in ? computed : kept) += 1;
+        wrong += !same;
+      }
+    }
+    const std::string name = "gemm_dense window {" + std::to_string(win[0]) +
+                             ", " + std::to_string(win[1]) + "}";
+    std::printf("[gpu-case] %s: %lld outputs computed, %lld kept: %s\n",
+                name.c_str(), (long long)computed, (long long)kept,
+                wrong ? "FAIL" : "PASS");
+    EXPECT_EQ(wrong, 0) << name;
+    EXPECT_EQ(computed, rows * out) << name;
+  }
+}
 
 // ---------------------------------------------------------------------------
 class GemmDenseVsGemv : public ::testing::Test {

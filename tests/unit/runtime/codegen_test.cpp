@@ -457,11 +457,12 @@ TEST(Codegen, HelperFamiliesCompileWithNvrtcForSm90AndSm121) {
 }
 
 // gemm_dense: every (format, bm, threads) instance builds for both archs
-// (in parallel), keeps dense_gemv's runtime parameters and is named after
-// its template arguments.
+// (in parallel), keeps dense_gemv's runtime parameters (then its row
+// window) and is named after its template arguments.
 TEST(Codegen, GemmDenseEveryInstanceCompilesWithDenseGemvsAbi) {
-  EXPECT_EQ(cg::familyInfo("gemm_dense").kernelParams,
-            cg::familyInfo("dense_gemv").kernelParams);
+  std::vector<std::string> params = cg::familyInfo("dense_gemv").kernelParams;
+  params.push_back("window");
+  EXPECT_EQ(cg::familyInfo("gemm_dense").kernelParams, params);
   EXPECT_EQ(cg::kernelName({"gemm_dense",
                             {{"format", "mxfp8"},
                              {"scale", "none"},

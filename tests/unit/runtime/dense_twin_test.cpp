@@ -389,7 +389,7 @@ TEST(GemmDenseTwin, EveryFormatMatchesFloat64) {
                            {P(x.data()), P(w.data()),
                             P(scale.empty() ? nullptr : scale.data()),
                             P(y.data()), I(m), I(in), I(out), I(outStride),
-                            I(acc)}));
+                            I(acc), P(nullptr)}));
             std::vector<float> got;
             std::vector<double> want;
             for (int r = 0; r < m; ++r)
@@ -445,7 +445,8 @@ TEST(GemmDenseTwin, Bf16PlanesMatchFloat64AndDenseGemv) {
         runTwin(launch("gemm_dense", targs, (out + bn - 1) / bn,
                        (m + bm - 1) / bm, threads,
                        {P(x.data()), P(w.data()), P(nullptr), P(y.data()),
-                        I(m), I(in), I(out), I(outStride), I(acc)}));
+                        I(m), I(in), I(out), I(outStride), I(acc),
+                        P(nullptr)}));
         std::vector<float> got;
         std::vector<double> want;
         for (int r = 0; r < m; ++r)
@@ -496,12 +497,46 @@ TEST(GemmDenseTwin, ComputesOnlyTheBlocksOfItsGrid) {
   // Grid (2, 2): rows < 128, columns < 256.
   runTwin(launch("gemm_dense", targs, 2, 2, 128,
                  {P(x.data()), P(w.data()), P(scale.data()), P(y.data()), I(m),
-                  I(in), I(out), I(out), I(0)}));
+                  I(in), I(out), I(out), I(0), P(nullptr)}));
   for (int r = 0; r < m; ++r)
     for (int o = 0; o < out; ++o) {
       const bool hit = r < 128 && o < 256;
       EXPECT_EQ(y[size_t(r) * out + o] == -7.0f, !hit) << r << " " << o;
     }
+}
+
+// The row window (a prefill LM head's io.logit_rows): row blocks it does
+// not meet keep y; the ones it meets equal the launch without a window.
+TEST(GemmDenseTwin, RowWindowComputesTheBlocksItMeets) {
+  std::mt19937 rng(29);
+  const int in = 128, out = 40, m = 150, bm = 64;
+  std::vector<uint8_t> w(size_t(out) * in), scale(size_t(out) * in / 32, 127);
+  for (auto &v : w)
+    v = uint8_t(rng() & 0x77);
+  const std::vector<float> x = randn(rng, size_t(m) * in);
+  const glm::plan::KeyValues targs = {
+      {"format", "mxfp8"}, {"scale", "none"}, {"bm", "64"}, {"threads", "128"}};
+  auto run = [&](const int32_t *window) {
+    std::vector<float> y(size_t(m) * out, -7.0f);
+    runTwin(launch("gemm_dense", targs, 1, 3, 128,
+                   {P(x.data()), P(w.data()), P(scale.data()), P(y.data()),
+                    I(m), I(in), I(out), I(out), I(0), P(window)}));
+    return y;
+  };
+  const std::vector<float> all = run(nullptr);
+  const int32_t last[2] = {149, 149}, edge[2] = {63, 64}, none[2] = {1, 0};
+  for (const int32_t *win : {last, edge, none}) {
+    const std::vector<float> y = run(win);
+    for (int r = 0; r < m; ++r) {
+      const int b0 = r / bm * bm;
+      const bool in = b0 <= win[1] && b0 + bm > win[0];
+      for (int o = 0; o < out; ++o)
+        ASSERT_EQ(y[size_t(r) * out + o],
+                  in ? all[size_t(r) * out + o] : -7.0f)
+            << "window {" << win[0] << ", " << win[1] << "} row " << r;
+    }
+  }
+  EXPECT_NE(all[0], -7.0f);
 }
 
 TEST(DenseGemvF32Twin, Float64SumsBothOutputs) {
