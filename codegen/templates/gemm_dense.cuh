@@ -12,8 +12,8 @@
 // rows must be 4-byte aligned, as the planner's 16-byte alignment gives).
 // SC = the `scale` template storage (f32, f16, bf16).
 //
-// `window`, after dense_gemv's parameters: null, or int32 {first, last},
-// the rows whose outputs the caller will read (a prefill chunk's LM head:
+// `window`, after dense_gemv's parameters: null, or int32 {first, last}
+// (empty if first > last), the rows whose outputs the caller will read (a prefill chunk's LM head:
 // io.logit_rows, which the runtime writes; only the prompt's last row
 // unless every row's logits are asked for). Row blocks wholly outside it
 // return at once and leave y's rows there as they were.
@@ -84,7 +84,8 @@ namespace glm {
 /// Whether rows m0 .. m0 + bm - 1 meet the caller's window (null: all).
 __device__ __forceinline__ bool gemmDenseRowsWanted(const int *window, int m0,
                                                     int bm) {
-  return !window || (m0 <= window[1] && m0 + bm > window[0]);
+  return !window ||
+         (window[0] <= window[1] && m0 <= window[1] && m0 + bm > window[0]);
 }
 
 /// Block shape and shared memory of gemm_dense: warps (BM/64) x (BN/32),

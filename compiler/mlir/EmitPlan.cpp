@@ -73,6 +73,19 @@ static std::string strAttr(DictionaryAttr d, StringRef k) {
 #ifdef GLM_PLANS_AVAILABLE
 namespace gp = ::glm::plan;
 
+/// The LM head's GEMV (glm-fuse turns LmHeadOp into one): its rows are
+/// the step's logits, the sampler's input directly or through the
+/// vocabulary split's gather.
+static bool isLogitsGemv(Operation *op) {
+  auto g = dyn_cast<DenseGemvOp>(op);
+  if (!g)
+    return false;
+  if (g.getShard() && g.getShard()->getKind() == ShardKind::Vocab)
+    return true;
+  return llvm::any_of(op->getUsers(),
+                      [](Operation *u) { return isa<SampleOp>(u); });
+}
+
 static gp::OpKind opKind(Operation *op) {
   if (isa<FusedExpertGemvOp>(op))
     return gp::OpKind::ExpertGemv;
@@ -1913,8 +1926,8 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
           // A prefill chunk's LM head computes the rows io.logit_rows
           // names (the runtime's window: the prompt's last row, unless
           // every row's logits are asked for); other GEMMs every row.
-          a.push_back(prefill && isa<LmHeadOp>(op) && st.ioLogitRows >= 0
-                          ? io(uint32_t(st.ioLogitRows), "window")
+          a.push_back(prefill && isLogitsGemv(&op) && st.ioLogitRows >= 0
+                          ? bufferArg(uint32_t(st.ioLogitRows), "window")
                           : runtimeArg("null"));
           // Block tile bm tokens x BN outputs (gemm_dense.cuh).
           const int64_t bm = std::stoll(targ("bm").empty() ? "64" : targ("bm"));

@@ -72,7 +72,8 @@ void gemmDenseTwin(const Launch &l) {
   const int32_t *window = static_cast<const int32_t *>(l.args[kWindow].p);
   auto wanted = [&](int r) {
     const int m0 = r / bm * bm;
-    return !window || (m0 <= window[1] && m0 + bm > window[0]);
+    return !window || (window[0] <= window[1] && m0 <= window[1] &&
+                       m0 + bm > window[0]);
   };
   check(in > 0 && in % 128 == 0, "twin of gemm_dense: in ", in,
         " is not a positive multiple of 128");

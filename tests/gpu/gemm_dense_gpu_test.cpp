@@ -263,7 +263,7 @@ TEST_F(GemmDenseWindowGpu, ComputesOnlyTheRowBlocksItMeets) {
     int64_t kept = 0, computed = 0, wrong = 0;
     for (int r = 0; r < m; ++r) {
       const int b0 = r / bm * bm;
-      const bool in = b0 <= win[1] && b0 + bm > win[0];
+      const bool in = win[0] <= win[1] && b0 <= win[1] && b0 + bm > win[0];
       for (int o = 0; o < out; ++o) {
         const size_t i = size_t(r) * out + o;
         const bool same = in ? std::memcmp(&y[i], &all[i], 4) == 0

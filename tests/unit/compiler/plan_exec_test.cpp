@@ -508,6 +508,23 @@ void checkPrefillAgainstTokens(const std::string &dir,
                                          : "indexer_scores_ctx"}))
         << int(g.kind) << "." << g.size;
   }
+  // A prefill chunk's LM head on gemm_dense takes the runtime's row
+  // window (io.logit_rows): only the rows whose logits come back.
+  int heads = 0;
+  for (const glm::plan::GraphDef &g : plan->ranks[0].graphs)
+    for (const glm::plan::OpDef &op : g.ops) {
+      if (op.kernel < 0 ||
+          plan->kernels[op.kernel].templateName != "gemm_dense")
+        continue;
+      const glm::plan::ArgDef &w = op.args.back();
+      const bool head = op.name.find("lm_head") != std::string::npos;
+      EXPECT_EQ(w.kind == glm::plan::ArgKind::Buffer &&
+                    plan->ranks[0].buffers[w.buffer].name == "io.logit_rows",
+                head && g.kind == glm::plan::GraphKind::Prefill)
+          << op.name;
+      heads += head;
+    }
+  EXPECT_GE(heads, 1);
   const std::vector<int32_t> prompt = {1, 5, 9, 2, 7, 3, 11, 4, 6, 8, 10, 12};
   auto tokens = cpuExecutor(plan, dir);
   std::vector<float> want;

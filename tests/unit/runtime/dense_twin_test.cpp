@@ -529,7 +529,7 @@ TEST(GemmDenseTwin, RowWindowComputesTheBlocksItMeets) {
     const std::vector<float> y = run(win);
     for (int r = 0; r < m; ++r) {
       const int b0 = r / bm * bm;
-      const bool in = b0 <= win[1] && b0 + bm > win[0];
+      const bool in = win[0] <= win[1] && b0 <= win[1] && b0 + bm > win[0];
       for (int o = 0; o < out; ++o)
         ASSERT_EQ(y[size_t(r) * out + o],
                   in ? all[size_t(r) * out + o] : -7.0f)
