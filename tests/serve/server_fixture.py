@@ -15,13 +15,20 @@ class ServerProcess:
         self.proc = subprocess.Popen(argv, stdout=self.log,
                                      stderr=subprocess.STDOUT)
         deadline = time.time() + 120
-        while not os.path.exists(port_file):
+        # Writers rename the file into place; a port that does not parse yet
+        # is still waited for rather than read half written.
+        self.port = None
+        while self.port is None:
             if self.proc.poll() is not None or time.time() > deadline:
                 self.stop()
                 raise RuntimeError("server did not start: " +
                                    open(log_path, errors="replace").read())
+            if os.path.exists(port_file):
+                text = open(port_file).read().strip()
+                if text.isdigit():
+                    self.port = int(text)
+                    break
             time.sleep(0.05)
-        self.port = int(open(port_file).read().strip())
         self.base = f"http://127.0.0.1:{self.port}"
 
     def get(self, path, timeout=10):

@@ -33,7 +33,8 @@ KEY = "secret-2"
 
 def serve_cmd(engine, plan, pack, port, port_file, flags, env=""):
     # The server prints its address; a small wrapper writes the port file
-    # once /health answers, and exits with the server's status.
+    # once /health answers (by rename, so no reader sees it half written),
+    # and exits with the server's status.
     return ["bash", "-c",
             f'{env} "{engine}" serve "{plan}" --pack "{pack}" '
             f'--backend cpu --host 127.0.0.1 --port {port} {flags} & '
@@ -42,7 +43,8 @@ def serve_cmd(engine, plan, pack, port, port_file, flags, env=""):
             f'if python3 -c "import urllib.request as u; '
             f"u.urlopen('http://127.0.0.1:{port}/health', "
             f'timeout=2)" 2>/dev/null; then '
-            f'echo {port} > "{port_file}"; break; fi; '
+            f'echo {port} > "{port_file}.tmp" && '
+            f'mv "{port_file}.tmp" "{port_file}"; break; fi; '
             f'kill -0 $pid || exit 1; sleep 0.1; done; wait $pid']
 
 
