@@ -1839,16 +1839,25 @@ LaunchInfo ArgBuilder::build(const gp::KernelDef &k, Operation &op,
     // This rank's output rows (padded), and the stored tensor's (strides).
     const int64_t outPad = trellis ? ceilDiv(g.outRows, 128) * 128 : g.outRows;
     const int64_t fullOutPad = ceilDiv(g.out, 128) * 128;
-    gp::ArgDef xh = scratchRows("trellis_xh." + std::to_string(inPad),
-                                inPad * 4, "xh");
     // With a copy after the output rotation (EmitKernels: an output width
     // that is not whole 128-blocks), z holds the padded rows, rotated in
     // place, and the copy writes the valid columns to the op's value.
     const bool padded = gemvAt + 2 < seq.size() &&
                         seq[gemvAt + 2] == "vocab_gather";
     const int64_t zCols = padded ? outPad : g.outRows;
-    gp::ArgDef z = scratchRows("trellis_z." + std::to_string(zCols),
-                               zCols * 4, "z");
+    // The rotated input and raw output rows exist only where a launch of
+    // this sequence reads them (a trellis GEMV's; dense_trellis rotates
+    // its output itself): a scratch buffer nobody reads still takes its
+    // rows of the arena (an fp8 LM head's z alone was rows x vocab x 4 B).
+    const bool rotation = hadIn || hadOut || copyOut;
+    ::glm::rt::check(trellis || !rotation, "launch ", f, " of ", g.sym.str(),
+                     " rotates the rows of ", gf,
+                     ", which is not a trellis GEMV (internal: EmitKernels)");
+    gp::ArgDef xh, z;
+    if (trellis && (hadIn || !rotation))
+      xh = scratchRows("trellis_xh." + std::to_string(inPad), inPad * 4, "xh");
+    if (trellis && (hadOut || copyOut || (!rotation && gf != "dense_trellis")))
+      z = scratchRows("trellis_z." + std::to_string(zCols), zCols * 4, "z");
     if (copyOut) {
       std::vector<uint8_t> bounds(16, 0); // int64 {0, valid columns}
       const int64_t valid = g.outRows;

@@ -36,6 +36,43 @@ namespace fs = std::filesystem;
 using glm::rt::Error;
 using glm::rt::Pack;
 
+/// Every scratch buffer of every rank is an argument, input or output of
+/// some op, a collective's buffer or a relocation's target: one nobody
+/// reads still takes its bytes of the arena (an fp8 LM head once carried a
+/// trellis output scratch of rows x vocab floats). Throws naming them.
+inline void checkScratchReferenced(const glm::plan::Plan &p,
+                                   const std::string &what) {
+  for (const glm::plan::RankPlan &r : p.ranks) {
+    std::vector<bool> used(r.buffers.size(), false);
+    auto mark = [&](int64_t b) {
+      if (b >= 0 && size_t(b) < used.size())
+        used[size_t(b)] = true;
+    };
+    for (const glm::plan::GraphDef &g : r.graphs)
+      for (const glm::plan::OpDef &op : g.ops) {
+        for (const glm::plan::ArgDef &a : op.args)
+          if (a.kind == glm::plan::ArgKind::Buffer)
+            mark(a.buffer);
+        for (uint32_t b : op.inputs)
+          mark(b);
+        for (uint32_t b : op.outputs)
+          mark(b);
+      }
+    for (const glm::plan::CollectiveDef &c : r.collectives)
+      mark(c.buffer);
+    for (const glm::plan::BufferDef &b : r.buffers)
+      for (const glm::plan::Relocation &rl : b.relocations)
+        mark(rl.buffer);
+    std::string unused;
+    for (size_t i = 0; i < r.buffers.size(); ++i)
+      if (r.buffers[i].kind == glm::plan::BufferKind::Scratch && !used[i])
+        unused += " " + r.buffers[i].name;
+    if (!unused.empty())
+      throw Error("plan of " + what + ", rank " + std::to_string(r.rank) +
+                  ": scratch buffers no op reads or writes:" + unused);
+  }
+}
+
 /// Compiles the pack in `dir` for `ranks` ranks into a plan (no NVRTC: the
 /// CPU backend runs the twins) with decode graphs of `batches` rows; the
 /// KV cache stored as `kvDtype` (glmc compile --kv-dtype).
@@ -81,6 +118,7 @@ compilePlan(const std::string &dir, int ranks, const std::string &manifest = "",
     throw Error("pipeline failed for " + dir);
   auto p = std::make_shared<glm::plan::Plan>(glm::plan::readPlan(out.string()));
   fs::remove(out);
+  checkScratchReferenced(*p, dir);
   return p;
 }
 
