@@ -300,6 +300,80 @@ struct RankState {
     scratch[name] = index;
     return index;
   }
+
+  // ------------------------------------------------ op-local scratch ----
+  // Rows that one op's launches write before they read them and that no
+  // later op reads (a MoE layer's gathered rows and partial sums, an
+  // attention's absorbed queries, context and probabilities). Ops run one
+  // after another, so the op-local buffers of all ops share one region
+  // after the other scratch, each op's own placed apart from each other.
+  // Offsets are region-relative until finishOpLocal.
+  std::vector<uint32_t> opLocalInUse; // the op being emitted
+  std::vector<uint32_t> opLocal;      // every op-local buffer
+  uint64_t opLocalBytes = 0;          // the region's size
+  int opLocalVersions = 0;            // names of re-placed copies
+
+  /// A new op's emission starts: its op-local buffers may reuse any bytes.
+  void beginOp() { opLocalInUse.clear(); }
+
+  bool overlapsInUse(uint64_t off, uint64_t bytes, uint32_t self) const {
+    for (uint32_t u : opLocalInUse) {
+      const gp::BufferDef &o = rp.buffers[u];
+      if (u != self && off < o.arenaOffset + o.bytes && o.arenaOffset < off + bytes)
+        return true;
+    }
+    return false;
+  }
+
+  /// An op-local buffer of `bytes` named `name`: the one made by an earlier
+  /// op when it is large enough and clear of this op's others, else a new
+  /// one at the region's first offset clear of them.
+  uint32_t opLocalBuffer(const std::string &name, uint64_t bytes) {
+    bytes = alignUp(std::max<uint64_t>(bytes, 4));
+    auto it = scratch.find("local." + name);
+    if (it != scratch.end() && rp.buffers[it->second].bytes >= bytes &&
+        !overlapsInUse(rp.buffers[it->second].arenaOffset,
+                       rp.buffers[it->second].bytes, it->second)) {
+      if (!llvm::is_contained(opLocalInUse, it->second))
+        opLocalInUse.push_back(it->second);
+      return it->second;
+    }
+    uint64_t off = 0;
+    for (bool moved = true; moved;) { // first fit past the buffers in use
+      moved = false;
+      for (uint32_t u : opLocalInUse) {
+        const gp::BufferDef &o = rp.buffers[u];
+        if (off < o.arenaOffset + o.bytes && o.arenaOffset < off + bytes) {
+          off = o.arenaOffset + o.bytes;
+          moved = true;
+        }
+      }
+    }
+    gp::BufferDef b;
+    b.name = "scratch." + name;
+    if (it != scratch.end())
+      b.name += ".v" + std::to_string(++opLocalVersions);
+    b.kind = gp::BufferKind::Scratch;
+    b.dtype = gp::DType::F32;
+    b.bytes = bytes;
+    b.arenaOffset = off;
+    opLocalBytes = std::max(opLocalBytes, off + bytes);
+    const uint32_t index = rp.buffers.size();
+    rp.buffers.push_back(b);
+    scratch["local." + name] = index;
+    opLocal.push_back(index);
+    opLocalInUse.push_back(index);
+    return index;
+  }
+
+  /// After the last graph: the region goes at the arena's end.
+  void finishOpLocal() {
+    const uint64_t base = alignUp(top);
+    for (uint32_t b : opLocal)
+      rp.buffers[b].arenaOffset += base;
+    if (!opLocal.empty())
+      top = base + opLocalBytes;
+  }
 };
 
 static gp::ArgDef bufferArg(uint32_t buffer, const std::string &label,
@@ -523,6 +597,15 @@ private:
                                                           : st.maxTokens)),
         label, perRow);
   }
+  /// An op-local scratch row buffer (RankState::opLocalBuffer): what only
+  /// this op's launches use, written before it is read.
+  gp::ArgDef opLocalRows(const std::string &name, uint64_t perRow,
+                         const std::string &label, int64_t rows = 0) {
+    return bufferArg(
+        st.opLocalBuffer(name, perRow * uint64_t(rows > 0 ? rows
+                                                          : st.maxTokens)),
+        label, perRow);
+  }
   /// Kernel `k` ends a sum over rank-owned units in int64 (sum =
   /// fixed_out): its output rows of n int64 go to the fixed-sum scratch the
   /// all-reduce sums, and `post` moves to the fixed_to_f32 after it.
@@ -545,9 +628,12 @@ private:
   /// A scratch row buffer of `perContextToken` bytes per token of
   /// max_context per token of the step (selections, scores, flags).
   gp::ArgDef contextRows(const std::string &name, uint64_t perContextToken,
-                         const std::string &label, int64_t rows = 0) {
+                         const std::string &label, int64_t rows = 0,
+                         bool opLocal = false) {
     const uint64_t ctx = std::max<int64_t>(st.maxContext, 1);
-    gp::ArgDef a = scratchRows(name, perContextToken * ctx, label, rows);
+    gp::ArgDef a = opLocal
+                       ? opLocalRows(name, perContextToken * ctx, label, rows)
+                       : scratchRows(name, perContextToken * ctx, label, rows);
     if (st.contextScratch)
       st.contextScratch->insert(st.rp.buffers[a.buffer].name);
     return a;
@@ -1078,8 +1164,8 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
         skOf(kt) ? roleArg(at.getKvB(), skOf(kt) == 3 ? "e8m0" : "scale",
                            "scale")
                  : runtimeArg("null");
-    const gp::ArgDef qabs = scratchRows("mla_qabs", H * kvr * 4, "qabsAll");
-    const gp::ArgDef ctxv = scratchRows("mla_ctx", H * kvr * 4, "ctxAll");
+    const gp::ArgDef qabs = opLocalRows("mla_qabs", H * kvr * 4, "qabsAll");
+    const gp::ArgDef ctxv = opLocalRows("mla_ctx", H * kvr * 4, "ctxAll");
     // mla_rows16's fp16 rows of max_context tokens (one buffer, reused by
     // every layer: each layer's mla_prefill reads what its mla_rows16 just
     // wrote).
@@ -1178,8 +1264,9 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
         pStride = std::min<int64_t>(ctx, P == 1 ? k : (k + 1) * P);
       }
       gp::ArgDef p = pStride == ctx
-                         ? contextRows("mla_prefill_p", H * 4, "pAll")
-                         : scratchRows("mla_prefill_p", uint64_t(H) * 4 *
+                         ? contextRows("mla_prefill_p", H * 4, "pAll", 0,
+                                       /*opLocal=*/true)
+                         : opLocalRows("mla_prefill_p", uint64_t(H) * 4 *
                                                             uint64_t(pStride),
                                        "pAll");
       a = {in(op, 0, "qAll"), named(qabs, "qabsAll"),
@@ -1222,7 +1309,10 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     const gp::ArgDef keys =
         bufferArg(st.keysOf.count(layer) ? st.keysOf[layer] : 0, "keys");
     const gp::ArgDef qi = scratchRows("indexer_q", nh * hd * 4, "qi");
-    const gp::ArgDef score = contextRows("dsa_score", 8, "score");
+    // Scores and flags: the indexer's own (the selection it leaves in
+    // dsa_sel is what later ops read).
+    const gp::ArgDef score = contextRows("dsa_score", 8, "score", 0,
+                                         /*opLocal=*/true);
     // The k-pool (P > 1): keys are pooled keys, candidates whole pools.
     const int64_t P = ix.getKpool();
     if (f == "rope_rows") {
@@ -1268,7 +1358,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
       a = {named(score, "scoreAll"),
            posA,
            i32Arg(ix.getTopk() / P, "k"),
-           contextRows("dsa_flags", 4, "flagsAll"),
+           contextRows("dsa_flags", 4, "flagsAll", 0, /*opLocal=*/true),
            sel("selAll"),
            nsel("nsel"),
            i32Arg(ctx, "maxCtx")};
@@ -1649,10 +1739,10 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
   gp::ArgDef xh = scratchRows("expert_xh", hidden * 4, "xh");
   gp::ArgDef order = scratchRows("moe_order", U * 4, "order");
   gp::ArgDef entryOf = scratchRows("moe_entry_of", U * 4, "entry_of");
-  gp::ArgDef X = scratchRows("moe_x", U * 2 * hidden * 2, "X");
-  gp::ArgDef zgu = scratchRows("moe_zgu", U * 2 * kPitch * 4, "Zgu");
-  gp::ArgDef act = scratchRows("moe_act", U * kPitch * 2, "act");
-  gp::ArgDef zd = scratchRows("moe_zd", U * hidden * 4, "zd");
+  gp::ArgDef X = opLocalRows("moe_x", U * 2 * hidden * 2, "X");
+  gp::ArgDef zgu = opLocalRows("moe_zgu", U * 2 * kPitch * 4, "Zgu");
+  gp::ArgDef act = opLocalRows("moe_act", U * kPitch * 2, "act");
+  gp::ArgDef zd = opLocalRows("moe_zd", U * hidden * 4, "zd");
   const uint64_t guBytes = uint64_t(NBmax) * 2 * H * 32;
   const uint64_t downBytes = uint64_t(NBmax) * H * 32;
   gp::ArgDef guItems =
@@ -2437,6 +2527,7 @@ buildGraph(ModuleOp module, SymbolTable &symbols, Block &body,
     // Sampling is the host's (it reads io.logits): nothing to launch.
     if (isa<func::ReturnOp, SampleOp>(op))
       continue;
+    st.beginOp();
     gp::OpDef od;
     od.kind = opKind(&op);
     od.layer = layers.lookup(&op);
@@ -3295,6 +3386,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       for (auto [i, bk] : llvm::enumerate(buckets))
         rp.graphs.push_back(buildGraph(module, symbols, body, bk, use,
                                        kernelIndex, plan, layers, st, i, r));
+      st.finishOpLocal();
       plan.ranks.push_back(std::move(rp));
     }
     return plan;

@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <set>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -70,6 +71,44 @@ inline void checkScratchReferenced(const glm::plan::Plan &p,
     if (!unused.empty())
       throw Error("plan of " + what + ", rank " + std::to_string(r.rank) +
                   ": scratch buffers no op reads or writes:" + unused);
+    // Scratch buffers sharing bytes (the op-local region) are never both
+    // used by one op (its consecutive launches).
+    auto shares = [&](size_t a, size_t b) {
+      const glm::plan::BufferDef &x = r.buffers[a], &y = r.buffers[b];
+      return a != b && x.kind == glm::plan::BufferKind::Scratch &&
+             y.kind == glm::plan::BufferKind::Scratch &&
+             x.arenaOffset < y.arenaOffset + y.bytes &&
+             y.arenaOffset < x.arenaOffset + x.bytes;
+    };
+    auto opOf = [](const std::string &name) { // "l3.moe.2" -> "l3.moe"
+      const size_t dot = name.rfind('.');
+      return dot != std::string::npos && dot + 1 < name.size() &&
+                     name.find_first_not_of("0123456789", dot + 1) ==
+                         std::string::npos
+                 ? name.substr(0, dot)
+                 : name;
+    };
+    for (const glm::plan::GraphDef &g : r.graphs) {
+      std::string current;
+      std::set<uint32_t> usedByOp;
+      for (const glm::plan::OpDef &op : g.ops) {
+        if (opOf(op.name) != current) {
+          current = opOf(op.name);
+          usedByOp.clear();
+        }
+        for (const glm::plan::ArgDef &a : op.args) {
+          if (a.kind != glm::plan::ArgKind::Buffer || a.buffer < 0)
+            continue;
+          const uint32_t b = uint32_t(a.buffer);
+          for (uint32_t other : usedByOp)
+            if (shares(b, other))
+              throw Error("plan of " + what + ": op " + current + " uses " +
+                          r.buffers[b].name + " and " +
+                          r.buffers[other].name + ", which share bytes");
+          usedByOp.insert(b);
+        }
+      }
+    }
   }
 }
 
