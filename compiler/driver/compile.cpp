@@ -148,6 +148,7 @@ struct RankMemory {
   uint64_t total = 0, weights = 0, kv = 0, context = 0;
   uint64_t mtp = 0;    // of weights + kv: the MTP layers'
   uint64_t kvRows = 0; // of kv: latent rows and index keys (--kv-dtype's)
+  uint64_t stepRows = 0; // sized by the largest step's rows
 };
 
 /// The "rank r: X of Y GiB" lines: the arena of the final plan per rank,
@@ -171,7 +172,8 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
     ranks.push_back({intOf(d, "rank"), uint64_t(intOf(d, "total")),
                      uint64_t(intOf(d, "weights")), uint64_t(intOf(d, "kv")),
                      uint64_t(intOf(d, "context")), uint64_t(intOf(d, "mtp")),
-                     uint64_t(intOf(d, "kv_rows"))});
+                     uint64_t(intOf(d, "kv_rows")),
+                     uint64_t(intOf(d, "step_rows"))});
   }
   auto &os = llvm::errs();
   os << "glmc: memory per rank (weights + KV + activations and scratch: the "
@@ -247,6 +249,39 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
     any = true;
     break;
   }
+  // Smaller prefill chunks: the activations and the row-sized scratch are
+  // sized by the largest step's rows, so a smaller largest chunk scales
+  // them (the largest of the given chunks that fits; the decode batches
+  // stay).
+  const int64_t maxTokens = intOf(fm, "max_tokens");
+  std::vector<int64_t> chunks = intList(a.prefillChunks, "--prefill-chunks");
+  const std::vector<int64_t> batches =
+      intList(a.decodeBatches, "--decode-batches");
+  std::sort(chunks.begin(), chunks.end());
+  const int64_t batchRows = *std::max_element(batches.begin(), batches.end());
+  while (maxTokens > 0 && !chunks.empty() && chunks.back() > 0) {
+    chunks.pop_back();
+    const bool none = chunks.empty() || chunks.back() <= 0;
+    const int64_t rows = std::max<int64_t>(batchRows, none ? 0 : chunks.back());
+    bool fits = rows < maxTokens;
+    for (const RankMemory &r : ranks)
+      fits &= double(r.total) - double(r.stepRows) *
+                                    (1.0 - double(rows) / double(maxTokens)) <=
+              double(budget);
+    if (!fits)
+      continue;
+    std::string list;
+    for (int64_t c : chunks)
+      list += (list.empty() ? "" : ",") + std::to_string(c);
+    os << "  smaller prefill chunks ("
+       << (none ? "none: prompts go token by token"
+                : "at most " + std::to_string(chunks.back()) +
+                      " tokens a chunk")
+       << "):\n    "
+       << commandWith(a, {{"--prefill-chunks", none ? "0" : list}}) << "\n";
+    any = true;
+    break;
+  }
   uint64_t maxWeights = 0, maxRest = 0;
   for (const RankMemory &r : ranks) {
     maxWeights = std::max(maxWeights, r.weights);
@@ -261,10 +296,10 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
       break;
     }
   if (!any)
-    os << "  neither a shorter --max-context, a smaller --kv-dtype nor more "
-          "--sparks alone fits by this plan's figures: combine them, give "
-          "fewer --decode-batches/--prefill-chunks, or use a smaller "
-          "manifest\n";
+    os << "  neither a shorter --max-context, a smaller --kv-dtype, smaller "
+          "--prefill-chunks nor more --sparks alone fits by this plan's "
+          "figures: combine them, give fewer --decode-batches, or use a "
+          "smaller manifest\n";
   return true;
 }
 

@@ -308,6 +308,10 @@ struct RankState {
   // after another, so the op-local buffers of all ops share one region
   // after the other scratch, each op's own placed apart from each other.
   // Offsets are region-relative until finishOpLocal.
+  /// Bytes of shared scratch sized by the largest step's rows (the budget
+  /// refusal's estimate for smaller --prefill-chunks).
+  uint64_t rowScratch = 0;
+
   std::vector<uint32_t> opLocalInUse; // the op being emitted
   std::vector<uint32_t> opLocal;      // every op-local buffer
   uint64_t opLocalBytes = 0;          // the region's size
@@ -592,10 +596,12 @@ private:
   /// step, or of `rows` when given: a larger step then gets its own).
   gp::ArgDef scratchRows(const std::string &name, uint64_t perRow,
                          const std::string &label, int64_t rows = 0) {
-    return bufferArg(
-        st.scratchBuffer(name, perRow * uint64_t(rows > 0 ? rows
-                                                          : st.maxTokens)),
-        label, perRow);
+    const size_t before = st.rp.buffers.size();
+    const uint32_t b = st.scratchBuffer(
+        name, perRow * uint64_t(rows > 0 ? rows : st.maxTokens));
+    if (rows <= 0 && st.rp.buffers.size() > before)
+      st.rowScratch += st.rp.buffers[b].bytes;
+    return bufferArg(b, label, perRow);
   }
   /// An op-local scratch row buffer (RankState::opLocalBuffer): what only
   /// this op's launches use, written before it is read.
@@ -2864,6 +2870,11 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
   /// `glm.final_memory` either way (the driver prints them and sizes its
   /// suggestions from them); refuses naming every rank over the budget.
   std::set<std::string> contextScratch; // filled by buildPlan
+  /// Per rank, the arena bytes sized by the largest step's rows (the
+  /// activations, the row-sized shared scratch and the op-local region),
+  /// and that step's rows; filled by buildPlan.
+  std::vector<uint64_t> rowBytesOfRank;
+  uint64_t planMaxTokens = 0;
 
   LogicalResult checkBudget(ModuleOp module, gp::Plan &plan) {
     constexpr double kGiB = 1024.0 * 1024 * 1024;
@@ -2903,6 +2914,11 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
           b.getNamedAttr("context", b.getI64IntegerAttr(contextBytes)),
           b.getNamedAttr("kv_rows", b.getI64IntegerAttr(rowBytes)),
           b.getNamedAttr("mtp", b.getI64IntegerAttr(mtpBytes)),
+          b.getNamedAttr("step_rows",
+                         b.getI64IntegerAttr(
+                             size_t(r.rank) < rowBytesOfRank.size()
+                                 ? rowBytesOfRank[size_t(r.rank)]
+                                 : 0)),
       }));
       if (budget && r.arenaBytes > budget)
         over += llvm::formatv("\n  rank {0} needs {1:F2} GiB (weights "
@@ -2920,6 +2936,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
             b.getNamedAttr("budget", b.getI64IntegerAttr(budget)),
             b.getNamedAttr("max_context",
                            b.getI64IntegerAttr(plan.model.maxContext)),
+            b.getNamedAttr("max_tokens", b.getI64IntegerAttr(planMaxTokens)),
             b.getNamedAttr("ranks", b.getArrayAttr(perRank)),
         }));
     if (over.empty())
@@ -2983,6 +3000,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
   gp::Plan buildPlan(ModuleOp module, PackOp pack, func::FuncOp step,
                      const glmc::BindingTable &table) {
     gp::Plan plan;
+    rowBytesOfRank.clear();
     plan.compilerVersion = gp::kCompilerVersion;
     plan.configHash = pack.getConfigHash().str();
     plan.manifestHash = pack.getManifestHash().str();
@@ -3293,10 +3311,13 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         if (auto offs = op.getAttrOfType<DenseI64ArrayAttr>("glm.arena"))
           for (auto [res, off] : llvm::zip(op.getResults(), offs.asArrayRef()))
             valueBuffer(res, off);
-      RankState st{rp, bufferOf, {}, {}, {}, 0, maxTokens, m.maxContext};
+      RankState st{rp, bufferOf};
+      st.maxTokens = maxTokens;
+      st.maxContext = m.maxContext;
       st.contextScratch = &contextScratch;
       for (const gp::BufferDef &bd : rp.buffers)
         st.top = std::max(st.top, bd.arenaOffset + bd.bytes);
+      const uint64_t activationEnd = st.top;
       ArrayAttr roles = pack.getRoles();
       for (auto [wb, b] : llvm::zip(rp.weights, use.bindings)) {
         st.weightOffset.try_emplace(wb.tensor, wb.bufferOffset);
@@ -3387,6 +3408,9 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
         rp.graphs.push_back(buildGraph(module, symbols, body, bk, use,
                                        kernelIndex, plan, layers, st, i, r));
       st.finishOpLocal();
+      rowBytesOfRank.push_back(activationEnd - actBase + st.rowScratch +
+                               st.opLocalBytes);
+      planMaxTokens = maxTokens;
       plan.ranks.push_back(std::move(rp));
     }
     return plan;

@@ -108,6 +108,30 @@ for (r, gib, human), rank, at in zip(found, d["ranks"], arena_text):
 print("budget lines match glmc inspect:", [(r, human) for r, _, human in found])
 PY
 
+# (d) Smaller prefill chunks: with a budget between the arenas of the
+# plan with 16- and 256-token chunks and of the one with 16-token chunks
+# only, the refusal offers --prefill-chunks 16, which compiles as pasted.
+arena_of() {
+  glmc compile tiny --manifest mixed --sparks 2 --no-nvrtc --memory-per-spark 0 \
+    --prefill-chunks "$1" -o chunks.glmplan 2> /dev/null
+  glmc inspect chunks.glmplan --format json | python3 -c \
+    "import json, sys; print(max(r['memory']['arena'] for r in json.load(sys.stdin)['ranks']))"
+}
+big=$(arena_of 16,256); small=$(arena_of 16)
+[ "$small" -lt "$big" ] || fail "16-token chunks take no less memory ($small) than 16,256 ($big)"
+mid=$(python3 -c "print(f'{($big + $small) / 2 / 2**30:.12f}')")
+chunked="glmc compile tiny --manifest mixed --sparks 2 --no-nvrtc --memory-per-spark $mid --prefill-chunks 16,256 -o mid.glmplan"
+if $chunked 2> mid.txt; then
+  fail "a budget under the 256-token chunk plan's arena was accepted"
+fi
+cat mid.txt
+grep -q "smaller prefill chunks (at most 16 tokens a chunk)" mid.txt
+fix=$(grep -A1 "smaller prefill chunks" mid.txt | sed -n 2p | sed 's/^    //')
+[ "$fix" = "glmc compile tiny --manifest mixed --sparks 2 --no-nvrtc --memory-per-spark $mid -o mid.glmplan --prefill-chunks 16" ] \
+  || fail "unexpected command: $fix"
+paste_run "$fix" 2> /dev/null
+glmc inspect mid.glmplan > mid.inspect.txt
+
 # glm-engine's refusals print re-plan commands that work as pasted.
 if command -v glm-engine > /dev/null; then
   glmc compile tiny --manifest mixed --sparks 2 --no-nvrtc --max-context 512 \
