@@ -213,6 +213,23 @@ struct ExpertTables {
   std::string digits; // widths present, ascending ("234")
 };
 
+/// Scratch rows that only one op's launches use, each op writing them
+/// before reading them, so that all ops share one region of them
+/// (RankState::opLocalBuffer): a MoE layer's gathered rows, sums and
+/// rotated input; an attention's absorbed queries, context and weights
+/// (decode and prefill); the indexer's queries, keys, scores and flags; a
+/// dense MLP's gate, up and activation; a trellis GEMV's rotated input and
+/// raw output. Not here: what a later op reads (dsa_sel), what must keep
+/// its contents between launches (counters, tables), the rest (small).
+static bool opLocalScratch(const std::string &name) {
+  static const std::set<std::string> kNames = {
+      "moe_x",     "moe_zgu",   "moe_act",   "moe_zd",      "expert_xh",
+      "mla_qabs",  "mla_ctx",   "mla_p",     "mla_prefill_p", "indexer_q",
+      "indexer_k", "dsa_score", "dsa_flags", "mlp_gate",    "mlp_up",
+      "mlp_act",   "trellis_xh", "trellis_z"};
+  return kNames.count(name.substr(0, name.find('.'))) > 0;
+}
+
 /// Per-rank state shared by the graphs: buffers of values, where each
 /// weight tensor starts in the weight buffer, KV buffers per layer and the
 /// scratch buffers kernels need between launches.
@@ -318,7 +335,28 @@ struct RankState {
   int opLocalVersions = 0;            // names of re-placed copies
 
   /// A new op's emission starts: its op-local buffers may reuse any bytes.
-  void beginOp() { opLocalInUse.clear(); }
+  void beginOp() {
+    if (!opLocalInUse.empty())
+      opLocalSets.push_back(opLocalInUse);
+    opLocalInUse.clear();
+  }
+  std::vector<std::vector<uint32_t>> opLocalSets; // each op's, in order
+
+  /// The region's bytes that scale with max_context, for the budget
+  /// refusal's estimate: what the region holds beyond the most any op needs
+  /// of buffers that do not (`context`: names of context-sized scratch).
+  uint64_t opLocalContextBytes(const std::set<std::string> &context) {
+    beginOp(); // the last op's set
+    uint64_t fixed = 0;
+    for (const std::vector<uint32_t> &set : opLocalSets) {
+      uint64_t n = 0;
+      for (uint32_t b : set)
+        if (!context.count(rp.buffers[b].name))
+          n += rp.buffers[b].bytes;
+      fixed = std::max(fixed, n);
+    }
+    return opLocalBytes > fixed ? opLocalBytes - fixed : 0;
+  }
 
   bool overlapsInUse(uint64_t off, uint64_t bytes, uint32_t self) const {
     for (uint32_t u : opLocalInUse) {
@@ -596,21 +634,14 @@ private:
   /// step, or of `rows` when given: a larger step then gets its own).
   gp::ArgDef scratchRows(const std::string &name, uint64_t perRow,
                          const std::string &label, int64_t rows = 0) {
+    const uint64_t bytes = perRow * uint64_t(rows > 0 ? rows : st.maxTokens);
+    if (opLocalScratch(name))
+      return bufferArg(st.opLocalBuffer(name, bytes), label, perRow);
     const size_t before = st.rp.buffers.size();
-    const uint32_t b = st.scratchBuffer(
-        name, perRow * uint64_t(rows > 0 ? rows : st.maxTokens));
+    const uint32_t b = st.scratchBuffer(name, bytes);
     if (rows <= 0 && st.rp.buffers.size() > before)
       st.rowScratch += st.rp.buffers[b].bytes;
     return bufferArg(b, label, perRow);
-  }
-  /// An op-local scratch row buffer (RankState::opLocalBuffer): what only
-  /// this op's launches use, written before it is read.
-  gp::ArgDef opLocalRows(const std::string &name, uint64_t perRow,
-                         const std::string &label, int64_t rows = 0) {
-    return bufferArg(
-        st.opLocalBuffer(name, perRow * uint64_t(rows > 0 ? rows
-                                                          : st.maxTokens)),
-        label, perRow);
   }
   /// Kernel `k` ends a sum over rank-owned units in int64 (sum =
   /// fixed_out): its output rows of n int64 go to the fixed-sum scratch the
@@ -634,12 +665,9 @@ private:
   /// A scratch row buffer of `perContextToken` bytes per token of
   /// max_context per token of the step (selections, scores, flags).
   gp::ArgDef contextRows(const std::string &name, uint64_t perContextToken,
-                         const std::string &label, int64_t rows = 0,
-                         bool opLocal = false) {
+                         const std::string &label, int64_t rows = 0) {
     const uint64_t ctx = std::max<int64_t>(st.maxContext, 1);
-    gp::ArgDef a = opLocal
-                       ? opLocalRows(name, perContextToken * ctx, label, rows)
-                       : scratchRows(name, perContextToken * ctx, label, rows);
+    gp::ArgDef a = scratchRows(name, perContextToken * ctx, label, rows);
     if (st.contextScratch)
       st.contextScratch->insert(st.rp.buffers[a.buffer].name);
     return a;
@@ -1170,8 +1198,8 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
         skOf(kt) ? roleArg(at.getKvB(), skOf(kt) == 3 ? "e8m0" : "scale",
                            "scale")
                  : runtimeArg("null");
-    const gp::ArgDef qabs = opLocalRows("mla_qabs", H * kvr * 4, "qabsAll");
-    const gp::ArgDef ctxv = opLocalRows("mla_ctx", H * kvr * 4, "ctxAll");
+    const gp::ArgDef qabs = scratchRows("mla_qabs", H * kvr * 4, "qabsAll");
+    const gp::ArgDef ctxv = scratchRows("mla_ctx", H * kvr * 4, "ctxAll");
     // mla_rows16's fp16 rows of max_context tokens (one buffer, reused by
     // every layer: each layer's mla_prefill reads what its mla_rows16 just
     // wrote).
@@ -1270,9 +1298,8 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
         pStride = std::min<int64_t>(ctx, P == 1 ? k : (k + 1) * P);
       }
       gp::ArgDef p = pStride == ctx
-                         ? contextRows("mla_prefill_p", H * 4, "pAll", 0,
-                                       /*opLocal=*/true)
-                         : opLocalRows("mla_prefill_p", uint64_t(H) * 4 *
+                         ? contextRows("mla_prefill_p", H * 4, "pAll")
+                         : scratchRows("mla_prefill_p", uint64_t(H) * 4 *
                                                             uint64_t(pStride),
                                        "pAll");
       a = {in(op, 0, "qAll"), named(qabs, "qabsAll"),
@@ -1315,10 +1342,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
     const gp::ArgDef keys =
         bufferArg(st.keysOf.count(layer) ? st.keysOf[layer] : 0, "keys");
     const gp::ArgDef qi = scratchRows("indexer_q", nh * hd * 4, "qi");
-    // Scores and flags: the indexer's own (the selection it leaves in
-    // dsa_sel is what later ops read).
-    const gp::ArgDef score = contextRows("dsa_score", 8, "score", 0,
-                                         /*opLocal=*/true);
+    const gp::ArgDef score = contextRows("dsa_score", 8, "score");
     // The k-pool (P > 1): keys are pooled keys, candidates whole pools.
     const int64_t P = ix.getKpool();
     if (f == "rope_rows") {
@@ -1364,7 +1388,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
       a = {named(score, "scoreAll"),
            posA,
            i32Arg(ix.getTopk() / P, "k"),
-           contextRows("dsa_flags", 4, "flagsAll", 0, /*opLocal=*/true),
+           contextRows("dsa_flags", 4, "flagsAll"),
            sel("selAll"),
            nsel("nsel"),
            i32Arg(ctx, "maxCtx")};
@@ -1745,10 +1769,10 @@ void ArgBuilder::buildGroupedMoeLaunch(const gp::KernelDef &k, Operation &op,
   gp::ArgDef xh = scratchRows("expert_xh", hidden * 4, "xh");
   gp::ArgDef order = scratchRows("moe_order", U * 4, "order");
   gp::ArgDef entryOf = scratchRows("moe_entry_of", U * 4, "entry_of");
-  gp::ArgDef X = opLocalRows("moe_x", U * 2 * hidden * 2, "X");
-  gp::ArgDef zgu = opLocalRows("moe_zgu", U * 2 * kPitch * 4, "Zgu");
-  gp::ArgDef act = opLocalRows("moe_act", U * kPitch * 2, "act");
-  gp::ArgDef zd = opLocalRows("moe_zd", U * hidden * 4, "zd");
+  gp::ArgDef X = scratchRows("moe_x", U * 2 * hidden * 2, "X");
+  gp::ArgDef zgu = scratchRows("moe_zgu", U * 2 * kPitch * 4, "Zgu");
+  gp::ArgDef act = scratchRows("moe_act", U * kPitch * 2, "act");
+  gp::ArgDef zd = scratchRows("moe_zd", U * hidden * 4, "zd");
   const uint64_t guBytes = uint64_t(NBmax) * 2 * H * 32;
   const uint64_t downBytes = uint64_t(NBmax) * H * 32;
   gp::ArgDef guItems =
@@ -2874,6 +2898,9 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
   /// activations, the row-sized shared scratch and the op-local region),
   /// and that step's rows; filled by buildPlan.
   std::vector<uint64_t> rowBytesOfRank;
+  /// Per rank, the op-local region's bytes that scale with max_context
+  /// (RankState::opLocalContextBytes); filled by buildPlan.
+  std::vector<uint64_t> localContextOfRank;
   uint64_t planMaxTokens = 0;
 
   LogicalResult checkBudget(ModuleOp module, gp::Plan &plan) {
@@ -2887,10 +2914,17 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       // Bytes that grow with max_context: the KV cache (latent rows and
       // index keys) and the scratch rows of max_context entries per token
       // of the largest step (DSA selections, scores, attention weights).
-      uint64_t contextBytes = 0, mtpBytes = 0, rowBytes = 0;
+      // Op-local scratch shares one region: its context share counts once.
+      uint64_t contextBytes = size_t(r.rank) < localContextOfRank.size()
+                                  ? localContextOfRank[size_t(r.rank)]
+                                  : 0,
+               mtpBytes = 0, rowBytes = 0;
       for (const gp::BufferDef &bd : r.buffers) {
+        const bool opLocal =
+            bd.kind == gp::BufferKind::Scratch && bd.name.rfind("scratch.", 0) == 0 &&
+            opLocalScratch(bd.name.substr(8));
         if (bd.kind == gp::BufferKind::KvCache ||
-            contextScratch.count(bd.name))
+            (contextScratch.count(bd.name) && !opLocal))
           contextBytes += bd.bytes;
         // The latent rows and index keys: what --kv-dtype stores.
         if (bd.kind == gp::BufferKind::KvCache &&
@@ -3001,6 +3035,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
                      const glmc::BindingTable &table) {
     gp::Plan plan;
     rowBytesOfRank.clear();
+    localContextOfRank.clear();
     plan.compilerVersion = gp::kCompilerVersion;
     plan.configHash = pack.getConfigHash().str();
     plan.manifestHash = pack.getManifestHash().str();
@@ -3410,6 +3445,7 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       st.finishOpLocal();
       rowBytesOfRank.push_back(activationEnd - actBase + st.rowScratch +
                                st.opLocalBytes);
+      localContextOfRank.push_back(st.opLocalContextBytes(contextScratch));
       planMaxTokens = maxTokens;
       plan.ranks.push_back(std::move(rp));
     }
