@@ -12,7 +12,6 @@ import json
 import math
 import os
 import re
-import socket
 import subprocess
 
 import openai
@@ -22,28 +21,27 @@ from conftest import find_binary
 from server_fixture import ServerProcess
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 KEY = "secret-2"
 
 
-def serve_cmd(engine, plan, pack, port, port_file, flags, env=""):
-    # The server prints its address; a small wrapper writes the port file
-    # once /health answers (by rename, so no reader sees it half written),
-    # and exits with the server's status.
+def serve_cmd(engine, plan, pack, log, port_file, flags, env=""):
+    # The server takes a free port itself (--port 0; a port picked here and
+    # released could be taken by another test's socket before the server
+    # binds it) and prints it; a small wrapper reads it from the server's
+    # log (the command's own output, `log`), writes the port file once
+    # /health answers (by rename, so no reader sees it half written), and
+    # exits with the server's status.
     return ["bash", "-c",
             f'{env} "{engine}" serve "{plan}" --pack "{pack}" '
-            f'--backend cpu --host 127.0.0.1 --port {port} {flags} & '
+            f'--backend cpu --host 127.0.0.1 --port 0 {flags} & '
             f'pid=$!; trap "kill -TERM $pid; wait $pid; exit \\$?" TERM; '
             f'for i in $(seq 1200); do '
-            f'if python3 -c "import urllib.request as u; '
-            f"u.urlopen('http://127.0.0.1:{port}/health', "
+            f"port=$(sed -n 's|^glm serve: listening on http://127.0.0.1:"
+            f"\\([0-9][0-9]*\\) .*|\\1|p' \"{log}\" | head -n 1); "
+            f'if [ -n "$port" ] && python3 -c "import urllib.request as u; '
+            f"u.urlopen('http://127.0.0.1:$port/health', "
             f'timeout=2)" 2>/dev/null; then '
-            f'echo {port} > "{port_file}.tmp" && '
+            f'echo $port > "{port_file}.tmp" && '
             f'mv "{port_file}.tmp" "{port_file}"; break; fi; '
             f'kill -0 $pid || exit 1; sleep 0.1; done; wait $pid']
 
@@ -74,12 +72,12 @@ def tiny(scratch):
 @pytest.fixture(scope="module")
 def engine_server(tiny):
     engine, d, pack, plan = tiny
-    port = free_port()
+    log = os.path.join(d, "server.log")
     port_file = os.path.join(d, "port")
-    s = ServerProcess(serve_cmd(engine, plan, pack, port, port_file,
+    s = ServerProcess(serve_cmd(engine, plan, pack, log, port_file,
                                 "--served-model-name tiny tiny-alias",
                                 env=f"GLMC_API_KEY=secret-1,{KEY}"),
-                      port_file, os.path.join(d, "server.log"))
+                      port_file, log)
     yield s
     s.stop()
 
@@ -390,12 +388,12 @@ def test_chat_template_and_max_model_len_flags(tiny, scratch):
     # the text it renders.
     tpl = os.path.join(d, "fixed.jinja")
     open(tpl, "w").write("{{ 'The quick brown fox' }}")
-    port = free_port()
+    log = os.path.join(d, "server2.log")
     port_file = os.path.join(d, "port2")
-    s = ServerProcess(serve_cmd(engine, plan, pack, port, port_file,
+    s = ServerProcess(serve_cmd(engine, plan, pack, log, port_file,
                                 f'--chat-template "{tpl}" '
                                 f'--max-model-len 48'),
-                      port_file, os.path.join(d, "server2.log"))
+                      port_file, log)
     try:
         c = openai.OpenAI(base_url=s.base + "/v1", api_key="none",
                           timeout=300, max_retries=0)
@@ -429,10 +427,10 @@ def test_chat_template_and_max_model_len_flags(tiny, scratch):
         assert path in r.stderr.decode(errors="replace")
 
 
-def launch_serve_cmd(engine, plan, pack, port, port_file):
+def launch_serve_cmd(engine, plan, pack, log, port_file):
     """`glm-engine launch --sparks 2 serve`: one process per rank, rank 0
     answering HTTP (serve_cmd's wrapper around another command line)."""
-    cmd = serve_cmd(engine, plan, pack, port, port_file, "")
+    cmd = serve_cmd(engine, plan, pack, log, port_file, "")
     cmd[2] = cmd[2].replace(f'"{engine}" serve',
                             f'"{engine}" launch --sparks 2 serve', 1)
     return cmd
@@ -458,11 +456,11 @@ def test_two_rank_processes_serve_like_one(tiny, scratch, client):
     msgs = [{"role": "user", "content": "Hello there"}]
 
     def start(name):
-        port = free_port()
+        log = os.path.join(d, f"{name}.log")
         port_file = os.path.join(d, f"port-{name}")
-        return ServerProcess(launch_serve_cmd(engine, plan2, pack, port,
+        return ServerProcess(launch_serve_cmd(engine, plan2, pack, log,
                                               port_file),
-                             port_file, os.path.join(d, f"{name}.log"))
+                             port_file, log)
 
     s = start("tp2")
     try:
@@ -536,12 +534,12 @@ def test_reasoning_parser_none_keeps_thinking_in_content(tiny, client):
     ref_reasoning = getattr(ref.choices[0].message, "reasoning_content",
                             None) or ""
     assert ref_reasoning, "the tiny template no longer opens <think>"
-    port = free_port()
+    log = os.path.join(d, "noparse.log")
     port_file = os.path.join(d, "port-noparse")
-    s = ServerProcess(serve_cmd(engine, plan, pack, port, port_file,
+    s = ServerProcess(serve_cmd(engine, plan, pack, log, port_file,
                                 "--served-model-name tiny "
                                 "--reasoning-parser none"),
-                      port_file, os.path.join(d, "noparse.log"))
+                      port_file, log)
     try:
         c = openai.OpenAI(base_url=s.base + "/v1", api_key="none",
                           timeout=300, max_retries=0)
@@ -620,11 +618,10 @@ def test_continuous_batching_load(tiny, scratch, paged):
         return text
 
     def start(name, flags):
-        port = free_port()
+        log = os.path.join(d, f"{name}-{paged}.log")
         port_file = os.path.join(d, f"port-{name}-{paged}")
-        return ServerProcess(serve_cmd(engine, plan8, pack, port, port_file,
-                                       flags), port_file,
-                             os.path.join(d, f"{name}-{paged}.log"))
+        return ServerProcess(serve_cmd(engine, plan8, pack, log, port_file,
+                                       flags), port_file, log)
 
     solo = start("solo", "--no-access-log")
     try:
