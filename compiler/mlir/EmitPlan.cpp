@@ -317,22 +317,21 @@ struct RankState {
     scratch[name] = index;
     return index;
   }
-
-  // ------------------------------------------------ op-local scratch ----
-  // Rows that one op's launches write before they read them and that no
-  // later op reads (a MoE layer's gathered rows and partial sums, an
-  // attention's absorbed queries, context and probabilities). Ops run one
-  // after another, so the op-local buffers of all ops share one region
-  // after the other scratch, each op's own placed apart from each other.
-  // Offsets are region-relative until finishOpLocal.
   /// Bytes of shared scratch sized by the largest step's rows (the budget
   /// refusal's estimate for smaller --prefill-chunks).
   uint64_t rowScratch = 0;
 
-  std::vector<uint32_t> opLocalInUse; // the op being emitted
-  std::vector<uint32_t> opLocal;      // every op-local buffer
-  uint64_t opLocalBytes = 0;          // the region's size
-  int opLocalVersions = 0;            // names of re-placed copies
+  // ------------------------------------------------ op-local scratch ----
+  // Rows that one op's launches write before they read them and that no
+  // later op reads (opLocalScratch names them). Ops run one after another,
+  // so the op-local buffers of all ops share one region after the other
+  // scratch, each op's own placed apart from each other. Offsets are
+  // region-relative until finishOpLocal.
+  std::vector<uint32_t> opLocalInUse;             // the op being emitted
+  std::vector<std::vector<uint32_t>> opLocalSets; // each earlier op's
+  std::vector<uint32_t> opLocal;                  // every op-local buffer
+  uint64_t opLocalBytes = 0;                      // the region's size
+  int opLocalVersions = 0; // names of copies placed apart from an earlier one
 
   /// A new op's emission starts: its op-local buffers may reuse any bytes.
   void beginOp() {
@@ -340,7 +339,6 @@ struct RankState {
       opLocalSets.push_back(opLocalInUse);
     opLocalInUse.clear();
   }
-  std::vector<std::vector<uint32_t>> opLocalSets; // each op's, in order
 
   /// The region's bytes that scale with max_context, for the budget
   /// refusal's estimate: what the region holds beyond the most any op needs
@@ -2915,14 +2913,14 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
       // index keys) and the scratch rows of max_context entries per token
       // of the largest step (DSA selections, scores, attention weights).
       // Op-local scratch shares one region: its context share counts once.
-      uint64_t contextBytes = size_t(r.rank) < localContextOfRank.size()
-                                  ? localContextOfRank[size_t(r.rank)]
-                                  : 0,
-               mtpBytes = 0, rowBytes = 0;
+      const size_t ri = size_t(r.rank);
+      uint64_t contextBytes =
+          ri < localContextOfRank.size() ? localContextOfRank[ri] : 0;
+      uint64_t mtpBytes = 0, rowBytes = 0;
       for (const gp::BufferDef &bd : r.buffers) {
-        const bool opLocal =
-            bd.kind == gp::BufferKind::Scratch && bd.name.rfind("scratch.", 0) == 0 &&
-            opLocalScratch(bd.name.substr(8));
+        const bool opLocal = bd.kind == gp::BufferKind::Scratch &&
+                             bd.name.rfind("scratch.", 0) == 0 &&
+                             opLocalScratch(bd.name.substr(8));
         if (bd.kind == gp::BufferKind::KvCache ||
             (contextScratch.count(bd.name) && !opLocal))
           contextBytes += bd.bytes;
@@ -2949,10 +2947,9 @@ struct EmitPlan : glmc::impl::GlmEmitPlanBase<EmitPlan> {
           b.getNamedAttr("kv_rows", b.getI64IntegerAttr(rowBytes)),
           b.getNamedAttr("mtp", b.getI64IntegerAttr(mtpBytes)),
           b.getNamedAttr("step_rows",
-                         b.getI64IntegerAttr(
-                             size_t(r.rank) < rowBytesOfRank.size()
-                                 ? rowBytesOfRank[size_t(r.rank)]
-                                 : 0)),
+                         b.getI64IntegerAttr(ri < rowBytesOfRank.size()
+                                                 ? rowBytesOfRank[ri]
+                                                 : 0)),
       }));
       if (budget && r.arenaBytes > budget)
         over += llvm::formatv("\n  rank {0} needs {1:F2} GiB (weights "
