@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -197,33 +198,34 @@ addrinfo *resolve(const std::string &host, int port, bool passive) {
 } // namespace
 
 void parseHostPort(const std::string &s, std::string &host, int &port,
-                   const char *what) {
+                   const char *what, bool allowZero) {
   size_t colon = s.rfind(':');
   check(colon != std::string::npos && colon > 0 && colon + 1 < s.size(),
         what, " \"", s, "\": expected HOST:PORT, e.g. 10.0.0.1:29400");
   host = s.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);
-  port = (int)parseIntIn(s.substr(colon + 1), 1, 65535,
+  port = (int)parseIntIn(s.substr(colon + 1), allowZero ? 0 : 1, 65535,
                          std::string(what) + " \"" + s + "\": the port");
 }
 
-int pickFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+int listenLoopback(int &port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   check(fd >= 0, "cannot create a socket: ", std::strerror(errno));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
+  a.sin_port = htons(uint16_t(port));
   socklen_t len = sizeof a;
-  if (bind(fd, (sockaddr *)&a, sizeof a) != 0 ||
+  if (bind(fd, (sockaddr *)&a, sizeof a) != 0 || listen(fd, 128) != 0 ||
       getsockname(fd, (sockaddr *)&a, &len) != 0) {
     int e = errno;
     close(fd);
-    fail("cannot find a free port on 127.0.0.1: ", std::strerror(e));
+    fail("cannot listen on 127.0.0.1:", port, ": ", std::strerror(e),
+         port ? "; choose another --port (or none: a free one)" : "");
   }
-  close(fd);
-  return ntohs(a.sin_port);
+  port = ntohs(a.sin_port);
+  return fd;
 }
 
 TcpHostComm::TcpHostComm(const TcpConfig &c)
@@ -252,26 +254,67 @@ std::unique_ptr<TcpHostComm> TcpHostComm::join(const TcpConfig &c) {
 void TcpHostComm::joinAsRoot() {
   std::string host;
   int port = 0;
-  parseHostPort(cfg_.coordinator, host, port);
-  addrinfo *res = resolve(host, port, true);
+  parseHostPort(cfg_.coordinator, host, port, "--coordinator",
+                /*allowZero=*/cfg_.listenFd < 0);
   int lfd = -1;
-  std::string bindErr;
-  for (addrinfo *a = res; a && lfd < 0; a = a->ai_next) {
-    int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd < 0)
-      continue;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0) {
-      lfd = fd;
-    } else {
-      bindErr = std::strerror(errno);
-      close(fd);
+  if (cfg_.listenFd >= 0) {
+    // launch's socket: it must be listening on the coordinator's port.
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    int accepting = 0;
+    socklen_t alen = sizeof accepting;
+    const bool ok =
+        getsockname(cfg_.listenFd, (sockaddr *)&a, &len) == 0 &&
+        getsockopt(cfg_.listenFd, SOL_SOCKET, SO_ACCEPTCONN, &accepting,
+                   &alen) == 0 &&
+        accepting &&
+        (a.ss_family == AF_INET
+             ? ntohs(((sockaddr_in *)&a)->sin_port)
+             : ntohs(((sockaddr_in6 *)&a)->sin6_port)) == port;
+    check(ok, "rank 0: ", kCoordinatorFdEnv, "=", cfg_.listenFd,
+          " is not a socket listening on ", cfg_.coordinator,
+          " (it is set by `glm-engine launch` for the rank 0 it starts; "
+          "unset it when starting a rank by hand)");
+    lfd = cfg_.listenFd;
+  } else {
+    addrinfo *res = resolve(host, port, true);
+    std::string bindErr;
+    for (addrinfo *a = res; a && lfd < 0; a = a->ai_next) {
+      int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC,
+                      a->ai_protocol);
+      if (fd < 0)
+        continue;
+      int one = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 128) == 0) {
+        lfd = fd;
+      } else {
+        bindErr = std::strerror(errno);
+        close(fd);
+      }
+    }
+    freeaddrinfo(res);
+    check(lfd >= 0, "rank 0 cannot listen on ", cfg_.coordinator, ": ",
+          bindErr, "; choose a free port of this host in --coordinator");
+    if (port == 0) {
+      // The system's choice: the other ranks need it, so say it.
+      sockaddr_storage a{};
+      socklen_t len = sizeof a;
+      check(getsockname(lfd, (sockaddr *)&a, &len) == 0,
+            "rank 0: cannot read the port it listens on: ",
+            std::strerror(errno));
+      port = a.ss_family == AF_INET ? ntohs(((sockaddr_in *)&a)->sin_port)
+                                    : ntohs(((sockaddr_in6 *)&a)->sin6_port);
+      const bool v6 = host.find(':') != std::string::npos;
+      cfg_.coordinator =
+          (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+      std::fprintf(stderr,
+                   "glm-engine rank 0: coordinator listening on %s (start "
+                   "the other ranks with --coordinator %s)\n",
+                   cfg_.coordinator.c_str(), cfg_.coordinator.c_str());
+      std::fflush(stderr);
     }
   }
-  freeaddrinfo(res);
-  check(lfd >= 0, "rank 0 cannot listen on ", cfg_.coordinator, ": ",
-        bindErr, "; choose a free port of this host in --coordinator");
 
   std::vector<int> joined; // ranks
   auto refuseAll = [&](const std::string &msg) {
@@ -359,7 +402,10 @@ void TcpHostComm::joinAsRoot() {
 void TcpHostComm::joinAsPeer() {
   std::string host;
   int port = 0;
-  parseHostPort(cfg_.coordinator, host, port);
+  parseHostPort(cfg_.coordinator, host, port, "--coordinator", true);
+  check(port != 0, "rank ", rank_, ": --coordinator ", cfg_.coordinator,
+        " has port 0, which only rank 0 may take (it then prints the port "
+        "it listens on); give the other ranks that port");
   const int64_t deadline = nowNs() + secondsToNs(cfg_.joinTimeout);
   std::string lastErr = "no attempt";
   int fd = -1;

@@ -45,15 +45,26 @@ struct TcpConfig {
   std::string planLabel;    // names what was hashed, for refusal messages
   double timeout = 30;      // seconds without a sign of life = dead peer
   double joinTimeout = 300; // seconds rank 0 waits for all ranks to join
+  /// Rank 0 only: a socket already listening on the coordinator's port
+  /// (`glm-engine launch` binds it before starting the ranks and hands it
+  /// to rank 0, so no other socket can take the port in between); -1:
+  /// rank 0 binds the coordinator address itself.
+  int listenFd = -1;
 };
 
-/// Splits "HOST:PORT" (HOST may be a name, an IPv4 address or [IPv6]);
-/// throws Error naming `what` on a malformed value.
-void parseHostPort(const std::string &s, std::string &host, int &port,
-                   const char *what = "--coordinator");
+/// The environment variable through which launch hands rank 0 its
+/// listening socket (a file descriptor number).
+inline constexpr const char *kCoordinatorFdEnv = "GLM_COORDINATOR_FD";
 
-/// A free TCP port on 127.0.0.1 (bound and released; launch passes it on).
-int pickFreePort();
+/// Splits "HOST:PORT" (HOST may be a name, an IPv4 address or [IPv6]);
+/// throws Error naming `what` on a malformed value. Port 0 (rank 0 listens
+/// on a port the system picks and prints it) only with allowZero.
+void parseHostPort(const std::string &s, std::string &host, int &port,
+                   const char *what = "--coordinator", bool allowZero = false);
+
+/// A socket listening on 127.0.0.1:port (0: a free port, which `port` then
+/// holds), close-on-exec. The caller owns it.
+int listenLoopback(int &port);
 
 class TcpHostComm : public HostComm {
 public:

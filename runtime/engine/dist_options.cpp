@@ -5,12 +5,14 @@
 #include "runtime/base/cli_numbers.h"
 #include "runtime/base/files.h"
 #include "runtime/base/hash.h"
+#include "runtime/base/numbers.h"
 #include "runtime/dist/nccl_comm.h"
 #include "runtime/dist/tcp_comm.h"
 #include "runtime/engine/setup.h"
 
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <unistd.h>
 
@@ -36,7 +38,8 @@ void addDistOptions(CLI::App &sub, DistOptions &o) {
       ->group(group);
   sub.add_option("--coordinator", o.coordinator,
                  "HOST:PORT where rank 0 listens and the others connect "
-                 "(e.g. 10.0.0.1:29400; needed with --world > 1)")
+                 "(e.g. 10.0.0.1:29400; needed with --world > 1). Rank 0 "
+                 "takes HOST:0 as a free port and prints it")
       ->group(group);
   sub.add_option("--rank-timeout", o.rankTimeout,
                  "Seconds without a sign of life after which a peer rank "
@@ -117,6 +120,8 @@ int runAsRank(const DistOptions &d, EngineOptions &engine,
   tc.coordinator = d.coordinator;
   tc.timeout = d.rankTimeout;
   tc.joinTimeout = d.joinTimeout;
+  if (const char *fd = std::getenv(dist::kCoordinatorFdEnv); fd && d.rank == 0)
+    tc.listenFd = int(parseIntIn(fd, 0, 1 << 20, dist::kCoordinatorFdEnv));
   planIdentity(engine, tc.planHash, tc.planLabel);
   std::unique_ptr<dist::TcpHostComm> comm = dist::TcpHostComm::join(tc);
   engine.hostComm = comm.get();

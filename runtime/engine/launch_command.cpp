@@ -222,7 +222,10 @@ int launch(LaunchOptions o, std::vector<std::string> fwd) {
       checkCpuBackendMemory(*pack, n);
   }
   const std::string exe = selfExe();
-  const int port = o.port > 0 ? o.port : dist::pickFreePort();
+  // launch listens for rank 0 and hands it the socket: a port picked,
+  // released and passed on could be taken by another socket in between.
+  int port = o.port;
+  const int listenFd = dist::listenLoopback(port);
   const std::string coord = "127.0.0.1:" + std::to_string(port);
 
   struct sigaction sa {};
@@ -262,6 +265,12 @@ int launch(LaunchOptions o, std::vector<std::string> fwd) {
         dup2(null, 1);
       }
       dup2(pipeFds[1], 2);
+      if (r == 0) {
+        const int fd = dup(listenFd); // without close-on-exec
+        setenv(dist::kCoordinatorFdEnv, std::to_string(fd).c_str(), 1);
+      } else {
+        unsetenv(dist::kCoordinatorFdEnv);
+      }
       // NVLink multicast stays off (it is unavailable on the hosts we run).
       setenv("NCCL_NVLS_ENABLE", "0", 1);
       std::vector<char *> argv;
@@ -278,6 +287,7 @@ int launch(LaunchOptions o, std::vector<std::string> fwd) {
     close(pipeFds[1]);
     kids[r].errFd = pipeFds[0];
   }
+  close(listenFd); // rank 0 holds it now
 
   using Clock = std::chrono::steady_clock;
   int firstFailed = -1;

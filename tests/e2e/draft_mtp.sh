@@ -8,6 +8,7 @@
 # refuse --draft with what to do, and serve ranks started by hand with
 # different --draft settings stop at the first request.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/coordinator.sh"
 T=${GLM_TEST_TMP:-/tmp/glm-e2e-draft-mtp}
 rm -rf "$T" && mkdir -p "$T"
 
@@ -137,16 +138,16 @@ echo "serve --draft mtp: the plain server's greedy text and streamed tool call $
 
 # Serve ranks started by hand must draft alike: rank 1 without --draft
 # exits at the first request naming both settings, and rank 0 answers 503.
-p=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
 glm-engine serve "$T/hf2.glmplan" --pack "$T/hf" --port 0 --rank 0 --world 2 \
-  --coordinator 127.0.0.1:$p --join-timeout 120 --draft mtp --draft-tokens 3 \
+  --coordinator 127.0.0.1:0 --join-timeout 120 --draft mtp --draft-tokens 3 \
   > "$T/sr0.log" 2>&1 &
 r0=$!
+coord=$(coordinator_of "$T/sr0.log" $r0)
 glm-engine serve "$T/hf2.glmplan" --pack "$T/hf" --rank 1 --world 2 \
-  --coordinator 127.0.0.1:$p --join-timeout 120 > "$T/sr1.log" 2>&1 &
+  --coordinator "$coord" --join-timeout 120 > "$T/sr1.log" 2>&1 &
 r1=$!
 for _ in $(seq 1 300); do
-  grep -q "listening on" "$T/sr0.log" && break
+  grep -q "listening on http" "$T/sr0.log" && break
   kill -0 $r0 2> /dev/null || { cat "$T/sr0.log" "$T/sr1.log"; exit 1; }
   sleep 0.2
 done

@@ -24,6 +24,7 @@
 # Every refusal is one line "...: error: ..." and exit status 1 (CLI11 flag
 # errors: its own status, not 0).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib/coordinator.sh"
 T=${GLM_TEST_TMP:-/tmp/glm-e2e-hostile}
 rm -rf "$T" && mkdir -p "$T"
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -148,16 +149,15 @@ refused "signs.in: element 0" \
 echo "2. a sign that is not +-1: named by verify and refused at load"
 
 # 3. Ranks by hand must run one request.
-port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])"; }
 ranks() { # RANK0-ARGS -- RANK1-ARGS; sets rc0 rc1, output in $T/r0.* $T/r1.*
   local a=() b=()
   while [ "$1" != -- ]; do a+=("$1"); shift; done; shift; b=("$@")
-  local p; p=$(port)
-  glm-engine run "${PLAN:--}" --pack "$T/hf" --rank 0 --world 2 --coordinator 127.0.0.1:$p \
+  glm-engine run "${PLAN:--}" --pack "$T/hf" --rank 0 --world 2 --coordinator 127.0.0.1:0 \
     --join-timeout 120 "${a[@]}" > "$T/r0.out" 2> "$T/r0.err" &
   local p0=$!
+  local coord; coord=$(coordinator_of "$T/r0.err" $p0)
   rc1=0; rc0=0
-  glm-engine run "${PLAN:--}" --pack "$T/hf" --rank 1 --world 2 --coordinator 127.0.0.1:$p \
+  glm-engine run "${PLAN:--}" --pack "$T/hf" --rank 1 --world 2 --coordinator "$coord" \
     --join-timeout 120 "${b[@]}" > "$T/r1.out" 2> "$T/r1.err" || rc1=$?
   wait $p0 || rc0=$?
 }

@@ -12,6 +12,7 @@
 set -euo pipefail
 T=${GLM_TEST_TMP:-/tmp/glm-e2e-launch-cpu}
 ROOT=${GLM_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+source "$ROOT/tests/e2e/lib/coordinator.sh"
 rm -rf "$T" && mkdir -p "$T"
 
 # Prints "PROMPT_IDS NEW_TOKENS GENERATED..." of a golden.
@@ -144,13 +145,13 @@ mismatch() { # EXPECTED-TEXT RANK0-ARGS -- RANK1-ARGS
   local want=$1; shift
   local a=() b=()
   while [ "$1" != -- ]; do a+=("$1"); shift; done; shift; b=("$@")
-  local port
-  port=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); print(s.getsockname()[1])")
-  glm-engine run - --tokens 1,2 --rank 0 --coordinator 127.0.0.1:$port \
+  glm-engine run - --tokens 1,2 --rank 0 --coordinator 127.0.0.1:0 \
     --join-timeout 20 "${a[@]}" > /dev/null 2> "$T/m0.err" &
   local p0=$!
+  local coord
+  coord=$(coordinator_of "$T/m0.err" $p0)
   local rc1=0 rc0=0
-  glm-engine run - --tokens 1,2 --rank 1 --coordinator 127.0.0.1:$port \
+  glm-engine run - --tokens 1,2 --rank 1 --coordinator "$coord" \
     --join-timeout 20 "${b[@]}" > /dev/null 2> "$T/m1.err" || rc1=$?
   wait $p0 || rc0=$?
   [ $rc0 = 1 ] && [ $rc1 = 1 ] || { cat "$T/m0.err" "$T/m1.err"; exit 1; }

@@ -55,6 +55,8 @@ int childMain(int rank, int port, const std::string &mode) {
   tc.planLabel = "nccl test";
   tc.timeout = 10;
   tc.joinTimeout = 60;
+  if (const char *fd = std::getenv(dist::kCoordinatorFdEnv); fd && rank == 0)
+    tc.listenFd = std::atoi(fd);
   auto ctl = dist::TcpHostComm::join(tc);
   auto dc = dist::makeNcclDeviceComm(*ctl, rank, 120);
   cudaStream_t s;
@@ -166,7 +168,9 @@ int childMain(int rank, int port, const std::string &mode) {
 
 /// Runs the two ranks as processes; returns their exit statuses.
 std::vector<int> runRanks(const std::string &mode, std::string &log) {
-  const int port = dist::pickFreePort();
+  // Rank 0's socket listens before the ranks start, as launch does it.
+  int port = 0;
+  const int listenFd = dist::listenLoopback(port);
   std::vector<pid_t> pids;
   std::string logPath = "/tmp/glm_nccl_test_" + std::to_string(getpid());
   for (int r = 0; r < 2; ++r) {
@@ -176,6 +180,9 @@ std::vector<int> runRanks(const std::string &mode, std::string &log) {
       setenv("GLM_NCCL_TEST_RANK", std::to_string(r).c_str(), 1);
       setenv("GLM_NCCL_TEST_PORT", std::to_string(port).c_str(), 1);
       setenv("GLM_NCCL_TEST_MODE", mode.c_str(), 1);
+      if (r == 0)
+        setenv(dist::kCoordinatorFdEnv, std::to_string(dup(listenFd)).c_str(),
+               1);
       setenv("NCCL_NVLS_ENABLE", "0", 1);
       std::string out = logPath + "." + std::to_string(r);
       freopen(out.c_str(), "w", stderr);
@@ -185,6 +192,7 @@ std::vector<int> runRanks(const std::string &mode, std::string &log) {
     }
     pids.push_back(p);
   }
+  close(listenFd);
   // A hung rank must fail the test, not hang it: 90 s, then SIGKILL.
   std::vector<int> st(2);
   std::vector<bool> done(2, false);

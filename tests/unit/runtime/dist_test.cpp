@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -26,11 +27,22 @@ using namespace glm::rt::dist;
 
 namespace {
 
-TcpConfig config(int rank, int world, int port, double timeout = 10) {
+/// Rank 0's socket, listening before any rank starts (as `glm-engine
+/// launch` does): a port picked and released could be taken by another
+/// test's socket before rank 0 binds it. Rank 0's join closes it.
+struct Coordinator {
+  int port = 0;
+  int fd = listenLoopback(port);
+};
+
+TcpConfig config(int rank, int world, const Coordinator &co,
+                 double timeout = 10) {
   TcpConfig c;
   c.rank = rank;
   c.world = world;
-  c.coordinator = "127.0.0.1:" + std::to_string(port);
+  c.coordinator = "127.0.0.1:" + std::to_string(co.port);
+  if (rank == 0)
+    c.listenFd = co.fd;
   c.planHash = 42;
   c.planLabel = "plan A";
   c.timeout = timeout;
@@ -64,7 +76,8 @@ double secondsSince(std::chrono::steady_clock::time_point t0) {
 } // namespace
 
 TEST(Dist, AllGatherAndBarrierAcrossFourRanks) {
-  const int port = pickFreePort(), world = 4;
+  const Coordinator port;
+  const int world = 4;
   auto errors = onThreads(world, [&](int r) {
     auto comm = TcpHostComm::join(config(r, world, port));
     EXPECT_EQ(comm->rank(), r);
@@ -110,8 +123,50 @@ TEST(Dist, CoordinatorPortIsABoundedInteger) {
   }
 }
 
+TEST(Dist, PortZeroIsRankZerosAlone) {
+  // A peer cannot connect to "port 0": it is told where the port comes from.
+  TcpConfig c = config(1, 2, Coordinator{});
+  c.coordinator = "127.0.0.1:0";
+  std::string e;
+  try {
+    TcpHostComm::join(c);
+  } catch (const Error &err) {
+    e = err.what();
+  }
+  EXPECT_NE(e.find("rank 1: --coordinator 127.0.0.1:0 has port 0, which "
+                   "only rank 0 may take"),
+            std::string::npos)
+      << e;
+  // A handed-over descriptor that is not listening on the port is refused
+  // before any rank waits on it.
+  const Coordinator other;
+  TcpConfig r0 = config(0, 2, Coordinator{});
+  r0.listenFd = socket(AF_INET, SOCK_STREAM, 0);
+  e.clear();
+  try {
+    TcpHostComm::join(r0);
+  } catch (const Error &err) {
+    e = err.what();
+  }
+  close(r0.listenFd);
+  EXPECT_NE(e.find("is not a socket listening on " + r0.coordinator),
+            std::string::npos)
+      << e;
+  r0.listenFd = other.fd; // listening, on another port
+  e.clear();
+  try {
+    TcpHostComm::join(r0);
+  } catch (const Error &err) {
+    e = err.what();
+  }
+  close(other.fd);
+  EXPECT_NE(e.find("is not a socket listening on"), std::string::npos) << e;
+}
+
 TEST(Dist, OneRankNeedsNoTransport) {
-  auto comm = TcpHostComm::join(config(0, 1, 1));
+  TcpConfig one;
+  one.world = 1;
+  auto comm = TcpHostComm::join(one);
   int v = 7, out = 0;
   comm->allGather(&v, &out, sizeof v);
   EXPECT_EQ(out, 7);
@@ -119,7 +174,7 @@ TEST(Dist, OneRankNeedsNoTransport) {
 }
 
 TEST(Dist, RefusesAnotherPlanAndAnotherWorld) {
-  const int port = pickFreePort();
+  const Coordinator port;
   auto errors = onThreads(2, [&](int r) {
     TcpConfig c = config(r, 2, port);
     if (r == 1) {
@@ -134,7 +189,7 @@ TEST(Dist, RefusesAnotherPlanAndAnotherWorld) {
               std::string::npos)
         << errors[r];
   }
-  const int port2 = pickFreePort();
+  const Coordinator port2;
   errors = onThreads(2, [&](int r) {
     TcpHostComm::join(config(r, r == 0 ? 2 : 3, port2));
   });
@@ -145,7 +200,7 @@ TEST(Dist, RefusesAnotherPlanAndAnotherWorld) {
 }
 
 TEST(Dist, JoinTimesOutNamingTheMissingRank) {
-  TcpConfig c = config(0, 3, pickFreePort());
+  TcpConfig c = config(0, 3, Coordinator{});
   c.joinTimeout = 0.5;
   auto t0 = std::chrono::steady_clock::now();
   try {
@@ -160,7 +215,8 @@ TEST(Dist, JoinTimesOutNamingTheMissingRank) {
 }
 
 TEST(Dist, AbortIsRelayedToEveryRank) {
-  const int port = pickFreePort(), world = 3;
+  const Coordinator port;
+  const int world = 3;
   auto errors = onThreads(world, [&](int r) {
     auto comm = TcpHostComm::join(config(r, world, port));
     int v = r;
@@ -198,7 +254,8 @@ TEST(Dist, CpuForwardAcrossThreeRanksIsBitIdenticalToOne) {
   };
   CpuForward one(w, TpLayout::fromRule(c, 1));
   const std::vector<float> base = run(one);
-  const int port = pickFreePort(), world = 3;
+  const Coordinator port;
+  const int world = 3;
   std::vector<std::vector<float>> got(world);
   auto errors = onThreads(world, [&](int r) {
     auto comm = TcpHostComm::join(config(r, world, port));
@@ -252,7 +309,7 @@ std::string gatherUntilError(TcpHostComm &comm, double &seconds,
 } // namespace
 
 TEST(Dist, PeerThatExitsIsNamedAtOnce) {
-  const int port = pickFreePort();
+  const Coordinator port;
   pid_t child = forkRank([&] {
     auto comm = TcpHostComm::join(config(1, 2, port));
     comm->setStep(17);
@@ -278,7 +335,7 @@ TEST(Dist, PeerThatExitsIsNamedAtOnce) {
 }
 
 TEST(Dist, StoppedPeerIsNamedWithinTheTimeout) {
-  const int port = pickFreePort();
+  const Coordinator port;
   pid_t child = forkRank([&] {
     auto comm = TcpHostComm::join(config(1, 2, port, 1.0));
     comm->setStep(5);
@@ -302,7 +359,7 @@ TEST(Dist, StoppedPeerIsNamedWithinTheTimeout) {
 }
 
 TEST(Dist, PeersNoticeRankZeroDying) {
-  const int port = pickFreePort();
+  const Coordinator port;
   pid_t child = forkRank([&] {
     auto comm = TcpHostComm::join(config(0, 2, port));
     int v = 0;
@@ -311,6 +368,7 @@ TEST(Dist, PeersNoticeRankZeroDying) {
     kill(getpid(), SIGKILL);
     return 0;
   });
+  close(port.fd); // the child (rank 0) holds it
   auto comm = TcpHostComm::join(config(1, 2, port));
   auto t0 = std::chrono::steady_clock::now();
   double secs = 0;
@@ -324,7 +382,7 @@ TEST(Dist, PeersNoticeRankZeroDying) {
 }
 
 TEST(Dist, CleanFinishIsNotAFailure) {
-  const int port = pickFreePort();
+  const Coordinator port;
   pid_t child = forkRank([&] {
     auto comm = TcpHostComm::join(config(1, 2, port, 1.0));
     comm->barrier();
