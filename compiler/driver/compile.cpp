@@ -21,6 +21,7 @@
 #include "runtime/formats/pack.h"
 
 #include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassInstrumentation.h"
 #include "mlir/Pass/PassManager.h"
@@ -37,9 +38,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 namespace glmc {
@@ -69,6 +72,7 @@ struct CompileArgs {
   std::string prefillChunks = "512,2048";
   bool allowContextBeyondModel = false;
   bool maxContextGiven = false; // --max-context on the command line
+  bool prefillChunksGiven = false; // --prefill-chunks on the command line
   /// The command line as typed (argv[0] first): recorded in the plan and
   /// the base of every command a refusal prints.
   std::vector<std::string> argv;
@@ -142,6 +146,11 @@ static std::string commandWith(
   return glm::rt::shellJoin(words);
 }
 
+static int64_t intOf(mlir::DictionaryAttr d, llvm::StringRef k) {
+  auto v = d.getAs<mlir::IntegerAttr>(k);
+  return v ? v.getInt() : 0;
+}
+
 /// One rank's final memory, from glm-emit-plan's `glm.final_memory`.
 struct RankMemory {
   int64_t rank = 0;
@@ -150,6 +159,58 @@ struct RankMemory {
   uint64_t kvRows = 0; // of kv: latent rows and index keys (--kv-dtype's)
   uint64_t stepRows = 0; // sized by the largest step's rows
 };
+
+/// One rank's final memory per glm-emit-plan's `glm.final_memory`, whose
+/// budget check filled it (empty: it failed before).
+static std::vector<RankMemory> finalMemory(mlir::DictionaryAttr fm) {
+  std::vector<RankMemory> ranks;
+  if (!fm)
+    return ranks;
+  for (mlir::Attribute r : fm.getAs<mlir::ArrayAttr>("ranks")) {
+    auto d = llvm::cast<mlir::DictionaryAttr>(r);
+    ranks.push_back({intOf(d, "rank"), uint64_t(intOf(d, "total")),
+                     uint64_t(intOf(d, "weights")), uint64_t(intOf(d, "kv")),
+                     uint64_t(intOf(d, "context")), uint64_t(intOf(d, "mtp")),
+                     uint64_t(intOf(d, "kv_rows")),
+                     uint64_t(intOf(d, "step_rows"))});
+  }
+  return ranks;
+}
+
+/// The --prefill-chunks value (the given chunks less the largest ones, "0"
+/// when none is left) that fits the budget by this plan's figures; none
+/// when no smaller set fits. The activations and the row-sized scratch are
+/// sized by the largest step's rows, so a smaller largest chunk scales them
+/// (the decode batches stay). An estimate: the compile that uses it checks.
+static std::optional<std::string>
+fittingChunks(const CompileArgs &a, mlir::DictionaryAttr fm,
+              const std::vector<RankMemory> &ranks) {
+  const uint64_t budget = uint64_t(intOf(fm, "budget"));
+  const int64_t maxTokens = intOf(fm, "max_tokens");
+  std::vector<int64_t> chunks = intList(a.prefillChunks, "--prefill-chunks");
+  const std::vector<int64_t> batches =
+      intList(a.decodeBatches, "--decode-batches");
+  std::sort(chunks.begin(), chunks.end());
+  const int64_t batchRows = *std::max_element(batches.begin(), batches.end());
+  while (budget > 0 && maxTokens > 0 && !chunks.empty() &&
+         chunks.back() > 0) {
+    chunks.pop_back();
+    const bool none = chunks.empty() || chunks.back() <= 0;
+    const int64_t rows = std::max<int64_t>(batchRows, none ? 0 : chunks.back());
+    bool fits = rows < maxTokens;
+    for (const RankMemory &r : ranks)
+      fits &= double(r.total) - double(r.stepRows) *
+                                    (1.0 - double(rows) / double(maxTokens)) <=
+              double(budget);
+    if (!fits)
+      continue;
+    std::string list;
+    for (int64_t c : chunks)
+      list += (list.empty() ? "" : ",") + std::to_string(c);
+    return none ? std::string("0") : list;
+  }
+  return std::nullopt;
+}
 
 /// The "rank r: X of Y GiB" lines: the arena of the final plan per rank,
 /// the figure `glmc inspect` shows; then, for a plan over the budget, what
@@ -160,21 +221,9 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
   auto fm = module->getAttrOfType<mlir::DictionaryAttr>("glm.final_memory");
   if (!fm)
     return false;
-  auto intOf = [](mlir::DictionaryAttr d, llvm::StringRef k) -> int64_t {
-    auto v = d.getAs<mlir::IntegerAttr>(k);
-    return v ? v.getInt() : 0;
-  };
   const uint64_t budget = uint64_t(intOf(fm, "budget"));
   const int64_t context = intOf(fm, "max_context");
-  std::vector<RankMemory> ranks;
-  for (mlir::Attribute r : fm.getAs<mlir::ArrayAttr>("ranks")) {
-    auto d = llvm::cast<mlir::DictionaryAttr>(r);
-    ranks.push_back({intOf(d, "rank"), uint64_t(intOf(d, "total")),
-                     uint64_t(intOf(d, "weights")), uint64_t(intOf(d, "kv")),
-                     uint64_t(intOf(d, "context")), uint64_t(intOf(d, "mtp")),
-                     uint64_t(intOf(d, "kv_rows")),
-                     uint64_t(intOf(d, "step_rows"))});
-  }
+  const std::vector<RankMemory> ranks = finalMemory(fm);
   auto &os = llvm::errs();
   os << "glmc: memory per rank (weights + KV + activations and scratch: the "
         "arena glmc inspect shows)\n";
@@ -249,38 +298,15 @@ static bool reportMemory(const CompileArgs &a, mlir::ModuleOp module,
     any = true;
     break;
   }
-  // Smaller prefill chunks: the activations and the row-sized scratch are
-  // sized by the largest step's rows, so a smaller largest chunk scales
-  // them (the largest of the given chunks that fits; the decode batches
-  // stay).
-  const int64_t maxTokens = intOf(fm, "max_tokens");
-  std::vector<int64_t> chunks = intList(a.prefillChunks, "--prefill-chunks");
-  const std::vector<int64_t> batches =
-      intList(a.decodeBatches, "--decode-batches");
-  std::sort(chunks.begin(), chunks.end());
-  const int64_t batchRows = *std::max_element(batches.begin(), batches.end());
-  while (maxTokens > 0 && !chunks.empty() && chunks.back() > 0) {
-    chunks.pop_back();
-    const bool none = chunks.empty() || chunks.back() <= 0;
-    const int64_t rows = std::max<int64_t>(batchRows, none ? 0 : chunks.back());
-    bool fits = rows < maxTokens;
-    for (const RankMemory &r : ranks)
-      fits &= double(r.total) - double(r.stepRows) *
-                                    (1.0 - double(rows) / double(maxTokens)) <=
-              double(budget);
-    if (!fits)
-      continue;
-    std::string list;
-    for (int64_t c : chunks)
-      list += (list.empty() ? "" : ",") + std::to_string(c);
+  if (std::optional<std::string> list = fittingChunks(a, fm, ranks)) {
+    std::vector<int64_t> chunks = intList(*list, "--prefill-chunks");
+    const bool none = chunks.size() == 1 && chunks[0] == 0;
     os << "  smaller prefill chunks ("
        << (none ? "none: prompts go token by token"
                 : "at most " + std::to_string(chunks.back()) +
                       " tokens a chunk")
-       << "):\n    "
-       << commandWith(a, {{"--prefill-chunks", none ? "0" : list}}) << "\n";
+       << "):\n    " << commandWith(a, {{"--prefill-chunks", *list}}) << "\n";
     any = true;
-    break;
   }
   uint64_t maxWeights = 0, maxRest = 0;
   for (const RankMemory &r : ranks) {
@@ -459,14 +485,54 @@ static int runCompile(const CompileArgs &a) {
         /*printModuleScope=*/true, /*printAfterOnlyOnChange=*/false,
         /*printAfterOnlyOnFailure=*/false, llvm::errs());
   }
-  if (mlir::failed(pm.run(*module))) {
+  // With the default prefill chunks an over-budget plan is compiled again
+  // with fewer: its diagnostics are held until that is decided.
+  std::vector<mlir::Diagnostic> held;
+  std::optional<mlir::ScopedDiagnosticHandler> hold;
+  if (!a.prefillChunksGiven && stop == Stage::Plan)
+    hold.emplace(&ctx, [&](mlir::Diagnostic &d) {
+      held.push_back(std::move(d));
+      return mlir::success();
+    });
+  const bool passed = mlir::succeeded(pm.run(*module));
+  hold.reset();
+  auto replayHeld = [&] {
+    for (mlir::Diagnostic &d : held)
+      ctx.getDiagEngine().emit(std::move(d));
+    held.clear();
+  };
+  if (!passed) {
     progress.finish();
     if (engine)
       std::filesystem::remove(planOut);
-    if (stop == Stage::Plan)
-      reportMemory(a, *module, /*over=*/true);
+    if (stop != Stage::Plan)
+      return 1;
+    // Over the budget with the default prefill chunks: the largest ones
+    // that fit are the default for this plan (the same command makes the
+    // same decision, so the plan stays reproducible from its command).
+    auto fm = (*module)->getAttrOfType<mlir::DictionaryAttr>("glm.final_memory");
+    const std::vector<RankMemory> ranks = finalMemory(fm);
+    const bool over = std::any_of(ranks.begin(), ranks.end(), [&](auto &r) {
+      return r.total > uint64_t(intOf(fm, "budget"));
+    });
+    if (!a.prefillChunksGiven && over) {
+      std::optional<std::string> fit = fittingChunks(a, fm, ranks);
+      if (fit && *fit != "0") {
+        llvm::errs() << "glmc: the default prefill chunks " << a.prefillChunks
+                     << " do not fit " << gibText(a.memoryPerSpark)
+                     << " GiB per Spark; compiling with --prefill-chunks "
+                     << *fit << " (give --prefill-chunks to choose)\n";
+        CompileArgs smaller = a;
+        smaller.prefillChunks = *fit;
+        smaller.prefillChunksGiven = true;
+        return runCompile(smaller);
+      }
+    }
+    replayHeld();
+    reportMemory(a, *module, /*over=*/true);
     return 1;
   }
+  replayHeld();
   progress.finish();
   if (engine) {
     const std::string bytes = glm::rt::readFileBounded(
@@ -634,11 +700,13 @@ void addCompileCommand(CLI::App &app, int &rc,
                   "(kernels are instantiated per batch; a step of a batch "
                   "between buckets runs in the next larger one)")
       ->capture_default_str();
-  cmd->add_option("--prefill-chunks", args->prefillChunks,
-                  "prefill graph buckets: chunk sizes in tokens, "
-                  "comma-separated; 0 = no prefill graphs (the activation "
-                  "arena is sized for the largest)")
-      ->capture_default_str();
+  CLI::Option *prefillChunks = cmd->add_option(
+      "--prefill-chunks", args->prefillChunks,
+      "prefill graph buckets: chunk sizes in tokens, comma-separated; 0 = no "
+      "prefill graphs (the activation arena is sized for the largest). "
+      "Without this option, a plan over --memory-per-spark with the default "
+      "drops the default's largest chunks until it fits");
+  prefillChunks->capture_default_str();
   cmd->add_option("--programmatic-launch", args->programmaticLaunch,
                   "on: each kernel launch may be scheduled while the one "
                   "before it runs (CUDA programmatic dependent launch, "
@@ -674,8 +742,9 @@ void addCompileCommand(CLI::App &app, int &rc,
   cmd->add_option("-o,--output", args->output,
                   "plan file (--emit=plan), executable (--emit=engine), else "
                   "IR/source output (default stdout)");
-  cmd->callback([args, maxContext, &rc] {
+  cmd->callback([args, maxContext, prefillChunks, &rc] {
     args->maxContextGiven = maxContext->count() > 0;
+    args->prefillChunksGiven = prefillChunks->count() > 0;
     rc = runCompile(*args);
   });
 }

@@ -72,7 +72,8 @@ echo "budget refusal: $n commands printed, $ok compiled as pasted"
 
 # (c) The budget is checked on the final plan: a budget just under the
 # largest arena inspect shows is refused, one just over it is accepted, and
-# the "rank r: X of Y GiB" lines are inspect's figures.
+# the "rank r: X of Y GiB" lines are inspect's figures. (The chunks are
+# given: the default ones would be reduced to fit, see (e).)
 glmc compile tiny --manifest mixed --sparks 2 --no-nvrtc --memory-per-spark 0 \
   -o free.glmplan 2> free.txt
 glmc inspect free.glmplan --format json > free.json
@@ -85,7 +86,7 @@ print(f"{(a - 4096) / 2**30:.12f} {(a + 4096) / 2**30:.12f}")
 PY
 )
 if glmc compile tiny --manifest mixed --sparks 2 --no-nvrtc --memory-per-spark "$under" \
-     -o under.glmplan 2> under.txt; then
+     --prefill-chunks 512,2048 -o under.glmplan 2> under.txt; then
   fail "a budget 4 KiB under the largest arena was accepted"
 fi
 grep -q "does not fit" under.txt
@@ -131,6 +132,32 @@ fix=$(grep -A1 "smaller prefill chunks" mid.txt | sed -n 2p | sed 's/^    //')
   || fail "unexpected command: $fix"
 paste_run "$fix" 2> /dev/null
 glmc inspect mid.glmplan > mid.inspect.txt
+
+# (e) The default chunks (no --prefill-chunks) over the budget: glmc drops
+# the largest and compiles with the ones that fit, saying so; the same
+# chunks given on the command line are refused as before.
+def_arena=$(arena_of 512,2048); small512=$(arena_of 512)
+mid=$(python3 -c "print(f'{($def_arena + $small512) / 2 / 2**30:.12f}')")
+glmc compile tiny --manifest mixed --sparks 2 --no-nvrtc --memory-per-spark $mid \
+  -o auto.glmplan 2> auto.txt || { cat auto.txt; fail "the default chunks were not reduced to fit"; }
+cat auto.txt
+grep -q "the default prefill chunks 512,2048 do not fit [0-9.]* GiB per Spark; compiling with --prefill-chunks 512 (give --prefill-chunks to choose)" auto.txt \
+  || fail "no note of the reduced chunks"
+if grep -q "error" auto.txt; then fail "the first try's refusal was printed"; fi
+glmc inspect auto.glmplan --format json > auto.json
+python3 - auto.json "$small512" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+graphs = [g["name"] for g in d["ranks"][0]["graphs"]]
+assert "prefill.512" in graphs and "prefill.2048" not in graphs, graphs
+arena = max(r["memory"]["arena"] for r in d["ranks"])
+assert arena == int(sys.argv[2]), (arena, sys.argv[2])
+PY
+if glmc compile tiny --manifest mixed --sparks 2 --no-nvrtc --memory-per-spark $mid \
+     --prefill-chunks 512,2048 -o given.glmplan 2> given.txt; then
+  fail "chunks given on the command line were changed to fit"
+fi
+grep -q "smaller prefill chunks (at most 512 tokens a chunk)" given.txt || { cat given.txt; fail "no suggestion"; }
 
 # glm-engine's refusals print re-plan commands that work as pasted.
 if command -v glm-engine > /dev/null; then
