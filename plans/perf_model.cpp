@@ -101,7 +101,7 @@ const std::map<std::string, double> &calibrationTable() {
   static const std::map<std::string, double> table = {
       // CALIBRATION-BEGIN (scripts/calibrate_model.py)
       {"dense_gemv", 0.278}, // 567 of 2040 us
-      {"dense_trellis", 0.412}, // 617 of 1498 us
+      {"dense_trellis", 0.545}, // 816 of 1498 us
       {"embed_tokens", 0.050}, // 0 of 3 us
       {"indexer_scores_ctx", 0.050}, // 6 of 205 us
       {"kda_decode", 1.081}, // 847 of 783 us
@@ -111,7 +111,7 @@ const std::map<std::string, double> &calibrationTable() {
       {"mla_core", 1.669}, // 131 of 79 us
       {"mla_out", 8.000}, // 905 of 90 us
       {"mla_qabs", 1.988}, // 221 of 111 us
-      {"moe_trellis", 0.363}, // 1834 of 5048 us
+      {"moe_trellis", 0.581}, // 2934 of 5048 us
       {"rms_norm_rows", 1.941}, // 454 of 234 us
       {"route", 0.163}, // 47 of 288 us
       // CALIBRATION-END
@@ -164,7 +164,8 @@ double allReduceUs(const Target &t, uint64_t bytes) {
 
 LaunchPrediction predictLaunch(const Target &t, const SassKernel *sass,
                                const LaunchDims &launch, uint64_t bytes,
-                               const std::string &family) {
+                               const std::string &family,
+                               const std::vector<double> &pathShares) {
   LaunchPrediction p;
   const double blocks = double(std::max<uint32_t>(launch.gridX, 1)) *
                         std::max<uint32_t>(launch.gridY, 1) *
@@ -185,15 +186,37 @@ LaunchPrediction predictLaunch(const Target &t, const SassKernel *sass,
   double best = p.memoryUs;
   p.bound = "memory";
   if (sass) {
-    // Each warp that reaches the loop runs it at least once (a kernel of
-    // activations only reads no plan bytes, yet runs its loop).
-    const double iterations =
-        sass->loopLoadBytes
-            ? std::max(warps, double(bytes) / (32.0 * sass->loopLoadBytes))
-            : 0;
+    // The loops that stream the bytes: one per width of a multi-width
+    // kernel (its tensor loops, in code order = ascending width), else the
+    // longest. Each warp that reaches a loop runs it at least once (a
+    // kernel of activations only reads no plan bytes, yet runs its loop).
+    std::vector<std::pair<const StreamLoop *, double>> paths;
+    std::vector<const StreamLoop *> tensorLoops;
+    for (const StreamLoop &l : sass->streams)
+      if (l.tensor)
+        tensorLoops.push_back(&l);
+    StreamLoop longest;
+    longest.hot = sass->hot;
+    longest.loadBytes = sass->loopLoadBytes;
+    if (pathShares.size() > 1 && tensorLoops.size() == pathShares.size()) {
+      for (size_t w = 0; w < pathShares.size(); ++w)
+        paths.push_back({tensorLoops[w], pathShares[w]});
+    } else if (sass->loopLoadBytes) {
+      paths.push_back({&longest, 1.0});
+    }
+    PipeCounts once = sass->all;
+    for (const auto &[loop, share] : paths)
+      for (size_t i = 0; i < kPipes; ++i)
+        once[i] -= loop->hot[i];
     for (size_t i = 0; i < kPipes; ++i)
-      p.warpInstr[i] =
-          warps * (sass->all[i] - sass->hot[i]) + iterations * sass->hot[i];
+      p.warpInstr[i] = warps * std::max(0.0, once[i]);
+    for (const auto &[loop, share] : paths) {
+      const double iterations =
+          std::max(warps * share,
+                   share * double(bytes) / (32.0 * loop->loadBytes));
+      for (size_t i = 0; i < kPipes; ++i)
+        p.warpInstr[i] += iterations * loop->hot[i];
+    }
     for (size_t i = 0; i < kPipes; ++i) {
       if (t.rate[i] <= 0)
         continue;

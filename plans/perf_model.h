@@ -11,7 +11,9 @@
 // instructions come from the kernel's SASS for the target's arch
 // (sass_profile.h): every instruction once per warp, plus the streaming
 // loop's body once per iteration, iterations = bytes / (the loop's load
-// bytes per thread x 32), at least one per warp. Figures of each target: targetTable() in
+// bytes per thread x 32), at least one per warp. A kernel with one
+// streaming path per trellis width streams each width's share of the bytes
+// through its own loop. Figures of each target: targetTable() in
 // perf_model.cpp, each with its source.
 //
 //===----------------------------------------------------------------------===//
@@ -80,9 +82,13 @@ struct LaunchPrediction {
 double computeEfficiency(const std::string &family);
 
 /// `sass` may be null (no disassembly: memory and launch only); `family`
-/// selects the compute efficiency ("" = 1).
+/// selects the compute efficiency ("" = 1). `pathShares`: for a kernel with
+/// one streaming path per trellis width, each width's share of `bytes`
+/// (ascending widths, summing to 1); used when the SASS has exactly that
+/// many tensor streaming loops, else the longest loop streams all bytes.
 LaunchPrediction predictLaunch(const Target &t, const SassKernel *sass,
                                const LaunchDims &launch, uint64_t bytes,
-                               const std::string &family = "");
+                               const std::string &family = "",
+                               const std::vector<double> &pathShares = {});
 
 } // namespace glm::plan

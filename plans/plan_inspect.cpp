@@ -252,6 +252,52 @@ uint64_t contextBytes(const Plan &plan, const RankPlan &r, const GraphDef &g,
   return bytes;
 }
 
+/// A kernel compiled with one path per trellis width (template arg
+/// "widths", e.g. "234", and a "stage": gu or down): each width's share of
+/// the op's bytes, ascending widths, from the weights of the op's layer and
+/// stage (a shared expert's whole, the routed experts' scaled to the op's
+/// expected bytes). Empty for a single-path kernel.
+std::vector<double> widthShares(const RankPlan &r, const KernelDef &k,
+                                const OpDef &op) {
+  auto widths = k.templateArgs.find("widths");
+  auto stage = k.templateArgs.find("stage");
+  if (widths == k.templateArgs.end() || widths->second.size() < 2 ||
+      stage == k.templateArgs.end() || op.layer < 0)
+    return {};
+  const bool down = stage->second == "down";
+  const size_t n = widths->second.size();
+  std::vector<double> routed(n, 0.0), shared(n, 0.0);
+  for (const WeightBinding &w : r.weights) {
+    if (w.layer != op.layer || w.widthX2 == 0 || w.expert == -1)
+      continue;
+    const bool isDown = w.projection == Projection::Down;
+    if (isDown != down ||
+        (!isDown && w.projection != Projection::Gate &&
+         w.projection != Projection::Up))
+      continue;
+    const size_t at = widths->second.find(char('0' + w.widthX2 / 2));
+    if (w.widthX2 % 2 || at == std::string::npos)
+      continue;
+    (w.expert == -2 ? shared : routed)[at] += double(w.length);
+  }
+  double S = 0, R = 0;
+  for (size_t i = 0; i < n; ++i)
+    S += shared[i], R += routed[i];
+  if (S + R <= 0)
+    return {};
+  const double f =
+      R > 0 ? std::clamp((double(op.bytesRead) - S) / R, 0.0, 1.0) : 0.0;
+  std::vector<double> share(n);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i)
+    sum += share[i] = shared[i] + f * routed[i];
+  if (sum <= 0)
+    return {};
+  for (double &x : share)
+    x /= sum;
+  return share;
+}
+
 /// One op of `g` by the model: its weight + context bytes and
 /// max(bandwidth, integer) + launches.
 struct OpCost {
@@ -288,7 +334,8 @@ OpCost opCost(const Plan &plan, const RankPlan &r, const GraphDef &g,
     }
     const LaunchPrediction one =
         predictLaunch(*opt.target, s == opt.sass.end() ? nullptr : &s->second,
-                      dims, c.bytes / launches, k.templateName);
+                      dims, c.bytes / launches, k.templateName,
+                      widthShares(r, k, op));
     c.model = one;
     for (size_t i = 0; i < kPipes; ++i) {
       c.model.warpInstr[i] *= launches;

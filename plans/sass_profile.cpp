@@ -133,12 +133,12 @@ SassKernel profile(const Function &f) {
     loops.push_back({it->second, in.index});
   }
   k.loops = uint32_t(loops.size());
-  // The streaming loop: of the innermost loops that load from global
-  // memory, the longest (a kernel that prefetches weights into shared
-  // memory in a short copy loop does its work in the long one, whose own
-  // loads pace it too).
-  const Loop *hot = nullptr;
-  uint32_t hotBytes = 0;
+  // The streaming loops: the innermost loops that load from global memory.
+  // The kernel's streaming loop is the longest of those with tensor-core
+  // instructions (the weights' decode + MMA loop of the trellis kernels,
+  // longer epilogue loops beside it load little), else the longest (a
+  // kernel that prefetches weights into shared memory in a short copy loop
+  // does its work in the long one, whose own loads pace it too).
   for (const Loop &l : loops) {
     bool inner = std::none_of(loops.begin(), loops.end(), [&](const Loop &o) {
       return &o != &l && o.begin >= l.begin && o.end <= l.end &&
@@ -146,20 +146,37 @@ SassKernel profile(const Function &f) {
     });
     if (!inner)
       continue;
-    uint32_t bytes = 0;
-    for (size_t i = l.begin; i <= l.end; ++i)
-      bytes += globalLoadBytes(f.code[i].opcode);
-    if (bytes > 0 && (!hot || l.end - l.begin > hot->end - hot->begin)) {
-      hotBytes = bytes;
-      hot = &l;
+    StreamLoop s;
+    s.begin = uint32_t(l.begin);
+    s.length = uint32_t(l.end - l.begin + 1);
+    uint32_t loads = 0, staged = 0;
+    for (size_t i = l.begin; i <= l.end; ++i) {
+      const std::string &op = f.code[i].opcode;
+      loads += globalLoadBytes(op);
+      if (startsWith(op, "LDGSTS"))
+        staged += globalLoadBytes(op);
+      if (op != "NOP")
+        s.hot[size_t(pipeOf(op))] += 1;
     }
+    if (loads == 0)
+      continue;
+    s.loadBytes = staged ? staged : loads;
+    s.tensor = s.hot[size_t(Pipe::Tensor)] > 0;
+    k.streams.push_back(s);
   }
+  const StreamLoop *hot = nullptr;
+  for (const StreamLoop &s : k.streams)
+    if (!hot || std::make_pair(s.tensor, s.length) >
+                    std::make_pair(hot->tensor, hot->length))
+      hot = &s;
   if (hot) {
-    k.loopLoadBytes = hotBytes;
-    for (size_t i = hot->begin; i <= hot->end; ++i)
-      if (f.code[i].opcode != "NOP")
-        k.hot[size_t(pipeOf(f.code[i].opcode))] += 1;
+    k.hot = hot->hot;
+    k.loopLoadBytes = hot->loadBytes;
   }
+  std::sort(k.streams.begin(), k.streams.end(),
+            [](const StreamLoop &a, const StreamLoop &b) {
+              return a.begin < b.begin;
+            });
   return k;
 }
 

@@ -15,6 +15,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace glm::plan {
 
@@ -48,15 +49,30 @@ Pipe pipeOf(std::string_view opcode);
 using PipeCounts = std::array<double, kPipes>;
 double total(const PipeCounts &c);
 
+/// An innermost loop that loads from global memory: one streams a launch's
+/// data. Its bytes per thread per iteration are its global loads', except
+/// in a loop that stages through cp.async (LDGSTS): those bytes only, as
+/// its plain loads are then operands (activations) beside the stream.
+struct StreamLoop {
+  PipeCounts hot{};        // its instructions once
+  uint32_t loadBytes = 0;  // streamed bytes per thread per iteration
+  uint32_t begin = 0;      // its first instruction (code order)
+  uint32_t length = 0;     // instructions from its first to its back edge
+  bool tensor = false;     // it has tensor-core instructions
+};
+
 /// One kernel function of a CUBIN.
 struct SassKernel {
   std::string name;
   PipeCounts all{};       // every instruction once (padding NOPs excluded)
-  /// The streaming loop: the longest innermost loop that loads from global
-  /// memory (none: loopLoadBytes = 0, hot all zero).
+  /// The streaming loop: the longest of `streams` with tensor instructions,
+  /// else the longest (none: loopLoadBytes = 0, hot all zero).
   PipeCounts hot{};
-  uint32_t loopLoadBytes = 0; // global-load bytes per thread per iteration
+  uint32_t loopLoadBytes = 0; // its loadBytes
   uint32_t loops = 0;         // back edges (loops) of the function
+  /// Every streaming loop in code order. A kernel compiled with one path
+  /// per trellis width (moe_trellis "k234") has one per width, ascending.
+  std::vector<StreamLoop> streams;
 };
 
 /// The kernels of one `nvdisasm` listing, by function name. Throws

@@ -206,6 +206,89 @@ TEST(PerfModel, RealFamilyThroughNvrtcAndNvdisasm) {
   }
 }
 
+// A kernel with one streaming path per trellis width: each width's share of
+// the bytes goes through its own loop (the tensor loops in code order), the
+// rest of the kernel counts once a warp; without shares, or with a count
+// that does not match the loops, the longest loop streams everything.
+TEST(PerfModel, EachWidthStreamsItsShareThroughItsOwnLoop) {
+  SassKernel k;
+  StreamLoop k2, k4, epilogue;
+  k2.hot[size_t(Pipe::Imad)] = 500;
+  k2.hot[size_t(Pipe::Tensor)] = 8;
+  k2.loadBytes = 16;
+  k2.tensor = true;
+  k4 = k2;
+  k4.hot[size_t(Pipe::Imad)] = 600;
+  k4.loadBytes = 32;
+  epilogue.hot[size_t(Pipe::Fp32)] = 900; // longer, but no tensor work
+  epilogue.loadBytes = 48;
+  k.streams = {k2, k4, epilogue};
+  k.hot = k4.hot; // the longest tensor loop
+  k.loopLoadBytes = k4.loadBytes;
+  for (const StreamLoop &l : k.streams)
+    for (size_t i = 0; i < kPipes; ++i)
+      k.all[i] += l.hot[i];
+  k.all[size_t(Pipe::Control)] += 100;
+  LaunchDims d;
+  d.gridX = 100;
+  d.blockX = 128; // 400 warps
+  const uint64_t bytes = 64 << 20;
+  const Target &h = *findTarget("h200");
+  const LaunchPrediction p = predictLaunch(h, &k, d, bytes, "", {0.25, 0.75});
+  const double it2 = 0.25 * bytes / (32.0 * 16), it4 = 0.75 * bytes / (32.0 * 32);
+  EXPECT_DOUBLE_EQ(at(p.warpInstr, Pipe::Imad), it2 * 500 + it4 * 600);
+  EXPECT_DOUBLE_EQ(at(p.warpInstr, Pipe::Tensor), (it2 + it4) * 8);
+  EXPECT_DOUBLE_EQ(at(p.warpInstr, Pipe::Fp32), 400 * 900.0); // once a warp
+  EXPECT_DOUBLE_EQ(at(p.warpInstr, Pipe::Control), 400 * 100.0);
+  // Shares that do not match the tensor loops: the longest streams all.
+  const LaunchPrediction q = predictLaunch(h, &k, d, bytes, "", {0.5, 0.25, 0.25});
+  EXPECT_DOUBLE_EQ(at(q.warpInstr, Pipe::Imad),
+                   400 * 500.0 + bytes / (32.0 * 32) * 600);
+}
+
+// The real moe_trellis kernel of GLM-5.3's mixed manifest (K2, K3, K4 in
+// one kernel): one decode + MMA loop per width, staged through cp.async, in
+// width order; the kernel's streaming loop is a tensor loop (an epilogue
+// loop of the kernel is longer and loads more per iteration), and a byte of
+// K2 costs more instructions than a byte of K4 (more tiles a byte).
+TEST(PerfModel, MixedWidthMoeKernelHasALoopPerWidth) {
+  if (!glm::codegen::nvrtcAvailable() || glm::codegen::findNvdisasm().empty())
+    GTEST_SKIP() << "needs NVRTC and nvdisasm (scripts/setup installs it)";
+  glm::codegen::KernelSpec spec{
+      "moe_trellis",
+      {{"widths", "234"}, {"codebook", "mcg"}, {"e4m3", "1"}, {"batch", "1"},
+       {"sv", "f32"}, {"stage", "gu"}, {"pipe", "4"}, {"minblocks", "4"},
+       {"threads", "128"}},
+      {"sm_90", "sm_121"}};
+  const KernelDef k = glm::codegen::buildKernel(spec, /*compile=*/false);
+  for (const std::string arch : {"sm_90", "sm_121"}) {
+    SCOPED_TRACE(arch);
+    const SassKernel s = glm::codegen::sassProfile(k, arch);
+    std::vector<const StreamLoop *> paths;
+    for (const StreamLoop &l : s.streams)
+      if (l.tensor)
+        paths.push_back(&l);
+    ASSERT_EQ(paths.size(), 3u);
+    // 8 tiles of 8K words a row a warp: K2 one 16-byte copy a lane, K3
+    // and K4 two (K3's second predicated off on a quarter of the lanes).
+    EXPECT_EQ(paths[0]->loadBytes, 16u);
+    EXPECT_EQ(paths[1]->loadBytes, 32u);
+    EXPECT_EQ(paths[2]->loadBytes, 32u);
+    EXPECT_GT(at(s.hot, Pipe::Tensor), 0);
+    auto perByte = [](const StreamLoop &l, double bytesPerIter) {
+      return total(l.hot) / bytesPerIter;
+    };
+    EXPECT_GT(perByte(*paths[0], 16), perByte(*paths[2], 32));
+    LaunchDims d;
+    d.gridX = 1728;
+    d.blockX = 128;
+    const Target &t = *findTarget(arch == "sm_90" ? "h200" : "gb10");
+    const double allK2 = predictLaunch(t, &s, d, 86 << 20, "", {1, 0, 0}).issueUs;
+    const double allK4 = predictLaunch(t, &s, d, 86 << 20, "", {0, 0, 1}).issueUs;
+    EXPECT_GT(allK2, 1.2 * allK4);
+  }
+}
+
 // All-reduce over the Sparks by message size: users' points, linear between
 // them, the bus bandwidth past the last; one figure on the H200.
 TEST(PerfModel, AllReduceTimeFollowsMessageSize) {
