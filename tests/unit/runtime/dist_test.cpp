@@ -123,16 +123,21 @@ TEST(Dist, CoordinatorPortIsABoundedInteger) {
   }
 }
 
+/// The Error a join throws, "" when it joins.
+static std::string joinError(const TcpConfig &c) {
+  try {
+    TcpHostComm::join(c);
+  } catch (const Error &err) {
+    return err.what();
+  }
+  return "";
+}
+
 TEST(Dist, PortZeroIsRankZerosAlone) {
   // A peer cannot connect to "port 0": it is told where the port comes from.
   TcpConfig c = config(1, 2, Coordinator{});
   c.coordinator = "127.0.0.1:0";
-  std::string e;
-  try {
-    TcpHostComm::join(c);
-  } catch (const Error &err) {
-    e = err.what();
-  }
+  std::string e = joinError(c);
   EXPECT_NE(e.find("rank 1: --coordinator 127.0.0.1:0 has port 0, which "
                    "only rank 0 may take"),
             std::string::npos)
@@ -142,23 +147,13 @@ TEST(Dist, PortZeroIsRankZerosAlone) {
   const Coordinator other;
   TcpConfig r0 = config(0, 2, Coordinator{});
   r0.listenFd = socket(AF_INET, SOCK_STREAM, 0);
-  e.clear();
-  try {
-    TcpHostComm::join(r0);
-  } catch (const Error &err) {
-    e = err.what();
-  }
+  e = joinError(r0);
   close(r0.listenFd);
   EXPECT_NE(e.find("is not a socket listening on " + r0.coordinator),
             std::string::npos)
       << e;
   r0.listenFd = other.fd; // listening, on another port
-  e.clear();
-  try {
-    TcpHostComm::join(r0);
-  } catch (const Error &err) {
-    e = err.what();
-  }
+  e = joinError(r0);
   close(other.fd);
   EXPECT_NE(e.find("is not a socket listening on"), std::string::npos) << e;
 }
