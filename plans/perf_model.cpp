@@ -97,6 +97,10 @@ std::vector<Target> makeTable() {
 /// json --measured m.json`: per family, the modelled compute time over the
 /// measured time less the launch, where the memory term does not explain
 /// it. Families of that step only; GLM-5.3's step validates them.
+/// moe_trellis and dense_trellis were recomputed from the same run when the
+/// streaming loop became the tensor loop and cp.async loops their staged
+/// bytes (docs/perf.md "Session 25"): the modelled compute below over the
+/// same measured time.
 const std::map<std::string, double> &calibrationTable() {
   static const std::map<std::string, double> table = {
       // CALIBRATION-BEGIN (scripts/calibrate_model.py)
