@@ -302,6 +302,7 @@ std::vector<double> widthShares(const RankPlan &r, const KernelDef &k,
 /// max(bandwidth, integer) + launches.
 struct OpCost {
   uint64_t bytes = 0, context = 0;
+  std::map<int, double> widthBytes; // a multi-width kernel's bytes by K
   double bandwidthUs = 0, integerUs = 0, launchUs = 0, us = 0;
   LaunchPrediction model; // with a target: Σ over the op's launches
 };
@@ -318,6 +319,11 @@ OpCost opCost(const Plan &plan, const RankPlan &r, const GraphDef &g,
                                           (opt.intRateTops * 1e6)
                                     : 0.0;
   const uint32_t launches = std::max<uint32_t>(op.repeat, 1);
+  const KernelDef &kernel = plan.kernels[op.kernel];
+  const std::vector<double> shares = widthShares(r, kernel, op);
+  for (size_t w = 0; w < shares.size(); ++w)
+    c.widthBytes[kernel.templateArgs.at("widths")[w] - '0'] =
+        shares[w] * double(c.bytes);
   if (opt.target) {
     // Each launch reads its share of the op's bytes.
     const KernelDef &k = plan.kernels[op.kernel];
@@ -334,8 +340,7 @@ OpCost opCost(const Plan &plan, const RankPlan &r, const GraphDef &g,
     }
     const LaunchPrediction one =
         predictLaunch(*opt.target, s == opt.sass.end() ? nullptr : &s->second,
-                      dims, c.bytes / launches, k.templateName,
-                      widthShares(r, k, op));
+                      dims, c.bytes / launches, k.templateName, shares);
     c.model = one;
     for (size_t i = 0; i < kPipes; ++i) {
       c.model.warpInstr[i] *= launches;
@@ -549,6 +554,8 @@ std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
     c.integerUs += oc.integerUs;
     c.launchUs += oc.launchUs;
     c.predictedUs += oc.us;
+    for (const auto &[K, b] : oc.widthBytes)
+      c.widthBytes[K] += b;
     if (opt.target) {
       for (size_t i = 0; i < kPipes; ++i) {
         c.warpInstr[i] += oc.model.warpInstr[i];
@@ -871,6 +878,12 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
         k["memory_us"] = c.bandwidthUs;
         k["sass"] = c.hasSass;
         k["fits"] = c.fits;
+      }
+      if (!c.widthBytes.empty()) {
+        json wb = json::object();
+        for (const auto &[K, b] : c.widthBytes)
+          wb[std::to_string(K)] = b;
+        k["width_bytes"] = wb;
       }
       if (c.measuredUs >= 0) {
         k["measured_us"] = c.measuredUs;

@@ -116,6 +116,9 @@ struct KernelCost {
   double efficiency = 1; // computeEfficiency of its family
   bool fits = true;
   bool hasSass = false;
+  /// A kernel with one path per trellis width: the bytes each width (K)
+  /// streams per step, what the model times through that width's loop.
+  std::map<int, double> widthBytes;
   double measuredUs = -1;      // measured × launches, -1 = not measured
   double ratio = 0;            // measured ÷ predicted, 0 = n/a
 };

@@ -153,6 +153,19 @@ for k in ks:
     assert len(k["warp_instructions"]) >= 3, (k["name"], k["warp_instructions"])
 moe = [k for k in ks if k["template"] == "moe_trellis"]
 assert moe and all(k["warp_instructions"].get("logic", 0) > 0 for k in moe), moe
+# A kernel with a path per width: the bytes each width streams (from the
+# plan's weights of its layers) add up to the kernel's bytes.
+import re
+multi = [k for k in moe if len(re.search(r"_k(\d+)_", k["name"]).group(1)) > 1]
+assert multi, [k["name"] for k in moe]
+for k in multi:
+    widths = re.search(r"_k(\d+)_", k["name"]).group(1)
+    wb = k["width_bytes"]
+    assert sorted(wb) == sorted(widths), (k["name"], wb)
+    assert abs(sum(wb.values()) - k["bytes"]) <= 1e-6 * k["bytes"], (k["name"], wb, k["bytes"])
+# (A kernel's widths are its layer's on every rank: a rank may hold none of
+# one width's halves of a stage.)
+assert any(sum(v > 0 for v in k["width_bytes"].values()) >= 2 for k in multi), multi
 sg, sh, sl = (x["summary"] for x in (g, h, long))
 assert sg["modelled"][0]["collectives"] > 0, sg["modelled"]
 # The GB10 streams the rank's bytes at 220 GB/s at best; the H200 is faster.
