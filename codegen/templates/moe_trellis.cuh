@@ -214,16 +214,18 @@ __device__ __forceinline__ bool findUnit(int u, const int *ids,
   return true;
 }
 
-/// Integer arrival counter: true in the one lane-uniform warp that arrives
-/// last (it then owns the reduction and resets the counter).
-__device__ __forceinline__ bool arriveLast(int *counter, int expected) {
+/// Adds n items to an integer arrival counter; true in the one
+/// lane-uniform warp that completes it (it then owns the reduction and
+/// resets the counter).
+__device__ __forceinline__ bool arriveItems(int *counter, int n,
+                                            int expected) {
   __threadfence();
   __syncwarp();
   int old = 0;
   if ((threadIdx.x & 31) == 0)
-    old = atomicAdd(counter, 1);
+    old = atomicAdd(counter, n);
   old = __shfl_sync(0xFFFFFFFFu, old, 0);
-  if (old != expected - 1)
+  if (old != expected - n)
     return false;
   __threadfence();
   if ((threadIdx.x & 31) == 0)
@@ -381,6 +383,59 @@ template <int WMASK, int PIPE, int THREADS> struct MoeRing {
                 "cp.async ring over 32 KB: fewer stages or threads");
 };
 
+/// Last item of (u, h): sums the valid split-k partials of gate and up in
+/// slot order, output Hadamard * svh, SwiGLU * down.suh, input Hadamard of
+/// down -> act[q][h].
+template <int BATCH, int SVT, class ValidFn>
+__device__ __forceinline__ void
+guFinish(const int (&q)[BATCH], int e, int h, int split, int eTot, int inter,
+         const float *guPart, float *act, const void *gu_svh,
+         const void *down_suh, float swiglu_limit, ValidFn valid) {
+  typedef typename StorageOf<SVT>::type SV;
+  const int lane = threadIdx.x & 31;
+  const SV *svh = static_cast<const SV *>(gu_svh);
+  const SV *dsuh = static_cast<const SV *>(down_suh);
+#pragma unroll 1
+  for (int b = 0; b < BATCH; ++b) {
+    if (q[b] < 0)
+      continue;
+    float gu[2][4];
+#pragma unroll
+    for (int pp = 0; pp < 2; ++pp) {
+      const float *src = guPart + (((long long)q[b] * 2 + pp) * 16 + h) *
+                                      split * 128 + 4 * lane;
+      float4 sum = __ldcg(reinterpret_cast<const float4 *>(src));
+      for (int ss = 1; ss < split; ++ss) {
+        if (!valid(pp, ss))
+          continue;
+        const float4 v =
+            __ldcg(reinterpret_cast<const float4 *>(src + ss * 128));
+        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
+      }
+      float v[4] = {sum.x, sum.y, sum.z, sum.w};
+      hadamard128Warp(v, lane);
+#pragma unroll
+      for (int t = 0; t < 4; ++t)
+        gu[pp][t] = v[t] * kInvSqrt128 *
+                    optAt(svh, (long long)(pp * eTot + e) * inter + 128 * h +
+                                   4 * lane + t);
+    }
+    float a[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      float gg = gu[0][t], uu = gu[1][t];
+      clampSwiglu(gg, uu, swiglu_limit);
+      a[t] = gg / (1.0f + expf(-gg)) * uu *
+             optAt(dsuh, (long long)e * inter + 128 * h + 4 * lane + t);
+    }
+    hadamard128Warp(a, lane);
+    float4 o = make_float4(a[0] * kInvSqrt128, a[1] * kInvSqrt128,
+                           a[2] * kInvSqrt128, a[3] * kInvSqrt128);
+    *reinterpret_cast<float4 *>(act + ((long long)q[b] * 16 + h) * 128 +
+                                4 * lane) = o;
+  }
+}
+
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
           int THREADS, int TP>
 __device__ __forceinline__ void
@@ -467,50 +522,14 @@ moeGateUp(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords], u64 *tabBar,
       }
     }
   }
-  if (!arriveLast(&counters[u * 16 + h], 2 * gu_split))
+  if (!arriveItems(&counters[u * 16 + h], 1, 2 * gu_split))
     return;
 
   // Last item of (u, h): reduce the split-k partials in order, output
   // Hadamard * svh, SwiGLU * down.suh, input Hadamard of down.
-  const SV *svh = static_cast<const SV *>(gu_svh);
-  const SV *dsuh = static_cast<const SV *>(down_suh);
-#pragma unroll 1
-  for (int b = 0; b < BATCH; ++b) {
-    const int q = un.slot[b];
-    if (q < 0)
-      continue;
-    float gu[2][4];
-#pragma unroll
-    for (int pp = 0; pp < 2; ++pp) {
-      const float *src = guPart + (((long long)q * 2 + pp) * 16 + h) *
-                                      gu_split * 128 + 4 * lane;
-      float4 sum = __ldcg(reinterpret_cast<const float4 *>(src));
-      for (int ss = 1; ss < gu_split; ++ss) {
-        const float4 v = __ldcg(reinterpret_cast<const float4 *>(src + ss * 128));
-        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-      }
-      float v[4] = {sum.x, sum.y, sum.z, sum.w};
-      hadamard128Warp(v, lane);
-#pragma unroll
-      for (int t = 0; t < 4; ++t)
-        gu[pp][t] = v[t] * kInvSqrt128 *
-                    optAt(svh, (long long)(pp * eTot + e) * inter + 128 * h +
-                                   4 * lane + t);
-    }
-    float a[4];
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      float gg = gu[0][t], uu = gu[1][t];
-      clampSwiglu(gg, uu, swiglu_limit);
-      a[t] = gg / (1.0f + expf(-gg)) * uu *
-             optAt(dsuh, (long long)e * inter + 128 * h + 4 * lane + t);
-    }
-    hadamard128Warp(a, lane);
-    float4 o = make_float4(a[0] * kInvSqrt128, a[1] * kInvSqrt128,
-                           a[2] * kInvSqrt128, a[3] * kInvSqrt128);
-    *reinterpret_cast<float4 *>(act + ((long long)q * 16 + h) * 128 +
-                                4 * lane) = o;
-  }
+  guFinish<BATCH, SVT>(un.slot, e, h, gu_split, eTot, inter, guPart, act,
+                       gu_svh, down_suh, swiglu_limit,
+                       [](int, int) { return true; });
 }
 
 // -------------------------------------------------------------- down ----
@@ -713,8 +732,8 @@ moeDown(u32 (*ring)[MoeRing<WMASK, PIPE, THREADS>::kWords],
                 un.w[b]);
     }
   }
-  if (!arriveLast(&counters[(batch * topk + n_shared) * 16 + blk],
-                  un.nUnits * nGroup))
+  if (!arriveItems(&counters[(batch * topk + n_shared) * 16 + blk], 1,
+                   un.nUnits * nGroup))
     return;
 
   // Last item of blk: sum over slots (ascending) and groups (ascending).
@@ -1013,77 +1032,6 @@ moeStream(long long c0, long long step, int count, int R, TileStrides st,
     }
   }
   asm volatile("cp.async.wait_group 0;\n" ::);
-}
-
-/// Adds n items to an arrival counter; true in the warp that completes it
-/// (it then owns the reduction and resets the counter).
-__device__ __forceinline__ bool arriveItems(int *counter, int n,
-                                            int expected) {
-  __threadfence();
-  __syncwarp();
-  int old = 0;
-  if ((threadIdx.x & 31) == 0)
-    old = atomicAdd(counter, n);
-  old = __shfl_sync(0xFFFFFFFFu, old, 0);
-  if (old + n != expected)
-    return false;
-  __threadfence();
-  if ((threadIdx.x & 31) == 0)
-    *counter = 0;
-  return true;
-}
-
-/// Last item of (u, h): sums the valid split-k partials of gate and up in
-/// slot order, output Hadamard * svh, SwiGLU * down.suh, input Hadamard of
-/// down -> act[q][h].
-template <int BATCH, int SVT, class ValidFn>
-__device__ __forceinline__ void
-guFinish(const int (&q)[BATCH], int e, int h, int split, int eTot, int inter,
-         const float *guPart, float *act, const void *gu_svh,
-         const void *down_suh, float swiglu_limit, ValidFn valid) {
-  typedef typename StorageOf<SVT>::type SV;
-  const int lane = threadIdx.x & 31;
-  const SV *svh = static_cast<const SV *>(gu_svh);
-  const SV *dsuh = static_cast<const SV *>(down_suh);
-#pragma unroll
-  for (int b = 0; b < BATCH; ++b) {
-    if (q[b] < 0)
-      continue;
-    float gu[2][4];
-#pragma unroll
-    for (int pp = 0; pp < 2; ++pp) {
-      const float *src = guPart + (((long long)q[b] * 2 + pp) * 16 + h) *
-                                      split * 128 + 4 * lane;
-      float4 sum = __ldcg(reinterpret_cast<const float4 *>(src));
-      for (int ss = 1; ss < split; ++ss) {
-        if (!valid(pp, ss))
-          continue;
-        const float4 v =
-            __ldcg(reinterpret_cast<const float4 *>(src + ss * 128));
-        sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
-      }
-      float v[4] = {sum.x, sum.y, sum.z, sum.w};
-      hadamard128Warp(v, lane);
-#pragma unroll
-      for (int t = 0; t < 4; ++t)
-        gu[pp][t] = v[t] * kInvSqrt128 *
-                    optAt(svh, (long long)(pp * eTot + e) * inter + 128 * h +
-                                   4 * lane + t);
-    }
-    float a[4];
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      float gg = gu[0][t], uu = gu[1][t];
-      clampSwiglu(gg, uu, swiglu_limit);
-      a[t] = gg / (1.0f + expf(-gg)) * uu *
-             optAt(dsuh, (long long)e * inter + 128 * h + 4 * lane + t);
-    }
-    hadamard128Warp(a, lane);
-    float4 o = make_float4(a[0] * kInvSqrt128, a[1] * kInvSqrt128,
-                           a[2] * kInvSqrt128, a[3] * kInvSqrt128);
-    *reinterpret_cast<float4 *>(act + ((long long)q[b] * 16 + h) * 128 +
-                                4 * lane) = o;
-  }
 }
 
 template <int WMASK, int CB, bool E4M3, int BATCH, int SVT, int PIPE,
