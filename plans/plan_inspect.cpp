@@ -608,6 +608,7 @@ StepCost stepCost(const Plan &plan, const RankPlan &r,
   if (!g)
     return s;
   s.graph = graphName(*g);
+  s.rows = std::max<uint32_t>(g->size, 1);
   s.context = contextOf(plan, opt);
   for (const KernelCost &c : kernelCosts(plan, r, opt)) {
     // Inside the step's CUDA graph a launch costs less than alone.
@@ -756,16 +757,29 @@ std::string inspectText(const Plan &plan, const InspectOptions &opt) {
     if (c.stepUs > worst.stepUs)
       worst = c;
   }
-  if (worst.stepUs > 0)
+  if (worst.stepUs > 0) {
+    std::ostringstream step;
+    step << "step " << fixed(worst.stepUs, 1) << " us: kernels "
+         << fixed(worst.kernelUs, 1) << " us incl. " << human(worst.contextBytes)
+         << " of KV / index-key reads and " << worst.launches << " launches x "
+         << fixed(opt.target ? opt.target->graphLaunchUs : opt.launchUs, 1)
+         << " us, " << worst.collectives << " collectives "
+         << fixed(worst.collectiveUs, 1)
+         << " us; --context, --launch-us, --collective-us";
     os << "  modelled " << worst.graph << " at context " << worst.context
-       << ": " << fixed(1e6 / worst.stepUs, 1) << " tok/s (step "
-       << fixed(worst.stepUs, 1) << " us: kernels " << fixed(worst.kernelUs, 1)
-       << " us incl. " << human(worst.contextBytes) << " of KV / index-key "
-       << "reads and " << worst.launches << " launches x "
-       << fixed(opt.target ? opt.target->graphLaunchUs : opt.launchUs, 1)
-       << " us, " << worst.collectives
-       << " collectives " << fixed(worst.collectiveUs, 1)
-       << " us; --context, --launch-us, --collective-us)\n";
+       << ": ";
+    if (worst.rows > 1) // R rows give R tokens: R sequences or R prompt tokens
+      os << fixed(worst.rows * 1e6 / worst.stepUs, 1) << " tok/s over its "
+         << worst.rows << " rows, " << fixed(1e6 / worst.stepUs, 1)
+         << " a sequence ("
+         << (opt.target ? "the efficiencies are calibrated on batch-1 steps; "
+                          "docs/perf.md \"Session 26\" has the model against "
+                          "measured batch 2-8 steps; "
+                        : "")
+         << step.str() << ")\n";
+    else
+      os << fixed(1e6 / worst.stepUs, 1) << " tok/s (" << step.str() << ")\n";
+  }
   return os.str();
 }
 
@@ -955,13 +969,16 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
   // rank; the slowest bounds the step.
   json modelled = json::array();
   double worstUs = 0;
+  uint32_t rows = 1;
   InspectOptions whole = opt;
   whole.layer = INT_MIN;
   for (const RankPlan &r : plan.ranks) {
     const StepCost c = stepCost(plan, r, whole);
     worstUs = std::max(worstUs, c.stepUs);
+    rows = c.rows;
     modelled.push_back({{"rank", r.rank},
                         {"graph", c.graph},
+                        {"rows", c.rows},
                         {"context", c.context},
                         {"kernel_us", c.kernelUs},
                         {"launches", c.launches},
@@ -972,7 +989,11 @@ std::string inspectJson(const Plan &plan, const InspectOptions &opt) {
   }
   j["summary"]["modelled"] = modelled;
   j["summary"]["modelled_step_us"] = worstUs;
+  // A sequence's tokens a second, and all the graph's rows' together.
   j["summary"]["modelled_tok_per_s"] = worstUs > 0 ? 1e6 / worstUs : 0.0;
+  j["summary"]["modelled_rows"] = rows;
+  j["summary"]["modelled_rows_tok_per_s"] =
+      worstUs > 0 ? rows * 1e6 / worstUs : 0.0;
   j["launch_us"] = opt.launchUs;
   j["collective_us"] = opt.collectiveUs;
   return j.dump(2) + "\n";
@@ -1361,7 +1382,11 @@ std::string inspectHtml(const Plan &plan, const InspectOptions &opt,
   if (!steps.empty() && steps[worst].stepUs > 0) {
     const StepCost &w = steps[worst];
     os << " Modelled " << escapeHtml(w.graph) << " at context " << w.context
-       << ": <b>" << fixed(1e6 / w.stepUs, 1) << " tok/s</b> on "
+       << ": <b>" << fixed(w.rows * 1e6 / w.stepUs, 1) << " tok/s</b>"
+       << (w.rows > 1 ? " over its " + std::to_string(w.rows) + " rows (" +
+                            fixed(1e6 / w.stepUs, 1) + " a sequence)"
+                      : std::string())
+       << " on "
        << plan.numRanks << " Spark(s) (step " << fixed(w.stepUs, 1)
        << " us, bound by rank " << worst << ": kernels "
        << fixed(w.kernelUs, 1) << " us incl. " << human(w.contextBytes)

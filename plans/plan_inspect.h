@@ -132,6 +132,7 @@ std::vector<KernelCost> kernelCosts(const Plan &plan, const RankPlan &r,
 /// reads, integer work, launches) plus its collectives.
 struct StepCost {
   std::string graph;          // "decode.1"
+  uint32_t rows = 1;          // the graph's rows: decode batch, prefill chunk
   int64_t context = 0;        // tokens in the cache
   double kernelUs = 0;        // Σ KernelCost::predictedUs
   uint32_t launches = 0;

@@ -519,6 +519,37 @@ TEST(PlanInspect, TextAndJsonReportTheTotals) {
             std::string::npos);
 }
 
+// A step of B rows gives B tokens: the batched graph's modelled tok/s is
+// over its rows, beside one sequence's.
+TEST(PlanInspect, ABatchedGraphCountsTheTokensOfItsRows) {
+  const Plan p = smallPlan();
+  InspectOptions opt;
+  opt.planPath = "small.glmplan";
+  opt.graph = "decode.8";
+  const nlohmann::json j = nlohmann::json::parse(inspectJson(p, opt));
+  const nlohmann::json &s = j["summary"];
+  EXPECT_EQ(s["modelled_rows"], 8);
+  EXPECT_EQ(s["modelled"][0]["rows"], 8);
+  ASSERT_GT(s["modelled_step_us"].get<double>(), 0);
+  EXPECT_NEAR(s["modelled_tok_per_s"].get<double>(),
+              1e6 / s["modelled_step_us"].get<double>(), 1e-6);
+  EXPECT_NEAR(s["modelled_rows_tok_per_s"].get<double>(),
+              8 * s["modelled_tok_per_s"].get<double>(), 1e-6);
+  const std::string text = inspectText(p, opt);
+  EXPECT_NE(text.find("modelled decode.8 at context"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find(" tok/s over its 8 rows, "), std::string::npos) << text;
+  EXPECT_NE(text.find(" a sequence ("), std::string::npos) << text;
+
+  opt.graph.clear(); // the smallest decode graph: one row, no "over"
+  const std::string one = inspectText(p, opt);
+  EXPECT_NE(one.find("modelled decode.1 at context"), std::string::npos);
+  EXPECT_EQ(one.find("over its"), std::string::npos) << one;
+  EXPECT_EQ(nlohmann::json::parse(inspectJson(p, opt))["summary"]
+                ["modelled_rows"],
+            1);
+}
+
 TEST(PlanInspect, DotIsAValidGraphAndHtmlIsSelfContained) {
   const Plan p = smallPlan();
   InspectOptions opt;
