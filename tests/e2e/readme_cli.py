@@ -3,7 +3,9 @@
 lists appears in that command's README row, and every flag a row names is
 one its command's --help lists. Flags inside a code span that starts with
 another command (`glm-engine bench --plan`) are references, not the row's
-own. Usage: readme_cli.py README.md BIN_DIR; exit 1 naming each stale row.
+own. Also the plan schema and runtime ABI that "Formats and versions"
+states against `glmc --version`. Usage: readme_cli.py README.md BIN_DIR;
+exit 1 naming each stale row.
 """
 import os
 import re
@@ -71,6 +73,28 @@ def row_flags(text):
     return own
 
 
+def version_problems(readme, bin_dir):
+    """README's "Plans: schema X.Y ..., runtime ABI N" against what
+    `glmc --version` says it reads and writes."""
+    exe = os.path.join(bin_dir, "glmc")
+    if not os.access(exe, os.X_OK):
+        return []
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                         timeout=60).stdout
+    have = re.search(r"plan schema (\d+\.\d+), runtime ABI (\d+)", out)
+    text = open(readme, encoding="utf-8").read()
+    said = re.search(r"Plans: schema (\d+\.\d+)\b.*?runtime ABI (\d+)", text)
+    if not have:
+        return [f"`glmc --version` names no plan schema: {out.strip()!r}"]
+    if not said:
+        return ["README.md states no \"Plans: schema X.Y ... runtime ABI N\""]
+    if said.groups() != have.groups():
+        return [f"README.md says plan schema {said.group(1)}, runtime ABI "
+                f"{said.group(2)}; glmc --version says {have.group(1)}, "
+                f"{have.group(2)}"]
+    return []
+
+
 def main():
     readme, bin_dir = sys.argv[1], sys.argv[2]
     rows = {}
@@ -120,13 +144,15 @@ def main():
             if f not in every:
                 problems.append(f"README row `{keys[0]}` names {f}, "
                                 f"`{name} --help` does not list it")
+    problems += version_problems(readme, bin_dir)
     for p in problems:
         print("readme_cli: " + p, file=sys.stderr)
     if problems:
-        print(f"readme_cli: {len(problems)} stale entries in the CLI table "
+        print(f"readme_cli: {len(problems)} stale entries in the CLI table or versions "
               f"of {readme}", file=sys.stderr)
         return 1
-    print(f"readme_cli: the CLI table matches --help of {checked} commands")
+    print(f"readme_cli: the CLI table matches --help of {checked} commands; "
+          "the plan schema and runtime ABI match glmc --version")
     return 0
 
 
