@@ -64,7 +64,9 @@ void addEngineOptions(CLI::App &sub, EngineOptions &o) {
                  "Write one JSON line per kernel launch or collective the "
                  "plan executor runs ({rank, graph, op, kernel, grid, block, "
                  "bytes}) to FILE (cpu and cuda backends; on cuda it "
-                 "launches op by op, as --no-cuda-graphs)");
+                 "launches op by op, as --no-cuda-graphs); one rank of "
+                 "several processes (launch, --rank R --world N) writes "
+                 "FILE with .rankR before its extension (t.rank1.jsonl)");
   sub.add_flag("--no-cuda-graphs", o.noCudaGraphs,
                "--backend cuda: launch each step op by op instead of "
                "replaying the CUDA graph captured at its first step "
@@ -129,6 +131,18 @@ std::string effectiveBackend(const std::string &backend,
   if (!backend.empty())
     return backend;
   return plan == "-" ? "reference" : "cpu";
+}
+
+/// Where rank `rank` of several processes writes --trace FILE: ".rankR"
+/// before the extension of FILE's name ("t.jsonl" -> "t.rank1.jsonl"),
+/// else after it; every rank writes its own file, none overwrites another's.
+static std::string rankTracePath(const std::string &file, uint32_t rank) {
+  const size_t slash = file.find_last_of('/');
+  const size_t dot = file.find_last_of('.');
+  const bool ext = dot != std::string::npos &&
+                   (slash == std::string::npos || dot > slash + 1);
+  const std::string tag = ".rank" + std::to_string(rank);
+  return ext ? file.substr(0, dot) + tag + file.substr(dot) : file + tag;
 }
 
 #ifdef GLM_HAVE_PLANS
@@ -207,12 +221,21 @@ makePlanEngine(const EngineOptions &o, std::shared_ptr<plan::Plan> plan,
     for (size_t i = 0; i < ranks.size(); ++i)
       backends.push_back(exec::makeCpuBackend(*plan));
   }
+  // This process's one rank when it runs one of several processes.
+  const uint32_t firstRank = ranks.empty() ? 0 : ranks.front();
   auto ex = std::make_unique<exec::PlanExecutor>(
       plan, o.pack, std::move(ranks), std::move(backends), std::move(coll));
   ex->useGraphs(!o.noCudaGraphs);
   if (!o.trace.empty()) {
-    auto out = std::make_shared<std::ofstream>(o.trace);
-    check(bool(*out), o.trace, ": cannot write the trace file");
+    // One rank of several processes (glm-engine launch, --rank/--world).
+    const bool rankOfMany = o.hostComm || o.deviceComm;
+    const std::string path =
+        rankOfMany ? rankTracePath(o.trace, firstRank) : o.trace;
+    auto out = std::make_shared<std::ofstream>(path);
+    check(bool(*out), path, ": cannot write the trace file");
+    if (rankOfMany)
+      std::fprintf(stderr, "glm-engine: rank %u writes its trace to %s\n",
+                   firstRank, path.c_str());
     ex->setTrace([out](const exec::TraceEvent &e) {
       *out << e.json() << '\n';
       out->flush();

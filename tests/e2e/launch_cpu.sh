@@ -8,7 +8,11 @@
 #     rank and its step, and no rank process is left;
 #  3. a rank stopped (SIGSTOP): the others name it after --rank-timeout,
 #     launch exits 1 and kills it;
-#  4. ranks started by hand with different packs or --world are refused.
+#  4. ranks started by hand with different packs or --world are refused;
+#  5. through plans of 2 and 4 ranks (--backend cpu, one process per rank):
+#     tokens and --dump-logits byte-identical to the plan run in one process,
+#     and each rank's --trace (FILE.rankR) the one process's launches of that
+#     rank, line for line, and its plan graphs op by op (glmc inspect).
 set -euo pipefail
 T=${GLM_TEST_TMP:-/tmp/glm-e2e-launch-cpu}
 ROOT=${GLM_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -173,4 +177,51 @@ bad() {
 bad launch --sparks 2 - --pack "$T/tiny" --tokens 1 --rank 1
 bad launch --sparks 2 - --pack "$T/tiny" --tokens 1 --devices 0,1
 bad run - --pack "$T/tiny" --tokens 1 --world 2
+
+# 5. Plans of 2 and 4 ranks, a process per rank (glmc with the compiler).
+glmc compile --help > "$T/compile-help.txt" 2>&1 || true
+if grep -q -- "--sparks" "$T/compile-help.txt"; then
+  for n in 2 4; do
+    glmc compile "$T/tiny" --sparks $n --no-nvrtc --max-context 256 \
+      --prefill-chunks 0 -o "$T/tp$n.glmplan" > /dev/null 2>&1
+    args=("$T/tp$n.glmplan" --pack "$T/tiny" --tokens 1,5,9,13 --max-new 4 --greedy)
+    glm-engine run "${args[@]}" --trace "$T/one$n.jsonl" \
+      --dump-logits "$T/one$n.st" > "$T/one$n.out" 2> /dev/null
+    glm-engine launch --sparks $n "${args[@]}" --trace "$T/tp$n.jsonl" \
+      --dump-logits "$T/l$n.st" > "$T/l$n.out" 2> "$T/l$n.err" \
+      || { cat "$T/l$n.err"; exit 1; }
+    cmp "$T/one$n.st" "$T/l$n.st"
+    cmp "$T/one$n.out" "$T/l$n.out"
+    glmc inspect "$T/tp$n.glmplan" --format json > "$T/tp$n.json"
+    for r in $(seq 0 $((n - 1))); do
+      grep -q "rank $r writes its trace to $T/tp$n.rank$r.jsonl" "$T/l$n.err"
+      grep "^{\"rank\":$r," "$T/one$n.jsonl" | cmp - "$T/tp$n.rank$r.jsonl" \
+        || { echo "rank $r of $n: its trace is not the one process's"; exit 1; }
+    done
+    python3 - "$T/tp$n.json" "$T"/tp$n.rank*.jsonl <<'PY'
+import json, sys
+plan = json.load(open(sys.argv[1]))
+for path in sys.argv[2:]:
+    r = int(path.rsplit(".rank", 1)[1].split(".")[0])
+    graphs = {g["name"]: g["ops"] for g in plan["ranks"][r]["graphs"]}
+    lines = [json.loads(l) for l in open(path)]
+    i = steps = 0
+    while i < len(lines):
+        name = lines[i]["graph"]
+        ops = [op for op in graphs[name] for _ in range(op["repeat"])]
+        for k, op in enumerate(ops):
+            e = lines[i + k] if i + k < len(lines) else {}
+            want = [r, name, op["name"], op["kernel"], op["grid"], op["block"]]
+            got = [e.get(f) for f in ("rank", "graph", "op", "kernel", "grid", "block")]
+            if got != want:
+                sys.exit(f"{path} line {i + k + 1}: {got}, the plan's op {k} of {name}: {want}")
+        i += len(ops)
+        steps += 1
+    print(f"rank {r}: {len(lines)} launches, {steps} graphs of its plan op by op")
+PY
+    echo "launch --sparks $n through the plan: logits byte-identical to one process, each rank's trace its graphs"
+  done
+else
+  echo "glmc has no compiler (MLIR off): the plan cases skipped"
+fi
 echo "launch_cpu: OK"
