@@ -33,6 +33,7 @@ struct RunOptions {
   double temperature = 1.0, topP = 1.0;
   uint64_t seed = 0;
   bool greedy = false;
+  bool ignoreEos = false; // --ignore-eos: always --max-new tokens
 };
 
 std::vector<int64_t> parseTokens(const std::string &s) {
@@ -63,7 +64,9 @@ struct Request {
   bool greedy = true;
   double temperature = 1, topP = 1;
   uint64_t seed = 0;
-  bool hasPrompt = false, hasMaxNew = false, hasSampling = false;
+  bool ignoreEos = false;
+  bool hasPrompt = false, hasMaxNew = false, hasSampling = false,
+       hasIgnoreEos = false;
 };
 
 std::string encodeRequest(const Request &q) {
@@ -80,6 +83,7 @@ std::string encodeRequest(const Request &q) {
   put(q.topP);
   put(q.seed);
   put(q.draftTokens);
+  put((uint8_t)q.ignoreEos);
   return s;
 }
 
@@ -109,6 +113,9 @@ Request decodeRequest(const std::string &s) {
   get(q.topP);
   get(q.seed);
   get(q.draftTokens);
+  uint8_t ignoreEos = 0;
+  get(ignoreEos);
+  q.ignoreEos = ignoreEos != 0;
   return q;
 }
 
@@ -183,7 +190,10 @@ void agreeOnRequest(dist::HostComm &comm, Request &q) {
           draftText(q.draftTokens), " but rank 0 runs ",
           draftText(root.draftTokens),
           "; start every rank with the same --draft and --draft-tokens");
-    root.hasPrompt = root.hasMaxNew = root.hasSampling = true;
+    check(!q.hasIgnoreEos || q.ignoreEos == root.ignoreEos, me, " was given ",
+          "--ignore-eos but rank 0 stops at an eos id", hint);
+    root.hasPrompt = root.hasMaxNew = root.hasSampling = root.hasIgnoreEos =
+        true;
     q = root;
   }
   comm.barrier();
@@ -227,6 +237,8 @@ int runCommand(const RunOptions &o, const CLI::App &sub) {
   q.hasPrompt = !o.tokens.empty() || !o.prompt.empty();
   q.hasMaxNew = sub.count("--max-new") > 0;
   q.hasSampling = sampling || o.greedy;
+  q.ignoreEos = o.ignoreEos;
+  q.hasIgnoreEos = o.ignoreEos;
   if (comm && comm->size() > 1)
     agreeOnRequest(*comm, q);
   prompt = std::move(q.prompt);
@@ -235,7 +247,8 @@ int runCommand(const RunOptions &o, const CLI::App &sub) {
   sp.topP = q.topP;
   sp.seed = q.seed;
   sp.maxNew = q.maxNew;
-  sp.stopIds = le.eosIds;
+  if (!q.ignoreEos)
+    sp.stopIds = le.eosIds;
 
   std::vector<float> logits;
   auto t0 = std::chrono::steady_clock::now();
@@ -314,7 +327,7 @@ void addRunCommand(CLI::App &app, int &rc) {
   pr->excludes(tok);
   sub->add_option("--max-new", o->maxNew,
                   "Tokens to generate at most; generation also stops after "
-                  "an eos id of the plan/config")
+                  "an eos id of the plan/config (unless --ignore-eos)")
       ->check(cliInt(0))
       ->capture_default_str();
   sub->add_option("--temperature", o->temperature,
@@ -332,6 +345,9 @@ void addRunCommand(CLI::App &app, int &rc) {
                   "same tokens on every machine")
       ->check(cliInt(0))
       ->capture_default_str();
+  sub->add_flag("--ignore-eos", o->ignoreEos,
+                "Generate --max-new tokens even past an eos id (timing runs, "
+                "tests; finish reason `length`)");
   sub->add_flag("--greedy", o->greedy,
                 "Always pick the most likely token (the default when no "
                 "sampling option is given)");

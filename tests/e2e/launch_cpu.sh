@@ -49,6 +49,23 @@ done
 glmc synth --preset tiny --layout hf --seed 7 -o "$T/tiny" > /dev/null
 same_as_tp1 tiny "$T/tiny" 1,5,9,13,17,21,25,29,33,37,41,45 6
 
+# --ignore-eos: this prompt meets an eos id within 200 tokens; with the flag
+# every rank generates all 200 (rank 0's request carries it) and the tokens
+# before the eos are the same.
+eos_args=(- --pack "$T/tiny" --tokens 5 --max-new 200 --greedy)
+glm-engine run "${eos_args[@]}" > "$T/eos.out"
+grep -q "^finish reason: stop" "$T/eos.out"
+glm-engine run "${eos_args[@]}" --ignore-eos > "$T/noeos.out"
+glm-engine launch --sparks 2 "${eos_args[@]}" --backend reference --ignore-eos \
+  > "$T/noeos-l2.out" 2> /dev/null
+cmp "$T/noeos.out" "$T/noeos-l2.out"
+grep -q "^finish reason: length" "$T/noeos.out"
+stopped=$(grep "^generated tokens" "$T/eos.out" | cut -d: -f2)
+all=$(grep "^generated tokens" "$T/noeos.out" | cut -d: -f2)
+[ "$(echo $all | wc -w)" = 200 ] && [ "${all#"$stopped"}" != "$all" ] \
+  || { echo "--ignore-eos: not 200 tokens that begin with the stopped run's"; exit 1; }
+echo "--ignore-eos: $(echo $stopped | wc -w) tokens to the eos id, 200 past it (launch --sparks 2 the same)"
+
 # Every rank holds an fp32 copy: launch refuses before starting any rank when
 # the copies of all ranks exceed the memory left (pretend 1 MiB).
 if GLM_HOST_MEMORY_GIB=0.001 glm-engine launch --sparks 3 - --pack "$T/tiny" \
@@ -166,6 +183,8 @@ mismatch "runs pack .*long.* but rank 0 runs pack .*tiny" \
   --pack "$T/tiny" --world 2 -- --pack "$T/long" --world 2
 mismatch "was started with --world 3 but rank 0 with --world 2" \
   --pack "$T/tiny" --world 2 -- --pack "$T/tiny" --world 3
+mismatch "was given --ignore-eos but rank 0 stops at an eos id" \
+  --pack "$T/tiny" --world 2 -- --pack "$T/tiny" --world 2 --ignore-eos
 echo "mismatched ranks refused"
 
 # Bad launch input: one line, exit 1.
