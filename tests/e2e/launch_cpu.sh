@@ -217,27 +217,7 @@ if grep -q -- "--sparks" "$T/compile-help.txt"; then
       grep "^{\"rank\":$r," "$T/one$n.jsonl" | cmp - "$T/tp$n.rank$r.jsonl" \
         || { echo "rank $r of $n: its trace is not the one process's"; exit 1; }
     done
-    python3 - "$T/tp$n.json" "$T"/tp$n.rank*.jsonl <<'PY'
-import json, sys
-plan = json.load(open(sys.argv[1]))
-for path in sys.argv[2:]:
-    r = int(path.rsplit(".rank", 1)[1].split(".")[0])
-    graphs = {g["name"]: g["ops"] for g in plan["ranks"][r]["graphs"]}
-    lines = [json.loads(l) for l in open(path)]
-    i = steps = 0
-    while i < len(lines):
-        name = lines[i]["graph"]
-        ops = [op for op in graphs[name] for _ in range(op["repeat"])]
-        for k, op in enumerate(ops):
-            e = lines[i + k] if i + k < len(lines) else {}
-            want = [r, name, op["name"], op["kernel"], op["grid"], op["block"]]
-            got = [e.get(f) for f in ("rank", "graph", "op", "kernel", "grid", "block")]
-            if got != want:
-                sys.exit(f"{path} line {i + k + 1}: {got}, the plan's op {k} of {name}: {want}")
-        i += len(ops)
-        steps += 1
-    print(f"rank {r}: {len(lines)} launches, {steps} graphs of its plan op by op")
-PY
+    python3 "$ROOT/tests/e2e/lib/trace_matches_plan.py" "$T/tp$n.json" "$T"/tp$n.rank*.jsonl
     echo "launch --sparks $n through the plan: logits byte-identical to one process, each rank's trace its graphs"
   done
 else
