@@ -78,7 +78,8 @@ public:
                               .count();
     int64_t room = g_.maxContext() - (int64_t)prompt.size();
     sp.maxNew = std::max<int64_t>(0, std::min<int64_t>(s.maxTokens, room));
-    sp.stopIds = eos_;
+    if (!s.ignoreEos)
+      sp.stopIds = eos_;
     if (!s.grammar.empty())
       sp.constraint = constraints_.factory(s.grammar);
     std::vector<int64_t> p(prompt.begin(), prompt.end());

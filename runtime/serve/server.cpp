@@ -548,6 +548,11 @@ Common parseCommon(const ojson &body, const ServerOptions &opt) {
       if (x.empty())
         badRequest("'stop' strings must not be empty", "stop");
   }
+  if (body.contains("ignore_eos") && !body["ignore_eos"].is_null()) {
+    if (!body["ignore_eos"].is_boolean())
+      badRequest("'ignore_eos' must be a boolean", "ignore_eos");
+    c.sampling.ignoreEos = body["ignore_eos"].get<bool>();
+  }
   return c;
 }
 
@@ -952,7 +957,9 @@ private:
       Scheduler &s;
       ~Release() { s.release(); }
     } release{sched_};
-    TextStream ts(tok_, c.stops, eos_);
+    // ignore_eos: an eos id is text like any other token.
+    const std::set<int32_t> &eos = c.sampling.ignoreEos ? noEos_ : eos_;
+    TextStream ts(tok_, c.stops, eos);
     auto start = Clock::now();
     Clock::time_point first, last;
     bool stopped = false;
@@ -969,7 +976,7 @@ private:
           }
           last = now;
           ++out.completionTokens;
-          if (lp && c.sampling.logprobs >= 0 && !eos_.count(id))
+          if (lp && c.sampling.logprobs >= 0 && !eos.count(id))
             c.lps.emplace_back(id, *lp);
           bool done;
           std::string text = ts.push(id, done);
@@ -1092,6 +1099,7 @@ private:
                                                   "parallel_tool_calls",
                                                   "logprobs",
                                                   "top_logprobs",
+                                                  "ignore_eos",
                                                   "user",
                                                   "chat_template_kwargs",
                                                   "enable_thinking",
@@ -1140,6 +1148,11 @@ private:
                        "unsupported_value"};
       c.sampling.grammar = forced;
     }
+    if (c.sampling.ignoreEos && !c.sampling.grammar.empty())
+      badRequest("'ignore_eos' and a constrained reply ('response_format' "
+                 "json, a forced 'tool_choice') cannot be combined: the "
+                 "grammar ends the reply with an eos id",
+                 "ignore_eos");
     ChatTemplate::Request r;
     r.messages = body["messages"];
     r.tools = tools;
@@ -1327,6 +1340,7 @@ private:
                                                   "stream_options",
                                                   "stop",
                                                   "logprobs",
+                                                  "ignore_eos",
                                                   "user",
                                                   "echo",
                                                   "best_of",
@@ -1436,7 +1450,7 @@ private:
   Metrics metrics_;
   Scheduler sched_;
   std::mutex logMutex_;
-  std::set<int32_t> eos_;
+  std::set<int32_t> eos_, noEos_;
 };
 
 std::atomic<bool> gSignalStop{false};

@@ -40,6 +40,9 @@ struct Sampling {
   uint64_t seed = 0;
   bool hasSeed = false; // false: the engine picks a seed
   int maxTokens = 256;  // upper bound; the server may stop earlier
+  /// Generate past the eos ids (vLLM's `ignore_eos`, which benchmark
+  /// clients send): only max_tokens and `stop` strings end the reply.
+  bool ignoreEos = false;
   /// -1: no logprobs; k >= 0: the sampled token's logprob and the k most
   /// likely tokens' (of the raw distribution: log-softmax of the logits).
   int logprobs = -1;

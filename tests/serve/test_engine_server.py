@@ -338,6 +338,40 @@ def test_too_small_a_budget_ends_with_length(client):
     assert text.startswith("{"), text
 
 
+def test_ignore_eos_generates_max_tokens(client):
+    # vLLM's ignore_eos, which benchmark clients send: a prompt whose greedy
+    # reply meets an eos id goes on to max_tokens, its first tokens the same.
+    # The prompt is the first of a fixed list whose reply stops early.
+    for prompt in [[i, 5, 9] for i in range(1, 40)]:
+        stopped = client.completions.create(model="tiny", prompt=prompt,
+                                            max_tokens=64, temperature=0,
+                                            logprobs=0)
+        if stopped.choices[0].finish_reason == "stop":
+            break
+    else:
+        pytest.fail("no prompt of the list meets an eos id within 64 tokens")
+    n = stopped.usage.completion_tokens
+    assert n < 64
+    full = client.completions.create(model="tiny", prompt=prompt,
+                                     max_tokens=64, temperature=0, logprobs=0,
+                                     extra_body={"ignore_eos": True})
+    assert full.choices[0].finish_reason == "length"
+    assert full.usage.completion_tokens == 64
+    # The eos id is now a generated token: one logprob more than the text
+    # before it, whose tokens are the stopped reply's.
+    got = full.choices[0].logprobs.tokens
+    want = stopped.choices[0].logprobs.tokens
+    assert len(got) == 64 and got[:len(want)] == want
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="tiny", prompt=prompt, max_tokens=4,
+                                  extra_body={"ignore_eos": "yes"})
+    assert "ignore_eos" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        chat(client, max_tokens=8, response_format={"type": "json_object"},
+             extra_body={"ignore_eos": True})
+    assert "ignore_eos" in str(e.value)
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_forced_tool_calls(client, stream):
     for choice, names in [("required", {"get_weather", "get_time"}),
