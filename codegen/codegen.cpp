@@ -331,6 +331,10 @@ std::vector<FamilyInfo> buildFamilies() {
     helper("mla_attn", "mlaAttn", any, {kv});
     helper("mla_qabs", "mlaQabs", upTo256);
     helper("mla_core", "mlaCore", {"256", "512", "1024"}, {kv});
+    // mla_core split in three (mla_split_layout.cuh): the decode step's.
+    helper("mla_scores", "mlaScores", {"256"}, {kv});
+    helper("mla_softmax", "mlaSoftmax", {"256", "512", "1024"});
+    helper("mla_values", "mlaValues", {"256"}, {kv});
     // A prefill chunk's attention on tensor cores: 64 threads per 16 heads,
     // vt = kvr / 16 column tiles (mla_prefill.cuh, mla_prefill_abi.h).
     // keys = rows16: the keys and values come from mla_rows16's fp16 rows

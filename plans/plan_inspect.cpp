@@ -195,7 +195,8 @@ uint64_t contextBytes(const Plan &plan, const RankPlan &r, const GraphDef &g,
     return 0;
   const std::string &family = plan.kernels[op.kernel].templateName;
   const bool attention = family == "mla_core" || family == "mla_decode" ||
-                         family == "mla_attn" || family == "mla_prefill";
+                         family == "mla_attn" || family == "mla_prefill" ||
+                         family == "mla_scores" || family == "mla_values";
   // (indexer_scores_mma reads a key tile once per block of 128 query rows,
   // mostly from L2: counted once, as the others.)
   const bool scores = family == "indexer_scores" ||

@@ -33,6 +33,7 @@
 #include "codegen/moe_trellis_abi.h"
 #include "codegen/templates/indexer_scores_mma.cuh"
 #include "codegen/templates/kv_cache.cuh"
+#include "codegen/templates/mla_split_layout.cuh"
 
 #ifdef GLM_CODEGEN_AVAILABLE
 #include "codegen/codegen.h"
@@ -572,7 +573,7 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
     out.push_back(proj ? projSpec("kn") : Spec{"mla_qabs", {{"threads", "64"}}});
     // A prefill chunk's rows attend on tensor cores (mla_prefill: a block
     // per row and up to 64 heads, the row's keys gathered once, fp16
-    // inputs) where the shape fits; decode keeps mla_core's fp32 per head.
+    // inputs) where the shape fits; decode keeps mla_core's fp32.
     const int64_t ranks = a.getShard().getRanks(), kvr = a.getKvLora(),
                   nhRank = (a.getHeads() + ranks - 1) / ranks;
     // Its keys and values come from mla_rows16: the chunk's selectable
@@ -589,6 +590,15 @@ static FailureOr<SmallVector<Spec>> specsFor(Operation *op, SpecContext &ctx,
       if (rows16)
         attn.args["keys"] = "rows16";
       out.push_back(rows16 ? attn : withKv(attn));
+    } else if (kvr <= ::glm::mla_split::kMaxKvr &&
+               a.getQkRope() <= ::glm::mla_split::kMaxRope &&
+               haveFamily("mla_scores")) {
+      // Decode (and chunks mla_prefill does not take): mla_core's fp32
+      // arithmetic in three launches that read each selected row once per
+      // block of heads, not once per head (mla_split_layout.cuh).
+      out.push_back(withKv({"mla_scores", {{"threads", "256"}}}));
+      out.push_back({"mla_softmax", {{"threads", "1024"}}});
+      out.push_back(withKv({"mla_values", {{"threads", "256"}}}));
     } else
       out.push_back(withKv({"mla_core", {{"threads", "1024"}}}));
     out.push_back(proj ? projSpec("nk") : Spec{"mla_out", {{"threads", "256"}}});

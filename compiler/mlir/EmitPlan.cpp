@@ -21,6 +21,7 @@
 #include "codegen/indexer_abi.h"
 #include "codegen/templates/indexer_scores_mma.cuh"
 #include "codegen/templates/kv_cache.cuh"
+#include "codegen/templates/mla_split_layout.cuh"
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
@@ -224,7 +225,8 @@ struct ExpertTables {
 static bool opLocalScratch(const std::string &name) {
   static const std::set<std::string> kNames = {
       "moe_x",     "moe_zgu",   "moe_act",   "moe_zd",      "expert_xh",
-      "mla_qabs",  "mla_ctx",   "mla_p",     "mla_prefill_p", "indexer_q",
+      "mla_qabs",  "mla_ctx",   "mla_p",     "mla_inv",     "mla_prefill_p",
+      "indexer_q",
       "indexer_k", "dsa_score", "dsa_flags", "mlp_gate",    "mlp_up",
       "mlp_act",   "trellis_xh", "trellis_z"};
   return kNames.count(name.substr(0, name.find('.'))) > 0;
@@ -1210,6 +1212,21 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
         st.contextScratch->insert(st.rp.buffers[r.buffer].name);
       return r;
     };
+    // The most rows a row's selection holds: the DSA top-k (dsa_select.cuh:
+    // k tokens, or k pools of P tokens and the incomplete pool's P - 1 past
+    // them), else every token of the context.
+    auto maxSelected = [&]() -> int64_t {
+      if (auto ix = at.getSelection().getDefiningOp<IndexerTopkOp>()) {
+        const int64_t k = std::max<int64_t>(ix.getTopk(), 1),
+                      P = std::max<int64_t>(ix.getKpool(), 1);
+        return std::min<int64_t>(ctx, P == 1 ? k : (k + 1) * P);
+      }
+      return ctx;
+    };
+    // The split decode attention's weights (over its scores) and the
+    // inverses of their sums (mla_split_layout.cuh).
+    auto weights = [&] { return contextRows("mla_p", 2 * H * 4, "pAll", rows); };
+    auto inverses = [&] { return scratchRows("mla_inv", H * 4, "inv", rows); };
     if (f == "kv_store") {
       a = {in(op, 1, "kva"), weight(at.getKvNorm(), "normW"), cache, seqA,
            posA, i32Arg(kvr, "kvr"), i32Arg(dr, "dr"), i32Arg(ctx, "maxCtx"),
@@ -1245,6 +1262,26 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
            f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale"), pagesA, shiftA};
       // q_abs, q_pe, a tile of p and of selected rows, partial sums.
       grid(nh, R, 1, 1024, uint32_t((kvr + dr + 2 * 1024 + 4 * 1024) * 4));
+    } else if (f == "mla_scores") {
+      namespace ms = ::glm::mla_split;
+      a = {in(op, 0, "qAll"), named(qabs, "qabsAll"), cache, seqA,
+           sel("selAll"), nsel("nselp"), weights(), i32Arg(ctx, "maxCtx"),
+           headsA, i32Arg(nh, "nh"), i32Arg(H, "H"), i32Arg(dn, "dn"),
+           i32Arg(dr, "dr"), i32Arg(kvr, "kvr"),
+           f64Arg(1.0 / std::sqrt(double(dn + dr)), "scale"), pagesA, shiftA};
+      grid(uint32_t(ms::scoreGridX(nh, maxSelected())), R, 1,
+           ms::kScoreThreads, uint32_t(ms::scoreSmem(kvr, dr)));
+    } else if (f == "mla_softmax") {
+      a = {weights(), nsel("nselp"), i32Arg(ctx, "maxCtx"), headsA,
+           i32Arg(H, "H"), inverses()};
+      grid(nh, R, 1, 1024);
+    } else if (f == "mla_values") {
+      namespace ms = ::glm::mla_split;
+      a = {cache, seqA, sel("selAll"), nsel("nselp"), weights(), inverses(),
+           i32Arg(ctx, "maxCtx"), ctxv, headsA, i32Arg(nh, "nh"),
+           i32Arg(H, "H"), i32Arg(dr, "dr"), i32Arg(kvr, "kvr"), pagesA,
+           shiftA};
+      grid(uint32_t(ms::valueGridX(nh, kvr)), R, 1, ms::kValueThreads);
     } else if (f == "mla_proj") {
       // A prefill bucket's q_abs (the op's first mla_proj: W_uk's rows are
       // the inputs) or head outputs (the second: W_uv's rows the outputs)
@@ -1289,12 +1326,7 @@ bool ArgBuilder::buildHelperLaunch(const std::string &f, Operation &op,
       // context; the kernel takes at most that many).
       // dsa_select.cuh: k tokens (k pools of P tokens and the incomplete
       // pool's P - 1 past them, or all T <= (k + 1) P - 1 of them).
-      int64_t pStride = ctx;
-      if (auto ix = at.getSelection().getDefiningOp<IndexerTopkOp>()) {
-        const int64_t k = std::max<int64_t>(ix.getTopk(), 1),
-                      P = std::max<int64_t>(ix.getKpool(), 1);
-        pStride = std::min<int64_t>(ctx, P == 1 ? k : (k + 1) * P);
-      }
+      const int64_t pStride = maxSelected();
       gp::ArgDef p = pStride == ctx
                          ? contextRows("mla_prefill_p", H * 4, "pAll")
                          : scratchRows("mla_prefill_p", uint64_t(H) * 4 *

@@ -12,6 +12,7 @@
 #include "codegen/templates/flash_math.cuh"
 #include "codegen/templates/indexer_scores_mma.cuh"
 #include "codegen/templates/kv_cache.cuh"
+#include "codegen/templates/mla_split_layout.cuh"
 #include "codegen/templates/moe_entries.cuh"
 
 #include <limits>
@@ -288,6 +289,80 @@ void mlaCoreFp(const Launch &l, Footprint &f) {
   r.need(8, rows * kvr, 4);
   r.need(9, B ? nHeads : 0, 4);
   headList(r, 9, B ? nHeads : 0, H);
+}
+
+// The split decode attention (templates/mla_split_layout.cuh).
+// mla_scores(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, heads,
+// nh, H, dn, dr, kvr, scale, pages, pageShift); grid (scoreGridX, B), 256
+// threads, dynamic shared memory scoreSmem(kvr, dr).
+void mlaScoresFp(const Launch &l, Footprint &f) {
+  namespace ms = glm::mla_split;
+  Reach r(l, f);
+  const Wide B = r.grid(1), ctx = r.at(7), nh = r.at(9, 1), H = r.at(10),
+             dn = r.at(11), dr = r.at(12), kvr = r.at(13, 1);
+  r.require(kvr <= ms::kMaxKvr, 13, "is ", int64_t(kvr), "; the kernel holds ",
+            ms::kMaxKvr, " channels of q_abs a warp");
+  r.require(dr <= ms::kMaxRope, 12, "is ", int64_t(dr), "; the kernel holds ",
+            ms::kMaxRope, " channels of q_pe a warp");
+  r.require(r.block(0) == ms::kScoreThreads, 8, "is spread over ",
+            int64_t(r.block(0)), " threads; the kernel takes ",
+            ms::kScoreThreads);
+  r.require(r.grid(0) % ms::scoreHeadBlocks(nh) == 0, 9, "is ", int64_t(nh),
+            " heads, which the grid's ", int64_t(r.grid(0)),
+            " blocks do not split into whole blocks of ", ms::kScoreHeads);
+  r.require(Wide(l.smemBytes) >= ms::scoreSmem(kvr, dr), 0,
+            "dynamic shared memory ", int64_t(l.smemBytes),
+            " bytes is under the kernel's ", int64_t(ms::scoreSmem(kvr, dr)));
+  const Wide rows = B * H;
+  r.need(0, rows * (dn + dr), 4);
+  r.need(1, rows * kvr, 4);
+  r.slotRows(2, 3, 15, 16, B ? ctx : 0, kvRow(r, 13, kvr + dr, false));
+  r.kvRows(2);
+  r.need(3, B, 4);
+  r.need(4, B * ctx, 4);
+  r.need(5, B, 4);
+  r.need(6, rows * ctx, 4);
+  r.need(8, B ? nh : 0, 4);
+  headList(r, 8, B ? nh : 0, H);
+}
+
+// mla_softmax(pAll, nselp, maxCtx, heads, H, inv); grid (nHeads, B).
+void mlaSoftmaxFp(const Launch &l, Footprint &f) {
+  Reach r(l, f);
+  const Wide B = r.grid(1), nHeads = r.grid(0), ctx = r.at(2), H = r.at(4);
+  const Wide rows = nHeads ? B * H : 0;
+  r.need(0, rows * ctx, 4);
+  r.need(1, rows ? B : 0, 4);
+  r.need(3, B ? nHeads : 0, 4);
+  headList(r, 3, B ? nHeads : 0, H);
+  r.need(5, rows, 4);
+}
+
+// mla_values(cache, seq, selAll, nselp, pAll, inv, maxCtx, ctxAll, heads,
+// nh, H, dr, kvr, pages, pageShift); grid (valueGridX, B), 256 threads.
+void mlaValuesFp(const Launch &l, Footprint &f) {
+  namespace ms = glm::mla_split;
+  Reach r(l, f);
+  const Wide B = r.grid(1), ctx = r.at(6), nh = r.at(9, 1), H = r.at(10),
+             dr = r.at(11), kvr = r.at(12, 1);
+  r.require(r.block(0) == ms::kValueThreads, 9, "is spread over ",
+            int64_t(r.block(0)), " threads; the kernel takes ",
+            ms::kValueThreads);
+  r.require(r.grid(0) == ms::valueGridX(nh, kvr), 12, "is ", int64_t(kvr),
+            " columns of ", int64_t(nh), " heads: the grid needs ",
+            int64_t(ms::valueGridX(nh, kvr)), " blocks, not ",
+            int64_t(r.grid(0)));
+  const Wide rows = B * H;
+  r.slotRows(0, 1, 13, 14, B ? ctx : 0, kvRow(r, 12, kvr + dr, false));
+  r.kvRows(0);
+  r.need(1, B, 4);
+  r.need(2, B * ctx, 4);
+  r.need(3, B, 4);
+  r.need(4, rows * ctx, 4);
+  r.need(5, rows, 4);
+  r.need(7, rows * kvr, 4);
+  r.need(8, B ? nh : 0, 4);
+  headList(r, 8, B ? nh : 0, H);
 }
 
 // mla_prefill(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx,
@@ -1008,6 +1083,9 @@ const FootprintEntry kHelperFootprints[] = {
     {"mla_attn", "pppppppippiiiiid", mlaAttnFp},
     {"mla_qabs", "ppipippiiiii", mlaQabsFp},
     {"mla_core", "pppppppippiiiidpi", mlaCoreFp},
+    {"mla_scores", "pppppppipiiiiidpi", mlaScoresFp},
+    {"mla_softmax", "ppipip", mlaSoftmaxFp},
+    {"mla_values", "ppppppippiiiipi", mlaValuesFp},
     {"mla_prefill", "pppppppippiiiiidipi", mlaPrefillFp},
     {"mla_rows16", "pppiiiippi", mlaRows16Fp},
     {"mla_proj", "piipipiiiippiiiii", mlaProjFp},

@@ -1,6 +1,7 @@
 //===- twin_mla.cpp - twins of the absorbed MLA families ------------------===//
 //
-// mla_attn (fp64, one launch), mla_qabs, mla_core and mla_out (fp32
+// mla_attn (fp64, one launch), mla_qabs, mla_core (or its split:
+// mla_scores, mla_softmax, mla_values) and mla_out (fp32
 // products, warp and block sums in the kernels' orders). The order of a
 // kernel's sums depends on its path (the chunked path when hx::vecOk, else
 // the scalar one) and its block size; each twin walks the same lanes, warps
@@ -10,10 +11,13 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/twins/helper_twins.h"
 #include "runtime/twins/kv_rows.h"
+#include "codegen/templates/mla_split_layout.cuh"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace glm::rt::twins {
 
@@ -235,6 +239,126 @@ void mlaCoreTwin(const Launch &l) {
         ctx[c] = a * inv;
       }
     }
+}
+
+// The split decode attention (mla_split_layout.cuh): mla_core's scores,
+// softmax and weighted sums as three launches.
+//
+// mla_scores(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, heads,
+// nh, H, dn, dr, kvr, scale, pages, pageShift); grid (scoreGridX, B).
+void mlaScoresTwin(const Launch &l) {
+  namespace ms = glm::mla_split;
+  const float *qAll = l.ptr<const float>(0), *qabsAll = l.ptr<const float>(1);
+  const void *cache = l.ptr<const void>(2);
+  const int *seq = l.ptr<const int>(3), *selAll = l.ptr<const int>(4),
+            *nselp = l.ptr<const int>(5);
+  float *pAll = l.ptr<float>(6);
+  const int maxCtx = l.i32(7);
+  const int *heads = l.ptr<const int>(8);
+  const int nh = l.i32(9), H = l.i32(10), dn = l.i32(11), dr = l.i32(12),
+            kvr = l.i32(13);
+  const double scale = l.args.at(14).f;
+  const int lat = kvr + dr, headBlocks = int(ms::scoreHeadBlocks(nh));
+  const int64_t covered =
+      int64_t(l.grid[0] / uint32_t(headBlocks)) * ms::kScoreRows;
+  KvRows rows(cache, l.kvForm(), lat);
+  for (uint32_t b = 0; b < l.grid[1]; ++b) {
+    const int n = nselp[b];
+    if (n > covered)
+      throw std::runtime_error("mla_scores: row " + std::to_string(b) +
+                               " selects " + std::to_string(n) +
+                               " rows, more than the grid's " +
+                               std::to_string(covered) + " (the kernel traps)");
+    const glm::kv::SlotRows r0 = slotRowsOf(l, 15, seq[b], maxCtx);
+    const int *sel = selAll + (int64_t)b * maxCtx;
+    for (int hi = 0; hi < nh && hi < headBlocks * ms::kScoreHeads; ++hi) {
+      const int h = heads[hi];
+      const float *qp = qAll + ((int64_t)b * H + h) * (dn + dr) + dn;
+      const float *qs = qabsAll + ((int64_t)b * H + h) * kvr;
+      float *p = pAll + ((int64_t)b * H + h) * maxCtx;
+      for (int j = 0; j < n; ++j) {
+        const float *ent = rows.row(r0(sel[j]));
+        float a[32], r[32];
+        for (int lane = 0; lane < 32; ++lane) {
+          a[lane] = r[lane] = 0.0f;
+          for (int c = lane; c < kvr; c += 32)
+            a[lane] += ent[c] * qs[c];
+          for (int c = lane; c < dr; c += 32)
+            r[lane] += ent[kvr + c] * qp[c];
+        }
+        p[j] = (float)(((double)hx::warpSumF(a) + (double)hx::warpSumF(r)) *
+                       scale);
+      }
+    }
+  }
+}
+
+// mla_softmax(pAll, nselp, maxCtx, heads, H, inv); grid (nHeads, B).
+void mlaSoftmaxTwin(const Launch &l) {
+  float *pAll = l.ptr<float>(0);
+  const int *nselp = l.ptr<const int>(1);
+  const int maxCtx = l.i32(2);
+  const int *heads = l.ptr<const int>(3);
+  const int H = l.i32(4);
+  float *inv = l.ptr<float>(5);
+  const int nt = (int)l.block[0];
+  for (uint32_t b = 0; b < l.grid[1]; ++b)
+    for (uint32_t bx = 0; bx < l.grid[0]; ++bx) {
+      const int h = heads[bx], n = nselp[b];
+      float *p = pAll + ((int64_t)b * H + h) * maxCtx;
+      double mx = -1e300;
+      for (int j = 0; j < n; ++j)
+        mx = std::max(mx, (double)p[j]);
+      std::vector<double> s(nt, 0.0);
+      for (int j = 0; j < n; ++j) {
+        const double e = std::exp((double)p[j] - mx);
+        p[j] = (float)e;
+        s[j % nt] += e;
+      }
+      inv[(int64_t)b * H + h] = (float)(1.0 / hx::blockSumFixedD(s));
+    }
+}
+
+// mla_values(cache, seq, selAll, nselp, pAll, inv, maxCtx, ctxAll, heads,
+// nh, H, dr, kvr, pages, pageShift); grid (valueGridX, B).
+void mlaValuesTwin(const Launch &l) {
+  namespace ms = glm::mla_split;
+  const void *cache = l.ptr<const void>(0);
+  const int *seq = l.ptr<const int>(1), *selAll = l.ptr<const int>(2),
+            *nselp = l.ptr<const int>(3);
+  const float *pAll = l.ptr<const float>(4), *inv = l.ptr<const float>(5);
+  const int maxCtx = l.i32(6);
+  float *ctxAll = l.ptr<float>(7);
+  const int *heads = l.ptr<const int>(8);
+  const int nh = l.i32(9), H = l.i32(10), dr = l.i32(11), kvr = l.i32(12);
+  const int G = ms::kValueGroups;
+  const int64_t headBlocks = ms::valueHeadBlocks(nh);
+  const int64_t cols = int64_t(l.grid[0]) / std::max<int64_t>(headBlocks, 1) *
+                       ms::kValueCols;
+  KvRows rows(cache, l.kvForm(), kvr + dr);
+  for (uint32_t b = 0; b < l.grid[1]; ++b) {
+    const int n = nselp[b];
+    const glm::kv::SlotRows r0 = slotRowsOf(l, 13, seq[b], maxCtx);
+    const int *sel = selAll + (int64_t)b * maxCtx;
+    std::vector<const float *> ents(n);
+    for (int j = 0; j < n; ++j)
+      ents[j] = rows.row(r0(sel[j]));
+    for (int hi = 0; hi < nh && hi < headBlocks * ms::kValueHeads; ++hi) {
+      const int h = heads[hi];
+      const float *p = pAll + ((int64_t)b * H + h) * maxCtx;
+      float *ctx = ctxAll + ((int64_t)b * H + h) * kvr;
+      for (int c = 0; c < kvr && c < cols; ++c) {
+        float a = 0.0f;
+        for (int g = 0; g < G; ++g) {
+          float acc = 0.0f;
+          for (int j = g; j < n; j += G)
+            acc += p[j] * ents[j][c];
+          a += acc;
+        }
+        ctx[c] = a * inv[(int64_t)b * H + h];
+      }
+    }
+  }
 }
 
 // mla_out(W, dt, scale, sk, ctxAll, heads, ovAll, H, dn, dv, kvr); grid

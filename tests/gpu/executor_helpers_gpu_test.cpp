@@ -21,6 +21,7 @@
 #include "codegen/dense_trellis_abi.h"
 #include "codegen/templates/fixed_point.cuh"
 #include "codegen/templates/kv_cache.cuh"
+#include "codegen/templates/mla_split_layout.cuh"
 
 #include <algorithm>
 #include <cstdlib>
@@ -482,6 +483,149 @@ std::vector<float> decodeRow(const std::string &kv,
     }
   }
   return v;
+}
+
+/// The split decode attention (mla_split_layout.cuh) at GLM-5.3's shape
+/// (kvr 512, rope 64) over the three cache forms: mla_scores' scores and
+/// mla_values' ctx the twins' bits, mla_softmax's weights and inverses
+/// within 1e-6 (fp64 exp). Each launch takes the twin's output of the one
+/// before, so each kernel is checked alone. Heads: all 64, a rank's 8 and
+/// 20 (a partial block of 16 and of 8); rows selecting 1, 65 and 2048
+/// keys (a partial block of 16 rows; two weight tiles). Then the three on
+/// the GPU against mla_core on the GPU: the same bits up to fp64 exp's last
+/// bit (the twins' test holds the orders equal).
+TEST_F(ExecutorHelpersGpu, SplitMlaDecodeMatchesTwinsAndMlaCore) {
+  namespace ms = glm::mla_split;
+  std::mt19937 rng(27);
+  const int H = 64, dn = 192, dr = 64, kvr = 512, lat = kvr + dr, ctx = 2100;
+  const double scale = 1.0 / std::sqrt((double)(dn + dr));
+  const std::vector<int> nsel = {1, 65, 2048}, seq = {2, 0, 1};
+  const int B = (int)nsel.size(), maxSel = 2048;
+  std::vector<int> sel((size_t)B * ctx, 0);
+  for (int b = 0; b < B; ++b) {
+    std::vector<int> all(ctx);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    std::copy(all.begin(), all.begin() + nsel[b], sel.begin() + b * ctx);
+  }
+  const std::vector<float> q = randn(rng, (size_t)B * H * (dn + dr)),
+                           qabs = randn(rng, (size_t)B * H * kvr, 0.1f),
+                           rows = randn(rng, (size_t)3 * ctx * lat);
+  std::vector<int> all64(64), rank8(8), twenty(20);
+  std::iota(all64.begin(), all64.end(), 0);
+  std::iota(rank8.begin(), rank8.end(), 8);
+  std::iota(twenty.begin(), twenty.end(), 40);
+  for (const std::string kv : {"f32", "bf16", "e4m3"}) {
+    const std::vector<uint8_t> cache =
+        kv == "f32" ? std::vector<uint8_t>((const uint8_t *)rows.data(),
+                                           (const uint8_t *)rows.data() +
+                                               rows.size() * 4)
+                    : encodeRows(kv, rows, lat);
+    for (const std::vector<int> *hp : {&all64, &rank8, &twenty}) {
+      const std::vector<int> &heads = *hp;
+      const int nh = (int)heads.size();
+      const std::string tag = kv + " " + std::to_string(nh) + " heads";
+      std::map<std::string, std::string> ta;
+      if (kv != "f32")
+        ta["kv"] = kv;
+      Dual sc("mla_scores", 256, ta);
+      sc.buf(q)
+          .buf(qabs)
+          .buf(cache)
+          .buf(seq)
+          .buf(sel)
+          .buf(nsel)
+          .buf(std::vector<float>((size_t)B * H * ctx, 0.0f))
+          .i32(ctx)
+          .buf(heads)
+          .i32(nh)
+          .i32(H)
+          .i32(dn)
+          .i32(dr)
+          .i32(kvr)
+          .f64(scale)
+          .unpaged();
+      sc.run((unsigned)ms::scoreGridX(nh, maxSel), B, 1, 256,
+             (unsigned)ms::scoreSmem(kvr, dr));
+      sc.check(6, tag + " mla_scores", 0);
+      Dual sm("mla_softmax", 1024);
+      sm.buf(sc.host<float>(6))
+          .buf(nsel)
+          .i32(ctx)
+          .buf(heads)
+          .i32(H)
+          .out<float>((size_t)B * H);
+      sm.run(nh, B, 1, 1024);
+      sm.check(0, tag + " mla_softmax weights", 1e-6, "fp64 exp");
+      sm.check(5, tag + " mla_softmax inverses", 1e-6, "fp64 exp");
+      Dual va("mla_values", 256, ta);
+      va.buf(cache)
+          .buf(seq)
+          .buf(sel)
+          .buf(nsel)
+          .buf(sm.host<float>(0))
+          .buf(sm.host<float>(5))
+          .i32(ctx)
+          .out<float>((size_t)B * H * kvr)
+          .buf(heads)
+          .i32(nh)
+          .i32(H)
+          .i32(dr)
+          .i32(kvr)
+          .unpaged();
+      va.run((unsigned)ms::valueGridX(nh, kvr), B, 1, 256);
+      va.check(7, tag + " mla_values ctx", 0);
+      if (nh != 64)
+        continue;
+      // mla_core on the GPU over the same rows, against the split's GPU
+      // weights' ctx (mla_values over mla_softmax's GPU weights).
+      Dual core("mla_core", 1024, ta);
+      core.buf(q)
+          .buf(qabs)
+          .buf(cache)
+          .buf(seq)
+          .buf(sel)
+          .buf(nsel)
+          .out<float>((size_t)B * H * ctx)
+          .i32(ctx)
+          .out<float>((size_t)B * H * kvr)
+          .buf(heads)
+          .i32(H)
+          .i32(dn)
+          .i32(dr)
+          .i32(kvr)
+          .f64(scale)
+          .unpaged();
+      core.run(nh, B, 1, 1024, (unsigned)(kvr + dr + 2 * 1024 + 4 * 1024) * 4);
+      Dual va2("mla_values", 256, ta);
+      va2.buf(cache)
+          .buf(seq)
+          .buf(sel)
+          .buf(nsel)
+          .buf(sm.gpu<float>(0))
+          .buf(sm.gpu<float>(5))
+          .i32(ctx)
+          .out<float>((size_t)B * H * kvr)
+          .buf(heads)
+          .i32(nh)
+          .i32(H)
+          .i32(dr)
+          .i32(kvr)
+          .unpaged();
+      va2.run((unsigned)ms::valueGridX(nh, kvr), B, 1, 256);
+      const std::vector<float> a = va2.gpu<float>(7), c = core.gpu<float>(8);
+      Err e;
+      size_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        e.add(a[i], c[i]);
+        differ += !sameBits(a[i], c[i]);
+      }
+      std::printf("[gpu-case] %s: split ctx vs mla_core ctx on the GPU: %zu "
+                  "of %zu values differ\n",
+                  tag.c_str(), differ, a.size());
+      report(tag + " split vs mla_core (GPU)", e, 1e-6, "fp64 exp");
+    }
+  }
 }
 
 /// The cache writers at bf16 and e4m3: the same bytes as the twins where the

@@ -10,8 +10,8 @@
 // Both layers' attention launches share kernels: identical ops, one spec.
 // CHECK: glm.archs = ["sm_121", "sm_90"]
 // CHECK-SAME: glm.kernel_specs = [
-// CHECK: glm.attention_decode {{.*}}glm.kernels = [[[KV:"[^"]+"]], [[ROPE:"[^"]+"]], [[FILL:"[^"]+"]], [[QABS:"[^"]+"]], [[CORE:"[^"]+"]], [[OUT:"[^"]+"]]]
-// CHECK: glm.attention_decode {{.*}}glm.kernels = [[[KV]], [[ROPE]], [[FILL]], [[QABS]], [[CORE]], [[OUT]]]
+// CHECK: glm.attention_decode {{.*}}glm.kernels = [[[KV:"[^"]+"]], [[ROPE:"[^"]+"]], [[FILL:"[^"]+"]], [[QABS:"[^"]+"]], [[SCORES:"[^"]+"]], [[SOFTMAX:"[^"]+"]], [[VALUES:"[^"]+"]], [[OUT:"[^"]+"]]]
+// CHECK: glm.attention_decode {{.*}}glm.kernels = [[[KV]], [[ROPE]], [[FILL]], [[QABS]], [[SCORES]], [[SOFTMAX]], [[VALUES]], [[OUT]]]
 // Every launch of an op, in its order (what the plan executor runs): the
 // indexer's q projection and RoPE, key projection and store, head weights,
 // scores and selection; the cache store, RoPE and absorbed MLA; the dense
@@ -21,17 +21,17 @@
 // multiple of 128 inputs stream through dense_gemv; the rest (here the
 // indexer's q_b with 64-wide inputs) run on gemv_any.
 // ORDER: glm.indexer_topk {{.*}}glm.kernels = ["glm_gemv_any_t256", "glm_rope_rows_t32", "glm_dense_gemv_fp8_block_sf32_b1_stream_t256", "glm_index_key_store_t256", "glm_dense_gemv_bf16_snone_b1_stream_t256", "glm_indexer_scores_ctx_t256", "glm_dsa_select_t1024"]
-// ORDER: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_t256", "glm_rope_rows_t32", "glm_mla_qabs_t64", "glm_mla_core_t1024", "glm_mla_out_t256"]
+// ORDER: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_t256", "glm_rope_rows_t32", "glm_mla_qabs_t64", "glm_mla_scores_t256", "glm_mla_softmax_t1024", "glm_mla_values_t256", "glm_mla_out_t256"]
 // ORDER: glm.mlp {{.*}}glm.kernels = ["glm_dense_gemv_fp8_block_sf32_b1_r2_stream_t256", "glm_dense_gemv_fp8_block_sf32_b1_r2_stream_t256", "glm_swiglu_t256", "glm_dense_gemv_fp8_block_sf32_b1_sumfixed_stream_t256"]
 // ORDER: glm.router {{.*}}glm.kernels = ["glm_dense_gemv_bf16_snone_b1_stream_t256", "glm_route_t32"]
 // ORDER: glm.fused_expert_gemv {{.*}}glm.kernels = ["glm_hadamard128_vf32_t256", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_gu_p4_m4_t128", "glm_moe_trellis_k34_mcg_e4m3_b1_svf32_down_p4_m4_sumfixed_t128"]
 // The KV cache's writers and readers are instantiated for its storage
 // (--kv-dtype; glm.kv's dtype wins over the pass option): the index-key
-// store and scores, the latent store and mla_core; the other kernels keep
+// store and scores, the latent store and its readers; the other kernels keep
 // their names.
 // FP8: glm.indexer_topk {{.*}}glm.kernels = ["glm_gemv_any_t256", "glm_rope_rows_t32", "glm_dense_gemv_fp8_block_sf32_b1_stream_t256", "glm_index_key_store_kve4m3_t256", "glm_dense_gemv_bf16_snone_b1_stream_t256", "glm_indexer_scores_ctx_kve4m3_t256", "glm_dsa_select_t1024"]
-// FP8: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_kve4m3_t256", "glm_rope_rows_t32", "glm_mla_qabs_t64", "glm_mla_core_kve4m3_t1024", "glm_mla_out_t256"]
-// BF16: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_kvbf16_t256", "glm_rope_rows_t32", "glm_mla_qabs_t64", "glm_mla_core_kvbf16_t1024", "glm_mla_out_t256"]
+// FP8: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_kve4m3_t256", "glm_rope_rows_t32", "glm_mla_qabs_t64", "glm_mla_scores_kve4m3_t256", "glm_mla_softmax_t1024", "glm_mla_values_kve4m3_t256", "glm_mla_out_t256"]
+// BF16: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_kvbf16_t256", "glm_rope_rows_t32", "glm_mla_qabs_t64", "glm_mla_scores_kvbf16_t256", "glm_mla_softmax_t1024", "glm_mla_values_kvbf16_t256", "glm_mla_out_t256"]
 // A sum over rank-owned units ends in fixed point (the same bits at every
 // rank count): one rank converts in the kernel (sum = fixed, above); two
 // write int64 rows (fixed_out), all-reduce them on NCCL and convert after.

@@ -63,7 +63,7 @@
 // KERNELS-DAG: glm.kda_decode {{.*}}glm.kernels = ["glm_fill_f32_t256", "glm_kda_decode_r4_t128"]
 // KERNELS-DAG: glm.hc_post {{.*}}glm.kernels = ["glm_mhc_post_s4_t256"]
 // KERNELS-DAG: glm.indexer_topk {{.*}}glm.kernels = ["glm_gemv_any_t256", "glm_gemv_any_t256", "glm_gemv_any_t256", "glm_kpool_store_t256", "glm_gemv_any_t256", "glm_indexer_scores_ctx_p4_t256", "glm_dsa_select_p4_t1024"]
-// KERNELS-DAG: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_t256", "glm_fill_f32_t256", "glm_mla_qabs_t64", "glm_mla_core_t1024", "glm_mla_out_t256"]
+// KERNELS-DAG: glm.attention_decode {{.*}}glm.kernels = ["glm_kv_store_t256", "glm_fill_f32_t256", "glm_mla_qabs_t64", "glm_mla_scores_t256", "glm_mla_softmax_t1024", "glm_mla_values_t256", "glm_mla_out_t256"]
 // KERNELS-DAG: glm.mlp {{.*}}glm.kernels = ["glm_gemv_any_t256", "glm_gemv_any_t256", "glm_swiglu_t256", "glm_gemv_any_sumfixed_out_t256"]
 // KERNELS-DAG: glm.hc_head {{.*}}glm.kernels = ["glm_mhc_head_s4_t256"]
 // KERNELS-DAG: glm.buckets = [{batch = 1 : i64, kind = "decode", size = 1 : i64}, {batch = 8 : i64, kind = "prefill", size = 16 : i64}]

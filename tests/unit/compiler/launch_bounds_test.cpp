@@ -452,7 +452,8 @@ TEST_F(DamagedPlan, IndicesFromAnotherBufferAreRefused) {
   for (auto [family, arg, io] :
        {std::tuple{"kv_store", "pos", "io.positions"},
         std::tuple{"kv_store", "seq", "io.slots"},
-        std::tuple{"mla_core", "seq", "io.slots"},
+        std::tuple{"mla_scores", "seq", "io.slots"},
+        std::tuple{"mla_values", "seq", "io.slots"},
         std::tuple{"dsa_select", "pos", "io.positions"},
         std::tuple{"embed_tokens", "tok", "io.tokens"}}) {
     SCOPED_TRACE(std::string(family) + " " + arg);

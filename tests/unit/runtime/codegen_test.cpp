@@ -169,10 +169,11 @@ std::vector<KernelSpec> helperSpecs() {
         "hf_expert_act", "hf_expert_down", "exl3_expert_in",     "moe_exl3_in",
         "onehot",        "vocab_gather",   "sum_parts",          "fill_random",
         "fill_f32",      "kv_store",       "index_key_store",    "mla_out",
-        "fixed_to_f32"})
+        "fixed_to_f32",  "mla_scores",     "mla_values"})
     add(f, {{"threads", "256"}});
   for (const char *f :
-       {"rms_norm_rows", "add_rms_norm", "dsa_select", "mla_core"})
+       {"rms_norm_rows", "add_rms_norm", "dsa_select", "mla_core",
+        "mla_softmax"})
     add(f, {{"threads", "1024"}});
   add("rope_rows", {{"threads", "32"}});
   add("route", {{"threads", "256"}});
@@ -233,6 +234,8 @@ std::vector<KernelSpec> helperSpecs() {
       add(f, {{"kv", kv}, {"threads", "256"}});
     add("kpool_store", {{"kv", kv}, {"threads", "128"}});
     add("mla_core", {{"kv", kv}, {"threads", "1024"}});
+    add("mla_scores", {{"kv", kv}, {"threads", "256"}});
+    add("mla_values", {{"kv", kv}, {"threads", "256"}});
     add("mla_prefill", {{"kv", kv}, {"vt", "32"}, {"threads", "256"}});
     add("mla_rows16", {{"kv", kv}, {"threads", "256"}});
     add("indexer_scores_ctx", {{"kv", kv}, {"threads", "256"}});

@@ -1,7 +1,8 @@
 //===- mla_prefill_twin_test.cpp - the tensor-core prefill attention ------===//
 //
-// mla_prefill's twin (the kernel's fp16 roundings) against mla_core's twin
-// (fp32 inputs, the decode kernel) on the same rows, selections and caches:
+// mla_prefill's twin (the kernel's fp16 roundings) and the split decode
+// attention's (mla_scores, mla_softmax, mla_values) against mla_core's twin
+// (fp32 inputs, one launch) on the same rows, selections and caches:
 // GLM-5.3's shape (64 heads, kvr 512 + 64 rope), a rank's 8 heads of 64,
 // the tiny test models' shapes, f32 / bf16 / e4m3 caches, selections of 1
 // to a few hundred keys (ragged 16-key tiles). Heads outside the table keep
@@ -10,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/mla_prefill_abi.h"
+#include "codegen/templates/mla_split_layout.cuh"
 #include "runtime/twins/footprint.h"
 #include "runtime/twins/kv_rows.h"
 #include "twin_test_util.h"
@@ -131,6 +133,47 @@ struct Problem {
     pageArgs(a);
     return launch(family, t, nh(), B, 1024, a);
   }
+  /// The split decode attention's three launches over ctx / p (the
+  /// compiler's grids: glm-emit-plan), kv as coreArgs() names it. Returns
+  /// the mla_scores launch (for its footprint).
+  Launch runSplit(std::vector<float> &ctx, std::vector<float> &p,
+                  std::vector<float> &inv, const glm::plan::KeyValues &t256,
+                  const glm::plan::KeyValues &t1024) const {
+    namespace ms = glm::mla_split;
+    ctx.assign(size_t(B) * s.H * s.kvr, -7.0f);
+    p.assign(size_t(B) * s.H * maxCtx, 0.0f);
+    inv.assign(size_t(B) * s.H, -7.0f);
+    const double scale = 1.0 / std::sqrt(double(s.dn + s.dr));
+    const int maxSel = *std::max_element(nsel.begin(), nsel.end());
+    std::vector<Arg> a = {P(q.data()),    P(qabs.data()), P(cache.data()),
+                          P(seq.data()),  P(sel.data()),  P(nsel.data()),
+                          P(p.data()),    I(maxCtx),      P(heads.data()),
+                          I(nh()),        I(s.H),         I(s.dn),
+                          I(s.dr),        I(s.kvr),       F(scale)};
+    pageArgs(a);
+    const Launch scores = launch(
+        "mla_scores", t256, unsigned(ms::scoreGridX(nh(), maxSel)), B,
+        ms::kScoreThreads, a, unsigned(ms::scoreSmem(s.kvr, s.dr)));
+    runTwin(scores);
+    runTwin(launch("mla_softmax", t1024, nh(), B, 1024,
+                   {P(p.data()), P(nsel.data()), I(maxCtx), P(heads.data()),
+                    I(s.H), P(inv.data())}));
+    std::vector<Arg> v = {P(cache.data()), P(seq.data()),  P(sel.data()),
+                          P(nsel.data()),  P(p.data()),    P(inv.data()),
+                          I(maxCtx),       P(ctx.data()),  P(heads.data()),
+                          I(nh()),         I(s.H),         I(s.dr),
+                          I(s.kvr)};
+    pageArgs(v);
+    runTwin(launch("mla_values", t256, unsigned(ms::valueGridX(nh(), s.kvr)),
+                   B, ms::kValueThreads, v));
+    return scores;
+  }
+  glm::plan::KeyValues splitArgs(int threads) const {
+    glm::plan::KeyValues t = {{"threads", std::to_string(threads)}};
+    if (s.kv && threads == 256)
+      t["kv"] = s.kv == 1 ? "bf16" : "e4m3";
+    return t;
+  }
   glm::plan::KeyValues prefillArgs() const {
     glm::plan::KeyValues t = {
         {"vt", std::to_string(s.kvr / 16)},
@@ -237,6 +280,48 @@ TEST_P(MlaPrefillTwin, Rows16PathHasTheCachePathsBits) {
   ASSERT_EQ(std::memcmp(pw.data(), pg.data(), pw.size() * 4), 0) << s.name;
 }
 
+/// The split decode attention sums as mla_core does at 1024 threads where
+/// kvr / 4 columns leave 8 row groups (kvr in (448, 512]: GLM-5.3's and
+/// GLM-5.3-Flash's 512): scores, weights and ctx are mla_core's bits. Other
+/// shapes keep the split's 8 groups (mla_core's depend on kvr), so ctx
+/// differs from mla_core's by the order of its sums only; the weights p are
+/// the same bits at every shape. Paged caches give the unpaged bits.
+TEST_P(MlaPrefillTwin, SplitDecodeAttentionIsMlaCoreInThreeLaunches) {
+  const Problem pr(GetParam());
+  const Shape &s = pr.s;
+  const glm::plan::KeyValues tc = pr.coreArgs(), t256 = pr.splitArgs(256),
+                             t1024 = pr.splitArgs(1024);
+  std::vector<float> want, pw, got, pg, inv;
+  runTwin(pr.run("mla_core", tc, want, pw));
+  pr.runSplit(got, pg, inv, t256, t1024);
+  ASSERT_EQ(std::memcmp(pw.data(), pg.data(), pw.size() * 4), 0) << s.name;
+  const bool sameOrder = 1024 / (s.kvr / 4) == glm::mla_split::kValueGroups;
+  double worst = 0, peak = 0;
+  for (int b = 0; b < pr.B; ++b)
+    for (int h = 0; h < s.H; ++h)
+      for (int c = 0; c < s.kvr; ++c) {
+        const size_t i = (size_t(b) * s.H + h) * s.kvr + c;
+        if (h < s.hb || h >= s.he) {
+          ASSERT_EQ(got[i], -7.0f) << s.name << " h " << h;
+          continue;
+        }
+        if (sameOrder)
+          ASSERT_EQ(std::memcmp(&want[i], &got[i], 4), 0)
+              << s.name << " ctx " << i << ": " << want[i] << " vs " << got[i];
+        worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+        peak = std::max(peak, double(std::fabs(want[i])));
+      }
+  // fp32 sums of up to a few hundred products in another order.
+  EXPECT_LE(worst, 1e-5 * peak) << s.name;
+  for (int shift : {6, 7}) {
+    const Problem pgd = pr.paged(shift, 3);
+    std::vector<float> c2, p2, inv2;
+    pgd.runSplit(c2, p2, inv2, t256, t1024);
+    ASSERT_EQ(std::memcmp(got.data(), c2.data(), got.size() * 4), 0)
+        << s.name << " pages of " << (1 << shift);
+  }
+}
+
 /// p's rows only as long as the longest selection (the plan's DSA top-k)
 /// give the same bits as rows of maxCtx; a shorter stride caps each row's
 /// keys at it (the kernel never writes past a row).
@@ -337,6 +422,58 @@ TEST(MlaPrefillFootprint, CoversTheRowsHeadsAndCache) {
   EXPECT_EQ(f.bytes[8], rows * 512 * 4);
   EXPECT_EQ(f.bytes[9], 8u * 4);
   EXPECT_EQ(f.kvForm[2], 0);
+}
+
+TEST(MlaSplitFootprint, CoversTheRowsHeadsAndCacheAndRefusesOtherShapes) {
+  namespace ms = glm::mla_split;
+  const Problem pr(Shape{"fp", 64, 8, 16, 192, 64, 512, {16, 129}});
+  const glm::plan::KeyValues t256 = pr.splitArgs(256),
+                             t1024 = pr.splitArgs(1024);
+  std::vector<float> ctx, p, inv;
+  Launch l = pr.runSplit(ctx, p, inv, t256, t1024);
+  EXPECT_EQ(l.grid[0], 9u); // 8 heads: one block of 16; 129 rows: 9 of 16
+  const twins::Footprint f = footprint(l);
+  const uint64_t rows = uint64_t(pr.B) * 64;
+  EXPECT_EQ(f.bytes[0], rows * (192 + 64) * 4);
+  EXPECT_EQ(f.bytes[1], rows * 512 * 4);
+  EXPECT_EQ(f.bytes[6], rows * uint64_t(pr.maxCtx) * 4);
+  EXPECT_EQ(f.bytes[8], 8u * 4);
+  auto refused = [&](Launch bad) {
+    try {
+      footprint(bad);
+    } catch (const twins::BadLaunchArg &e) {
+      return int(e.arg);
+    }
+    return -1;
+  };
+  Launch x = l;
+  x.smemBytes -= 4;
+  EXPECT_EQ(refused(x), 0);
+  x = l;
+  x.block[0] = 512;
+  EXPECT_EQ(refused(x), 8);
+  x = l;
+  x.args[13].i = 520; // kvr past the lanes' 16 channels
+  EXPECT_EQ(refused(x), 13);
+  x = l;
+  x.args[12].i = 96; // rope past 64
+  EXPECT_EQ(refused(x), 12);
+  x = l;
+  x.args[9].i = 20; // 20 heads: 2 blocks of 16, which do not divide 9
+  EXPECT_EQ(refused(x), 9);
+  // mla_values: its grid is the heads' and columns' blocks.
+  std::vector<Arg> v = {P(pr.cache.data()), P(pr.seq.data()), P(pr.sel.data()),
+                        P(pr.nsel.data()),  P(p.data()),      P(inv.data()),
+                        I(pr.maxCtx),       P(ctx.data()),    P(pr.heads.data()),
+                        I(8),               I(64),            I(64),
+                        I(512),             P(nullptr),       I(0)};
+  Launch vl = launch("mla_values", t256, unsigned(ms::valueGridX(8, 512)),
+                     pr.B, 256, v);
+  const twins::Footprint fv = footprint(vl);
+  EXPECT_EQ(fv.bytes[7], rows * 512 * 4);
+  EXPECT_EQ(fv.bytes[5], rows * 4);
+  vl.grid[0] -= 1;
+  EXPECT_EQ(refused(vl), 12);
 }
 
 TEST(MlaPrefillFootprint, Rows16CoversItsBuffer) {

@@ -1,0 +1,93 @@
+// mla_scores.cuh - split decode attention, launch 1 of 3 (the plan:
+// mla_qabs, mla_scores, mla_softmax, mla_values, mla_out; the shapes in
+// mla_split_layout.cuh): the scores of 16 selected latent rows for 16
+// heads a block. The rows are staged once in shared memory as fp32 (the
+// values the cache's form reads as); warp w takes heads w and w + 8 of the
+// block, its lanes holding q_abs[c] and q_pe[c] for c = lane + 32k, and per
+// row sums a = sum_c key[c] q_abs[c] and r = sum_c rope[c] q_pe[c] in c
+// order, then p = float((double(warpSum a) + double(warpSum r)) * scale):
+// mla_core's arithmetic, so p is mla_core's to the bit. A row with more
+// selected rows than the grid covers traps.
+#pragma once
+
+#include "helper_common.cuh"
+#include "kv_cache.cuh"
+#include "mla_split_layout.cuh"
+
+#define GLM_MLA_SCORES_PARAMS                                                  \
+  const float *qAll, const float *qabsAll, const void *cache, const int *seq,  \
+      const int *selAll, const int *nselp, float *pAll, int maxCtx,            \
+      const int *heads, int nh, int H, int dn, int dr, int kvr, double scale,  \
+      const int *pages, int pageShift
+#define GLM_MLA_SCORES_ARGS                                                    \
+  qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, heads, nh, H, dn,    \
+      dr, kvr, scale, pages, pageShift
+
+namespace glm {
+
+/// pAll float [B, H, maxCtx]: row b's scores of head h at [b][h][0, n).
+/// Grid (scoreGridX(nh, rows the grid covers), B), THREADS = 256, dynamic
+/// shared memory scoreSmem(kvr, dr); kvr <= 512, dr <= 64.
+template <int KV, int THREADS>
+__device__ __forceinline__ void mlaScores(GLM_MLA_SCORES_PARAMS) {
+  using namespace mla_split;
+  static_assert(THREADS == kScoreThreads, "8 warps: two heads each");
+  static_assert(KV >= kv::kF32 && KV <= kv::kE4m3, "KV: f32, bf16 or e4m3");
+  constexpr int NK = kMaxKvr / 32, NR = kMaxRope / 32, NW = THREADS / 32;
+  extern __shared__ float keys[]; // [kScoreRows][kvr + dr]
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int b = blockIdx.y, lat = kvr + dr;
+  const int headBlocks = (int)scoreHeadBlocks(nh);
+  const int hb = blockIdx.x % headBlocks, rb = blockIdx.x / headBlocks;
+  const int n = nselp[b];
+  if (n > (int)(gridDim.x / headBlocks) * kScoreRows || kvr > kMaxKvr ||
+      dr > kMaxRope)
+    __trap(); // more rows than the plan sized the grid for
+  const int j0 = rb * kScoreRows;
+  const int m = n - j0 < kScoreRows ? n - j0 : kScoreRows;
+  if (m <= 0)
+    return;
+  const kv::SlotRows r0 = kv::slotRows(pages, pageShift, seq[b], maxCtx);
+  const int *sel = selAll + (long long)b * maxCtx + j0;
+  for (int jj = w; jj < m; jj += NW) {
+    const kv::Row<KV> ent = kv::row<KV>(cache, r0(sel[jj]), lat);
+    for (int c = lane; c < lat; c += 32)
+      keys[jj * lat + c] = ent[c];
+  }
+  __syncthreads();
+  for (int hl = w; hl < kScoreHeads; hl += NW) {
+    const int hi = hb * kScoreHeads + hl;
+    if (hi >= nh)
+      break;
+    const int h = heads[hi];
+    const float *qabs = qabsAll + ((long long)b * H + h) * kvr;
+    const float *qp =
+        qAll + (long long)b * H * (dn + dr) + (long long)h * (dn + dr) + dn;
+    float qk[NK], qr[NR];
+#pragma unroll
+    for (int k = 0; k < NK; ++k)
+      qk[k] = lane + 32 * k < kvr ? qabs[lane + 32 * k] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < NR; ++k)
+      qr[k] = lane + 32 * k < dr ? qp[lane + 32 * k] : 0.0f;
+    float *p = pAll + ((long long)b * H + h) * maxCtx + j0;
+    for (int jj = 0; jj < m; ++jj) {
+      const float *key = keys + jj * lat;
+      float a = 0.0f, r = 0.0f;
+#pragma unroll
+      for (int k = 0; k < NK; ++k)
+        if (lane + 32 * k < kvr)
+          a += key[lane + 32 * k] * qk[k];
+#pragma unroll
+      for (int k = 0; k < NR; ++k)
+        if (lane + 32 * k < dr)
+          r += key[kvr + lane + 32 * k] * qr[k];
+      a = hx::warpSumF(a);
+      r = hx::warpSumF(r);
+      if (lane == 0)
+        p[jj] = (float)(((double)a + (double)r) * scale);
+    }
+  }
+}
+
+} // namespace glm
