@@ -23,10 +23,10 @@ PipeCounts rates(bool sm12x) {
   r[size_t(Pipe::Fp32)] = 128;
   r[size_t(Pipe::Half2)] = sm12x ? 64 : 128; // HFMA2 halves on 12.x
   r[size_t(Pipe::Imad)] = 64;
-  r[size_t(Pipe::Logic)] = 64;               // LOP3, shifts (PRMT assumed)
+  r[size_t(Pipe::Logic)] = 64;               // the ALU: LOP3, shifts, F2FP
   r[size_t(Pipe::IntAdd)] = 128;
   r[size_t(Pipe::Cvt16)] = 64;
-  r[size_t(Pipe::F2fp)] = 16;
+  r[size_t(Pipe::F2fp)] = 16;                // I2F, F2F narrowing
   r[size_t(Pipe::F2i)] = sm12x ? 2 : 16;     // float -> int32: 2 on 12.x
   r[size_t(Pipe::Shuffle)] = 32;
   r[size_t(Pipe::Mufu)] = 16;

@@ -27,10 +27,10 @@ enum class Pipe : uint8_t {
   Fp32,    // FFMA, FADD, FMUL
   Half2,   // HFMA2, HADD2, HMUL2 (packed half / bf16)
   Imad,    // IMAD*, IMUL
-  Logic,   // LOP3, shifts, PRMT, SEL, compares, LEA, MOV, ...
+  Logic,   // the ALU: LOP3, shifts, PRMT, SEL, compares, LEA, MOV, F2FP, ...
   IntAdd,  // IADD3, integer min/max
   Cvt16,   // f16 -> f32 conversion (HADD2.F32, F2F.F32.F16)
-  F2fp,    // f32 -> f16/bf16 packing, other conversions (F2FP, F2F, I2F)
+  F2fp,    // other conversions (F2F narrowing, I2F, I2I, FRND)
   F2i,     // float -> int (F2I)
   Shuffle, // SHFL
   Mufu,    // MUFU (exp2, rsqrt, rcp, ...)

@@ -5,7 +5,8 @@
 // values the cache's form reads as); warp w takes heads w and w + 8 of the
 // block, its lanes holding q_abs[c] and q_pe[c] for c = lane + 32k, and per
 // row sums a = sum_c key[c] q_abs[c] and r = sum_c rope[c] q_pe[c] in c
-// order, then p = float((double(warpSum a) + double(warpSum r)) * scale):
+// order (4 rows at a time), then p = float((double(warpSum a) +
+// double(warpSum r)) * scale) with hx::warpSumF's butterfly:
 // mla_core's arithmetic, so p is mla_core's to the bit. A row with more
 // selected rows than the grid covers traps.
 #pragma once
@@ -49,10 +50,31 @@ __device__ __forceinline__ void mlaScores(GLM_MLA_SCORES_PARAMS) {
     return;
   const kv::SlotRows r0 = kv::slotRows(pages, pageShift, seq[b], maxCtx);
   const int *sel = selAll + (long long)b * maxCtx + j0;
-  for (int jj = w; jj < m; jj += NW) {
-    const kv::Row<KV> ent = kv::row<KV>(cache, r0(sel[jj]), lat);
-    for (int c = lane; c < lat; c += 32)
-      keys[jj * lat + c] = ent[c];
+  // Each warp stages its rows w, w + 8 with every load in flight (one
+  // round trip, not one per 32 values: 18 of them at GLM-5.3's 576).
+  constexpr int NL = NK + NR, RW = kScoreRows / NW;
+  static_assert(kScoreRows % NW == 0, "whole rows a warp");
+  {
+    float v[RW][NL];
+#pragma unroll
+    for (int u = 0; u < RW; ++u) {
+      const int jj = w + u * NW;
+      if (jj < m) {
+        const kv::Row<KV> ent = kv::row<KV>(cache, r0(sel[jj]), lat);
+#pragma unroll
+        for (int k = 0; k < NL; ++k)
+          v[u][k] = lane + 32 * k < lat ? ent[lane + 32 * k] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < RW; ++u) {
+      const int jj = w + u * NW;
+      if (jj < m)
+#pragma unroll
+        for (int k = 0; k < NL; ++k)
+          if (lane + 32 * k < lat)
+            keys[jj * lat + lane + 32 * k] = v[u][k];
+    }
   }
   __syncthreads();
   for (int hl = w; hl < kScoreHeads; hl += NW) {
@@ -71,21 +93,36 @@ __device__ __forceinline__ void mlaScores(GLM_MLA_SCORES_PARAMS) {
     for (int k = 0; k < NR; ++k)
       qr[k] = lane + 32 * k < dr ? qp[lane + 32 * k] : 0.0f;
     float *p = pAll + ((long long)b * H + h) * maxCtx + j0;
-    for (int jj = 0; jj < m; ++jj) {
-      const float *key = keys + jj * lat;
-      float a = 0.0f, r = 0.0f;
+    // IL rows at a time: independent sums (each row's in its own c order)
+    // and butterflies, so their latencies overlap.
+    constexpr int IL = 4;
+    for (int j1 = 0; j1 < m; j1 += IL) {
+      float a[IL], r[IL];
 #pragma unroll
-      for (int k = 0; k < NK; ++k)
-        if (lane + 32 * k < kvr)
-          a += key[lane + 32 * k] * qk[k];
+      for (int u = 0; u < IL; ++u) {
+        a[u] = 0.0f, r[u] = 0.0f;
+        const float *key = keys + (j1 + u < m ? j1 + u : j1) * lat;
 #pragma unroll
-      for (int k = 0; k < NR; ++k)
-        if (lane + 32 * k < dr)
-          r += key[kvr + lane + 32 * k] * qr[k];
-      a = hx::warpSumF(a);
-      r = hx::warpSumF(r);
+        for (int k = 0; k < NK; ++k)
+          if (lane + 32 * k < kvr)
+            a[u] += key[lane + 32 * k] * qk[k];
+#pragma unroll
+        for (int k = 0; k < NR; ++k)
+          if (lane + 32 * k < dr)
+            r[u] += key[kvr + lane + 32 * k] * qr[k];
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int u = 0; u < IL; ++u) {
+          a[u] += __shfl_xor_sync(0xffffffffu, a[u], o);
+          r[u] += __shfl_xor_sync(0xffffffffu, r[u], o);
+        }
       if (lane == 0)
-        p[jj] = (float)(((double)a + (double)r) * scale);
+#pragma unroll
+        for (int u = 0; u < IL; ++u)
+          if (j1 + u < m)
+            p[j1 + u] = (float)(((double)a[u] + (double)r[u]) * scale);
     }
   }
 }

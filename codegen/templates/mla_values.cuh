@@ -5,7 +5,7 @@
 // block's 8 heads, adding the products (rounded, --fmad=false) into one sum
 // per head; the 8 group sums are then added in group order from 0 and
 // times the inverse. The weights and selected ids go through shared memory
-// kValueTile rows at a time; the value loads of 4 rows issue together.
+// kValueTile rows at a time; the value loads of 16 rows issue together.
 #pragma once
 
 #include "kv_cache.cuh"
@@ -67,18 +67,20 @@ __device__ __forceinline__ void mlaValues(GLM_MLA_VALUES_PARAMS) {
       acc[3] += lo.w * v, acc[4] += hi.x * v, acc[5] += hi.y * v;
       acc[6] += hi.z * v, acc[7] += hi.w * v;
     };
-    int jj = g;
-    for (; jj + 3 * G < m; jj += 4 * G) {
-      float v[4];
+    // U rows' loads in flight a thread (the adds stay in row order).
+    constexpr int U = 16;
+    for (int jj = g; jj < m; jj += U * G) {
+      float v[U];
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
-        v[u] = colOk ? kv::row<KV>(cache, r0(ids[jj + u * G]), lat)[c] : 0.0f;
+      for (int u = 0; u < U; ++u) {
+        const int j = jj + u * G;
+        v[u] = colOk && j < m ? kv::row<KV>(cache, r0(ids[j]), lat)[c] : 0.0f;
+      }
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
-        add(jj + u * G, v[u]);
+      for (int u = 0; u < U; ++u)
+        if (jj + u * G < m)
+          add(jj + u * G, v[u]);
     }
-    for (; jj < m; jj += G)
-      add(jj, colOk ? kv::row<KV>(cache, r0(ids[jj]), lat)[c] : 0.0f);
   }
 #pragma unroll
   for (int k = 0; k < HB; ++k)

@@ -41,7 +41,9 @@ TEST(SassProfile, OpcodesGoToTheirPipes) {
   EXPECT_EQ(pipeOf("SHF.R.U32.HI"), Pipe::Logic);
   EXPECT_EQ(pipeOf("PRMT"), Pipe::Logic);
   EXPECT_EQ(pipeOf("IADD3"), Pipe::IntAdd);
-  EXPECT_EQ(pipeOf("F2FP.BF16.F32.PACK_AB"), Pipe::F2fp);
+  EXPECT_EQ(pipeOf("F2FP.BF16.F32.PACK_AB"), Pipe::Logic); // the ALU (ncu)
+  EXPECT_EQ(pipeOf("F2FP.SATFINITE.E4M3.F16.UNPACK_B_MERGE_C"), Pipe::Logic);
+  EXPECT_EQ(pipeOf("I2F.U32"), Pipe::F2fp);
   EXPECT_EQ(pipeOf("F2F.F32.F16"), Pipe::Cvt16);
   EXPECT_EQ(pipeOf("F2I.TRUNC.NTZ"), Pipe::F2i);
   EXPECT_EQ(pipeOf("SHFL.BFLY"), Pipe::Shuffle);
