@@ -50,6 +50,27 @@ __device__ __forceinline__ void mlaScores(GLM_MLA_SCORES_PARAMS) {
     return;
   const kv::SlotRows r0 = kv::slotRows(pages, pageShift, seq[b], maxCtx);
   const int *sel = selAll + (long long)b * maxCtx + j0;
+  // The warp's heads' q (HW heads: w, w + 8) load while the rows stage.
+  constexpr int HW = kScoreHeads / NW;
+  static_assert(kScoreHeads % NW == 0, "whole heads a warp");
+  float q[HW][NK + NR];
+  int hOf[HW];
+  bool hasHead[HW];
+#pragma unroll
+  for (int u = 0; u < HW; ++u) {
+    const int hi = hb * kScoreHeads + w + u * NW;
+    hasHead[u] = hi < nh;
+    hOf[u] = hasHead[u] ? heads[hi] : 0;
+    const float *qabs = qabsAll + ((long long)b * H + hOf[u]) * kvr;
+    const float *qp = qAll + (long long)b * H * (dn + dr) +
+                      (long long)hOf[u] * (dn + dr) + dn;
+#pragma unroll
+    for (int k = 0; k < NK; ++k)
+      q[u][k] = hasHead[u] && lane + 32 * k < kvr ? qabs[lane + 32 * k] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < NR; ++k)
+      q[u][NK + k] = hasHead[u] && lane + 32 * k < dr ? qp[lane + 32 * k] : 0.0f;
+  }
   // Each warp stages its rows w, w + 8 with every load in flight (one
   // round trip, not one per 32 values: 18 of them at GLM-5.3's 576).
   constexpr int NL = NK + NR, RW = kScoreRows / NW;
@@ -77,22 +98,12 @@ __device__ __forceinline__ void mlaScores(GLM_MLA_SCORES_PARAMS) {
     }
   }
   __syncthreads();
-  for (int hl = w; hl < kScoreHeads; hl += NW) {
-    const int hi = hb * kScoreHeads + hl;
-    if (hi >= nh)
-      break;
-    const int h = heads[hi];
-    const float *qabs = qabsAll + ((long long)b * H + h) * kvr;
-    const float *qp =
-        qAll + (long long)b * H * (dn + dr) + (long long)h * (dn + dr) + dn;
-    float qk[NK], qr[NR];
 #pragma unroll
-    for (int k = 0; k < NK; ++k)
-      qk[k] = lane + 32 * k < kvr ? qabs[lane + 32 * k] : 0.0f;
-#pragma unroll
-    for (int k = 0; k < NR; ++k)
-      qr[k] = lane + 32 * k < dr ? qp[lane + 32 * k] : 0.0f;
-    float *p = pAll + ((long long)b * H + h) * maxCtx + j0;
+  for (int hh = 0; hh < HW; ++hh) {
+    if (!hasHead[hh])
+      continue;
+    const float *qk = q[hh], *qr = q[hh] + NK; // registers: hh unrolled
+    float *p = pAll + ((long long)b * H + hOf[hh]) * maxCtx + j0;
     // IL rows at a time: independent sums (each row's in its own c order)
     // and butterflies, so their latencies overlap.
     constexpr int IL = 4;

@@ -44,6 +44,11 @@ __device__ __forceinline__ void mlaValues(GLM_MLA_VALUES_PARAMS) {
   const int n = nselp[b];
   const kv::SlotRows r0 = kv::slotRows(pages, pageShift, seq[b], maxCtx);
   const int *sel = selAll + (long long)b * maxCtx;
+  // This thread's head for staging weights (head t % 8 of the block's).
+  const int myK = (int)threadIdx.x % HB;
+  const float *myP =
+      myK < nhb ? pAll + ((long long)b * H + heads[hb * HB + myK]) * maxCtx
+                : nullptr;
   float acc[HB];
 #pragma unroll
   for (int k = 0; k < HB; ++k)
@@ -51,13 +56,33 @@ __device__ __forceinline__ void mlaValues(GLM_MLA_VALUES_PARAMS) {
   for (int j0 = 0; j0 < n; j0 += T) {
     const int m = n - j0 < T ? n - j0 : T;
     __syncthreads();
-    for (int i = threadIdx.x; i < m; i += THREADS)
-      ids[i] = sel[j0 + i];
-    for (int i = threadIdx.x; i < m * HB; i += THREADS) {
-      const int jj = i / HB, k = i % HB;
-      wts[jj][k] = k < nhb ? pAll[((long long)b * H + heads[hb * HB + k]) *
-                                      maxCtx + j0 + jj]
-                           : 0.0f;
+    // The tile's ids and weights with every load in flight: thread t
+    // stages head t % 8's weights of rows t / 8 + 32 q (THREADS % HB == 0).
+    constexpr int WQ = T * HB / THREADS, IQ = T / THREADS;
+    static_assert(THREADS % HB == 0 && T % THREADS == 0, "whole tile rows");
+    {
+      int id[IQ];
+      float wv[WQ];
+#pragma unroll
+      for (int q = 0; q < IQ; ++q) {
+        const int i = threadIdx.x + q * THREADS;
+        id[q] = i < m ? sel[j0 + i] : 0;
+      }
+#pragma unroll
+      for (int q = 0; q < WQ; ++q) {
+        const int jj = (int)threadIdx.x / HB + q * (THREADS / HB);
+        wv[q] = myP && jj < m ? myP[j0 + jj] : 0.0f;
+      }
+#pragma unroll
+      for (int q = 0; q < IQ; ++q)
+        if ((int)threadIdx.x + q * THREADS < m)
+          ids[threadIdx.x + q * THREADS] = id[q];
+#pragma unroll
+      for (int q = 0; q < WQ; ++q) {
+        const int jj = (int)threadIdx.x / HB + q * (THREADS / HB);
+        if (jj < m)
+          wts[jj][threadIdx.x % HB] = wv[q];
+      }
     }
     __syncthreads();
     auto add = [&](int jj, float v) {
