@@ -12,6 +12,7 @@
 
 #include "helper_common.cuh"
 #include "kv_cache.cuh"
+#include "mla_softmax.cuh"
 
 #define GLM_MLA_CORE_PARAMS                                                    \
   const float *qAll, const float *qabsAll, const void *cache, const int *seq,  \
@@ -42,7 +43,6 @@ __device__ __forceinline__ void mlaCore(GLM_MLA_CORE_PARAMS) {
   float *qs = msh, *qps = msh + kvr, *ps = qps + dr; // (kvr), (dr), (tile)
   int *ss = (int *)(ps + kMlaTile);                  // (tile) row ids
   float *part = (float *)(ss + kMlaTile);            // (G, kvr) partials
-  __shared__ double red[32];
   const int h = heads[blockIdx.x], b = blockIdx.y, lat = kvr + dr;
   const int t = threadIdx.x, nt = THREADS, lane = t & 31, w = t >> 5,
             nw = nt >> 5;
@@ -87,26 +87,7 @@ __device__ __forceinline__ void mlaCore(GLM_MLA_CORE_PARAMS) {
     }
   }
   __syncthreads();
-  double mx = -1e300;
-  for (int j = t; j < n; j += nt)
-    mx = fmax(mx, (double)p[j]);
-  for (int o = 16; o > 0; o >>= 1)
-    mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if (lane == 0)
-    red[w] = mx;
-  __syncthreads();
-  mx = lane < nw ? red[lane] : -1e300;
-  for (int o = 16; o > 0; o >>= 1)
-    mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  double s = 0.0;
-  for (int j = t; j < n; j += nt) {
-    const double e = exp((double)p[j] - mx);
-    p[j] = (float)e;
-    if (j < kMlaTile)
-      ps[j] = (float)e;
-    s += e;
-  }
-  const float inv = (float)(1.0 / hx::blockSumFixedD(s)); // syncs: p, ps seen
+  const float inv = mlaSoftmaxWeights<THREADS, true>(p, n, ps, kMlaTile);
   const int cv = kvr >> 2, G = nt / cv, col = t % cv, grp = t / cv;
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   for (int j0 = 0; j0 < n; j0 += kMlaTile) {

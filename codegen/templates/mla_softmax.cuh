@@ -15,16 +15,16 @@
 
 namespace glm {
 
-/// pAll float [B, H, maxCtx], inv float [B, H]. Grid (nHeads, B).
-template <int THREADS>
-__device__ __forceinline__ void mlaSoftmax(GLM_MLA_SOFTMAX_PARAMS) {
-  static_assert(THREADS % 32 == 0 && THREADS >= 64 && THREADS <= 1024,
-                "THREADS: warps");
+/// The fp64 softmax of the decode attention over a row's n scores p, by a
+/// block of THREADS (mla_core's and mla_softmax's): p[j] := float(exp(p[j]
+/// - max)) (also into tile[j] for j < tileN when TILE), each
+/// thread summing its j = t, t + THREADS, .. in fp64, then
+/// hx::blockSumFixedD; returns float(1 / sum). Syncs: p and tile are seen.
+template <int THREADS, bool TILE>
+__device__ __forceinline__ float mlaSoftmaxWeights(float *p, int n,
+                                                   float *tile, int tileN) {
   __shared__ double red[32];
-  const int h = heads[blockIdx.x], b = blockIdx.y;
   const int t = threadIdx.x, lane = t & 31, w = t >> 5, nw = THREADS >> 5;
-  const int n = nselp[b];
-  float *p = pAll + ((long long)b * H + h) * maxCtx;
   double mx = -1e300;
   for (int j = t; j < n; j += THREADS)
     mx = fmax(mx, (double)p[j]);
@@ -40,11 +40,23 @@ __device__ __forceinline__ void mlaSoftmax(GLM_MLA_SOFTMAX_PARAMS) {
   for (int j = t; j < n; j += THREADS) {
     const double e = exp((double)p[j] - mx);
     p[j] = (float)e;
+    if (TILE && j < tileN)
+      tile[j] = (float)e;
     s += e;
   }
-  const double sum = hx::blockSumFixedD(s);
-  if (t == 0)
-    inv[(long long)b * H + h] = (float)(1.0 / sum);
+  return (float)(1.0 / hx::blockSumFixedD(s));
+}
+
+/// pAll float [B, H, maxCtx], inv float [B, H]. Grid (nHeads, B).
+template <int THREADS>
+__device__ __forceinline__ void mlaSoftmax(GLM_MLA_SOFTMAX_PARAMS) {
+  static_assert(THREADS % 32 == 0 && THREADS >= 64 && THREADS <= 1024,
+                "THREADS: warps");
+  const int h = heads[blockIdx.x], b = blockIdx.y;
+  float *p = pAll + ((long long)b * H + h) * maxCtx;
+  const float v = mlaSoftmaxWeights<THREADS, false>(p, nselp[b], nullptr, 0);
+  if (threadIdx.x == 0)
+    inv[(long long)b * H + h] = v;
 }
 
 } // namespace glm

@@ -161,6 +161,42 @@ void mlaQabsTwin(const Launch &l) {
     }
 }
 
+namespace {
+
+/// The score of one selected latent row (mla_core, mla_scores): lanes over
+/// channels c = lane + 32k in order, warp butterflies, the fp64 sum of the
+/// two parts times the scale.
+float mlaScore(const float *ent, const float *qs, const float *qp, int kvr,
+               int dr, double scale) {
+  float a[32], r[32];
+  for (int lane = 0; lane < 32; ++lane) {
+    a[lane] = r[lane] = 0.0f;
+    for (int c = lane; c < kvr; c += 32)
+      a[lane] += ent[c] * qs[c];
+    for (int c = lane; c < dr; c += 32)
+      r[lane] += ent[kvr + c] * qp[c];
+  }
+  return (float)(((double)hx::warpSumF(a) + (double)hx::warpSumF(r)) * scale);
+}
+
+/// The fp64 softmax over p[0, n) by a block of nt threads (mla_core,
+/// mla_softmax: mlaSoftmaxWeights): the weights written over the scores,
+/// float(1 / sum) returned.
+float mlaSoftmaxWeights(float *p, int n, int nt) {
+  double mx = -1e300;
+  for (int j = 0; j < n; ++j)
+    mx = std::max(mx, (double)p[j]);
+  std::vector<double> s(nt, 0.0);
+  for (int j = 0; j < n; ++j) {
+    const double e = std::exp((double)p[j] - mx);
+    p[j] = (float)e;
+    s[j % nt] += e;
+  }
+  return (float)(1.0 / hx::blockSumFixedD(s));
+}
+
+} // namespace
+
 // mla_core(qAll, qabsAll, cache, seq, selAll, nselp, pAll, maxCtx, ctxAll,
 // heads, H, dn, dr, kvr, scale, pages, pageShift); grid (nHeads, B), block nt;
 // template kv: the cache's form (kv_rows.h).
@@ -190,30 +226,9 @@ void mlaCoreTwin(const Launch &l) {
       std::vector<const float *> ents(n); // the selected rows' values
       for (int j = 0; j < n; ++j)
         ents[j] = rows.row(r0(sel[j]));
-      // Scores: lanes over channels c = lane + 32k in order, warp sums.
-      for (int j = 0; j < n; ++j) {
-        const float *ent = ents[j];
-        float a[32], r[32];
-        for (int lane = 0; lane < 32; ++lane) {
-          a[lane] = r[lane] = 0.0f;
-          for (int c = lane; c < kvr; c += 32)
-            a[lane] += ent[c] * qs[c];
-          for (int c = lane; c < dr; c += 32)
-            r[lane] += ent[kvr + c] * qp[c];
-        }
-        p[j] = (float)(((double)hx::warpSumF(a) + (double)hx::warpSumF(r)) *
-                       scale);
-      }
-      double mx = -1e300;
       for (int j = 0; j < n; ++j)
-        mx = std::max(mx, (double)p[j]);
-      std::vector<double> s(nt, 0.0);
-      for (int j = 0; j < n; ++j) {
-        const double e = std::exp((double)p[j] - mx);
-        p[j] = (float)e;
-        s[j % nt] += e;
-      }
-      const float inv = (float)(1.0 / hx::blockSumFixedD(s));
+        p[j] = mlaScore(ents[j], qs, qp, kvr, dr, scale);
+      const float inv = mlaSoftmaxWeights(p, n, nt);
       // ctx: thread (col, grp) sums rows j = grp, grp + G, .. of each tile.
       std::vector<float> part((size_t)G * kvr, 0.0f);
       for (int grp = 0; grp < G; ++grp)
@@ -276,19 +291,8 @@ void mlaScoresTwin(const Launch &l) {
       const float *qp = qAll + ((int64_t)b * H + h) * (dn + dr) + dn;
       const float *qs = qabsAll + ((int64_t)b * H + h) * kvr;
       float *p = pAll + ((int64_t)b * H + h) * maxCtx;
-      for (int j = 0; j < n; ++j) {
-        const float *ent = rows.row(r0(sel[j]));
-        float a[32], r[32];
-        for (int lane = 0; lane < 32; ++lane) {
-          a[lane] = r[lane] = 0.0f;
-          for (int c = lane; c < kvr; c += 32)
-            a[lane] += ent[c] * qs[c];
-          for (int c = lane; c < dr; c += 32)
-            r[lane] += ent[kvr + c] * qp[c];
-        }
-        p[j] = (float)(((double)hx::warpSumF(a) + (double)hx::warpSumF(r)) *
-                       scale);
-      }
+      for (int j = 0; j < n; ++j)
+        p[j] = mlaScore(rows.row(r0(sel[j])), qs, qp, kvr, dr, scale);
     }
   }
 }
@@ -305,17 +309,8 @@ void mlaSoftmaxTwin(const Launch &l) {
   for (uint32_t b = 0; b < l.grid[1]; ++b)
     for (uint32_t bx = 0; bx < l.grid[0]; ++bx) {
       const int h = heads[bx], n = nselp[b];
-      float *p = pAll + ((int64_t)b * H + h) * maxCtx;
-      double mx = -1e300;
-      for (int j = 0; j < n; ++j)
-        mx = std::max(mx, (double)p[j]);
-      std::vector<double> s(nt, 0.0);
-      for (int j = 0; j < n; ++j) {
-        const double e = std::exp((double)p[j] - mx);
-        p[j] = (float)e;
-        s[j % nt] += e;
-      }
-      inv[(int64_t)b * H + h] = (float)(1.0 / hx::blockSumFixedD(s));
+      inv[(int64_t)b * H + h] =
+          mlaSoftmaxWeights(pAll + ((int64_t)b * H + h) * maxCtx, n, nt);
     }
 }
 

@@ -558,23 +558,30 @@ TEST_F(ExecutorHelpersGpu, SplitMlaDecodeMatchesTwinsAndMlaCore) {
       sm.run(nh, B, 1, 1024);
       sm.check(0, tag + " mla_softmax weights", 1e-6, "fp64 exp");
       sm.check(5, tag + " mla_softmax inverses", 1e-6, "fp64 exp");
-      Dual va("mla_values", 256, ta);
-      va.buf(cache)
-          .buf(seq)
-          .buf(sel)
-          .buf(nsel)
-          .buf(sm.host<float>(0))
-          .buf(sm.host<float>(5))
-          .i32(ctx)
-          .out<float>((size_t)B * H * kvr)
-          .buf(heads)
-          .i32(nh)
-          .i32(H)
-          .i32(dr)
-          .i32(kvr)
-          .unpaged();
-      va.run((unsigned)ms::valueGridX(nh, kvr), B, 1, 256);
-      va.check(7, tag + " mla_values ctx", 0);
+      // mla_values over these weights and inverses: its ctx on the GPU,
+      // checked against the twin's bits.
+      auto values = [&](const std::vector<float> &w,
+                        const std::vector<float> &iv) {
+        Dual va("mla_values", 256, ta);
+        va.buf(cache)
+            .buf(seq)
+            .buf(sel)
+            .buf(nsel)
+            .buf(w)
+            .buf(iv)
+            .i32(ctx)
+            .out<float>((size_t)B * H * kvr)
+            .buf(heads)
+            .i32(nh)
+            .i32(H)
+            .i32(dr)
+            .i32(kvr)
+            .unpaged();
+        va.run((unsigned)ms::valueGridX(nh, kvr), B, 1, 256);
+        va.check(7, tag + " mla_values ctx", 0);
+        return va.gpu<float>(7);
+      };
+      values(sm.host<float>(0), sm.host<float>(5));
       if (nh != 64)
         continue;
       // mla_core on the GPU over the same rows, against the split's GPU
@@ -597,23 +604,8 @@ TEST_F(ExecutorHelpersGpu, SplitMlaDecodeMatchesTwinsAndMlaCore) {
           .f64(scale)
           .unpaged();
       core.run(nh, B, 1, 1024, (unsigned)(kvr + dr + 2 * 1024 + 4 * 1024) * 4);
-      Dual va2("mla_values", 256, ta);
-      va2.buf(cache)
-          .buf(seq)
-          .buf(sel)
-          .buf(nsel)
-          .buf(sm.gpu<float>(0))
-          .buf(sm.gpu<float>(5))
-          .i32(ctx)
-          .out<float>((size_t)B * H * kvr)
-          .buf(heads)
-          .i32(nh)
-          .i32(H)
-          .i32(dr)
-          .i32(kvr)
-          .unpaged();
-      va2.run((unsigned)ms::valueGridX(nh, kvr), B, 1, 256);
-      const std::vector<float> a = va2.gpu<float>(7), c = core.gpu<float>(8);
+      const std::vector<float> a = values(sm.gpu<float>(0), sm.gpu<float>(5)),
+                               c = core.gpu<float>(8);
       Err e;
       size_t differ = 0;
       for (size_t i = 0; i < a.size(); ++i) {
